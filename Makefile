@@ -1,0 +1,48 @@
+# saltus: the single entry point. CI runs `make check` (see .ci/run).
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+FUZZTIME  ?= 10s
+BENCHTIME ?= 1s
+PKGS      := ./...
+
+.PHONY: all build test race vet lint fmt bench fuzz-smoke check clean
+
+all: build
+
+build: ## the binary, at bin/saltus
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/saltus ./cmd/saltus
+
+test: ## unit and property tests
+	$(GO) test -count=1 $(PKGS)
+
+race: ## the same tests under the race detector
+	$(GO) test -count=1 -race $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+lint: ## gofmt and staticcheck (pinned in go.mod with `go get -tool`)
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) tool staticcheck $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+bench: ## every benchmark, with allocations
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s)
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg > /tmp/saltus-fuzz.log 2>&1 \
+	      || { tail -40 /tmp/saltus-fuzz.log; exit 1; }; \
+	  done; \
+	done
+
+check: vet lint race fuzz-smoke build ## what CI runs
+
+clean:
+	rm -rf bin

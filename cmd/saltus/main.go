@@ -1,0 +1,59 @@
+// Command saltus is the KV-cache-aware load balancer for LLM inference.
+//
+// This file stays thin: it parses the subcommand and its flags, builds the
+// component configs and runs them. Subcommands land with their issues; today
+// there is `version`.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+)
+
+// version is set at build time by the Makefile (-ldflags -X main.version=...).
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `saltus — a KV-cache-aware load balancer for LLM inference
+
+Usage:
+  saltus <command> [flags]
+
+Commands:
+  version   print the version and build information
+  help      print this help
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	case "help", "--help", "-help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "saltus: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func versionString() string {
+	v := version
+	if v == "" {
+		v = "dev"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+	}
+	return fmt.Sprintf("saltus %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,376 @@
+package tree
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func hits(tb testing.TB, tr *Tree, chain []uint64, now int64) []Hit {
+	tb.Helper()
+	got, _ := tr.Match(nil, chain, now)
+	sortHits(got)
+	return got
+}
+
+func wantHits(tb testing.TB, tr *Tree, chain []uint64, now int64, want ...Hit) {
+	tb.Helper()
+	if got := hits(tb, tr, chain, now); !slices.Equal(got, want) {
+		tb.Fatalf("Match = %v, want %v", got, want)
+	}
+	if err := tr.check(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func insert(tb testing.TB, tr *Tree, chain []uint64, bounds []int, b int, o Origin, now int64) {
+	tb.Helper()
+	if err := tr.Insert(chain, bounds, b, o, now); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tr.check(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// seq returns a chain of n blocks whose content is identified by tag.
+func seq(tag int32, n int) []uint64 {
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = tag*1000 + int32(i)
+	}
+	return BlockKeys(nil, 1, toks, 1)
+}
+
+// join returns the chain of the concatenated token runs a, then b.
+func tokens(tag int32, n int) []int32 {
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = tag*1000 + int32(i)
+	}
+	return toks
+}
+
+func TestMatchLongestPrefix(t *testing.T) {
+	t.Parallel()
+	tr := mustNew(t, DefaultConfig())
+	sys := tokens(1, 8)
+	a := BlockKeys(nil, 1, append(slices.Clone(sys), tokens(2, 8)...), 1)
+	b := BlockKeys(nil, 1, append(slices.Clone(sys), tokens(3, 4)...), 1)
+	wantHits(t, tr, a, 1)
+	insert(t, tr, a, []int{8}, 0, Local, 1)
+	wantHits(t, tr, a, 2, Hit{0, 16, Local})
+	wantHits(t, tr, a[:5], 2, Hit{0, 5, Local})
+	// b shares the 8-block system prompt, then diverges.
+	wantHits(t, tr, b, 2, Hit{0, 8, Local})
+	insert(t, tr, b, nil, 1, Remote, 3)
+	wantHits(t, tr, b, 4, Hit{0, 8, Local}, Hit{1, 12, Remote})
+	wantHits(t, tr, a, 4, Hit{0, 16, Local}, Hit{1, 8, Remote})
+	// A longer request reports what is held.
+	long := BlockKeys(nil, 1, append(append(slices.Clone(sys), tokens(2, 8)...), tokens(9, 9)...), 1)
+	got, depth := tr.Match(nil, long, 5)
+	if depth != 16 || len(got) != 2 {
+		t.Fatalf("Match(long) = %v depth %d, want 2 hits, depth 16", got, depth)
+	}
+	// Another model's seed shares nothing.
+	other := BlockKeys(nil, 2, append(slices.Clone(sys), tokens(2, 8)...), 1)
+	wantHits(t, tr, other, 5)
+	if s := tr.Stats(); s.Nodes != 3 || s.Blocks != 20 || s.HoldersLocal != 2 || s.HoldersRemote != 2 {
+		t.Fatalf("Stats = %+v, want 3 nodes, 20 blocks, 2 local and 2 remote holders", s)
+	}
+}
+
+func TestInsertIdempotent(t *testing.T) {
+	t.Parallel()
+	tr := mustNew(t, DefaultConfig())
+	c := seq(1, 40)
+	insert(t, tr, c, []int{10, 20, 20, 0, -3, 40, 99}, 3, Local, 1)
+	before := tr.Stats()
+	if before.Nodes != 3 {
+		t.Fatalf("nodes = %d, want 3 (boundaries 10, 20, end)", before.Nodes)
+	}
+	for i := 0; i < 3; i++ {
+		insert(t, tr, c, []int{20, 10}, 3, Local, int64(2+i))
+	}
+	if after := tr.Stats(); after != before {
+		t.Fatalf("Stats after re-insert = %+v, want %+v", after, before)
+	}
+	// Re-insert refreshed the holder: it is still visible one TTL after
+	// the first insert.
+	ttl := int64(DefaultConfig().TTL)
+	wantHits(t, tr, c, 1+ttl, Hit{3, 40, Local})
+	wantHits(t, tr, c, 4+ttl)
+}
+
+func TestLocalUpgradesRemote(t *testing.T) {
+	t.Parallel()
+	tr := mustNew(t, DefaultConfig())
+	c := seq(1, 4)
+	insert(t, tr, c, nil, 0, Remote, 1)
+	insert(t, tr, c, nil, 0, Local, 2)
+	insert(t, tr, c, nil, 0, Remote, 3)
+	wantHits(t, tr, c, 4, Hit{0, 4, Local})
+}
+
+func TestHolderCap(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxHolders = 2
+	tr := mustNew(t, cfg)
+	c := seq(1, 4)
+	insert(t, tr, c, nil, 0, Local, 1)
+	insert(t, tr, c, nil, 1, Remote, 2)
+	insert(t, tr, c, nil, 2, Local, 3) // evicts the remote one, though newer
+	wantHits(t, tr, c, 4, Hit{0, 4, Local}, Hit{2, 4, Local})
+	insert(t, tr, c, nil, 3, Local, 5) // evicts the least recently used local
+	wantHits(t, tr, c, 6, Hit{2, 4, Local}, Hit{3, 4, Local})
+	insert(t, tr, c, nil, 4, Remote, 7) // a remote one may evict a local one
+	wantHits(t, tr, c, 8, Hit{3, 4, Local}, Hit{4, 4, Remote})
+	if got := tr.Stats().HolderDrops[DropCap]; got != 3 {
+		t.Fatalf("HolderDrops[cap] = %d, want 3", got)
+	}
+}
+
+func TestCapacityEvictsLeastRecentlyMatched(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxBlocks = 12
+	tr := mustNew(t, cfg)
+	a, b, c, d := seq(1, 4), seq(2, 4), seq(3, 4), seq(4, 4)
+	insert(t, tr, a, nil, 0, Local, 1)
+	insert(t, tr, b, nil, 1, Local, 2)
+	insert(t, tr, c, nil, 2, Local, 3)
+	wantHits(t, tr, a, 4, Hit{0, 4, Local}) // a is now the most recent
+	insert(t, tr, d, nil, 3, Local, 5)      // over capacity: b goes
+	wantHits(t, tr, b, 6)
+	wantHits(t, tr, a, 6, Hit{0, 4, Local})
+	wantHits(t, tr, c, 6, Hit{2, 4, Local})
+	wantHits(t, tr, d, 6, Hit{3, 4, Local})
+	s := tr.Stats()
+	if s.NodeEvictions[EvictCapacityLocal] != 1 || s.BlockEvictions[EvictCapacityLocal] != 4 || s.Blocks != 12 {
+		t.Fatalf("Stats = %+v, want one local node (4 blocks) evicted, 12 blocks stored", s)
+	}
+}
+
+func TestCapacityEvictsRemoteFirst(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxBlocks = 12
+	tr := mustNew(t, cfg)
+	a, r, b, c := seq(1, 4), seq(2, 4), seq(3, 4), seq(4, 4)
+	insert(t, tr, a, nil, 0, Local, 1)
+	insert(t, tr, r, nil, 1, Remote, 2) // newer than a, but remote
+	insert(t, tr, b, nil, 2, Local, 3)
+	insert(t, tr, c, nil, 3, Local, 4)
+	wantHits(t, tr, r, 5)
+	wantHits(t, tr, a, 5, Hit{0, 4, Local})
+	if s := tr.Stats(); s.NodeEvictions[EvictCapacityRemote] != 1 || s.HoldersRemote != 0 {
+		t.Fatalf("Stats = %+v, want one remote eviction and no remote holders", s)
+	}
+	// A remote insert into a tree full of local routes evicts itself.
+	insert(t, tr, seq(5, 4), nil, 1, Remote, 6)
+	wantHits(t, tr, seq(5, 4), 7)
+	wantHits(t, tr, a, 7, Hit{0, 4, Local})
+}
+
+func TestCapacityTrimsAtBoundaries(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxBlocks = 16
+	tr := mustNew(t, cfg)
+	conv := seq(1, 12) // system prompt 4, turn one 4, turn two 4
+	insert(t, tr, conv, []int{4, 8}, 0, Local, 1)
+	insert(t, tr, seq(2, 4), nil, 1, Local, 2) // 16 blocks: full
+	insert(t, tr, seq(3, 4), nil, 2, Local, 3) // the turn-two leaf goes
+	wantHits(t, tr, conv, 4, Hit{0, 8, Local})
+	insert(t, tr, seq(4, 4), nil, 3, Local, 5) // seq 2 is older than conv now
+	wantHits(t, tr, conv, 6, Hit{0, 8, Local})
+	wantHits(t, tr, seq(2, 4), 6)
+	// Matching conv made it the most recent: seq 3 and 4 go first.
+	insert(t, tr, seq(5, 8), nil, 3, Local, 7)
+	wantHits(t, tr, seq(3, 4), 8)
+	wantHits(t, tr, seq(4, 4), 8)
+	insert(t, tr, seq(6, 4), nil, 3, Local, 9) // then turn one
+	wantHits(t, tr, conv, 10, Hit{0, 4, Local})
+	insert(t, tr, seq(7, 8), nil, 3, Local, 11) // seq 5, not the recent conv
+	wantHits(t, tr, conv, 12, Hit{0, 4, Local})
+	wantHits(t, tr, seq(5, 8), 12)
+}
+
+func TestInsertTruncatesToCapacity(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxBlocks = 10
+	tr := mustNew(t, cfg)
+	c := seq(1, 25)
+	insert(t, tr, c, []int{5, 20}, 0, Local, 1)
+	wantHits(t, tr, c, 2, Hit{0, 10, Local})
+}
+
+func TestTTL(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.TTL = time.Duration(100)
+	tr := mustNew(t, cfg)
+	c := seq(1, 8)
+	insert(t, tr, c, []int{4}, 0, Local, 0)
+	insert(t, tr, c[:4], nil, 1, Local, 50)
+	wantHits(t, tr, c, 99, Hit{0, 8, Local}, Hit{1, 4, Local})
+	wantHits(t, tr, c, 100, Hit{1, 4, Local}) // backend 0 expired
+	tr.Maintain(120, 100)
+	if s := tr.Stats(); s.Nodes != 1 || s.NodeEvictions[EvictEmpty] != 1 || s.HolderDrops[DropExpired] != 2 {
+		t.Fatalf("after Maintain: %+v, want 1 node, 1 empty eviction, 2 expired holders", s)
+	}
+	wantHits(t, tr, c, 149, Hit{1, 4, Local})
+	wantHits(t, tr, c, 150)
+	tr.Maintain(150, 100)
+	if s := tr.Stats(); s.Nodes != 0 || s.Blocks != 0 || s.HoldersLocal != 0 {
+		t.Fatalf("after second Maintain: %+v, want an empty tree", s)
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRemoveBackendBounded(t *testing.T) {
+	t.Parallel()
+	tr := mustNew(t, DefaultConfig())
+	const n = 1000
+	for i := 0; i < n; i++ {
+		insert(t, tr, seq(int32(i), 3), nil, i%2, Local, 1)
+	}
+	insert(t, tr, seq(0, 3), nil, 1, Local, 2)
+	if err := tr.RemoveBackend(0); err != nil {
+		t.Fatal(err)
+	}
+	wantHits(t, tr, seq(0, 3), 3, Hit{1, 3, Local}) // invisible at once
+	wantHits(t, tr, seq(2, 3), 3)
+	calls := 0
+	for tr.Stats().HoldersLocal > n/2+1 {
+		if w := tr.Maintain(3, 64); w > 64 || w == 0 {
+			t.Fatalf("Maintain did %d units, budget 64", w)
+		}
+		calls++
+		if calls > 100 {
+			t.Fatalf("removal not done after %d calls: %+v", calls, tr.Stats())
+		}
+	}
+	if calls < n/64 {
+		t.Fatalf("removal took %d calls of budget 64 for %d nodes: budget not honoured", calls, n)
+	}
+	s := tr.Stats()
+	if s.Nodes != n/2+1 || s.HolderDrops[DropBackendRemoved] != n/2 {
+		t.Fatalf("Stats = %+v, want %d nodes and %d dropped holders", s, n/2+1, n/2)
+	}
+	// The index is reusable at once.
+	insert(t, tr, seq(2, 3), nil, 0, Local, 4)
+	wantHits(t, tr, seq(2, 3), 5, Hit{0, 3, Local})
+	wantHits(t, tr, seq(0, 3), 5, Hit{1, 3, Local})
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	tr := mustNew(t, DefaultConfig())
+	c := seq(1, 2)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{tr.Insert(c, nil, -1, Local, 1), "backend index -1"},
+		{tr.Insert(c, nil, 1024, Local, 1), "backend index 1024"},
+		{tr.Insert(c, nil, 1, 0, 1), "invalid origin"},
+		{tr.RemoveBackend(5000), "backend index 5000"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("error %v, want it to mention %q", tc.err, tc.want)
+		}
+	}
+	bad := func(mut func(*Config), field string) {
+		t.Helper()
+		cfg := DefaultConfig()
+		mut(&cfg)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("New: %v, want an error naming %s", err, field)
+		}
+	}
+	bad(func(c *Config) { c.MaxBlocks = 0 }, "MaxBlocks")
+	bad(func(c *Config) { c.MaxHolders = 256 }, "MaxHolders")
+	bad(func(c *Config) { c.TTL = 0 }, "TTL")
+	bad(func(c *Config) { c.MaxBackends = 1<<16 + 1 }, "MaxBackends")
+}
+
+func randomOps(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.IntN(256))
+	}
+	return b
+}
+
+// TestOracle runs random operation sequences against the naive model.
+func TestOracle(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(0); seed < 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 1))
+		ops := decodeOps(randomOps(r, 3000), 6)
+		for _, h := range []int{1, 2, 4} {
+			runOracle(t, ops, h)
+		}
+	}
+}
+
+// TestCapacityProperty checks, under heavy eviction, that the structure
+// stays sound and that no hit is ever deeper than what its backend really
+// inserted (an unbounded oracle).
+func TestCapacityProperty(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(0); seed < 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 2))
+		runCapacity(t, decodeOps(randomOps(r, 3000), 6), 1+r.IntN(30))
+	}
+}
+
+func runCapacity(t *testing.T, ops []op, maxBlocks int) {
+	t.Helper()
+	const ttl = 300
+	cfg := DefaultConfig()
+	cfg.MaxHolders, cfg.TTL, cfg.MaxBackends, cfg.MaxBlocks = 2, ttl, 8, maxBlocks
+	tr := mustNew(t, cfg)
+	truth := newOracle(1<<30, ttl)
+	now := int64(1000)
+	var got []Hit
+	for i, o := range ops {
+		now++
+		chain := symChain(o.syms)
+		switch o.kind {
+		case 0:
+			if err := tr.Insert(chain, o.bounds, int(o.backend), o.origin, now); err != nil {
+				t.Fatal(err)
+			}
+			truth.insert(chain[:min(len(chain), maxBlocks)], o.backend, o.origin, now)
+		case 1:
+			got, _ = tr.Match(got[:0], chain, now)
+			want := truth.match(chain, now)
+			for _, h := range got {
+				j := slices.IndexFunc(want, func(w Hit) bool { return w.Backend == h.Backend })
+				if j < 0 || want[j].Blocks < h.Blocks {
+					t.Fatalf("op %d: hit %v not backed by truth %v", i, h, want)
+				}
+			}
+		case 2:
+			if err := tr.RemoveBackend(int(o.backend)); err != nil {
+				t.Fatal(err)
+			}
+			truth.epochs[o.backend]++
+		case 3:
+			tr.Maintain(now, o.n)
+		case 4:
+			now += int64(o.n)
+		}
+		if err := tr.check(); err != nil {
+			t.Fatalf("op %d (%+v): %v", i, o, err)
+		}
+	}
+}
