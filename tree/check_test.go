@@ -26,9 +26,9 @@ func (t *Tree) check() error {
 				return fmt.Errorf("node %d parent %d, want %d", c, n.parent, id)
 			case n.prev != prev:
 				return fmt.Errorf("node %d prev %d, want %d", c, n.prev, prev)
-			case len(n.keys) == 0:
+			case n.kn == 0:
 				return fmt.Errorf("node %d has an empty edge", c)
-			case t.index[n.keys[0]] != c:
+			case t.index[n.edge()[0]] != c:
 				return fmt.Errorf("node %d not indexed by its first key", c)
 			case int(n.nHolders) > t.h:
 				return fmt.Errorf("node %d has %d holders > %d", c, n.nHolders, t.h)
@@ -39,14 +39,14 @@ func (t *Tree) check() error {
 					return fmt.Errorf("node %d holds backend %d twice", c, h.backend)
 				}
 				seen[h.backend] = true
-				if h.origin == Local {
+				if h.origin() == Local {
 					local++
 				} else {
 					remote++
 				}
 			}
 			reach++
-			blocks += len(n.keys)
+			blocks += int(n.kn)
 			prev = c
 			if err := walk(c); err != nil {
 				return err
@@ -104,12 +104,12 @@ func (t *Tree) check() error {
 type oracle struct {
 	h      int
 	ttl    int64
-	m      map[string][]holder
+	m      map[string][]oholder
 	epochs map[uint16]uint16
 }
 
 func newOracle(h int, ttl int64) *oracle {
-	return &oracle{h: h, ttl: ttl, m: map[string][]holder{}, epochs: map[uint16]uint16{}}
+	return &oracle{h: h, ttl: ttl, m: map[string][]oholder{}, epochs: map[uint16]uint16{}}
 }
 
 func prefixKey(chain []uint64) string {
@@ -120,7 +120,15 @@ func prefixKey(chain []uint64) string {
 	return string(b)
 }
 
-func (o *oracle) valid(h holder, now int64) bool {
+// oholder is the oracle's plain holder.
+type oholder struct {
+	lastUsed int64
+	backend  uint16
+	epoch    uint16
+	origin   Origin
+}
+
+func (o *oracle) valid(h oholder, now int64) bool {
 	return now-h.lastUsed < o.ttl && h.epoch == o.epochs[h.backend]
 }
 
@@ -139,7 +147,7 @@ func (o *oracle) insert(chain []uint64, b uint16, org Origin, now int64) {
 			}
 		}
 		if !found {
-			nh := holder{lastUsed: now, backend: b, epoch: o.epochs[b], origin: org}
+			nh := oholder{lastUsed: now, backend: b, epoch: o.epochs[b], origin: org}
 			if len(hs) < o.h {
 				hs = append(hs, nh)
 			} else {

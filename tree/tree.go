@@ -48,8 +48,15 @@ const (
 	listRemote
 )
 
+// node is 40 bytes and holder 12: BenchmarkMemoryPerBlock/node-per-block
+// (the worst shape, every node a single block) measured 188 bytes per block
+// with a slice header for the edge and 16-byte holders, over the 160-byte
+// budget; packing brought it under.
 type node struct {
-	keys []uint64 // the edge; keys[0] is this node's entry in Tree.index
+	// The edge, as a pointer and a length (a slice header costs 8 bytes
+	// more); see edge. Its first key is this node's entry in Tree.index.
+	kp *uint64
+	kn uint32
 	// Tree links: parent, first child, next and previous sibling.
 	parent, child, next, prev nodeID
 	// LRU links within lists[list]; toward head is more recent.
@@ -59,11 +66,38 @@ type node struct {
 	live             bool
 }
 
+// holder packs last-used time (caller's clock, nanoseconds, never negative)
+// and origin into two 32-bit words, so that it takes 12 bytes.
 type holder struct {
-	lastUsed int64 // caller's clock, nanoseconds
-	backend  uint16
-	epoch    uint16 // Tree.epochs[backend] when learned; stale means removed
-	origin   Origin
+	lo, hi  uint32 // hi's top bit: remote origin; the rest: last-used time
+	backend uint16
+	epoch   uint16 // Tree.epochs[backend] when learned; stale means removed
+}
+
+const remoteBit = 1 << 31
+
+func (h *holder) lastUsed() int64 {
+	return int64(uint64(h.hi&^remoteBit)<<32 | uint64(h.lo))
+}
+
+func (h *holder) origin() Origin {
+	if h.hi&remoteBit != 0 {
+		return Remote
+	}
+	return Local
+}
+
+func (h *holder) set(now int64, o Origin) {
+	h.lo, h.hi = uint32(now), uint32(uint64(now)>>32)
+	if o == Remote {
+		h.hi |= remoteBit
+	}
+}
+
+func (n *node) edge() []uint64 { return unsafe.Slice(n.kp, n.kn) }
+
+func (n *node) setEdge(keys []uint64) {
+	n.kp, n.kn = unsafe.SliceData(keys), uint32(len(keys))
 }
 
 type lruList struct{ head, tail nodeID }
@@ -115,7 +149,7 @@ func (t *Tree) holdersOf(id nodeID) []holder {
 
 // valid reports whether a holder is visible: not expired, backend not removed.
 func (t *Tree) valid(h *holder, now int64) bool {
-	return now-h.lastUsed < t.ttl && h.epoch == t.epochs[h.backend]
+	return now-h.lastUsed() < t.ttl && h.epoch == t.epochs[h.backend]
 }
 
 // Match walks chain from the root and appends to dst, for every backend
@@ -142,7 +176,7 @@ func (t *Tree) Match(dst []Hit, chain []uint64, now int64) ([]Hit, int) {
 			t.stats.Collisions++
 			break
 		}
-		k := commonPrefix(n.keys, chain[p:])
+		k := commonPrefix(n.edge(), chain[p:])
 		p += k
 		hs := t.holdersOf(id)
 		for i := range hs {
@@ -150,10 +184,10 @@ func (t *Tree) Match(dst []Hit, chain []uint64, now int64) ([]Hit, int) {
 			if !t.valid(h, now) {
 				continue
 			}
-			dst = addHit(dst, base, int(h.backend), p, h.origin)
+			dst = addHit(dst, base, int(h.backend), p, h.origin())
 		}
 		cur = id
-		if k < len(n.keys) {
+		if k < int(n.kn) {
 			break
 		}
 	}
@@ -195,14 +229,17 @@ func commonPrefix(a, b []uint64) int {
 //
 // Insert is idempotent. A chain longer than MaxBlocks is truncated to it. It
 // copies chain and boundaries; the caller keeps ownership. It returns an
-// error only for a backend index outside [0, MaxBackends) or an invalid
-// origin. Loop only.
+// error only for a backend index outside [0, MaxBackends), an invalid
+// origin or a negative now. Loop only.
 func (t *Tree) Insert(chain []uint64, boundaries []int, backend int, o Origin, now int64) error {
 	if backend < 0 || backend >= len(t.epochs) {
 		return fmt.Errorf("tree: backend index %d outside [0, %d)", backend, len(t.epochs))
 	}
 	if o != Local && o != Remote {
 		return fmt.Errorf("tree: invalid origin %d", o)
+	}
+	if now < 0 {
+		return fmt.Errorf("tree: negative time %d", now)
 	}
 	if len(chain) > t.cfg.MaxBlocks {
 		chain = chain[:t.cfg.MaxBlocks]
@@ -246,8 +283,8 @@ func (t *Tree) Insert(chain []uint64, boundaries []int, backend int, o Origin, n
 			t.stats.Collisions++ // see Match
 			break
 		}
-		cut := min(commonPrefix(t.nodes[id].keys, chain[p:]), ends[ei]-p)
-		if cut < len(t.nodes[id].keys) {
+		cut := min(commonPrefix(t.nodes[id].edge(), chain[p:]), ends[ei]-p)
+		if cut < int(t.nodes[id].kn) {
 			id = t.split(id, cut)
 		}
 		t.addHolder(id, b, o, now)
@@ -270,7 +307,8 @@ func (t *Tree) newNode(parent nodeID, keys []uint64) nodeID {
 		t.nodes = append(t.nodes, node{})
 		t.holders = append(t.holders, make([]holder, t.h)...)
 	}
-	t.nodes[id] = node{keys: keys, live: true}
+	t.nodes[id] = node{live: true}
+	t.nodes[id].setEdge(keys)
 	t.linkChild(parent, id)
 	t.index[keys[0]] = id
 	t.blocks += len(keys)
@@ -306,19 +344,19 @@ func (t *Tree) unlinkChild(id nodeID) {
 // only child. The new node inherits id's holders (they hold id's whole
 // edge, so they hold its first part). It returns the new upper node.
 func (t *Tree) split(id nodeID, k int) nodeID {
-	keys := t.nodes[id].keys
+	keys := t.nodes[id].edge()
 	parent := t.nodes[id].parent
 	t.unlinkChild(id)
 	up := t.newNode(parent, keys[:k:k])
 	t.blocks -= k // newNode counted the upper keys; they were already stored
-	t.nodes[id].keys = keys[k:]
+	t.nodes[id].setEdge(keys[k:])
 	t.index[keys[k]] = id
 	t.linkChild(up, id)
 	nh := t.nodes[id].nHolders
 	copy(t.holders[int(up)*t.h:], t.holdersOf(id))
 	t.nodes[up].nHolders = nh
 	for _, h := range t.holdersOf(up) {
-		t.countHolder(h.origin, +1)
+		t.countHolder(h.origin(), +1)
 	}
 	t.relist(up, true)
 	return up
@@ -344,15 +382,18 @@ func (t *Tree) addHolder(id nodeID, b uint16, o Origin, now int64) {
 		if !t.valid(h, now) || o == Local {
 			// A stale entry is relearned as new; a local sighting
 			// upgrades a remote one, a remote one never downgrades.
-			t.countHolder(h.origin, -1)
-			h.origin = o
+			t.countHolder(h.origin(), -1)
 			t.countHolder(o, +1)
+		} else {
+			o = h.origin() // a remote sighting never downgrades
 		}
-		h.lastUsed, h.epoch = now, epoch
+		h.set(now, o)
+		h.epoch = epoch
 		t.relist(id, false)
 		return
 	}
-	nh := holder{lastUsed: now, backend: b, epoch: epoch, origin: o}
+	nh := holder{backend: b, epoch: epoch}
+	nh.set(now, o)
 	if len(hs) < t.h {
 		t.holders[int(id)*t.h+len(hs)] = nh
 		t.nodes[id].nHolders++
@@ -366,7 +407,7 @@ func (t *Tree) addHolder(id nodeID, b uint16, o Origin, now int64) {
 	} else {
 		t.stats.HolderDrops[t.invalidReason(&hs[v])]++
 	}
-	t.countHolder(hs[v].origin, -1)
+	t.countHolder(hs[v].origin(), -1)
 	hs[v] = nh
 	t.countHolder(o, +1)
 	t.relist(id, false)
@@ -389,11 +430,11 @@ func (t *Tree) victim(hs []holder, now int64) int {
 		switch {
 		case !t.valid(&hs[i], now):
 			rank = 0
-		case hs[i].origin == Remote:
+		case hs[i].origin() == Remote:
 			rank = 1
 		}
-		if best < 0 || rank < bestRank || (rank == bestRank && hs[i].lastUsed < bestTime) {
-			best, bestRank, bestTime = i, rank, hs[i].lastUsed
+		if best < 0 || rank < bestRank || (rank == bestRank && hs[i].lastUsed() < bestTime) {
+			best, bestRank, bestTime = i, rank, hs[i].lastUsed()
 		}
 	}
 	return best
@@ -402,7 +443,7 @@ func (t *Tree) victim(hs []holder, now int64) int {
 // class is the LRU list a node belongs on: local if any holder is local.
 func (t *Tree) class(id nodeID) uint8 {
 	for _, h := range t.holdersOf(id) {
-		if h.origin == Local {
+		if h.origin() == Local {
 			return listLocal
 		}
 	}
@@ -520,17 +561,17 @@ func (t *Tree) removeLeaf(id nodeID, reason EvictReason) {
 		panic("BUG: tree.removeLeaf on an interior node")
 	}
 	for _, h := range t.holdersOf(id) {
-		t.countHolder(h.origin, -1)
+		t.countHolder(h.origin(), -1)
 	}
 	parent := n.parent
 	t.unlinkChild(id)
 	if n.list != listNone {
 		t.unlist(id)
 	}
-	delete(t.index, n.keys[0])
-	t.blocks -= len(n.keys)
+	delete(t.index, *n.kp)
+	t.blocks -= int(n.kn)
 	t.stats.NodeEvictions[reason]++
-	t.stats.BlockEvictions[reason] += uint64(len(n.keys))
+	t.stats.BlockEvictions[reason] += uint64(n.kn)
 	t.stats.Nodes--
 	*n = node{}
 	t.free = append(t.free, id)
@@ -601,7 +642,7 @@ func (t *Tree) dropInvalid(id nodeID, now int64) {
 			continue
 		}
 		t.stats.HolderDrops[t.invalidReason(&hs[i])]++
-		t.countHolder(hs[i].origin, -1)
+		t.countHolder(hs[i].origin(), -1)
 		n--
 		hs[i] = hs[n]
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func hits(tb testing.TB, tr *Tree, chain []uint64, now int64) []Hit {
@@ -281,6 +282,7 @@ func TestErrors(t *testing.T) {
 		{tr.Insert(c, nil, -1, Local, 1), "backend index -1"},
 		{tr.Insert(c, nil, 1024, Local, 1), "backend index 1024"},
 		{tr.Insert(c, nil, 1, 0, 1), "invalid origin"},
+		{tr.Insert(c, nil, 1, Local, -1), "negative time"},
 		{tr.RemoveBackend(5000), "backend index 5000"},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
@@ -371,6 +373,24 @@ func runCapacity(t *testing.T, ops []op, maxBlocks int) {
 		}
 		if err := tr.check(); err != nil {
 			t.Fatalf("op %d (%+v): %v", i, o, err)
+		}
+	}
+}
+
+func TestPackedSizes(t *testing.T) {
+	t.Parallel()
+	// BenchmarkMemoryPerBlock's worst shape depends on these; see node.
+	if n, h := unsafe.Sizeof(node{}), unsafe.Sizeof(holder{}); n != 40 || h != 12 {
+		t.Fatalf("sizeof node %d, holder %d; want 40 and 12", n, h)
+	}
+	var h holder
+	for _, tc := range []struct {
+		now int64
+		o   Origin
+	}{{0, Local}, {1<<62 + 12345, Remote}, {time.Now().UnixNano(), Local}, {1<<63 - 1, Remote}} {
+		h.set(tc.now, tc.o)
+		if h.lastUsed() != tc.now || h.origin() != tc.o {
+			t.Fatalf("set(%d, %v) read back %d, %v", tc.now, tc.o, h.lastUsed(), h.origin())
 		}
 	}
 }
