@@ -45,7 +45,7 @@ func seq(tag int32, n int) []uint64 {
 	return BlockKeys(nil, 1, toks, 1)
 }
 
-// join returns the chain of the concatenated token runs a, then b.
+// tokens returns n distinct ids identified by tag.
 func tokens(tag int32, n int) []int32 {
 	toks := make([]int32, n)
 	for i := range toks {

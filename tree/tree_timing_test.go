@@ -83,9 +83,6 @@ func routeTable(tb testing.TB, routes int) (*Tree, []uint64) {
 		}
 	}
 	prompt := BlockKeys(nil, seed, randTokens(r, promptTokens), DefaultBlockSize)
-	for i := 16; i < len(prompt); i += 16 {
-		bounds = append(bounds[:0], i)
-	}
 	bounds = bounds[:0]
 	for i := 16; i < len(prompt); i += 16 {
 		bounds = append(bounds, i)
