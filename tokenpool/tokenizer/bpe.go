@@ -1,0 +1,145 @@
+package tokenizer
+
+// bpe appends the ids of one pre-tokenized piece (raw bytes) to dst.
+// Merges apply lowest rank first, leftmost among equals, as HuggingFace's
+// BPE does. Short pieces use a linear scan per merge; long ones a heap, so
+// a 100 KB run of one letter is O(n log n), not quadratic.
+func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
+	if piece == "" {
+		return dst
+	}
+	if t.ignore || len(piece) == 1 {
+		if id, ok := t.vocab[piece]; ok {
+			return append(dst, id)
+		}
+	}
+	if len(piece) <= 48 {
+		return t.bpeScan(dst, piece)
+	}
+	return t.bpeHeap(dst, piece)
+}
+
+func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
+	m, ok := t.merges[uint64(uint32(a))<<32|uint64(uint32(b))]
+	return m, ok
+}
+
+func (t *Tokenizer) bpeScan(dst []int32, piece string) []int32 {
+	var buf [48]int32
+	ids := buf[:0]
+	for i := 0; i < len(piece); i++ {
+		ids = append(ids, t.byteID[piece[i]])
+	}
+	for len(ids) > 1 {
+		best, bestRank, bestID := -1, int32(0), int32(0)
+		for i := 0; i+1 < len(ids); i++ {
+			if m, ok := t.lookup(ids[i], ids[i+1]); ok && (best < 0 || m.rank < bestRank) {
+				best, bestRank, bestID = i, m.rank, m.id
+			}
+		}
+		if best < 0 {
+			break
+		}
+		ids[best] = bestID
+		ids = append(ids[:best+1], ids[best+2:]...)
+	}
+	return append(dst, ids...)
+}
+
+type symbol struct {
+	id         int32
+	prev, next int32 // -1 at the ends
+	dead       bool
+}
+
+type candidate struct {
+	rank, pos, id int32
+}
+
+func less(a, b candidate) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
+}
+
+type minHeap []candidate
+
+func (h *minHeap) push(c candidate) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !less(s[i], s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *minHeap) pop() candidate {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && less(s[l], s[m]) {
+			m = l
+		}
+		if r < n && less(s[r], s[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
+
+func (t *Tokenizer) bpeHeap(dst []int32, piece string) []int32 {
+	syms := make([]symbol, len(piece))
+	h := make(minHeap, 0, len(piece))
+	for i := range syms {
+		syms[i] = symbol{id: t.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1)}
+	}
+	syms[len(syms)-1].next = -1
+	for i := 0; i+1 < len(syms); i++ {
+		if m, ok := t.lookup(syms[i].id, syms[i+1].id); ok {
+			h.push(candidate{rank: m.rank, pos: int32(i), id: m.id})
+		}
+	}
+	for len(h) > 0 {
+		c := h.pop()
+		s := &syms[c.pos]
+		if s.dead || s.next < 0 {
+			continue
+		}
+		r := &syms[s.next]
+		if m, ok := t.lookup(s.id, r.id); !ok || m.id != c.id {
+			continue // stale: a neighbour merged since
+		}
+		s.id = c.id
+		r.dead = true
+		s.next = r.next
+		if s.next >= 0 {
+			syms[s.next].prev = c.pos
+		}
+		if s.prev >= 0 {
+			if m, ok := t.lookup(syms[s.prev].id, s.id); ok {
+				h.push(candidate{rank: m.rank, pos: s.prev, id: m.id})
+			}
+		}
+		if s.next >= 0 {
+			if m, ok := t.lookup(s.id, syms[s.next].id); ok {
+				h.push(candidate{rank: m.rank, pos: c.pos, id: m.id})
+			}
+		}
+	}
+	for i := int32(0); i >= 0; i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	return dst
+}

@@ -1,0 +1,86 @@
+package tokenizer
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const testdata = "../testdata/"
+
+func readGzip(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func goldenIDs(t *testing.T, path string) [][]int32 {
+	t.Helper()
+	var out [][]int32
+	sc := bufio.NewScanner(strings.NewReader(string(readGzip(t, path))))
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		ids := []int32{}
+		for _, f := range strings.Fields(sc.Text()) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, int32(n))
+		}
+		out = append(out, ids)
+	}
+	return out
+}
+
+// TestGolden compares every corpus string with HuggingFace's ids
+// (testdata/README.md says how they were made).
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	for _, model := range []string{"llama3", "qwen3"} {
+		tok, err := Load(testdata + "models/" + model + "/tokenizer.json.gz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range []string{"targeted", "real", "fuzz"} {
+			var corpus []string
+			if err := json.Unmarshal(readGzip(t, testdata+"corpus/"+set+".json.gz"), &corpus); err != nil {
+				t.Fatal(err)
+			}
+			want := goldenIDs(t, testdata+"golden/"+model+"."+set+".ids.gz")
+			if len(want) != len(corpus) {
+				t.Fatalf("%s %s: %d golden lines for %d strings", model, set, len(want), len(corpus))
+			}
+			bad := 0
+			for i, s := range corpus {
+				if got := tok.Encode(nil, s); !slices.Equal(got, want[i]) {
+					if bad < 3 {
+						t.Errorf("%s %s #%d %.200q:\n got %v\nwant %v", model, set, i, s, got, want[i])
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%s %s: %d of %d strings differ", model, set, bad, len(corpus))
+			}
+		}
+	}
+}

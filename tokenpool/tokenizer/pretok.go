@@ -1,0 +1,172 @@
+package tokenizer
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// splitPattern is a hand-written matcher for one of the Split regexes that
+// real byte-level BPE models use. Go's regexp lacks the (?!\S) lookahead
+// they need, and regex engines that have it were measured far slower (see
+// DESIGN.md); these patterns are simple enough to match by hand, exactly.
+type splitPattern struct {
+	// maxDigits is the {1,n} bound of the \p{N} alternative: 3 for Llama-3,
+	// 1 for Qwen.
+	maxDigits int
+}
+
+// The two patterns we accept, by their exact regex text.
+var knownSplits = map[string]splitPattern{
+	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`: {maxDigits: 3},
+	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:     {maxDigits: 1},
+}
+
+func isL(r rune) bool    { return unicode.IsLetter(r) }
+func isN(r rune) bool    { return unicode.IsNumber(r) }
+func isS(r rune) bool    { return unicode.IsSpace(r) }
+func isCRLF(r rune) bool { return r == '\r' || r == '\n' }
+
+func at(s string, i int) (rune, int) {
+	if i >= len(s) {
+		return -1, 0
+	}
+	return utf8.DecodeRuneInString(s[i:])
+}
+
+// split appends to dst the end offsets of the pieces of s, in order, as the
+// regex with "Isolated" behaviour would: every byte of s is in exactly one
+// piece.
+func (p splitPattern) split(dst []int, s string) []int {
+	for i := 0; i < len(s); {
+		n := p.match(s, i)
+		if n <= 0 {
+			// Unreachable for valid patterns: every rune matches some
+			// alternative. Keep one rune as its own piece regardless.
+			_, n = at(s, i)
+		}
+		i += n
+		dst = append(dst, i)
+	}
+	return dst
+}
+
+// match returns the length of the regex match at i (the first alternative
+// that matches wins, as in the regex's ordered alternation).
+func (p splitPattern) match(s string, i int) int {
+	r, w := at(s, i)
+	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
+	if r == '\'' {
+		if n := contraction(s, i+w); n > 0 {
+			return w + n
+		}
+	}
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	if !isCRLF(r) && !isL(r) && !isN(r) {
+		if r2, w2 := at(s, i+w); r2 >= 0 && isL(r2) {
+			return w + w2 + letters(s, i+w+w2)
+		}
+	}
+	if isL(r) {
+		return w + letters(s, i+w)
+	}
+	// \p{N}{1,n}
+	if isN(r) {
+		n := w
+		for k := 1; k < p.maxDigits; k++ {
+			r2, w2 := at(s, i+n)
+			if r2 < 0 || !isN(r2) {
+				break
+			}
+			n += w2
+		}
+		return n
+	}
+	// ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+	j := i
+	if r == ' ' {
+		j += w
+	}
+	if n := others(s, j); n > 0 {
+		j += n
+		for {
+			r2, w2 := at(s, j)
+			if r2 < 0 || !isCRLF(r2) {
+				break
+			}
+			j += w2
+		}
+		return j - i
+	}
+	if !isS(r) {
+		return 0
+	}
+	// The whitespace run from i, and where its last CR or LF ends.
+	end, lastNL, lastW := i, -1, 0
+	for {
+		r2, w2 := at(s, end)
+		if r2 < 0 || !isS(r2) {
+			break
+		}
+		if isCRLF(r2) {
+			lastNL = end + w2
+		}
+		lastW = w2
+		end += w2
+	}
+	// \s*[\r\n]+: greedy \s* backs off to the last CR/LF of the run.
+	if lastNL > 0 {
+		return lastNL - i
+	}
+	// \s+(?!\S): the whole run at the end of input, else all but its last
+	// rune, if that leaves one.
+	if end == len(s) {
+		return end - i
+	}
+	if end-lastW > i {
+		return end - lastW - i
+	}
+	// \s+
+	return end - i
+}
+
+// contraction matches s|t|re|ve|m|ll|d case-insensitively at i (Unicode
+// simple case folding: s also matches U+017F LATIN SMALL LETTER LONG S).
+func contraction(s string, i int) int {
+	r, w := at(s, i)
+	switch unicode.ToLower(r) {
+	case 's', 'ſ', 't', 'm', 'd':
+		return w
+	case 'r', 'v':
+		if r2, w2 := at(s, i+w); unicode.ToLower(r2) == 'e' {
+			return w + w2
+		}
+	case 'l':
+		if r2, w2 := at(s, i+w); unicode.ToLower(r2) == 'l' {
+			return w + w2
+		}
+	}
+	return 0
+}
+
+func letters(s string, i int) int {
+	n := 0
+	for {
+		r, w := at(s, i+n)
+		if r < 0 || !isL(r) {
+			return n
+		}
+		n += w
+	}
+}
+
+// others matches [^\s\p{L}\p{N}]+ at i.
+func others(s string, i int) int {
+	n := 0
+	for {
+		r, w := at(s, i+n)
+		if r < 0 || isS(r) || isL(r) || isN(r) {
+			return n
+		}
+		n += w
+	}
+}

@@ -1,0 +1,327 @@
+// Package tokenizer encodes text to token ids exactly as HuggingFace
+// tokenizers does, for the tokenizer.json files it accepts, in pure Go.
+//
+// # Place in the request path
+//
+// Stage 4 of DESIGN.md: the shard's tokenizer worker turns each rendered
+// text segment into ids, which stage 5 cuts into block keys. Exactness
+// matters: a router whose ids differ from the engine's computes keys the
+// engine's cache never had.
+//
+// Supported so far: byte-level BPE with the Llama-3 and Qwen Split patterns
+// (matched by hand, see pretok.go), NFC, ignore_merges, added tokens with
+// special and normalized flags. Anything else is refused at load with an
+// error naming the component.
+//
+// # Concurrency
+//
+// A *Tokenizer is immutable after Load and safe for concurrent use.
+package tokenizer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Tokenizer is a loaded tokenizer.json.
+type Tokenizer struct {
+	nfc    bool
+	split  splitPattern
+	vocab  map[string]int32 // raw bytes of a token -> id
+	merges map[uint64]merge // (left id, right id) -> rank and result
+	byteID [256]int32       // id of each single byte
+	ignore bool             // ignore_merges: a piece in the vocab is one token
+	added  []addedToken     // longest first
+}
+
+type merge struct{ rank, id int32 }
+
+type addedToken struct {
+	content    string
+	id         int32
+	normalized bool
+}
+
+// Load reads a tokenizer.json (or a directory holding one, or a .gz of it).
+func Load(path string) (*Tokenizer, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "tokenizer.json")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read tokenizer: %w", err)
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("cannot read tokenizer %s: %w", path, err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("cannot read tokenizer %s: %w", path, err)
+		}
+	}
+	t, err := Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
+	}
+	return t, nil
+}
+
+type fileJSON struct {
+	Normalizer   json.RawMessage `json:"normalizer"`
+	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+	Model        struct {
+		Type         string            `json:"type"`
+		Vocab        map[string]int32  `json:"vocab"`
+		Merges       []json.RawMessage `json:"merges"`
+		ByteFallback bool              `json:"byte_fallback"`
+		IgnoreMerges bool              `json:"ignore_merges"`
+		Dropout      *float64          `json:"dropout"`
+		UnkToken     *string           `json:"unk_token"`
+		Prefix       *string           `json:"continuing_subword_prefix"`
+		Suffix       *string           `json:"end_of_word_suffix"`
+	} `json:"model"`
+	AddedTokens []struct {
+		ID         int32  `json:"id"`
+		Content    string `json:"content"`
+		SingleWord bool   `json:"single_word"`
+		LStrip     bool   `json:"lstrip"`
+		RStrip     bool   `json:"rstrip"`
+		Normalized bool   `json:"normalized"`
+		Special    bool   `json:"special"`
+	} `json:"added_tokens"`
+}
+
+type component struct {
+	Type          string            `json:"type"`
+	Normalizers   []json.RawMessage `json:"normalizers"`
+	PreTokenizers []json.RawMessage `json:"pretokenizers"`
+	Pattern       struct {
+		Regex  *string `json:"Regex"`
+		String *string `json:"String"`
+	} `json:"pattern"`
+	Behavior       string `json:"behavior"`
+	Invert         bool   `json:"invert"`
+	AddPrefixSpace bool   `json:"add_prefix_space"`
+	UseRegex       bool   `json:"use_regex"`
+}
+
+// Parse builds a Tokenizer from tokenizer.json bytes.
+func Parse(raw []byte) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("cannot parse tokenizer.json: %w", err)
+	}
+	t := &Tokenizer{}
+	if err := t.loadNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	if err := t.loadPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	m := f.Model
+	switch {
+	case m.Type != "BPE":
+		return nil, fmt.Errorf("unsupported model type %q", m.Type)
+	case m.ByteFallback:
+		return nil, errors.New("unsupported model option byte_fallback (not yet implemented)")
+	case m.Dropout != nil && *m.Dropout != 0:
+		return nil, errors.New("unsupported model option dropout")
+	case m.Prefix != nil && *m.Prefix != "", m.Suffix != nil && *m.Suffix != "":
+		return nil, errors.New("unsupported model option continuing_subword_prefix/end_of_word_suffix")
+	}
+	t.ignore = m.IgnoreMerges
+	t.vocab = make(map[string]int32, len(m.Vocab))
+	for tok, id := range m.Vocab {
+		b, ok := byteLevelDecode(tok)
+		if !ok {
+			return nil, fmt.Errorf("vocab token %q is not byte-level encoded", tok)
+		}
+		t.vocab[b] = id
+	}
+	for b := 0; b < 256; b++ {
+		id, ok := t.vocab[string([]byte{byte(b)})]
+		if !ok {
+			return nil, fmt.Errorf("byte-level vocab lacks byte %#x", b)
+		}
+		t.byteID[b] = id
+	}
+	t.merges = make(map[uint64]merge, len(m.Merges))
+	for rank, rawm := range m.Merges {
+		a, b, err := parseMerge(rawm)
+		if err != nil {
+			return nil, fmt.Errorf("merge %d: %w", rank, err)
+		}
+		ab, aok := byteLevelDecode(a)
+		bb, bok := byteLevelDecode(b)
+		ia, ok1 := t.vocab[ab]
+		ib, ok2 := t.vocab[bb]
+		res, ok3 := t.vocab[ab+bb]
+		if !aok || !bok || !ok1 || !ok2 || !ok3 {
+			return nil, fmt.Errorf("merge %d (%q %q) names a token outside the vocab", rank, a, b)
+		}
+		k := uint64(uint32(ia))<<32 | uint64(uint32(ib))
+		if _, dup := t.merges[k]; !dup {
+			t.merges[k] = merge{rank: int32(rank), id: res}
+		}
+	}
+	for _, a := range f.AddedTokens {
+		if a.SingleWord || a.LStrip || a.RStrip {
+			return nil, fmt.Errorf("added token %q: single_word/lstrip/rstrip not yet implemented", a.Content)
+		}
+		if a.Content == "" {
+			continue
+		}
+		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, normalized: a.Normalized})
+	}
+	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
+	return t, nil
+}
+
+func parseMerge(raw json.RawMessage) (string, string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok {
+			return "", "", fmt.Errorf("merge %q has no space", s)
+		}
+		return a, b, nil
+	}
+	var p []string
+	if err := json.Unmarshal(raw, &p); err != nil || len(p) != 2 {
+		return "", "", fmt.Errorf("merge %s is neither \"a b\" nor [a, b]", raw)
+	}
+	return p[0], p[1], nil
+}
+
+func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("cannot parse normalizer: %w", err)
+	}
+	if c.Type == "NFC" {
+		t.nfc = true
+		return nil
+	}
+	return fmt.Errorf("unsupported normalizer %q (not yet implemented)", c.Type)
+}
+
+func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil || c.Type != "Sequence" || len(c.PreTokenizers) != 2 {
+		return fmt.Errorf("unsupported pre_tokenizer %s (only Sequence[Split, ByteLevel] so far)", trim(raw))
+	}
+	var sp, bl component
+	if json.Unmarshal(c.PreTokenizers[0], &sp) != nil || json.Unmarshal(c.PreTokenizers[1], &bl) != nil {
+		return errors.New("cannot parse pre_tokenizer sequence")
+	}
+	if sp.Type != "Split" || sp.Pattern.Regex == nil || sp.Behavior != "Isolated" || sp.Invert {
+		return fmt.Errorf("unsupported pre_tokenizer %s", trim(c.PreTokenizers[0]))
+	}
+	p, ok := knownSplits[*sp.Pattern.Regex]
+	if !ok {
+		return fmt.Errorf("unsupported Split regex %q: only the Llama-3 and Qwen patterns are matched", *sp.Pattern.Regex)
+	}
+	if bl.Type != "ByteLevel" || bl.AddPrefixSpace || bl.UseRegex {
+		return fmt.Errorf("unsupported pre_tokenizer %s", trim(c.PreTokenizers[1]))
+	}
+	t.split = p
+	return nil
+}
+
+func trim(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}
+
+// byteLevelDecode maps GPT-2's byte-level alphabet back to raw bytes.
+func byteLevelDecode(s string) (string, bool) {
+	var b []byte
+	for _, r := range s {
+		c, ok := unbyte[r]
+		if !ok {
+			return "", false
+		}
+		b = append(b, c)
+	}
+	return string(b), true
+}
+
+// unbyte inverts GPT-2's bytes_to_unicode: printable Latin-1 bytes map to
+// themselves, the other 68 bytes to U+0100 onwards, in byte order.
+var unbyte = func() map[rune]byte {
+	m := make(map[rune]byte, 256)
+	n := 0
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff) {
+			m[rune(b)] = byte(b)
+		} else {
+			m[rune(256+n)] = byte(b)
+			n++
+		}
+	}
+	return m
+}()
+
+// Encode appends the ids of text to dst, without adding special tokens
+// (no BOS): added tokens in the text are recognized. Any goroutine.
+func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
+	for len(text) > 0 {
+		i, tok := t.findAdded(text)
+		dst = t.encodeText(dst, text[:i])
+		if tok == nil {
+			break
+		}
+		dst = append(dst, tok.id)
+		text = text[i+len(tok.content):]
+	}
+	return dst
+}
+
+// findAdded returns the leftmost, then longest, added token in s and its
+// offset, or len(s) and nil.
+func (t *Tokenizer) findAdded(s string) (int, *addedToken) {
+	best, bestI := -1, len(s)
+	for k := range t.added {
+		a := &t.added[k]
+		i := strings.Index(s[:min(len(s), bestI+len(a.content))], a.content)
+		if i >= 0 && (i < bestI || (i == bestI && best >= 0 && len(a.content) > len(t.added[best].content))) {
+			best, bestI = k, i
+		}
+	}
+	if best < 0 {
+		return len(s), nil
+	}
+	return bestI, &t.added[best]
+}
+
+func (t *Tokenizer) encodeText(dst []int32, s string) []int32 {
+	if s == "" {
+		return dst
+	}
+	if t.nfc {
+		s = norm.NFC.String(s)
+	}
+	var ends [64]int
+	start := 0
+	for _, end := range t.split.split(ends[:0], s) {
+		dst = t.bpe(dst, s[start:end])
+		start = end
+	}
+	return dst
+}
