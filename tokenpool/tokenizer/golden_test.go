@@ -14,7 +14,7 @@ import (
 
 const testdata = "../testdata/"
 
-func readGzip(t *testing.T, path string) []byte {
+func readGzip(t testing.TB, path string) []byte {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

@@ -18,7 +18,7 @@ type splitPattern struct {
 // The two patterns we accept, by their exact regex text.
 var knownSplits = map[string]splitPattern{
 	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`: {maxDigits: 3},
-	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:     {maxDigits: 1},
+	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:      {maxDigits: 1},
 }
 
 func isL(r rune) bool    { return unicode.IsLetter(r) }
@@ -33,21 +33,17 @@ func at(s string, i int) (rune, int) {
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-// split appends to dst the end offsets of the pieces of s, in order, as the
-// regex with "Isolated" behaviour would: every byte of s is in exactly one
-// piece.
-func (p splitPattern) split(dst []int, s string) []int {
-	for i := 0; i < len(s); {
-		n := p.match(s, i)
-		if n <= 0 {
-			// Unreachable for valid patterns: every rune matches some
-			// alternative. Keep one rune as its own piece regardless.
-			_, n = at(s, i)
-		}
-		i += n
-		dst = append(dst, i)
+// next returns the length of the first piece of s (non-empty s), as the
+// regex with "Isolated" behaviour would cut it: every byte of s ends up in
+// exactly one piece.
+func (p splitPattern) next(s string) int {
+	if n := p.match(s, 0); n > 0 {
+		return n
 	}
-	return dst
+	// Unreachable for these patterns: every rune matches some
+	// alternative. Keep one rune as its own piece regardless.
+	_, n := at(s, 0)
+	return n
 }
 
 // match returns the length of the regex match at i (the first alternative

@@ -42,6 +42,18 @@ type Tokenizer struct {
 	byteID [256]int32       // id of each single byte
 	ignore bool             // ignore_merges: a piece in the vocab is one token
 	added  []addedToken     // longest first
+	// startsAdded marks bytes that start some added token; byPrefix lists,
+	// per first two bytes (a one-byte token: its byte and 0xff, which no
+	// UTF-8 text contains), the indices into added, longest first.
+	startsAdded [256]bool
+	byPrefix    map[uint16][]int32
+}
+
+func prefix2(s string) uint16 {
+	if len(s) == 1 {
+		return uint16(s[0])<<8 | 0xff
+	}
+	return uint16(s[0])<<8 | uint16(s[1])
 }
 
 type merge struct{ rank, id int32 }
@@ -185,6 +197,12 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, normalized: a.Normalized})
 	}
 	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
+	t.byPrefix = make(map[uint16][]int32)
+	for k, a := range t.added {
+		p := prefix2(a.content)
+		t.startsAdded[a.content[0]] = true
+		t.byPrefix[p] = append(t.byPrefix[p], int32(k))
+	}
 	return t, nil
 }
 
@@ -294,20 +312,26 @@ func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 }
 
 // findAdded returns the leftmost, then longest, added token in s and its
-// offset, or len(s) and nil.
+// offset, or len(s) and nil. Only bytes that start some added token are
+// looked at (for Llama-3, '<'), then the tokens sharing the next byte too,
+// longest first, then one-byte tokens.
 func (t *Tokenizer) findAdded(s string) (int, *addedToken) {
-	best, bestI := -1, len(s)
-	for k := range t.added {
-		a := &t.added[k]
-		i := strings.Index(s[:min(len(s), bestI+len(a.content))], a.content)
-		if i >= 0 && (i < bestI || (i == bestI && best >= 0 && len(a.content) > len(t.added[best].content))) {
-			best, bestI = k, i
+	for i := 0; i < len(s); i++ {
+		if !t.startsAdded[s[i]] {
+			continue
+		}
+		if i+1 < len(s) {
+			for _, k := range t.byPrefix[uint16(s[i])<<8|uint16(s[i+1])] {
+				if strings.HasPrefix(s[i:], t.added[k].content) {
+					return i, &t.added[k]
+				}
+			}
+		}
+		if ks := t.byPrefix[uint16(s[i])<<8|0xff]; len(ks) > 0 {
+			return i, &t.added[ks[0]]
 		}
 	}
-	if best < 0 {
-		return len(s), nil
-	}
-	return bestI, &t.added[best]
+	return len(s), nil
 }
 
 func (t *Tokenizer) encodeText(dst []int32, s string) []int32 {
@@ -317,11 +341,10 @@ func (t *Tokenizer) encodeText(dst []int32, s string) []int32 {
 	if t.nfc {
 		s = norm.NFC.String(s)
 	}
-	var ends [64]int
-	start := 0
-	for _, end := range t.split.split(ends[:0], s) {
-		dst = t.bpe(dst, s[start:end])
-		start = end
+	for len(s) > 0 {
+		n := t.split.next(s)
+		dst = t.bpe(dst, s[:n])
+		s = s[n:]
 	}
 	return dst
 }

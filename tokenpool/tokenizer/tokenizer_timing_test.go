@@ -1,0 +1,62 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func loadLlama3(tb testing.TB) *Tokenizer {
+	tb.Helper()
+	tok, err := Load(testdata + "models/llama3/tokenizer.json.gz")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// prose4K returns the first 4 KiB chunks of the real corpus.
+func prose4K(tb testing.TB) []string {
+	tb.Helper()
+	var corpus []string
+	raw := readGzip(tb, testdata+"corpus/real.json.gz")
+	if err := json.Unmarshal(raw, &corpus); err != nil {
+		tb.Fatal(err)
+	}
+	return corpus
+}
+
+func BenchmarkEncodeLlama3Prose4K(b *testing.B) {
+	tok := loadLlama3(b)
+	chunks := prose4K(b)[:32]
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	dst := make([]int32, 0, 1<<16)
+	b.SetBytes(int64(n) / int64(len(chunks)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		dst = tok.Encode(dst[:0], chunks[i%len(chunks)])
+		i++
+	}
+}
+
+func BenchmarkEncodeLlama3Repeated100K(b *testing.B) {
+	tok := loadLlama3(b)
+	s := strings.Repeat("a", 100_000)
+	dst := make([]int32, 0, 1<<17)
+	b.SetBytes(int64(len(s)))
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = tok.Encode(dst[:0], s)
+	}
+}
+
+func BenchmarkLoadLlama3(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		loadLlama3(b)
+	}
+}
