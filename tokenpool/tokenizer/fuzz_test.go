@@ -1,0 +1,86 @@
+package tokenizer
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+var (
+	fuzzOnce sync.Once
+	fuzzTok  *Tokenizer
+	fuzzErr  error
+	idBytes  map[int32]string
+)
+
+func fuzzTokenizer(t *testing.T) (*Tokenizer, map[int32]string) {
+	fuzzOnce.Do(func() {
+		fuzzTok, fuzzErr = Load(testdata + "models/qwen3/tokenizer.json.gz")
+		if fuzzErr != nil {
+			return
+		}
+		idBytes = make(map[int32]string, len(fuzzTok.vocab)+len(fuzzTok.added))
+		for b, id := range fuzzTok.vocab {
+			idBytes[id] = b
+		}
+		for _, a := range fuzzTok.added {
+			idBytes[a.id] = a.content
+		}
+	})
+	if fuzzErr != nil {
+		t.Fatal(fuzzErr)
+	}
+	return fuzzTok, idBytes
+}
+
+// FuzzEncode checks that encoding is lossless (byte-level BPE: the ids'
+// bytes concatenate to the NFC-normalized input, outside added tokens) and
+// that the pre-tokenizer cuts every input into non-empty pieces covering
+// it. Golden agreement with HuggingFace is TestGolden's job.
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{"", "Hello world", "I'M here 123456", "  \r\n\t x", "你好<|im_end|>x", "e\u0301", "\xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			// HuggingFace takes Rust strings; the caller's job is to
+			// pass valid UTF-8 (the pool will replace invalid bytes).
+			return
+		}
+		tok, bytesOf := fuzzTokenizer(t)
+		for _, p := range []splitPattern{{maxDigits: 1}, {maxDigits: 3}} {
+			n := 0
+			for rest := s; len(rest) > 0; {
+				k := p.next(rest)
+				if k <= 0 || k > len(rest) {
+					t.Fatalf("piece length %d at offset %d of %q", k, n, s)
+				}
+				n += k
+				rest = rest[k:]
+			}
+		}
+		var b strings.Builder
+		for _, id := range tok.Encode(nil, s) {
+			b.WriteString(bytesOf[id])
+		}
+		// Added tokens are cut out before normalization: the ids spell
+		// the NFC form of the text between them, and the tokens
+		// themselves.
+		var want strings.Builder
+		for rest := s; len(rest) > 0; {
+			i, a := tok.findAdded(rest)
+			want.WriteString(norm.NFC.String(rest[:i]))
+			if a == nil {
+				break
+			}
+			want.WriteString(a.content)
+			rest = rest[i+len(a.content):]
+		}
+		if b.String() != want.String() {
+			t.Fatalf("ids spell %q, want %q", b.String(), want.String())
+		}
+	})
+}
