@@ -9,7 +9,7 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 		return dst
 	}
 	if t.ignore || len(piece) == 1 {
-		if id, ok := t.vocab[piece]; ok {
+		if id, ok := t.token(piece); ok {
 			return append(dst, id)
 		}
 	}

@@ -35,9 +35,13 @@ import (
 
 // Tokenizer is a loaded tokenizer.json.
 type Tokenizer struct {
-	nfc    bool
-	split  splitPattern
-	vocab  map[string]int32 // raw bytes of a token -> id
+	nfc   bool
+	split splitPattern
+	vocab map[string]int32 // raw bytes of a token -> id
+	// short holds the tokens of at most 7 bytes again, keyed by packKey:
+	// a 64-bit key skips string hashing and comparison, which was the
+	// largest cost of Encode on prose (pprof: mapaccess2_faststr).
+	short  map[uint64]int32
 	merges map[uint64]merge // (left id, right id) -> rank and result
 	byteID [256]int32       // id of each single byte
 	ignore bool             // ignore_merges: a piece in the vocab is one token
@@ -161,6 +165,12 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		}
 		t.vocab[b] = id
 	}
+	t.short = make(map[uint64]int32)
+	for b, id := range t.vocab {
+		if len(b) <= 7 {
+			t.short[packKey(b)] = id
+		}
+	}
 	for b := 0; b < 256; b++ {
 		id, ok := t.vocab[string([]byte{byte(b)})]
 		if !ok {
@@ -265,6 +275,25 @@ func trim(b []byte) string {
 		return string(b[:200]) + "..."
 	}
 	return string(b)
+}
+
+// packKey packs a string of at most 7 bytes and its length into a uint64.
+func packKey(s string) uint64 {
+	k := uint64(len(s)) << 56
+	for i := 0; i < len(s); i++ {
+		k |= uint64(s[i]) << (8 * i)
+	}
+	return k
+}
+
+// token returns the id of the token spelled by the bytes b.
+func (t *Tokenizer) token(b string) (int32, bool) {
+	if len(b) <= 7 {
+		id, ok := t.short[packKey(b)]
+		return id, ok
+	}
+	id, ok := t.vocab[b]
+	return id, ok
 }
 
 // byteLevelDecode maps GPT-2's byte-level alphabet back to raw bytes.
