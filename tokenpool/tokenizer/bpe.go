@@ -1,5 +1,7 @@
 package tokenizer
 
+import "unicode/utf8"
+
 // bpe appends the ids of one pre-tokenized piece (raw bytes) to dst.
 // Merges apply lowest rank first, leftmost among equals, as HuggingFace's
 // BPE does. Short pieces use a linear scan per merge; long ones a heap, so
@@ -13,10 +15,53 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 			return append(dst, id)
 		}
 	}
-	if len(piece) <= 48 {
-		return t.bpeScan(dst, piece)
+	var buf [48]int32
+	ids := buf[:0]
+	if len(piece) > len(buf) {
+		ids = make([]int32, 0, len(piece))
 	}
-	return t.bpeHeap(dst, piece)
+	for i := 0; i < len(piece); i++ {
+		ids = append(ids, t.byteID[piece[i]])
+	}
+	return t.merge(dst, ids)
+}
+
+// spWord appends the ids of a whole normalized text for SentencePiece-style
+// BPE (no pre-tokenizer): one symbol per character, a character outside
+// the vocab becomes its UTF-8 bytes' <0xXX> tokens (byte_fallback) or the
+// unknown token (fused with a preceding one under fuse_unk).
+func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
+	var buf [48]int32
+	ids := buf[:0]
+	if len(s) > len(buf) {
+		ids = make([]int32, 0, len(s))
+	}
+	lastUnk := false
+	for i := 0; i < len(s); {
+		_, w := utf8.DecodeRuneInString(s[i:])
+		if id, ok := t.token(s[i : i+w]); ok {
+			ids = append(ids, id)
+			lastUnk = false
+		} else if t.byteFallback {
+			for k := i; k < i+w; k++ {
+				ids = append(ids, t.byteTok[s[k]])
+			}
+			lastUnk = false
+		} else if t.unk >= 0 && !(t.fuseUnk && lastUnk) {
+			ids = append(ids, t.unk)
+			lastUnk = true
+		}
+		i += w
+	}
+	return t.merge(dst, ids)
+}
+
+// merge applies the merges to ids (clobbering it) and appends the result.
+func (t *Tokenizer) merge(dst, ids []int32) []int32 {
+	if len(ids) <= 48 {
+		return t.mergeScan(dst, ids)
+	}
+	return t.mergeHeap(dst, ids)
 }
 
 func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
@@ -24,12 +69,7 @@ func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
 	return m, ok
 }
 
-func (t *Tokenizer) bpeScan(dst []int32, piece string) []int32 {
-	var buf [48]int32
-	ids := buf[:0]
-	for i := 0; i < len(piece); i++ {
-		ids = append(ids, t.byteID[piece[i]])
-	}
+func (t *Tokenizer) mergeScan(dst, ids []int32) []int32 {
 	for len(ids) > 1 {
 		best, bestRank, bestID := -1, int32(0), int32(0)
 		for i := 0; i+1 < len(ids); i++ {
@@ -99,11 +139,11 @@ func (h *minHeap) pop() candidate {
 	return top
 }
 
-func (t *Tokenizer) bpeHeap(dst []int32, piece string) []int32 {
-	syms := make([]symbol, len(piece))
-	h := make(minHeap, 0, len(piece))
+func (t *Tokenizer) mergeHeap(dst, ids []int32) []int32 {
+	syms := make([]symbol, len(ids))
+	h := make(minHeap, 0, len(ids))
 	for i := range syms {
-		syms[i] = symbol{id: t.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1)}
+		syms[i] = symbol{id: ids[i], prev: int32(i - 1), next: int32(i + 1)}
 	}
 	syms[len(syms)-1].next = -1
 	for i := 0; i+1 < len(syms); i++ {

@@ -55,7 +55,7 @@ func goldenIDs(t *testing.T, path string) [][]int32 {
 // (testdata/README.md says how they were made).
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	for _, model := range []string{"llama3", "qwen3"} {
+	for _, model := range []string{"llama3", "qwen3", "mistral7b"} {
 		tok, err := Load(testdata + "models/" + model + "/tokenizer.json.gz")
 		if err != nil {
 			t.Fatal(err)

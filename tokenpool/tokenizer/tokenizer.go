@@ -9,9 +9,11 @@
 // engine's cache never had.
 //
 // Supported so far: byte-level BPE with the Llama-3 and Qwen Split patterns
-// (matched by hand, see pretok.go), NFC, ignore_merges, added tokens with
-// special and normalized flags. Anything else is refused at load with an
-// error naming the component.
+// (matched by hand, see pretok.go) and ignore_merges; SentencePiece-style
+// BPE without a pre-tokenizer, with byte_fallback, unk_token and fuse_unk
+// (Mistral, Llama-2); normalizers NFC, Prepend, Replace (string patterns)
+// and Sequence; added tokens (leftmost-longest). Anything else is refused at
+// load with an error naming the component.
 //
 // # Concurrency
 //
@@ -35,9 +37,16 @@ import (
 
 // Tokenizer is a loaded tokenizer.json.
 type Tokenizer struct {
-	nfc   bool
-	split splitPattern
-	vocab map[string]int32 // raw bytes of a token -> id
+	normalizers []func(string) string
+	// byteLevel: GPT-2 byte-level BPE behind a Split pre-tokenizer. Else
+	// SentencePiece-style BPE over the whole normalized text.
+	byteLevel    bool
+	byteFallback bool
+	byteTok      [256]int32 // <0xXX> tokens, with byteFallback
+	unk          int32      // -1: none
+	fuseUnk      bool
+	split        splitPattern
+	vocab        map[string]int32 // raw bytes of a token -> id
 	// short holds the tokens of at most 7 bytes again, keyed by packKey:
 	// a 64-bit key skips string hashing and comparison, which was the
 	// largest cost of Encode on prose (pprof: mapaccess2_faststr).
@@ -101,6 +110,7 @@ type fileJSON struct {
 		Vocab        map[string]int32  `json:"vocab"`
 		Merges       []json.RawMessage `json:"merges"`
 		ByteFallback bool              `json:"byte_fallback"`
+		FuseUnk      bool              `json:"fuse_unk"`
 		IgnoreMerges bool              `json:"ignore_merges"`
 		Dropout      *float64          `json:"dropout"`
 		UnkToken     *string           `json:"unk_token"`
@@ -127,6 +137,8 @@ type component struct {
 		String *string `json:"String"`
 	} `json:"pattern"`
 	Behavior       string `json:"behavior"`
+	Prepend        string `json:"prepend"`
+	Content        string `json:"content"`
 	Invert         bool   `json:"invert"`
 	AddPrefixSpace bool   `json:"add_prefix_space"`
 	UseRegex       bool   `json:"use_regex"`
@@ -149,17 +161,22 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	switch {
 	case m.Type != "BPE":
 		return nil, fmt.Errorf("unsupported model type %q", m.Type)
-	case m.ByteFallback:
-		return nil, errors.New("unsupported model option byte_fallback (not yet implemented)")
 	case m.Dropout != nil && *m.Dropout != 0:
 		return nil, errors.New("unsupported model option dropout")
 	case m.Prefix != nil && *m.Prefix != "", m.Suffix != nil && *m.Suffix != "":
 		return nil, errors.New("unsupported model option continuing_subword_prefix/end_of_word_suffix")
+	case t.byteLevel && m.ByteFallback:
+		return nil, errors.New("unsupported: byte_fallback with a byte-level pre-tokenizer")
 	}
 	t.ignore = m.IgnoreMerges
+	t.byteFallback, t.fuseUnk, t.unk = m.ByteFallback, m.FuseUnk, -1
+	decode := func(s string) (string, bool) { return s, true }
+	if t.byteLevel {
+		decode = byteLevelDecode
+	}
 	t.vocab = make(map[string]int32, len(m.Vocab))
 	for tok, id := range m.Vocab {
-		b, ok := byteLevelDecode(tok)
+		b, ok := decode(tok)
 		if !ok {
 			return nil, fmt.Errorf("vocab token %q is not byte-level encoded", tok)
 		}
@@ -171,12 +188,29 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			t.short[packKey(b)] = id
 		}
 	}
-	for b := 0; b < 256; b++ {
-		id, ok := t.vocab[string([]byte{byte(b)})]
+	if m.UnkToken != nil {
+		id, ok := t.vocab[*m.UnkToken]
 		if !ok {
-			return nil, fmt.Errorf("byte-level vocab lacks byte %#x", b)
+			return nil, fmt.Errorf("unk_token %q is not in the vocab", *m.UnkToken)
 		}
-		t.byteID[b] = id
+		t.unk = id
+	}
+	for b := 0; b < 256; b++ {
+		if t.byteLevel {
+			id, ok := t.vocab[string([]byte{byte(b)})]
+			if !ok {
+				return nil, fmt.Errorf("byte-level vocab lacks byte %#x", b)
+			}
+			t.byteID[b] = id
+		}
+		if t.byteFallback {
+			name := fmt.Sprintf("<0x%02X>", b)
+			id, ok := t.vocab[name]
+			if !ok {
+				return nil, fmt.Errorf("byte_fallback vocab lacks %s", name)
+			}
+			t.byteTok[b] = id
+		}
 	}
 	t.merges = make(map[uint64]merge, len(m.Merges))
 	for rank, rawm := range m.Merges {
@@ -184,8 +218,8 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("merge %d: %w", rank, err)
 		}
-		ab, aok := byteLevelDecode(a)
-		bb, bok := byteLevelDecode(b)
+		ab, aok := decode(a)
+		bb, bok := decode(b)
 		ia, ok1 := t.vocab[ab]
 		ib, ok2 := t.vocab[bb]
 		res, ok3 := t.vocab[ab+bb]
@@ -240,14 +274,40 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return fmt.Errorf("cannot parse normalizer: %w", err)
 	}
-	if c.Type == "NFC" {
-		t.nfc = true
-		return nil
+	switch c.Type {
+	case "Sequence":
+		for _, n := range c.Normalizers {
+			if err := t.loadNormalizer(n); err != nil {
+				return err
+			}
+		}
+	case "NFC":
+		t.normalizers = append(t.normalizers, norm.NFC.String)
+	case "Prepend":
+		p := c.Prepend
+		t.normalizers = append(t.normalizers, func(s string) string {
+			if s == "" {
+				return s
+			}
+			return p + s
+		})
+	case "Replace":
+		if c.Pattern.String == nil {
+			return fmt.Errorf("unsupported normalizer Replace with a regex pattern: %s", trim(raw))
+		}
+		from, to := *c.Pattern.String, c.Content
+		t.normalizers = append(t.normalizers, func(s string) string { return strings.ReplaceAll(s, from, to) })
+	default:
+		return fmt.Errorf("unsupported normalizer %q (not yet implemented)", c.Type)
 	}
-	return fmt.Errorf("unsupported normalizer %q (not yet implemented)", c.Type)
+	return nil
 }
 
 func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil // SentencePiece style: the whole text is one word
+	}
+	t.byteLevel = true
 	var c component
 	if err := json.Unmarshal(raw, &c); err != nil || c.Type != "Sequence" || len(c.PreTokenizers) != 2 {
 		return fmt.Errorf("unsupported pre_tokenizer %s (only Sequence[Split, ByteLevel] so far)", trim(raw))
@@ -367,8 +427,11 @@ func (t *Tokenizer) encodeText(dst []int32, s string) []int32 {
 	if s == "" {
 		return dst
 	}
-	if t.nfc {
-		s = norm.NFC.String(s)
+	for _, n := range t.normalizers {
+		s = n(s)
+	}
+	if !t.byteLevel {
+		return t.spWord(dst, s)
 	}
 	for len(s) > 0 {
 		n := t.split.next(s)
