@@ -81,6 +81,15 @@ func TestGolden(t *testing.T) {
 			if bad > 0 {
 				t.Errorf("%s %s: %d of %d strings differ", model, set, bad, len(corpus))
 			}
+			if set != "targeted" {
+				continue
+			}
+			want = goldenIDs(t, testdata+"golden/"+model+".targeted.special.ids.gz")
+			for i, s := range corpus {
+				if got := tok.EncodeSpecial(nil, s); !slices.Equal(got, want[i]) {
+					t.Fatalf("%s EncodeSpecial #%d %.200q:\n got %v\nwant %v", model, i, s, got, want[i])
+				}
+			}
 		}
 	}
 }

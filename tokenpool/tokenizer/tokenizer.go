@@ -54,7 +54,10 @@ type Tokenizer struct {
 	merges map[uint64]merge // (left id, right id) -> rank and result
 	byteID [256]int32       // id of each single byte
 	ignore bool             // ignore_merges: a piece in the vocab is one token
-	added  []addedToken     // longest first
+	// bos and eos are the post-processor's special tokens around a single
+	// sequence (TemplateProcessing), added by EncodeSpecial.
+	bos, eos []int32
+	added    []addedToken // longest first
 	// startsAdded marks bytes that start some added token; byPrefix lists,
 	// per first two bytes (a one-byte token: its byte and 0xff, which no
 	// UTF-8 text contains), the indices into added, longest first.
@@ -105,6 +108,7 @@ func Load(path string) (*Tokenizer, error) {
 type fileJSON struct {
 	Normalizer   json.RawMessage `json:"normalizer"`
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+	PostProc     json.RawMessage `json:"post_processor"`
 	Model        struct {
 		Type         string            `json:"type"`
 		Vocab        map[string]int32  `json:"vocab"`
@@ -136,8 +140,20 @@ type component struct {
 		Regex  *string `json:"Regex"`
 		String *string `json:"String"`
 	} `json:"pattern"`
-	Behavior       string `json:"behavior"`
-	Prepend        string `json:"prepend"`
+	Behavior   string            `json:"behavior"`
+	Prepend    string            `json:"prepend"`
+	Processors []json.RawMessage `json:"processors"`
+	Single     []struct {
+		SpecialToken *struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
+	} `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []int32 `json:"ids"`
+	} `json:"special_tokens"`
 	Content        string `json:"content"`
 	Invert         bool   `json:"invert"`
 	AddPrefixSpace bool   `json:"add_prefix_space"`
@@ -155,6 +171,9 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	if err := t.loadPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if err := t.loadPostProcessor(f.PostProc); err != nil {
 		return nil, err
 	}
 	m := f.Model
@@ -330,6 +349,51 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 	return nil
 }
 
+// loadPostProcessor accepts TemplateProcessing (its single-sequence
+// template gives the tokens EncodeSpecial adds), ByteLevel (it only moves
+// offsets, which saltus does not use) and Sequences of them.
+func (t *Tokenizer) loadPostProcessor(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("cannot parse post_processor: %w", err)
+	}
+	switch c.Type {
+	case "Sequence":
+		for _, p := range c.Processors {
+			if err := t.loadPostProcessor(p); err != nil {
+				return err
+			}
+		}
+	case "ByteLevel":
+	case "TemplateProcessing":
+		seen := false
+		for _, piece := range c.Single {
+			switch {
+			case piece.Sequence != nil:
+				seen = true
+			case piece.SpecialToken != nil:
+				st, ok := c.SpecialTokens[piece.SpecialToken.ID]
+				if !ok {
+					return fmt.Errorf("post_processor names special token %q it does not define", piece.SpecialToken.ID)
+				}
+				if seen {
+					t.eos = append(t.eos, st.IDs...)
+				} else {
+					t.bos = append(t.bos, st.IDs...)
+				}
+			default:
+				return fmt.Errorf("unsupported TemplateProcessing piece in %s", trim(raw))
+			}
+		}
+	default:
+		return fmt.Errorf("unsupported post_processor %q", c.Type)
+	}
+	return nil
+}
+
 func trim(b []byte) string {
 	if len(b) > 200 {
 		return string(b[:200]) + "..."
@@ -398,6 +462,15 @@ func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 		text = text[i+len(tok.content):]
 	}
 	return dst
+}
+
+// EncodeSpecial is Encode plus the post-processor's special tokens (for
+// Llama-3 and Mistral, BOS), as an engine tokenizes a raw prompt. Any
+// goroutine.
+func (t *Tokenizer) EncodeSpecial(dst []int32, text string) []int32 {
+	dst = append(dst, t.bos...)
+	dst = t.Encode(dst, text)
+	return append(dst, t.eos...)
 }
 
 // findAdded returns the leftmost, then longest, added token in s and its

@@ -9,6 +9,7 @@
 //   golden/<name>.<set>.ids.gz           one line per corpus string, ids
 //                                         separated by spaces (no special
 //                                         tokens added), empty line for none
+//   golden/<name>.targeted.special.ids.gz the same with special tokens added
 // go test reads only the committed outputs; it never needs Node.
 import { Tokenizer } from 'tokenizers';
 import fs from 'node:fs';
@@ -139,4 +140,12 @@ for (const [name, m] of Object.entries(models)) {
     write(path.join(out, 'golden', `${name}.${set}.ids.gz`), gz(lines.join('\n') + '\n'));
     console.log(`${name} ${set}: ${strings.length} strings`);
   }
+  // The targeted set once more with the post-processor's special tokens
+  // (BOS for Llama-3 and Mistral), as an engine tokenizes a raw prompt.
+  const lines = [];
+  for (const s of corpus.targeted) {
+    const e = await tok.encode(s, null, { addSpecialTokens: true });
+    lines.push(e.getIds().join(' '));
+  }
+  write(path.join(out, 'golden', `${name}.targeted.special.ids.gz`), gz(lines.join('\n') + '\n'));
 }
