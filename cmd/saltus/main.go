@@ -17,7 +17,7 @@ import (
 var version = ""
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 const usage = `saltus — a KV-cache-aware load balancer for LLM inference
@@ -26,11 +26,12 @@ Usage:
   saltus <command> [flags]
 
 Commands:
+  tokenize  encode text to token ids with a HuggingFace tokenizer.json
   version   print the version and build information
   help      print this help
 `
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -39,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return 0
+	case "tokenize":
+		return runTokenize(args[1:], stdin, stdout, stderr)
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0
