@@ -69,19 +69,42 @@ func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
 	return m, ok
 }
 
+// mergeScan keeps each adjacent pair's merge (rank -1: none) and, after a
+// merge, looks up only the two pairs it changed: O(n) map lookups and an
+// O(n) scan per merge, for n ≤ 48.
 func (t *Tokenizer) mergeScan(dst, ids []int32) []int32 {
+	var rbuf, nbuf [48]int32
+	rank, next := rbuf[:len(ids)-1:len(ids)-1], nbuf[:len(ids)-1:len(ids)-1]
+	pair := func(i int) {
+		if m, ok := t.lookup(ids[i], ids[i+1]); ok {
+			rank[i], next[i] = m.rank, m.id
+		} else {
+			rank[i] = -1
+		}
+	}
+	for i := range rank {
+		pair(i)
+	}
 	for len(ids) > 1 {
-		best, bestRank, bestID := -1, int32(0), int32(0)
-		for i := 0; i+1 < len(ids); i++ {
-			if m, ok := t.lookup(ids[i], ids[i+1]); ok && (best < 0 || m.rank < bestRank) {
-				best, bestRank, bestID = i, m.rank, m.id
+		best := -1
+		for i, r := range rank {
+			if r >= 0 && (best < 0 || r < rank[best]) {
+				best = i
 			}
 		}
 		if best < 0 {
 			break
 		}
-		ids[best] = bestID
+		ids[best] = next[best]
 		ids = append(ids[:best+1], ids[best+2:]...)
+		rank = append(rank[:best], rank[best+1:]...)
+		next = append(next[:best], next[best+1:]...)
+		if best < len(rank) {
+			pair(best)
+		}
+		if best > 0 {
+			pair(best - 1)
+		}
 	}
 	return append(dst, ids...)
 }
