@@ -1,0 +1,75 @@
+package tokenizer
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestParseMerge(t *testing.T) {
+	t.Parallel()
+	f := func(raw, a, b, errWant string) {
+		t.Helper()
+		ga, gb, err := parseMerge([]byte(raw))
+		if errWant != "" {
+			if err == nil || !strings.Contains(err.Error(), errWant) {
+				t.Errorf("parseMerge(%s) error %v, want %q", raw, err, errWant)
+			}
+			return
+		}
+		if err != nil || ga != a || gb != b {
+			t.Errorf("parseMerge(%s) = %q, %q, %v; want %q, %q", raw, ga, gb, err, a, b)
+		}
+	}
+	f(`"Ġ t"`, "Ġ", "t", "")
+	f(`["Ġ", "t"]`, "Ġ", "t", "")
+	f(`["a b","c"]`, "a b", "c", "")
+	f(`"\u0120 t"`, "Ġ", "t", "")
+	f(`["\"", "x"]`, `"`, "x", "")
+	f(`"nospace"`, "", "", "has no space")
+	f(`["a"]`, "", "", "neither")
+	f(`42`, "", "", "neither")
+}
+
+// minimal is a valid byte-level tokenizer.json with placeholders for the
+// component under test.
+func minimal(normalizer, pre, post, model string) string {
+	var vocab []string
+	for b := 0; b < 256; b++ {
+		for r, v := range unbyte {
+			if v == int16(b) {
+				vocab = append(vocab, `"`+strings.ReplaceAll(strings.ReplaceAll(string(rune(r)), `\`, `\\`), `"`, `\"`)+`": `+strconv.Itoa(b))
+			}
+		}
+	}
+	return `{"normalizer": ` + normalizer + `, "pre_tokenizer": ` + pre + `, "post_processor": ` + post +
+		`, "added_tokens": [], "model": {"type": "BPE"` + model + `, "vocab": {` + strings.Join(vocab, ",") + `}, "merges": []}}`
+}
+
+const llamaSplit = `{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]}`
+
+func TestParseRefusesUnknownComponents(t *testing.T) {
+	t.Parallel()
+	if _, err := Parse([]byte(minimal("null", llamaSplit, "null", ""))); err != nil {
+		t.Fatalf("minimal tokenizer refused: %v", err)
+	}
+	for _, tc := range []struct {
+		normalizer, pre, post, model, want string
+	}{
+		{`{"type": "NFKC"}`, llamaSplit, "null", "", `normalizer "NFKC"`},
+		{"null", `{"type": "Whitespace"}`, "null", "", `unsupported pre_tokenizer`},
+		{"null", strings.Replace(llamaSplit, `{1,3}`, `{1,4}`, 1), "null", "", `unsupported Split regex`},
+		{"null", llamaSplit, `{"type": "BertProcessing"}`, "", `post_processor "BertProcessing"`},
+		{"null", llamaSplit, "null", `, "dropout": 0.1`, "dropout"},
+		{"null", llamaSplit, "null", `, "byte_fallback": true`, "byte_fallback"},
+		{"null", llamaSplit, "null", `, "unk_token": "<nope>"`, `unk_token "<nope>"`},
+	} {
+		_, err := Parse([]byte(minimal(tc.normalizer, tc.pre, tc.post, tc.model)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse: %v, want an error containing %q", err, tc.want)
+		}
+	}
+	if _, err := Parse([]byte(`{"model": `)); err == nil || !strings.Contains(err.Error(), "cannot parse") {
+		t.Errorf("truncated JSON: %v", err)
+	}
+}
