@@ -21,14 +21,58 @@ var knownSplits = map[string]splitPattern{
 	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:      {maxDigits: 1},
 }
 
-func isL(r rune) bool    { return unicode.IsLetter(r) }
-func isN(r rune) bool    { return unicode.IsNumber(r) }
-func isS(r rune) bool    { return unicode.IsSpace(r) }
+// ASCII character classes, precomputed: most text is ASCII, and the
+// unicode tables cost a call and a range search per rune.
+const (
+	classL = 1 << iota
+	classN
+	classS
+)
+
+var asciiClass = func() (c [128]uint8) {
+	for r := rune(0); r < 128; r++ {
+		if unicode.IsLetter(r) {
+			c[r] |= classL
+		}
+		if unicode.IsNumber(r) {
+			c[r] |= classN
+		}
+		if unicode.IsSpace(r) {
+			c[r] |= classS
+		}
+	}
+	return c
+}()
+
+func isL(r rune) bool {
+	if uint32(r) < 128 {
+		return asciiClass[r]&classL != 0
+	}
+	return unicode.IsLetter(r)
+}
+
+func isN(r rune) bool {
+	if uint32(r) < 128 {
+		return asciiClass[r]&classN != 0
+	}
+	return unicode.IsNumber(r)
+}
+
+func isS(r rune) bool {
+	if uint32(r) < 128 {
+		return asciiClass[r]&classS != 0
+	}
+	return unicode.IsSpace(r)
+}
+
 func isCRLF(r rune) bool { return r == '\r' || r == '\n' }
 
 func at(s string, i int) (rune, int) {
 	if i >= len(s) {
 		return -1, 0
+	}
+	if c := s[i]; c < utf8.RuneSelf {
+		return rune(c), 1
 	}
 	return utf8.DecodeRuneInString(s[i:])
 }
