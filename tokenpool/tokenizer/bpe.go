@@ -65,8 +65,8 @@ func (t *Tokenizer) merge(dst, ids []int32) []int32 {
 }
 
 func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
-	m, ok := t.merges[uint64(uint32(a))<<32|uint64(uint32(b))]
-	return m, ok
+	rank, id, ok := t.merges.get(uint64(uint32(a))<<32 | uint64(uint32(b)))
+	return merge{rank: rank, id: id}, ok
 }
 
 // mergeScan keeps each adjacent pair's merge (rank -1: none) and, after a

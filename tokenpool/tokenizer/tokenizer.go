@@ -50,10 +50,10 @@ type Tokenizer struct {
 	// short holds the tokens of at most 7 bytes again, keyed by packKey:
 	// a 64-bit key skips string hashing and comparison, which was the
 	// largest cost of Encode on prose (pprof: mapaccess2_faststr).
-	short  map[uint64]int32
-	merges map[uint64]merge // (left id, right id) -> rank and result
-	byteID [256]int32       // id of each single byte
-	ignore bool             // ignore_merges: a piece in the vocab is one token
+	short  table      // packKey -> id
+	merges table      // (left id, right id) -> rank and result id
+	byteID [256]int32 // id of each single byte
+	ignore bool       // ignore_merges: a piece in the vocab is one token
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
@@ -201,10 +201,16 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		}
 		t.vocab[b] = id
 	}
-	t.short = make(map[uint64]int32)
+	nShort := 0
+	for b := range t.vocab {
+		if len(b) <= 7 {
+			nShort++
+		}
+	}
+	t.short = newTable(nShort)
 	for b, id := range t.vocab {
 		if len(b) <= 7 {
-			t.short[packKey(b)] = id
+			t.short.put(packKey(b), id, 0)
 		}
 	}
 	if m.UnkToken != nil {
@@ -231,7 +237,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			t.byteTok[b] = id
 		}
 	}
-	t.merges = make(map[uint64]merge, len(m.Merges))
+	t.merges = newTable(len(m.Merges))
 	for rank, rawm := range m.Merges {
 		a, b, err := parseMerge(rawm)
 		if err != nil {
@@ -245,10 +251,11 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if !aok || !bok || !ok1 || !ok2 || !ok3 {
 			return nil, fmt.Errorf("merge %d (%q %q) names a token outside the vocab", rank, a, b)
 		}
-		k := uint64(uint32(ia))<<32 | uint64(uint32(ib))
-		if _, dup := t.merges[k]; !dup {
-			t.merges[k] = merge{rank: int32(rank), id: res}
+		if ia < 0 || ib < 0 {
+			return nil, fmt.Errorf("merge %d names a negative id", rank)
 		}
+		// The first of duplicate merges wins, as in HuggingFace.
+		t.merges.put(uint64(ia)<<32|uint64(ib), int32(rank), res)
 	}
 	for _, a := range f.AddedTokens {
 		if a.SingleWord || a.LStrip || a.RStrip {
@@ -431,7 +438,7 @@ func packKey(s string) uint64 {
 // token returns the id of the token spelled by the bytes b.
 func (t *Tokenizer) token(b string) (int32, bool) {
 	if len(b) <= 7 {
-		id, ok := t.short[packKey(b)]
+		id, _, ok := t.short.get(packKey(b))
 		return id, ok
 	}
 	id, ok := t.vocab[b]
