@@ -75,9 +75,8 @@ func prefix2(s string) uint16 {
 type merge struct{ rank, id int32 }
 
 type addedToken struct {
-	content    string
-	id         int32
-	normalized bool
+	content string
+	id      int32
 }
 
 // Load reads a tokenizer.json (or a directory holding one, or a .gz of it).
@@ -261,10 +260,16 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if a.SingleWord || a.LStrip || a.RStrip {
 			return nil, fmt.Errorf("added token %q: single_word/lstrip/rstrip not yet implemented", a.Content)
 		}
+		if a.Normalized && len(t.normalizers) > 0 {
+			// HuggingFace matches such a token in the normalized text;
+			// we match in the raw text, which is the same only without
+			// normalizers. Refuse rather than approximate.
+			return nil, fmt.Errorf("added token %q: normalized=true under a normalizer is not yet implemented", a.Content)
+		}
 		if a.Content == "" {
 			continue
 		}
-		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, normalized: a.Normalized})
+		t.added = append(t.added, addedToken{content: a.Content, id: a.ID})
 	}
 	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
 	t.byPrefix = make(map[uint16][]int32)
@@ -478,7 +483,11 @@ var unbyte = func() (m [256 + 68]int16) {
 }()
 
 // Encode appends the ids of text to dst, without adding special tokens
-// (no BOS): added tokens in the text are recognized. Any goroutine.
+// (no BOS): added tokens in the text are recognized. text should be valid
+// UTF-8, as HuggingFace requires; invalid bytes still encode (byte-level
+// models as their bytes, byte_fallback models as <0xXX> tokens) and never
+// panic. It allocates only when dst lacks room or a piece exceeds 48 bytes.
+// Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 	for len(text) > 0 {
 		i, tok := t.findAdded(text)
