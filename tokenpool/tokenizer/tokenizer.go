@@ -486,7 +486,9 @@ var unbyte = func() (m [256 + 68]int16) {
 // (no BOS): added tokens in the text are recognized. text should be valid
 // UTF-8, as HuggingFace requires; invalid bytes still encode (byte-level
 // models as their bytes, byte_fallback models as <0xXX> tokens) and never
-// panic. It allocates only when dst lacks room or a piece exceeds 48 bytes.
+// panic. Without rewriting normalizers (Llama-3; Qwen's NFC on text that
+// is already NFC) it allocates only when dst lacks room or a piece exceeds
+// 48 bytes; Prepend and Replace (Mistral) allocate a normalized copy.
 // Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 	for len(text) > 0 {
