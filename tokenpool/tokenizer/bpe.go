@@ -23,7 +23,7 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 	for i := 0; i < len(piece); i++ {
 		ids = append(ids, t.byteID[piece[i]])
 	}
-	return t.merge(dst, ids)
+	return t.applyMerges(dst, ids)
 }
 
 // spWord appends the ids of a whole normalized text for SentencePiece-style
@@ -53,11 +53,11 @@ func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
 		}
 		i += w
 	}
-	return t.merge(dst, ids)
+	return t.applyMerges(dst, ids)
 }
 
-// merge applies the merges to ids (clobbering it) and appends the result.
-func (t *Tokenizer) merge(dst, ids []int32) []int32 {
+// applyMerges applies the merges to ids (clobbering it) and appends the result.
+func (t *Tokenizer) applyMerges(dst, ids []int32) []int32 {
 	if len(ids) <= 48 {
 		return t.mergeScan(dst, ids)
 	}
