@@ -93,3 +93,46 @@ func TestGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestGoldenVariants checks pre-tokenizers that no shipped model here uses,
+// on a real vocabulary: the edits mirror gen.mjs's variants.
+func TestGoldenVariants(t *testing.T) {
+	t.Parallel()
+	for name, pre := range map[string]string{
+		"mistral7b-metaspace-first":        `{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}`,
+		"mistral7b-metaspace-always-split": `{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}`,
+	} {
+		var j map[string]json.RawMessage
+		if err := json.Unmarshal(readGzip(t, testdata+"models/mistral7b/tokenizer.json.gz"), &j); err != nil {
+			t.Fatal(err)
+		}
+		j["normalizer"], j["pre_tokenizer"] = json.RawMessage("null"), json.RawMessage(pre)
+		raw, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := Parse(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, set := range []string{"targeted", "fuzz"} {
+			var corpus []string
+			if err := json.Unmarshal(readGzip(t, testdata+"corpus/"+set+".json.gz"), &corpus); err != nil {
+				t.Fatal(err)
+			}
+			want := goldenIDs(t, testdata+"golden/"+name+"."+set+".ids.gz")
+			bad := 0
+			for i, s := range corpus {
+				if got := tok.Encode(nil, s); !slices.Equal(got, want[i]) {
+					if bad < 3 {
+						t.Errorf("%s %s #%d %.200q:\n got %v\nwant %v", name, set, i, s, got, want[i])
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%s %s: %d of %d strings differ", name, set, bad, len(corpus))
+			}
+		}
+	}
+}

@@ -46,6 +46,7 @@ type Tokenizer struct {
 	unk          int32      // -1: none
 	fuseUnk      bool
 	split        splitPattern
+	meta         *metaspace       // a Metaspace pre-tokenizer, or nil
 	vocab        map[string]int32 // raw bytes of a token -> id
 	// short holds the tokens of at most 7 bytes again, keyed by packKey:
 	// a 64-bit key skips string hashing and comparison, which was the
@@ -356,10 +357,13 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil // SentencePiece style: the whole text is one word
 	}
-	t.byteLevel = true
 	var c component
+	if err := json.Unmarshal(raw, &c); err == nil && c.Type == "Metaspace" {
+		return t.loadMetaspace(raw)
+	}
+	t.byteLevel = true
 	if err := json.Unmarshal(raw, &c); err != nil || c.Type != "Sequence" || len(c.PreTokenizers) != 2 {
-		return fmt.Errorf("unsupported pre_tokenizer %s (only Sequence[Split, ByteLevel] so far)", trim(raw))
+		return fmt.Errorf("unsupported pre_tokenizer %s (only Sequence[Split, ByteLevel] and Metaspace so far)", trim(raw))
 	}
 	var sp, bl component
 	if json.Unmarshal(c.PreTokenizers[0], &sp) != nil || json.Unmarshal(c.PreTokenizers[1], &bl) != nil {
@@ -491,9 +495,11 @@ var unbyte = func() (m [256 + 68]int16) {
 // 48 bytes; Prepend and Replace (Mistral) allocate a normalized copy.
 // Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
+	first := true // the segment at offset 0 (Metaspace's prepend_scheme first)
 	for len(text) > 0 {
 		i, tok := t.findAdded(text)
-		dst = t.encodeText(dst, text[:i])
+		dst = t.encodeText(dst, text[:i], first)
+		first = false
 		if tok == nil {
 			break
 		}
@@ -535,12 +541,15 @@ func (t *Tokenizer) findAdded(s string) (int, *addedToken) {
 	return len(s), nil
 }
 
-func (t *Tokenizer) encodeText(dst []int32, s string) []int32 {
+func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 	if s == "" {
 		return dst
 	}
 	for _, n := range t.normalizers {
 		s = n(s)
+	}
+	if t.meta != nil {
+		return t.metaspace(dst, s, first)
 	}
 	if !t.byteLevel {
 		return t.spWord(dst, s)

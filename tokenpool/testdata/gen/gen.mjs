@@ -120,6 +120,14 @@ for (const [name, build] of Object.entries(sets)) {
   corpus[name] = JSON.parse(readGz(f));
 }
 
+// Variants: real vocabularies under pre-tokenizers no shipped model here
+// uses, so those components get reference ids too. TestGolden builds the
+// same JSON with the same edit.
+const variants = {
+  'mistral7b-metaspace-first': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false }; } },
+  'mistral7b-metaspace-always-split': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }; } },
+};
+
 for (const [name, m] of Object.entries(models)) {
   const dir = path.join(here, 'node_modules', m.pkg);
   const version = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
@@ -148,4 +156,19 @@ for (const [name, m] of Object.entries(models)) {
     lines.push(e.getIds().join(' '));
   }
   write(path.join(out, 'golden', `${name}.targeted.special.ids.gz`), gz(lines.join('\n') + '\n'));
+}
+
+for (const [name, v] of Object.entries(variants)) {
+  const j = JSON.parse(readGz(path.join(out, 'models', v.base, 'tokenizer.json.gz')));
+  v.edit(j);
+  const tok = Tokenizer.fromString(JSON.stringify(j));
+  for (const set of ['targeted', 'fuzz']) {
+    const lines = [];
+    for (const s of corpus[set]) {
+      const e = await tok.encode(s, null, { addSpecialTokens: false });
+      lines.push(e.getIds().join(' '));
+    }
+    write(path.join(out, 'golden', `${name}.${set}.ids.gz`), gz(lines.join('\n') + '\n'));
+    console.log(`${name} ${set}: ${corpus[set].length} strings`);
+  }
 }
