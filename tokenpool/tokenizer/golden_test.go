@@ -98,15 +98,43 @@ func TestGolden(t *testing.T) {
 // on a real vocabulary: the edits mirror gen.mjs's variants.
 func TestGoldenVariants(t *testing.T) {
 	t.Parallel()
-	for name, pre := range map[string]string{
-		"mistral7b-metaspace-first":        `{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}`,
-		"mistral7b-metaspace-always-split": `{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}`,
+	metaspace := func(pre string) func(map[string]any) {
+		return func(j map[string]any) {
+			var v any
+			if err := json.Unmarshal([]byte(pre), &v); err != nil {
+				t.Fatal(err)
+			}
+			j["normalizer"], j["pre_tokenizer"] = nil, v
+		}
+	}
+	strip := func(l, r map[string]bool) func(map[string]any) {
+		return func(j map[string]any) {
+			for _, a := range j["added_tokens"].([]any) {
+				a := a.(map[string]any)
+				c := a["content"].(string)
+				if l[c] {
+					a["lstrip"] = true
+				}
+				if r[c] {
+					a["rstrip"] = true
+				}
+			}
+		}
+	}
+	for name, v := range map[string]struct {
+		base string
+		edit func(map[string]any)
+	}{
+		"mistral7b-metaspace-first":        {"mistral7b", metaspace(`{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}`)},
+		"mistral7b-metaspace-always-split": {"mistral7b", metaspace(`{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}`)},
+		"qwen3-strip":                      {"qwen3", strip(map[string]bool{"<|im_end|>": true}, map[string]bool{"<|im_start|>": true})},
+		"llama3-strip":                     {"llama3", strip(map[string]bool{"<|eot_id|>": true}, map[string]bool{"<|eot_id|>": true})},
 	} {
-		var j map[string]json.RawMessage
-		if err := json.Unmarshal(readGzip(t, testdata+"models/mistral7b/tokenizer.json.gz"), &j); err != nil {
+		var j map[string]any
+		if err := json.Unmarshal(readGzip(t, testdata+"models/"+v.base+"/tokenizer.json.gz"), &j); err != nil {
 			t.Fatal(err)
 		}
-		j["normalizer"], j["pre_tokenizer"] = json.RawMessage("null"), json.RawMessage(pre)
+		v.edit(j)
 		raw, err := json.Marshal(j)
 		if err != nil {
 			t.Fatal(err)

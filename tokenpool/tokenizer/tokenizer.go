@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -77,8 +78,9 @@ func prefix2(s string) uint16 {
 type merge struct{ rank, id int32 }
 
 type addedToken struct {
-	content string
-	id      int32
+	content        string
+	id             int32
+	lstrip, rstrip bool // the match absorbs whitespace on that side
 }
 
 // Load reads a tokenizer.json (or a directory holding one, or a .gz of it).
@@ -259,8 +261,8 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		t.merges.put(uint64(ia)<<32|uint64(ib), int32(rank), res)
 	}
 	for _, a := range f.AddedTokens {
-		if a.SingleWord || a.LStrip || a.RStrip {
-			return nil, fmt.Errorf("added token %q: single_word/lstrip/rstrip not yet implemented", a.Content)
+		if a.SingleWord {
+			return nil, fmt.Errorf("added token %q: single_word not yet implemented", a.Content)
 		}
 		if a.Normalized && len(t.normalizers) > 0 {
 			// HuggingFace matches such a token in the normalized text;
@@ -271,7 +273,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if a.Content == "" {
 			continue
 		}
-		t.added = append(t.added, addedToken{content: a.Content, id: a.ID})
+		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip})
 	}
 	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
 	t.byPrefix = make(map[uint16][]int32)
@@ -499,13 +501,20 @@ func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 	first := true // the segment at offset 0 (Metaspace's prepend_scheme first)
 	for len(text) > 0 {
 		i, tok := t.findAdded(text)
-		dst = t.encodeText(dst, text[:i], first)
+		before := text[:i]
+		if tok != nil && tok.lstrip {
+			before = strings.TrimRightFunc(before, unicode.IsSpace)
+		}
+		dst = t.encodeText(dst, before, first)
 		first = false
 		if tok == nil {
 			break
 		}
 		dst = append(dst, tok.id)
 		text = text[i+len(tok.content):]
+		if tok.rstrip {
+			text = strings.TrimLeftFunc(text, unicode.IsSpace)
+		}
 	}
 	return dst
 }

@@ -125,6 +125,8 @@ for (const [name, build] of Object.entries(sets)) {
 // same JSON with the same edit.
 const variants = {
   'mistral7b-metaspace-first': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false }; } },
+  'qwen3-strip': { base: 'qwen3', edit: (j) => { for (const a of j.added_tokens) { if (a.content === '<|im_end|>') a.lstrip = true; if (a.content === '<|im_start|>') a.rstrip = true; } } },
+  'llama3-strip': { base: 'llama3', edit: (j) => { for (const a of j.added_tokens) { if (a.content === '<|eot_id|>') { a.lstrip = true; a.rstrip = true; } } } },
   'mistral7b-metaspace-always-split': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }; } },
 };
 
