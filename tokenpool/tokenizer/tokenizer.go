@@ -13,7 +13,7 @@
 // BPE without a pre-tokenizer, with byte_fallback, unk_token and fuse_unk
 // (Mistral, Llama-2), with or without a Metaspace pre-tokenizer; normalizers
 // NFC, Prepend, Replace (string patterns)
-// and Sequence; added tokens (leftmost-longest). Anything else is refused at
+// and Sequence; added tokens (leftmost-longest, lstrip, rstrip). Anything else is refused at
 // load with an error naming the component.
 //
 // # Concurrency
