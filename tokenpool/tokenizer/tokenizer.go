@@ -12,9 +12,9 @@
 // (matched by hand, see pretok.go) and ignore_merges; SentencePiece-style
 // BPE without a pre-tokenizer, with byte_fallback, unk_token and fuse_unk
 // (Mistral, Llama-2), with or without a Metaspace pre-tokenizer; normalizers
-// NFC, Prepend, Replace (string patterns)
-// and Sequence; added tokens (leftmost-longest, lstrip, rstrip). Anything else is refused at
-// load with an error naming the component.
+// NFC, Prepend, Replace (string patterns) and Sequence; added tokens
+// (leftmost-longest, lstrip, rstrip). Anything else is refused at load with
+// an error naming the component.
 //
 // # Concurrency
 //
