@@ -61,41 +61,50 @@ func TestGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, set := range []string{"targeted", "real", "fuzz"} {
-			var corpus []string
-			if err := json.Unmarshal(readGzip(t, testdata+"corpus/"+set+".json.gz"), &corpus); err != nil {
-				t.Fatal(err)
-			}
-			want := goldenIDs(t, testdata+"golden/"+model+"."+set+".ids.gz")
-			if len(want) != len(corpus) {
-				t.Fatalf("%s %s: %d golden lines for %d strings", model, set, len(want), len(corpus))
-			}
-			bad := 0
-			for i, s := range corpus {
-				if got := tok.Encode(nil, s); !slices.Equal(got, want[i]) {
-					if bad < 3 {
-						t.Errorf("%s %s #%d %.200q:\n got %v\nwant %v", model, set, i, s, got, want[i])
-					}
-					bad++
-				}
-			}
-			if bad > 0 {
-				t.Errorf("%s %s: %d of %d strings differ", model, set, bad, len(corpus))
-			}
-			if set != "targeted" {
-				continue
-			}
-			want = goldenIDs(t, testdata+"golden/"+model+".targeted.special.ids.gz")
-			for i, s := range corpus {
-				if got := tok.EncodeSpecial(nil, s); !slices.Equal(got, want[i]) {
-					t.Fatalf("%s EncodeSpecial #%d %.200q:\n got %v\nwant %v", model, i, s, got, want[i])
-				}
+			corpus := loadCorpus(t, set)
+			checkGolden(t, model+" "+set, corpus, model+"."+set, tok.Encode)
+			if set == "targeted" {
+				checkGolden(t, model+" EncodeSpecial", corpus, model+".targeted.special", tok.EncodeSpecial)
 			}
 		}
 	}
 }
 
-// TestGoldenVariants checks pre-tokenizers that no shipped model here uses,
-// on a real vocabulary: the edits mirror gen.mjs's variants.
+func loadCorpus(t *testing.T, set string) []string {
+	t.Helper()
+	var corpus []string
+	if err := json.Unmarshal(readGzip(t, testdata+"corpus/"+set+".json.gz"), &corpus); err != nil {
+		t.Fatal(err)
+	}
+	return corpus
+}
+
+// checkGolden encodes every corpus string and compares it with the golden
+// file golden/<golden>.ids.gz, reporting the first three differences and
+// the count.
+func checkGolden(t *testing.T, label string, corpus []string, golden string, encode func([]int32, string) []int32) {
+	t.Helper()
+	want := goldenIDs(t, testdata+"golden/"+golden+".ids.gz")
+	if len(want) != len(corpus) {
+		t.Fatalf("%s: %d golden lines for %d strings", label, len(want), len(corpus))
+	}
+	bad := 0
+	for i, s := range corpus {
+		if got := encode(nil, s); !slices.Equal(got, want[i]) {
+			if bad < 3 {
+				t.Errorf("%s #%d %.200q:\n got %v\nwant %v", label, i, s, got, want[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d strings differ", label, bad, len(corpus))
+	}
+}
+
+// TestGoldenVariants checks components that no shipped model here uses
+// (the Metaspace pre-tokenizer, lstrip/rstrip added tokens) on real
+// vocabularies: the edits mirror gen.mjs's variants.
 func TestGoldenVariants(t *testing.T) {
 	t.Parallel()
 	metaspace := func(pre string) func(map[string]any) {
@@ -144,23 +153,7 @@ func TestGoldenVariants(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for _, set := range []string{"targeted", "fuzz"} {
-			var corpus []string
-			if err := json.Unmarshal(readGzip(t, testdata+"corpus/"+set+".json.gz"), &corpus); err != nil {
-				t.Fatal(err)
-			}
-			want := goldenIDs(t, testdata+"golden/"+name+"."+set+".ids.gz")
-			bad := 0
-			for i, s := range corpus {
-				if got := tok.Encode(nil, s); !slices.Equal(got, want[i]) {
-					if bad < 3 {
-						t.Errorf("%s %s #%d %.200q:\n got %v\nwant %v", name, set, i, s, got, want[i])
-					}
-					bad++
-				}
-			}
-			if bad > 0 {
-				t.Errorf("%s %s: %d of %d strings differ", name, set, bad, len(corpus))
-			}
+			checkGolden(t, name+" "+set, loadCorpus(t, set), name+"."+set, tok.Encode)
 		}
 	}
 }
