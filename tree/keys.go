@@ -153,3 +153,36 @@ func blockKeysPortable(dst []uint64, st uint64, tokens []int32, blockSize int) [
 	}
 	return dst
 }
+
+// ContinueSeed returns the seed that continues a chain after key:
+// BlockKeys(dst, ContinueSeed(k), rest, n) appends the keys that one
+// BlockKeys call over the whole sequence would have produced for the blocks
+// of rest following the block keyed k. A caller can then hash a long
+// sequence in bounded chunks (tokenpool's byte-block keys hash text through
+// a fixed buffer this way). It inverts fmix, which is a bijection: the seed
+// is the chain state of which k is the finalized form. Any goroutine.
+func ContinueSeed(key uint64) uint64 {
+	// x ^= x>>33 is its own inverse (33 ≥ 64/2); multiplies are undone by
+	// the constants' inverses mod 2^64.
+	x := key
+	x ^= x >> 33
+	x *= invMul2
+	x ^= x >> 33
+	x *= invMul1
+	x ^= x >> 33
+	return x
+}
+
+// invMul1 and invMul2 are the inverses mod 2^64 of fmix's multipliers.
+var invMul1, invMul2 = inverse(0xff51afd7ed558ccd), inverse(0xc4ceb9fe1a85ec53)
+
+// inverse returns the multiplicative inverse of an odd a mod 2^64 by
+// Newton's iteration: a is its own inverse mod 8, and each step doubles the
+// correct low bits (3, 6, 12, 24, 48, 96).
+func inverse(a uint64) uint64 {
+	x := a
+	for range 5 {
+		x *= 2 - a*x
+	}
+	return x
+}

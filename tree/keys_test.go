@@ -144,3 +144,30 @@ func FuzzBlockKeys(f *testing.F) {
 		}
 	})
 }
+
+// TestContinueSeed: hashing in chunks, each seeded by ContinueSeed of the
+// previous chunk's last key, gives the one-call chain.
+func TestContinueSeed(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(5, 6))
+	toks := randTokens(r, 16*37)
+	seed := ModelSeed("m")
+	all := BlockKeys(nil, seed, toks, 16)
+	for _, chunk := range []int{1, 2, 5, 36} {
+		var got []uint64
+		s := seed
+		for i := 0; i < len(toks); i += 16 * chunk {
+			got = BlockKeys(got, s, toks[i:min(len(toks), i+16*chunk)], 16)
+			s = ContinueSeed(got[len(got)-1])
+		}
+		if !slices.Equal(got, all) {
+			t.Fatalf("chunks of %d blocks: chain differs from one call", chunk)
+		}
+	}
+	for range 1000 {
+		x := r.Uint64()
+		if fmix(ContinueSeed(x)) != x || ContinueSeed(fmix(x)) != x {
+			t.Fatalf("ContinueSeed does not invert fmix at %#x", x)
+		}
+	}
+}
