@@ -71,7 +71,13 @@ func (c *SegmentCache) Get(text string) ([]int32, bool) {
 // Put stores copies of text and ids, evicting least recently used entries
 // to make room. A segment over the size limit, or one whose entry alone
 // exceeds the byte bound, is not stored (counted as TooLarge). Loop only.
-func (c *SegmentCache) Put(text string, ids []int32) {
+func (c *SegmentCache) Put(text string, ids []int32) { c.put(text, ids, true) }
+
+// putOwned is Put for a text the cache may keep as is: one the pool cloned
+// before sending it to a worker. Loop only.
+func (c *SegmentCache) putOwned(text string, ids []int32) { c.put(text, ids, false) }
+
+func (c *SegmentCache) put(text string, ids []int32, clone bool) {
 	size := cost(text, ids)
 	if len(text) > c.maxSegment || size > c.maxBytes {
 		c.stats.TooLarge++
@@ -87,7 +93,10 @@ func (c *SegmentCache) Put(text string, ids []int32) {
 	}
 	// strings.Clone: text may point into a request buffer that the loop
 	// reuses; the cache must not pin or alias it.
-	e := &entry{key: strings.Clone(text), ids: append([]int32(nil), ids...)}
+	if clone {
+		text = strings.Clone(text)
+	}
+	e := &entry{key: text, ids: append([]int32(nil), ids...)}
 	c.m[e.key] = e
 	c.bytes += size
 	c.pushFront(e)

@@ -1,0 +1,64 @@
+package tokenpool
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Config sizes a Pool. It is immutable after New; a reload builds a new
+// pool.
+type Config struct {
+	// CacheBytes bounds each shard's segment cache (text + ids + overhead).
+	// Default 64 MiB per shard.
+	CacheBytes int
+	// MaxSegmentBytes: longer segments are tokenized but not cached.
+	// Default 256 KiB (see DefaultMaxSegmentBytes).
+	MaxSegmentBytes int
+	// RingSize is the capacity of one single-producer single-consumer ring,
+	// in jobs; each worker has one ring per producer shard, so a shard can
+	// queue at most RingSize jobs at each worker. A power of two. Default
+	// 256.
+	RingSize int
+	// MaxInFlight bounds the jobs one shard has submitted whose completion
+	// has not yet run on its loop, and so the completions the pool can put
+	// in that loop's (unbounded) Execute queue. Over it, a miss goes to the
+	// local fallback or bails out. Default 1024.
+	MaxInFlight int
+	// LocalMaxBytes is the most missing text, in bytes, that the local
+	// fallback tokenizes on the event loop itself; a larger miss with every
+	// ring full bails out to byte-block keys. Default 8 KiB: ~0.4 ms at the
+	// ~20 MB/s measured for the Llama-3 tokenizer on prose.
+	LocalMaxBytes int
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		CacheBytes:      DefaultCacheBytes,
+		MaxSegmentBytes: DefaultMaxSegmentBytes,
+		RingSize:        256,
+		MaxInFlight:     1024,
+		LocalMaxBytes:   8 << 10,
+	}
+}
+
+// Validate reports every invalid field, by name.
+func (c Config) Validate() error {
+	var errs []error
+	if c.CacheBytes <= 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: CacheBytes must be positive, got %d", c.CacheBytes))
+	}
+	if c.MaxSegmentBytes <= 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: MaxSegmentBytes must be positive, got %d", c.MaxSegmentBytes))
+	}
+	if c.RingSize <= 0 || c.RingSize&(c.RingSize-1) != 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: RingSize must be a power of two, got %d", c.RingSize))
+	}
+	if c.MaxInFlight <= 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: MaxInFlight must be positive, got %d", c.MaxInFlight))
+	}
+	if c.LocalMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: LocalMaxBytes must not be negative, got %d", c.LocalMaxBytes))
+	}
+	return errors.Join(errs...)
+}

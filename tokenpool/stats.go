@@ -1,0 +1,245 @@
+package tokenpool
+
+import (
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Reason says why a request has no token ids: the caller keys it with
+// [ByteBlockKeys] instead.
+type Reason uint8
+
+const (
+	// ReasonNone: the ids are valid.
+	ReasonNone Reason = iota
+	// ReasonNoTokenizer: the pool runs in byte-block mode.
+	ReasonNoTokenizer
+	// ReasonBusy: every ring was full (or the shard had MaxInFlight jobs
+	// out) and another loop held the local permit.
+	ReasonBusy
+	// ReasonTooLong: every ring was full and the missing text exceeded
+	// LocalMaxBytes, too long to tokenize on the loop.
+	ReasonTooLong
+	// ReasonShutdown: the pool was closed before the job ran.
+	ReasonShutdown
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"none", "no_tokenizer", "busy", "too_long", "shutdown"}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", r)
+}
+
+// Path says how a request's missing segments were tokenized.
+type Path uint8
+
+const (
+	// PathNone: not tokenized (a bail-out).
+	PathNone Path = iota
+	// PathCache: every segment was in the shard's cache.
+	PathCache
+	// PathOwn: the shard's own worker.
+	PathOwn
+	// PathCross: another shard's worker.
+	PathCross
+	// PathLocal: the event loop, under the local permit.
+	PathLocal
+	numPaths
+)
+
+var pathNames = [numPaths]string{"none", "cache", "own", "cross", "local"}
+
+func (p Path) String() string {
+	if p < numPaths {
+		return pathNames[p]
+	}
+	return fmt.Sprintf("Path(%d)", p)
+}
+
+// Stats is a snapshot of a shard's counters, or their sum over a pool.
+// Counters count since New; CacheEntries and CacheBytes are levels.
+type Stats struct {
+	Requests uint64 // Tokenize calls
+	// Segment cache, per segment.
+	CacheHits, CacheMisses, CacheEvictions, CacheTooLarge uint64
+	CacheEntries, CacheBytes                              uint64
+	// Jobs by where their misses were tokenized.
+	OwnJobs   uint64 // sent to the shard's own worker
+	CrossJobs uint64 // sent to another shard's worker
+	Local     uint64 // tokenized on the loop under the local permit
+	// RingFull counts pushes refused by a full ring (a request that found
+	// every ring full counts one per shard).
+	RingFull uint64
+	// InFlightFull counts misses that skipped the rings because the shard
+	// had MaxInFlight jobs out.
+	InFlightFull uint64
+	// Bailouts counts results without ids, by Reason (index ReasonNone is
+	// unused).
+	Bailouts [numReasons]uint64
+	// ShutdownDrops counts queued jobs completed with ReasonShutdown
+	// (also counted in Bailouts[ReasonShutdown]).
+	ShutdownDrops uint64
+	// WorkerJobs counts jobs this shard's worker encoded, from any shard.
+	WorkerJobs uint64
+	// Latency: see LatencyBuckets.
+	Latency LatencySnapshot
+}
+
+// LatencyBuckets are the upper bounds of the latency histogram
+// (saltus_tokenizer_latency_seconds): the time from Tokenize to the ids of
+// a request with a miss, whether a worker or the loop encoded them. Cache
+// hits (sub-microsecond) and bail-outs are not observed.
+var LatencyBuckets = [...]time.Duration{
+	100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond,
+	5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+}
+
+// LatencySnapshot holds the histogram's counts: Counts[i] observations at
+// most LatencyBuckets[i] and above the previous bound (not cumulative),
+// the last entry those above every bound.
+type LatencySnapshot struct {
+	Counts [len(LatencyBuckets) + 1]uint64
+	Sum    time.Duration
+}
+
+// Count returns the number of observations.
+func (l LatencySnapshot) Count() (n uint64) {
+	for _, c := range l.Counts {
+		n += c
+	}
+	return n
+}
+
+// histogram is a fixed-bucket histogram of atomics, lock-free for the
+// loop. Why not metrics.PrometheusHistogram (VictoriaMetrics/metrics
+// v1.45.0, which has explicit buckets through NewPrometheusHistogramExt):
+// its Update takes a sync.Mutex, which its exporter also holds while it
+// formats every bucket line, and an event loop must never wait on a mutex
+// (DESIGN.md). The Set still exports this one, through a metrics writer.
+type histogram struct {
+	counts [len(LatencyBuckets) + 1]atomic.Uint64
+	sum    atomic.Int64 // nanoseconds
+}
+
+func (h *histogram) observe(d time.Duration) {
+	i := 0
+	for i < len(LatencyBuckets) && d > LatencyBuckets[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *histogram) snapshot() (s LatencySnapshot) {
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.Sum = time.Duration(h.sum.Load())
+	return s
+}
+
+// shardStats are a shard's counters. The loop writes all of them except
+// workerJobs (its worker) and shutdownDrops (any worker); any goroutine
+// reads them.
+type shardStats struct {
+	requests                                              atomic.Uint64
+	cacheHits, cacheMisses, cacheEvictions, cacheTooLarge atomic.Uint64
+	cacheEntries, cacheBytes                              atomic.Uint64
+	ownJobs, crossJobs, local                             atomic.Uint64
+	ringFull, inFlightFull                                atomic.Uint64
+	bailouts                                              [numReasons]atomic.Uint64
+	_                                                     [64]byte // the worker-written counters on their own line
+	shutdownDrops                                         atomic.Uint64
+	workerJobs                                            atomic.Uint64
+	lat                                                   histogram
+}
+
+func (s *shardStats) snapshot() (o Stats) {
+	o.Requests = s.requests.Load()
+	o.CacheHits, o.CacheMisses = s.cacheHits.Load(), s.cacheMisses.Load()
+	o.CacheEvictions, o.CacheTooLarge = s.cacheEvictions.Load(), s.cacheTooLarge.Load()
+	o.CacheEntries, o.CacheBytes = s.cacheEntries.Load(), s.cacheBytes.Load()
+	o.OwnJobs, o.CrossJobs, o.Local = s.ownJobs.Load(), s.crossJobs.Load(), s.local.Load()
+	o.RingFull, o.InFlightFull = s.ringFull.Load(), s.inFlightFull.Load()
+	for i := range s.bailouts {
+		o.Bailouts[i] = s.bailouts[i].Load()
+	}
+	o.ShutdownDrops, o.WorkerJobs = s.shutdownDrops.Load(), s.workerJobs.Load()
+	o.Latency = s.lat.snapshot()
+	return o
+}
+
+func (o *Stats) add(s Stats) {
+	o.Requests += s.Requests
+	o.CacheHits += s.CacheHits
+	o.CacheMisses += s.CacheMisses
+	o.CacheEvictions += s.CacheEvictions
+	o.CacheTooLarge += s.CacheTooLarge
+	o.CacheEntries += s.CacheEntries
+	o.CacheBytes += s.CacheBytes
+	o.OwnJobs += s.OwnJobs
+	o.CrossJobs += s.CrossJobs
+	o.Local += s.Local
+	o.RingFull += s.RingFull
+	o.InFlightFull += s.InFlightFull
+	for i := range o.Bailouts {
+		o.Bailouts[i] += s.Bailouts[i]
+	}
+	o.ShutdownDrops += s.ShutdownDrops
+	o.WorkerJobs += s.WorkerJobs
+	for i := range o.Latency.Counts {
+		o.Latency.Counts[i] += s.Latency.Counts[i]
+	}
+	o.Latency.Sum += s.Latency.Sum
+}
+
+// writeMetrics writes the pool's counters, summed over shards, in the
+// Prometheus text format; registered with the metrics.Set given to New.
+func (p *Pool) writeMetrics(w io.Writer) {
+	s := p.Stats()
+	counter := func(name string, v uint64) {
+		metrics.WriteMetadataIfNeeded(w, name, "counter")
+		fmt.Fprintf(w, "%s %d\n", name, v)
+	}
+	gauge := func(name string, v uint64) {
+		metrics.WriteMetadataIfNeeded(w, name, "gauge")
+		fmt.Fprintf(w, "%s %d\n", name, v)
+	}
+	counter("saltus_tokenizer_requests_total", s.Requests)
+	counter("saltus_tokenizer_cache_hits_total", s.CacheHits)
+	counter("saltus_tokenizer_cache_misses_total", s.CacheMisses)
+	counter("saltus_tokenizer_cache_evictions_total", s.CacheEvictions)
+	counter("saltus_tokenizer_cache_too_large_total", s.CacheTooLarge)
+	gauge("saltus_tokenizer_cache_entries", s.CacheEntries)
+	gauge("saltus_tokenizer_cache_bytes", s.CacheBytes)
+	metrics.WriteMetadataIfNeeded(w, "saltus_tokenizer_jobs_total", "counter")
+	fmt.Fprintf(w, "saltus_tokenizer_jobs_total{path=%q} %d\n", PathOwn.String(), s.OwnJobs)
+	fmt.Fprintf(w, "saltus_tokenizer_jobs_total{path=%q} %d\n", PathCross.String(), s.CrossJobs)
+	fmt.Fprintf(w, "saltus_tokenizer_jobs_total{path=%q} %d\n", PathLocal.String(), s.Local)
+	counter("saltus_tokenizer_ring_full_total", s.RingFull)
+	counter("saltus_tokenizer_inflight_full_total", s.InFlightFull)
+	metrics.WriteMetadataIfNeeded(w, "saltus_tokenizer_bailouts_total", "counter")
+	for r := ReasonNone + 1; r < numReasons; r++ {
+		fmt.Fprintf(w, "saltus_tokenizer_bailouts_total{reason=%q} %d\n", r.String(), s.Bailouts[r])
+	}
+	counter("saltus_tokenizer_shutdown_drops_total", s.ShutdownDrops)
+	const lat = "saltus_tokenizer_latency_seconds"
+	metrics.WriteMetadataIfNeeded(w, lat, "histogram")
+	var cum uint64
+	for i, ub := range LatencyBuckets {
+		cum += s.Latency.Counts[i]
+		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", lat, ub.Seconds(), cum)
+	}
+	cum += s.Latency.Counts[len(LatencyBuckets)]
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", lat, cum)
+	fmt.Fprintf(w, "%s_sum %g\n", lat, s.Latency.Sum.Seconds())
+	fmt.Fprintf(w, "%s_count %d\n", lat, cum)
+}
