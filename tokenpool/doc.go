@@ -1,14 +1,53 @@
-// Package tokenpool turns rendered prompt segments into token ids for the
-// router: stage 4 of DESIGN.md. Each shard owns a segment cache; on a miss
-// the text goes to the shard's tokenizer worker (subpackage tokenizer does
-// the encoding itself), with bounded fallbacks so that an event loop never
-// waits.
+// Package tokenpool turns a request's rendered prompt segments into token
+// ids for the router: stage 4 of DESIGN.md, between the chat template
+// (stage 3, tokenpool/chat) and the block keys (stage 5, tree.BlockKeys).
+// Subpackage tokenizer does the encoding itself.
 //
-// Today the package holds the segment cache; the workers, their rings and
-// the fallbacks land with the rest of the tokenizer-pool issue.
+// # Place in the request path
+//
+// Each shard's event loop calls [Shard.Tokenize] with the request's
+// segments. Every segment is looked up in the shard's [SegmentCache]; if all
+// hit, the ids are returned at once, without allocating. Otherwise the
+// missing segments (copied) go to a worker as one job, with bounded
+// fallbacks, each counted:
+//
+//  1. this shard's worker, through a bounded single-producer
+//     single-consumer ring (Config.RingSize, default 256);
+//  2. another shard's worker, round-robin, through that worker's ring for
+//     this shard;
+//  3. the loop itself, for at most Config.LocalMaxBytes of missing text,
+//     if it wins the pool's single local permit (try only, never wait);
+//  4. give up: the Result's Reason says why, and the caller keys the
+//     request with [ByteBlockKeys] over its rendered text.
+//
+// A worker's result comes back to the loop through the shard's post
+// function (gnet's EventLoop.Execute in the server), where the new ids
+// enter the cache and the request's callback runs.
+//
+// Without a tokenizer the pool runs in byte-block mode: every request gets
+// ReasonNoTokenizer and is keyed by 64-byte blocks of its rendered text
+// ([ByteBlockKeys], whose scheme byteblock.go documents).
 //
 // # Concurrency
 //
-// A SegmentCache is owned by one shard's event loop and is not safe for
-// concurrent use; every method is "loop only".
+//   - A [Shard] and its SegmentCache are owned by the shard's event loop:
+//     Tokenize, and every completion the pool posts, run there. The loop
+//     never waits: ring pushes and the local permit are try-only, and the
+//     wake-up of a worker is a non-blocking send on a one-slot channel.
+//   - A worker goroutine (started through rules.Group, named
+//     "tokenpool.worker/i") owns its consumer side of N rings, one per
+//     producer shard, so every ring has exactly one producer and one
+//     consumer. A job belongs to the loop until pushed, to the worker until
+//     it posts the completion, and to the loop again after; it carries
+//     copies (texts, cached ids), never pointers into connection buffers.
+//   - The encoder (a *tokenizer.Tokenizer) is immutable and shared.
+//   - Counters are atomics, written by the loop or a worker and read by
+//     Stats and the metrics writer from any goroutine.
+//   - [Pool.Close] (any goroutine but a loop) stops the pool: every job
+//     submitted gets exactly one completion, the workers are joined.
+//
+// Bounds: per shard, RingSize jobs at each worker and MaxInFlight jobs
+// outstanding in all (so at most MaxInFlight completions in its loop's
+// queue); CacheBytes of cache; LocalMaxBytes of text tokenized on a loop per
+// request, one loop at a time.
 package tokenpool
