@@ -24,6 +24,12 @@ type Config struct {
 	// in that loop's (unbounded) Execute queue. Over it, a miss goes to the
 	// local fallback or bails out. Default 1024.
 	MaxInFlight int
+	// MaxJobBytes is the most missing text, in bytes, one request may send
+	// to a worker; a larger miss bails out to byte-block keys at once
+	// (ReasonTooLarge) rather than hold a worker, and the requests queued
+	// behind it, for long. Default 4 MiB: ~200 ms at ~20 MB/s, about a
+	// million tokens, more than the context of the models served today.
+	MaxJobBytes int
 	// LocalMaxBytes is the most missing text, in bytes, that the local
 	// fallback tokenizes on the event loop itself; a larger miss with every
 	// ring full bails out to byte-block keys. Default 8 KiB: ~0.4 ms at the
@@ -38,6 +44,7 @@ func DefaultConfig() Config {
 		MaxSegmentBytes: DefaultMaxSegmentBytes,
 		RingSize:        256,
 		MaxInFlight:     1024,
+		MaxJobBytes:     4 << 20,
 		LocalMaxBytes:   8 << 10,
 	}
 }
@@ -56,6 +63,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight <= 0 {
 		errs = append(errs, fmt.Errorf("tokenpool: MaxInFlight must be positive, got %d", c.MaxInFlight))
+	}
+	if c.MaxJobBytes <= 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: MaxJobBytes must be positive, got %d", c.MaxJobBytes))
 	}
 	if c.LocalMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("tokenpool: LocalMaxBytes must not be negative, got %d", c.LocalMaxBytes))

@@ -18,7 +18,8 @@
 //  3. the loop itself, for at most Config.LocalMaxBytes of missing text,
 //     if it wins the pool's single local permit (try only, never wait);
 //  4. give up: the Result's Reason says why, and the caller keys the
-//     request with [ByteBlockKeys] over its rendered text.
+//     request with [ByteBlockKeys] over its rendered text. A job over
+//     Config.MaxJobBytes gives up at once.
 //
 // A worker's result comes back to the loop through the shard's post
 // function (gnet's EventLoop.Execute in the server), where the new ids
@@ -48,6 +49,7 @@
 //
 // Bounds: per shard, RingSize jobs at each worker and MaxInFlight jobs
 // outstanding in all (so at most MaxInFlight completions in its loop's
-// queue); CacheBytes of cache; LocalMaxBytes of text tokenized on a loop per
-// request, one loop at a time.
+// queue); CacheBytes of cache; MaxJobBytes of missing text per job;
+// LocalMaxBytes of text tokenized on a loop per request, one loop at a
+// time.
 package tokenpool

@@ -89,7 +89,10 @@ type Shard struct {
 //
 // enc nil selects byte-block mode: no workers, every Tokenize returns
 // ReasonNoTokenizer at once. If set is not nil, the pool's metrics
-// (saltus_tokenizer_*, summed over shards) are written with it.
+// (saltus_tokenizer_*, summed over shards) are written with it; a metrics
+// writer cannot be unregistered, so give each pool a Set of its own (on a
+// reload, metrics.RegisterSet the new pool's and UnregisterSet the old).
+// Any goroutine.
 func New(cfg Config, enc Encoder, posts []func(func()), set *metrics.Set) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -191,8 +194,9 @@ func (p *Pool) Close(ctx context.Context) error {
 // empty, and done will be called exactly once, later, on this loop, with a
 // Result of its own (IDs and Ends are the callee's to keep), possibly with
 // ReasonShutdown. done runs even if the client has gone: it then ignores
-// the result, and nothing else refers to the request. done must not be
-// nil.
+// the result, and nothing else refers to the request. done may be nil only
+// where no segment can miss (a benchmark of hits); a miss with a nil done
+// panics.
 func (s *Shard) Tokenize(dst *Result, segs []string, done func(Result)) bool {
 	dst.reset()
 	s.stats.requests.Add(1)
@@ -268,6 +272,9 @@ func (s *Shard) miss(dst *Result, segs []string, m int, done func(Result)) bool 
 	s.publishCache()
 	dst.reset()
 
+	if j.missBytes > s.p.cfg.MaxJobBytes {
+		return s.bail(dst, ReasonTooLarge)
+	}
 	if s.inFlight >= s.p.cfg.MaxInFlight {
 		s.stats.inFlightFull.Add(1)
 	} else {

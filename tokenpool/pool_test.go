@@ -176,6 +176,7 @@ func TestConfigValidate(t *testing.T) {
 	f(func(c *Config) { c.RingSize = 0 }, "RingSize")
 	f(func(c *Config) { c.MaxInFlight = 0 }, "MaxInFlight")
 	f(func(c *Config) { c.LocalMaxBytes = -1 }, "LocalMaxBytes")
+	f(func(c *Config) { c.MaxJobBytes = 0 }, "MaxJobBytes")
 	if _, err := New(DefaultConfig(), nil, nil, nil); err == nil {
 		t.Fatal("New with no shards succeeded")
 	}
@@ -294,6 +295,32 @@ func TestPaths(t *testing.T) {
 			t.Fatalf("%q not cached after its completion", segs)
 		}
 		checkIDs(t, tok, r, segs, PathCache)
+	}
+}
+
+// TestTooLarge: a request whose missing text exceeds MaxJobBytes bails out
+// at once and posts nothing; cached segments do not count against it.
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	tok := llama3(t)
+	l := newLoop()
+	cfg := DefaultConfig()
+	cfg.MaxJobBytes = len(sysPrompt)
+	p := newTestPool(t, cfg, tok, l)
+	s := p.Shard(0)
+	c := newCollector()
+	var r Result
+	s.Tokenize(&r, []string{sysPrompt}, c.done(0)) // exactly the bound: goes
+	l.runOne(t)
+	checkIDs(t, tok, c.got[0], []string{sysPrompt}, PathOwn)
+	if !s.Tokenize(&r, []string{sysPrompt, sysPrompt + "!"}, c.done(1)) || r.Reason != ReasonTooLarge {
+		t.Fatalf("over MaxJobBytes: %+v", r)
+	}
+	if len(l.q) != 0 || len(c.calls) != 1 {
+		t.Fatal("a request over MaxJobBytes was queued")
+	}
+	if st := s.Stats(); st.Bailouts[ReasonTooLarge] != 1 || st.OwnJobs != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 

@@ -26,10 +26,12 @@ const (
 	ReasonTooLong
 	// ReasonShutdown: the pool was closed before the job ran.
 	ReasonShutdown
+	// ReasonTooLarge: the missing text exceeded MaxJobBytes.
+	ReasonTooLarge
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"none", "no_tokenizer", "busy", "too_long", "shutdown"}
+var reasonNames = [numReasons]string{"none", "no_tokenizer", "busy", "too_long", "shutdown", "too_large"}
 
 func (r Reason) String() string {
 	if r < numReasons {
