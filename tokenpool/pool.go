@@ -236,14 +236,31 @@ type job struct {
 	segs      []jobSeg
 	known     []int32 // the cached segments' ids, concatenated
 	missBytes int
+	owned     bool // the miss texts are clones (see own)
 	path      Path
 	res       Result
 }
 
 type jobSeg struct {
-	text string // a miss: a clone of the segment's text
+	text string // a miss: the segment's text, cloned by own before a push
 	end  int    // a hit: the end of its ids in job.known
 	miss bool
+}
+
+// own replaces the miss texts by clones: the caller's segments may point
+// into the connection's buffer, which the loop reuses while the worker
+// reads the text. Deferred to the push, so that bail-outs and the local
+// path copy nothing.
+func (j *job) own() {
+	if j.owned {
+		return
+	}
+	for i := range j.segs {
+		if j.segs[i].miss {
+			j.segs[i].text = strings.Clone(j.segs[i].text)
+		}
+	}
+	j.owned = true
 }
 
 // miss handles a request whose segment m is the first not in the cache.
@@ -264,9 +281,7 @@ func (s *Shard) miss(dst *Result, segs []string, m int, done func(Result)) bool 
 				continue
 			}
 		}
-		// Clone: segs may point into the connection's buffer, which the
-		// loop reuses while the worker reads the text.
-		j.segs[i] = jobSeg{text: strings.Clone(segs[i]), miss: true}
+		j.segs[i] = jobSeg{text: segs[i], miss: true}
 		j.missBytes += len(segs[i])
 	}
 	s.publishCache()
@@ -314,6 +329,7 @@ const (
 // push offers j to this shard's worker, then to the others round-robin.
 func (s *Shard) push(j *job) pushResult {
 	p := s.p
+	j.own()
 	s.submitting.Store(true)
 	if p.closed.Load() {
 		s.submitting.Store(false)
@@ -363,7 +379,7 @@ func (s *Shard) putMisses(j *job, r *Result) {
 	start := 0
 	for i, sg := range j.segs {
 		if sg.miss {
-			s.cache.putOwned(sg.text, r.IDs[start:r.Ends[i]])
+			s.cache.put(sg.text, r.IDs[start:r.Ends[i]], !j.owned)
 		}
 		start = r.Ends[i]
 	}

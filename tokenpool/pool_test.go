@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/goleak"
@@ -295,6 +296,59 @@ func TestPaths(t *testing.T) {
 			t.Fatalf("%q not cached after its completion", segs)
 		}
 		checkIDs(t, tok, r, segs, PathCache)
+	}
+}
+
+// TestInputsCopied: segments that alias a buffer the loop reuses (as
+// gnet's Peek does) may be overwritten as soon as Tokenize returns, on the
+// worker path and the local path alike.
+func TestInputsCopied(t *testing.T) {
+	t.Parallel()
+	tok := llama3(t)
+	g := newGated(tok)
+	l := newLoop()
+	cfg := DefaultConfig()
+	cfg.RingSize = 4
+	cfg.MaxInFlight = 2 // the third request skips the rings: local, uncloned
+	p := newTestPool(t, cfg, g, l)
+	s := p.Shard(0)
+	c := newCollector()
+	var r Result
+	borrowed := func(text string) (string, []byte) {
+		buf := []byte(text)
+		return unsafe.String(&buf[0], len(buf)), buf
+	}
+	s.Tokenize(&r, []string{"STALL"}, c.done(0))
+	<-g.entered
+	queuedText := "the worker reads this after the buffer changed"
+	seg, buf := borrowed(queuedText)
+	if s.Tokenize(&r, []string{seg}, c.done(1)) {
+		t.Fatal("sync")
+	}
+	localText := "tokenized on the loop, cached, then overwritten"
+	seg2, buf2 := borrowed(localText)
+	if !s.Tokenize(&r, []string{seg2}, c.done(2)) || r.Path != PathLocal {
+		t.Fatalf("want the local path: %+v", r)
+	}
+	checkIDs(t, tok, r, []string{localText}, PathLocal)
+	if st := s.Stats(); st.InFlightFull != 1 || st.RingFull != 0 {
+		t.Fatalf("stats %+v, want the local path through MaxInFlight", st)
+	}
+	for i := range buf {
+		buf[i] = 'X'
+	}
+	for i := range buf2 {
+		buf2[i] = 'Y'
+	}
+	close(g.release)
+	l.runOne(t)
+	l.runOne(t)
+	checkIDs(t, tok, c.got[1], []string{queuedText}, PathOwn)
+	for _, text := range []string{queuedText, localText} {
+		if !s.Tokenize(&r, []string{text}, nil) {
+			t.Fatalf("%q not cached under its original text", text)
+		}
+		checkIDs(t, tok, r, []string{text}, PathCache)
 	}
 }
 

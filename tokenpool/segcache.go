@@ -73,10 +73,8 @@ func (c *SegmentCache) Get(text string) ([]int32, bool) {
 // exceeds the byte bound, is not stored (counted as TooLarge). Loop only.
 func (c *SegmentCache) Put(text string, ids []int32) { c.put(text, ids, true) }
 
-// putOwned is Put for a text the cache may keep as is: one the pool cloned
-// before sending it to a worker. Loop only.
-func (c *SegmentCache) putOwned(text string, ids []int32) { c.put(text, ids, false) }
-
+// put is Put; clone false: text is the cache's to keep as is (one the pool
+// cloned before sending it to a worker). Loop only.
 func (c *SegmentCache) put(text string, ids []int32, clone bool) {
 	size := cost(text, ids)
 	if len(text) > c.maxSegment || size > c.maxBytes {
