@@ -14,6 +14,7 @@ package rules
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"sync"
 )
@@ -38,8 +39,10 @@ func NewGroup(parent context.Context) *Group {
 }
 
 // Go runs fn(ctx) in a new goroutine named name, where ctx is the group's
-// context. fn must return soon after ctx is done. Go after Stop panics: a
-// goroutine started then would never be told to stop. Any goroutine.
+// context. The name is also the goroutine's pprof label "goroutine", so it
+// shows in CPU profiles and in goroutine dumps (debug=1). fn must return
+// soon after ctx is done. Go after Stop panics: a goroutine started then
+// would never be told to stop. Any goroutine.
 func (g *Group) Go(name string, fn func(ctx context.Context)) {
 	g.mu.Lock()
 	if g.stopped {
@@ -51,7 +54,7 @@ func (g *Group) Go(name string, fn func(ctx context.Context)) {
 	g.mu.Unlock()
 	go func() {
 		defer g.done(name)
-		fn(g.ctx)
+		pprof.Do(g.ctx, pprof.Labels("goroutine", name), fn)
 	}()
 }
 

@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"errors"
+	"runtime/pprof"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -42,6 +43,23 @@ func TestGroupStopJoins(t *testing.T) {
 		t.Fatalf("Running = %v after Wait, want none", got)
 	}
 	g.Stop() // idempotent
+}
+
+func TestGroupLabelsGoroutine(t *testing.T) {
+	t.Parallel()
+	g := NewGroup(context.Background())
+	got := make(chan string, 1)
+	g.Go("tokenpool.worker/3", func(ctx context.Context) {
+		v, _ := pprof.Label(ctx, "goroutine")
+		got <- v
+	})
+	if v := <-got; v != "tokenpool.worker/3" {
+		t.Fatalf("pprof label goroutine = %q", v)
+	}
+	g.Stop()
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestGroupParentCancel(t *testing.T) {
