@@ -710,6 +710,35 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestLatencyObserved: a job that waits 7 ms (fake time) at a stalled
+// worker is observed as exactly 7 ms, in the (5 ms, 10 ms] bucket.
+func TestLatencyObserved(t *testing.T) {
+	t.Parallel()
+	tok := llama3(t)
+	synctest.Test(t, func(t *testing.T) {
+		g := newGated(tok)
+		l := newLoop()
+		p, err := New(DefaultConfig(), g, []func(func()){l.post}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCollector()
+		var r Result
+		p.Shard(0).Tokenize(&r, []string{"STALL for 7 ms"}, c.done(0))
+		<-g.entered
+		time.Sleep(7 * time.Millisecond)
+		close(g.release)
+		l.runOne(t)
+		lat := p.Stats().Latency
+		if want := [8]uint64{0, 0, 0, 0, 1, 0, 0, 0}; lat.Counts != want || lat.Sum != 7*time.Millisecond {
+			t.Fatalf("latency %+v, want one observation of 7ms", lat)
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestHistogramBuckets(t *testing.T) {
 	t.Parallel()
 	var h histogram
