@@ -87,3 +87,24 @@ func randText(r *rand.Rand, n int) string {
 	}
 	return string(b)
 }
+
+// FuzzByteBlockKeys: any text cut anywhere gives the definition's keys.
+func FuzzByteBlockKeys(f *testing.F) {
+	f.Add(strings.Repeat("hello, world ", 30), []byte{1, 2, 3, 200})
+	f.Add("", []byte{})
+	f.Fuzz(func(t *testing.T, text string, cuts []byte) {
+		seed := ByteBlockSeed("fuzz")
+		want := packRef(seed, text)
+		var segs []string
+		rest := text
+		for _, c := range cuts {
+			k := min(len(rest), int(c))
+			segs = append(segs, rest[:k])
+			rest = rest[k:]
+		}
+		segs = append(segs, rest)
+		if got := ByteBlockKeys(nil, seed, segs...); !slices.Equal(got, want) {
+			t.Fatalf("%d bytes in %d pieces: keys differ from the definition", len(text), len(segs))
+		}
+	})
+}
