@@ -1,6 +1,12 @@
 package tokenpool
 
-import "github.com/saltus-lb/saltus/tree"
+import (
+	"encoding/binary"
+	"math/bits"
+	"unsafe"
+
+	"github.com/saltus-lb/saltus/tree"
+)
 
 // Byte-block mode: what the router keys on when it has no token ids, either
 // because no tokenizer is configured (the whole server runs in this mode,
@@ -37,6 +43,10 @@ func ByteBlockSeed(model string) uint64 { return tree.ModelSeed(model) ^ byteBlo
 // tree.ContinueSeed, so the keys do not depend on it.
 const chunkIDs = 1024
 
+// littleEndian: int32s in memory are their little-endian bytes, so text
+// copied into an []int32 is already its pseudo-ids.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
 // ByteBlockKeys appends to dst the byte-block keys of the concatenation of
 // text (for a chat request: its rendered segments, in order), one per full
 // 64-byte block, and returns the extended slice. The keys equal
@@ -44,44 +54,33 @@ const chunkIDs = 1024
 // scheme above). It allocates only if dst lacks capacity. Any goroutine.
 func ByteBlockKeys(dst []uint64, seed uint64, text ...string) []uint64 {
 	var buf [chunkIDs]int32
-	n := 0 // pseudo-ids in buf
-	var carry [4]byte
-	nc := 0 // bytes in carry: a pseudo-id split across two strings
+	// The buffer's bytes, written by copy: packing text into pseudo-ids
+	// is a memmove. Packing 4 bytes at a time in Go ran at ~2 GB/s on
+	// 16 KiB here, this at ~8 GB/s (BenchmarkByteBlockKeys). Only this
+	// function sees the view, during this call. On a big-endian machine
+	// hashChunk swaps each id first (not run here: no such machine).
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&buf)), 4*chunkIDs)
+	nb := 0 // bytes in buf
 	for _, s := range text {
-		if nc > 0 {
-			k := copy(carry[nc:], s)
-			nc += k
+		for len(s) > 0 {
+			k := copy(b[nb:], s)
+			nb += k
 			s = s[k:]
-			if nc < 4 {
-				continue // s was shorter than the missing bytes
-			}
-			buf[n] = int32(uint32(carry[0]) | uint32(carry[1])<<8 | uint32(carry[2])<<16 | uint32(carry[3])<<24)
-			n, nc = n+1, 0
-			if n == chunkIDs {
-				dst = flushChunk(dst, seed, &buf)
-				seed, n = tree.ContinueSeed(dst[len(dst)-1]), 0
+			if nb == len(b) {
+				dst = hashChunk(dst, seed, buf[:])
+				seed, nb = tree.ContinueSeed(dst[len(dst)-1]), 0
 			}
 		}
-		for len(s) >= 4 {
-			k := min(len(s)/4, chunkIDs-n)
-			ids := buf[n : n+k]
-			for i := range ids {
-				j := 4 * i
-				ids[i] = int32(uint32(s[j]) | uint32(s[j+1])<<8 | uint32(s[j+2])<<16 | uint32(s[j+3])<<24)
-			}
-			n += k
-			s = s[4*k:]
-			if n == chunkIDs {
-				dst = flushChunk(dst, seed, &buf)
-				seed, n = tree.ContinueSeed(dst[len(dst)-1]), 0
-			}
-		}
-		nc = copy(carry[:], s)
 	}
-	// The partial block, and the bytes in carry, have no key.
-	return tree.BlockKeys(dst, seed, buf[:n], ByteBlockBytes/4)
+	// The partial block, and a partial pseudo-id, have no key.
+	return hashChunk(dst, seed, buf[:nb/4])
 }
 
-func flushChunk(dst []uint64, seed uint64, buf *[chunkIDs]int32) []uint64 {
-	return tree.BlockKeys(dst, seed, buf[:], ByteBlockBytes/4)
+func hashChunk(dst []uint64, seed uint64, ids []int32) []uint64 {
+	if !littleEndian {
+		for i, id := range ids {
+			ids[i] = int32(bits.ReverseBytes32(uint32(id)))
+		}
+	}
+	return tree.BlockKeys(dst, seed, ids, ByteBlockBytes/4)
 }
