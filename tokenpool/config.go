@@ -17,7 +17,9 @@ type Config struct {
 	// RingSize is the capacity of one single-producer single-consumer ring,
 	// in jobs; each worker has one ring per producer shard, so a shard can
 	// queue at most RingSize jobs at each worker. A power of two. Default
-	// 256.
+	// 256. Memory: shards² rings of RingSize pointers (64 shards: 8 MiB).
+	// The bound is per ring rather than per worker so that every ring has
+	// a single producer and needs no lock.
 	RingSize int
 	// MaxInFlight bounds the jobs one shard has submitted whose completion
 	// has not yet run on its loop, and so the completions the pool can put
