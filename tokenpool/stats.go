@@ -91,24 +91,24 @@ type Stats struct {
 	ShutdownDrops uint64
 	// WorkerJobs counts jobs this shard's worker encoded, from any shard.
 	WorkerJobs uint64
-	// Latency: see LatencyBuckets.
+	// Latency is the histogram saltus_tokenizer_latency_seconds.
 	Latency LatencySnapshot
 }
 
-// LatencyBuckets are the upper bounds of the latency histogram
-// (saltus_tokenizer_latency_seconds): the time from Tokenize to the ids of
-// a request with a miss, whether a worker or the loop encoded them. Cache
-// hits (sub-microsecond) and bail-outs are not observed.
-var LatencyBuckets = [...]time.Duration{
+// latencyBuckets are the upper bounds of the latency histogram.
+var latencyBuckets = [...]time.Duration{
 	100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond,
 	5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
 }
 
-// LatencySnapshot holds the histogram's counts: Counts[i] observations at
-// most LatencyBuckets[i] and above the previous bound (not cumulative),
-// the last entry those above every bound.
+// LatencySnapshot is the latency histogram: the time from Tokenize to the
+// ids of a request with a miss, whether a worker or the loop encoded them
+// (cache hits, sub-microsecond, and bail-outs are not observed). Counts[i]
+// holds the observations in bucket i, not cumulative; the upper bounds are
+// 100 µs, 500 µs, 1 ms, 5 ms, 10 ms, 50 ms, 100 ms, and the last bucket
+// holds those above 100 ms.
 type LatencySnapshot struct {
-	Counts [len(LatencyBuckets) + 1]uint64
+	Counts [len(latencyBuckets) + 1]uint64
 	Sum    time.Duration
 }
 
@@ -127,13 +127,13 @@ func (l LatencySnapshot) Count() (n uint64) {
 // formats every bucket line, and an event loop must never wait on a mutex
 // (DESIGN.md). The Set still exports this one, through a metrics writer.
 type histogram struct {
-	counts [len(LatencyBuckets) + 1]atomic.Uint64
+	counts [len(latencyBuckets) + 1]atomic.Uint64
 	sum    atomic.Int64 // nanoseconds
 }
 
 func (h *histogram) observe(d time.Duration) {
 	i := 0
-	for i < len(LatencyBuckets) && d > LatencyBuckets[i] {
+	for i < len(latencyBuckets) && d > latencyBuckets[i] {
 		i++
 	}
 	h.counts[i].Add(1)
@@ -236,11 +236,11 @@ func (p *Pool) writeMetrics(w io.Writer) {
 	const lat = "saltus_tokenizer_latency_seconds"
 	metrics.WriteMetadataIfNeeded(w, lat, "histogram")
 	var cum uint64
-	for i, ub := range LatencyBuckets {
+	for i, ub := range latencyBuckets {
 		cum += s.Latency.Counts[i]
 		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", lat, ub.Seconds(), cum)
 	}
-	cum += s.Latency.Counts[len(LatencyBuckets)]
+	cum += s.Latency.Counts[len(latencyBuckets)]
 	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", lat, cum)
 	fmt.Fprintf(w, "%s_sum %g\n", lat, s.Latency.Sum.Seconds())
 	fmt.Fprintf(w, "%s_count %d\n", lat, cum)
