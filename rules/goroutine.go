@@ -1,9 +1,12 @@
-// Package rules holds the numbered concurrency rules of saltus; this package
-// holds the helpers those rules mandate; analyzers come later.
+// Package rules is about the numbered concurrency rules of saltus: this
+// package holds the helpers those rules mandate; analyzers that check them
+// come later.
 //
-// Rule 1 (CONVENTIONS.md, Concurrency): every goroutine starts through
-// [Group.Go], which names it, ties it to the group's context and joins it on
-// shutdown. A bare `go` statement outside this package is a bug.
+// Rule 1 (CONVENTIONS.md, Concurrency: the first rule numbered here):
+// every goroutine starts through [Group.Go], which names it, ties it to the
+// group's context and joins it on shutdown. A bare `go` statement outside
+// this package needs a comment saying why (tests' stand-in goroutines, for
+// one).
 //
 // # Concurrency
 //
