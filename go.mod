@@ -3,6 +3,7 @@ module github.com/saltus-lb/saltus
 go 1.26.0
 
 require (
+	github.com/valyala/fastjson v1.6.10
 	github.com/zeebo/xxh3 v1.1.0
 	golang.org/x/text v0.44.0
 )
