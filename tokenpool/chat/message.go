@@ -2,7 +2,6 @@ package chat
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/valyala/fastjson"
 )
@@ -52,33 +51,53 @@ func Placeholder(partType string) string {
 // not a string", so the caller can answer 400 with them. The strings are
 // copies: raw may be reused after the call. Any goroutine.
 func ParseMessages(raw []byte) ([]Message, error) {
-	var p fastjson.Parser
+	p := parsers.Get()
+	defer parsers.Put(p)
 	v, err := p.ParseBytes(raw)
 	if err != nil {
 		return nil, fmt.Errorf("messages: invalid JSON: %w", err)
 	}
-	return MessagesFromValue(v)
+	// The strings decoded are never longer than their JSON, so one arena
+	// of len(raw) bytes holds them all.
+	return messagesFromValue(v, len(raw))
 }
+
+// parsers reuse fastjson's value cache across calls (BenchmarkParseMessages).
+var parsers fastjson.ParserPool
 
 // MessagesFromValue is ParseMessages for a value already parsed, such as
 // the "messages" field of a request body decoded by the reactor: the body
 // is parsed once. Any goroutine (the value must not be shared while it is
 // read).
 func MessagesFromValue(v *fastjson.Value) ([]Message, error) {
+	return messagesFromValue(v, 0)
+}
+
+// decoder copies the decoded strings into one arena (unsafe.go).
+type decoder struct{ arena []byte }
+
+func (d *decoder) str(b []byte) string {
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	return arenaString(d.arena, start)
+}
+
+func messagesFromValue(v *fastjson.Value, hint int) ([]Message, error) {
 	if v.Type() != fastjson.TypeArray {
 		return nil, fmt.Errorf("messages: want a JSON array, got %s", v.Type())
 	}
 	arr, _ := v.Array() // the type was checked above
 	msgs := make([]Message, len(arr))
+	d := decoder{arena: make([]byte, 0, hint)}
 	for i, mv := range arr {
-		if err := parseMessage(&msgs[i], mv, i); err != nil {
+		if err := d.message(&msgs[i], mv, i); err != nil {
 			return nil, err
 		}
 	}
 	return msgs, nil
 }
 
-func parseMessage(m *Message, v *fastjson.Value, i int) error {
+func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	if v.Type() != fastjson.TypeObject {
 		return fmt.Errorf("messages[%d]: want an object, got %s", i, v.Type())
 	}
@@ -89,7 +108,7 @@ func parseMessage(m *Message, v *fastjson.Value, i int) error {
 	if role.Type() != fastjson.TypeString {
 		return fmt.Errorf("messages[%d].role: want a string, got %s", i, role.Type())
 	}
-	m.Role = string(role.GetStringBytes())
+	m.Role = d.str(role.GetStringBytes())
 	if m.Role == "" {
 		return fmt.Errorf("messages[%d].role: empty", i)
 	}
@@ -97,7 +116,7 @@ func parseMessage(m *Message, v *fastjson.Value, i int) error {
 		if rc.Type() != fastjson.TypeString {
 			return fmt.Errorf("messages[%d].reasoning_content: want a string or null, got %s", i, rc.Type())
 		}
-		m.Reasoning, m.HasReasoning = string(rc.GetStringBytes()), true
+		m.Reasoning, m.HasReasoning = d.str(rc.GetStringBytes()), true
 	}
 	c := v.Get("content")
 	if c == nil {
@@ -106,10 +125,10 @@ func parseMessage(m *Message, v *fastjson.Value, i int) error {
 	switch c.Type() {
 	case fastjson.TypeNull:
 	case fastjson.TypeString:
-		m.Content = string(c.GetStringBytes())
+		m.Content = d.str(c.GetStringBytes())
 	case fastjson.TypeArray:
 		parts, _ := c.Array() // the type was checked
-		var b strings.Builder
+		start := len(d.arena)
 		for j, pv := range parts {
 			if pv.Type() != fastjson.TypeObject {
 				return fmt.Errorf("messages[%d].content[%d]: want an object, got %s", i, j, pv.Type())
@@ -119,20 +138,24 @@ func parseMessage(m *Message, v *fastjson.Value, i int) error {
 				return fmt.Errorf("messages[%d].content[%d].type: missing or not a string", i, j)
 			}
 			if j > 0 {
-				b.WriteString(PartSeparator)
+				d.arena = append(d.arena, PartSeparator...)
 			}
 			typ := tv.GetStringBytes()
 			if string(typ) != "text" {
-				b.WriteString(Placeholder(string(typ)))
+				if len(typ) > 32 { // as Placeholder, without its allocation
+					d.arena = append(d.arena, "<part>"...)
+				} else {
+					d.arena = append(append(append(d.arena, '<'), typ...), '>')
+				}
 				continue
 			}
 			text := pv.Get("text")
 			if text == nil || text.Type() != fastjson.TypeString {
 				return fmt.Errorf("messages[%d].content[%d].text: missing or not a string", i, j)
 			}
-			b.Write(text.GetStringBytes())
+			d.arena = append(d.arena, text.GetStringBytes()...)
 		}
-		m.Content = b.String()
+		m.Content = arenaString(d.arena, start)
 	default:
 		return fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, c.Type())
 	}

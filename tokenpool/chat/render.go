@@ -132,12 +132,16 @@ func (e *RoleError) Error() string {
 // tokenizing the segments one by one (tokenizer.EncodeSegment, atStart
 // only for a text segment at index 0 of the prompt) gives exactly the
 // ids of the whole rendered prompt. Text segments share memory with the
-// message contents where they are a content alone; a run that joins
-// template text and content costs one allocation. On error dst is
+// message contents where they are a content alone; the runs that join
+// template text and content share one allocation per call. On error dst is
 // returned unchanged in length. Any goroutine.
 func (r *Renderer) Render(dst []Segment, msgs []Message, opt Options) ([]Segment, error) {
-	b := builder{segs: dst, base: len(dst), pendingEnd: -1}
-	b.pieces = b.arr[:0]
+	b := builder{segs: dst, base: len(dst), pendingEnd: -1, est: 64}
+	for i := range msgs {
+		// Template text per message is under 64 bytes in every template.
+		// The estimate only sizes the arena: exceeding it costs a copy.
+		b.est += len(msgs[i].Role) + len(msgs[i].Content) + len(msgs[i].Reasoning) + 64
+	}
 	var err error
 	switch r.name {
 	case None:
@@ -385,24 +389,52 @@ func pyStripPieces(pieces []string) []string {
 type builder struct {
 	segs []Segment
 	base int // len(dst) on entry
-	// pieces of the pending text run (backed by arr: a run rarely has more
-	// than a handful, so collecting them costs no allocation).
-	pieces []string
-	arr    [8]string
-	n      int  // bytes pending
-	rstrip bool // the last special token absorbs whitespace after it
-	// pendingEnd is a message that ended while the pending run was
-	// empty... or at its current end; -1 if none.
+	// The pending text run: up to len(arr) pieces; a run rarely has more
+	// than a handful, and more are joined early (collapse). A fixed array,
+	// not a slice of it, so the builder stays on the stack.
+	arr [8]string
+	np  int // pieces in arr
+	// collapsed: arr[0] was joined by collapse and ends the arena.
+	collapsed bool
+	n         int  // bytes pending
+	rs        bool // the last special token absorbs whitespace after it (rstrip)
+	// arena holds every run joined from several pieces (unsafe.go); est is
+	// its first capacity, an upper bound of the rendered text's length.
+	arena []byte
+	est   int
+	// pendingEnd is a message that ended while endAt bytes were pending;
+	// -1 if none.
 	pendingEnd int32
-	endAt      int // n when pendingEnd was set
+	endAt      int
 }
 
 func (b *builder) text(s string) {
 	if s == "" {
 		return
 	}
-	b.pieces = append(b.pieces, s)
+	if b.np == len(b.arr) {
+		b.collapse()
+	}
+	b.arr[b.np] = s
+	b.np++
 	b.n += len(s)
+}
+
+// collapse joins the pending pieces into one, in the arena.
+func (b *builder) collapse() {
+	if b.arena == nil {
+		b.arena = make([]byte, 0, b.est)
+	}
+	start, from := len(b.arena), 0
+	if b.collapsed {
+		// arr[0] is already the arena's tail: extend it in place.
+		start, from = len(b.arena)-len(b.arr[0]), 1
+	}
+	for _, p := range b.arr[from:b.np] {
+		b.arena = append(b.arena, p...)
+	}
+	clear(b.arr[:b.np])
+	b.arr[0], b.np, b.collapsed = arenaString(b.arena, start), 1, true
 }
 
 func (b *builder) special(t tok) {
@@ -412,7 +444,7 @@ func (b *builder) special(t tok) {
 	}
 	b.flushStrip(t.lstrip)
 	b.segs = append(b.segs, Segment{Text: t.text, ID: t.id, MsgEnd: -1})
-	b.rstrip = t.rstrip
+	b.rs = t.rstrip
 }
 
 // endMessage records that message i's rendering ends here.
@@ -439,30 +471,22 @@ func (b *builder) flushStrip(lstrip bool) {
 	}
 	b.pendingEnd = -1
 	if b.n == 0 {
-		b.rstrip = false
+		b.rs = false
 		return
 	}
-	var s string
-	if len(b.pieces) == 1 {
-		s = b.pieces[0]
-	} else {
-		var sb strings.Builder
-		sb.Grow(b.n)
-		for _, p := range b.pieces {
-			sb.WriteString(p)
-		}
-		s = sb.String()
+	if b.np > 1 {
+		b.collapse()
 	}
-	clear(b.pieces)
-	b.pieces, b.n = b.pieces[:0], 0
+	s := b.arr[0]
+	b.arr[0], b.np, b.n, b.collapsed = "", 0, 0, false
 	// The tokenizer's own whitespace rule for lstrip/rstrip (Encode).
-	if b.rstrip {
+	if b.rs {
 		s = strings.TrimLeftFunc(s, unicode.IsSpace)
 	}
 	if lstrip {
 		s = strings.TrimRightFunc(s, unicode.IsSpace)
 	}
-	b.rstrip = false
+	b.rs = false
 	if s == "" {
 		if end >= 0 && len(b.segs) > b.base {
 			b.segs[len(b.segs)-1].MsgEnd = end
