@@ -8,8 +8,9 @@ import (
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
 
-// Segment is one piece of a rendered prompt: a special token (ID >= 0) or
-// a maximal run of text between special tokens (ID == NoID).
+// Segment is one piece of a rendered prompt: a special token (ID >= 0:
+// one of the tokenizer's added tokens, such as <|eot_id|> or Qwen's
+// <think>) or a maximal run of text between them (ID == NoID).
 type Segment struct {
 	// Text is the text run, or the special token's spelling.
 	Text string
