@@ -45,9 +45,9 @@ func TestRun(t *testing.T) {
 			`"ids":[1,733,16289,28793,15359,733,28748,16289,28793,28802,28709,2],"message_ends":[{"message":1,"segment":2,"token":12}]}`, ""},
 		{[]string{"tokenize", "--tokenizer", mistral, "--chat", "--chat-template", "llama2"}, `[{"role":"user","content":"a"},{"role":"user","content":"b"}]`, 1, "", "messages[1] (role \"user\"): roles must alternate"},
 		{[]string{"tokenize", "--tokenizer", mistral, "--chat", "--chat-template", "llama4"}, `[]`, 1, "", `unknown chat template "llama4"`},
-		{[]string{"tokenize", "--tokenizer", llama3, "--chat"}, `[{"content":"x"}]`, 1, "", "messages[0].role: missing"},
-		{[]string{"tokenize", "--tokenizer", llama3, "--chat"}, `{"model":"m"}`, 1, "", `has no "messages"`},
-		{[]string{"tokenize", "--tokenizer", llama3, "--chat"}, `[`, 1, "", "--chat wants a JSON messages array"},
+		{[]string{"tokenize", "--tokenizer", mistral, "--chat"}, `[{"content":"x"}]`, 1, "", "messages[0].role: missing"},
+		{[]string{"tokenize", "--tokenizer", mistral, "--chat"}, `{"model":"m"}`, 1, "", `has no "messages"`},
+		{[]string{"tokenize", "--tokenizer", mistral, "--chat"}, `[`, 1, "", "--chat wants a JSON messages array"},
 		{[]string{"tokenize", "--tokenizer", llama3, "--chat-template", "llama3"}, `[]`, 2, "", "--chat-template needs --chat"},
 		{[]string{"tokenize", "--tokenizer", llama3, "--chat", "--special"}, `[]`, 2, "", "does not combine"},
 	} {
