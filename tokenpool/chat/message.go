@@ -10,8 +10,9 @@ import (
 // templates read.
 type Message struct {
 	Role string
-	// Content is the message text. An array of content parts arrives here
-	// already joined (see JoinParts); null or absent content is "".
+	// Content is the message text. ParseMessages joins an array of content
+	// parts into it (PartSeparator between parts, a Placeholder for each
+	// non-text part); null or absent content is "".
 	Content string
 	// Reasoning is the assistant's reasoning_content, which the qwen3
 	// template renders inside <think>; HasReasoning says it was given (a
