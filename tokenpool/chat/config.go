@@ -125,7 +125,9 @@ func ConfigPath(tokenizerPath string) string {
 	return filepath.Join(filepath.Dir(tokenizerPath), "tokenizer_config.json")
 }
 
-// LoadConfig reads a tokenizer_config.json.
+// LoadConfig reads a tokenizer_config.json. When it has no chat_template,
+// a chat_template.jinja in the same directory supplies it (where newer
+// transformers versions save the template).
 func LoadConfig(path string) (Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -134,6 +136,16 @@ func LoadConfig(path string) (Config, error) {
 	c, err := ParseConfig(raw)
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.Template == "" {
+		jinja := filepath.Join(filepath.Dir(path), "chat_template.jinja")
+		t, err := os.ReadFile(jinja)
+		switch {
+		case err == nil:
+			c.Template = string(t)
+		case !errors.Is(err, os.ErrNotExist):
+			return Config{}, fmt.Errorf("cannot read chat template: %w", err)
+		}
 	}
 	return c, nil
 }

@@ -2,6 +2,8 @@ package chat
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -128,6 +130,16 @@ func TestParseConfig(t *testing.T) {
 	bad(`{"chat_template":[{"name":"tool_use","template":"U"}]}`, `no "default"`)
 	if _, err := LoadConfig("/nonexistent/tokenizer_config.json"); err == nil || !strings.Contains(err.Error(), "cannot read tokenizer config") {
 		t.Errorf("LoadConfig(missing): %v", err)
+	}
+	dir := t.TempDir()
+	llama3 := loadConfig(t, "llama3")
+	for name, data := range map[string]string{"tokenizer_config.json": `{"bos_token":"<|begin_of_text|>","eos_token":"<|eot_id|>"}`, "chat_template.jinja": llama3.Template} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := LoadConfig(ConfigPath(dir)); err != nil || c != llama3 {
+		t.Errorf("LoadConfig with chat_template.jinja = %+v, %v; want %+v", c, err, llama3)
 	}
 	if got := ConfigPath(testdata + "models/llama3/tokenizer.json.gz"); got != testdata+"models/llama3/tokenizer_config.json" {
 		t.Errorf("ConfigPath(.json.gz) = %q", got)

@@ -110,7 +110,7 @@ func New(name string, vocab Vocab, cfg Config) (*Renderer, error) {
 	return r, nil
 }
 
-// Name returns the template's name.
+// Name returns the template's name. Any goroutine.
 func (r *Renderer) Name() string { return r.name }
 
 // RoleError is a conversation the template refuses, as the model's own
