@@ -32,6 +32,17 @@ func TestParseMessages(t *testing.T) {
 	ok(`[{"role":"assistant","content":"x","reasoning_content":"why"},{"role":"assistant","content":"y","reasoning_content":null}]`,
 		Message{Role: "assistant", Content: "x", Reasoning: "why", HasReasoning: true}, Message{Role: "assistant", Content: "y"})
 
+	// The messages do not share memory with raw (a borrowed buffer).
+	raw := []byte(`[{"role":"user","content":"hello"}]`)
+	msgs, err := ParseMessages(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(raw)
+	if msgs[0].Role != "user" || msgs[0].Content != "hello" {
+		t.Errorf("after raw was cleared: %+v", msgs[0])
+	}
+
 	bad := func(in, want string) {
 		t.Helper()
 		if _, err := ParseMessages([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
