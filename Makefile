@@ -44,8 +44,8 @@ fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s)
 
 check: vet lint race fuzz-smoke build ## what CI runs
 
-golden: ## regenerate tokenizer reference ids (needs Node and npm; not part of check)
-	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node gen.mjs
+golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm; not part of check)
+	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node gen.mjs && node chat.mjs
 
 clean:
 	rm -rf bin

@@ -26,7 +26,7 @@ Usage:
   saltus <command> [flags]
 
 Commands:
-  tokenize  encode text to token ids with a HuggingFace tokenizer.json
+  tokenize  encode text (or chat messages, --chat) to token ids with a HuggingFace tokenizer.json
   version   print the version and build information
   help      print this help
 `

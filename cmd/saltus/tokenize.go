@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 
+	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
 
@@ -20,11 +22,18 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	path := fs.String("tokenizer", "", "path of a HuggingFace tokenizer.json, a directory holding one, or a .json.gz (required)")
 	special := fs.Bool("special", false, "add the tokenizer's special tokens around the text (BOS for Llama-3 and Mistral), as an engine does for a raw prompt")
 	asJSON := fs.Bool("json", false, "read a JSON array of strings from stdin and print one JSON array of id arrays")
-	chat := fs.Bool("chat", false, "read an OpenAI messages array and print the rendered segments (not available yet: chat templates are still to come)")
+	chat := fs.Bool("chat", false, "read an OpenAI messages array (or a request object with \"messages\") and print the prompt rendered with the model's chat template: segments, ids and message boundaries")
+	chatTemplate := fs.String("chat-template", "", "with --chat: the template by name ("+strings.Join(chatpkg.Names(), ", ")+"); default: recognized from the tokenizer_config.json next to --tokenizer, else none with a warning")
+	genPrompt := fs.Bool("add-generation-prompt", true, "with --chat: end with the assistant header the model answers after, as the chat completions API does (a request object's add_generation_prompt overrides it)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: saltus tokenize --tokenizer PATH [--special] [--json] < input\n\n"+
+		fmt.Fprintf(stderr, "Usage: saltus tokenize --tokenizer PATH [--special] [--json] < input\n"+
+			"       saltus tokenize --tokenizer PATH --chat [--chat-template NAME] < messages.json\n\n"+
 			"Encodes stdin (UTF-8 text, at most %d MiB) to token ids, exactly as HuggingFace tokenizers\n"+
-			"does, and prints them as a JSON array.\n\nFlags:\n", maxTokenizeInput>>20)
+			"does, and prints them as a JSON array. With --chat, renders an OpenAI messages array with\n"+
+			"the model's chat template and prints a JSON object: the template, the segments (added\n"+
+			"tokens, \"special\": true, and the text runs between them, each with its ids), all ids, and\n"+
+			"message_ends: for each message whose end falls between segments, the segment it ends with\n"+
+			"and its end as a token offset (mistral and llama2 end user turns inside a text run).\n\nFlags:\n", maxTokenizeInput>>20)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -37,8 +46,12 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if *chat {
-		fmt.Fprintln(stderr, "saltus tokenize: --chat is not available yet (chat templates are not implemented)")
+	if *chatTemplate != "" && !*chat {
+		fmt.Fprintln(stderr, "saltus tokenize: --chat-template needs --chat")
+		return 2
+	}
+	if *chat && (*special || *asJSON) {
+		fmt.Fprintln(stderr, "saltus tokenize: --chat does not combine with --special or --json (the template emits its own special tokens)")
 		return 2
 	}
 	tok, err := tokenizer.Load(*path)
@@ -54,6 +67,9 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(in) > maxTokenizeInput {
 		fmt.Fprintf(stderr, "saltus tokenize: stdin is larger than %d MiB\n", maxTokenizeInput>>20)
 		return 1
+	}
+	if *chat {
+		return runTokenizeChat(tok, *path, *chatTemplate, *genPrompt, in, stdout, stderr)
 	}
 	encode := tok.Encode
 	if *special {

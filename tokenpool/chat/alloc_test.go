@@ -1,0 +1,30 @@
+//go:build !race
+
+package chat
+
+import "testing"
+
+// TestRenderAllocs: with a reused dst, Render allocates at most once (the
+// arena of joined runs, unsafe.go), and not at all for None.
+func TestRenderAllocs(t *testing.T) {
+	for _, c := range []struct{ name, model string }{
+		{Llama3, "llama3"}, {ChatML, "qwen3"}, {Qwen3, "qwen3"}, {Mistral, "mistral7b"}, {Llama2, "mistral7b"}, {None, "mistral7b"},
+	} {
+		r, err := New(c.name, loadTokenizer(t, c.model), loadConfig(t, c.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := benchConversation()
+		if c.name == Mistral {
+			msgs = msgs[1:]
+		}
+		dst := make([]Segment, 0, 64)
+		want := 1.0
+		if c.name == None {
+			want = 0
+		}
+		if n := testing.AllocsPerRun(100, func() { dst, _ = r.Render(dst[:0], msgs, Options{AddGenerationPrompt: true}) }); n > want {
+			t.Errorf("%s: %.1f allocations per Render, want at most %.0f", c.name, n, want)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+// Package chat renders an OpenAI `messages` array with a model's chat
+// template into segments: special tokens and the maximal text runs between
+// them.
+//
+// # Place in the request path
+//
+// Stage 3 of DESIGN.md, on the connection's event loop: the reactor
+// decodes the body (stage 2; MessagesFromValue reads its already-parsed
+// "messages"), a Renderer turns the messages into segments, and stage 4
+// tokenizes each text segment on its own (tokenizer.EncodeSegment), through
+// the shard's segment cache. Because a text segment is a maximal run
+// between added tokens, the segment-wise ids equal the ids of the whole
+// rendered prompt (the tests prove it over the golden conversations and
+// random ones), so the cache hits on every system prompt and earlier turn,
+// and a message boundary is exact in token space wherever it falls on a
+// segment edge (Segment.MsgEnd).
+//
+// # Templates
+//
+// Built in, each checked id for id against the model's own Jinja template
+// rendered by @huggingface/jinja and tokenized by HuggingFace tokenizers
+// (testdata/README.md): llama3 (Meta-Llama-3-Instruct: content trimmed
+// with Python's whitespace), chatml (the classic ChatML template), qwen3
+// (Qwen3's template in full for system, user, assistant and tool
+// messages: reasoning kept inside <think> for assistant turns after the
+// last user query, taken from reasoning_content or from the content before
+// '</think>', and dropped from earlier turns; consecutive tool responses in
+// one user turn; enable_thinking=false. Not rendered: a request's tools
+// list, which Qwen3 puts into the system turn, so such a request gets
+// other tokens than the engine's from its first message on; and an
+// assistant's tool_calls, which follow its content, so the tokens match
+// the engine's up to that content and differ after it. Other roles render
+// as nothing, as in Qwen3's template),
+// mistral (Mistral-7B-Instruct-v0.1:
+// no system role), llama2 (Llama-2-chat: the system message goes inside
+// the first user turn), and none (each message's content as its own text
+// segment: consistent keys for an unknown template, not the engine's
+// tokens).
+//
+// A template is picked by name, or from the tokenizer_config.json's
+// chat_template by Detect, which recognizes only the exact template texts
+// the goldens check; anything else is ErrNotRecognized, and the caller
+// renders with None and warns once. mistral and llama2 refuse
+// non-alternating roles with a *RoleError, as the models' own templates
+// raise; the engine rejects those requests too, so the caller may answer
+// 400 (or render them with None).
+//
+// Content given as an array of parts is joined with "\n", as vLLM does
+// for string templates; a non-text part becomes a fixed Placeholder.
+//
+// # Concurrency
+//
+// A Renderer is immutable after New and safe for concurrent use; Render
+// keeps its state in locals, dst and one fresh arena per call.
+// ParseMessages, MessagesFromValue (on a value no one else reads), Detect
+// and ParseConfig are safe for concurrent use. Client input (messages,
+// roles, content) never panics: it renders, or returns an error naming
+// the field.
+package chat

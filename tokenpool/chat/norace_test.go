@@ -1,0 +1,5 @@
+//go:build !race
+
+package chat
+
+const raceEnabled = false

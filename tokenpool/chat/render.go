@@ -1,0 +1,498 @@
+package chat
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+)
+
+// Segment is one piece of a rendered prompt: a special token (ID >= 0:
+// one of the tokenizer's added tokens, such as <|eot_id|> or Qwen's
+// <think>) or a maximal run of text between them (ID == NoID).
+type Segment struct {
+	// Text is the text run, or the special token's spelling.
+	Text string
+	// ID is the special token's id, or NoID for a text run.
+	ID int32
+	// MsgEnd is the index of the message whose rendering ends exactly at
+	// the end of this segment, or -1. Where a message ends inside a text
+	// run (mistral and llama2 put a user message and "[/INST]" or the
+	// assistant's answer in one run), no segment names it: its end has no
+	// exact position in token space. When several messages end at the same
+	// edge (one rendered as nothing), the last is named.
+	MsgEnd int32
+}
+
+// NoID is the ID of a text segment.
+const NoID = -1
+
+// Special reports whether s is a special token.
+func (s Segment) Special() bool { return s.ID >= 0 }
+
+// Options are the per-request rendering switches.
+type Options struct {
+	// AddGenerationPrompt appends the assistant header the model answers
+	// after (the chat completions API always sets it).
+	AddGenerationPrompt bool
+	// DisableThinking is chat_template_kwargs {"enable_thinking": false}:
+	// the qwen3 template then appends an empty <think></think> block after
+	// the generation prompt. Other templates ignore it.
+	DisableThinking bool
+}
+
+// Vocab is what a Renderer needs from a tokenizer: its added tokens, so
+// the texts a template emits as special tokens get their ids.
+// *tokenizer.Tokenizer implements it.
+type Vocab interface {
+	LookupAdded(content string) (tokenizer.AddedToken, bool)
+}
+
+// tok is a piece of template text that the tokenizer may know as an added
+// token: then it becomes a special segment, else plain text.
+type tok struct {
+	text           string
+	id             int32 // NoID: not an added token, rendered as text
+	lstrip, rstrip bool
+}
+
+// Renderer renders messages with one built-in template for one tokenizer.
+// It is immutable after New and safe for concurrent use.
+type Renderer struct {
+	name string
+	bos  tok
+	eos  tok
+	// llama3
+	startHeader, endHeader, eot tok
+	// chatml, qwen3
+	imStart, imEnd, think, endThink, toolResp, endToolResp tok
+}
+
+// New builds a Renderer for the named template (see Names). cfg supplies
+// bos_token and eos_token for the templates that emit them (llama3,
+// mistral, llama2); an error names the missing field. Every template text
+// that is an added token of vocab renders as a special token segment; any
+// other renders as text, exactly as the tokenizer would treat it.
+func New(name string, vocab Vocab, cfg Config) (*Renderer, error) {
+	if !known(name) {
+		return nil, fmt.Errorf("unknown chat template %q (built in: %s)", name, strings.Join(Names(), ", "))
+	}
+	r := &Renderer{name: name}
+	lookup := func(s string) tok {
+		t := tok{text: s, id: NoID}
+		if vocab == nil {
+			return t
+		}
+		if a, ok := vocab.LookupAdded(s); ok {
+			t.id, t.lstrip, t.rstrip = a.ID, a.LStrip, a.RStrip
+		}
+		return t
+	}
+	switch name {
+	case Llama3, Mistral, Llama2:
+		if cfg.BOS == "" {
+			return nil, fmt.Errorf("chat template %s needs the tokenizer config's bos_token, which is empty or absent", name)
+		}
+		r.bos = lookup(cfg.BOS)
+	}
+	switch name {
+	case Mistral, Llama2:
+		if cfg.EOS == "" {
+			return nil, fmt.Errorf("chat template %s needs the tokenizer config's eos_token, which is empty or absent", name)
+		}
+		r.eos = lookup(cfg.EOS)
+	}
+	r.startHeader, r.endHeader, r.eot = lookup("<|start_header_id|>"), lookup("<|end_header_id|>"), lookup("<|eot_id|>")
+	r.imStart, r.imEnd = lookup("<|im_start|>"), lookup("<|im_end|>")
+	r.think, r.endThink = lookup("<think>"), lookup("</think>")
+	r.toolResp, r.endToolResp = lookup("<tool_response>"), lookup("</tool_response>")
+	return r, nil
+}
+
+// Name returns the template's name. Any goroutine.
+func (r *Renderer) Name() string { return r.name }
+
+// RoleError is a conversation the template refuses, as the model's own
+// template raises an exception for it (mistral and llama2 require roles to
+// alternate user/assistant; mistral has no system role). The engine
+// answers such a request with 400, so the caller may as well.
+type RoleError struct {
+	Template string
+	Index    int // the offending message
+	Role     string
+	Reason   string
+}
+
+func (e *RoleError) Error() string {
+	return fmt.Sprintf("chat template %s: messages[%d] (role %.40q): %s", e.Template, e.Index, e.Role, e.Reason)
+}
+
+// Render appends the segments of msgs, rendered with r's template, to dst.
+// Each text segment is a maximal run between special tokens, so
+// tokenizing the segments one by one (tokenizer.EncodeSegment, atStart
+// only for a text segment at index 0 of the prompt) gives exactly the
+// ids of the whole rendered prompt. Text segments share memory with the
+// message contents where they are a content alone; the runs that join
+// template text and content share one allocation per call. On error dst is
+// returned unchanged in length. Any goroutine.
+func (r *Renderer) Render(dst []Segment, msgs []Message, opt Options) ([]Segment, error) {
+	b := builder{segs: dst, base: len(dst), pendingEnd: -1, est: 64}
+	for i := range msgs {
+		// Template text per message is under 64 bytes in every template.
+		// The estimate only sizes the arena: exceeding it costs a copy.
+		b.est += len(msgs[i].Role) + len(msgs[i].Content) + len(msgs[i].Reasoning) + 64
+	}
+	var err error
+	switch r.name {
+	case None:
+		for i := range msgs {
+			b.text(msgs[i].Content)
+			b.flush()
+			b.endMessage(i)
+		}
+	case Llama3:
+		r.llama3(&b, msgs, opt)
+	case ChatML:
+		r.chatml(&b, msgs, opt)
+	case Qwen3:
+		r.qwen3(&b, msgs, opt)
+	case Mistral:
+		err = r.mistral(&b, msgs)
+	case Llama2:
+		err = r.llama2(&b, msgs)
+	default:
+		panic("BUG: chat.Renderer with unknown template " + r.name)
+	}
+	if err != nil {
+		return dst, err
+	}
+	b.flush()
+	return b.segs, nil
+}
+
+func (r *Renderer) llama3(b *builder, msgs []Message, opt Options) {
+	for i := range msgs {
+		if i == 0 {
+			b.special(r.bos)
+		}
+		b.special(r.startHeader)
+		b.text(msgs[i].Role)
+		b.special(r.endHeader)
+		b.text("\n\n")
+		b.text(pyStrip(msgs[i].Content))
+		b.special(r.eot)
+		b.endMessage(i)
+	}
+	if opt.AddGenerationPrompt {
+		b.special(r.startHeader)
+		b.text("assistant")
+		b.special(r.endHeader)
+		b.text("\n\n")
+	}
+}
+
+func (r *Renderer) chatml(b *builder, msgs []Message, opt Options) {
+	for i := range msgs {
+		b.special(r.imStart)
+		b.text(msgs[i].Role)
+		b.text("\n")
+		b.text(msgs[i].Content)
+		b.special(r.imEnd)
+		b.text("\n")
+		b.endMessage(i)
+	}
+	if opt.AddGenerationPrompt {
+		b.special(r.imStart)
+		b.text("assistant\n")
+	}
+}
+
+// qwen3 follows Qwen3's chat_template without tools: see the package doc.
+func (r *Renderer) qwen3(b *builder, msgs []Message, opt Options) {
+	// The last user message that is not a bare tool response: assistant
+	// turns after it keep their reasoning.
+	lastQuery := len(msgs) - 1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := &msgs[i]
+		if m.Role == "user" && !(strings.HasPrefix(m.Content, "<tool_response>") && strings.HasSuffix(m.Content, "</tool_response>")) {
+			lastQuery = i
+			break
+		}
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.Role == "user" || m.Role == "system":
+			b.special(r.imStart)
+			b.text(m.Role)
+			b.text("\n")
+			b.text(m.Content)
+			b.special(r.imEnd)
+			b.text("\n")
+		case m.Role == "assistant":
+			content, reasoning := m.Content, ""
+			if m.HasReasoning {
+				reasoning = m.Reasoning
+			} else if k := strings.LastIndex(content, "</think>"); k >= 0 {
+				before := content[:strings.Index(content, "</think>")]
+				content = strings.TrimLeft(content[k+len("</think>"):], "\n")
+				before = strings.TrimRight(before, "\n")
+				if j := strings.LastIndex(before, "<think>"); j >= 0 {
+					before = before[j+len("<think>"):]
+				}
+				reasoning = strings.TrimLeft(before, "\n")
+			}
+			b.special(r.imStart)
+			b.text("assistant\n")
+			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
+				b.special(r.think)
+				b.text("\n")
+				b.text(strings.Trim(reasoning, "\n"))
+				b.text("\n")
+				b.special(r.endThink)
+				b.text("\n\n")
+				b.text(strings.TrimLeft(content, "\n"))
+			} else {
+				b.text(content)
+			}
+			b.special(r.imEnd)
+			b.text("\n")
+		case m.Role == "tool":
+			if i == 0 || msgs[i-1].Role != "tool" {
+				b.special(r.imStart)
+				b.text("user")
+			}
+			b.text("\n")
+			b.special(r.toolResp)
+			b.text("\n")
+			b.text(m.Content)
+			b.text("\n")
+			b.special(r.endToolResp)
+			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
+				b.special(r.imEnd)
+				b.text("\n")
+			}
+		}
+		// Other roles render as nothing in Qwen3's template.
+		b.endMessage(i)
+	}
+	if opt.AddGenerationPrompt {
+		b.special(r.imStart)
+		b.text("assistant\n")
+		if opt.DisableThinking {
+			b.special(r.think)
+			b.text("\n\n")
+			b.special(r.endThink)
+			b.text("\n\n")
+		}
+	}
+}
+
+func alternates(msgs []Message, i, base int) bool {
+	return (msgs[i].Role == "user") == ((i-base)%2 == 0)
+}
+
+const alternateReason = "roles must alternate user/assistant/user/assistant/..."
+
+func (r *Renderer) mistral(b *builder, msgs []Message) error {
+	b.special(r.bos)
+	for i := range msgs {
+		if !alternates(msgs, i, 0) {
+			return &RoleError{Template: r.name, Index: i, Role: msgs[i].Role, Reason: alternateReason}
+		}
+		switch msgs[i].Role {
+		case "user":
+			b.text("[INST] ")
+			b.text(msgs[i].Content)
+			b.text(" [/INST]")
+		case "assistant":
+			b.text(msgs[i].Content)
+			b.special(r.eos)
+		default:
+			return &RoleError{Template: r.name, Index: i, Role: msgs[i].Role, Reason: "only user and assistant roles are supported"}
+		}
+		b.endMessage(i)
+	}
+	return nil
+}
+
+func (r *Renderer) llama2(b *builder, msgs []Message) error {
+	start := 0
+	var sys *Message
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		sys, start = &msgs[0], 1
+		b.endMessage(0) // renders nothing by itself: it goes into the first user turn
+	}
+	for i := start; i < len(msgs); i++ {
+		m := &msgs[i]
+		if !alternates(msgs, i, start) {
+			return &RoleError{Template: r.name, Index: i, Role: m.Role, Reason: alternateReason}
+		}
+		var p [5]string
+		parts := p[:0]
+		if i == start && sys != nil {
+			parts = append(parts, "<<SYS>>\n", sys.Content, "\n<</SYS>>\n\n")
+		}
+		parts = pyStripPieces(append(parts, m.Content))
+		switch m.Role {
+		case "user":
+			b.special(r.bos)
+			b.text("[INST] ")
+			for _, s := range parts {
+				b.text(s)
+			}
+			b.text(" [/INST]")
+		case "assistant":
+			b.text(" ")
+			for _, s := range parts {
+				b.text(s)
+			}
+			b.text(" ")
+			b.special(r.eos)
+		}
+		// Other roles (only at odd positions, else the alternation check
+		// fails) render as nothing, as in the original template.
+		b.endMessage(i)
+	}
+	return nil
+}
+
+// pySpace is Python's str.isspace, which jinja2's trim filter and
+// str.strip() use in the engines' templates: Go's unicode.IsSpace plus the
+// separators U+001C..U+001F.
+func pySpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
+
+func pyStrip(s string) string { return strings.TrimFunc(s, pySpace) }
+
+// pyStripPieces strips Python whitespace from both ends of the
+// concatenation of pieces, in place.
+func pyStripPieces(pieces []string) []string {
+	for len(pieces) > 0 {
+		pieces[0] = strings.TrimLeftFunc(pieces[0], pySpace)
+		if pieces[0] != "" {
+			break
+		}
+		pieces = pieces[1:]
+	}
+	for len(pieces) > 0 {
+		n := len(pieces) - 1
+		pieces[n] = strings.TrimRightFunc(pieces[n], pySpace)
+		if pieces[n] != "" {
+			break
+		}
+		pieces = pieces[:n]
+	}
+	return pieces
+}
+
+// builder collects text pieces into maximal runs between special tokens.
+type builder struct {
+	segs []Segment
+	base int // len(dst) on entry
+	// The pending text run: up to len(arr) pieces; a run rarely has more
+	// than a handful, and more are joined early (collapse). A fixed array,
+	// not a slice of it, so the builder stays on the stack.
+	arr [8]string
+	np  int // pieces in arr
+	// collapsed: arr[0] was joined by collapse and ends the arena.
+	collapsed bool
+	n         int  // bytes pending
+	rs        bool // the last special token absorbs whitespace after it (rstrip)
+	// arena holds every run joined from several pieces (unsafe.go); est is
+	// its first capacity, an upper bound of the rendered text's length.
+	arena []byte
+	est   int
+	// pendingEnd is a message that ended while endAt bytes were pending;
+	// -1 if none.
+	pendingEnd int32
+	endAt      int
+}
+
+func (b *builder) text(s string) {
+	if s == "" {
+		return
+	}
+	if b.np == len(b.arr) {
+		b.collapse()
+	}
+	b.arr[b.np] = s
+	b.np++
+	b.n += len(s)
+}
+
+// collapse joins the pending pieces into one, in the arena.
+func (b *builder) collapse() {
+	if b.arena == nil {
+		b.arena = make([]byte, 0, b.est)
+	}
+	start, from := len(b.arena), 0
+	if b.collapsed {
+		// arr[0] is already the arena's tail: extend it in place.
+		start, from = len(b.arena)-len(b.arr[0]), 1
+	}
+	for _, p := range b.arr[from:b.np] {
+		b.arena = append(b.arena, p...)
+	}
+	clear(b.arr[:b.np])
+	b.arr[0], b.np, b.collapsed = arenaString(b.arena, start), 1, true
+}
+
+func (b *builder) special(t tok) {
+	if t.id == NoID {
+		b.text(t.text)
+		return
+	}
+	b.flushStrip(t.lstrip)
+	b.segs = append(b.segs, Segment{Text: t.text, ID: t.id, MsgEnd: -1})
+	b.rs = t.rstrip
+}
+
+// endMessage records that message i's rendering ends here.
+func (b *builder) endMessage(i int) {
+	if b.n == 0 {
+		// At a segment edge: the last segment, if this render made one.
+		if len(b.segs) > b.base {
+			b.segs[len(b.segs)-1].MsgEnd = int32(i)
+		}
+		b.pendingEnd = -1
+		return
+	}
+	b.pendingEnd, b.endAt = int32(i), b.n
+}
+
+func (b *builder) flush() { b.flushStrip(false) }
+
+// flushStrip emits the pending text run; lstrip: the special token that
+// follows absorbs the run's trailing whitespace.
+func (b *builder) flushStrip(lstrip bool) {
+	end := int32(-1)
+	if b.pendingEnd >= 0 && b.endAt == b.n {
+		end = b.pendingEnd // the message ended at the end of this run
+	}
+	b.pendingEnd = -1
+	if b.n == 0 {
+		b.rs = false
+		return
+	}
+	if b.np > 1 {
+		b.collapse()
+	}
+	s := b.arr[0]
+	b.arr[0], b.np, b.n, b.collapsed = "", 0, 0, false
+	// The tokenizer's own whitespace rule for lstrip/rstrip (Encode).
+	if b.rs {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	}
+	if lstrip {
+		s = strings.TrimRightFunc(s, unicode.IsSpace)
+	}
+	b.rs = false
+	if s == "" {
+		if end >= 0 && len(b.segs) > b.base {
+			b.segs[len(b.segs)-1].MsgEnd = end
+		}
+		return
+	}
+	b.segs = append(b.segs, Segment{Text: s, ID: NoID, MsgEnd: end})
+}

