@@ -13,6 +13,9 @@ type splitPattern struct {
 	// maxDigits is the {1,n} bound of the \p{N} alternative: 3 for Llama-3,
 	// 1 for Qwen.
 	maxDigits int
+	// gpt2: GPT-2's pattern instead, which the ByteLevel pre-tokenizer
+	// applies with use_regex (see matchGPT2).
+	gpt2 bool
 }
 
 // The two patterns we accept, by their exact regex text.
@@ -93,6 +96,9 @@ func (p splitPattern) next(s string) int {
 // match returns the length of the regex match at i (the first alternative
 // that matches wins, as in the regex's ordered alternation).
 func (p splitPattern) match(s string, i int) int {
+	if p.gpt2 {
+		return matchGPT2(s, i)
+	}
 	r, w := at(s, i)
 	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if r == '\'' {
@@ -208,5 +214,100 @@ func others(s string, i int) int {
 			return n
 		}
 		n += w
+	}
+}
+
+// gpt2Split is GPT-2's pattern, which HuggingFace's ByteLevel
+// pre-tokenizer applies when use_regex is true:
+//
+//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+var gpt2Split = splitPattern{gpt2: true}
+
+// matchGPT2 returns the length of GPT-2's pattern's match at i. Unlike the
+// Llama-3 pattern its contractions are case-sensitive, a letter, digit or
+// other run takes only a space (not any non-letter) in front, digit runs
+// are unbounded, and newlines get no alternative of their own.
+func matchGPT2(s string, i int) int {
+	r, w := at(s, i)
+	// 's|'t|'re|'ve|'m|'ll|'d
+	if r == '\'' && i+1 < len(s) {
+		switch s[i+1] {
+		case 's', 't', 'm', 'd':
+			return 2
+		case 'r', 'v':
+			if i+2 < len(s) && s[i+2] == 'e' {
+				return 3
+			}
+		case 'l':
+			if i+2 < len(s) && s[i+2] == 'l' {
+				return 3
+			}
+		}
+	}
+	// ' ?' in front of the next three alternatives.
+	j, r2, w2 := i, r, w
+	if r == ' ' {
+		j = i + w
+		r2, w2 = at(s, j)
+	}
+	switch {
+	case r2 < 0:
+	case isL(r2): // ' ?\p{L}+'
+		return j + w2 + letters(s, j+w2) - i
+	case isN(r2): // ' ?\p{N}+'
+		return j + w2 + digits(s, j+w2) - i
+	case !isS(r2): // ' ?[^\s\p{L}\p{N}]+'
+		return j + others(s, j) - i
+	}
+	if !isS(r) {
+		return 0
+	}
+	end, lastW := i, 0
+	for {
+		r3, w3 := at(s, end)
+		if r3 < 0 || !isS(r3) {
+			break
+		}
+		lastW = w3
+		end += w3
+	}
+	// \s+(?!\S): the whole run at the end of input, else all but its last
+	// rune, if that leaves one; else \s+.
+	if end < len(s) && end-lastW > i {
+		return end - lastW - i
+	}
+	return end - i
+}
+
+func digits(s string, i int) int {
+	n := 0
+	for {
+		r, w := at(s, i+n)
+		if r < 0 || !isN(r) {
+			return n
+		}
+		n += w
+	}
+}
+
+// nextDigits returns the length of the first piece of s (non-empty) as the
+// Digits pre-tokenizer cuts it: a run of numeric characters (Rust's
+// char::is_numeric: Nd, Nl and No, as Go's unicode.IsNumber), or with
+// individual one numeric character, or a run of other characters.
+func nextDigits(s string, individual bool) int {
+	r, w := at(s, 0)
+	if isN(r) {
+		if individual {
+			return w
+		}
+		return w + digits(s, w)
+	}
+	n := w
+	for {
+		r2, w2 := at(s, n)
+		if r2 < 0 || isN(r2) {
+			return n
+		}
+		n += w2
 	}
 }

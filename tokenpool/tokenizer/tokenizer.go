@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -40,16 +41,20 @@ import (
 // Tokenizer is a loaded tokenizer.json.
 type Tokenizer struct {
 	normalizers []func(string) string
-	// byteLevel: GPT-2 byte-level BPE behind a Split pre-tokenizer. Else
-	// SentencePiece-style BPE over the whole normalized text.
+	// byteLevel: GPT-2 byte-level BPE (a ByteLevel pre-tokenizer ends the
+	// pipeline). Else SentencePiece-style BPE over characters.
 	byteLevel    bool
 	byteFallback bool
 	byteTok      [256]int32 // <0xXX> tokens, with byteFallback
 	unk          int32      // -1: none
 	fuseUnk      bool
-	split        splitPattern
-	meta         *metaspace       // a Metaspace pre-tokenizer, or nil
-	vocab        map[string]int32 // raw bytes of a token -> id
+	// stages are the pre-tokenizers, in order (pipeline.go); a ByteLevel
+	// without add_prefix_space or use_regex has none. splitOnly: the
+	// stages are one Split on a byte-level model (Llama-3, Qwen), which
+	// encodeText runs without the general recursion.
+	stages    []stage
+	splitOnly bool
+	vocab     map[string]int32 // raw bytes of a token -> id
 	// short holds the tokens of at most 7 bytes again, keyed by packKey:
 	// a 64-bit key skips string hashing and comparison, which was the
 	// largest cost of Encode on prose (pprof: mapaccess2_faststr).
@@ -81,6 +86,9 @@ type addedToken struct {
 	content        string
 	id             int32
 	lstrip, rstrip bool // the match absorbs whitespace on that side
+	// singleWord: a match counts only between non-word characters (or
+	// the ends of the input), see isWordBoundary.
+	singleWord bool
 }
 
 // Load reads a tokenizer.json (or a directory holding one, or a .gz of it).
@@ -136,14 +144,12 @@ type fileJSON struct {
 }
 
 type component struct {
-	Type          string            `json:"type"`
-	Normalizers   []json.RawMessage `json:"normalizers"`
-	PreTokenizers []json.RawMessage `json:"pretokenizers"`
-	Pattern       struct {
+	Type        string            `json:"type"`
+	Normalizers []json.RawMessage `json:"normalizers"`
+	Pattern     struct {
 		Regex  *string `json:"Regex"`
 		String *string `json:"String"`
 	} `json:"pattern"`
-	Behavior   string            `json:"behavior"`
 	Prepend    string            `json:"prepend"`
 	Processors []json.RawMessage `json:"processors"`
 	Single     []struct {
@@ -157,10 +163,7 @@ type component struct {
 	SpecialTokens map[string]struct {
 		IDs []int32 `json:"ids"`
 	} `json:"special_tokens"`
-	Content        string `json:"content"`
-	Invert         bool   `json:"invert"`
-	AddPrefixSpace bool   `json:"add_prefix_space"`
-	UseRegex       bool   `json:"use_regex"`
+	Content string `json:"content"`
 }
 
 // Parse builds a Tokenizer from tokenizer.json bytes.
@@ -176,6 +179,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	if err := t.loadPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
+	t.splitOnly = t.byteLevel && len(t.stages) == 1 && t.stages[0].kind == stageSplit
 	if err := t.loadPostProcessor(f.PostProc); err != nil {
 		return nil, err
 	}
@@ -261,9 +265,6 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		t.merges.put(uint64(ia)<<32|uint64(ib), int32(rank), res)
 	}
 	for _, a := range f.AddedTokens {
-		if a.SingleWord {
-			return nil, fmt.Errorf("added token %q: single_word not yet implemented", a.Content)
-		}
 		if a.Normalized && len(t.normalizers) > 0 {
 			// HuggingFace matches such a token in the normalized text;
 			// we match in the raw text, which is the same only without
@@ -273,7 +274,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if a.Content == "" {
 			continue
 		}
-		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip})
+		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip, singleWord: a.SingleWord})
 	}
 	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
 	t.byPrefix = make(map[uint16][]int32)
@@ -353,36 +354,6 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	default:
 		return fmt.Errorf("unsupported normalizer %q (not yet implemented)", c.Type)
 	}
-	return nil
-}
-
-func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil // SentencePiece style: the whole text is one word
-	}
-	var c component
-	if err := json.Unmarshal(raw, &c); err == nil && c.Type == "Metaspace" {
-		return t.loadMetaspace(raw)
-	}
-	t.byteLevel = true
-	if err := json.Unmarshal(raw, &c); err != nil || c.Type != "Sequence" || len(c.PreTokenizers) != 2 {
-		return fmt.Errorf("unsupported pre_tokenizer %s (only Sequence[Split, ByteLevel] and Metaspace so far)", trim(raw))
-	}
-	var sp, bl component
-	if json.Unmarshal(c.PreTokenizers[0], &sp) != nil || json.Unmarshal(c.PreTokenizers[1], &bl) != nil {
-		return errors.New("cannot parse pre_tokenizer sequence")
-	}
-	if sp.Type != "Split" || sp.Pattern.Regex == nil || sp.Behavior != "Isolated" || sp.Invert {
-		return fmt.Errorf("unsupported pre_tokenizer %s", trim(c.PreTokenizers[0]))
-	}
-	p, ok := knownSplits[*sp.Pattern.Regex]
-	if !ok {
-		return fmt.Errorf("unsupported Split regex %q: only the Llama-3 and Qwen patterns are matched", *sp.Pattern.Regex)
-	}
-	if bl.Type != "ByteLevel" || bl.AddPrefixSpace || bl.UseRegex {
-		return fmt.Errorf("unsupported pre_tokenizer %s", trim(c.PreTokenizers[1]))
-	}
-	t.split = p
 	return nil
 }
 
@@ -498,25 +469,60 @@ var unbyte = func() (m [256 + 68]int16) {
 // 48 bytes; Prepend and Replace (Mistral) allocate a normalized copy.
 // Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
-	first := true // the segment at offset 0 (Metaspace's prepend_scheme first)
-	for len(text) > 0 {
-		i, tok := t.findAdded(text)
-		before := text[:i]
-		if tok != nil && tok.lstrip {
-			before = strings.TrimRightFunc(before, unicode.IsSpace)
-		}
-		dst = t.encodeText(dst, before, first)
-		first = false
+	// text[start:] is not encoded yet; added tokens are searched from pos
+	// on, which passes start only over a single_word match that HuggingFace
+	// discards: like its Aho-Corasick iterator, the search resumes after
+	// the discarded match, whose text stays ordinary text.
+	start, pos := 0, 0
+	for {
+		i, tok := t.findAdded(text, pos)
 		if tok == nil {
 			break
 		}
+		end := i + len(tok.content)
+		if tok.singleWord && !singleWordOK(text, i, end) {
+			pos = end
+			continue
+		}
+		before := text[start:i]
+		if tok.lstrip {
+			before = strings.TrimRightFunc(before, unicode.IsSpace)
+		}
+		dst = t.encodeText(dst, before, start == 0)
 		dst = append(dst, tok.id)
-		text = text[i+len(tok.content):]
 		if tok.rstrip {
-			text = strings.TrimLeftFunc(text, unicode.IsSpace)
+			end = len(text) - len(strings.TrimLeftFunc(text[end:], unicode.IsSpace))
+		}
+		start, pos = end, end
+	}
+	return t.encodeText(dst, text[start:], start == 0)
+}
+
+// singleWordOK reports whether a single_word match s[i:end] stands alone
+// as HuggingFace checks it: no word character just before i, nor at end.
+func singleWordOK(s string, i, end int) bool {
+	if i > 0 {
+		if r, _ := utf8.DecodeLastRuneInString(s[:i]); isWordChar(r) {
+			return false
 		}
 	}
-	return dst
+	if end < len(s) {
+		if r, _ := utf8.DecodeRuneInString(s[end:]); isWordChar(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// isWordChar is Rust regex's Unicode \w, which HuggingFace's single_word
+// check uses: Alphabetic (letters, Nl, Other_Alphabetic), marks, decimal
+// digits, connector punctuation and the joiners U+200C and U+200D.
+func isWordChar(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r == '_' || asciiClass[r]&(classL|classN) != 0
+	}
+	return unicode.IsLetter(r) || unicode.IsMark(r) ||
+		unicode.In(r, unicode.Nd, unicode.Nl, unicode.Pc, unicode.Other_Alphabetic, unicode.Join_Control)
 }
 
 // EncodeSpecial is Encode plus the post-processor's special tokens (for
@@ -528,12 +534,12 @@ func (t *Tokenizer) EncodeSpecial(dst []int32, text string) []int32 {
 	return append(dst, t.eos...)
 }
 
-// findAdded returns the leftmost, then longest, added token in s and its
-// offset, or len(s) and nil. Only bytes that start some added token are
+// findAdded returns the leftmost, then longest, added token in s[from:]
+// and its offset in s, or len(s) and nil. Only bytes that start some added token are
 // looked at (for Llama-3, '<'), then the tokens sharing the next byte too,
 // longest first, then one-byte tokens.
-func (t *Tokenizer) findAdded(s string) (int, *addedToken) {
-	for i := 0; i < len(s); i++ {
+func (t *Tokenizer) findAdded(s string, from int) (int, *addedToken) {
+	for i := from; i < len(s); i++ {
 		if !t.startsAdded[s[i]] {
 			continue
 		}
@@ -558,14 +564,12 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 	for _, n := range t.normalizers {
 		s = n(s)
 	}
-	if t.meta != nil {
-		return t.metaspace(dst, s, first)
+	if !t.splitOnly {
+		return t.pretokenize(dst, s, 0, first)
 	}
-	if !t.byteLevel {
-		return t.spWord(dst, s)
-	}
+	split := t.stages[0].split
 	for len(s) > 0 {
-		n := t.split.next(s)
+		n := split.next(s)
 		dst = t.bpe(dst, s[:n])
 		s = s[n:]
 	}
