@@ -38,8 +38,8 @@ func fuzzTokenizer(t *testing.T) (*Tokenizer, map[int32]string) {
 
 // FuzzEncode checks that encoding is lossless (byte-level BPE: the ids'
 // bytes concatenate to the NFC-normalized input, outside added tokens) and
-// that the pre-tokenizer cuts every input into non-empty pieces covering
-// it. Golden agreement with HuggingFace is TestGolden's job.
+// that the pre-tokenizers (the Llama-3, Qwen and GPT-2 patterns, Digits)
+// cut every input into non-empty pieces covering it. Golden agreement with HuggingFace is TestGolden's job.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "Hello world", "I'M here 123456", "  \r\n\t x", "你好<|im_end|>x", "e\u0301", "\xff\xfe"} {
 		f.Add(s)
@@ -51,10 +51,13 @@ func FuzzEncode(f *testing.F) {
 			return
 		}
 		tok, bytesOf := fuzzTokenizer(t)
-		for _, p := range []splitPattern{{maxDigits: 1}, {maxDigits: 3}} {
+		for _, next := range []func(string) int{
+			splitPattern{maxDigits: 1}.next, splitPattern{maxDigits: 3}.next, gpt2Split.next,
+			func(s string) int { return nextDigits(s, false) }, func(s string) int { return nextDigits(s, true) },
+		} {
 			n := 0
 			for rest := s; len(rest) > 0; {
-				k := p.next(rest)
+				k := next(rest)
 				if k <= 0 || k > len(rest) {
 					t.Fatalf("piece length %d at offset %d of %q", k, n, s)
 				}

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,6 +60,11 @@ func TestParseRefusesUnknownComponents(t *testing.T) {
 		{`{"type": "NFKC"}`, llamaSplit, "null", "", `normalizer "NFKC"`},
 		{"null", `{"type": "Whitespace"}`, "null", "", `unsupported pre_tokenizer`},
 		{"null", strings.Replace(llamaSplit, `{1,3}`, `{1,4}`, 1), "null", "", `unsupported Split regex`},
+		{"null", strings.Replace(llamaSplit, `Isolated`, `Removed`, 1), "null", "", `unsupported pre_tokenizer Split`},
+		{"null", `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false}, {"type": "Digits", "individual_digits": true}]}`, "null", "", `"Digits" after ByteLevel`},
+		{"null", `{"type": "Digits"}`, "null", "", `Digits without individual_digits`},
+		{"null", `{"type": "ByteLevel", "use_regex": true}`, "null", "", `ByteLevel without add_prefix_space`},
+		{"null", `{"type": "Sequence", "pretokenizers": [{"type": "Punctuation"}]}`, "null", "", `pre_tokenizer "Punctuation"`},
 		{"null", llamaSplit, `{"type": "BertProcessing"}`, "", `post_processor "BertProcessing"`},
 		{"null", llamaSplit, "null", `, "dropout": 0.1`, "dropout"},
 		{"null", llamaSplit, "null", `, "byte_fallback": true`, "byte_fallback"},
@@ -72,4 +78,53 @@ func TestParseRefusesUnknownComponents(t *testing.T) {
 	if _, err := Parse([]byte(`{"model": `)); err == nil || !strings.Contains(err.Error(), "cannot parse") {
 		t.Errorf("truncated JSON: %v", err)
 	}
+}
+
+func TestParsePreTokenizers(t *testing.T) {
+	t.Parallel()
+	f := func(pre string, stages []stageKind, byteLevel bool) {
+		t.Helper()
+		tok, err := Parse([]byte(minimal("null", pre, "null", "")))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", pre, err)
+		}
+		var got []stageKind
+		for _, s := range tok.stages {
+			got = append(got, s.kind)
+		}
+		if !slices.Equal(got, stages) || tok.byteLevel != byteLevel {
+			t.Errorf("Parse(%s): stages %v, byteLevel %v; want %v, %v", pre, got, tok.byteLevel, stages, byteLevel)
+		}
+	}
+	f(llamaSplit, []stageKind{stageSplit}, true)
+	// use_regex defaults to true, as in HuggingFace; a ByteLevel that
+	// neither adds a space nor splits is no stage.
+	f(`{"type": "ByteLevel", "add_prefix_space": false}`, []stageKind{stageByteLevel}, true)
+	f(`{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}`, nil, true)
+	f(`{"type": "Sequence", "pretokenizers": [{"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": false}]}, {"type": "Metaspace", "replacement": "_", "prepend_scheme": "never"}]}`,
+		[]stageKind{stageDigits, stageMetaspace}, false)
+}
+
+func TestPieces(t *testing.T) {
+	t.Parallel()
+	f := func(next func(string) int, s string, want ...string) {
+		t.Helper()
+		var got []string
+		for len(s) > 0 {
+			n := next(s)
+			got = append(got, s[:n])
+			s = s[n:]
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pieces %q, want %q", got, want)
+		}
+	}
+	gpt2 := gpt2Split.next
+	f(gpt2, "Hello world, it's 2026!", "Hello", " world", ",", " it", "'s", " 2026", "!")
+	f(gpt2, "IT'S a   b\n\nc ", "IT", "'", "S", " a", "  ", " b", "\n", "\n", "c", " ") // \s+(?!\S) leaves one \n
+	f(gpt2, "x  12345 ..", "x", " ", " 12345", " ..")
+	digits := func(s string) int { return nextDigits(s, false) }
+	individual := func(s string) int { return nextDigits(s, true) }
+	f(digits, "ab12 ³4", "ab", "12", " ", "³4")
+	f(individual, "ab12 ³4", "ab", "1", "2", " ", "³", "4")
 }

@@ -8,13 +8,16 @@
 // matters: a router whose ids differ from the engine's computes keys the
 // engine's cache never had.
 //
-// Supported so far: byte-level BPE with the Llama-3 and Qwen Split patterns
-// (matched by hand, see pretok.go) and ignore_merges; SentencePiece-style
-// BPE without a pre-tokenizer, with byte_fallback, unk_token and fuse_unk
-// (Mistral, Llama-2), with or without a Metaspace pre-tokenizer; normalizers
-// NFC, Prepend, Replace (string patterns) and Sequence; added tokens
-// (leftmost-longest, lstrip, rstrip). Anything else is refused at load with
-// an error naming the component.
+// Supported so far: BPE, byte-level (a ByteLevel pre-tokenizer) or
+// SentencePiece-style over characters with byte_fallback, unk_token and
+// fuse_unk (Mistral, Llama-2), with ignore_merges; pre-tokenizers Split
+// with the Llama-3 and Qwen patterns (matched by hand, see pretok.go),
+// Digits, Metaspace, ByteLevel (add_prefix_space, use_regex with GPT-2's
+// pattern, also by hand) and Sequences of them, ByteLevel last
+// (pipeline.go); normalizers NFC, Prepend, Replace (string patterns) and
+// Sequence; post-processors TemplateProcessing and ByteLevel; added tokens
+// (leftmost-longest, lstrip, rstrip, single_word). Anything else is refused
+// at load with an error naming the component.
 //
 // # Concurrency
 //
