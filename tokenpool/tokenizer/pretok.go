@@ -99,6 +99,17 @@ func (p splitPattern) match(s string, i int) int {
 	if p.gpt2 {
 		return matchGPT2(s, i)
 	}
+	// Fast paths for the commonest pieces of prose, an ASCII word with or
+	// without a space in front: the alternatives before
+	// [^\r\n\p{L}\p{N}]?\p{L}+ cannot match there.
+	if c := s[i]; c < utf8.RuneSelf {
+		if asciiClass[c]&classL != 0 {
+			return 1 + letters(s, i+1)
+		}
+		if c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiClass[s[i+1]]&classL != 0 {
+			return 2 + letters(s, i+2)
+		}
+	}
 	r, w := at(s, i)
 	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if r == '\'' {
@@ -194,15 +205,24 @@ func contraction(s string, i int) int {
 	return 0
 }
 
+// letters matches \p{L}* at i, ASCII bytes without decoding.
 func letters(s string, i int) int {
-	n := 0
-	for {
-		r, w := at(s, i+n)
-		if r < 0 || !isL(r) {
-			return n
+	j := i
+	for j < len(s) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c]&classL == 0 {
+				break
+			}
+			j++
+			continue
 		}
-		n += w
+		r, w := utf8.DecodeRuneInString(s[j:])
+		if !unicode.IsLetter(r) {
+			break
+		}
+		j += w
 	}
+	return j - i
 }
 
 // others matches [^\s\p{L}\p{N}]+ at i.
