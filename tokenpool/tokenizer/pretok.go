@@ -47,35 +47,52 @@ var asciiClass = func() (c [128]uint8) {
 	return c
 }()
 
+// isL, isN and isS keep their non-ASCII paths out of line, so that they
+// inline into the matchers' loops; so does at, though it stays (just) over
+// the inlining budget.
 func isL(r rune) bool {
 	if uint32(r) < 128 {
 		return asciiClass[r]&classL != 0
 	}
-	return unicode.IsLetter(r)
+	return isLetter(r)
 }
 
 func isN(r rune) bool {
 	if uint32(r) < 128 {
 		return asciiClass[r]&classN != 0
 	}
-	return unicode.IsNumber(r)
+	return isNumber(r)
 }
 
 func isS(r rune) bool {
 	if uint32(r) < 128 {
 		return asciiClass[r]&classS != 0
 	}
-	return unicode.IsSpace(r)
+	return isSpace(r)
 }
+
+//go:noinline
+func isLetter(r rune) bool { return unicode.IsLetter(r) }
+
+//go:noinline
+func isNumber(r rune) bool { return unicode.IsNumber(r) }
+
+//go:noinline
+func isSpace(r rune) bool { return unicode.IsSpace(r) }
 
 func isCRLF(r rune) bool { return r == '\r' || r == '\n' }
 
 func at(s string, i int) (rune, int) {
+	if i < len(s) && s[i] < utf8.RuneSelf {
+		return rune(s[i]), 1
+	}
+	return atSlow(s, i)
+}
+
+//go:noinline
+func atSlow(s string, i int) (rune, int) {
 	if i >= len(s) {
 		return -1, 0
-	}
-	if c := s[i]; c < utf8.RuneSelf {
-		return rune(c), 1
 	}
 	return utf8.DecodeRuneInString(s[i:])
 }
@@ -160,6 +177,18 @@ func (p splitPattern) match(s string, i int) int {
 	// The whitespace run from i, and where its last CR or LF ends.
 	end, lastNL, lastW := i, -1, 0
 	for {
+		if end < len(s) && s[end] < utf8.RuneSelf {
+			c := s[end]
+			if asciiClass[c]&classS == 0 {
+				break
+			}
+			if c == '\r' || c == '\n' {
+				lastNL = end + 1
+			}
+			lastW = 1
+			end++
+			continue
+		}
 		r2, w2 := at(s, end)
 		if r2 < 0 || !isS(r2) {
 			break
@@ -225,16 +254,24 @@ func letters(s string, i int) int {
 	return j - i
 }
 
-// others matches [^\s\p{L}\p{N}]+ at i.
+// others matches [^\s\p{L}\p{N}]* at i.
 func others(s string, i int) int {
-	n := 0
-	for {
-		r, w := at(s, i+n)
-		if r < 0 || isS(r) || isL(r) || isN(r) {
-			return n
+	j := i
+	for j < len(s) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c] != 0 {
+				break
+			}
+			j++
+			continue
 		}
-		n += w
+		r, w := utf8.DecodeRuneInString(s[j:])
+		if isS(r) || isL(r) || isN(r) {
+			break
+		}
+		j += w
 	}
+	return j - i
 }
 
 // gpt2Split is GPT-2's pattern, which HuggingFace's ByteLevel
