@@ -86,11 +86,16 @@ type Tokenizer struct {
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
 	added    []addedToken // longest first
-	// startsAdded marks bytes that start some added token; byPrefix lists,
-	// per first two bytes (a one-byte token: its byte and 0xff, which no
-	// UTF-8 text contains), the indices into added, longest first.
+	// startsAdded marks bytes that start some added token; oneStart is
+	// that byte if only one does (all three models here: '<'), else -1,
+	// so that findAdded skips to it with strings.IndexByte. prefixes maps
+	// the first two bytes (a one-byte token: its byte and 0xff, which no
+	// UTF-8 text contains) to a run of addedIdx, indices into added
+	// longest first; a map lookup per '<' was 7 % of Encode on HTML.
 	startsAdded [256]bool
-	byPrefix    map[uint16][]int32
+	oneStart    int
+	prefixes    table // prefix2 -> start in addedIdx, length of the run
+	addedIdx    []int32
 }
 
 func prefix2(s string) uint16 {
@@ -315,11 +320,34 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip, singleWord: a.SingleWord})
 	}
 	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
-	t.byPrefix = make(map[uint16][]int32)
-	for k, a := range t.added {
-		p := prefix2(a.content)
-		t.startsAdded[a.content[0]] = true
-		t.byPrefix[p] = append(t.byPrefix[p], int32(k))
+	starts := 0
+	for _, a := range t.added {
+		if !t.startsAdded[a.content[0]] {
+			t.startsAdded[a.content[0]] = true
+			t.oneStart = int(a.content[0])
+			starts++
+		}
+	}
+	if starts != 1 {
+		t.oneStart = -1
+	}
+	t.addedIdx = make([]int32, len(t.added))
+	for k := range t.addedIdx {
+		t.addedIdx[k] = int32(k)
+	}
+	// Stable: within a prefix, longest first stays.
+	slices.SortStableFunc(t.addedIdx, func(x, y int32) int {
+		return int(prefix2(t.added[x].content)) - int(prefix2(t.added[y].content))
+	})
+	t.prefixes = newTable(len(t.added))
+	for k := 0; k < len(t.addedIdx); {
+		p := prefix2(t.added[t.addedIdx[k]].content)
+		e := k + 1
+		for e < len(t.addedIdx) && prefix2(t.added[t.addedIdx[e]].content) == p {
+			e++
+		}
+		t.prefixes.put(uint64(p), int32(k), int32(e-k))
+		k = e
 	}
 	return t, nil
 }
@@ -585,23 +613,34 @@ func (t *Tokenizer) EncodeSpecial(dst []int32, text string) []int32 {
 }
 
 // findAdded returns the leftmost, then longest, added token in s[from:]
-// and its offset in s, or len(s) and nil. Only bytes that start some added token are
-// looked at (for Llama-3, '<'), then the tokens sharing the next byte too,
-// longest first, then one-byte tokens.
+// and its offset in s, or len(s) and nil. Only bytes that start some added
+// token are looked at (for Llama-3, '<'), then the tokens sharing the next
+// byte too, longest first, then one-byte tokens.
 func (t *Tokenizer) findAdded(s string, from int) (int, *addedToken) {
+	if len(t.added) == 0 {
+		return len(s), nil
+	}
 	for i := from; i < len(s); i++ {
-		if !t.startsAdded[s[i]] {
+		if t.oneStart >= 0 {
+			k := strings.IndexByte(s[i:], byte(t.oneStart))
+			if k < 0 {
+				break
+			}
+			i += k
+		} else if !t.startsAdded[s[i]] {
 			continue
 		}
 		if i+1 < len(s) {
-			for _, k := range t.byPrefix[uint16(s[i])<<8|uint16(s[i+1])] {
-				if strings.HasPrefix(s[i:], t.added[k].content) {
-					return i, &t.added[k]
+			if start, n, ok := t.prefixes.get(uint64(s[i])<<8 | uint64(s[i+1])); ok {
+				for _, k := range t.addedIdx[start : start+n] {
+					if strings.HasPrefix(s[i:], t.added[k].content) {
+						return i, &t.added[k]
+					}
 				}
 			}
 		}
-		if ks := t.byPrefix[uint16(s[i])<<8|0xff]; len(ks) > 0 {
-			return i, &t.added[ks[0]]
+		if start, _, ok := t.prefixes.get(uint64(s[i])<<8 | 0xff); ok {
+			return i, &t.added[t.addedIdx[start]]
 		}
 	}
 	return len(s), nil
