@@ -35,17 +35,14 @@ const (
 // that HuggingFace requires or defaults are pointers, to tell absent from
 // false.
 type preComponent struct {
-	Type          string            `json:"type"`
-	PreTokenizers []json.RawMessage `json:"pretokenizers"`
-	Pattern       struct {
-		Regex  *string `json:"Regex"`
-		String *string `json:"String"`
-	} `json:"pattern"`
-	Behavior         string `json:"behavior"`
-	Invert           bool   `json:"invert"`
-	IndividualDigits *bool  `json:"individual_digits"`
-	AddPrefixSpace   *bool  `json:"add_prefix_space"`
-	UseRegex         *bool  `json:"use_regex"`
+	Type             string            `json:"type"`
+	PreTokenizers    []json.RawMessage `json:"pretokenizers"`
+	Pattern          patternJSON       `json:"pattern"`
+	Behavior         string            `json:"behavior"`
+	Invert           bool              `json:"invert"`
+	IndividualDigits *bool             `json:"individual_digits"`
+	AddPrefixSpace   *bool             `json:"add_prefix_space"`
+	UseRegex         *bool             `json:"use_regex"`
 }
 
 // loadPreTokenizer appends the stages of one pre_tokenizer (a Sequence
@@ -53,12 +50,9 @@ type preComponent struct {
 // a pre-tokenizer after it would see its byte alphabet, which nothing here
 // reproduces.
 func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil // SentencePiece style: the whole text is one word
-	}
 	var c preComponent
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return fmt.Errorf("cannot parse pre_tokenizer: %w", err)
+	if ok, err := decodeComponent(raw, "pre_tokenizer", &c); !ok {
+		return err // nil when absent: SentencePiece style, the whole text is one word
 	}
 	if t.byteLevel {
 		return fmt.Errorf("unsupported pre_tokenizer %q after ByteLevel (ByteLevel must come last)", c.Type)

@@ -171,13 +171,10 @@ type fileJSON struct {
 type component struct {
 	Type        string            `json:"type"`
 	Normalizers []json.RawMessage `json:"normalizers"`
-	Pattern     struct {
-		Regex  *string `json:"Regex"`
-		String *string `json:"String"`
-	} `json:"pattern"`
-	Prepend    string            `json:"prepend"`
-	Processors []json.RawMessage `json:"processors"`
-	Single     []struct {
+	Pattern     patternJSON       `json:"pattern"`
+	Prepend     string            `json:"prepend"`
+	Processors  []json.RawMessage `json:"processors"`
+	Single      []struct {
 		SpecialToken *struct {
 			ID string `json:"id"`
 		} `json:"SpecialToken"`
@@ -386,13 +383,28 @@ func parseMerge(raw json.RawMessage) (string, string, error) {
 	return p[0], p[1], nil
 }
 
-func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
+// patternJSON is the pattern of Split and Replace: a regex or a string.
+type patternJSON struct {
+	Regex  *string `json:"Regex"`
+	String *string `json:"String"`
+}
+
+// decodeComponent parses a normalizer, pre-tokenizer or post-processor
+// (what names it in the error) into c; false: it is absent (null).
+func decodeComponent(raw json.RawMessage, what string, c any) (bool, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+		return false, nil
 	}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return false, fmt.Errorf("cannot parse %s: %w", what, err)
+	}
+	return true, nil
+}
+
+func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return fmt.Errorf("cannot parse normalizer: %w", err)
+	if ok, err := decodeComponent(raw, "normalizer", &c); !ok {
+		return err
 	}
 	switch c.Type {
 	case "Sequence":
@@ -427,12 +439,9 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 // template gives the tokens EncodeSpecial adds), ByteLevel (it only moves
 // offsets, which saltus does not use) and Sequences of them.
 func (t *Tokenizer) loadPostProcessor(raw json.RawMessage) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
 	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return fmt.Errorf("cannot parse post_processor: %w", err)
+	if ok, err := decodeComponent(raw, "post_processor", &c); !ok {
+		return err
 	}
 	switch c.Type {
 	case "Sequence":
