@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,4 +128,49 @@ func TestPieces(t *testing.T) {
 	individual := func(s string) int { return nextDigits(s, true) }
 	f(digits, "ab12 ³4", "ab", "12", " ", "³4")
 	f(individual, "ab12 ³4", "ab", "1", "2", " ", "³", "4")
+}
+
+// TestSingleWord pins single_word details the corpora cannot reach, with
+// the ids HuggingFace tokenizers 0.23.2 (npm) gave for the same tokenizer
+// (byte-level, token id = byte, no merges; added tokens "ab" single_word
+// as 256 and "bc" as 257), checked by hand when this test was written.
+func TestSingleWord(t *testing.T) {
+	t.Parallel()
+	var j map[string]any
+	pre := `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}`
+	if err := json.Unmarshal([]byte(minimal("null", pre, "null", "")), &j); err != nil {
+		t.Fatal(err)
+	}
+	j["added_tokens"] = []any{
+		map[string]any{"id": 256, "content": "ab", "single_word": true},
+		map[string]any{"id": 257, "content": "bc"},
+	}
+	raw, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(s string, want ...int32) {
+		t.Helper()
+		if got := tok.Encode(nil, s); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) = %v, want %v", s, got, want)
+		}
+	}
+	// A discarded match hides the overlapping "bc": the search resumes
+	// after it, as HuggingFace's Aho-Corasick iterator does.
+	f(" abc", 32, 97, 98, 99)
+	f("ab c", 256, 32, 99)
+	f("ab", 256)
+	f("xab", 120, 97, 98)
+	f("abab", 97, 98, 97, 98)
+	f("ab ab", 256, 32, 256)
+	f("é ab!", 195, 169, 32, 256, 33)
+	// Word characters are Rust regex's \w: '_', digits, marks, U+200D.
+	f("_ab", 95, 97, 98)
+	f("ab1", 97, 98, 49)
+	f("a\u0301ab", 97, 204, 129, 97, 98)
+	f("\u200dab", 226, 128, 141, 97, 98)
 }
