@@ -667,7 +667,21 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 	}
 	split := t.stages[0].split
 	for len(s) > 0 {
-		n := split.next(s)
+		var n int
+		if c := s[0]; c < utf8.RuneSelf && asciiClass[c]&classL != 0 {
+			n = 1 + letters(s, 1) // an ASCII word, match's first fast path
+		} else {
+			n = split.next(s)
+		}
+		if n <= 7 && t.ignore {
+			// A short piece that is a token, the commonest case, without
+			// bpe's call and checks.
+			if id, _, ok := t.short.get(packKey(s[:n])); ok {
+				dst = append(dst, id)
+				s = s[n:]
+				continue
+			}
+		}
 		dst = t.bpe(dst, s[:n])
 		s = s[n:]
 	}
