@@ -72,6 +72,11 @@ func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
 // O(n) scan per merge, for n ≤ 48 (clobbering ids). bytes: the piece when
 // ids are its bytes' ids (byte-level), whose pairs' merges bytePair holds.
 func (t *Tokenizer) mergeScan(dst, ids []int32, bytes string) []int32 {
+	if len(ids) < 2 {
+		// None: spWord dropped every character (outside the vocab, no
+		// byte_fallback or unk_token), as HuggingFace does.
+		return append(dst, ids...)
+	}
 	var rbuf, nbuf [48]int32
 	rank, next := rbuf[:len(ids)-1:len(ids)-1], nbuf[:len(ids)-1:len(ids)-1]
 	pair := func(i int) {

@@ -174,3 +174,26 @@ func TestSingleWord(t *testing.T) {
 	f("a\u0301ab", 97, 204, 129, 97, 98)
 	f("\u200dab", 226, 128, 141, 97, 98)
 }
+
+// TestUnknownDropped: without byte_fallback or unk_token, HuggingFace BPE
+// drops a character outside the vocab before merging (ids from tokenizers
+// 0.23.2, npm, for the same tokenizer.json); a text of only such
+// characters once panicked here.
+func TestUnknownDropped(t *testing.T) {
+	t.Parallel()
+	tok, err := Parse([]byte(`{"normalizer": null, "pre_tokenizer": null, "post_processor": null, "added_tokens": [],
+		"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(s string, want ...int32) {
+		t.Helper()
+		if got := tok.Encode([]int32{}, s); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) = %v, want %v", s, got, want)
+		}
+	}
+	f("\x00")
+	f("x")
+	f("xab", 2)
+	f("axb", 2)
+}

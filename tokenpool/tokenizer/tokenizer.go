@@ -112,7 +112,7 @@ type addedToken struct {
 	id             int32
 	lstrip, rstrip bool // the match absorbs whitespace on that side
 	// singleWord: a match counts only between non-word characters (or
-	// the ends of the input), see isWordBoundary.
+	// the ends of the input), see singleWordOK.
 	singleWord bool
 }
 
@@ -553,8 +553,9 @@ var unbyte = func() (m [256 + 68]int16) {
 // models as their bytes, byte_fallback models as <0xXX> tokens) and never
 // panic. Without rewriting normalizers (Llama-3; Qwen's NFC on text that
 // is already NFC) it allocates only when dst lacks room or a piece exceeds
-// 48 bytes; Prepend and Replace (Mistral) allocate a normalized copy.
-// Any goroutine.
+// 48 bytes (TestEncodeZeroAllocs checks Llama-3 prose); Prepend and
+// Replace (Mistral) allocate a normalized copy, and so may Metaspace and
+// ByteLevel's add_prefix_space, which rewrite pieces. Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 	// text[start:] is not encoded yet; added tokens are searched from pos
 	// on, which passes start only over a single_word match that HuggingFace
