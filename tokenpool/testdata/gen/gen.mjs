@@ -10,6 +10,8 @@
 //                                         separated by spaces (no special
 //                                         tokens added), empty line for none
 //   golden/<name>.targeted.special.ids.gz the same with special tokens added
+//   golden/<variant>.{targeted,fuzz}.ids.gz the same for `variants` below:
+//                                         a model's tokenizer.json edited
 // go test reads only the committed outputs; it never needs Node.
 import { Tokenizer } from 'tokenizers';
 import fs from 'node:fs';
