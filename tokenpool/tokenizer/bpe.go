@@ -23,7 +23,10 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 	for i := 0; i < len(piece); i++ {
 		ids = append(ids, t.byteID[piece[i]])
 	}
-	return t.applyMerges(dst, ids)
+	if len(ids) <= 48 {
+		return t.mergeScan(dst, ids, piece)
+	}
+	return t.mergeHeap(dst, ids)
 }
 
 // spWord appends the ids of a whole normalized text for SentencePiece-style
@@ -53,13 +56,8 @@ func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
 		}
 		i += w
 	}
-	return t.applyMerges(dst, ids)
-}
-
-// applyMerges applies the merges to ids (clobbering it) and appends the result.
-func (t *Tokenizer) applyMerges(dst, ids []int32) []int32 {
 	if len(ids) <= 48 {
-		return t.mergeScan(dst, ids)
+		return t.mergeScan(dst, ids, "")
 	}
 	return t.mergeHeap(dst, ids)
 }
@@ -71,8 +69,14 @@ func (t *Tokenizer) lookup(a, b int32) (merge, bool) {
 
 // mergeScan keeps each adjacent pair's merge (rank -1: none) and, after a
 // merge, looks up only the two pairs it changed: O(n) map lookups and an
-// O(n) scan per merge, for n ≤ 48.
-func (t *Tokenizer) mergeScan(dst, ids []int32) []int32 {
+// O(n) scan per merge, for n ≤ 48 (clobbering ids). bytes: the piece when
+// ids are its bytes' ids (byte-level), whose pairs' merges bytePair holds.
+func (t *Tokenizer) mergeScan(dst, ids []int32, bytes string) []int32 {
+	if len(ids) < 2 {
+		// None: spWord dropped every character (outside the vocab, no
+		// byte_fallback or unk_token), as HuggingFace does.
+		return append(dst, ids...)
+	}
 	var rbuf, nbuf [48]int32
 	rank, next := rbuf[:len(ids)-1:len(ids)-1], nbuf[:len(ids)-1:len(ids)-1]
 	pair := func(i int) {
@@ -82,8 +86,15 @@ func (t *Tokenizer) mergeScan(dst, ids []int32) []int32 {
 			rank[i] = -1
 		}
 	}
-	for i := range rank {
-		pair(i)
+	if bytes != "" {
+		for i := range rank {
+			m := &t.bytePair[uint16(bytes[i])<<8|uint16(bytes[i+1])]
+			rank[i], next[i] = m.rank, m.id
+		}
+	} else {
+		for i := range rank {
+			pair(i)
+		}
 	}
 	for len(ids) > 1 {
 		best := -1

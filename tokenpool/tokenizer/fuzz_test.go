@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -12,14 +13,33 @@ import (
 var (
 	fuzzOnce sync.Once
 	fuzzTok  *Tokenizer
+	fuzzPipe *Tokenizer // qwen3 under Sequence[Split, Digits, ByteLevel(use_regex)]
 	fuzzErr  error
 	idBytes  map[int32]string
 )
 
-func fuzzTokenizer(t *testing.T) (*Tokenizer, map[int32]string) {
+func fuzzTokenizer(t *testing.T) (*Tokenizer, *Tokenizer, map[int32]string) {
 	fuzzOnce.Do(func() {
 		fuzzTok, fuzzErr = Load(testdata + "models/qwen3/tokenizer.json.gz")
 		if fuzzErr != nil {
+			return
+		}
+		// The general pipeline, with stages that cut but do not rewrite
+		// the text, so the same lossless check applies.
+		var j map[string]any
+		if fuzzErr = json.Unmarshal(readGzip(t, testdata+"models/qwen3/tokenizer.json.gz"), &j); fuzzErr != nil {
+			return
+		}
+		split := j["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0]
+		j["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{split,
+			map[string]any{"type": "Digits", "individual_digits": true},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}}}
+		raw, err := json.Marshal(j)
+		if err != nil {
+			fuzzErr = err
+			return
+		}
+		if fuzzPipe, fuzzErr = Parse(raw); fuzzErr != nil {
 			return
 		}
 		idBytes = make(map[int32]string, len(fuzzTok.vocab)+len(fuzzTok.added))
@@ -33,13 +53,14 @@ func fuzzTokenizer(t *testing.T) (*Tokenizer, map[int32]string) {
 	if fuzzErr != nil {
 		t.Fatal(fuzzErr)
 	}
-	return fuzzTok, idBytes
+	return fuzzTok, fuzzPipe, idBytes
 }
 
 // FuzzEncode checks that encoding is lossless (byte-level BPE: the ids'
-// bytes concatenate to the NFC-normalized input, outside added tokens) and
-// that the pre-tokenizer cuts every input into non-empty pieces covering
-// it. Golden agreement with HuggingFace is TestGolden's job.
+// bytes concatenate to the NFC-normalized input, outside added tokens),
+// for Qwen3 and for Qwen3 under the general pre-tokenizer pipeline, and
+// that the pre-tokenizers (the Llama-3, Qwen and GPT-2 patterns, Digits)
+// cut every input into non-empty pieces covering it. Golden agreement with HuggingFace is TestGolden's job.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "Hello world", "I'M here 123456", "  \r\n\t x", "你好<|im_end|>x", "e\u0301", "\xff\xfe"} {
 		f.Add(s)
@@ -50,11 +71,14 @@ func FuzzEncode(f *testing.F) {
 			// pass valid UTF-8 (the pool will replace invalid bytes).
 			return
 		}
-		tok, bytesOf := fuzzTokenizer(t)
-		for _, p := range []splitPattern{{maxDigits: 1}, {maxDigits: 3}} {
+		tok, pipe, bytesOf := fuzzTokenizer(t)
+		for _, next := range []func(string) int{
+			splitPattern{maxDigits: 1}.next, splitPattern{maxDigits: 3}.next, gpt2Split.next,
+			func(s string) int { return nextDigits(s, false) }, func(s string) int { return nextDigits(s, true) },
+		} {
 			n := 0
 			for rest := s; len(rest) > 0; {
-				k := p.next(rest)
+				k := next(rest)
 				if k <= 0 || k > len(rest) {
 					t.Fatalf("piece length %d at offset %d of %q", k, n, s)
 				}
@@ -62,16 +86,12 @@ func FuzzEncode(f *testing.F) {
 				rest = rest[k:]
 			}
 		}
-		var b strings.Builder
-		for _, id := range tok.Encode(nil, s) {
-			b.WriteString(bytesOf[id])
-		}
 		// Added tokens are cut out before normalization: the ids spell
 		// the NFC form of the text between them, and the tokens
 		// themselves.
 		var want strings.Builder
 		for rest := s; len(rest) > 0; {
-			i, a := tok.findAdded(rest)
+			i, a := tok.findAdded(rest, 0)
 			want.WriteString(norm.NFC.String(rest[:i]))
 			if a == nil {
 				break
@@ -79,8 +99,14 @@ func FuzzEncode(f *testing.F) {
 			want.WriteString(a.content)
 			rest = rest[i+len(a.content):]
 		}
-		if b.String() != want.String() {
-			t.Fatalf("ids spell %q, want %q", b.String(), want.String())
+		for _, tk := range []*Tokenizer{tok, pipe} {
+			var b strings.Builder
+			for _, id := range tk.Encode(nil, s) {
+				b.WriteString(bytesOf[id])
+			}
+			if b.String() != want.String() {
+				t.Fatalf("ids spell %q, want %q", b.String(), want.String())
+			}
 		}
 	})
 }

@@ -103,8 +103,9 @@ func checkGolden(t *testing.T, label string, corpus []string, golden string, enc
 }
 
 // TestGoldenVariants checks components that no shipped model here uses
-// (the Metaspace pre-tokenizer, lstrip/rstrip added tokens) on real
-// vocabularies: the edits mirror gen.mjs's variants.
+// (the Metaspace, Digits and standalone ByteLevel pre-tokenizers, Sequences
+// of them, lstrip/rstrip/single_word added tokens) on real vocabularies:
+// the edits mirror gen.mjs's variants.
 func TestGoldenVariants(t *testing.T) {
 	t.Parallel()
 	metaspace := func(pre string) func(map[string]any) {
@@ -130,6 +131,48 @@ func TestGoldenVariants(t *testing.T) {
 			}
 		}
 	}
+	// pre sets pre_tokenizer to the JSON made from parts: "split" is the
+	// model's own Split (its first pre-tokenizer), anything else JSON.
+	pre := func(parts ...string) func(map[string]any) {
+		return func(j map[string]any) {
+			var seq []any
+			for _, p := range parts {
+				var v any
+				if p == "split" {
+					v = j["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0]
+				} else if err := json.Unmarshal([]byte(p), &v); err != nil {
+					t.Fatal(err)
+				}
+				seq = append(seq, v)
+			}
+			if len(seq) == 1 {
+				j["pre_tokenizer"] = seq[0]
+			} else {
+				j["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": seq}
+			}
+		}
+	}
+	const (
+		digitsTrue     = `{"type": "Digits", "individual_digits": true}`
+		digitsFalse    = `{"type": "Digits", "individual_digits": false}`
+		byteLevel      = `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}`
+		byteLevelGPT2  = `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`
+		byteLevelSpace = `{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}`
+	)
+	singleWord := func(j map[string]any) {
+		for _, a := range j["added_tokens"].([]any) {
+			a := a.(map[string]any)
+			if c := a["content"]; c == "<|im_start|>" || c == "<|im_end|>" {
+				a["single_word"] = true
+			}
+		}
+		for _, w := range []string{"the", "ing"} {
+			j["added_tokens"] = append(j["added_tokens"].([]any), map[string]any{
+				"id": j["model"].(map[string]any)["vocab"].(map[string]any)[w], "content": w,
+				"single_word": true, "lstrip": false, "rstrip": false, "normalized": false, "special": false,
+			})
+		}
+	}
 	for name, v := range map[string]struct {
 		base string
 		edit func(map[string]any)
@@ -138,6 +181,15 @@ func TestGoldenVariants(t *testing.T) {
 		"mistral7b-metaspace-always-split": {"mistral7b", metaspace(`{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}`)},
 		"qwen3-strip":                      {"qwen3", strip(map[string]bool{"<|im_end|>": true}, map[string]bool{"<|im_start|>": true})},
 		"llama3-strip":                     {"llama3", strip(map[string]bool{"<|eot_id|>": true}, map[string]bool{"<|eot_id|>": true})},
+		"llama3-digits":                    {"llama3", pre(digitsTrue, byteLevel)},
+		"llama3-split-digits":              {"llama3", pre("split", digitsTrue, byteLevel)},
+		"llama3-bytelevel":                 {"llama3", pre(byteLevelGPT2)},
+		"llama3-digits-bytelevel-prefix":   {"llama3", pre(digitsFalse, byteLevelSpace)},
+		"mistral7b-digits-metaspace": {"mistral7b", func(j map[string]any) {
+			j["normalizer"] = nil
+			pre(digitsTrue, `{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}`)(j)
+		}},
+		"qwen3-single-word": {"qwen3", singleWord},
 	} {
 		var j map[string]any
 		if err := json.Unmarshal(readGzip(t, testdata+"models/"+v.base+"/tokenizer.json.gz"), &j); err != nil {

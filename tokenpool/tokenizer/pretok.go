@@ -13,6 +13,9 @@ type splitPattern struct {
 	// maxDigits is the {1,n} bound of the \p{N} alternative: 3 for Llama-3,
 	// 1 for Qwen.
 	maxDigits int
+	// gpt2: GPT-2's pattern instead, which the ByteLevel pre-tokenizer
+	// applies with use_regex (see matchGPT2).
+	gpt2 bool
 }
 
 // The two patterns we accept, by their exact regex text.
@@ -44,35 +47,52 @@ var asciiClass = func() (c [128]uint8) {
 	return c
 }()
 
+// isL, isN and isS keep their non-ASCII paths out of line, so that they
+// inline into the matchers' loops; so does at, though it stays (just) over
+// the inlining budget.
 func isL(r rune) bool {
 	if uint32(r) < 128 {
 		return asciiClass[r]&classL != 0
 	}
-	return unicode.IsLetter(r)
+	return isLetter(r)
 }
 
 func isN(r rune) bool {
 	if uint32(r) < 128 {
 		return asciiClass[r]&classN != 0
 	}
-	return unicode.IsNumber(r)
+	return isNumber(r)
 }
 
 func isS(r rune) bool {
 	if uint32(r) < 128 {
 		return asciiClass[r]&classS != 0
 	}
-	return unicode.IsSpace(r)
+	return isSpace(r)
 }
+
+//go:noinline
+func isLetter(r rune) bool { return unicode.IsLetter(r) }
+
+//go:noinline
+func isNumber(r rune) bool { return unicode.IsNumber(r) }
+
+//go:noinline
+func isSpace(r rune) bool { return unicode.IsSpace(r) }
 
 func isCRLF(r rune) bool { return r == '\r' || r == '\n' }
 
 func at(s string, i int) (rune, int) {
+	if i < len(s) && s[i] < utf8.RuneSelf {
+		return rune(s[i]), 1
+	}
+	return atSlow(s, i)
+}
+
+//go:noinline
+func atSlow(s string, i int) (rune, int) {
 	if i >= len(s) {
 		return -1, 0
-	}
-	if c := s[i]; c < utf8.RuneSelf {
-		return rune(c), 1
 	}
 	return utf8.DecodeRuneInString(s[i:])
 }
@@ -93,6 +113,20 @@ func (p splitPattern) next(s string) int {
 // match returns the length of the regex match at i (the first alternative
 // that matches wins, as in the regex's ordered alternation).
 func (p splitPattern) match(s string, i int) int {
+	if p.gpt2 {
+		return matchGPT2(s, i)
+	}
+	// Fast paths for the commonest pieces of prose, an ASCII word with or
+	// without a space in front: the alternatives before
+	// [^\r\n\p{L}\p{N}]?\p{L}+ cannot match there.
+	if c := s[i]; c < utf8.RuneSelf {
+		if asciiClass[c]&classL != 0 {
+			return 1 + letters(s, i+1)
+		}
+		if c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiClass[s[i+1]]&classL != 0 {
+			return 2 + letters(s, i+2)
+		}
+	}
 	r, w := at(s, i)
 	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if r == '\'' {
@@ -143,6 +177,18 @@ func (p splitPattern) match(s string, i int) int {
 	// The whitespace run from i, and where its last CR or LF ends.
 	end, lastNL, lastW := i, -1, 0
 	for {
+		if end < len(s) && s[end] < utf8.RuneSelf {
+			c := s[end]
+			if asciiClass[c]&classS == 0 {
+				break
+			}
+			if c == '\r' || c == '\n' {
+				lastNL = end + 1
+			}
+			lastW = 1
+			end++
+			continue
+		}
 		r2, w2 := at(s, end)
 		if r2 < 0 || !isS(r2) {
 			break
@@ -188,25 +234,137 @@ func contraction(s string, i int) int {
 	return 0
 }
 
+// letters matches \p{L}* at i, ASCII bytes without decoding.
 func letters(s string, i int) int {
+	j := i
+	for j < len(s) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c]&classL == 0 {
+				break
+			}
+			j++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[j:])
+		if !unicode.IsLetter(r) {
+			break
+		}
+		j += w
+	}
+	return j - i
+}
+
+// others matches [^\s\p{L}\p{N}]* at i.
+func others(s string, i int) int {
+	j := i
+	for j < len(s) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c] != 0 {
+				break
+			}
+			j++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[j:])
+		if isS(r) || isL(r) || isN(r) {
+			break
+		}
+		j += w
+	}
+	return j - i
+}
+
+// gpt2Split is GPT-2's pattern, which HuggingFace's ByteLevel
+// pre-tokenizer applies when use_regex is true:
+//
+//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+var gpt2Split = splitPattern{gpt2: true}
+
+// matchGPT2 returns the length of GPT-2's pattern's match at i. Unlike the
+// Llama-3 pattern its contractions are case-sensitive, a letter, digit or
+// other run takes only a space (not any non-letter) in front, digit runs
+// are unbounded, and newlines get no alternative of their own.
+func matchGPT2(s string, i int) int {
+	r, w := at(s, i)
+	// 's|'t|'re|'ve|'m|'ll|'d
+	if r == '\'' && i+1 < len(s) {
+		switch s[i+1] {
+		case 's', 't', 'm', 'd':
+			return 2
+		case 'r', 'v':
+			if i+2 < len(s) && s[i+2] == 'e' {
+				return 3
+			}
+		case 'l':
+			if i+2 < len(s) && s[i+2] == 'l' {
+				return 3
+			}
+		}
+	}
+	// ' ?' in front of the next three alternatives.
+	j, r2, w2 := i, r, w
+	if r == ' ' {
+		j = i + w
+		r2, w2 = at(s, j)
+	}
+	switch {
+	case r2 < 0:
+	case isL(r2): // ' ?\p{L}+'
+		return j + w2 + letters(s, j+w2) - i
+	case isN(r2): // ' ?\p{N}+'
+		return j + w2 + digits(s, j+w2) - i
+	case !isS(r2): // ' ?[^\s\p{L}\p{N}]+'
+		return j + others(s, j) - i
+	}
+	if !isS(r) {
+		return 0
+	}
+	end, lastW := i, 0
+	for {
+		r3, w3 := at(s, end)
+		if r3 < 0 || !isS(r3) {
+			break
+		}
+		lastW = w3
+		end += w3
+	}
+	// \s+(?!\S): the whole run at the end of input, else all but its last
+	// rune, if that leaves one; else \s+.
+	if end < len(s) && end-lastW > i {
+		return end - lastW - i
+	}
+	return end - i
+}
+
+func digits(s string, i int) int {
 	n := 0
 	for {
 		r, w := at(s, i+n)
-		if r < 0 || !isL(r) {
+		if r < 0 || !isN(r) {
 			return n
 		}
 		n += w
 	}
 }
 
-// others matches [^\s\p{L}\p{N}]+ at i.
-func others(s string, i int) int {
-	n := 0
+// nextDigits returns the length of the first piece of s (non-empty) as the
+// Digits pre-tokenizer cuts it: a run of numeric characters (Rust's
+// char::is_numeric: Nd, Nl and No, as Go's unicode.IsNumber), or with
+// individual one numeric character, or a run of other characters.
+func nextDigits(s string, individual bool) int {
+	r, w := at(s, 0)
+	if isN(r) {
+		if individual {
+			return w
+		}
+		return w + digits(s, w)
+	}
+	n := w
 	for {
-		r, w := at(s, i+n)
-		if r < 0 || isS(r) || isL(r) || isN(r) {
+		r2, w2 := at(s, n)
+		if r2 < 0 || isN(r2) {
 			return n
 		}
-		n += w
+		n += w2
 	}
 }

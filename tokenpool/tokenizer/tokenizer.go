@@ -8,13 +8,16 @@
 // matters: a router whose ids differ from the engine's computes keys the
 // engine's cache never had.
 //
-// Supported so far: byte-level BPE with the Llama-3 and Qwen Split patterns
-// (matched by hand, see pretok.go) and ignore_merges; SentencePiece-style
-// BPE without a pre-tokenizer, with byte_fallback, unk_token and fuse_unk
-// (Mistral, Llama-2), with or without a Metaspace pre-tokenizer; normalizers
-// NFC, Prepend, Replace (string patterns) and Sequence; added tokens
-// (leftmost-longest, lstrip, rstrip). Anything else is refused at load with
-// an error naming the component.
+// Supported so far: BPE, byte-level (a ByteLevel pre-tokenizer) or
+// SentencePiece-style over characters with byte_fallback, unk_token and
+// fuse_unk (Mistral, Llama-2), with ignore_merges; pre-tokenizers Split
+// with the Llama-3 and Qwen patterns (matched by hand, see pretok.go),
+// Digits, Metaspace, ByteLevel (add_prefix_space, use_regex with GPT-2's
+// pattern, also by hand) and Sequences of them, ByteLevel last
+// (pipeline.go); normalizers NFC, Prepend, Replace (string patterns) and
+// Sequence; post-processors TemplateProcessing and ByteLevel; added tokens
+// (leftmost-longest, lstrip, rstrip, single_word). Anything else is refused
+// at load with an error naming the component.
 //
 // # Concurrency
 //
@@ -27,12 +30,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -40,32 +45,57 @@ import (
 // Tokenizer is a loaded tokenizer.json.
 type Tokenizer struct {
 	normalizers []func(string) string
-	// byteLevel: GPT-2 byte-level BPE behind a Split pre-tokenizer. Else
-	// SentencePiece-style BPE over the whole normalized text.
+	// byteLevel: GPT-2 byte-level BPE (a ByteLevel pre-tokenizer ends the
+	// pipeline). Else SentencePiece-style BPE over characters.
 	byteLevel    bool
 	byteFallback bool
 	byteTok      [256]int32 // <0xXX> tokens, with byteFallback
 	unk          int32      // -1: none
 	fuseUnk      bool
-	split        splitPattern
-	meta         *metaspace       // a Metaspace pre-tokenizer, or nil
-	vocab        map[string]int32 // raw bytes of a token -> id
+	// stages are the pre-tokenizers, in order (pipeline.go); a ByteLevel
+	// without add_prefix_space or use_regex has none. splitOnly: the
+	// stages are one Split on a byte-level model (Llama-3, Qwen), which
+	// encodeText runs without the general recursion.
+	stages    []stage
+	splitOnly bool
+	vocab     map[string]int32 // raw bytes of a token -> id
 	// short holds the tokens of at most 7 bytes again, keyed by packKey:
 	// a 64-bit key skips string hashing and comparison, which was the
 	// largest cost of Encode on prose (pprof: mapaccess2_faststr).
-	short  table      // packKey -> id
-	merges table      // (left id, right id) -> rank and result id
-	byteID [256]int32 // id of each single byte
-	ignore bool       // ignore_merges: a piece in the vocab is one token
+	short table // packKey -> id
+	// long holds the longer tokens again, keyed by their maphash: a slot
+	// holds the id and the offset in longBytes of the token's length byte
+	// and bytes, which a hit compares. The vocab map's string hashing and
+	// probing cost more than all short lookups together (pprof, Llama-3
+	// prose: 13 % of pieces are longer than 7 bytes). longMap: a token of
+	// more than 255 bytes or a hash collision made the table unusable, so
+	// the vocab map serves instead.
+	long      table
+	longBytes []byte
+	longSeed  maphash.Seed
+	longMap   bool
+	merges    table // (left id, right id) -> rank and result id
+	// bytePair: the merge of each pair of bytes (rank -1: none), for
+	// byte-level models: the first pass over a piece outside the vocab
+	// looks up only byte pairs, and 512 KB stay in cache where the merge
+	// table (16 MB for Llama-3) does not.
+	bytePair []merge
+	byteID   [256]int32 // id of each single byte
+	ignore   bool       // ignore_merges: a piece in the vocab is one token
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
 	added    []addedToken // longest first
-	// startsAdded marks bytes that start some added token; byPrefix lists,
-	// per first two bytes (a one-byte token: its byte and 0xff, which no
-	// UTF-8 text contains), the indices into added, longest first.
+	// startsAdded marks bytes that start some added token; oneStart is
+	// that byte if only one does (all three models here: '<'), else -1,
+	// so that findAdded skips to it with strings.IndexByte. prefixes maps
+	// the first two bytes (a one-byte token: its byte and 0xff, which no
+	// UTF-8 text contains) to a run of addedIdx, indices into added
+	// longest first; a map lookup per '<' was 7 % of Encode on HTML.
 	startsAdded [256]bool
-	byPrefix    map[uint16][]int32
+	oneStart    int
+	prefixes    table // prefix2 -> start in addedIdx, length of the run
+	addedIdx    []int32
 }
 
 func prefix2(s string) uint16 {
@@ -81,6 +111,9 @@ type addedToken struct {
 	content        string
 	id             int32
 	lstrip, rstrip bool // the match absorbs whitespace on that side
+	// singleWord: a match counts only between non-word characters (or
+	// the ends of the input), see singleWordOK.
+	singleWord bool
 }
 
 // Load reads a tokenizer.json (or a directory holding one, or a .gz of it).
@@ -136,17 +169,12 @@ type fileJSON struct {
 }
 
 type component struct {
-	Type          string            `json:"type"`
-	Normalizers   []json.RawMessage `json:"normalizers"`
-	PreTokenizers []json.RawMessage `json:"pretokenizers"`
-	Pattern       struct {
-		Regex  *string `json:"Regex"`
-		String *string `json:"String"`
-	} `json:"pattern"`
-	Behavior   string            `json:"behavior"`
-	Prepend    string            `json:"prepend"`
-	Processors []json.RawMessage `json:"processors"`
-	Single     []struct {
+	Type        string            `json:"type"`
+	Normalizers []json.RawMessage `json:"normalizers"`
+	Pattern     patternJSON       `json:"pattern"`
+	Prepend     string            `json:"prepend"`
+	Processors  []json.RawMessage `json:"processors"`
+	Single      []struct {
 		SpecialToken *struct {
 			ID string `json:"id"`
 		} `json:"SpecialToken"`
@@ -157,10 +185,7 @@ type component struct {
 	SpecialTokens map[string]struct {
 		IDs []int32 `json:"ids"`
 	} `json:"special_tokens"`
-	Content        string `json:"content"`
-	Invert         bool   `json:"invert"`
-	AddPrefixSpace bool   `json:"add_prefix_space"`
-	UseRegex       bool   `json:"use_regex"`
+	Content string `json:"content"`
 }
 
 // Parse builds a Tokenizer from tokenizer.json bytes.
@@ -176,6 +201,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	if err := t.loadPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
+	t.splitOnly = t.byteLevel && len(t.stages) == 1 && t.stages[0].kind == stageSplit
 	if err := t.loadPostProcessor(f.PostProc); err != nil {
 		return nil, err
 	}
@@ -211,9 +237,17 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		}
 	}
 	t.short = newTable(nShort)
+	t.long = newTable(len(t.vocab) - nShort)
+	t.longSeed = maphash.MakeSeed()
 	for b, id := range t.vocab {
-		if len(b) <= 7 {
+		switch {
+		case len(b) <= 7:
 			t.short.put(packKey(b), id, 0)
+		case len(b) > 255 || !t.long.put(t.longKey(b), id, int32(len(t.longBytes))):
+			t.longMap = true
+		default:
+			t.longBytes = append(t.longBytes, byte(len(b)))
+			t.longBytes = append(t.longBytes, b...)
 		}
 	}
 	if m.UnkToken != nil {
@@ -260,10 +294,17 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		// The first of duplicate merges wins, as in HuggingFace.
 		t.merges.put(uint64(ia)<<32|uint64(ib), int32(rank), res)
 	}
-	for _, a := range f.AddedTokens {
-		if a.SingleWord {
-			return nil, fmt.Errorf("added token %q: single_word not yet implemented", a.Content)
+	if t.byteLevel {
+		t.bytePair = make([]merge, 1<<16)
+		for p := range t.bytePair {
+			m, ok := t.lookup(t.byteID[p>>8], t.byteID[p&0xff])
+			if !ok {
+				m.rank = -1
+			}
+			t.bytePair[p] = m
 		}
+	}
+	for _, a := range f.AddedTokens {
 		if a.Normalized && len(t.normalizers) > 0 {
 			// HuggingFace matches such a token in the normalized text;
 			// we match in the raw text, which is the same only without
@@ -273,14 +314,37 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if a.Content == "" {
 			continue
 		}
-		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip})
+		t.added = append(t.added, addedToken{content: a.Content, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip, singleWord: a.SingleWord})
 	}
 	slices.SortStableFunc(t.added, func(x, y addedToken) int { return len(y.content) - len(x.content) })
-	t.byPrefix = make(map[uint16][]int32)
-	for k, a := range t.added {
-		p := prefix2(a.content)
-		t.startsAdded[a.content[0]] = true
-		t.byPrefix[p] = append(t.byPrefix[p], int32(k))
+	starts := 0
+	for _, a := range t.added {
+		if !t.startsAdded[a.content[0]] {
+			t.startsAdded[a.content[0]] = true
+			t.oneStart = int(a.content[0])
+			starts++
+		}
+	}
+	if starts != 1 {
+		t.oneStart = -1
+	}
+	t.addedIdx = make([]int32, len(t.added))
+	for k := range t.addedIdx {
+		t.addedIdx[k] = int32(k)
+	}
+	// Stable: within a prefix, longest first stays.
+	slices.SortStableFunc(t.addedIdx, func(x, y int32) int {
+		return int(prefix2(t.added[x].content)) - int(prefix2(t.added[y].content))
+	})
+	t.prefixes = newTable(len(t.added))
+	for k := 0; k < len(t.addedIdx); {
+		p := prefix2(t.added[t.addedIdx[k]].content)
+		e := k + 1
+		for e < len(t.addedIdx) && prefix2(t.added[t.addedIdx[e]].content) == p {
+			e++
+		}
+		t.prefixes.put(uint64(p), int32(k), int32(e-k))
+		k = e
 	}
 	return t, nil
 }
@@ -319,13 +383,28 @@ func parseMerge(raw json.RawMessage) (string, string, error) {
 	return p[0], p[1], nil
 }
 
-func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
+// patternJSON is the pattern of Split and Replace: a regex or a string.
+type patternJSON struct {
+	Regex  *string `json:"Regex"`
+	String *string `json:"String"`
+}
+
+// decodeComponent parses a normalizer, pre-tokenizer or post-processor
+// (what names it in the error) into c; false: it is absent (null).
+func decodeComponent(raw json.RawMessage, what string, c any) (bool, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+		return false, nil
 	}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return false, fmt.Errorf("cannot parse %s: %w", what, err)
+	}
+	return true, nil
+}
+
+func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return fmt.Errorf("cannot parse normalizer: %w", err)
+	if ok, err := decodeComponent(raw, "normalizer", &c); !ok {
+		return err
 	}
 	switch c.Type {
 	case "Sequence":
@@ -356,46 +435,13 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	return nil
 }
 
-func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil // SentencePiece style: the whole text is one word
-	}
-	var c component
-	if err := json.Unmarshal(raw, &c); err == nil && c.Type == "Metaspace" {
-		return t.loadMetaspace(raw)
-	}
-	t.byteLevel = true
-	if err := json.Unmarshal(raw, &c); err != nil || c.Type != "Sequence" || len(c.PreTokenizers) != 2 {
-		return fmt.Errorf("unsupported pre_tokenizer %s (only Sequence[Split, ByteLevel] and Metaspace so far)", trim(raw))
-	}
-	var sp, bl component
-	if json.Unmarshal(c.PreTokenizers[0], &sp) != nil || json.Unmarshal(c.PreTokenizers[1], &bl) != nil {
-		return errors.New("cannot parse pre_tokenizer sequence")
-	}
-	if sp.Type != "Split" || sp.Pattern.Regex == nil || sp.Behavior != "Isolated" || sp.Invert {
-		return fmt.Errorf("unsupported pre_tokenizer %s", trim(c.PreTokenizers[0]))
-	}
-	p, ok := knownSplits[*sp.Pattern.Regex]
-	if !ok {
-		return fmt.Errorf("unsupported Split regex %q: only the Llama-3 and Qwen patterns are matched", *sp.Pattern.Regex)
-	}
-	if bl.Type != "ByteLevel" || bl.AddPrefixSpace || bl.UseRegex {
-		return fmt.Errorf("unsupported pre_tokenizer %s", trim(c.PreTokenizers[1]))
-	}
-	t.split = p
-	return nil
-}
-
 // loadPostProcessor accepts TemplateProcessing (its single-sequence
 // template gives the tokens EncodeSpecial adds), ByteLevel (it only moves
 // offsets, which saltus does not use) and Sequences of them.
 func (t *Tokenizer) loadPostProcessor(raw json.RawMessage) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
 	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return fmt.Errorf("cannot parse post_processor: %w", err)
+	if ok, err := decodeComponent(raw, "post_processor", &c); !ok {
+		return err
 	}
 	switch c.Type {
 	case "Sequence":
@@ -453,8 +499,20 @@ func (t *Tokenizer) token(b string) (int32, bool) {
 		id, _, ok := t.short.get(packKey(b))
 		return id, ok
 	}
-	id, ok := t.vocab[b]
-	return id, ok
+	if t.longMap {
+		id, ok := t.vocab[b]
+		return id, ok
+	}
+	id, off, ok := t.long.get(t.longKey(b))
+	if !ok || int(t.longBytes[off]) != len(b) || string(t.longBytes[int(off)+1:int(off)+1+len(b)]) != b {
+		return 0, false
+	}
+	return id, true
+}
+
+// longKey is b's key in long: its hash, below the table's excluded key.
+func (t *Tokenizer) longKey(b string) uint64 {
+	return maphash.String(t.longSeed, b) >> 1
 }
 
 // byteLevelDecode maps GPT-2's byte-level alphabet back to raw bytes.
@@ -495,28 +553,64 @@ var unbyte = func() (m [256 + 68]int16) {
 // models as their bytes, byte_fallback models as <0xXX> tokens) and never
 // panic. Without rewriting normalizers (Llama-3; Qwen's NFC on text that
 // is already NFC) it allocates only when dst lacks room or a piece exceeds
-// 48 bytes; Prepend and Replace (Mistral) allocate a normalized copy.
-// Any goroutine.
+// 48 bytes (TestEncodeZeroAllocs checks Llama-3 prose); Prepend and
+// Replace (Mistral) allocate a normalized copy, and so may Metaspace and
+// ByteLevel's add_prefix_space, which rewrite pieces. Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
-	first := true // the segment at offset 0 (Metaspace's prepend_scheme first)
-	for len(text) > 0 {
-		i, tok := t.findAdded(text)
-		before := text[:i]
-		if tok != nil && tok.lstrip {
-			before = strings.TrimRightFunc(before, unicode.IsSpace)
-		}
-		dst = t.encodeText(dst, before, first)
-		first = false
+	// text[start:] is not encoded yet; added tokens are searched from pos
+	// on, which passes start only over a single_word match that HuggingFace
+	// discards: like its Aho-Corasick iterator, the search resumes after
+	// the discarded match, whose text stays ordinary text.
+	start, pos := 0, 0
+	for {
+		i, tok := t.findAdded(text, pos)
 		if tok == nil {
 			break
 		}
+		end := i + len(tok.content)
+		if tok.singleWord && !singleWordOK(text, i, end) {
+			pos = end
+			continue
+		}
+		before := text[start:i]
+		if tok.lstrip {
+			before = strings.TrimRightFunc(before, unicode.IsSpace)
+		}
+		dst = t.encodeText(dst, before, start == 0)
 		dst = append(dst, tok.id)
-		text = text[i+len(tok.content):]
 		if tok.rstrip {
-			text = strings.TrimLeftFunc(text, unicode.IsSpace)
+			end = len(text) - len(strings.TrimLeftFunc(text[end:], unicode.IsSpace))
+		}
+		start, pos = end, end
+	}
+	return t.encodeText(dst, text[start:], start == 0)
+}
+
+// singleWordOK reports whether a single_word match s[i:end] stands alone
+// as HuggingFace checks it: no word character just before i, nor at end.
+func singleWordOK(s string, i, end int) bool {
+	if i > 0 {
+		if r, _ := utf8.DecodeLastRuneInString(s[:i]); isWordChar(r) {
+			return false
 		}
 	}
-	return dst
+	if end < len(s) {
+		if r, _ := utf8.DecodeRuneInString(s[end:]); isWordChar(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// isWordChar is Rust regex's Unicode \w, which HuggingFace's single_word
+// check uses: Alphabetic (letters, Nl, Other_Alphabetic), marks, decimal
+// digits, connector punctuation and the joiners U+200C and U+200D.
+func isWordChar(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r == '_' || asciiClass[r]&(classL|classN) != 0
+	}
+	return unicode.IsLetter(r) || unicode.IsMark(r) ||
+		unicode.In(r, unicode.Nd, unicode.Nl, unicode.Pc, unicode.Other_Alphabetic, unicode.Join_Control)
 }
 
 // EncodeSpecial is Encode plus the post-processor's special tokens (for
@@ -528,24 +622,35 @@ func (t *Tokenizer) EncodeSpecial(dst []int32, text string) []int32 {
 	return append(dst, t.eos...)
 }
 
-// findAdded returns the leftmost, then longest, added token in s and its
-// offset, or len(s) and nil. Only bytes that start some added token are
-// looked at (for Llama-3, '<'), then the tokens sharing the next byte too,
-// longest first, then one-byte tokens.
-func (t *Tokenizer) findAdded(s string) (int, *addedToken) {
-	for i := 0; i < len(s); i++ {
-		if !t.startsAdded[s[i]] {
+// findAdded returns the leftmost, then longest, added token in s[from:]
+// and its offset in s, or len(s) and nil. Only bytes that start some added
+// token are looked at (for Llama-3, '<'), then the tokens sharing the next
+// byte too, longest first, then one-byte tokens.
+func (t *Tokenizer) findAdded(s string, from int) (int, *addedToken) {
+	if len(t.added) == 0 {
+		return len(s), nil
+	}
+	for i := from; i < len(s); i++ {
+		if t.oneStart >= 0 {
+			k := strings.IndexByte(s[i:], byte(t.oneStart))
+			if k < 0 {
+				break
+			}
+			i += k
+		} else if !t.startsAdded[s[i]] {
 			continue
 		}
 		if i+1 < len(s) {
-			for _, k := range t.byPrefix[uint16(s[i])<<8|uint16(s[i+1])] {
-				if strings.HasPrefix(s[i:], t.added[k].content) {
-					return i, &t.added[k]
+			if start, n, ok := t.prefixes.get(uint64(s[i])<<8 | uint64(s[i+1])); ok {
+				for _, k := range t.addedIdx[start : start+n] {
+					if strings.HasPrefix(s[i:], t.added[k].content) {
+						return i, &t.added[k]
+					}
 				}
 			}
 		}
-		if ks := t.byPrefix[uint16(s[i])<<8|0xff]; len(ks) > 0 {
-			return i, &t.added[ks[0]]
+		if start, _, ok := t.prefixes.get(uint64(s[i])<<8 | 0xff); ok {
+			return i, &t.added[t.addedIdx[start]]
 		}
 	}
 	return len(s), nil
@@ -558,14 +663,26 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 	for _, n := range t.normalizers {
 		s = n(s)
 	}
-	if t.meta != nil {
-		return t.metaspace(dst, s, first)
+	if !t.splitOnly {
+		return t.pretokenize(dst, s, 0, first)
 	}
-	if !t.byteLevel {
-		return t.spWord(dst, s)
-	}
+	split := t.stages[0].split
 	for len(s) > 0 {
-		n := t.split.next(s)
+		var n int
+		if c := s[0]; c < utf8.RuneSelf && asciiClass[c]&classL != 0 {
+			n = 1 + letters(s, 1) // an ASCII word, match's first fast path
+		} else {
+			n = split.next(s)
+		}
+		if n <= 7 && t.ignore {
+			// A short piece that is a token, the commonest case, without
+			// bpe's call and checks.
+			if id, _, ok := t.short.get(packKey(s[:n])); ok {
+				dst = append(dst, id)
+				s = s[n:]
+				continue
+			}
+		}
 		dst = t.bpe(dst, s[:n])
 		s = s[n:]
 	}

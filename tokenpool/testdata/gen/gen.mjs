@@ -10,6 +10,8 @@
 //                                         separated by spaces (no special
 //                                         tokens added), empty line for none
 //   golden/<name>.targeted.special.ids.gz the same with special tokens added
+//   golden/<variant>.{targeted,fuzz}.ids.gz the same for `variants` below:
+//                                         a model's tokenizer.json edited
 // go test reads only the committed outputs; it never needs Node.
 import { Tokenizer } from 'tokenizers';
 import fs from 'node:fs';
@@ -120,6 +122,9 @@ for (const [name, build] of Object.entries(sets)) {
   corpus[name] = JSON.parse(readGz(f));
 }
 
+const digits = (individual) => ({ type: 'Digits', individual_digits: individual });
+const byteLevel = (prefix, regex) => ({ type: 'ByteLevel', add_prefix_space: prefix, trim_offsets: true, use_regex: regex });
+
 // Variants: real vocabularies under pre-tokenizers no shipped model here
 // uses, so those components get reference ids too. TestGolden builds the
 // same JSON with the same edit.
@@ -128,6 +133,19 @@ const variants = {
   'qwen3-strip': { base: 'qwen3', edit: (j) => { for (const a of j.added_tokens) { if (a.content === '<|im_end|>') a.lstrip = true; if (a.content === '<|im_start|>') a.rstrip = true; } } },
   'llama3-strip': { base: 'llama3', edit: (j) => { for (const a of j.added_tokens) { if (a.content === '<|eot_id|>') { a.lstrip = true; a.rstrip = true; } } } },
   'mistral7b-metaspace-always-split': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }; } },
+  // Digits, ByteLevel on its own (GPT-2's regex, add_prefix_space) and
+  // Sequences of them. llama3's own pre_tokenizer is Sequence[Split, ByteLevel].
+  'llama3-digits': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [digits(true), byteLevel(false, false)] }; } },
+  'llama3-split-digits': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [j.pre_tokenizer.pretokenizers[0], digits(true), byteLevel(false, false)] }; } },
+  'llama3-bytelevel': { base: 'llama3', edit: (j) => { j.pre_tokenizer = byteLevel(false, true); } },
+  'llama3-digits-bytelevel-prefix': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [digits(false), byteLevel(true, true)] }; } },
+  'mistral7b-digits-metaspace': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Sequence', pretokenizers: [digits(true), { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true }] }; } },
+  // single_word on two special tokens and on two added ordinary words
+  // (their vocab ids, as HF assigns a token already in the vocab).
+  'qwen3-single-word': { base: 'qwen3', edit: (j) => {
+    for (const a of j.added_tokens) { if (a.content === '<|im_start|>' || a.content === '<|im_end|>') a.single_word = true; }
+    for (const w of ['the', 'ing']) j.added_tokens.push({ id: j.model.vocab[w], content: w, single_word: true, lstrip: false, rstrip: false, normalized: false, special: false });
+  } },
 };
 
 for (const [name, m] of Object.entries(models)) {
