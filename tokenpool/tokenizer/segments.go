@@ -1,10 +1,5 @@
 package tokenizer
 
-import (
-	"strings"
-	"unicode"
-)
-
 // What the chat renderer (package tokenpool/chat) needs: the ids of the
 // special tokens its templates emit, and an encoder for one text segment
 // of a larger rendered prompt.
@@ -46,27 +41,5 @@ func (t *Tokenizer) AddedTokenID(content string) (int32, bool) {
 // atStart gives the ids of the whole input, which is what lets saltus
 // cache and key each chat message separately. Any goroutine.
 func (t *Tokenizer) EncodeSegment(dst []int32, text string, atStart bool) []int32 {
-	if atStart || t.meta == nil || t.meta.scheme != "first" {
-		return t.Encode(dst, text)
-	}
-	// The loop of Encode with first = false from the start. It is repeated
-	// here, not shared, because tokenizer.go is being edited in parallel;
-	// TestEncodeSegment checks the two agree.
-	for len(text) > 0 {
-		i, tok := t.findAdded(text)
-		before := text[:i]
-		if tok != nil && tok.lstrip {
-			before = strings.TrimRightFunc(before, unicode.IsSpace)
-		}
-		dst = t.encodeText(dst, before, false)
-		if tok == nil {
-			break
-		}
-		dst = append(dst, tok.id)
-		text = text[i+len(tok.content):]
-		if tok.rstrip {
-			text = strings.TrimLeftFunc(text, unicode.IsSpace)
-		}
-	}
-	return dst
+	return t.encode(dst, text, atStart)
 }

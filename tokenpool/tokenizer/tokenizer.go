@@ -557,6 +557,12 @@ var unbyte = func() (m [256 + 68]int16) {
 // Replace (Mistral) allocate a normalized copy, and so may Metaspace and
 // ByteLevel's add_prefix_space, which rewrite pieces. Any goroutine.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
+	return t.encode(dst, text, true)
+}
+
+// encode is Encode for text at the start of the input (atStart) or after
+// an added token (see EncodeSegment).
+func (t *Tokenizer) encode(dst []int32, text string, atStart bool) []int32 {
 	// text[start:] is not encoded yet; added tokens are searched from pos
 	// on, which passes start only over a single_word match that HuggingFace
 	// discards: like its Aho-Corasick iterator, the search resumes after
@@ -576,14 +582,14 @@ func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
 		if tok.lstrip {
 			before = strings.TrimRightFunc(before, unicode.IsSpace)
 		}
-		dst = t.encodeText(dst, before, start == 0)
+		dst = t.encodeText(dst, before, atStart && start == 0)
 		dst = append(dst, tok.id)
 		if tok.rstrip {
 			end = len(text) - len(strings.TrimLeftFunc(text[end:], unicode.IsSpace))
 		}
 		start, pos = end, end
 	}
-	return t.encodeText(dst, text[start:], start == 0)
+	return t.encodeText(dst, text[start:], atStart && start == 0)
 }
 
 // singleWordOK reports whether a single_word match s[i:end] stands alone
