@@ -194,18 +194,23 @@ func (r *Renderer) llama3(b *builder, msgs []Message, opt Options) {
 
 func (r *Renderer) chatml(b *builder, msgs []Message, opt Options) {
 	for i := range msgs {
-		b.special(r.imStart)
-		b.text(msgs[i].Role)
-		b.text("\n")
-		b.text(msgs[i].Content)
-		b.special(r.imEnd)
-		b.text("\n")
+		r.imTurn(b, &msgs[i])
 		b.endMessage(i)
 	}
 	if opt.AddGenerationPrompt {
 		b.special(r.imStart)
 		b.text("assistant\n")
 	}
+}
+
+// imTurn renders one ChatML turn: <|im_start|>role\ncontent<|im_end|>\n.
+func (r *Renderer) imTurn(b *builder, m *Message) {
+	b.special(r.imStart)
+	b.text(m.Role)
+	b.text("\n")
+	b.text(m.Content)
+	b.special(r.imEnd)
+	b.text("\n")
 }
 
 // qwen3 follows Qwen3's chat_template without tools: see the package doc.
@@ -224,12 +229,7 @@ func (r *Renderer) qwen3(b *builder, msgs []Message, opt Options) {
 		m := &msgs[i]
 		switch {
 		case m.Role == "user" || m.Role == "system":
-			b.special(r.imStart)
-			b.text(m.Role)
-			b.text("\n")
-			b.text(m.Content)
-			b.special(r.imEnd)
-			b.text("\n")
+			r.imTurn(b, m)
 		case m.Role == "assistant":
 			content, reasoning := m.Content, ""
 			if m.HasReasoning {
