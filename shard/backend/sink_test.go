@@ -18,6 +18,11 @@ func TestMain(m *testing.M) {
 		// fasthttp's idle-connection cleaner sleeps IdleConnTimeout before
 		// it sees no connections left (see doc.go).
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		// The benchmarks' fasthttp upstream: its worker pool's cleaner
+		// sleeps 10 s before it sees Stop, and its Date updater runs for
+		// the life of the process.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 	)
 }
 
