@@ -13,9 +13,13 @@ import (
 // needs it to lift the read deadline that bounded the wait for the head
 // (fasthttp leaves it on the connection while the body streams, and an
 // SSE answer may stream for minutes).
+//
+// The Set also keeps every open one (Set.conns), so that Close can close
+// the connections of requests still waiting for their head.
 type trackedConn struct {
 	net.Conn
 	laddr connAddr
+	set   *Set
 }
 
 type connAddr struct {
@@ -23,10 +27,18 @@ type connAddr struct {
 	c *trackedConn
 }
 
-func newTrackedConn(c net.Conn) *trackedConn {
-	tc := &trackedConn{Conn: c}
+func newTrackedConn(c net.Conn, s *Set) *trackedConn {
+	tc := &trackedConn{Conn: c, set: s}
 	tc.laddr = connAddr{Addr: c.LocalAddr(), c: tc}
 	return tc
+}
+
+// Close closes the connection and forgets it.
+func (c *trackedConn) Close() error {
+	c.set.connMu.Lock()
+	delete(c.set.conns, c)
+	c.set.connMu.Unlock()
+	return c.Conn.Close()
 }
 
 // LocalAddr returns the connection's local address, which also leads back

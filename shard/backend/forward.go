@@ -184,6 +184,10 @@ func (p *proxy) run(ctx context.Context) {
 			p.o.Retries = i
 		}
 		p.o.Backend = b
+		if ctx.Err() != nil {
+			p.shutdown()
+			return
+		}
 		if gone(p.sink) {
 			p.o.ClientGone, p.o.Err = true, errClientGone
 			p.sink.Abort()
@@ -201,9 +205,15 @@ func (p *proxy) run(ctx context.Context) {
 			return
 		}
 		b.inFlight.Add(-1)
+		if ctx.Err() != nil { // Close closed the connection
+			p.shutdown()
+			return
+		}
 		kind, retry := classify(err)
 		b.m.errs[kind].Inc()
-		b.passiveResult(kind != kindConnect, s.cfg.BreakerFails, s.logger)
+		if kind != kindTimeout { // a slow backend is not a broken one
+			b.passiveResult(false, s.cfg.BreakerFails, s.logger)
+		}
 		lastErr = fmt.Errorf("backend %s: %w", b.URL, err)
 		if !retry {
 			p.o.TimedOut, p.o.Err, p.o.Status = true, lastErr, fasthttp.StatusGatewayTimeout
@@ -215,6 +225,12 @@ func (p *proxy) run(ctx context.Context) {
 	p.o.Err, p.o.Status = lastErr, fasthttp.StatusBadGateway
 	p.respondError(fasthttp.StatusBadGateway,
 		fmt.Sprintf("no backend answered (%d tried): %v", attempts, lastErr), "server_error", "bad_gateway")
+}
+
+// shutdown answers 503: the Set is closing.
+func (p *proxy) shutdown() {
+	p.o.Err, p.o.Status = ErrClosed, fasthttp.StatusServiceUnavailable
+	p.respondError(p.o.Status, "the load balancer is shutting down", "server_error", "service_unavailable")
 }
 
 func (p *proxy) respondError(status int, msg, typ, code string) {

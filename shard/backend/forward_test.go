@@ -561,3 +561,32 @@ func TestCloseCancelsStreams(t *testing.T) {
 		t.Fatal("Close returned before the proxy goroutine ended")
 	}
 }
+
+func TestCloseCancelsWaitForHead(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{})
+	upstreamSawClose := make(chan struct{})
+	srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done() // never answers
+		close(upstreamSawClose)
+	})
+	s, _ := testSet(t, func(c *Config) { c.ResponseHeaderTimeout = time.Hour })
+	b := mustAdd(t, s, srv.URL)
+	next := mustAdd(t, s, closedPort(t))
+	sink, o := newSink(), newOutcome()
+	s.Forward(chatReq(), nil, []*Backend{b, next}, sink, nil, o.hooks())
+	<-arrived
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }() // test stand-in, joined below
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a head that never comes")
+	}
+	<-upstreamSawClose
+	x := o.wait(t)
+	if x.Err != ErrClosed || x.Status != 503 || sink.status != 503 || x.Retries != 0 || b.InFlight() != 0 || next.InFlight() != 0 {
+		t.Errorf("outcome %+v, sink status %d", x, sink.status)
+	}
+}

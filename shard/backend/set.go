@@ -132,6 +132,9 @@ type Set struct {
 	idPrefix string // random per Set: generated X-Request-IDs are prefix-seq
 	idSeq    atomic.Uint64
 
+	connMu sync.Mutex                // guards conns
+	conns  map[*trackedConn]struct{} // every open upstream connection
+
 	retries, overload *metrics.Counter
 }
 
@@ -151,6 +154,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		logger:   logger.With("component", "backend"),
 		ms:       set,
 		stops:    make(map[int]context.CancelFunc),
+		conns:    make(map[*trackedConn]struct{}),
 		proxies:  rules.NewGroup(context.Background()),
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
@@ -275,11 +279,18 @@ func (s *Set) newHostClient(hostport string) *fasthttp.HostClient {
 			if timeout <= 0 || timeout > connect {
 				timeout = connect
 			}
+			if s.closed.Load() {
+				return nil, &dialError{err: ErrClosed}
+			}
 			c, err := net.DialTimeout("tcp", addr, timeout)
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
-			return newTrackedConn(c), nil
+			tc := newTrackedConn(c, s)
+			s.connMu.Lock()
+			s.conns[tc] = struct{}{}
+			s.connMu.Unlock()
+			return tc, nil
 		},
 		MaxConns:            s.cfg.MaxConnsPerBackend,
 		MaxIdleConnDuration: s.cfg.IdleConnTimeout,
@@ -370,10 +381,11 @@ func (s *Set) Start(g *rules.Group) {
 }
 
 // Close stops new Forwards (they get 503), cancels the ones in flight
-// (their upstream connections close), joins their goroutines, stops the
-// probes (their group is the caller's: Stop and Wait it too) and closes
-// idle connections. Call it after the reactor's Shutdown. Any goroutine
-// but an event loop.
+// (it closes every upstream connection: a request waiting for its head
+// fails at once, a streamed answer ends as after the client left),
+// joins their goroutines and stops the probes (their group is the
+// caller's: Stop and Wait it too). Call it after the reactor's Shutdown.
+// Any goroutine but an event loop.
 func (s *Set) Close() {
 	s.gate.Lock()
 	s.closed.Store(true)
@@ -385,10 +397,21 @@ func (s *Set) Close() {
 	}
 	s.mu.Unlock()
 	s.proxies.Stop()
-	_ = s.proxies.Wait(context.Background()) // Background never ends: Wait returns nil
 	for _, b := range s.snap.Load().all {
 		b.hc.CloseIdleConnections()
 	}
+	// Streams end through their watchers (the group's context); requests
+	// waiting for a head only when their connection closes.
+	s.connMu.Lock()
+	open := make([]*trackedConn, 0, len(s.conns))
+	for c := range s.conns {
+		open = append(open, c)
+	}
+	s.connMu.Unlock()
+	for _, c := range open {
+		_ = c.Conn.Close() // the owner's Close forgets it; an error means it was closed already
+	}
+	_ = s.proxies.Wait(context.Background()) // Background never ends: Wait returns nil
 }
 
 // spawn starts fn in the proxies group unless the Set is closing; false
