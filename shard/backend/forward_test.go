@@ -590,3 +590,26 @@ func TestCloseCancelsWaitForHead(t *testing.T) {
 		t.Errorf("outcome %+v, sink status %d", x, sink.status)
 	}
 }
+
+// An event longer than the relay buffer goes out in pieces, byte for byte.
+func TestForwardSSELongEvent(t *testing.T) {
+	t.Parallel()
+	stream := "data: " + strings.Repeat("x", 3*relayBufSize) + "\n\ndata: short\n\ndata: [DONE]\n\n"
+	srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		io.WriteString(w, stream)
+	})
+	s, _ := testSet(t, nil)
+	b := mustAdd(t, s, srv.URL)
+	sink, o := newSink(), newOutcome()
+	s.Forward(chatReq(), nil, []*Backend{b}, sink, nil, o.hooks())
+	if x := o.wait(t); x.Err != nil {
+		t.Fatal(x.Err)
+	}
+	if sink.body.String() != stream || !sink.ended {
+		t.Fatalf("relayed %d bytes (ended=%v), want the upstream's %d unchanged", sink.body.Len(), sink.ended, len(stream))
+	}
+	if last := sink.writes[len(sink.writes)-2:]; last[0] != "data: short\n\n" || last[1] != "data: [DONE]\n\n" {
+		t.Errorf("the events after the long one: %q", last)
+	}
+}

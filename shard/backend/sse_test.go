@@ -3,6 +3,8 @@ package backend
 import (
 	"bytes"
 	"testing"
+
+	"github.com/valyala/fastjson"
 )
 
 func TestSSEEventEnd(t *testing.T) {
@@ -60,6 +62,48 @@ func FuzzSSEEventEnd(f *testing.F) {
 		// The event does not end in the middle of a CRLF.
 		if p[e-1] == '\r' && e < len(p) && p[e] == '\n' {
 			t.Fatalf("sseEventEnd(%q) = %d splits a CRLF", p, e)
+		}
+	})
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	f := func(body, want string) {
+		t.Helper()
+		if got := string(usageOf([]byte(body))); got != want {
+			t.Errorf("usageOf(%q) = %q, want %q", body, got, want)
+		}
+	}
+	f(`{"usage":{"prompt_tokens":3}}`, `{"prompt_tokens":3}`)
+	f(`{"usage":null}`, "")
+	f(`{"usage":1}`, "")
+	f(`{"id":"x"}`, "")
+	f(`{"usage":{`, "")
+	f(`not json "usage"`, "")
+	g := func(ev, want string) {
+		t.Helper()
+		if got := string(sseUsage([]byte(ev))); got != want {
+			t.Errorf("sseUsage(%q) = %q, want %q", ev, got, want)
+		}
+	}
+	g("data: {\"usage\":{\"a\":1}}\n\n", `{"a":1}`)
+	g("event: x\r\ndata:{\"usage\":\r\ndata: {\"b\":2}}\r\n\r\n", `{"b":2}`) // multi-line data joins
+	g("data: [DONE]\n\n", "")
+	g("", "")
+}
+
+func FuzzUsage(f *testing.F) {
+	f.Add([]byte(`{"usage":{"prompt_tokens":3}}`))
+	f.Add([]byte("data: {\"usage\":{\"a\":1}}\n\n"))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		for _, u := range [][]byte{usageOf(p), sseUsage(p)} {
+			if u == nil {
+				continue
+			}
+			v, err := fastjson.ParseBytes(u)
+			if err != nil || v.Type() != fastjson.TypeObject {
+				t.Fatalf("usage %q of %q is not a JSON object: %v", u, p, err)
+			}
 		}
 	})
 }
