@@ -35,8 +35,9 @@ type Config struct {
 	// HealthOKUp consecutive successful probes mark it up again.
 	HealthOKUp int
 	// BreakerFails consecutive passive failures (connect errors and
-	// refusals before the head, 5xx answers; a timeout counts neither
-	// way, any other answer resets the count) trip a backend's breaker:
+	// refusals before the head, 5xx answers; a timeout or all
+	// connections busy counts neither way, any other answer resets the
+	// count) trip a backend's breaker:
 	// not healthy until a probe succeeds. 0 disables the breaker.
 	BreakerFails int
 	// MaxInFlight bounds the proxy goroutines of the whole Set; a Forward

@@ -211,7 +211,9 @@ func (p *proxy) run(ctx context.Context) {
 		}
 		kind, retry := classify(err)
 		b.m.errs[kind].Inc()
-		if kind != kindTimeout { // a slow backend is not a broken one
+		// A slow backend, or one with every connection busy, is not a
+		// broken one: neither counts for the breaker.
+		if kind != kindTimeout && !errors.Is(err, fasthttp.ErrNoFreeConns) {
 			b.passiveResult(false, s.cfg.BreakerFails, s.logger)
 		}
 		lastErr = fmt.Errorf("backend %s: %w", b.URL, err)

@@ -613,3 +613,33 @@ func TestForwardSSELongEvent(t *testing.T) {
 		t.Errorf("the events after the long one: %q", last)
 	}
 }
+
+// Every connection to a backend busy: the request goes to the next
+// candidate, and the busy backend's breaker does not count it.
+func TestForwardAllConnsBusy(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	busy := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	})
+	good := upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	s, ms := testSet(t, func(c *Config) { c.MaxConnsPerBackend, c.ConnectTimeout, c.BreakerFails = 1, 50*time.Millisecond, 1 })
+	b := mustAdd(t, s, busy.URL)
+	g := mustAdd(t, s, good.URL)
+	first, o1 := newSink(), newOutcome()
+	s.Forward(chatReq(), nil, []*Backend{b}, first, nil, o1.hooks())
+	<-arrived
+	second, o2 := newSink(), newOutcome()
+	s.Forward(chatReq(), nil, []*Backend{b, g}, second, nil, o2.hooks())
+	x := o2.wait(t)
+	if second.status != 200 || x.Backend != g || x.Retries != 1 || !b.Healthy() {
+		t.Errorf("outcome %+v, busy backend healthy=%v", x, b.Healthy())
+	}
+	if n := counter(ms, fmt.Sprintf(`saltus_upstream_errors_total{backend=%q,kind="connect"}`, b.URL)); n != 1 {
+		t.Errorf("connect errors %d", n)
+	}
+	close(release)
+	o1.wait(t)
+}

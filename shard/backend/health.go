@@ -45,7 +45,7 @@ func (s *Set) probe(b *Backend) bool {
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI(s.cfg.HealthPath)
 	req.Header.SetHost(b.host)
-	if err := b.hc.DoTimeout(req, resp, s.cfg.HealthInterval); err != nil {
+	if err := b.ctl.DoTimeout(req, resp, s.cfg.HealthInterval); err != nil {
 		return false
 	}
 	if bs := resp.BodyStream(); bs != nil {

@@ -95,7 +95,7 @@ func getModels(b *Backend, deadline time.Time) ([]byte, error) {
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI("/v1/models")
 	req.Header.SetHost(b.host)
-	if err := b.hc.DoDeadline(req, resp, deadline); err != nil {
+	if err := b.ctl.DoDeadline(req, resp, deadline); err != nil {
 		return nil, fmt.Errorf("backend %s: /v1/models: %w", b.URL, err)
 	}
 	defer resp.CloseBodyStream() //nolint:errcheck // only decides whether the connection is reused

@@ -28,8 +28,9 @@ type Backend struct {
 	ID  int    // stable index (tree holder index), never reused while the process lives
 	URL string // e.g. http://127.0.0.1:8001 (normalized: scheme://host:port, no path)
 
-	host string // host:port, the Host header and the dial address
-	hc   *fasthttp.HostClient
+	host string               // host:port, the Host header and the dial address
+	hc   *fasthttp.HostClient // requests
+	ctl  *fasthttp.HostClient // probes and /v1/models: a backend whose request connections are all busy still answers them
 
 	inFlight atomic.Int64 // requests sent and not yet finished
 	up       atomic.Bool  // active probes' verdict (starts true)
@@ -227,7 +228,8 @@ func (s *Set) Add(rawURL string) (*Backend, error) {
 	b := &Backend{ID: s.nextID, URL: norm, host: hostport}
 	s.nextID++
 	b.up.Store(true)
-	b.hc = s.newHostClient(hostport)
+	b.hc = s.newHostClient(hostport, s.cfg.MaxConnsPerBackend)
+	b.ctl = s.newHostClient(hostport, ctlConns)
 	s.registerMetricsLocked(b)
 	next := &snapshot{all: append(slices.Clip(old.all), b)}
 	s.snap.Store(next)
@@ -271,7 +273,10 @@ func (s *Set) countCode(b *Backend, code int) {
 	c.Inc()
 }
 
-func (s *Set) newHostClient(hostport string) *fasthttp.HostClient {
+// ctlConns bounds a backend's probe and /v1/models connections.
+const ctlConns = 4
+
+func (s *Set) newHostClient(hostport string, maxConns int) *fasthttp.HostClient {
 	connect := s.cfg.ConnectTimeout
 	return &fasthttp.HostClient{
 		Addr: hostport,
@@ -292,7 +297,7 @@ func (s *Set) newHostClient(hostport string) *fasthttp.HostClient {
 			s.connMu.Unlock()
 			return tc, nil
 		},
-		MaxConns:            s.cfg.MaxConnsPerBackend,
+		MaxConns:            maxConns,
 		MaxIdleConnDuration: s.cfg.IdleConnTimeout,
 		MaxConnWaitTimeout:  connect,
 		// Two attempts on the same backend, only for a pooled connection
@@ -328,6 +333,7 @@ func (s *Set) Remove(id int) error {
 		delete(s.stops, id)
 	}
 	b.hc.CloseIdleConnections()
+	b.ctl.CloseIdleConnections()
 	s.ms.UnregisterMetric(b.m.inFlightName)
 	s.logger.Info("backend removed", "id", id, "url", b.URL, "in_flight", b.InFlight())
 	return nil
@@ -399,6 +405,7 @@ func (s *Set) Close() {
 	s.proxies.Stop()
 	for _, b := range s.snap.Load().all {
 		b.hc.CloseIdleConnections()
+		b.ctl.CloseIdleConnections()
 	}
 	// Streams end through their watchers (the group's context); requests
 	// waiting for a head only when their connection closes.
