@@ -4,10 +4,13 @@
 // relays the answer, SSE event by SSE event, to a [Sink] (the reactor's
 // exchange).
 //
-// Each backend has one fasthttp.HostClient: keep-alive connections,
-// pooled, bounded by MaxConnsPerBackend, dialed with ConnectTimeout, idle
-// ones closed after IdleConnTimeout; response bodies are streamed, never
-// buffered whole (except known-length ones up to 256 KiB, answered with
+// Each backend has one fasthttp.HostClient for requests: keep-alive
+// connections, pooled, bounded by MaxConnsPerBackend (a request finding
+// them all busy waits up to ConnectTimeout, then tries the next
+// candidate), dialed with ConnectTimeout, idle ones closed after
+// IdleConnTimeout; and a second one of 4 connections for probes and
+// /v1/models, so that a saturated backend still answers its probes.
+// Response bodies are streamed, never buffered whole (except known-length ones up to 256 KiB, answered with
 // one Respond). A request's memory is bounded by one 32 KiB relay buffer
 // and fasthttp's 16 KiB read buffer: Sink.Write blocking (a slow client)
 // stops the upstream reads, and TCP flow control then stops the backend.
@@ -19,6 +22,14 @@
 // and keeps the backend unhealthy until one probe succeeds (so without
 // Start, a tripped backend stays tripped). Draining backends are healthy
 // but not routable.
+//
+// Cancellation: once the head has arrived, a client that leaves (Sink.Gone)
+// closes the upstream connection at once: the only way an engine can
+// learn that nobody reads the generation any more. Before the head, fasthttp keeps the connection to
+// itself, so a client that leaves is noticed when the head arrives (at
+// once for a streamed answer: vLLM sends the head first) or when
+// ResponseHeaderTimeout passes. Close, which needs no particular
+// connection, closes them all.
 //
 // Backend URLs are http://host:port only: a base path prefix is rejected,
 // since the engines serve /v1 at their root.
