@@ -18,7 +18,7 @@ import (
 )
 
 // testSet returns a Set with short timeouts, closed at the end of the test.
-func testSet(t *testing.T, edit func(*Config)) (*Set, *metrics.Set) {
+func testSet(t testing.TB, edit func(*Config)) (*Set, *metrics.Set) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ConnectTimeout = time.Second

@@ -50,8 +50,7 @@ func instantUpstream(b *testing.B) string {
 // local upstream, end to end (proxy goroutine, fasthttp round trip,
 // headers, Respond), one at a time.
 func BenchmarkForward4K(b *testing.B) {
-	s, _ := testSet(&testing.T{}, nil)
-	defer s.Close()
+	s, _ := testSet(b, nil)
 	be, err := s.Add(instantUpstream(b))
 	if err != nil {
 		b.Fatal(err)
@@ -76,8 +75,7 @@ func BenchmarkForward4K(b *testing.B) {
 
 // BenchmarkForward4KParallel: the same from GOMAXPROCS goroutines at once.
 func BenchmarkForward4KParallel(b *testing.B) {
-	s, _ := testSet(&testing.T{}, nil)
-	defer s.Close()
+	s, _ := testSet(b, nil)
 	be, err := s.Add(instantUpstream(b))
 	if err != nil {
 		b.Fatal(err)
