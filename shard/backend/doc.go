@@ -1,0 +1,61 @@
+// Package backend is the upstream side of the serving path (DESIGN.md
+// stage 8): the registry of backends (a [Set]), their health, and
+// [Set.Forward], which proxies one request to a backend with fasthttp and
+// relays the answer, SSE event by SSE event, to a [Sink] (the reactor's
+// exchange).
+//
+// Each backend has one fasthttp.HostClient for requests: keep-alive
+// connections, pooled, bounded by MaxConnsPerBackend (a request finding
+// them all busy waits up to ConnectTimeout, then tries the next
+// candidate), dialed with ConnectTimeout, idle ones closed after
+// IdleConnTimeout; and a second one of 4 connections for probes and
+// /v1/models, so that a saturated backend still answers its probes.
+// Response bodies are streamed, never buffered whole (except known-length ones up to 256 KiB, answered with
+// one Respond). A request's memory is bounded by one 32 KiB relay buffer
+// and fasthttp's 16 KiB read buffer: Sink.Write blocking (a slow client)
+// stops the upstream reads, and TCP flow control then stops the backend.
+//
+// Health: an active probe per backend GETs HealthPath every
+// HealthInterval; HealthFailsDown failures in a row mark it down,
+// HealthOKUp successes in a row up again (backends start up). A passive
+// breaker trips after BreakerFails connect errors or 5xx answers in a row
+// and keeps the backend unhealthy until one probe succeeds (so without
+// Start, a tripped backend stays tripped). Draining backends are healthy
+// but not routable.
+//
+// Cancellation: once the head has arrived, a client that leaves (Sink.Gone)
+// closes the upstream connection at once: the only way an engine can
+// learn that nobody reads the generation any more. Before the head, fasthttp keeps the connection to
+// itself, so a client that leaves is noticed when the head arrives (at
+// once for a streamed answer: vLLM sends the head first) or when
+// ResponseHeaderTimeout passes. Close, which needs no particular
+// connection, closes them all.
+//
+// Backend URLs are http://host:port only: a base path prefix is rejected,
+// since the engines serve /v1 at their root.
+//
+// Metrics (in the Set's *metrics.Set): saltus_backend_in_flight{backend},
+// saltus_backend_requests_total{backend,code} (the status the client got
+// for that backend, 504 included), saltus_upstream_errors_total{backend,
+// kind=connect|timeout|reset|midstream}, saltus_retries_total,
+// saltus_backend_ttfb_seconds{backend} and
+// saltus_backend_request_duration_seconds{backend} (VictoriaMetrics
+// histograms: Update takes a mutex, fine off the event loops),
+// saltus_backend_breaker_trips_total{backend}, saltus_proxy_in_flight and
+// saltus_backend_overload_total (Forwards refused over MaxInFlight).
+//
+// # Concurrency
+//
+// A Set and its Backends are safe for concurrent use: the backend list is
+// an immutable snapshot behind an atomic.Pointer (Add, Remove and Drain
+// build and swap a new one under a mutex), per-backend state is atomics.
+// Forward never blocks, so an event loop may call it; the answer is
+// written from its proxy goroutine. Every goroutine starts through a
+// rules.Group: proxy goroutines (at most MaxInFlight) and their watchers
+// (one per streamed answer, closing the upstream when the client leaves)
+// in the Set's own group, joined by Close; probes in the group given to
+// Start; Models' fetches in a group of their own, joined before it
+// returns. The one exception is fasthttp's own idle-connection cleaner
+// (HostClient.connsCleaner), which exits once its client has no
+// connections left.
+package backend

@@ -1,0 +1,590 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/reactor"
+)
+
+// Sink is where an answer goes; *reactor.Exchange satisfies it.
+type Sink interface {
+	Respond(status int, hdr []reactor.Header, body []byte)
+	WriteHeader(status int, hdr []reactor.Header) error
+	Write(p []byte) error
+	Flush() error
+	End() error
+	Abort()
+	Gone() <-chan struct{}
+}
+
+// Hooks are the caller's callbacks for one Forward.
+type Hooks struct {
+	// FirstByte runs once, on the proxy goroutine, when the chosen
+	// backend's response head arrived (status known), before anything is
+	// written to the sink. It does not run when no backend answered.
+	FirstByte func(b *Backend, status int)
+	// Done runs exactly once per Forward at the very end with the outcome:
+	// on the proxy goroutine, or inside Forward before it returns false.
+	Done func(o Outcome)
+}
+
+// Outcome is how one Forward ended.
+type Outcome struct {
+	Backend *Backend // the one that answered, or the last one tried; nil if none
+	Status  int      // what the client got (503/502/504 when we answered ourselves)
+	Retries int      // candidates tried after the first
+	Err     error    // nil when the answer was relayed in full
+	// ClientGone: the client left first. UpstreamDied: the upstream's
+	// connection failed after the head. TimedOut: no head within
+	// ResponseHeaderTimeout.
+	ClientGone, UpstreamDied, TimedOut bool
+	TTFB, Total                        time.Duration // TTFB: request sent → head (last attempt)
+	// Usage is the raw "usage" object of the JSON body, or of the last
+	// SSE data event that had a non-null one; nil if none was seen.
+	Usage []byte
+}
+
+// Errors in Outcome.Err.
+var (
+	ErrOverloaded  = errors.New("backend: too many requests in flight")
+	ErrClosed      = errors.New("backend: set closed")
+	ErrNoCandidate = errors.New("backend: no candidate backend")
+	errClientGone  = errors.New("backend: client gone")
+)
+
+// relayBufSize is the per-request relay buffer: a slow client (Sink.Write
+// blocking) stops the upstream read, so this, plus fasthttp's 16 KiB read
+// buffer, bounds a request's memory. An SSE event longer than it is
+// passed through in pieces (same bytes, earlier flush).
+const relayBufSize = 32 << 10
+
+// maxBuffered: a non-SSE body with a Content-Length up to this is read
+// whole and answered with one Respond.
+const maxBuffered = 256 << 10
+
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+
+// Forward starts a proxy goroutine that sends req (with body) to
+// candidates[0], and on a connect error or a refusal before the first
+// byte to the next candidate (≤ MaxRetries more), else answers 502. No
+// head within ResponseHeaderTimeout → 504. The upstream dies after the
+// head: an SSE answer gets an `event: error` event and End, any other
+// Abort; never a fabricated `data: [DONE]`. Over MaxInFlight, with no
+// candidate, or after Close it answers 503 at once and returns false.
+//
+// Headers pass through both ways minus hop-by-hop ones; X-Request-ID is
+// propagated, or generated and returned; extraHdr and X-Saltus-Backend
+// are added to the answer. SSE answers are relayed event by event (one
+// Write and Flush each) as they arrive. The client leaving closes the
+// upstream connection once the head has arrived (fasthttp hides the
+// connection before that: a client that leaves earlier is noticed when
+// the head arrives or the timeout passes).
+//
+// req and body must stay unchanged until Done runs. Any goroutine; it
+// never blocks, so an event loop may call it.
+func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, sink Sink, extraHdr []reactor.Header, h Hooks) bool {
+	var refuse error
+	switch {
+	case len(candidates) == 0:
+		refuse = ErrNoCandidate
+	case s.inFlight.Add(1) > int64(s.cfg.MaxInFlight):
+		s.inFlight.Add(-1)
+		s.overload.Inc()
+		refuse = ErrOverloaded
+	default:
+		p := &proxy{s: s, req: req, body: body, cands: candidates, sink: sink, extra: extraHdr, hooks: h}
+		if s.spawn("backend-proxy", p.run) {
+			return true
+		}
+		s.inFlight.Add(-1)
+		refuse = ErrClosed
+	}
+	sink.Respond(fasthttp.StatusServiceUnavailable, jsonHdr, errorBody(refuse.Error(), "server_error", "service_unavailable"))
+	if h.Done != nil {
+		h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse})
+	}
+	return false
+}
+
+var jsonHdr = []reactor.Header{{Name: "Content-Type", Value: "application/json"}}
+
+// errorBody is an OpenAI-style error.
+func errorBody(msg, typ, code string) []byte {
+	type e struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+	}
+	b, err := json.Marshal(struct {
+		Error e `json:"error"`
+	}{e{msg, typ, code}})
+	if err != nil {
+		panic("BUG: cannot marshal an error body: " + err.Error())
+	}
+	return b
+}
+
+// proxy is one Forward's state, owned by its proxy goroutine.
+type proxy struct {
+	s     *Set
+	req   *reactor.Request
+	body  []byte
+	cands []*Backend
+	sink  Sink
+	extra []reactor.Header
+	hooks Hooks
+
+	reqID string
+	o     Outcome
+}
+
+func (p *proxy) run(ctx context.Context) {
+	s := p.s
+	start := time.Now()
+	defer func() {
+		s.inFlight.Add(-1)
+		p.o.Total = time.Since(start)
+		if b := p.o.Backend; b != nil {
+			b.m.total.Update(p.o.Total.Seconds())
+		}
+		if p.hooks.Done != nil {
+			p.hooks.Done(p.o)
+		}
+	}()
+	p.reqID = p.req.HeaderValue("X-Request-ID")
+	if p.reqID == "" {
+		p.reqID = s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 10)
+	}
+	freq := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(freq)
+	defer fasthttp.ReleaseResponse(resp)
+	resp.Header.SetNoDefaultContentType(true)
+	p.buildRequest(freq)
+
+	attempts := min(len(p.cands), 1+s.cfg.MaxRetries)
+	var lastErr error
+	for i := range attempts {
+		b := p.cands[i]
+		if i > 0 {
+			s.retries.Inc()
+			p.o.Retries = i
+		}
+		p.o.Backend = b
+		if ctx.Err() != nil {
+			p.shutdown()
+			return
+		}
+		if gone(p.sink) {
+			p.o.ClientGone, p.o.Err = true, errClientGone
+			p.sink.Abort()
+			return
+		}
+		freq.Header.SetHost(b.host)
+		b.inFlight.Add(1)
+		t0 := time.Now()
+		err := b.hc.DoDeadline(freq, resp, t0.Add(s.cfg.ResponseHeaderTimeout))
+		if err == nil {
+			p.o.TTFB = time.Since(t0)
+			b.m.ttfb.Update(p.o.TTFB.Seconds())
+			p.relay(ctx, b, resp)
+			b.inFlight.Add(-1)
+			return
+		}
+		b.inFlight.Add(-1)
+		if ctx.Err() != nil { // Close closed the connection
+			p.shutdown()
+			return
+		}
+		kind, retry := classify(err)
+		b.m.errs[kind].Inc()
+		// A slow backend, or one with every connection busy, is not a
+		// broken one: neither counts for the breaker.
+		if kind != kindTimeout && !errors.Is(err, fasthttp.ErrNoFreeConns) {
+			b.passiveResult(false, s.cfg.BreakerFails, s.logger)
+		}
+		lastErr = fmt.Errorf("backend %s: %w", b.URL, err)
+		if !retry {
+			p.o.TimedOut, p.o.Err, p.o.Status = true, lastErr, fasthttp.StatusGatewayTimeout
+			s.countCode(b, p.o.Status)
+			p.respondError(fasthttp.StatusGatewayTimeout, "upstream timed out before its response head", "timeout_error", "gateway_timeout")
+			return
+		}
+	}
+	p.o.Err, p.o.Status = lastErr, fasthttp.StatusBadGateway
+	p.respondError(fasthttp.StatusBadGateway,
+		fmt.Sprintf("no backend answered (%d tried): %v", attempts, lastErr), "server_error", "bad_gateway")
+}
+
+// shutdown answers 503: the Set is closing.
+func (p *proxy) shutdown() {
+	p.o.Err, p.o.Status = ErrClosed, fasthttp.StatusServiceUnavailable
+	p.respondError(p.o.Status, "the load balancer is shutting down", "server_error", "service_unavailable")
+}
+
+func (p *proxy) respondError(status int, msg, typ, code string) {
+	p.sink.Respond(status, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: p.reqID}}, errorBody(msg, typ, code))
+}
+
+func gone(sink Sink) bool {
+	select {
+	case <-sink.Gone():
+		return true
+	default:
+		return false
+	}
+}
+
+// classify says what kind of error a failed attempt had and whether the
+// next candidate may get the request: yes unless it timed out (the
+// backend may be working on it; 504).
+func classify(err error) (errKind, bool) {
+	var de *dialError
+	var ne net.Error
+	switch {
+	case errors.As(err, &de), errors.Is(err, fasthttp.ErrNoFreeConns):
+		return kindConnect, true
+	case errors.Is(err, fasthttp.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
+		return kindTimeout, false
+	default:
+		// The connection failed before the head: refused, reset, closed.
+		return kindReset, true
+	}
+}
+
+// retryStaleConn is the HostClient's RetryIfErr: one more attempt on the
+// same backend when the connection broke before the head, the sign of a
+// pooled keep-alive connection the server had just closed. The timeout is
+// not reset.
+func retryStaleConn(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	return false, attempts < 2 && (errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
+// buildRequest fills freq from the client's request: method, path and
+// query as sent, headers minus hop-by-hop ones (and Host, Content-Length,
+// Expect, which are ours to set), X-Request-ID, the body.
+func (p *proxy) buildRequest(freq *fasthttp.Request) {
+	r := p.req
+	freq.Header.SetMethod(r.Method)
+	uri := r.Path
+	if r.Query != "" {
+		uri = r.Path + "?" + r.Query
+	}
+	freq.SetRequestURI(uri)
+	conn := r.HeaderValue("Connection")
+	for _, h := range r.Header {
+		if hopByHop(h.Name, conn) || equalFold(h.Name, "Host") || equalFold(h.Name, "Content-Length") ||
+			equalFold(h.Name, "Expect") || equalFold(h.Name, "X-Request-ID") {
+			continue
+		}
+		freq.Header.Add(h.Name, h.Value)
+	}
+	freq.Header.Set("X-Request-ID", p.reqID)
+	freq.SetBodyRaw(p.body)
+}
+
+// answerHeaders returns the upstream's headers minus hop-by-hop ones (and
+// Content-Length unless keepLength), plus X-Request-ID if the upstream did
+// not send one, X-Saltus-Backend and the caller's extra headers.
+func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bool) []reactor.Header {
+	conn := string(resp.Header.Peek("Connection"))
+	hdr := make([]reactor.Header, 0, resp.Header.Len()+3+len(p.extra))
+	// All names and values go into one string (one allocation instead of
+	// two per header); spans holds their ends.
+	raw := make([]byte, 0, 512) // never modified once viewed as all
+	var spanBuf [24][2]int
+	spans := spanBuf[:0]
+	haveID := false
+	for k, v := range resp.Header.All() {
+		name := b2s(k)
+		if hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) || equalFold(name, "X-Saltus-Backend") {
+			continue
+		}
+		haveID = haveID || equalFold(name, "X-Request-ID")
+		raw = append(raw, k...)
+		nameEnd := len(raw)
+		raw = append(raw, v...)
+		spans = append(spans, [2]int{nameEnd, len(raw)})
+	}
+	all, start := b2s(raw), 0
+	for _, sp := range spans {
+		hdr = append(hdr, reactor.Header{Name: all[start:sp[0]], Value: all[sp[0]:sp[1]]})
+		start = sp[1]
+	}
+	if !haveID {
+		hdr = append(hdr, reactor.Header{Name: "X-Request-ID", Value: p.reqID})
+	}
+	hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: b.URL})
+	return append(hdr, p.extra...)
+}
+
+// relay sends the answer whose head is in resp to the sink.
+func (p *proxy) relay(ctx context.Context, b *Backend, resp *fasthttp.Response) {
+	s := p.s
+	status := resp.StatusCode()
+	p.o.Status = status
+	s.countCode(b, status)
+	b.passiveResult(status < 500, s.cfg.BreakerFails, s.logger)
+	if p.hooks.FirstByte != nil {
+		p.hooks.FirstByte(b, status)
+	}
+	bs := resp.BodyStream()
+	if gone(p.sink) {
+		p.o.ClientGone, p.o.Err = true, errClientGone
+		_ = resp.CloseBodyStream() // closes the upstream connection: the body was not read
+		p.sink.Abort()
+		return
+	}
+	sse := isSSE(resp.Header.ContentType())
+	length := resp.Header.ContentLength()
+	if bs == nil || (!sse && length >= 0 && length <= maxBuffered) {
+		p.relayWhole(b, resp, bs, length)
+		return
+	}
+	// A streamed body: lift the head's deadline, and watch the client.
+	if c := connOf(resp); c != nil {
+		_ = c.SetReadDeadline(time.Time{}) // fails only on a closed connection, which the next Read reports
+	}
+	closer, _ := bs.(fasthttp.ReadCloserWithError)
+	done := make(chan struct{})
+	defer close(done)
+	watching := closer != nil && s.spawn("backend-watch", func(gctx context.Context) {
+		select {
+		case <-p.sink.Gone():
+			_ = closer.CloseWithError(errClientGone) // interrupts the proxy's Read: closes the connection
+		case <-gctx.Done():
+			_ = closer.CloseWithError(ErrClosed)
+		case <-done:
+		}
+	})
+	defer resp.CloseBodyStream() //nolint:errcheck // after EOF it pools the connection, else closes it
+	if !watching {
+		p.o.Err = ErrClosed
+		p.sink.Abort()
+		return
+	}
+	if err := p.sink.WriteHeader(status, p.answerHeaders(b, resp, !sse && length >= 0)); err != nil {
+		p.clientGone()
+		return
+	}
+	bufp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bufp)
+	if sse {
+		p.relaySSE(ctx, b, bs, *bufp)
+	} else {
+		p.relayStream(ctx, b, bs, *bufp)
+	}
+}
+
+// relayWhole reads a small body whole and answers with one Respond; an
+// error before anything was sent is a 502 (504 on a timeout).
+func (p *proxy) relayWhole(b *Backend, resp *fasthttp.Response, bs io.Reader, length int) {
+	var body []byte
+	if bs != nil {
+		body = make([]byte, max(length, 0)) // handed to the sink: never reused
+		_, err := io.ReadFull(bs, body)
+		_ = resp.CloseBodyStream() // pools the connection after a full read, else closes it
+		if err != nil {
+			kind, _ := classify(err)
+			if kind == kindConnect {
+				kind = kindReset
+			}
+			b.m.errs[kindMidstream].Inc()
+			p.o.UpstreamDied, p.o.Err = true, fmt.Errorf("backend %s: body: %w", b.URL, err)
+			if kind == kindTimeout {
+				p.o.TimedOut, p.o.Status = true, fasthttp.StatusGatewayTimeout
+				p.respondError(p.o.Status, "upstream timed out in its response body", "timeout_error", "gateway_timeout")
+				return
+			}
+			p.o.Status = fasthttp.StatusBadGateway
+			p.respondError(p.o.Status, "upstream failed in its response body", "server_error", "bad_gateway")
+			return
+		}
+		p.o.Usage = usageOf(body)
+	}
+	p.sink.Respond(p.o.Status, p.answerHeaders(b, resp, false), body)
+}
+
+// relayStream copies a non-SSE body as it arrives.
+func (p *proxy) relayStream(ctx context.Context, b *Backend, bs io.Reader, buf []byte) {
+	for {
+		n, err := bs.Read(buf)
+		if n > 0 {
+			if p.sink.Write(buf[:n]) != nil || p.sink.Flush() != nil {
+				p.clientGone()
+				return
+			}
+		}
+		if err == io.EOF {
+			p.end()
+			return
+		}
+		if err != nil {
+			if !p.stopped(ctx) {
+				p.died(b, err)
+			}
+			p.sink.Abort()
+			return
+		}
+	}
+}
+
+// relaySSE relays an SSE body event by event: each complete event (ended
+// by a blank line) is one Write and Flush as soon as it is in; a partial
+// one waits in buf for the rest, and one longer than buf goes out in
+// pieces. The bytes the client gets are exactly the upstream's.
+func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []byte) {
+	n := 0           // buf[:n] holds bytes not yet written
+	partial := false // a piece of an over-long event went out
+	var last []byte  // a copy of the last event that mentioned "usage"
+	for {
+		if n == len(buf) {
+			if p.write(buf[:n]) != nil {
+				p.clientGone()
+				return
+			}
+			n, partial = 0, true
+		}
+		m, err := bs.Read(buf[n:])
+		n += m
+		off := 0
+		for {
+			e := sseEventEnd(buf[off:n])
+			if e < 0 {
+				break
+			}
+			ev := buf[off : off+e]
+			if bytes.Contains(ev, usageKey) {
+				last = append(last[:0], ev...)
+			}
+			if p.write(ev) != nil {
+				p.clientGone()
+				return
+			}
+			off += e
+			partial = false
+		}
+		n = copy(buf, buf[off:n])
+		if err == io.EOF {
+			if n > 0 && p.write(buf[:n]) != nil {
+				p.clientGone()
+				return
+			}
+			p.o.Usage = sseUsage(last)
+			p.end()
+			return
+		}
+		if err != nil {
+			p.o.Usage = sseUsage(last)
+			if p.stopped(ctx) {
+				p.sink.Abort()
+				return
+			}
+			p.died(b, err)
+			// The unsent partial event is dropped; one already partly sent
+			// is ended first, so the error event stands on its own.
+			if partial {
+				_ = p.sink.Write([]byte("\n\n")) // a gone client shows in the next call
+			}
+			if p.sink.Write(sseErrorEvent) != nil || p.sink.Flush() != nil || p.sink.End() != nil {
+				p.o.ClientGone = gone(p.sink)
+			}
+			return
+		}
+	}
+}
+
+var usageKey = []byte(`"usage"`)
+
+// parsers reuse fastjson's values across answers (a fresh Parser costs ~20
+// allocations per body: BenchmarkForward4K).
+var parsers fastjson.ParserPool
+
+// sseErrorEvent ends an SSE answer whose upstream died.
+var sseErrorEvent = []byte("event: error\ndata: " +
+	string(errorBody("upstream connection lost mid-stream", "server_error", "upstream_disconnected")) + "\n\n")
+
+func (p *proxy) write(ev []byte) error {
+	if err := p.sink.Write(ev); err != nil {
+		return err
+	}
+	return p.sink.Flush()
+}
+
+func (p *proxy) end() {
+	if p.sink.End() != nil {
+		p.clientGone()
+	}
+}
+
+// clientGone records that the sink refused a write: the client left.
+func (p *proxy) clientGone() {
+	p.o.ClientGone, p.o.Err = true, errClientGone
+	p.sink.Abort()
+}
+
+// stopped reports, after a failed upstream read, whether it was our
+// watcher that closed the upstream: the client left or the Set closed.
+func (p *proxy) stopped(ctx context.Context) bool {
+	if gone(p.sink) {
+		p.o.ClientGone, p.o.Err = true, errClientGone
+		return true
+	}
+	if ctx.Err() != nil {
+		p.o.Err = ErrClosed
+		return true
+	}
+	return false
+}
+
+func (p *proxy) died(b *Backend, err error) {
+	b.m.errs[kindMidstream].Inc()
+	p.o.UpstreamDied, p.o.Err = true, fmt.Errorf("backend %s: mid-stream: %w", b.URL, err)
+}
+
+// usageOf returns a copy of a JSON body's non-null "usage" object, or nil.
+func usageOf(body []byte) []byte {
+	if !bytes.Contains(body, usageKey) {
+		return nil
+	}
+	ps := parsers.Get()
+	defer parsers.Put(ps)
+	v, err := ps.ParseBytes(body)
+	if err != nil {
+		return nil // not JSON: no usage to learn from
+	}
+	u := v.Get("usage")
+	if u == nil || u.Type() != fastjson.TypeObject {
+		return nil
+	}
+	return u.MarshalTo(make([]byte, 0, 256))
+}
+
+// sseUsage returns the "usage" object of an SSE event's data, or nil.
+func sseUsage(ev []byte) []byte {
+	if ev == nil {
+		return nil
+	}
+	var data []byte
+	for line := range bytes.Lines(ev) {
+		line = bytes.TrimRight(line, "\r\n")
+		if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = append(data, bytes.TrimPrefix(rest, []byte(" "))...)
+		}
+	}
+	return usageOf(data)
+}

@@ -1,0 +1,85 @@
+package backend
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// startProbeLocked starts b's probe goroutine in s.probes; Remove and
+// Close stop it through s.stops. s.mu held.
+func (s *Set) startProbeLocked(b *Backend) {
+	stop := make(chan struct{})
+	closed := false
+	s.stops[b.ID] = func() {
+		if !closed {
+			closed = true
+			close(stop)
+		}
+	}
+	s.probes.Go("backend-probe", func(ctx context.Context) {
+		t := time.NewTicker(s.cfg.HealthInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			s.probeResult(b, s.probe(b))
+		}
+	})
+}
+
+// probe GETs b's HealthPath once, bounded by HealthInterval; a 2xx is a
+// success.
+func (s *Set) probe(b *Backend) bool {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURI(s.cfg.HealthPath)
+	req.Header.SetHost(b.host)
+	if err := b.ctl.DoTimeout(req, resp, s.cfg.HealthInterval); err != nil {
+		return false
+	}
+	if bs := resp.BodyStream(); bs != nil {
+		// A health body is small; read at most 64 KiB so the connection
+		// can be reused, then close (which closes it if more was left).
+		_, _ = io.Copy(io.Discard, io.LimitReader(bs, 64<<10)) // an error shows as a short body: the status decides
+	}
+	_ = resp.CloseBodyStream() // an error here only means the connection is not reused
+	code := resp.StatusCode()
+	return code >= 200 && code < 300
+}
+
+// probeResult applies the hysteresis: HealthFailsDown failures in a row
+// mark b down, HealthOKUp successes in a row mark it up; any success
+// resets the passive breaker. On b's probe goroutine.
+func (s *Set) probeResult(b *Backend, ok bool) {
+	if ok {
+		b.probeFails = 0
+		b.probeOKs++
+		if b.tripped.Load() {
+			b.passive.Store(0)
+			b.tripped.Store(false)
+			s.logger.Info("backend breaker reset by a probe", "backend", b.URL)
+		}
+		if !b.up.Load() && b.probeOKs >= s.cfg.HealthOKUp {
+			b.up.Store(true)
+			s.logger.Info("backend up", "backend", b.URL, "probes_ok", b.probeOKs)
+		}
+		return
+	}
+	b.probeOKs = 0
+	b.probeFails++
+	if b.up.Load() && b.probeFails >= s.cfg.HealthFailsDown {
+		b.up.Store(false)
+		s.logger.Warn("backend down", "backend", b.URL, "probes_failed", b.probeFails)
+	}
+}

@@ -1,0 +1,117 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/rules"
+)
+
+// modelsTimeout bounds Models when ctx has no earlier deadline.
+const modelsTimeout = 5 * time.Second
+
+// modelsMaxBytes bounds one backend's /v1/models answer.
+const modelsMaxBytes = 4 << 20
+
+// Models GETs /v1/models from every routable backend at once (bounded by
+// ctx and 5 s) and returns the union by model id as an OpenAI list
+// (`{"object":"list","data":[...]}`), each model object as the first
+// backend (by ID) that listed it sent it. No routable backend: an empty
+// list. Routable backends but none answered: an error. Any goroutine but
+// an event loop (it waits).
+func (s *Set) Models(ctx context.Context) ([]byte, error) {
+	var bs []*Backend
+	for _, b := range s.Snapshot() {
+		if b.Routable() {
+			bs = append(bs, b)
+		}
+	}
+	if len(bs) == 0 {
+		return []byte(`{"object":"list","data":[]}`), nil
+	}
+	deadline := time.Now().Add(modelsTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	bodies := make([][]byte, len(bs))
+	errs := make([]error, len(bs))
+	g := rules.NewGroup(ctx)
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		g.Go("backend-models", func(context.Context) {
+			defer wg.Done()
+			bodies[i], errs[i] = getModels(b, deadline)
+		})
+	}
+	wg.Wait()
+	g.Stop()
+
+	var p fastjson.Parser
+	seen := make(map[string]bool)
+	out := []byte(`{"object":"list","data":[`)
+	n, answered := 0, 0
+	for i, body := range bodies {
+		if errs[i] != nil {
+			continue
+		}
+		v, err := p.ParseBytes(body)
+		if err != nil {
+			errs[i] = fmt.Errorf("backend %s: bad /v1/models JSON: %w", bs[i].URL, err)
+			continue
+		}
+		answered++
+		for _, m := range v.GetArray("data") {
+			id := string(m.GetStringBytes("id"))
+			if id == "" || seen[id] {
+				continue
+			}
+			seen[id] = true
+			if n > 0 {
+				out = append(out, ',')
+			}
+			out = m.MarshalTo(out)
+			n++
+		}
+	}
+	if answered == 0 {
+		return nil, fmt.Errorf("backend: no backend answered /v1/models: %w", errors.Join(errs...))
+	}
+	return append(out, "]}"...), nil
+}
+
+func getModels(b *Backend, deadline time.Time) ([]byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURI("/v1/models")
+	req.Header.SetHost(b.host)
+	if err := b.ctl.DoDeadline(req, resp, deadline); err != nil {
+		return nil, fmt.Errorf("backend %s: /v1/models: %w", b.URL, err)
+	}
+	defer resp.CloseBodyStream() //nolint:errcheck // only decides whether the connection is reused
+	if code := resp.StatusCode(); code != fasthttp.StatusOK {
+		return nil, fmt.Errorf("backend %s: /v1/models: status %d", b.URL, code)
+	}
+	bs := resp.BodyStream()
+	if bs == nil {
+		return nil, fmt.Errorf("backend %s: /v1/models: empty body", b.URL)
+	}
+	body, err := io.ReadAll(io.LimitReader(bs, modelsMaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: /v1/models: %w", b.URL, err)
+	}
+	if len(body) > modelsMaxBytes {
+		return nil, fmt.Errorf("backend %s: /v1/models: body over %d bytes", b.URL, modelsMaxBytes)
+	}
+	return body, nil
+}

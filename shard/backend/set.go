@@ -1,0 +1,436 @@
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/saltus-lb/saltus/rules"
+)
+
+// Backend is one upstream engine. Its exported fields never change; the
+// rest are atomics or owned as commented. Any goroutine may call its
+// methods.
+type Backend struct {
+	ID  int    // stable index (tree holder index), never reused while the process lives
+	URL string // e.g. http://127.0.0.1:8001 (normalized: scheme://host:port, no path)
+
+	host string               // host:port, the Host header and the dial address
+	hc   *fasthttp.HostClient // requests
+	ctl  *fasthttp.HostClient // probes and /v1/models: a backend whose request connections are all busy still answers them
+
+	inFlight atomic.Int64 // requests sent and not yet finished
+	up       atomic.Bool  // active probes' verdict (starts true)
+	tripped  atomic.Bool  // passive breaker open: not healthy until a probe succeeds
+	draining atomic.Bool  // not routable; in-flight requests finish
+	removed  atomic.Bool  // out of the Set
+	passive  atomic.Int32 // consecutive passive failures (connect errors, 5xx)
+
+	// Owned by the backend's probe goroutine.
+	probeFails, probeOKs int
+
+	m backendMetrics
+}
+
+// InFlight is the number of requests sent to b and not yet finished. Any
+// goroutine.
+func (b *Backend) InFlight() int64 { return b.inFlight.Load() }
+
+// Healthy reports whether b is up per its health probes and its breaker is
+// not tripped. A draining backend may be healthy; it is not routable. Any
+// goroutine.
+func (b *Backend) Healthy() bool { return b.up.Load() && !b.tripped.Load() }
+
+// Draining reports whether Drain was called for b. Any goroutine.
+func (b *Backend) Draining() bool { return b.draining.Load() }
+
+// Routable reports whether new requests may go to b: healthy, not draining,
+// not removed. Any goroutine.
+func (b *Backend) Routable() bool {
+	return b.Healthy() && !b.draining.Load() && !b.removed.Load()
+}
+
+// passiveResult feeds the breaker: ok resets the count, a failure counts
+// and trips the breaker at cfg.BreakerFails in a row.
+func (b *Backend) passiveResult(ok bool, limit int, logger *slog.Logger) {
+	if ok {
+		if b.passive.Load() != 0 {
+			b.passive.Store(0)
+		}
+		return
+	}
+	if n := b.passive.Add(1); limit > 0 && int(n) >= limit && !b.tripped.Swap(true) {
+		b.m.trips.Inc()
+		logger.Warn("backend breaker tripped", "backend", b.URL, "consecutive_failures", n)
+	}
+}
+
+type backendMetrics struct {
+	lbl          string // the backend label value, quoted
+	inFlightName string
+	codes        [600]atomic.Pointer[metrics.Counter] // by status code; [0] for codes outside 100..599
+	errs         [numErrKinds]*metrics.Counter
+	trips        *metrics.Counter
+	ttfb, total  *metrics.Histogram
+}
+
+// errKind labels saltus_upstream_errors_total.
+type errKind uint8
+
+const (
+	kindConnect errKind = iota
+	kindTimeout
+	kindReset
+	kindMidstream
+	numErrKinds
+)
+
+var errKindNames = [numErrKinds]string{"connect", "timeout", "reset", "midstream"}
+
+func (k errKind) String() string { return errKindNames[k] }
+
+// snapshot is the immutable backend list behind Set.snap.
+type snapshot struct {
+	all []*Backend // in ID order; never modified after it is published
+}
+
+// Set is the backend registry: an immutable []*Backend snapshot behind
+// atomic.Pointer; Add, Remove and Drain build and swap a new one. Any
+// goroutine may call its methods.
+type Set struct {
+	cfg    Config
+	logger *slog.Logger
+	ms     *metrics.Set
+
+	snap atomic.Pointer[snapshot]
+
+	mu     sync.Mutex // guards the fields below and serializes Add/Remove/Drain
+	nextID int
+	probes *rules.Group // from Start; nil before
+	stops  map[int]context.CancelFunc
+
+	// gate lets spawn start goroutines in proxies without racing Close's
+	// Stop (Go after Stop panics): spawn holds it shared with TryRLock
+	// (never waits, so an event loop may call it), Close takes it
+	// exclusively to set closed.
+	gate     sync.RWMutex
+	proxies  *rules.Group // proxy and watcher goroutines, joined by Close
+	inFlight atomic.Int64 // proxy goroutines running (bounded by cfg.MaxInFlight)
+	closed   atomic.Bool
+	idPrefix string // random per Set: generated X-Request-IDs are prefix-seq
+	idSeq    atomic.Uint64
+
+	connMu sync.Mutex                // guards conns
+	conns  map[*trackedConn]struct{} // every open upstream connection
+
+	retries, overload *metrics.Counter
+}
+
+// NewSet returns an empty Set. logger and set may be nil.
+func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	s := &Set{
+		cfg:      cfg,
+		logger:   logger.With("component", "backend"),
+		ms:       set,
+		stops:    make(map[int]context.CancelFunc),
+		conns:    make(map[*trackedConn]struct{}),
+		proxies:  rules.NewGroup(context.Background()),
+		retries:  set.GetOrCreateCounter("saltus_retries_total"),
+		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
+	}
+	s.snap.Store(&snapshot{})
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never returns an error (Go ≥ 1.24)
+	s.idPrefix = hex.EncodeToString(rnd[:]) + "-"
+	set.GetOrCreateGauge("saltus_proxy_in_flight", func() float64 { return float64(s.inFlight.Load()) })
+	return s, nil
+}
+
+// ErrNotFound is returned by Remove and Drain for an id not in the Set.
+var ErrNotFound = errors.New("backend: no such backend")
+
+// ErrDuplicate is returned by Add for a URL already in the Set.
+var ErrDuplicate = errors.New("backend: duplicate backend")
+
+// ParseURL validates a backend URL and returns it normalized
+// (http://host:port) with its host:port. Only plain http is accepted; the
+// path must be empty or "/" (a base path prefix is not supported: engines
+// serve /v1 at the root); no query, fragment or user info; the port is
+// required.
+func ParseURL(raw string) (norm, hostport string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("backend: invalid URL %q: %w", raw, err)
+	}
+	switch {
+	case u.Scheme != "http":
+		return "", "", fmt.Errorf("backend: invalid URL %q: scheme must be http", raw)
+	case u.User != nil:
+		return "", "", fmt.Errorf("backend: invalid URL %q: user info not allowed", raw)
+	case u.Path != "" && u.Path != "/":
+		return "", "", fmt.Errorf("backend: invalid URL %q: path must be empty or \"/\" (no base path prefix)", raw)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return "", "", fmt.Errorf("backend: invalid URL %q: no query or fragment allowed", raw)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil || host == "" {
+		return "", "", fmt.Errorf("backend: invalid URL %q: want http://host:port", raw)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return "", "", fmt.Errorf("backend: invalid URL %q: bad port %q", raw, port)
+	}
+	hostport = net.JoinHostPort(host, port)
+	return "http://" + hostport, hostport, nil
+}
+
+// Add validates rawURL, adds a backend for it with a fresh ID and returns
+// it. A URL already in the Set (draining ones included) is ErrDuplicate.
+// The new backend starts healthy; if Start ran, its probe starts now. Any
+// goroutine.
+func (s *Set) Add(rawURL string) (*Backend, error) {
+	norm, hostport, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return nil, errors.New("backend: Add after Close")
+	}
+	old := s.snap.Load()
+	for _, b := range old.all {
+		if b.URL == norm {
+			return nil, fmt.Errorf("%w: %s is already backend %d", ErrDuplicate, norm, b.ID)
+		}
+	}
+	b := &Backend{ID: s.nextID, URL: norm, host: hostport}
+	s.nextID++
+	b.up.Store(true)
+	b.hc = s.newHostClient(hostport, s.cfg.MaxConnsPerBackend)
+	b.ctl = s.newHostClient(hostport, ctlConns)
+	s.registerMetricsLocked(b)
+	next := &snapshot{all: append(slices.Clip(old.all), b)}
+	s.snap.Store(next)
+	if s.probes != nil {
+		s.startProbeLocked(b)
+	}
+	s.logger.Info("backend added", "id", b.ID, "url", b.URL)
+	return b, nil
+}
+
+func (s *Set) registerMetricsLocked(b *Backend) {
+	lbl := strconv.Quote(b.URL)
+	b.m.inFlightName = "saltus_backend_in_flight{backend=" + lbl + "}"
+	// A URL removed and added again gets a new gauge bound to the new
+	// Backend; Remove unregisters the old one.
+	s.ms.GetOrCreateGauge(b.m.inFlightName, func() float64 { return float64(b.inFlight.Load()) })
+	for k := range numErrKinds {
+		b.m.errs[k] = s.ms.GetOrCreateCounter("saltus_upstream_errors_total{backend=" + lbl + ",kind=\"" + k.String() + "\"}")
+	}
+	b.m.trips = s.ms.GetOrCreateCounter("saltus_backend_breaker_trips_total{backend=" + lbl + "}")
+	b.m.ttfb = s.ms.GetOrCreateHistogram("saltus_backend_ttfb_seconds{backend=" + lbl + "}")
+	b.m.total = s.ms.GetOrCreateHistogram("saltus_backend_request_duration_seconds{backend=" + lbl + "}")
+	b.m.lbl = lbl
+}
+
+// countCode counts one answer of b with status code.
+func (s *Set) countCode(b *Backend, code int) {
+	i := code
+	if i < 100 || i > 599 {
+		i = 0
+	}
+	c := b.m.codes[i].Load()
+	if c == nil {
+		name := "saltus_backend_requests_total{backend=" + b.m.lbl + ",code=\"" + strconv.Itoa(code) + "\"}"
+		if i == 0 {
+			name = "saltus_backend_requests_total{backend=" + b.m.lbl + ",code=\"other\"}"
+		}
+		c = s.ms.GetOrCreateCounter(name)
+		b.m.codes[i].Store(c)
+	}
+	c.Inc()
+}
+
+// ctlConns bounds a backend's probe and /v1/models connections.
+const ctlConns = 4
+
+func (s *Set) newHostClient(hostport string, maxConns int) *fasthttp.HostClient {
+	connect := s.cfg.ConnectTimeout
+	return &fasthttp.HostClient{
+		Addr: hostport,
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			if timeout <= 0 || timeout > connect {
+				timeout = connect
+			}
+			if s.closed.Load() {
+				return nil, &dialError{err: ErrClosed}
+			}
+			c, err := net.DialTimeout("tcp", addr, timeout)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			tc := newTrackedConn(c, s)
+			s.connMu.Lock()
+			s.conns[tc] = struct{}{}
+			s.connMu.Unlock()
+			return tc, nil
+		},
+		MaxConns:            maxConns,
+		MaxIdleConnDuration: s.cfg.IdleConnTimeout,
+		MaxConnWaitTimeout:  connect,
+		// Two attempts on the same backend, only for a pooled connection
+		// the server had closed (RetryIfErr says which errors); everything
+		// else is ours to retry on the next candidate.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr:                retryStaleConn,
+		NoDefaultUserAgentHeader:  true,
+		DisablePathNormalizing:    true,
+		StreamResponseBody:        true,
+		ReadBufferSize:            16 << 10, // also bounds the response head
+		WriteBufferSize:           16 << 10,
+	}
+}
+
+// Remove takes backend id out of the Set: not routable from now on, its
+// probe stops, its idle connections close; requests in flight on it
+// finish. Its ID is never reused. Any goroutine.
+func (s *Set) Remove(id int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.snap.Load()
+	i := slices.IndexFunc(old.all, func(b *Backend) bool { return b.ID == id })
+	if i < 0 {
+		return fmt.Errorf("%w: id %d", ErrNotFound, id)
+	}
+	b := old.all[i]
+	b.removed.Store(true)
+	next := &snapshot{all: slices.Delete(slices.Clone(old.all), i, i+1)}
+	s.snap.Store(next)
+	if stop := s.stops[id]; stop != nil {
+		stop()
+		delete(s.stops, id)
+	}
+	b.hc.CloseIdleConnections()
+	b.ctl.CloseIdleConnections()
+	s.ms.UnregisterMetric(b.m.inFlightName)
+	s.logger.Info("backend removed", "id", id, "url", b.URL, "in_flight", b.InFlight())
+	return nil
+}
+
+// Drain marks backend id not routable; requests in flight finish and it
+// stays in the Set (Remove takes it out). Draining twice is not an error.
+// Any goroutine.
+func (s *Set) Drain(id int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.snap.Load().all {
+		if b.ID == id {
+			if !b.draining.Swap(true) {
+				s.logger.Info("backend draining", "id", id, "url", b.URL, "in_flight", b.InFlight())
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: id %d", ErrNotFound, id)
+}
+
+// Snapshot returns the current backends in ID order, draining and
+// unhealthy ones included. The slice is never modified: do not modify it
+// either. Any goroutine.
+func (s *Set) Snapshot() []*Backend { return s.snap.Load().all }
+
+// Lookup returns the backend with id in the current snapshot, or nil. Any
+// goroutine.
+func (s *Set) Lookup(id int) *Backend {
+	for _, b := range s.snap.Load().all {
+		if b.ID == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// Start starts one health probe goroutine per backend (and per backend
+// added later) in g. Call it once. Any goroutine.
+func (s *Set) Start(g *rules.Group) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probes != nil {
+		panic("BUG: backend.Set.Start called twice")
+	}
+	s.probes = g
+	for _, b := range s.snap.Load().all {
+		s.startProbeLocked(b)
+	}
+}
+
+// Close stops new Forwards (they get 503), cancels the ones in flight
+// (it closes every upstream connection: a request waiting for its head
+// fails at once, a streamed answer ends as after the client left),
+// joins their goroutines and stops the probes (their group is the
+// caller's: Stop and Wait it too). Call it after the reactor's Shutdown.
+// Any goroutine but an event loop.
+func (s *Set) Close() {
+	s.gate.Lock()
+	s.closed.Store(true)
+	s.gate.Unlock()
+	s.mu.Lock()
+	for id, stop := range s.stops {
+		stop()
+		delete(s.stops, id)
+	}
+	s.mu.Unlock()
+	s.proxies.Stop()
+	for _, b := range s.snap.Load().all {
+		b.hc.CloseIdleConnections()
+		b.ctl.CloseIdleConnections()
+	}
+	// Streams end through their watchers (the group's context); requests
+	// waiting for a head only when their connection closes.
+	s.connMu.Lock()
+	open := make([]*trackedConn, 0, len(s.conns))
+	for c := range s.conns {
+		open = append(open, c)
+	}
+	s.connMu.Unlock()
+	for _, c := range open {
+		_ = c.Conn.Close() // the owner's Close forgets it; an error means it was closed already
+	}
+	_ = s.proxies.Wait(context.Background()) // Background never ends: Wait returns nil
+}
+
+// spawn starts fn in the proxies group unless the Set is closing; false
+// then. It never blocks. Any goroutine.
+func (s *Set) spawn(name string, fn func(ctx context.Context)) bool {
+	if !s.gate.TryRLock() {
+		return false // Close holds or waits for the gate
+	}
+	defer s.gate.RUnlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.proxies.Go(name, fn)
+	return true
+}
