@@ -95,7 +95,7 @@ type shardState struct {
 	hits  []tree.Hit
 	views []view
 	sc    scratch
-	known map[int]bool // backend IDs the tree may hold, for RemoveBackend
+	known map[int]bool // backend IDs inserted since their last removal
 
 	// Any goroutine.
 	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
@@ -440,12 +440,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 	}
 	cands := make([]*backend.Backend, 0, len(d.Candidates))
 	for _, id := range d.Candidates {
-		for _, b := range snap {
-			if b.ID == id {
-				cands = append(cands, b)
-				break
-			}
-		}
+		cands = append(cands, snap[indexOfBackend(snap, id)]) // decided from snap
 	}
 	route := strconv.AppendInt(make([]byte, 0, 32), int64(d.MatchedBlocks), 10)
 	route = append(route, '/')
@@ -487,6 +482,7 @@ func (r *Router) learn(j *job, backendID int) {
 			r.m.learnErrors.Inc()
 			return
 		}
+		sh.known[backendID] = true
 		r.m.learned.Inc()
 		sh.publish()
 	}) {
@@ -528,21 +524,24 @@ func (r *Router) maintainLoop(ctx context.Context) {
 	}
 }
 
+func indexOfBackend(snap []*backend.Backend, id int) int {
+	for i, b := range snap {
+		if b.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
 // maintain is one maintenance step on sh's loop: forget removed backends,
 // clean up at most MaintainBudget tree slots, publish the gauges.
 func (r *Router) maintain(sh *shardState) {
 	defer sh.maintaining.Store(false)
 	snap := r.up.Snapshot()
 	for id := range sh.known {
-		sh.known[id] = false
-	}
-	for _, b := range snap {
-		sh.known[b.ID] = true
-	}
-	for id, present := range sh.known {
-		if !present {
+		if indexOfBackend(snap, id) < 0 {
 			// Only IDs beyond MaxBackends fail, and those were never
-			// inserted either.
+			// inserted.
 			_ = sh.tree.RemoveBackend(id)
 			delete(sh.known, id)
 		}

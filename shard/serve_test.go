@@ -1,0 +1,168 @@
+package shard
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRouterDirectAnswers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 2, backends: 2})
+	f := func(method, path, body string, wantStatus int, wantCode, wantParam, wantAllow string) {
+		t.Helper()
+		x := newExchange(1, method, path, body)
+		if c := e.serve(t, x); c != nil {
+			t.Fatalf("%s %s: forwarded", method, path)
+		}
+		if x.status != wantStatus || x.header("Allow") != wantAllow || x.header("Content-Type") != "application/json" {
+			t.Fatalf("%s %s: %d Allow %q, want %d %q", method, path, x.status, x.header("Allow"), wantStatus, wantAllow)
+		}
+		var out struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(x.body, &out); err != nil || out.Error.Message == "" || out.Error.Type == "" {
+			t.Fatalf("%s %s: body %s (%v)", method, path, x.body, err)
+		}
+		if (wantCode == "") != (out.Error.Code == nil) || (out.Error.Code != nil && *out.Error.Code != wantCode) ||
+			(wantParam == "") != (out.Error.Param == nil) || (out.Error.Param != nil && *out.Error.Param != wantParam) {
+			t.Fatalf("%s %s: body %s", method, path, x.body)
+		}
+	}
+	f("POST", "/v1/chat/completions", `{"model":`, 400, "", "", "")
+	f("POST", "/v1/chat/completions", `{"model":"m"}`, 400, "", "messages", "")
+	f("POST", "/v1/completions", `{"model":"m","prompt":[true]}`, 400, "", "prompt", "")
+	f("GET", "/v1/chat/completions", ``, 405, "method_not_allowed", "", "POST")
+	f("PUT", "/v1/completions", ``, 405, "method_not_allowed", "", "POST")
+	f("POST", "/v1/models", ``, 405, "method_not_allowed", "", "GET, HEAD")
+	f("GET", "/v1/embeddings", ``, 405, "method_not_allowed", "", "POST")
+	f("GET", "/", ``, 404, "not_found", "", "")
+	f("POST", "/v2/chat/completions", `{}`, 404, "not_found", "", "")
+
+	// mistral-style role errors come from the template; none renders
+	// anything, so an empty message list is the decoding error here.
+	x := newExchange(0, "GET", "/v1/models", "")
+	if e.serve(t, x) != nil || x.status != 200 || string(x.body) != string(e.up.models) {
+		t.Fatalf("models: %d %s", x.status, x.body)
+	}
+
+	// Non-routed endpoints: least loaded, reason fallback, nothing learned.
+	e.up.inFlight[0].Store(3)
+	for _, path := range []string{"/v1/embeddings", "/v1/rerank"} {
+		x = newExchange(0, "POST", path, `{"model":"m","input":"`+strings.Repeat("x", 500)+`"}`)
+		c := e.serve(t, x)
+		if c == nil || c.candidates[0] != 1 || c.header(HeaderRoute) != "0/0 fallback" {
+			t.Fatalf("%s: %+v", path, c)
+		}
+	}
+	if s := e.r.routeStats(); s.Learned != 0 || s.Nodes != 0 {
+		t.Fatalf("non-routed requests taught the tree: %+v", s)
+	}
+
+	// Forward refusing (its proxy pool full) is counted as a 503.
+	e.up.refuse.Store(true)
+	x = newExchange(0, "POST", "/v1/completions", `{"model":"m","prompt":"hello"}`)
+	if e.serve(t, x) != nil || x.status != 503 {
+		t.Fatalf("refused: %d", x.status)
+	}
+	if got := e.r.m.requests[routeCompletions][503].Load(); got != 1 {
+		t.Fatalf("503s counted: %d", got)
+	}
+	if got := e.r.m.requests[routeChat][400].Load(); got != 2 {
+		t.Fatalf("chat 400s counted: %d", got)
+	}
+}
+
+func TestRouterClientGone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2})
+	x := newExchange(0, "POST", "/v1/completions", `{"model":"m","prompt":"hello"}`)
+	close(x.gone)
+	e.loops.run(t, 0, func() { e.r.serve(x) })
+	e.loops.settle(t)
+	select {
+	case <-e.up.calls:
+		t.Fatal("forwarded for a client that left")
+	default:
+	}
+	if e.r.m.clientGone.Get() != 1 {
+		t.Fatal("not counted")
+	}
+}
+
+func TestExplain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 3, backends: 4, tokenizer: true})
+	body := chatBody("system", systemA, "user", "Explain yourself")
+	d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
+	if err != nil || d.Reason != ReasonHash || d.MatchedBlocks != 0 || d.TotalBlocks < 4 || len(d.Candidates) != 3 {
+		t.Fatalf("cold explain: %+v %v", d, err)
+	}
+	select {
+	case <-e.up.calls:
+		t.Fatal("Explain forwarded")
+	default:
+	}
+	c, _, total, _ := routed(t, e, 0, "/v1/chat/completions", body)
+	if c.candidates[0] != d.Backend || total != d.TotalBlocks {
+		t.Fatalf("served to %d (%d blocks), explained %+v", c.candidates[0], total, d)
+	}
+	d, err = e.r.Explain([]byte(body), "/v1/chat/completions")
+	if err != nil || d.Reason != ReasonTree || d.MatchedBlocks != d.TotalBlocks || d.Backend != c.candidates[0] ||
+		d.URL != e.up.backends[d.Backend].URL {
+		t.Fatalf("warm explain: %+v %v", d, err)
+	}
+	if _, err = e.r.Explain([]byte(`{"model":"m"}`), "/v1/chat/completions"); err == nil || !strings.Contains(err.Error(), "messages: missing") {
+		t.Fatalf("bad body: %v", err)
+	}
+	if _, err = e.r.Explain([]byte(body), "/v1/embeddings"); err == nil {
+		t.Fatal("explained a non-routed path")
+	}
+	for i := range 4 {
+		e.up.down[i].Store(true)
+	}
+	if _, err = e.r.Explain([]byte(body), "/v1/chat/completions"); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("no backend: %v", err)
+	}
+}
+
+func TestMaintainForgetsRemovedBackends(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 2, backends: 3})
+	body, _ := idsBody(7, 64)
+	c, _, _, _ := routed(t, e, 0, "/v1/completions", body)
+	home := c.candidates[0]
+	// The Set drops the home; maintenance (every 10 ms here) removes it
+	// from the trees, whose nodes then empty and go.
+	rest := append(e.up.backends[:home:home], e.up.backends[home+1:]...)
+	e.up.snap.Store(&rest)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.r.routeStats().Nodes != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("tree still holds %+v", e.r.routeStats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.BlockSize, c.LoadFactor, c.MailboxDepth, c.Policy = 0, 0.5, 0, "random"
+	err := c.Validate()
+	for _, field := range []string{"BlockSize", "LoadFactor", "MailboxDepth", "Policy"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Fatalf("error %v does not name %s", err, field)
+		}
+	}
+}
