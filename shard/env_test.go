@@ -162,6 +162,7 @@ type fakeUpstream struct {
 	status   atomic.Int64 // FirstByte's status; 0: no hooks called
 	serveIdx atomic.Int64 // which candidate answers (a retry when > 0)
 	refuse   atomic.Bool  // Forward returns false (proxy pool full)
+	quiet    atomic.Bool  // Forward does nothing (benchmarks)
 	calls    chan forwardCall
 	models   []byte
 }
@@ -184,6 +185,9 @@ func (u *fakeUpstream) state(b *backend.Backend) (int64, bool) {
 func (u *fakeUpstream) Snapshot() []*backend.Backend { return *u.snap.Load() }
 
 func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool {
+	if u.quiet.Load() {
+		return true
+	}
 	if u.refuse.Load() {
 		sink.Respond(503, nil, nil)
 		return false
@@ -235,7 +239,8 @@ type envOpts struct {
 	loops, backends int
 	tokenizer       bool // the llama3 tokenizer and template; else byte-block mode and none
 	mailboxDepth    int
-	queue           int // per fake loop
+	queue           int           // per fake loop
+	maintain        time.Duration // MaintainInterval; default 10 ms
 }
 
 type env struct {
@@ -257,6 +262,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 		cfg.MailboxDepth = o.mailboxDepth
 	}
 	cfg.MaintainInterval = 10 * time.Millisecond
+	if o.maintain > 0 {
+		cfg.MaintainInterval = o.maintain
+	}
 	var enc tokenpool.Encoder
 	var tmpl *chat.Renderer
 	if o.tokenizer {
