@@ -28,22 +28,23 @@ const (
 // Decision is where a request goes and why.
 type Decision struct {
 	// Backend is the chosen backend's ID, -1 if no backend is routable.
-	Backend int
-	URL     string
-	Reason  string // ReasonTree, ReasonHash, ReasonOverride or ReasonFallback
+	Backend int    `json:"backend"`
+	URL     string `json:"url"`
+	Reason  string `json:"reason"` // ReasonTree, ReasonHash, ReasonOverride or ReasonFallback
 	// MatchedBlocks is how many leading blocks of the request the tree
 	// says Backend holds; TotalBlocks is the request's full blocks.
-	MatchedBlocks, TotalBlocks int
+	MatchedBlocks int `json:"matched_blocks"`
+	TotalBlocks   int `json:"total_blocks"`
 	// Candidates are the backend IDs to try, in order: Backend first, then
 	// the next ones in rendezvous order (for a connect error before the
 	// first byte).
-	Candidates []int
+	Candidates []int `json:"candidates"`
 	// Diverted: the reason's first pick was over the load bound
 	// (LoadFactor × median in-flight) and Backend is the least loaded
 	// routable backend instead; Preferred is that first pick's ID (-1 when
 	// not diverted). Not in the contract's Decision; added fields only.
-	Diverted  bool
-	Preferred int
+	Diverted  bool `json:"diverted"`
+	Preferred int  `json:"preferred"`
 }
 
 // view is one backend as the decision sees it, read once per decision.
