@@ -155,16 +155,19 @@ func (c forwardCall) header(name string) string {
 // fakeUpstream is the backend Set: Forward records the call, and answers
 // at once through the hooks with status (from candidates[serveIndex]).
 type fakeUpstream struct {
-	backends []*backend.Backend // all, by ID
-	snap     atomic.Pointer[[]*backend.Backend]
-	inFlight []atomic.Int64
-	down     []atomic.Bool
-	status   atomic.Int64 // FirstByte's status; 0: no hooks called
-	serveIdx atomic.Int64 // which candidate answers (a retry when > 0)
-	refuse   atomic.Bool  // Forward returns false (proxy pool full)
-	quiet    atomic.Bool  // Forward does nothing (benchmarks)
-	calls    chan forwardCall
-	models   []byte
+	backends  []*backend.Backend // all, by ID
+	snap      atomic.Pointer[[]*backend.Backend]
+	inFlight  []atomic.Int64
+	down      []atomic.Bool
+	status    atomic.Int64 // FirstByte's status; 0: no hooks called
+	serveIdx  atomic.Int64 // which candidate answers (a retry when > 0)
+	refuse    atomic.Bool  // Forward returns false (proxy pool full)
+	quiet     atomic.Bool  // Forward does nothing (benchmarks)
+	async     atomic.Bool  // the hooks run on a goroutine of their own, as a proxy's
+	proxies   sync.WaitGroup
+	calls     chan forwardCall
+	models    []byte
+	modelsErr error // set before the first Models call
 }
 
 func newFakeUpstream(n int) *fakeUpstream {
@@ -199,6 +202,17 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	if st := int(u.status.Load()); st != 0 {
 		b := candidates[min(int(u.serveIdx.Load()), len(candidates)-1)]
 		c.served = b.ID
+		if u.async.Load() {
+			// The proxy goroutine of a real Forward; joined by the test.
+			u.proxies.Add(1)
+			go func() {
+				defer u.proxies.Done()
+				h.FirstByte(b, st)
+				h.Done(backend.Outcome{Backend: b, Status: st})
+				u.calls <- c
+			}()
+			return true
+		}
 		h.FirstByte(b, st)
 		h.Done(backend.Outcome{Backend: b, Status: st})
 	}
@@ -206,7 +220,12 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	return true
 }
 
-func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) { return u.models, nil }
+func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) {
+	if u.modelsErr != nil {
+		return nil, u.modelsErr
+	}
+	return u.models, nil
+}
 
 var (
 	llama3Once sync.Once

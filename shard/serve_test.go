@@ -1,11 +1,16 @@
 package shard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
 func TestRouterDirectAnswers(t *testing.T) {
@@ -164,5 +169,101 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Fatalf("error %v does not name %s", err, field)
 		}
+	}
+}
+
+// TestRouterConcurrent drives four loops from many goroutines at once,
+// with the hooks on proxy goroutines, under the race detector: every
+// request is forwarded once, every learn lands, and conversations that
+// share a system prompt end up on one backend.
+func TestRouterConcurrent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 4, backends: 5, tokenizer: true})
+	e.up.async.Store(true)
+	const convs, turns = 8, 6
+	// Teach one conversation's system prompt first, then let the rest run
+	// at once.
+	systems := []string{systemA, systemB}
+	for _, s := range systems {
+		routed(t, e, 0, "/v1/chat/completions", chatBody("system", s, "user", "warm up"))
+	}
+	e.up.proxies.Wait()
+	e.loops.settle(t)
+	done := make(chan struct{})
+	// Test-side clients, joined through done below.
+	for c := range convs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			msgs := []string{"system", systems[c%2]}
+			for turn := range turns {
+				msgs = append(msgs, "user", fmt.Sprintf("conversation %d, question %d: what next?", c, turn))
+				x := newExchange((c+turn)%4, "POST", "/v1/chat/completions", chatBody(msgs...))
+				for !e.loops.post(x.loop, func() { e.r.serve(x) }) {
+					time.Sleep(time.Millisecond)
+				}
+				msgs = append(msgs, "assistant", "the answer to "+strconv.Itoa(turn))
+			}
+		}()
+	}
+	for range convs {
+		<-done
+	}
+	byBackend := map[string]int{}
+	for range convs * turns {
+		select {
+		case c := <-e.up.calls:
+			_, _, reason := parseRoute(t, c.header(HeaderRoute))
+			if reason != ReasonTree {
+				t.Errorf("a request sharing a learned system prompt went by %s", reason)
+			}
+			byBackend[c.header(HeaderBackend)]++
+		case <-time.After(10 * time.Second):
+			t.Fatal("requests lost")
+		}
+	}
+	e.up.proxies.Wait()
+	e.loops.settle(t)
+	if s := e.r.routeStats(); s.Learned != convs*turns+2 || s.MailboxOverflow != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if len(byBackend) > 2 {
+		t.Fatalf("two system prompts spread over %d backends: %v", len(byBackend), byBackend)
+	}
+}
+
+func TestRouterRoleErrorAndModelsError(t *testing.T) {
+	t.Parallel()
+	tmpl, err := chat.New(chat.Mistral, nil, chat.Config{BOS: "<s>", EOS: "</s>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loops := newFakeLoops(1, 64)
+	defer loops.stop()
+	up := newFakeUpstream(2)
+	r, err := newRouter(DefaultConfig(), nil, tmpl, up, up.state, loops.post, 1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := r.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	x := newExchange(0, "POST", "/v1/chat/completions", chatBody("user", "a", "user", "b"))
+	loops.run(t, 0, func() { r.serve(x) })
+	<-x.done
+	if x.status != 400 || !strings.Contains(string(x.body), "alternate") {
+		t.Fatalf("role error: %d %s", x.status, x.body)
+	}
+	up.modelsErr = errors.New("all backends down")
+	x = newExchange(0, "GET", "/v1/models", "")
+	loops.run(t, 0, func() { r.serve(x) })
+	select {
+	case <-x.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+	}
+	if x.status != 502 || !strings.Contains(string(x.body), "all backends down") {
+		t.Fatalf("models error: %d %s", x.status, x.body)
 	}
 }
