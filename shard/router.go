@@ -79,9 +79,10 @@ type Router struct {
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
-	models chan exchange // bounded queue of GET /v1/models
-	rr     atomic.Uint32 // Explain's round-robin loop cursor
-	closed atomic.Bool
+	models      chan exchange // bounded queue of GET /v1/models
+	rr          atomic.Uint32 // Explain's round-robin loop cursor
+	closed      atomic.Bool
+	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
 }
 
 // shardState is one loop's part of the Router.
@@ -197,8 +198,13 @@ func (r *Router) postCompletion(i int, fn func()) {
 	deadline := time.Now().Add(time.Second)
 	for !r.post(i, fn) {
 		if r.closed.Load() || time.Now().After(deadline) {
+			n := r.m.completionsLost.Get()
 			r.m.completionsLost.Inc()
-			r.logger.Error("tokenizer completion dropped: the loop's mailbox stayed full", "loop", i)
+			if n == 0 || time.Since(time.Unix(0, r.lastLossLog.Load())) > 10*time.Second {
+				// Throttled: the counter has every loss.
+				r.lastLossLog.Store(time.Now().UnixNano())
+				r.logger.Error("tokenizer completion dropped: the loop's mailbox stayed full", "loop", i, "total", n+1)
+			}
 			return
 		}
 		time.Sleep(50 * time.Microsecond)

@@ -267,3 +267,35 @@ func TestRouterRoleErrorAndModelsError(t *testing.T) {
 		t.Fatalf("models error: %d %s", x.status, x.body)
 	}
 }
+
+// TestCompletionWaitsForFullLoop: a tokenizer completion that finds its
+// loop's queue full is retried by the worker until the loop drains, not
+// dropped.
+func TestCompletionWaitsForFullLoop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2, tokenizer: true, queue: 2, maintain: time.Hour})
+	x := newExchange(0, "POST", "/v1/chat/completions", chatBody("user", "a question no cache has seen yet"))
+	e.loops.run(t, 0, func() {
+		for range 2 {
+			if !e.loops.post(0, func() {}) {
+				t.Error("cannot fill the queue")
+			}
+		}
+		e.r.serve(x) // a miss: the job goes to the worker
+		time.Sleep(20 * time.Millisecond)
+	})
+	select {
+	case c := <-e.up.calls:
+		if c.x != x {
+			t.Fatal("another exchange")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the completion was lost")
+	}
+	if n := e.r.m.completionsLost.Get(); n != 0 {
+		t.Fatalf("%d completions lost", n)
+	}
+	if s := e.r.shards[0].tok.Stats(); s.OwnJobs != 1 {
+		t.Fatalf("the request did not go to the worker: %+v", s)
+	}
+}
