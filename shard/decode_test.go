@@ -82,20 +82,9 @@ func TestDecodeErrors(t *testing.T) {
 		if e.status != 400 || e.param != param || !strings.Contains(e.msg, msgPart) || e.typ != "invalid_request_error" {
 			t.Fatalf("%s: got %d param %q msg %q", body, e.status, e.param, e.msg)
 		}
-		var out struct {
-			Error struct {
-				Message string  `json:"message"`
-				Type    string  `json:"type"`
-				Param   *string `json:"param"`
-				Code    *string `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(e.body(), &out); err != nil {
-			t.Fatalf("error body %s: %v", e.body(), err)
-		}
-		if out.Error.Message != e.msg || out.Error.Type != "invalid_request_error" || out.Error.Code != nil ||
-			(param == "" && out.Error.Param != nil) || (param != "" && *out.Error.Param != param) {
-			t.Fatalf("error body %s", e.body())
+		out := checkErrorBody(t, e.body(), "invalid_request_error", "", param)
+		if out.Message != e.msg {
+			t.Fatalf("error body %s, message %q", e.body(), e.msg)
 		}
 	}
 	f(kindChat, `{"model":"m","messages":[{"role":"user"`, "", "not valid JSON")
@@ -156,4 +145,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("bad error: %d %q %s", e.status, e.typ, e.body())
 		}
 	})
+}
+
+// errorBody is the OpenAI error answer's "error" object.
+type errorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// checkErrorBody parses an OpenAI error body and checks its type, code and
+// param ("" wants null); typ "" accepts any non-empty type.
+func checkErrorBody(t *testing.T, body []byte, typ, code, param string) errorBody {
+	t.Helper()
+	var out struct {
+		Error errorBody `json:"error"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("error body %s: %v", body, err)
+	}
+	e := out.Error
+	if e.Message == "" || e.Type == "" || (typ != "" && e.Type != typ) ||
+		(code == "") != (e.Code == nil) || (e.Code != nil && *e.Code != code) ||
+		(param == "") != (e.Param == nil) || (e.Param != nil && *e.Param != param) {
+		t.Fatalf("error body %s, want type %q code %q param %q", body, typ, code, param)
+	}
+	return e
 }

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -25,21 +24,7 @@ func TestRouterDirectAnswers(t *testing.T) {
 		if x.status != wantStatus || x.header("Allow") != wantAllow || x.header("Content-Type") != "application/json" {
 			t.Fatalf("%s %s: %d Allow %q, want %d %q", method, path, x.status, x.header("Allow"), wantStatus, wantAllow)
 		}
-		var out struct {
-			Error struct {
-				Message string  `json:"message"`
-				Type    string  `json:"type"`
-				Param   *string `json:"param"`
-				Code    *string `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(x.body, &out); err != nil || out.Error.Message == "" || out.Error.Type == "" {
-			t.Fatalf("%s %s: body %s (%v)", method, path, x.body, err)
-		}
-		if (wantCode == "") != (out.Error.Code == nil) || (out.Error.Code != nil && *out.Error.Code != wantCode) ||
-			(wantParam == "") != (out.Error.Param == nil) || (out.Error.Param != nil && *out.Error.Param != wantParam) {
-			t.Fatalf("%s %s: body %s", method, path, x.body)
-		}
+		checkErrorBody(t, x.body, "", wantCode, wantParam)
 	}
 	f("POST", "/v1/chat/completions", `{"model":`, 400, "", "", "")
 	f("POST", "/v1/chat/completions", `{"model":"m"}`, 400, "", "messages", "")
