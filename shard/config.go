@@ -1,0 +1,109 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/saltus-lb/saltus/tokenpool"
+	"github.com/saltus-lb/saltus/tree"
+)
+
+// Config configures a Router. It is immutable after NewRouter; a reload
+// builds a new Router.
+type Config struct {
+	// BlockSize is the KV-cache block size in tokens: one tree key per
+	// full block. Default 16 (vLLM's default, tree.DefaultBlockSize).
+	BlockSize int
+	// Model seeds the key chains (tree.ModelSeed). Default "": each
+	// request's own "model" field, so two models never share keys.
+	Model string
+	// ChatTemplate names the template the caller built the renderer with
+	// ("" = detected from the tokenizer config). The Router only reports
+	// it: NewRouter takes the renderer itself.
+	ChatTemplate string
+	// Tree sizes each shard's route table. Default tree.DefaultConfig().
+	Tree tree.Config
+	// Pool sizes the tokenizer pool. Default tokenpool.DefaultConfig().
+	Pool tokenpool.Config
+	// LoadFactor: a target whose in-flight count exceeds LoadFactor × the
+	// median in-flight count of the routable backends (and LoadFloor) is
+	// skipped for the least loaded one. Default 2.0 (DESIGN.md: diverting
+	// above 2× the median cost ~5 points of hit rate, bought 45 % P99).
+	LoadFactor float64
+	// LoadFloor is the in-flight count a target may always have without
+	// being skipped, so that a nearly idle fleet (median 0 or 1) does not
+	// flap between backends on every request. Default 4.
+	LoadFloor int
+	// MailboxDepth bounds, per owner shard, the messages other goroutines
+	// have posted to it (lookups, learns, maintenance) that have not run
+	// yet. Over it a lookup routes without the tree (reason fallback) and
+	// a learn is dropped, both counted. Default 1024. The reactor's
+	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight (the
+	// tokenizer pool's completions share the loop's queue).
+	MailboxDepth int
+	// Policy is the routing policy; "prefix" is the only one. Default
+	// "prefix".
+	Policy string
+	// MaintainInterval is how often each shard's tree is cleaned up
+	// (tree.Maintain) and its gauges published. Default 1 s.
+	MaintainInterval time.Duration
+	// MaintainBudget is the work units (tree slots) one maintenance step
+	// may do on a loop. Default 4096: tens of microseconds.
+	MaintainBudget int
+	// ExplainTimeout bounds how long Explain waits for the loops.
+	// Default 5 s.
+	ExplainTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:        tree.DefaultBlockSize,
+		Tree:             tree.DefaultConfig(),
+		Pool:             tokenpool.DefaultConfig(),
+		LoadFactor:       2.0,
+		LoadFloor:        4,
+		MailboxDepth:     1024,
+		Policy:           "prefix",
+		MaintainInterval: time.Second,
+		MaintainBudget:   4096,
+		ExplainTimeout:   5 * time.Second,
+	}
+}
+
+// Validate reports every invalid field, by name.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BlockSize <= 0 {
+		errs = append(errs, fmt.Errorf("shard: BlockSize must be positive, got %d", c.BlockSize))
+	}
+	if err := c.Tree.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("shard: Tree: %w", err))
+	}
+	if err := c.Pool.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("shard: Pool: %w", err))
+	}
+	if !(c.LoadFactor >= 1) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("shard: LoadFactor must be at least 1, got %g", c.LoadFactor))
+	}
+	if c.LoadFloor < 0 {
+		errs = append(errs, fmt.Errorf("shard: LoadFloor must not be negative, got %d", c.LoadFloor))
+	}
+	if c.MailboxDepth <= 0 {
+		errs = append(errs, fmt.Errorf("shard: MailboxDepth must be positive, got %d", c.MailboxDepth))
+	}
+	if c.Policy != "prefix" {
+		errs = append(errs, fmt.Errorf("shard: Policy must be \"prefix\", got %q", c.Policy))
+	}
+	if c.MaintainInterval <= 0 {
+		errs = append(errs, fmt.Errorf("shard: MaintainInterval must be positive, got %v", c.MaintainInterval))
+	}
+	if c.MaintainBudget <= 0 {
+		errs = append(errs, fmt.Errorf("shard: MaintainBudget must be positive, got %d", c.MaintainBudget))
+	}
+	if c.ExplainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("shard: ExplainTimeout must be positive, got %v", c.ExplainTimeout))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,250 @@
+package shard
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/tokenpool/chat"
+)
+
+// Stage 2: decoding an OpenAI request body into what routing needs.
+
+// kind is the API a routed request came to.
+type kind uint8
+
+const (
+	kindChat       kind = iota + 1 // POST /v1/chat/completions
+	kindCompletion                 // POST /v1/completions
+)
+
+// request is what stage 2 keeps of a body. Every field is a copy (chat
+// copies messages into an arena of its own), never a view into the
+// parser's buffer, which goes back to the pool when decode returns.
+type request struct {
+	kind  kind
+	model string
+	// chat
+	msgs         []chat.Message
+	opt          chat.Options
+	stream       bool
+	includeUsage bool // stream_options.include_usage
+	// completion: the prompt routed by (the first one of an array)
+	prompt string
+	ids    []int32 // token ids: prompt as ids, or prompt_token_ids
+	hasIDs bool
+}
+
+// apiError is an OpenAI-style error answer.
+type apiError struct {
+	status int
+	msg    string
+	typ    string // "invalid_request_error", ...
+	param  string // the offending field, "" for none
+	code   string // "" for none
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: 400, msg: fmt.Sprintf(format, args...), typ: "invalid_request_error", param: param}
+}
+
+// body renders the error as {"error":{"message","type","param","code"}}.
+func (e *apiError) body() []byte {
+	type inner struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	in := inner{Message: e.msg, Type: e.typ}
+	if e.param != "" {
+		in.Param = &e.param
+	}
+	if e.code != "" {
+		in.Code = &e.code
+	}
+	b, err := json.Marshal(struct {
+		Error inner `json:"error"`
+	}{in})
+	if err != nil {
+		panic("BUG: cannot marshal an error body: " + err.Error())
+	}
+	return b
+}
+
+// parsers reuse fastjson's value cache across requests; a Parser is taken
+// and returned within one decode call, on whatever goroutine decodes.
+var parsers fastjson.ParserPool
+
+// decode parses body as the given API's request into dst (which it
+// resets). Client input never panics: it decodes, or returns a 400 naming
+// the field. Any goroutine.
+func decode(dst *request, k kind, body []byte) *apiError {
+	*dst = request{kind: k}
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return badRequest("", "request body is not valid JSON: %v", err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return badRequest("", "request body must be a JSON object, got %s", v.Type())
+	}
+	mv := v.Get("model")
+	if mv == nil {
+		return badRequest("model", "model: missing")
+	}
+	if mv.Type() != fastjson.TypeString {
+		return badRequest("model", "model: want a string, got %s", mv.Type())
+	}
+	dst.model = string(mv.GetStringBytes())
+	if dst.model == "" {
+		return badRequest("model", "model: empty")
+	}
+	if e := optBool(v, &dst.stream, "stream"); e != nil {
+		return e
+	}
+	if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
+		if so.Type() != fastjson.TypeObject {
+			return badRequest("stream_options", "stream_options: want an object, got %s", so.Type())
+		}
+		if e := optBool(so, &dst.includeUsage, "include_usage"); e != nil {
+			e.param, e.msg = "stream_options.include_usage", "stream_options."+e.msg
+			return e
+		}
+	}
+	if k == kindChat {
+		return decodeChat(dst, v)
+	}
+	return decodeCompletion(dst, v)
+}
+
+// optBool reads an optional boolean field (null = absent).
+func optBool(v *fastjson.Value, dst *bool, name string) *apiError {
+	f := v.Get(name)
+	if f == nil {
+		return nil
+	}
+	switch f.Type() {
+	case fastjson.TypeNull:
+	case fastjson.TypeTrue:
+		*dst = true
+	case fastjson.TypeFalse:
+		*dst = false
+	default:
+		return badRequest(name, "%s: want true or false, got %s", name, f.Type())
+	}
+	return nil
+}
+
+func decodeChat(dst *request, v *fastjson.Value) *apiError {
+	mv := v.Get("messages")
+	if mv == nil {
+		return badRequest("messages", "messages: missing")
+	}
+	msgs, err := chat.MessagesFromValue(mv)
+	if err != nil {
+		return badRequest("messages", "%v", err)
+	}
+	if len(msgs) == 0 {
+		return badRequest("messages", "messages: empty")
+	}
+	dst.msgs = msgs
+	// The chat completions API renders with the generation prompt unless
+	// the request says otherwise (vLLM's add_generation_prompt, default
+	// true).
+	dst.opt.AddGenerationPrompt = true
+	if e := optBool(v, &dst.opt.AddGenerationPrompt, "add_generation_prompt"); e != nil {
+		return e
+	}
+	if t := v.Get("chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
+		dst.opt.DisableThinking = true
+	}
+	return nil
+}
+
+func decodeCompletion(dst *request, v *fastjson.Value) *apiError {
+	// vLLM's prompt_token_ids wins over prompt when both are given: it is
+	// what the engine tokenizes no further.
+	if pv := v.Get("prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
+		if pv.Type() != fastjson.TypeArray {
+			return badRequest("prompt_token_ids", "prompt_token_ids: want an array of token ids, got %s", pv.Type())
+		}
+		ids, e := tokenIDs(pv, "prompt_token_ids")
+		if e != nil {
+			return e
+		}
+		dst.ids, dst.hasIDs = ids, true
+		return nil
+	}
+	pv := v.Get("prompt")
+	if pv == nil || pv.Type() == fastjson.TypeNull {
+		return badRequest("prompt", "prompt: missing")
+	}
+	switch pv.Type() {
+	case fastjson.TypeString:
+		dst.prompt = string(pv.GetStringBytes())
+		return nil
+	case fastjson.TypeArray:
+	default:
+		return badRequest("prompt", "prompt: want a string, an array of strings, an array of token ids or an array of arrays of token ids, got %s", pv.Type())
+	}
+	arr, _ := pv.Array() // the type was checked
+	if len(arr) == 0 {
+		return badRequest("prompt", "prompt: empty array")
+	}
+	// A batch routes by its first prompt; the others must have its type.
+	switch first := arr[0]; first.Type() {
+	case fastjson.TypeString:
+		for i, e := range arr {
+			if e.Type() != fastjson.TypeString {
+				return badRequest("prompt", "prompt[%d]: want a string like prompt[0], got %s", i, e.Type())
+			}
+		}
+		dst.prompt = string(first.GetStringBytes())
+	case fastjson.TypeNumber:
+		ids, e := tokenIDs(pv, "prompt")
+		if e != nil {
+			return e
+		}
+		dst.ids, dst.hasIDs = ids, true
+	case fastjson.TypeArray:
+		for i, e := range arr {
+			if e.Type() != fastjson.TypeArray {
+				return badRequest("prompt", "prompt[%d]: want an array of token ids like prompt[0], got %s", i, e.Type())
+			}
+		}
+		ids, e := tokenIDs(first, "prompt[0]")
+		if e != nil {
+			return e
+		}
+		dst.ids, dst.hasIDs = ids, true
+	default:
+		return badRequest("prompt", "prompt[0]: want a string, a token id or an array of token ids, got %s", first.Type())
+	}
+	return nil
+}
+
+// tokenIDs reads an array of token ids (integers in [0, 2^31)).
+func tokenIDs(v *fastjson.Value, name string) ([]int32, *apiError) {
+	arr, _ := v.Array() // callers checked the type
+	if len(arr) == 0 {
+		return nil, badRequest(name, "%s: empty array", name)
+	}
+	ids := make([]int32, len(arr))
+	for i, e := range arr {
+		if e.Type() != fastjson.TypeNumber {
+			return nil, badRequest(name, "%s[%d]: want a token id, got %s", name, i, e.Type())
+		}
+		n, err := e.Int64()
+		if err != nil || n < 0 || n > math.MaxInt32 {
+			return nil, badRequest(name, "%s[%d]: want an integer token id in [0, 2^31), got %s", name, i, e)
+		}
+		ids[i] = int32(n)
+	}
+	return ids, nil
+}

@@ -1,0 +1,52 @@
+// Package shard is saltus's routing core: for every request the reactor
+// hands it, it finds the backend most likely to hold the request's prefix
+// in its KV cache, forwards the request there (through shard/backend) and
+// learns from the answer.
+//
+// # Place in the request path
+//
+// The Router is the reactor's Handler. On the connection's event loop it
+// runs stages 2 to 5 of DESIGN.md: decode the OpenAI body (fastjson,
+// decode.go), render a chat with the model's template (tokenpool/chat),
+// tokenize the segments through the loop's tokenpool.Shard (cache hit: at
+// once; miss: a worker, whose completion comes back to the loop), and cut
+// the ids into block keys (tree.BlockKeys; byte-block keys, tokenpool.
+// ByteBlockKeys, without a tokenizer or when the pool bails out). Message
+// ends, block-aligned, become the tree's boundaries. Stage 6 posts the
+// lookup to the owner shard (first key mod loops), which matches the keys
+// in its tree, decides (decide.go, a pure function: deepest routable
+// holder; else rendezvous hash of the first blocks; bounded load) and
+// calls backend.Set.Forward with X-Saltus-Backend and X-Saltus-Route.
+// When the answer's head is 2xx (Hooks.FirstByte, on the proxy goroutine)
+// the keys are inserted on the owner shard with the backend that answered
+// (stage 9; Router.learn says why that one).
+//
+// POST /v1/embeddings and other /v1/* POSTs go to the least loaded
+// backend and teach nothing; GET /v1/models is answered off the loops by
+// backend.Set.Models; other paths get 404, wrong methods 405.
+//
+// # Concurrency
+//
+//   - Each shard's tree, tokenizer shard and scratch memory are owned by
+//     its event loop; every message to another shard goes through the
+//     reactor's post function, bounded per owner by Config.MailboxDepth
+//     (over it: a lookup routes without the tree, reason fallback; a learn
+//     is dropped; both counted). Messages carry the request's own key
+//     slices (allocated per request, never written after dispatch), never
+//     pointers into connection buffers.
+//   - A job (one request in flight) belongs to one goroutine at a time:
+//     the connection's loop, then the owner's loop, then the proxy
+//     goroutine's hooks, which only read it.
+//   - The backend list is backend.Set's immutable snapshot; in-flight
+//     counts and health are its atomics, read once per decision.
+//   - Tree maintenance: one goroutine ("shard.maintain") posts, every
+//     MaintainInterval, one bounded step (MaintainBudget slots of
+//     tree.Maintain, backends removed from the Set forgotten, gauges
+//     published) to each loop, at most one outstanding per loop. A ticker
+//     rather than work on each request: the cost is off the request path
+//     and independent of traffic.
+//   - GET /v1/models waits on the network, so it is queued (bounded,
+//     overflow 503) to two goroutines of the Router's rules.Group.
+//   - Counters are atomics; Serve is loop only, Explain, RouteStats and
+//     Close any goroutine but a loop.
+package shard

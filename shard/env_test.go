@@ -1,0 +1,329 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"go.uber.org/goleak"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tokenpool"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeLoops stands in for the reactor's event loops: one goroutine per
+// loop runs the functions posted to it, in order; post never blocks and
+// refuses (false) when the loop's queue is full.
+type fakeLoops struct {
+	qs    []chan func()
+	group *rules.Group
+}
+
+func newFakeLoops(n, queue int) *fakeLoops {
+	l := &fakeLoops{group: rules.NewGroup(context.Background())}
+	for i := range n {
+		q := make(chan func(), queue)
+		l.qs = append(l.qs, q)
+		l.group.Go(fmt.Sprintf("test.loop/%d", i), func(ctx context.Context) {
+			for {
+				select {
+				case fn := <-q:
+					fn()
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	return l
+}
+
+func (l *fakeLoops) post(i int, fn func()) bool {
+	select {
+	case l.qs[i] <- fn:
+		return true
+	default:
+		return false
+	}
+}
+
+// run runs fn on loop i and waits for it.
+func (l *fakeLoops) run(t testing.TB, i int, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	for !l.post(i, func() { fn(); close(done) }) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("loop %d did not run a function within 10 s", i)
+	}
+}
+
+// settle waits until every function posted to any loop before the call
+// (and what those post in turn, two hops deep) has run.
+func (l *fakeLoops) settle(t testing.TB) {
+	t.Helper()
+	for range 3 {
+		for i := range l.qs {
+			l.run(t, i, func() {})
+		}
+	}
+}
+
+func (l *fakeLoops) stop() {
+	l.group.Stop()
+	_ = l.group.Wait(context.Background()) // the loops return at once
+}
+
+// fakeExchange records the Router's direct answers.
+type fakeExchange struct {
+	req  *reactor.Request
+	loop int
+	gone chan struct{}
+
+	mu     sync.Mutex
+	status int
+	hdr    []reactor.Header
+	body   []byte
+	done   chan struct{} // closed by Respond
+}
+
+func newExchange(loop int, method, path, body string) *fakeExchange {
+	return &fakeExchange{
+		req:  &reactor.Request{Method: method, Path: path, Body: []byte(body)},
+		loop: loop, gone: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+func (x *fakeExchange) Request() *reactor.Request { return x.req }
+func (x *fakeExchange) Loop() int                 { return x.loop }
+func (x *fakeExchange) Respond(status int, hdr []reactor.Header, body []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.status != 0 {
+		panic("BUG: Respond twice")
+	}
+	x.status, x.hdr, x.body = status, hdr, body
+	close(x.done)
+}
+func (x *fakeExchange) WriteHeader(int, []reactor.Header) error { return nil }
+func (x *fakeExchange) Write([]byte) error                      { return nil }
+func (x *fakeExchange) Flush() error                            { return nil }
+func (x *fakeExchange) End() error                              { return nil }
+func (x *fakeExchange) Abort()                                  {}
+func (x *fakeExchange) Gone() <-chan struct{}                   { return x.gone }
+
+func (x *fakeExchange) header(name string) string {
+	for _, h := range x.hdr {
+		if h.Name == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// forwardCall is one recorded Forward.
+type forwardCall struct {
+	x          backend.Sink
+	candidates []int
+	extra      []reactor.Header
+	served     int // the backend that answered (FirstByte's)
+}
+
+func (c forwardCall) header(name string) string {
+	for _, h := range c.extra {
+		if h.Name == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// fakeUpstream is the backend Set: Forward records the call, and answers
+// at once through the hooks with status (from candidates[serveIndex]).
+type fakeUpstream struct {
+	backends  []*backend.Backend // all, by ID
+	snap      atomic.Pointer[[]*backend.Backend]
+	inFlight  []atomic.Int64
+	down      []atomic.Bool
+	status    atomic.Int64 // FirstByte's status; 0: no hooks called
+	serveIdx  atomic.Int64 // which candidate answers (a retry when > 0)
+	refuse    atomic.Bool  // Forward returns false (proxy pool full)
+	quiet     atomic.Bool  // Forward does nothing (benchmarks)
+	async     atomic.Bool  // the hooks run on a goroutine of their own, as a proxy's
+	proxies   sync.WaitGroup
+	calls     chan forwardCall
+	models    []byte
+	modelsErr error // set before the first Models call
+}
+
+func newFakeUpstream(n int) *fakeUpstream {
+	u := &fakeUpstream{inFlight: make([]atomic.Int64, n), down: make([]atomic.Bool, n),
+		calls: make(chan forwardCall, 1024), models: []byte(`{"object":"list","data":[]}`)}
+	for i := range n {
+		u.backends = append(u.backends, &backend.Backend{ID: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 8001+i)})
+	}
+	u.snap.Store(&u.backends)
+	u.status.Store(200)
+	return u
+}
+
+func (u *fakeUpstream) state(b *backend.Backend) (int64, bool) {
+	return u.inFlight[b.ID].Load(), !u.down[b.ID].Load()
+}
+
+func (u *fakeUpstream) Snapshot() []*backend.Backend { return *u.snap.Load() }
+
+func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool {
+	if u.quiet.Load() {
+		return true
+	}
+	if u.refuse.Load() {
+		sink.Respond(503, nil, nil)
+		return false
+	}
+	c := forwardCall{x: sink, extra: extraHdr, served: -1}
+	for _, b := range candidates {
+		c.candidates = append(c.candidates, b.ID)
+	}
+	if st := int(u.status.Load()); st != 0 {
+		b := candidates[min(int(u.serveIdx.Load()), len(candidates)-1)]
+		c.served = b.ID
+		if u.async.Load() {
+			// The proxy goroutine of a real Forward; joined by the test.
+			u.proxies.Add(1)
+			go func() {
+				defer u.proxies.Done()
+				h.FirstByte(b, st)
+				h.Done(backend.Outcome{Backend: b, Status: st})
+				u.calls <- c
+			}()
+			return true
+		}
+		h.FirstByte(b, st)
+		h.Done(backend.Outcome{Backend: b, Status: st})
+	}
+	u.calls <- c
+	return true
+}
+
+func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) {
+	if u.modelsErr != nil {
+		return nil, u.modelsErr
+	}
+	return u.models, nil
+}
+
+var (
+	llama3Once sync.Once
+	llama3Tok  *tokenizer.Tokenizer
+	llama3Tmpl *chat.Renderer
+	llama3Err  error
+)
+
+func loadLlama3(t testing.TB) (*tokenizer.Tokenizer, *chat.Renderer) {
+	t.Helper()
+	llama3Once.Do(func() {
+		const dir = "../tokenpool/testdata/models/llama3/"
+		if llama3Tok, llama3Err = tokenizer.Load(dir + "tokenizer.json.gz"); llama3Err != nil {
+			return
+		}
+		cfg, err := chat.LoadConfig(dir + "tokenizer_config.json")
+		if err != nil {
+			llama3Err = err
+			return
+		}
+		llama3Tmpl, llama3Err = chat.New(chat.Llama3, llama3Tok, cfg)
+	})
+	if llama3Err != nil {
+		t.Fatal(llama3Err)
+	}
+	return llama3Tok, llama3Tmpl
+}
+
+type envOpts struct {
+	loops, backends int
+	tokenizer       bool // the llama3 tokenizer and template; else byte-block mode and none
+	mailboxDepth    int
+	queue           int           // per fake loop
+	maintain        time.Duration // MaintainInterval; default 10 ms
+}
+
+type env struct {
+	loops *fakeLoops
+	up    *fakeUpstream
+	r     *Router
+	set   *metrics.Set
+}
+
+func newEnv(t testing.TB, o envOpts) *env {
+	t.Helper()
+	if o.queue == 0 {
+		o.queue = 4096
+	}
+	cfg := DefaultConfig()
+	cfg.Pool.CacheBytes = 8 << 20
+	cfg.Tree.MaxBlocks = 100_000
+	if o.mailboxDepth > 0 {
+		cfg.MailboxDepth = o.mailboxDepth
+	}
+	cfg.MaintainInterval = 10 * time.Millisecond
+	if o.maintain > 0 {
+		cfg.MaintainInterval = o.maintain
+	}
+	var enc tokenpool.Encoder
+	var tmpl *chat.Renderer
+	if o.tokenizer {
+		tok, tm := loadLlama3(t)
+		enc, tmpl = tok, tm
+	}
+	e := &env{loops: newFakeLoops(o.loops, o.queue), up: newFakeUpstream(o.backends), set: metrics.NewSet()}
+	r, err := newRouter(cfg, enc, tmpl, e.up, e.up.state, e.loops.post, o.loops, slog.New(slog.DiscardHandler), e.set)
+	if err != nil {
+		e.loops.stop()
+		t.Fatal(err)
+	}
+	e.r = r
+	t.Cleanup(func() {
+		if err := r.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		e.loops.stop()
+	})
+	return e
+}
+
+// serve hands x to its loop and returns the Forward call it led to, or
+// nil if the Router answered itself.
+func (e *env) serve(t testing.TB, x *fakeExchange) *forwardCall {
+	t.Helper()
+	for !e.loops.post(x.loop, func() { e.r.serve(x) }) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case c := <-e.up.calls:
+		if c.x != x {
+			t.Fatal("a Forward for another exchange")
+		}
+		e.loops.settle(t) // the learn, posted to the owner, has run
+		return &c
+	case <-x.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Forward and no answer within 10 s")
+		return nil
+	}
+}

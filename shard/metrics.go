@@ -1,0 +1,159 @@
+package shard
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// routeID is the endpoint a request came to: the route label of
+// saltus_requests_total.
+type routeID uint8
+
+const (
+	routeUnknown     routeID = iota // no such path: 404
+	routeChat                       // /v1/chat/completions
+	routeCompletions                // /v1/completions
+	routeEmbeddings                 // /v1/embeddings
+	routeOther                      // any other /v1/* path
+	routeModels                     // /v1/models
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models"}
+
+// classify maps a request line to its route, and to the Allow header of a
+// 405 ("" when the method is allowed).
+func classify(method, path string) (routeID, string) {
+	switch path {
+	case "/v1/chat/completions":
+		return routeChat, allowOnly(method, "POST")
+	case "/v1/completions":
+		return routeCompletions, allowOnly(method, "POST")
+	case "/v1/embeddings":
+		return routeEmbeddings, allowOnly(method, "POST")
+	case "/v1/models":
+		if method == "GET" || method == "HEAD" {
+			return routeModels, ""
+		}
+		return routeModels, "GET, HEAD"
+	}
+	if strings.HasPrefix(path, "/v1/") {
+		return routeOther, allowOnly(method, "POST")
+	}
+	return routeUnknown, ""
+}
+
+func allowOnly(method, allowed string) string {
+	if method == allowed {
+		return ""
+	}
+	return allowed
+}
+
+// reasonNames index the decision counters.
+var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback}
+
+// ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
+// matched blocks / total blocks of a routed request with keys.
+var ratioBuckets = [...]float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1}
+
+// routerMetrics are the Router's counters: atomics (an event loop never
+// waits on a mutex, so no metrics.Histogram and no GetOrCreate on a loop),
+// written out by writeMetrics; the plain counters are metrics.Counters,
+// whose Inc is an atomic add.
+type routerMetrics struct {
+	// requests[route][status]; statuses outside [100, 600) count as 0.
+	requests  [numRoutes][600]atomic.Uint64
+	decisions [len(reasonNames)]*metrics.Counter
+	ratio     [len(ratioBuckets) + 1]atomic.Uint64
+	ratioSum  atomic.Uint64 // float64 bits are not addable: sum in millionths
+	diverted  *metrics.Counter
+
+	overflow, learned, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
+}
+
+func newRouterMetrics(set *metrics.Set) *routerMetrics {
+	m := &routerMetrics{
+		diverted:        set.NewCounter("saltus_route_diverted_total"),
+		overflow:        set.NewCounter("saltus_shard_mailbox_overflow_total"),
+		learned:         set.NewCounter("saltus_route_learned_total"),
+		learnDropped:    set.NewCounter("saltus_route_learn_dropped_total"),
+		learnErrors:     set.NewCounter("saltus_route_learn_errors_total"),
+		completionsLost: set.NewCounter("saltus_shard_tokenizer_completions_lost_total"),
+		clientGone:      set.NewCounter("saltus_route_client_gone_total"),
+	}
+	for i, r := range reasonNames {
+		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
+	}
+	return m
+}
+
+// request counts one answer. Any goroutine.
+func (m *routerMetrics) request(rt routeID, status int) {
+	if status < 100 || status >= 600 {
+		status = 0
+	}
+	m.requests[rt][status].Add(1)
+}
+
+// decided counts a decision of a forwarded request. Any goroutine.
+func (m *routerMetrics) decided(d Decision) {
+	for i, r := range reasonNames {
+		if r == d.Reason {
+			m.decisions[i].Inc()
+		}
+	}
+	if d.Diverted {
+		m.diverted.Inc()
+	}
+	if d.TotalBlocks > 0 && d.Backend >= 0 {
+		ratio := float64(d.MatchedBlocks) / float64(d.TotalBlocks)
+		i := 0
+		for i < len(ratioBuckets) && ratio > ratioBuckets[i] {
+			i++
+		}
+		m.ratio[i].Add(1)
+		m.ratioSum.Add(uint64(ratio * 1e6))
+	}
+}
+
+// writeMetrics writes the atomics-backed metrics (Prometheus text).
+func (r *Router) writeMetrics(w io.Writer) {
+	m := r.m
+	metrics.WriteMetadataIfNeeded(w, "saltus_requests_total", "counter")
+	for rt := range numRoutes {
+		for code := range m.requests[rt] {
+			if n := m.requests[rt][code].Load(); n > 0 {
+				fmt.Fprintf(w, "saltus_requests_total{route=%q,code=\"%d\"} %d\n", routeNames[rt], code, n)
+			}
+		}
+	}
+	var nodes, blocks, evictions int64
+	for _, sh := range r.shards {
+		nodes += sh.nodes.Load()
+		blocks += sh.blocks.Load()
+		evictions += sh.evictions.Load()
+	}
+	metrics.WriteGaugeUint64(w, "saltus_tree_nodes", uint64(nodes))
+	metrics.WriteGaugeUint64(w, "saltus_tree_blocks", uint64(blocks))
+	metrics.WriteCounterUint64(w, "saltus_tree_evictions_total", uint64(evictions))
+	metrics.WriteMetadataIfNeeded(w, "saltus_shard_mailbox_depth", "gauge")
+	for _, sh := range r.shards {
+		fmt.Fprintf(w, "saltus_shard_mailbox_depth{shard=\"%d\"} %d\n", sh.id, sh.mailbox.Load())
+	}
+	const name = "saltus_router_prefix_match_ratio"
+	metrics.WriteMetadataIfNeeded(w, name, "histogram")
+	var cum uint64
+	for i, ub := range ratioBuckets {
+		cum += m.ratio[i].Load()
+		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", name, ub, cum)
+	}
+	cum += m.ratio[len(ratioBuckets)].Load()
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", name, cum)
+	fmt.Fprintf(w, "%s_sum %g\n", name, float64(m.ratioSum.Load())/1e6)
+	fmt.Fprintf(w, "%s_count %d\n", name, cum)
+}

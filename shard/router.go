@@ -1,0 +1,628 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tokenpool"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+	"github.com/saltus-lb/saltus/tree"
+)
+
+// exchange is what the Router calls of a *reactor.Exchange; tests use a
+// fake.
+type exchange interface {
+	backend.Sink
+	Request() *reactor.Request
+	Loop() int
+}
+
+// upstream is what the Router calls of a *backend.Set; tests use a fake.
+type upstream interface {
+	Snapshot() []*backend.Backend
+	Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool
+	Models(ctx context.Context) ([]byte, error)
+}
+
+// backendState reads a backend's in-flight count and routability; a field
+// of the Router so that tests can give fake backends a load.
+type backendState func(b *backend.Backend) (inFlight int64, routable bool)
+
+func liveState(b *backend.Backend) (int64, bool) { return b.InFlight(), b.Routable() }
+
+// Header names the Router adds to every routed answer.
+const (
+	HeaderBackend = "X-Saltus-Backend"
+	HeaderRoute   = "X-Saltus-Route"
+)
+
+// maxCandidates is how many backends a request may be tried on: the
+// target and two more, in rendezvous order (backend.Config.MaxRetries
+// defaults to 2).
+const maxCandidates = 3
+
+// Bounds of the GET /v1/models queue: the fetches go to the network, so
+// they run on modelsWorkers goroutines, never on a loop.
+const (
+	modelsQueue   = 64
+	modelsWorkers = 2
+	modelsTimeout = 10 * time.Second
+)
+
+// ErrNoBackend: no backend is routable.
+var ErrNoBackend = errors.New("shard: no routable backend")
+
+// Router routes the serving API's requests: it implements
+// reactor.Handler. See the package doc.
+type Router struct {
+	cfg    Config
+	pol    policy
+	up     upstream
+	state  backendState
+	tmpl   *chat.Renderer // never nil: the none rendering when none is given
+	pool   *tokenpool.Pool
+	post   func(loop int, fn func()) bool
+	shards []*shardState
+	logger *slog.Logger
+	m      *routerMetrics
+	group  *rules.Group
+	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
+
+	models      chan exchange // bounded queue of GET /v1/models
+	rr          atomic.Uint32 // Explain's round-robin loop cursor
+	closed      atomic.Bool
+	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
+}
+
+// shardState is one loop's part of the Router.
+type shardState struct {
+	id int
+
+	// Owned by the loop.
+	tree  *tree.Tree
+	tok   *tokenpool.Shard
+	res   tokenpool.Result // Tokenize's dst for requests that complete at once
+	hits  []tree.Hit
+	views []view
+	sc    scratch
+	known map[int]bool // backend IDs inserted since their last removal
+
+	// Any goroutine.
+	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
+	maintaining atomic.Bool  // a maintenance step is posted
+	nodes       atomic.Int64 // tree gauges, published by the loop
+	blocks      atomic.Int64
+	evictions   atomic.Int64
+}
+
+// NewRouter builds a Router over loops event loops. post(i, fn) runs fn on
+// loop i (the reactor's bounded Server.Post); tok nil selects byte-block
+// mode; tmpl nil renders chats with the none template. set receives the
+// Router's metrics and the tokenizer pool's (a Set of its own: metrics
+// cannot be unregistered). The maintenance goroutine starts here; Close
+// stops it. Any goroutine.
+func NewRouter(cfg Config, tok *tokenizer.Tokenizer, tmpl *chat.Renderer,
+	backends *backend.Set, post func(loop int, fn func()) bool, loops int,
+	logger *slog.Logger, set *metrics.Set) (*Router, error) {
+	if backends == nil {
+		return nil, errors.New("shard: backends is nil")
+	}
+	var enc tokenpool.Encoder
+	if tok != nil {
+		enc = tok // a nil *Tokenizer must stay a nil interface
+	}
+	return newRouter(cfg, enc, tmpl, backends, liveState, post, loops, logger, set)
+}
+
+func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstream, state backendState,
+	post func(loop int, fn func()) bool, loops int, logger *slog.Logger, set *metrics.Set) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if loops <= 0 {
+		return nil, fmt.Errorf("shard: loops must be positive, got %d", loops)
+	}
+	if post == nil {
+		return nil, errors.New("shard: post is nil")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	if tmpl == nil {
+		var err error
+		if tmpl, err = chat.New(chat.None, nil, chat.Config{}); err != nil {
+			return nil, fmt.Errorf("BUG: cannot build the none template: %w", err)
+		}
+	}
+	r := &Router{
+		cfg:    cfg,
+		pol:    policy{loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: maxCandidates},
+		up:     up,
+		state:  state,
+		tmpl:   tmpl,
+		post:   post,
+		logger: logger.With("component", "shard"),
+		m:      newRouterMetrics(set),
+		group:  rules.NewGroup(context.Background()),
+		epoch:  time.Now(),
+		models: make(chan exchange, modelsQueue),
+	}
+	posts := make([]func(func()), loops)
+	for i := range loops {
+		posts[i] = func(fn func()) { r.postCompletion(i, fn) }
+	}
+	pool, err := tokenpool.New(cfg.Pool, enc, posts, set)
+	if err != nil {
+		return nil, fmt.Errorf("shard: cannot start the tokenizer pool: %w", err)
+	}
+	r.pool = pool
+	for i := range loops {
+		t, err := tree.New(cfg.Tree)
+		if err != nil {
+			_ = pool.Close(context.Background()) // nothing was submitted: returns at once
+			return nil, fmt.Errorf("shard: %w", err)
+		}
+		r.shards = append(r.shards, &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{}})
+	}
+	set.RegisterMetricsWriter(r.writeMetrics)
+	r.group.Go("shard.maintain", r.maintainLoop)
+	for i := range modelsWorkers {
+		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
+	}
+	return r, nil
+}
+
+// postCompletion hands a tokenizer completion to loop i. The pool needs
+// every completion to run exactly once, so a full mailbox is retried here,
+// on the worker that posts (never a loop), for up to a second: the
+// worker stalls, which is the backpressure the full loop asks for. After
+// that, or once the Router is closed, the completion is dropped and
+// counted: its request gets no answer until its client leaves. The
+// reactor's MailboxSize is meant to keep this from happening (Config's
+// MailboxDepth).
+func (r *Router) postCompletion(i int, fn func()) {
+	deadline := time.Now().Add(time.Second)
+	for !r.post(i, fn) {
+		if r.closed.Load() || time.Now().After(deadline) {
+			n := r.m.completionsLost.Get()
+			r.m.completionsLost.Inc()
+			if n == 0 || time.Since(time.Unix(0, r.lastLossLog.Load())) > 10*time.Second {
+				// Throttled: the counter has every loss.
+				r.lastLossLog.Store(time.Now().UnixNano())
+				r.logger.Error("tokenizer completion dropped: the loop's mailbox stayed full", "loop", i, "total", n+1)
+			}
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// postTo posts fn to loop i within the MailboxDepth bound; false (counted)
+// when over it or when post refuses. Any goroutine.
+func (r *Router) postTo(i int, fn func()) bool {
+	sh := r.shards[i]
+	if sh.mailbox.Add(1) > int64(r.cfg.MailboxDepth) {
+		sh.mailbox.Add(-1)
+		r.m.overflow.Inc()
+		return false
+	}
+	if !r.post(i, func() {
+		sh.mailbox.Add(-1)
+		fn()
+	}) {
+		sh.mailbox.Add(-1)
+		r.m.overflow.Inc()
+		return false
+	}
+	return true
+}
+
+// now is the trees' clock. Any goroutine.
+func (r *Router) now() int64 { return int64(time.Since(r.epoch)) }
+
+// Serve routes one request. Loop only (the connection's).
+func (r *Router) Serve(x *reactor.Exchange) { r.serve(x) }
+
+func (r *Router) serve(x exchange) {
+	req := x.Request()
+	rt, allow := classify(req.Method, req.Path)
+	switch {
+	case rt == routeUnknown:
+		r.fail(x, rt, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
+			msg: fmt.Sprintf("unknown path %.200q", req.Path)})
+		return
+	case allow != "":
+		r.fail(x, rt, &apiError{status: 405, typ: "invalid_request_error", code: "method_not_allowed",
+			msg: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
+			reactor.Header{Name: "Allow", Value: allow})
+		return
+	case rt == routeModels:
+		select {
+		case r.models <- x:
+		default:
+			r.fail(x, rt, &apiError{status: 503, typ: "server_error", code: "overloaded",
+				msg: "too many /v1/models requests waiting"})
+		}
+		return
+	}
+	j := &job{r: r, x: x, req: req, route: rt, loop: x.Loop()}
+	if rt != routeChat && rt != routeCompletions {
+		// Not routed by prefix: the least loaded backend, nothing learned.
+		j.decideHere()
+		return
+	}
+	if e := j.prepare(req.Body); e != nil {
+		r.fail(x, rt, e)
+		return
+	}
+	j.tokenize()
+}
+
+// fail answers x with an OpenAI-style error. Any goroutine.
+func (r *Router) fail(x exchange, rt routeID, e *apiError, extra ...reactor.Header) {
+	hdr := append([]reactor.Header{{Name: "Content-Type", Value: "application/json"}}, extra...)
+	x.Respond(e.status, hdr, e.body())
+	r.m.request(rt, e.status)
+}
+
+// job is one request on its way through stages 2 to 9. It belongs to one
+// loop at a time: the connection's (decode, render, tokenize, keys), then
+// the owner's (lookup, decision, Forward), then the proxy goroutine's
+// hooks read keys and bounds, which no one writes any more.
+type job struct {
+	r       *Router
+	x       exchange // nil for Explain
+	req     *reactor.Request
+	route   routeID
+	loop    int // the loop that decodes and tokenizes
+	d       request
+	texts   []string // the segments to tokenize
+	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
+	keys    []uint64 // the request's own (never a loop's scratch)
+	bounds  []int    // message ends, in blocks
+	owner   int
+	explain chan Decision // Explain's answer; nil for a served request
+}
+
+// prepare runs stages 2 and 3: decode the body, render a chat.
+func (j *job) prepare(body []byte) *apiError {
+	k := kindChat
+	if j.route == routeCompletions {
+		k = kindCompletion
+	}
+	if e := decode(&j.d, k, body); e != nil {
+		return e
+	}
+	switch {
+	case j.d.kind == kindChat:
+		segs, err := j.r.tmpl.Render(nil, j.d.msgs, j.d.opt)
+		if err != nil {
+			return badRequest("messages", "%v", err)
+		}
+		j.texts = make([]string, len(segs))
+		j.msgEnd = make([]bool, len(segs))
+		for i, s := range segs {
+			j.texts[i], j.msgEnd[i] = s.Text, s.MsgEnd >= 0
+		}
+	case !j.d.hasIDs:
+		j.texts = []string{j.d.prompt}
+		j.msgEnd = []bool{false} // the whole prompt is the chain's end anyway
+	}
+	return nil
+}
+
+func (j *job) seedModel() string {
+	if j.r.cfg.Model != "" {
+		return j.r.cfg.Model
+	}
+	return j.d.model
+}
+
+// tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
+func (j *job) tokenize() {
+	if j.d.hasIDs {
+		j.keys = tree.BlockKeys(nil, tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
+		j.dispatch()
+		return
+	}
+	sh := j.r.shards[j.loop]
+	if sh.tok.Tokenize(&sh.res, j.texts, j.tokenized) {
+		j.keyed(&sh.res)
+	}
+}
+
+// tokenized is the pool's completion, on j.loop.
+func (j *job) tokenized(res tokenpool.Result) { j.keyed(&res) }
+
+// keyed computes the block keys and message boundaries, then dispatches.
+// Loop only.
+func (j *job) keyed(res *tokenpool.Result) {
+	bs := j.r.cfg.BlockSize
+	if res.Reason == tokenpool.ReasonNone {
+		j.keys = tree.BlockKeys(nil, tree.ModelSeed(j.seedModel()), res.IDs, bs)
+		for i, e := range res.Ends {
+			if j.msgEnd[i] && e/bs > 0 {
+				j.bounds = append(j.bounds, e/bs)
+			}
+		}
+	} else {
+		// No tokenizer, or this request bailed out: keys of 64-byte
+		// blocks of the rendered text, boundaries where messages end.
+		j.keys = tokenpool.ByteBlockKeys(nil, tokenpool.ByteBlockSeed(j.seedModel()), j.texts...)
+		n := 0
+		for i, t := range j.texts {
+			n += len(t)
+			if j.msgEnd[i] && n/tokenpool.ByteBlockBytes > 0 {
+				j.bounds = append(j.bounds, n/tokenpool.ByteBlockBytes)
+			}
+		}
+	}
+	j.dispatch()
+}
+
+// dispatch sends the lookup to the owner shard (stage 6). Loop only.
+func (j *job) dispatch() {
+	if j.x != nil && gone(j.x) {
+		j.r.m.clientGone.Inc()
+		return
+	}
+	if len(j.keys) == 0 {
+		j.decideHere() // shorter than a block
+		return
+	}
+	j.owner = int(j.keys[0] % uint64(len(j.r.shards)))
+	if j.owner == j.loop {
+		j.lookup()
+		return
+	}
+	if !j.r.postTo(j.owner, j.lookup) {
+		j.decideHere()
+	}
+}
+
+func gone(x exchange) bool {
+	select {
+	case <-x.Gone():
+		return true
+	default:
+		return false
+	}
+}
+
+// lookup matches the keys in the owner's tree and decides (stage 7). On
+// the owner loop.
+func (j *job) lookup() {
+	sh := j.r.shards[j.owner]
+	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, j.r.now())
+	snap := j.r.up.Snapshot()
+	sh.views = j.r.views(sh.views[:0], snap)
+	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap)
+}
+
+// decideHere decides without the tree, on j.loop (reason fallback).
+func (j *job) decideHere() {
+	sh := j.r.shards[j.loop]
+	snap := j.r.up.Snapshot()
+	sh.views = j.r.views(sh.views[:0], snap)
+	j.finish(decide(j.r.pol, sh.views, nil, j.keys, false, &sh.sc), snap)
+}
+
+// views reads every backend's state once.
+func (r *Router) views(dst []view, snap []*backend.Backend) []view {
+	for _, b := range snap {
+		inFlight, routable := r.state(b)
+		dst = append(dst, view{id: b.ID, url: b.URL, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable})
+	}
+	return dst
+}
+
+// finish forwards the request as decided (stage 8), or hands the decision
+// to Explain. On the loop that decided.
+func (j *job) finish(d Decision, snap []*backend.Backend) {
+	r := j.r
+	if j.explain != nil {
+		j.explain <- d // buffered, one send per job
+		return
+	}
+	r.m.decided(d)
+	if d.Backend < 0 {
+		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
+			msg: "no backend is available to serve the request"})
+		return
+	}
+	cands := make([]*backend.Backend, 0, len(d.Candidates))
+	for _, id := range d.Candidates {
+		cands = append(cands, snap[indexOfBackend(snap, id)]) // decided from snap
+	}
+	route := strconv.AppendInt(make([]byte, 0, 32), int64(d.MatchedBlocks), 10)
+	route = append(route, '/')
+	route = strconv.AppendInt(route, int64(d.TotalBlocks), 10)
+	route = append(append(route, ' '), d.Reason...)
+	hdr := []reactor.Header{{Name: HeaderBackend, Value: d.URL}, {Name: HeaderRoute, Value: string(route)}}
+	learn := j.route == routeChat || j.route == routeCompletions
+	h := backend.Hooks{
+		FirstByte: func(b *backend.Backend, status int) {
+			if learn && status >= 200 && status < 300 && len(j.keys) > 0 {
+				r.learn(j, b.ID)
+			}
+		},
+		Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) },
+	}
+	if !r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h) {
+		r.m.request(j.route, 503) // Forward answered 503 itself (proxy pool full)
+	}
+}
+
+// learn records, on the owner loop, that backend now holds j's prefix
+// (stage 9). Any goroutine (FirstByte's proxy goroutine).
+//
+// It learns the backend that actually answered, not the first pick: a
+// diverted (or retried) request was prefilled on the backend that served
+// it, so that is where its blocks now are. Ranvier learns the original
+// target instead, to keep a prefix's home stable across a load spike; here
+// the tree keeps several holders per node (tree.Config.MaxHolders), so the
+// original holder stays where it was, the diverted one is added beside it,
+// and the next decision picks among them by depth, then in-flight count:
+// the hot prefix is replicated, not moved. Learning the first pick would
+// record blocks that no backend holds.
+func (r *Router) learn(j *job, backendID int) {
+	sh := r.shards[j.owner]
+	if !r.postTo(j.owner, func() {
+		if err := sh.tree.Insert(j.keys, j.bounds, backendID, tree.Local, r.now()); err != nil {
+			// Only a backend ID beyond tree.Config.MaxBackends: not
+			// learnable, the request was served all the same.
+			r.m.learnErrors.Inc()
+			return
+		}
+		sh.known[backendID] = true
+		r.m.learned.Inc()
+		sh.publish()
+	}) {
+		r.m.learnDropped.Inc()
+	}
+}
+
+// publish copies the tree's gauges to atomics. Loop only.
+func (sh *shardState) publish() {
+	s := sh.tree.Stats()
+	sh.nodes.Store(int64(s.Nodes))
+	sh.blocks.Store(int64(s.Blocks))
+	var ev uint64
+	for _, n := range s.NodeEvictions {
+		ev += n
+	}
+	sh.evictions.Store(int64(ev))
+}
+
+// maintainLoop posts a bounded maintenance step to every loop each
+// MaintainInterval (at most one outstanding per loop).
+func (r *Router) maintainLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.MaintainInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, sh := range r.shards {
+			if sh.maintaining.Swap(true) {
+				continue
+			}
+			if !r.postTo(sh.id, func() { r.maintain(sh) }) {
+				sh.maintaining.Store(false)
+			}
+		}
+	}
+}
+
+func indexOfBackend(snap []*backend.Backend, id int) int {
+	for i, b := range snap {
+		if b.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// maintain is one maintenance step on sh's loop: forget removed backends,
+// clean up at most MaintainBudget tree slots, publish the gauges.
+func (r *Router) maintain(sh *shardState) {
+	defer sh.maintaining.Store(false)
+	snap := r.up.Snapshot()
+	for id := range sh.known {
+		if indexOfBackend(snap, id) < 0 {
+			// Only IDs beyond MaxBackends fail, and those were never
+			// inserted.
+			_ = sh.tree.RemoveBackend(id)
+			delete(sh.known, id)
+		}
+	}
+	sh.tree.Maintain(r.now(), r.cfg.MaintainBudget)
+	sh.publish()
+}
+
+// modelsWorker answers GET /v1/models off the loops.
+func (r *Router) modelsWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case x := <-r.models:
+					r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "shutting_down",
+						msg: "the router is shutting down"})
+				default:
+					return
+				}
+			}
+		case x := <-r.models:
+			c, cancel := context.WithTimeout(ctx, modelsTimeout)
+			body, err := r.up.Models(c)
+			cancel()
+			if err != nil {
+				r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
+					msg: fmt.Sprintf("cannot list the backends' models: %v", err)})
+				continue
+			}
+			x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, body)
+			r.m.request(routeModels, 200)
+		}
+	}
+}
+
+// Explain runs stages 2 to 7 for body as if it came to path, and returns
+// the decision without forwarding. It runs on a loop (via post) and waits
+// up to Config.ExplainTimeout. Any goroutine but a loop.
+func (r *Router) Explain(body []byte, path string) (Decision, error) {
+	rt, _ := classify("POST", path)
+	if rt != routeChat && rt != routeCompletions {
+		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions or /v1/completions)", path)
+	}
+	j := &job{r: r, route: rt, explain: make(chan Decision, 1)}
+	if e := j.prepare(body); e != nil {
+		return Decision{Backend: -1, Preferred: -1}, e
+	}
+	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
+	if !r.postTo(j.loop, j.tokenize) {
+		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
+	}
+	t := time.NewTimer(r.cfg.ExplainTimeout)
+	defer t.Stop()
+	select {
+	case d := <-j.explain:
+		if d.Backend < 0 {
+			return d, ErrNoBackend
+		}
+		return d, nil
+	case <-t.C:
+		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
+	}
+}
+
+// Close stops the maintenance and /v1/models goroutines and the tokenizer
+// pool. Requests still on the loops finish with what they have. Any
+// goroutine but a loop.
+func (r *Router) Close(ctx context.Context) error {
+	r.closed.Store(true)
+	r.group.Stop()
+	gerr := r.group.Wait(ctx)
+	if gerr != nil {
+		gerr = fmt.Errorf("shard: goroutines still running (%v): %w", r.group.Running(), gerr)
+	}
+	return errors.Join(gerr, r.pool.Close(ctx))
+}

@@ -1,0 +1,42 @@
+package shard
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkServeChat4K is the loop-side cost of one 4 KB chat request
+// whose segments are all in the tokenizer cache and whose prefix the tree
+// knows: decode, render (llama3), tokenize (cache hits), block keys, tree
+// match, decision and the Forward call (a no-op fake: no network). It runs
+// on the one fake loop, which owns the prefix, so the lookup is inline.
+func BenchmarkServeChat4K(b *testing.B) {
+	e := newEnv(b, envOpts{loops: 1, backends: 8, tokenizer: true, maintain: time.Hour})
+	system := strings.Repeat(systemA+" ", 3000/len(systemA)+1)[:3000]
+	user := strings.Repeat("Please describe the maintenance schedule of the lamp, the lens and the fog horn in detail. ", 12)[:1000]
+	body := chatBody("system", system, "user", user)
+	x := newExchange(0, "POST", "/v1/chat/completions", body)
+	if c := e.serve(b, x); c == nil {
+		b.Fatal("not forwarded")
+	}
+	x = newExchange(0, "POST", "/v1/chat/completions", body)
+	c := e.serve(b, x)
+	if c == nil || !strings.HasSuffix(c.header(HeaderRoute), " tree") {
+		b.Fatalf("warm request not routed by the tree: %+v", c)
+	}
+	e.up.quiet.Store(true)
+	misses := e.r.shards[0].tok.Stats().CacheMisses
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	e.loops.run(b, 0, func() {
+		b.ResetTimer()
+		for range b.N {
+			e.r.serve(x)
+		}
+		b.StopTimer()
+	})
+	if s := e.r.shards[0].tok.Stats(); s.CacheMisses != misses {
+		b.Fatalf("%d cache misses during the benchmark", s.CacheMisses-misses)
+	}
+}
