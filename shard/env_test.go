@@ -192,7 +192,9 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 		return true
 	}
 	if u.refuse.Load() {
+		// As the real Forward: answer 503 and report it through Done.
 		sink.Respond(503, nil, nil)
+		h.Done(backend.Outcome{Status: 503})
 		return false
 	}
 	c := forwardCall{x: sink, extra: extraHdr, served: -1}

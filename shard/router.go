@@ -462,9 +462,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 		},
 		Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) },
 	}
-	if !r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h) {
-		r.m.request(j.route, 503) // Forward answered 503 itself (proxy pool full)
-	}
+	// A refused Forward (proxy pool full) answers 503 itself and reports
+	// it through Hooks.Done like any other outcome, so it is counted there.
+	r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h)
 }
 
 // learn records, on the owner loop, that backend now holds j's prefix
