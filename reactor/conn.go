@@ -89,6 +89,7 @@ func (c *conn) onTraffic(now time.Time) {
 			c.closing = true
 		}
 		s.h.Serve(x)
+		c.afterServe(x)
 		if len(c.queue) >= maxPipeline {
 			c.paused = true
 		}
@@ -116,6 +117,18 @@ func (c *conn) frameError(e *httpError) {
 	x := c.push(&Request{Method: "ERROR"})
 	hdr := []Header{{"Content-Type", "application/json"}}
 	x.Respond(e.status, hdr, errorBody(e.status, e.msg))
+	c.afterServe(x)
+}
+
+// afterServe ends x's Serve phase: from now on answers are messages; a
+// Respond staged during Serve is delivered now. Loop only.
+func (c *conn) afterServe(x *Exchange) {
+	if x.phase.Swap(phaseAfter) == phaseStaged {
+		b := x.staged
+		x.staged = nil
+		x.queued.Add(int64(len(b))) // deliver takes it off
+		c.deliver(x, b, true, false)
+	}
 }
 
 // deliver takes one answer message from x's driver. Loop only.

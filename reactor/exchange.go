@@ -30,6 +30,13 @@ const (
 	stateEnded            // Respond, End or Abort done
 )
 
+// Exchange phases (Exchange.phase).
+const (
+	phaseServing = iota // Serve has not returned yet
+	phaseStaged         // Respond staged its bytes during Serve
+	phaseAfter          // Serve returned; answers are messages
+)
+
 // Body framings of a streamed answer.
 const (
 	frameChunked = iota // HTTP/1.1 without Content-Length: each Write is one chunk
@@ -53,6 +60,9 @@ type Exchange struct {
 	// driver-owned (the goroutine answering)
 	frame          int
 	closeDelimited bool // written before the End message is posted; read by the loop after it
+
+	phase  atomic.Int32 // phaseServing while Serve runs, then phaseStaged or phaseAfter
+	staged []byte       // a Respond's bytes staged during Serve: written before phase becomes phaseStaged, read by the loop after
 
 	state   atomic.Int32 // stateNew, stateStreaming, stateEnded; atomic so a misuse is caught, not a race
 	queued  atomic.Int64 // answer bytes sent to the loop and not yet taken by it
@@ -95,6 +105,15 @@ func (x *Exchange) Respond(status int, hdr []Header, body []byte) {
 	if x.req.Method != "HEAD" && status >= 200 && status != 204 && status != 304 {
 		b = append(b, body...)
 	}
+	// Answered while Serve still runs (typically by Serve itself, on the
+	// loop): stage the bytes for the loop to write when Serve returns, no
+	// message needed. The CAS after the store publishes it; if the loop
+	// has moved on already, the CAS fails and it goes as a message.
+	x.staged = b
+	if x.phase.CompareAndSwap(phaseServing, phaseStaged) {
+		return
+	}
+	x.staged = nil
 	_ = x.post(b, true, false) // ErrClientGone: nobody left to tell
 }
 
