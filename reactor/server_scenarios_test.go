@@ -416,3 +416,93 @@ func outboundOf(t *testing.T, s *Server) int {
 	}
 	return total
 }
+
+func TestAbortClosesMidAnswer(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "GET /abort HTTP/1.1\r\n\r\n")
+	b, err := io.ReadAll(br)
+	if err != nil && !isReset(err) {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.1 200 OK\r\n") || !strings.HasSuffix(string(b), "\r\n\r\npartial") {
+		t.Fatalf("got %q", b)
+	}
+}
+
+func TestHead(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "HEAD /echo HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+	if r := read(t, br, "HEAD"); r.status != 200 || r.body != "" || r.hdr.Get("Content-Length") != "12" {
+		t.Fatalf("HEAD: %+v", r)
+	}
+	if r := read(t, br, "GET"); r.body != "GET /echo?|" {
+		t.Fatalf("GET after HEAD: %+v", r)
+	}
+}
+
+func TestStopAccepting(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, nil)
+	idle, idleBr := dial(t, s)
+	send(t, idle, "GET /echo HTTP/1.1\r\n\r\n")
+	read(t, idleBr, "GET")
+	busy, busyBr := dial(t, s)
+	send(t, busy, "GET /delay?ms=300 HTTP/1.1\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	s.StopAccepting()
+	// The idle keep-alive connection is closed at the next sweep; a new one at once.
+	expectClosed(t, idleBr)
+	_, newBr := dial(t, s)
+	expectClosed(t, newBr)
+	// The busy one gets its answer, with Connection: close, then the close.
+	if r := read(t, busyBr, "GET"); r.status != 200 || !r.close {
+		t.Fatalf("got %+v", r)
+	}
+	expectClosed(t, busyBr)
+	if got := counter(set, `saltus_reactor_connections_rejected_total{reason="draining"}`); got != "1" {
+		t.Fatalf("rejected while draining = %s", got)
+	}
+}
+
+func TestShutdownTimeoutClosesGone(t *testing.T) {
+	t.Parallel()
+	s, h, _ := startServer(t, nil)
+	nc, _ := dial(t, s)
+	send(t, nc, "GET /gone HTTP/1.1\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "1 exchanges still open") {
+		t.Fatalf("Shutdown = %v, want the open exchange reported", err)
+	}
+	select {
+	case <-h.goneSeen:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Gone not closed by Shutdown")
+	}
+	if s.Post(0, func() {}) {
+		t.Fatal("Post succeeded after Shutdown")
+	}
+}
+
+func TestPipelineBound(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	// Twice maxPipeline requests at once: all answered, in order.
+	var b strings.Builder
+	for i := range 2 * maxPipeline {
+		fmt.Fprintf(&b, "GET /delay?ms=%d HTTP/1.1\r\n\r\n", (2*maxPipeline-i)%7)
+	}
+	send(t, nc, b.String())
+	for i := range 2 * maxPipeline {
+		want := fmt.Sprintf("/delay?ms=%d", (2*maxPipeline-i)%7)
+		if r := read(t, br, "GET"); r.body != want {
+			t.Fatalf("answer %d: %q, want %q", i, r.body, want)
+		}
+	}
+}

@@ -108,6 +108,13 @@ func (h *testHandler) Serve(x *Exchange) {
 			}
 			h.bigErr <- x.End()
 		})
+	case "/abort":
+		h.goAnswer(func() {
+			_ = x.WriteHeader(200, []Header{{"Content-Length", "100"}})
+			_ = x.Write([]byte("partial"))
+			time.Sleep(20 * time.Millisecond)
+			x.Abort()
+		})
 	case "/gone":
 		h.goAnswer(func() {
 			<-x.Gone()
