@@ -35,7 +35,8 @@ type conn struct {
 	headStart  time.Time // first byte of an incomplete head; zero if none
 	lastActive time.Time // last read or answer end
 	stallSince time.Time // outbound bytes stopped draining; zero if they drain
-	lastOut    int64
+	written    int64     // bytes given to gnet's Write
+	lastSent   int64     // written minus gnet's outbound buffer at the last sweep
 }
 
 // onTraffic frames and serves what the client sent. Loop only.
@@ -151,6 +152,7 @@ func (c *conn) deliver(x *Exchange, b []byte, last, abort bool) {
 	if len(c.queue) > 0 && c.queue[0] == x {
 		if len(b) > 0 {
 			_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+			c.written += n
 		}
 		c.outbound.Store(int64(c.gc.OutboundBuffered()))
 		if last {
@@ -190,6 +192,7 @@ func (c *conn) endHead() {
 		for _, b := range h.out {
 			_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
 			moved += int64(len(b))
+			c.written += int64(len(b))
 		}
 		h.out = nil
 		c.outbound.Store(int64(c.gc.OutboundBuffered()))
@@ -256,8 +259,11 @@ func (c *conn) sweep(now time.Time) {
 	}
 	cfg := &c.s.cfg
 	out := c.outbound.Load()
+	// Stalled: bytes wait in gnet's buffer and none reached the socket
+	// since the last sweep.
+	sent := c.written - out
 	switch {
-	case out > 0 && out >= c.lastOut:
+	case out > 0 && sent == c.lastSent:
 		if c.stallSince.IsZero() {
 			c.stallSince = now
 		} else if now.Sub(c.stallSince) > cfg.IdleTimeout {
@@ -268,7 +274,7 @@ func (c *conn) sweep(now time.Time) {
 	default:
 		c.stallSince = time.Time{}
 	}
-	c.lastOut = out
+	c.lastSent = sent
 	if !c.headStart.IsZero() && now.Sub(c.headStart) > cfg.HeaderTimeout {
 		c.s.m.timeoutHeader.Inc()
 		c.close()

@@ -506,3 +506,25 @@ func TestPipelineBound(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteStallClosed(t *testing.T) {
+	t.Parallel()
+	s, h, set := startServer(t, func(c *Config) {
+		c.IdleTimeout = 300 * time.Millisecond
+		c.MaxOutboundBytes = 64 << 10
+	})
+	nc, _ := dial(t, s)
+	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\n\r\n")
+	select {
+	case err := <-h.bigErr:
+		if err != ErrClientGone {
+			t.Fatalf("writer got %v, want ErrClientGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a client that reads nothing was not closed")
+	}
+	if got := counter(set, `saltus_reactor_timeouts_total{kind="write_stall"}`); got != "1" {
+		t.Fatalf("write_stall timeouts = %s", got)
+	}
+}
