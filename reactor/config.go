@@ -1,0 +1,73 @@
+package reactor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures a Server. It is immutable once NewServer has it.
+type Config struct {
+	Listen           string        // host:port to listen on; ":0" picks a free port (see Server.Addr)
+	Loops            int           // event loops (= shards); 0 means GOMAXPROCS
+	LockOSThread     bool          // lock each loop goroutine to its OS thread (gnet WithLockOSThread)
+	MaxHeaderBytes   int           // request line + headers; larger → 431 and close
+	MaxBodyBytes     int           // de-chunked body; larger → 413 and close
+	HeaderTimeout    time.Duration // a request head not complete this long after its first byte → close
+	IdleTimeout      time.Duration // keep-alive connection with nothing in flight, or an answer not drained, this long → close
+	MaxConns         int           // open connections; one more → 503 and close
+	MaxOutboundBytes int           // per connection: unsent answer bytes before Exchange.Write blocks
+	MailboxSize      int           // per loop: Server.Post functions queued and not yet run
+}
+
+// DefaultConfig returns the defaults, each commented.
+func DefaultConfig() Config {
+	return Config{
+		Listen:           "127.0.0.1:8080",
+		Loops:            0,        // GOMAXPROCS
+		LockOSThread:     false,    // pinning is a bench decision (DESIGN.md, Shards)
+		MaxHeaderBytes:   64 << 10, // 64 KiB, as the issue asks
+		MaxBodyBytes:     16 << 20, // 16 MiB: long prompts with images as URLs fit
+		HeaderTimeout:    10 * time.Second,
+		IdleTimeout:      60 * time.Second,
+		MaxConns:         10000,
+		MaxOutboundBytes: 1 << 20, // 1 MiB per connection
+		MailboxSize:      4096,
+	}
+}
+
+// Validate reports the first invalid field, by name.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("reactor: Listen is empty"))
+	}
+	if c.Loops < 0 || c.Loops > 1024 {
+		errs = append(errs, fmt.Errorf("reactor: Loops = %d: want 0 (GOMAXPROCS) to 1024", c.Loops))
+	}
+	if c.MaxHeaderBytes < 256 {
+		errs = append(errs, fmt.Errorf("reactor: MaxHeaderBytes = %d: want ≥ 256", c.MaxHeaderBytes))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("reactor: MaxBodyBytes = %d: want ≥ 0", c.MaxBodyBytes))
+	}
+	if c.HeaderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("reactor: HeaderTimeout = %v: want > 0", c.HeaderTimeout))
+	}
+	if c.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("reactor: IdleTimeout = %v: want > 0", c.IdleTimeout))
+	}
+	if c.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("reactor: MaxConns = %d: want ≥ 1", c.MaxConns))
+	}
+	if c.MaxOutboundBytes < 1024 {
+		errs = append(errs, fmt.Errorf("reactor: MaxOutboundBytes = %d: want ≥ 1024", c.MaxOutboundBytes))
+	}
+	if c.MailboxSize < 1 {
+		errs = append(errs, fmt.Errorf("reactor: MailboxSize = %d: want ≥ 1", c.MailboxSize))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}

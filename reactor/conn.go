@@ -1,0 +1,317 @@
+package reactor
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// maxPipeline bounds the exchanges of one connection that are open at
+// once; past it the loop stops parsing that connection until one ends.
+const maxPipeline = 64
+
+// conn is one client connection: gnet's Conn context.
+type conn struct {
+	s      *Server
+	ls     *loopState
+	gc     gnet.Conn
+	remote string
+
+	// any goroutine
+	gone     chan struct{} // closed by the loop in OnClose
+	outbound atomic.Int64  // gnet's outbound buffer as last seen by the loop
+	parked   atomic.Int64  // bytes parked in exchanges behind the head
+
+	// owned by the loop
+	prog       progress
+	queue      []*Exchange // open exchanges in request order; queue[0] is the head
+	closing    bool        // parse no more; close once the queue is empty and the answer is out
+	closed     bool
+	closeSent  bool      // gc.Close called; OnClose follows
+	paused     bool      // parsing stopped at maxPipeline
+	sentCont   bool      // 100 Continue sent for the request being read
+	headStart  time.Time // first byte of an incomplete head; zero if none
+	lastActive time.Time // last read or answer end
+	stallSince time.Time // outbound bytes stopped draining; zero if they drain
+	written    int64     // bytes given to gnet's Write
+	lastSent   int64     // written minus gnet's outbound buffer at the last sweep
+}
+
+// onTraffic frames and serves what the client sent. Loop only.
+func (c *conn) onTraffic(now time.Time) {
+	c.lastActive = now
+	s := c.s
+	for !c.closing && !c.closed {
+		if c.paused {
+			// gnet keeps reading into its inbound buffer; bound it.
+			if c.gc.InboundBuffered() > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
+				c.close()
+			}
+			return
+		}
+		n := c.gc.InboundBuffered()
+		if n == 0 {
+			c.headStart = time.Time{}
+			return
+		}
+		if c.headStart.IsZero() && c.prog.headEnd == 0 {
+			c.headStart = now
+		}
+		if n < c.prog.need {
+			return // Peek would copy a large buffer for nothing
+		}
+		buf, _ := c.gc.Peek(-1) // the whole buffer; err only when n > buffered
+		req, used, err := parse(buf, s.lim, &c.prog)
+		if err != nil {
+			c.frameError(err.(*httpError))
+			return
+		}
+		if req == nil {
+			if c.prog.headEnd > 0 {
+				c.headStart = time.Time{}
+				if c.prog.expect100 && !c.sentCont && len(c.queue) == 0 {
+					c.sentCont = true
+					_, _ = c.gc.Write(continue100) // a failed write closes the conn; OnClose follows
+				}
+			}
+			return
+		}
+		_, _ = c.gc.Discard(used) // discards exactly used: Peek saw used bytes
+		c.prog, c.sentCont, c.headStart = progress{}, false, time.Time{}
+		req.RemoteAddr = c.remote
+		s.m.requests.Inc()
+		if s.draining.Load() {
+			req.keepAlive = false
+		}
+		x := c.push(req)
+		if !req.keepAlive {
+			c.closing = true
+		}
+		s.h.Serve(x)
+		c.afterServe(x)
+		if len(c.queue) >= maxPipeline {
+			c.paused = true
+		}
+	}
+}
+
+// push opens an exchange for req at the end of the queue. Loop only.
+func (c *conn) push(req *Request) *Exchange {
+	x := &Exchange{c: c, req: req, wake: make(chan struct{}, 1), counted: true}
+	x.closeAfter = !req.keepAlive
+	c.s.open.Add(1)
+	c.queue = append(c.queue, x)
+	if len(c.queue) == 1 {
+		x.head.Store(true)
+	}
+	return x
+}
+
+// frameError answers a framing error in turn (after the answers of earlier
+// pipelined requests) and closes the connection. Loop only.
+func (c *conn) frameError(e *httpError) {
+	c.s.m.framingError(e.status)
+	c.closing = true
+	c.headStart = time.Time{}
+	x := c.push(&Request{Method: "ERROR"})
+	hdr := []Header{{"Content-Type", "application/json"}}
+	x.Respond(e.status, hdr, errorBody(e.status, e.msg))
+	c.afterServe(x)
+}
+
+// afterServe ends x's Serve phase: from now on answers are messages; a
+// Respond staged during Serve is delivered now. Loop only.
+func (c *conn) afterServe(x *Exchange) {
+	if x.phase.Swap(phaseAfter) == phaseStaged {
+		b := x.staged
+		x.staged = nil
+		x.queued.Add(int64(len(b))) // deliver takes it off
+		c.deliver(x, b, true, false)
+	}
+}
+
+// deliver takes one answer message from x's driver. Loop only.
+func (c *conn) deliver(x *Exchange, b []byte, last, abort bool) {
+	n := int64(len(b))
+	// Until the bytes are counted where they went (outbound or parked),
+	// they stay counted in queued, so a waiting Write never sees them
+	// missing from both.
+	defer func() {
+		x.queued.Add(-n)
+		x.signal()
+	}()
+	if c.closed {
+		return
+	}
+	if abort {
+		c.close()
+		return
+	}
+	if len(c.queue) > 0 && c.queue[0] == x {
+		if len(b) > 0 {
+			_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+			c.written += n
+		}
+		c.outbound.Store(int64(c.gc.OutboundBuffered()))
+		if last {
+			c.endHead()
+		}
+		return
+	}
+	if len(b) > 0 {
+		x.out = append(x.out, b)
+		c.parked.Add(n)
+	}
+	x.ended = last
+}
+
+// endHead retires the head exchange and lets the next ones send what they
+// parked. Loop only.
+func (c *conn) endHead() {
+	for len(c.queue) > 0 {
+		x := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		c.retire(x)
+		if x.closeAfter || x.closeDelimited || c.s.draining.Load() {
+			c.closing = true
+			for _, y := range c.queue { // none is parsed after a closing request but a framing error's
+				c.retire(y)
+				y.signal()
+			}
+			c.queue = nil
+			break
+		}
+		if len(c.queue) == 0 {
+			break
+		}
+		h := c.queue[0]
+		var moved int64
+		for _, b := range h.out {
+			_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+			moved += int64(len(b))
+			c.written += int64(len(b))
+		}
+		h.out = nil
+		c.outbound.Store(int64(c.gc.OutboundBuffered()))
+		h.head.Store(true)
+		c.parked.Add(-moved)
+		h.signal()
+		if !h.ended {
+			break
+		}
+	}
+	if len(c.queue) == 0 {
+		c.queue = nil // let the old backing array go
+	}
+	c.lastActive = time.Now()
+	if c.closing && len(c.queue) == 0 {
+		c.closeWhenSent()
+		return
+	}
+	if c.paused && len(c.queue) < maxPipeline {
+		c.paused = false
+		_ = c.gc.Wake(nil) // resumes parsing in OnTraffic; fails only when closing
+	}
+}
+
+// retire stops counting x as open. Loop only.
+func (c *conn) retire(x *Exchange) {
+	if x.counted {
+		x.counted = false
+		c.s.open.Add(-1)
+	}
+}
+
+// closeWhenSent closes the connection now if its answer is out, else at a
+// later refresh (gnet's close writes what it can without waiting and
+// drops the rest). Loop only.
+func (c *conn) closeWhenSent() {
+	if c.gc.OutboundBuffered() == 0 {
+		c.close()
+	}
+}
+
+// refresh records gnet's outbound buffer size for waiting writers, closes
+// a closing connection whose answer is out. Loop only.
+func (c *conn) refresh() {
+	if c.closed {
+		return
+	}
+	out := int64(c.gc.OutboundBuffered())
+	c.outbound.Store(out)
+	for _, x := range c.queue {
+		x.signal()
+	}
+	if c.closing && len(c.queue) == 0 && out == 0 {
+		c.close()
+	}
+}
+
+// sweep enforces the timeouts; run on the loop for each of its connections
+// every tick. Loop only.
+func (c *conn) sweep(now time.Time) {
+	c.refresh()
+	if c.closed || c.closeSent {
+		return
+	}
+	cfg := &c.s.cfg
+	out := c.outbound.Load()
+	// Stalled: bytes wait in gnet's buffer and none reached the socket
+	// since the last sweep.
+	sent := c.written - out
+	switch {
+	case out > 0 && sent == c.lastSent:
+		if c.stallSince.IsZero() {
+			c.stallSince = now
+		} else if now.Sub(c.stallSince) > cfg.IdleTimeout {
+			c.s.m.timeoutWrite.Inc()
+			c.close()
+			return
+		}
+	default:
+		c.stallSince = time.Time{}
+	}
+	c.lastSent = sent
+	if !c.headStart.IsZero() && now.Sub(c.headStart) > cfg.HeaderTimeout {
+		c.s.m.timeoutHeader.Inc()
+		c.close()
+		return
+	}
+	if len(c.queue) == 0 && out == 0 && c.headStart.IsZero() {
+		if now.Sub(c.lastActive) > cfg.IdleTimeout {
+			c.s.m.timeoutIdle.Inc()
+			c.close()
+		} else if c.s.draining.Load() && c.gc.InboundBuffered() == 0 {
+			c.close() // draining: an idle keep-alive connection goes now
+		}
+	}
+}
+
+// close closes the connection; OnClose does the bookkeeping. Loop only.
+func (c *conn) close() {
+	if !c.closed && !c.closeSent {
+		c.closeSent = true
+		_ = c.gc.Close() // queued on the loop; fails only when already closing
+	}
+}
+
+// onClose runs from gnet's OnClose. Loop only.
+func (c *conn) onClose() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	close(c.gone)
+	for _, x := range c.queue {
+		c.retire(x)
+		x.signal()
+	}
+	c.queue = nil
+	c.parked.Store(0)
+	c.outbound.Store(0)
+}
+
+var _ = http.StatusOK

@@ -1,0 +1,72 @@
+// Package reactor is saltus's HTTP/1.1 server on gnet event loops: stage 1
+// of DESIGN.md's request path (accept, framing, keep-alive), and the
+// transport every answer goes back through.
+//
+// # Place in the request path
+//
+// Each of Config.Loops gnet event loops (one per shard) owns its
+// connections. When bytes arrive, the loop frames requests with [parse], a
+// pure function over the connection's buffered bytes (peeked, never
+// copied unless gnet must join two buffers): it waits until the head, and
+// the body by Content-Length or chunked encoding, are complete, then
+// discards exactly the bytes the request used. Each request becomes an
+// [Exchange] and goes to [Handler.Serve] on the loop, in arrival order.
+// The handler answers now or later, from any goroutine.
+//
+// The reactor answers framing errors itself, with an OpenAI-style JSON
+// body, and closes: 400 malformed HTTP, 431 head over MaxHeaderBytes, 413
+// body over MaxBodyBytes, 501 a Transfer-Encoding other than chunked, 503
+// over MaxConns. A head not complete HeaderTimeout after its first byte, a
+// keep-alive connection idle for IdleTimeout, and an answer whose bytes
+// have not drained for IdleTimeout are closed. "Expect: 100-continue" gets
+// "100 Continue" before the body is read (unless earlier pipelined answers
+// are still owed: then the client's own timer sends the body). HTTP/1.0
+// connections close after the answer unless the request asked for
+// keep-alive.
+//
+// # Answers
+//
+// Pipelined answers go out in request order: a later exchange's bytes are
+// parked until the earlier ones ended. Streamed answers are chunked for
+// HTTP/1.1 (each Write one chunk, sent at once: SSE events reach the
+// client without a Flush) and close-delimited for HTTP/1.0.
+//
+// Every answer method turns into a message run on the connection's loop
+// (gnet's EventLoop.Execute), where the loop writes with gnet's Conn.Write.
+// gnet's queues are unbounded, so the reactor bounds what it puts in them:
+// Exchange.Write blocks its caller (never a loop) while the head exchange's
+// queued bytes plus gnet's outbound buffer exceed MaxOutboundBytes, or, for
+// a later exchange, while the bytes parked behind the head do. So a
+// connection holds at most about 2×MaxOutboundBytes plus one Write (and
+// one Respond per pipelined exchange, which never blocks). gnet's
+// AsyncWrite is not used: its callback fires when the bytes reach gnet's
+// outbound buffer, not the socket, so it cannot bound anything; and gnet
+// reports no "outbound drained" event, so a blocked Write asks the loop to
+// look at the buffer again, backing off from 100 µs to 20 ms (measured: a
+// 32 MiB chunked answer to a reading client takes 1.1 s, about 30 MB/s,
+// far above any token stream).
+//
+// # Loops and Post
+//
+// gnet 2.9.7 hands out an event loop (whose Execute runs a function on it)
+// only through a connection (Conn.EventLoop); the engine offers no list of
+// loops. Start therefore connects to itself once per loop: round-robin
+// balancing gives N connections to N loops, each loop's first connection
+// registers it, and the probes are closed. [Server.Post] is then Execute
+// bounded by a per-loop counter of queued functions (MailboxSize): a
+// lock-free queue and an eventfd wake-up, no mailbox of our own.
+//
+// # Concurrency
+//
+//   - A connection's state (framing progress, its queue of open exchanges,
+//     parked answers, timeouts) is owned by its event loop. Other
+//     goroutines reach it only through messages (Execute), never a lock:
+//     a loop never waits.
+//   - An Exchange's answer methods are safe to call from any goroutine,
+//     one at a time (whoever answers). Only Write may block, and only its
+//     caller. Request, Loop and Gone are any goroutine.
+//   - Server methods are any goroutine; Start and Shutdown never on a loop.
+//   - Counters and gauges are atomics. gnet's own goroutines (loops, main
+//     reactor, ticker) run under one rules.Group goroutine,
+//     "reactor.engine", joined by Shutdown.
+package reactor

@@ -1,0 +1,302 @@
+package reactor
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClientGone is returned by Exchange writes once the client has left
+// (or the connection was closed, or the server stopped).
+var ErrClientGone = errors.New("reactor: client gone")
+
+// errAnswered is returned for a second answer to one exchange: a handler
+// bug, not a client's doing.
+var errAnswered = errors.New("reactor: exchange already answered or not started")
+
+// Handler serves requests.
+type Handler interface {
+	// Serve runs on the connection's event loop for each complete request, in arrival
+	// order. It must not block. It answers through x, now or later, from any goroutine.
+	Serve(x *Exchange)
+}
+
+// Exchange states (Exchange.state).
+const (
+	stateNew       = iota // nothing written
+	stateStreaming        // WriteHeader done
+	stateEnded            // Respond, End or Abort done
+)
+
+// Exchange phases (Exchange.phase).
+const (
+	phaseServing = iota // Serve has not returned yet
+	phaseStaged         // Respond staged its bytes during Serve
+	phaseAfter          // Serve returned; answers are messages
+)
+
+// Body framings of a streamed answer.
+const (
+	frameChunked = iota // HTTP/1.1 without Content-Length: each Write is one chunk
+	frameLength         // the handler gave Content-Length: bytes as they are
+	frameClose          // HTTP/1.0 without Content-Length: the close ends the body
+)
+
+// Exchange is one request and its response. Responses of pipelined
+// requests are sent in request order: a later exchange's bytes wait
+// (bounded) until earlier ones have ended.
+//
+// Its answer methods may be called from any goroutine, one goroutine at a
+// time (the driver: whoever answers). They never touch loop-owned state:
+// each turns into a message run on the connection's loop (gnet's
+// EventLoop.Execute, a lock-free FIFO queue), so one driver's messages
+// arrive in the order sent.
+type Exchange struct {
+	c   *conn
+	req *Request
+
+	// driver-owned (the goroutine answering)
+	frame          int
+	closeDelimited bool // written before the End message is posted; read by the loop after it
+
+	phase  atomic.Int32 // phaseServing while Serve runs, then phaseStaged or phaseAfter
+	staged []byte       // a Respond's bytes staged during Serve: written before phase becomes phaseStaged, read by the loop after
+
+	state   atomic.Int32 // stateNew, stateStreaming, stateEnded; atomic so a misuse is caught, not a race
+	queued  atomic.Int64 // answer bytes sent to the loop and not yet taken by it
+	head    atomic.Bool  // set by the loop when earlier exchanges have all ended
+	waiting atomic.Bool  // a Write waits on wake
+	wake    chan struct{}
+
+	// owned by the loop
+	out        [][]byte // answer bytes parked until this exchange is the head
+	ended      bool     // the last message arrived (parked or sent)
+	closeAfter bool     // close the connection once this answer is out
+	counted    bool     // still counted in Server.open
+}
+
+// Request returns the request. Any goroutine.
+func (x *Exchange) Request() *Request { return x.req }
+
+// Loop returns the index of the event loop (= shard) that owns the
+// connection. Any goroutine.
+func (x *Exchange) Loop() int { return x.c.ls.idx }
+
+// Gone returns a channel closed when the client disconnects (or the
+// connection is closed). Any goroutine.
+func (x *Exchange) Gone() <-chan struct{} { return x.c.gone }
+
+// Respond sends the whole answer and adds Content-Length. It never blocks.
+// Any goroutine; exactly one of Respond or WriteHeader(+Write*)+End per
+// exchange (a second answer is dropped).
+func (x *Exchange) Respond(status int, hdr []Header, body []byte) {
+	if !x.state.CompareAndSwap(stateNew, stateEnded) {
+		return // a handler bug; nothing sensible to send
+	}
+	b := make([]byte, 0, 128+len(body)+32*len(hdr))
+	b = appendStatusLine(b, status)
+	b, _ = appendHeaders(b, hdr)
+	b = x.appendConnection(b)
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	if x.req.Method != "HEAD" && status >= 200 && status != 204 && status != 304 {
+		b = append(b, body...)
+	}
+	// Answered while Serve still runs (typically by Serve itself, on the
+	// loop): stage the bytes for the loop to write when Serve returns, no
+	// message needed. The CAS after the store publishes it; if the loop
+	// has moved on already, the CAS fails and it goes as a message.
+	x.staged = b
+	if x.phase.CompareAndSwap(phaseServing, phaseStaged) {
+		return
+	}
+	x.staged = nil
+	_ = x.post(b, true, false) // ErrClientGone: nobody left to tell
+}
+
+// appendConnection adds the Connection header the framing needs.
+func (x *Exchange) appendConnection(b []byte) []byte {
+	switch {
+	case !x.req.keepAlive || x.c.s.draining.Load():
+		return append(b, "Connection: close\r\n"...)
+	case x.req.Proto10:
+		return append(b, "Connection: keep-alive\r\n"...)
+	}
+	return b
+}
+
+// WriteHeader starts a streamed answer: chunked for HTTP/1.1, delimited by
+// the connection's close for HTTP/1.0, or as is if hdr has Content-Length
+// (then the Writes must add up to it). It never blocks. Any goroutine.
+func (x *Exchange) WriteHeader(status int, hdr []Header) error {
+	if !x.state.CompareAndSwap(stateNew, stateStreaming) {
+		return errAnswered
+	}
+	b := make([]byte, 0, 128+32*len(hdr))
+	b = appendStatusLine(b, status)
+	b, cl := appendHeaders(b, hdr)
+	switch {
+	case cl >= 0:
+		x.frame = frameLength
+		b = x.appendConnection(b)
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, cl, 10)
+		b = append(b, "\r\n"...)
+	case x.req.Proto10:
+		x.frame = frameClose
+		x.closeDelimited = true
+		b = append(b, "Connection: close\r\n"...)
+	default:
+		x.frame = frameChunked
+		b = x.appendConnection(b)
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	return x.post(b, false, false)
+}
+
+// Write sends p (copied) as the next part of a streamed answer, one chunk
+// when chunked, so it reaches the client at once (Flush is not needed). It
+// blocks the calling goroutine while the connection holds more than
+// MaxOutboundBytes unsent: never call it on an event loop. Any goroutine.
+func (x *Exchange) Write(p []byte) error {
+	if x.state.Load() != stateStreaming {
+		return errAnswered
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	if err := x.waitRoom(); err != nil {
+		return err
+	}
+	var b []byte
+	if x.frame == frameChunked {
+		b = make([]byte, 0, len(p)+20)
+		b = strconv.AppendUint(b, uint64(len(p)), 16)
+		b = append(b, "\r\n"...)
+		b = append(b, p...)
+		b = append(b, "\r\n"...)
+	} else {
+		b = append([]byte(nil), p...)
+	}
+	return x.post(b, false, false)
+}
+
+// Flush does nothing: every Write goes to the connection at once. Any
+// goroutine.
+func (x *Exchange) Flush() error {
+	select {
+	case <-x.c.gone:
+		return ErrClientGone
+	default:
+		return nil
+	}
+}
+
+// End ends a streamed answer (the terminal chunk when chunked). It never
+// blocks. Any goroutine.
+func (x *Exchange) End() error {
+	if !x.state.CompareAndSwap(stateStreaming, stateEnded) {
+		return errAnswered
+	}
+	var b []byte
+	if x.frame == frameChunked {
+		b = []byte("0\r\n\r\n")
+	}
+	return x.post(b, true, false)
+}
+
+// Abort closes the connection without finishing the answer (an upstream
+// that died in the middle of a non-SSE body). Any goroutine.
+func (x *Exchange) Abort() {
+	if x.state.Swap(stateEnded) == stateEnded {
+		return
+	}
+	_ = x.post(nil, true, true) // ErrClientGone: already closed
+}
+
+// post hands b to the connection's loop. Any goroutine.
+func (x *Exchange) post(b []byte, last, abort bool) error {
+	select {
+	case <-x.c.gone:
+		return ErrClientGone
+	default:
+	}
+	n := int64(len(b))
+	x.queued.Add(n)
+	if !x.c.s.execute(x.c.ls, func(context.Context) error {
+		x.c.deliver(x, b, last, abort)
+		return nil
+	}) {
+		// The engine is shutting down; the connection is going with it.
+		x.queued.Add(-n)
+		return ErrClientGone
+	}
+	return nil
+}
+
+// waitRoom blocks until the connection has room for more answer bytes:
+// the head exchange waits for the socket side (gnet's outbound buffer, as
+// last seen by the loop), a later one for the parked bytes of all later
+// exchanges. gnet tells nobody when its outbound buffer drains, so the
+// waiter asks the loop to look again, backing off from 100 µs to 20 ms; the
+// loop also wakes it whenever it takes bytes. Driver goroutine only.
+func (x *Exchange) waitRoom() error {
+	c, max := x.c, int64(x.c.s.cfg.MaxOutboundBytes)
+	backoff := 100 * time.Microsecond
+	var timer *time.Timer
+	counted := false
+	for {
+		unsent := x.queued.Load()
+		if x.head.Load() {
+			unsent += c.outbound.Load()
+		} else {
+			unsent += c.parked.Load()
+		}
+		if unsent <= max {
+			if timer != nil {
+				timer.Stop()
+			}
+			x.waiting.Store(false)
+			return nil
+		}
+		if !counted {
+			counted = true
+			c.s.m.outboundWaits.Inc()
+		}
+		x.waiting.Store(true)
+		if timer == nil {
+			timer = time.NewTimer(backoff)
+		} else {
+			timer.Reset(backoff)
+		}
+		select {
+		case <-c.gone:
+			timer.Stop()
+			return ErrClientGone
+		case <-x.wake:
+		case <-timer.C:
+			backoff = min(2*backoff, 20*time.Millisecond)
+			if !c.s.execute(c.ls, func(context.Context) error {
+				c.refresh()
+				return nil
+			}) {
+				timer.Stop()
+				return ErrClientGone
+			}
+		}
+	}
+}
+
+// signal wakes a waiting Write. Any goroutine; never blocks.
+func (x *Exchange) signal() {
+	if x.waiting.Load() {
+		select {
+		case x.wake <- struct{}{}:
+		default:
+		}
+	}
+}

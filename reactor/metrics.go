@@ -1,0 +1,103 @@
+package reactor
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// serverMetrics are the reactor's saltus_reactor_* series. Counters are
+// atomics: any goroutine.
+type serverMetrics struct {
+	accepted, rejectedMaxConns, rejectedDraining   *metrics.Counter
+	requests                                       *metrics.Counter
+	framing400, framing413, framing431, framing501 *metrics.Counter
+	timeoutHeader, timeoutIdle, timeoutWrite       *metrics.Counter
+	mailboxFull, outboundWaits                     *metrics.Counter
+}
+
+func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
+	set.GetOrCreateGauge("saltus_reactor_connections_open", func() float64 { return float64(s.conns.Load()) })
+	set.GetOrCreateGauge("saltus_reactor_exchanges_open", func() float64 { return float64(s.open.Load()) })
+	fe := func(code int) *metrics.Counter {
+		return set.GetOrCreateCounter(fmt.Sprintf(`saltus_reactor_framing_errors_total{code="%d"}`, code))
+	}
+	to := func(kind string) *metrics.Counter {
+		return set.GetOrCreateCounter(`saltus_reactor_timeouts_total{kind="` + kind + `"}`)
+	}
+	return &serverMetrics{
+		accepted:         set.GetOrCreateCounter("saltus_reactor_connections_accepted_total"),
+		rejectedMaxConns: set.GetOrCreateCounter(`saltus_reactor_connections_rejected_total{reason="max_conns"}`),
+		rejectedDraining: set.GetOrCreateCounter(`saltus_reactor_connections_rejected_total{reason="draining"}`),
+		requests:         set.GetOrCreateCounter("saltus_reactor_requests_total"),
+		framing400:       fe(400),
+		framing413:       fe(413),
+		framing431:       fe(431),
+		framing501:       fe(501),
+		timeoutHeader:    to("header"),
+		timeoutIdle:      to("idle"),
+		timeoutWrite:     to("write_stall"),
+		mailboxFull:      set.GetOrCreateCounter("saltus_reactor_mailbox_full_total"),
+		outboundWaits:    set.GetOrCreateCounter("saltus_reactor_outbound_waits_total"),
+	}
+}
+
+func (m *serverMetrics) framingError(status int) {
+	switch status {
+	case 413:
+		m.framing413.Inc()
+	case 431:
+		m.framing431.Inc()
+	case 501:
+		m.framing501.Inc()
+	default:
+		m.framing400.Inc()
+	}
+}
+
+// gnetLogger sends gnet's own logs to slog: debug and info at debug
+// level (gnet logs "Launching gnet" at info), warnings and errors
+// throttled to one per 10 s each, with the count of those suppressed.
+type gnetLogger struct{ log *slog.Logger }
+
+var gnetThrottle [2]throttle // warn, error
+
+func (l gnetLogger) Debugf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "from", "gnet")
+}
+func (l gnetLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "from", "gnet")
+}
+func (l gnetLogger) Warnf(format string, args ...any) {
+	if n, ok := gnetThrottle[0].allow(); ok {
+		l.log.Warn(fmt.Sprintf(format, args...), "from", "gnet", "suppressed", n)
+	}
+}
+func (l gnetLogger) Errorf(format string, args ...any) {
+	if n, ok := gnetThrottle[1].allow(); ok {
+		l.log.Error(fmt.Sprintf(format, args...), "from", "gnet", "suppressed", n)
+	}
+}
+func (l gnetLogger) Fatalf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "from", "gnet", "fatal", true)
+}
+
+// throttle lets one event through per 10 s. Any goroutine.
+type throttle struct {
+	last       atomic.Int64 // unix nanoseconds of the last event let through
+	suppressed atomic.Int64
+}
+
+// allow reports whether to log now, and how many were suppressed since.
+func (t *throttle) allow() (int64, bool) {
+	now := time.Now().UnixNano()
+	last := t.last.Load()
+	if now-last < int64(10*time.Second) || !t.last.CompareAndSwap(last, now) {
+		t.suppressed.Add(1)
+		return 0, false
+	}
+	return t.suppressed.Swap(0), true
+}

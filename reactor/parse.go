@@ -1,0 +1,431 @@
+package reactor
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+)
+
+// limits are the framing bounds parse enforces (from Config).
+type limits struct {
+	maxHead int // bytes of request line + headers + the empty line → 431
+	maxBody int // de-chunked body bytes → 413
+}
+
+// httpError is a framing error: the reactor answers it with status and
+// closes the connection.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(msg string) *httpError { return &httpError{http.StatusBadRequest, msg} }
+
+// progress is what an earlier parse of the same, longer-growing buffer
+// learned, so that a request arriving in many small reads is scanned once,
+// not once per read (a head trickling in one byte per read would otherwise
+// cost O(n²)). The zero value starts from scratch; reset it after a request
+// has been consumed. It never changes the result, only the work: parse(buf)
+// with a fresh progress and parse(buf) after parses of buf's prefixes give
+// the same answer (FuzzParseSplit checks this).
+type progress struct {
+	need      int // no answer before len(buf) ≥ need
+	headScan  int // the head's end-of-head search resumes here (a line start)
+	headEnd   int // length of the head incl. its empty line; 0 until known
+	chunkPos  int // chunked body: offset of the next chunk-size line; 0 until started
+	chunkBody int // chunked body: data bytes before chunkPos
+	expect100 bool
+}
+
+// parse frames one request at the start of buf. It returns the request and
+// the number of bytes it occupies, or a framing error (answer and close), or
+// (nil, 0, nil) when buf holds only a prefix of a request: call again with
+// more bytes and the same p. The request's fields are copies; nothing in it
+// aliases buf. It never panics on any input (FuzzParse).
+func parse(buf []byte, lim limits, p *progress) (*Request, int, error) {
+	if len(buf) < p.need {
+		return nil, 0, nil
+	}
+	if p.headEnd == 0 {
+		end := findHeadEnd(buf, lim.maxHead, p)
+		if end < 0 {
+			if len(buf) >= lim.maxHead {
+				return nil, 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request head larger than the limit"}
+			}
+			p.need = len(buf) + 1
+			return nil, 0, nil
+		}
+		if end > lim.maxHead {
+			return nil, 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request head larger than the limit"}
+		}
+		p.headEnd = end
+	}
+	r, bodyLen, chunked, err := parseHead(buf[:p.headEnd])
+	if err != nil {
+		return nil, 0, err
+	}
+	p.expect100 = r.expect100
+	if chunked {
+		return parseChunked(buf, lim, p, r)
+	}
+	if bodyLen > int64(lim.maxBody) {
+		return nil, 0, &httpError{http.StatusRequestEntityTooLarge, "request body larger than the limit"}
+	}
+	total := p.headEnd + int(bodyLen)
+	if len(buf) < total {
+		p.need = total
+		return nil, 0, nil
+	}
+	if bodyLen > 0 {
+		r.Body = bytes.Clone(buf[p.headEnd:total])
+	}
+	return r, total, nil
+}
+
+// findHeadEnd returns the length of the head (through the empty line that
+// ends it), or -1 if buf does not hold it yet. It scans at most max+1
+// bytes and remembers in p where the next call resumes.
+func findHeadEnd(buf []byte, max int, p *progress) int {
+	limit := min(len(buf), max+1)
+	pos := p.headScan
+	for pos < limit {
+		i := bytes.IndexByte(buf[pos:limit], '\n')
+		if i < 0 {
+			break
+		}
+		line := buf[pos : pos+i]
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		next := pos + i + 1
+		if len(line) == 0 && !allBlankLines(buf[:pos]) {
+			return next
+		}
+		pos = next
+	}
+	p.headScan = pos
+	return -1
+}
+
+// allBlankLines reports whether b is only CRLF/LF line ends: the empty
+// lines a client may send before a request line (RFC 9112 §2.2), which the
+// request line's parser skips.
+func allBlankLines(b []byte) bool {
+	for _, c := range b {
+		if c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseHead parses a complete head (ending in its empty line). bodyLen is
+// the Content-Length (0 if absent); chunked says the body is chunked.
+func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error) {
+	// One copy of the head backs every string of the request.
+	s := string(head)
+	s = strings.TrimLeft(s, "\r\n")
+	nl := strings.IndexByte(s, '\n')
+	line := trimCR(s[:nl])
+	s = s[nl+1:]
+
+	r = &Request{}
+	sp1 := strings.IndexByte(line, ' ')
+	if sp1 <= 0 {
+		return nil, 0, false, badRequest("malformed request line")
+	}
+	r.Method = line[:sp1]
+	if !isToken(r.Method) {
+		return nil, 0, false, badRequest("malformed request method")
+	}
+	rest := line[sp1+1:]
+	sp2 := strings.IndexByte(rest, ' ')
+	if sp2 <= 0 {
+		return nil, 0, false, badRequest("malformed request line")
+	}
+	target, version := rest[:sp2], rest[sp2+1:]
+	switch version {
+	case "HTTP/1.1":
+	case "HTTP/1.0":
+		r.Proto10 = true
+	default:
+		return nil, 0, false, badRequest("unsupported HTTP version")
+	}
+	if err := splitTarget(r, target); err != nil {
+		return nil, 0, false, err
+	}
+
+	r.Header = make([]Header, 0, strings.Count(s, "\n")-1)
+	r.keepAlive = !r.Proto10
+	bodyLen = -1
+	var sawTE bool
+	for {
+		nl := strings.IndexByte(s, '\n')
+		line := trimCR(s[:nl])
+		s = s[nl+1:]
+		if line == "" {
+			break
+		}
+		colon := strings.IndexByte(line, ':')
+		if colon <= 0 {
+			return nil, 0, false, badRequest("malformed header line")
+		}
+		name := line[:colon]
+		if !isToken(name) {
+			return nil, 0, false, badRequest("malformed header name")
+		}
+		value := strings.Trim(line[colon+1:], " \t")
+		if !validValue(value) {
+			return nil, 0, false, badRequest("invalid character in header value")
+		}
+		r.Header = append(r.Header, Header{Name: name, Value: value})
+		switch {
+		case equalFold(name, "Content-Length"):
+			n, ok := parseContentLength(value)
+			if !ok || (bodyLen >= 0 && n != bodyLen) {
+				return nil, 0, false, badRequest("invalid Content-Length")
+			}
+			bodyLen = n
+		case equalFold(name, "Transfer-Encoding"):
+			if sawTE || !equalFold(value, "chunked") {
+				return nil, 0, false, &httpError{http.StatusNotImplemented, "unsupported Transfer-Encoding (only chunked is)"}
+			}
+			sawTE = true
+		case equalFold(name, "Connection"):
+			for tok := range strings.SplitSeq(value, ",") {
+				tok = strings.Trim(tok, " \t")
+				if equalFold(tok, "close") {
+					r.keepAlive = false
+				} else if equalFold(tok, "keep-alive") && r.Proto10 {
+					r.keepAlive = true
+				}
+			}
+		case equalFold(name, "Expect"):
+			r.expect100 = equalFold(value, "100-continue")
+		}
+	}
+	if sawTE && bodyLen >= 0 {
+		// Both framings at once is how requests are smuggled past a proxy
+		// that picks the other one (RFC 9112 §6.3): refuse.
+		return nil, 0, false, badRequest("both Content-Length and Transfer-Encoding")
+	}
+	return r, max(bodyLen, 0), sawTE, nil
+}
+
+// parseChunked frames a chunked body starting at p.headEnd, resuming at
+// p.chunkPos. Chunk extensions are ignored; trailers are skipped.
+func parseChunked(buf []byte, lim limits, p *progress, r *Request) (*Request, int, error) {
+	pos, body := p.chunkPos, p.chunkBody
+	if pos == 0 {
+		pos = p.headEnd
+	}
+	for {
+		i := bytes.IndexByte(buf[pos:min(len(buf), pos+1024)], '\n')
+		if i < 0 {
+			if len(buf)-pos >= 1024 {
+				return nil, 0, badRequest("malformed chunk size line")
+			}
+			return needMore(p, pos, body, len(buf)+1)
+		}
+		size, ok := parseChunkSize(buf[pos : pos+i])
+		if !ok {
+			return nil, 0, badRequest("malformed chunk size line")
+		}
+		if size > int64(lim.maxBody-body) {
+			return nil, 0, &httpError{http.StatusRequestEntityTooLarge, "request body larger than the limit"}
+		}
+		data := pos + i + 1
+		if size == 0 {
+			end, err := skipTrailers(buf, data, lim.maxHead)
+			if err != nil {
+				return nil, 0, err
+			}
+			if end < 0 {
+				return needMore(p, pos, body, len(buf)+1)
+			}
+			r.Body = dechunk(buf[p.headEnd:end], body)
+			return r, end, nil
+		}
+		next := data + int(size) + 2
+		if len(buf) < next {
+			return needMore(p, pos, body, next)
+		}
+		if buf[next-2] != '\r' || buf[next-1] != '\n' {
+			return nil, 0, badRequest("chunk data not followed by CRLF")
+		}
+		body += int(size)
+		pos = next
+	}
+}
+
+func needMore(p *progress, pos, body, need int) (*Request, int, error) {
+	p.chunkPos, p.chunkBody, p.need = pos, body, need
+	return nil, 0, nil
+}
+
+// skipTrailers returns the offset after the trailer section that starts at
+// pos (ending in an empty line), -1 if incomplete.
+func skipTrailers(buf []byte, pos, max int) (int, error) {
+	start := pos
+	for {
+		i := bytes.IndexByte(buf[pos:], '\n')
+		if i < 0 {
+			if len(buf)-start > max {
+				return 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request trailers larger than the limit"}
+			}
+			return -1, nil
+		}
+		line := buf[pos : pos+i]
+		pos += i + 1
+		if pos-start > max {
+			return 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request trailers larger than the limit"}
+		}
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(line) == 0 {
+			return pos, nil
+		}
+		if bytes.IndexByte(line, ':') <= 0 {
+			return 0, badRequest("malformed trailer line")
+		}
+	}
+}
+
+// dechunk copies the data of an already validated chunked body into one
+// slice of size n (nil when n is 0).
+func dechunk(b []byte, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	out := make([]byte, 0, n)
+	for len(out) < n {
+		i := bytes.IndexByte(b, '\n')
+		size, _ := parseChunkSize(b[:i])
+		b = b[i+1:]
+		out = append(out, b[:size]...)
+		b = b[size+2:]
+	}
+	return out
+}
+
+// parseChunkSize parses "hex[;ext]\r" (the line without its '\n').
+func parseChunkSize(line []byte) (int64, bool) {
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i]
+	}
+	line = bytes.TrimRight(line, " \t")
+	if len(line) == 0 || len(line) > 15 { // 15 hex digits: no overflow of int64
+		return 0, false
+	}
+	var n int64
+	for _, c := range line {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | int64(d)
+	}
+	return n, true
+}
+
+func parseContentLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 { // 18 digits: no overflow of int64
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// splitTarget sets r.Path and r.Query from an origin-form target
+// ("/p?q"), or from the path of an absolute-form one ("http://h/p?q").
+func splitTarget(r *Request, target string) error {
+	for i := 0; i < len(target); i++ {
+		if c := target[i]; c <= ' ' || c == 0x7f {
+			return badRequest("invalid character in request target")
+		}
+	}
+	if rest, ok := strings.CutPrefix(target, "http://"); ok || strings.HasPrefix(target, "https://") {
+		if !ok {
+			rest = target[len("https://"):]
+		}
+		slash := strings.IndexByte(rest, '/')
+		if slash < 0 {
+			target = "/"
+		} else {
+			target = rest[slash:]
+		}
+	}
+	if target == "*" && r.Method == "OPTIONS" {
+		r.Path = "*"
+		return nil
+	}
+	if !strings.HasPrefix(target, "/") {
+		return badRequest("malformed request target")
+	}
+	r.Path, r.Query, _ = strings.Cut(target, "?")
+	return nil
+}
+
+func trimCR(s string) string {
+	if len(s) > 0 && s[len(s)-1] == '\r' {
+		return s[:len(s)-1]
+	}
+	return s
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenChar[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue rejects control characters other than HTAB in a header value.
+func validValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()

@@ -1,0 +1,180 @@
+package reactor
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var testLimits = limits{maxHead: 1024, maxBody: 4096}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	f := func(in string, want *Request, wantN int) {
+		t.Helper()
+		var p progress
+		r, n, err := parse([]byte(in), testLimits, &p)
+		if err != nil {
+			t.Fatalf("parse(%q): %v", in, err)
+		}
+		if n != wantN || !reflect.DeepEqual(r, want) {
+			t.Fatalf("parse(%q) = %+v, %d; want %+v, %d", in, r, n, want, wantN)
+		}
+	}
+	f("GET /v1/models?x=1&y HTTP/1.1\r\nHost: a\r\nX-A:  b c \r\n\r\nrest",
+		&Request{Method: "GET", Path: "/v1/models", Query: "x=1&y", Header: []Header{{"Host", "a"}, {"X-A", "b c"}}, keepAlive: true}, 54)
+	f("\r\nPOST /p HTTP/1.0\nContent-Length: 3\nConnection: keep-alive\n\nabcdef",
+		&Request{Method: "POST", Path: "/p", Proto10: true, Header: []Header{{"Content-Length", "3"}, {"Connection", "keep-alive"}}, Body: []byte("abc"), keepAlive: true}, 64)
+	f("POST http://h:1/a/b?q HTTP/1.1\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\nExpect: 100-continue\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: 1\r\n\r\n",
+		&Request{Method: "POST", Path: "/a/b", Query: "q", Header: []Header{{"Transfer-Encoding", "Chunked"}, {"Connection", "close"}, {"Expect", "100-continue"}}, Body: []byte("abcde"), expect100: true}, 133)
+	f("OPTIONS * HTTP/1.1\r\n\r\n", &Request{Method: "OPTIONS", Path: "*", Header: []Header{}, keepAlive: true}, 22)
+}
+
+func TestParseNeedMore(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		"", "GET", "GET / HTTP/1.1\r\n", "GET / HTTP/1.1\r\nHost: a\r\n\r",
+		"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcd",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTrailer: x\r\n",
+		"\r\n\r\n\r\n",
+	} {
+		var p progress
+		if r, n, err := parse([]byte(in), testLimits, &p); r != nil || n != 0 || err != nil {
+			t.Errorf("parse(%q) = %v, %d, %v; want need more", in, r, n, err)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	f := func(in string, status int) {
+		t.Helper()
+		var p progress
+		_, _, err := parse([]byte(in), testLimits, &p)
+		if he, ok := err.(*httpError); !ok || he.status != status {
+			t.Fatalf("parse(%q) error %v, want status %d", in, err, status)
+		}
+	}
+	f("GET\r\n\r\n", 400)
+	f("GET / HTTP/1.1 x\r\n\r\n", 400)
+	f(" GET / HTTP/1.1\r\n\r\n", 400)
+	f("G(T / HTTP/1.1\r\n\r\n", 400)
+	f("GET nope HTTP/1.1\r\n\r\n", 400)
+	f("GET /\x01 HTTP/1.1\r\n\r\n", 400)
+	f("GET / HTTP/1.2\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\n folded\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nA : b\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nA: b\x00\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501)
+	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501)
+	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nx\r\n", 400)
+	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", 400)
+	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nbad trailer\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"+strings.Repeat("0", 1100), 400)
+	f("GET / HTTP/1.1\r\nX: "+strings.Repeat("a", 1100), 431)
+	f("GET / HTTP/1.1\r\nX: "+strings.Repeat("a", 1020)+"\r\n\r\n", 431)
+	f("POST / HTTP/1.1\r\nContent-Length: 4097\r\n\r\n", 413)
+	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n"+strings.Repeat("a", 2048)+"\r\n801\r\n", 413)
+	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n", 413)
+	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400)
+}
+
+// TestParseCopies: nothing in a request aliases the buffer it came from.
+func TestParseCopies(t *testing.T) {
+	t.Parallel()
+	buf := []byte("POST /a?b HTTP/1.1\r\nH: v\r\nContent-Length: 2\r\n\r\nxy")
+	var p progress
+	r, _, err := parse(buf, testLimits, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		buf[i] = '#'
+	}
+	if r.Method != "POST" || r.Path != "/a" || r.Query != "b" || r.Header[0].Value != "v" || string(r.Body) != "xy" {
+		t.Fatalf("request changed with its buffer: %+v", r)
+	}
+}
+
+// parseStream frames stream as a connection would when its bytes arrive
+// in the pieces cuts gives (ascending offsets): it returns the requests,
+// and the status of the framing error that ended it (0 if none).
+func parseStream(stream []byte, cuts []int, lim limits) ([]*Request, int) {
+	var reqs []*Request
+	var p progress
+	start := 0 // bytes consumed
+	for _, end := range append(cuts, len(stream)) {
+		for {
+			r, n, err := parse(stream[start:end], lim, &p)
+			if err != nil {
+				return reqs, err.(*httpError).status
+			}
+			if r == nil {
+				break
+			}
+			if n <= 0 || start+n > end {
+				panic("BUG: parse consumed a bad count")
+			}
+			reqs = append(reqs, r)
+			start += n
+			p = progress{}
+		}
+	}
+	return reqs, 0
+}
+
+func FuzzParseSplit(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /b?c HTTP/1.0\r\n\r\n",
+		"POST /e HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcPOST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;e\r\nabc\r\n0\r\nX: y\r\n\r\n",
+		"\r\nGET / HTTP/1.1\nA: b\n\n",
+		"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+		"BAD\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: " + strings.Repeat("a", 300),
+		"POST / HTTP/1.1\r\nContent-Length: 9999\r\n\r\n",
+	} {
+		f.Add([]byte(s), []byte{3, 17, 40})
+	}
+	lim := limits{maxHead: 256, maxBody: 512}
+	f.Fuzz(func(t *testing.T, stream, cutBytes []byte) {
+		want, wantErr := parseStream(stream, nil, lim)
+		// Cuts: ascending offsets from the fuzzer's bytes.
+		var cuts []int
+		off := 0
+		for _, c := range cutBytes {
+			off += int(c)
+			if off >= len(stream) {
+				break
+			}
+			cuts = append(cuts, off)
+		}
+		got, gotErr := parseStream(stream, cuts, lim)
+		if gotErr != wantErr || !reflect.DeepEqual(got, want) {
+			t.Fatalf("split at %v: %d requests, error %d; in one read: %d requests, error %d", cuts, len(got), gotErr, len(want), wantErr)
+		}
+		// Byte by byte too: the worst split there is.
+		every := make([]int, 0, len(stream))
+		for i := 1; i < len(stream); i++ {
+			every = append(every, i)
+		}
+		got, gotErr = parseStream(stream, every, lim)
+		if gotErr != wantErr || !reflect.DeepEqual(got, want) {
+			t.Fatalf("byte by byte: %d requests, error %d; in one read: %d requests, error %d", len(got), gotErr, len(want), wantErr)
+		}
+		for _, r := range want {
+			if len(r.Body) > lim.maxBody {
+				t.Fatalf("body of %d bytes over the limit", len(r.Body))
+			}
+			if bytes.Contains([]byte(r.Method+r.Path+r.Query), []byte{' '}) {
+				t.Fatalf("space in method or target: %+v", r)
+			}
+		}
+	})
+}

@@ -1,0 +1,54 @@
+package reactor
+
+// Header is one header field, name as sent.
+type Header struct{ Name, Value string }
+
+// Request is one parsed request. Every field is a copy owned by the Request
+// (not a view into gnet's buffer), so it may be handed to another goroutine.
+// The head's strings share one copy of the head, and Body is its own copy.
+type Request struct {
+	Method, Path, Query string // Path without "?query"; Query without "?"
+	Proto10             bool   // HTTP/1.0
+	Header              []Header
+	Body                []byte // de-chunked, ≤ MaxBodyBytes
+	RemoteAddr          string
+
+	keepAlive bool // the connection stays open after this request's answer
+	expect100 bool // "Expect: 100-continue"
+}
+
+// HeaderValue returns the value of the first header named name (ASCII
+// case-insensitive), or "" if there is none. Any goroutine.
+func (r *Request) HeaderValue(name string) string {
+	for i := range r.Header {
+		if equalFold(r.Header[i].Name, name) {
+			return r.Header[i].Value
+		}
+	}
+	return ""
+}
+
+// equalFold reports whether a and b are equal under ASCII case folding:
+// header names are ASCII tokens, and strings.EqualFold's Unicode folding
+// would also match "K" (Kelvin sign) with "k".
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,418 @@
+package reactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/saltus-lb/saltus/rules"
+)
+
+// Server is the HTTP/1.1 server: gnet event loops, one per shard.
+type Server struct {
+	cfg Config
+	lim limits
+	h   Handler
+	log *slog.Logger
+	m   *serverMetrics
+
+	group  *rules.Group
+	eng    gnet.Engine   // set in OnBoot, before booted is closed
+	booted chan struct{} // closed by OnBoot
+	ran    chan struct{} // closed when gnet.Run returned
+	runErr error         // gnet.Run's error, read after ran is closed
+	addr   string        // set by Start
+
+	// loops[i] is loop i, discovered through its first connection (gnet
+	// gives out a loop handle only through a connection, Conn.EventLoop).
+	loops      []atomic.Pointer[loopState]
+	discovered atomic.Int32
+
+	conns       atomic.Int64 // open connections
+	open        atomic.Int64 // exchanges not yet ended
+	accepting   atomic.Bool  // StopAccepting clears it
+	draining    atomic.Bool  // answers close their connection
+	stopped     atomic.Bool  // Post refuses; set before the engine stops
+	posting     atomic.Int64 // Posts between their stopped check and Execute
+	started     atomic.Bool
+	discovering atomic.Bool // Start is finding the loops
+}
+
+// loopState is one event loop's part of the server.
+type loopState struct {
+	idx  int
+	el   gnet.EventLoop
+	mail atomic.Int64 // Post functions queued, not yet run
+
+	conns map[*conn]struct{} // owned by the loop
+	sweep func(context.Context) error
+}
+
+// NewServer checks cfg and returns a server; Start starts it.
+func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, errors.New("reactor: nil Handler")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	if cfg.Loops == 0 {
+		cfg.Loops = runtime.GOMAXPROCS(0)
+	}
+	s := &Server{
+		cfg:    cfg,
+		lim:    limits{maxHead: cfg.MaxHeaderBytes, maxBody: cfg.MaxBodyBytes},
+		h:      h,
+		log:    logger.With("component", "reactor"),
+		group:  rules.NewGroup(context.Background()),
+		booted: make(chan struct{}),
+		ran:    make(chan struct{}),
+		loops:  make([]atomic.Pointer[loopState], cfg.Loops),
+	}
+	s.m = newServerMetrics(s, set)
+	return s, nil
+}
+
+// Loops returns the number of event loops. Any goroutine.
+func (s *Server) Loops() int { return s.cfg.Loops }
+
+// Addr returns the address the server listens on (the real port for
+// ":0"), once Start returned. Any goroutine.
+func (s *Server) Addr() string { return s.addr }
+
+// Start starts the event loops and returns once the server listens and
+// every loop is known (so Post works for every index). Any goroutine but a
+// loop; once.
+func (s *Server) Start() error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("reactor: Start called twice")
+	}
+	s.accepting.Store(true)
+	opts := []gnet.Option{
+		gnet.WithMulticore(true),
+		gnet.WithNumEventLoop(s.cfg.Loops),
+		gnet.WithLockOSThread(s.cfg.LockOSThread),
+		gnet.WithLoadBalancing(gnet.RoundRobin),
+		gnet.WithTicker(true),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(gnetLogger{s.log}),
+	}
+	h := &engineHandler{s: s}
+	s.group.Go("reactor.engine", func(context.Context) {
+		defer close(s.ran)
+		s.runErr = gnet.Run(h, "tcp://"+s.cfg.Listen, opts...)
+	})
+	select {
+	case <-s.booted:
+	case <-s.ran:
+		s.group.Stop()
+		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Listen, s.runErr)
+	}
+	addr, err := s.listenAddr()
+	if err != nil {
+		s.stopEngine(context.Background())
+		return err
+	}
+	s.addr = addr
+	if err := s.discoverLoops(); err != nil {
+		s.stopEngine(context.Background())
+		return err
+	}
+	return nil
+}
+
+// listenAddr asks the kernel for the listener's address.
+func (s *Server) listenAddr() (string, error) {
+	fd, err := s.eng.Dup()
+	if err != nil {
+		return "", fmt.Errorf("cannot get the listener: %w", err)
+	}
+	defer syscall.Close(fd) //nolint:errcheck // a dup only used for Getsockname
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return "", fmt.Errorf("cannot get the listen address: %w", err)
+	}
+	switch a := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
+	case *syscall.SockaddrInet6:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
+	}
+	return "", fmt.Errorf("unexpected listen address %T", sa)
+}
+
+// discoverLoops connects to the server itself until every loop has had a
+// connection: gnet 2.9.7 hands out a loop (EventLoop, whose Execute runs a
+// function on it) only through a connection, and round-robin balancing
+// gives N connections to N loops. The probes are closed at once. Loops
+// that real clients reached first are known already.
+func (s *Server) discoverLoops() error {
+	host, port, _ := net.SplitHostPort(s.addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	target := net.JoinHostPort(host, port)
+	s.discovering.Store(true)
+	defer s.discovering.Store(false)
+	n := int32(s.cfg.Loops)
+	for round := 0; round < 4 && s.discovered.Load() < n; round++ {
+		var probes []net.Conn
+		for i := int32(0); i < n; i++ {
+			nc, err := net.DialTimeout("tcp", target, time.Second)
+			if err != nil {
+				return fmt.Errorf("cannot connect to %s to find the event loops: %w", target, err)
+			}
+			probes = append(probes, nc)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for s.discovered.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		for _, nc := range probes {
+			_ = nc.Close() // a probe; nothing was sent on it
+		}
+	}
+	if got := s.discovered.Load(); got < n {
+		return fmt.Errorf("found only %d of %d event loops", got, n)
+	}
+	return nil
+}
+
+// loopOf returns el's state, registering el on first sight. Loop only
+// (el's own loop).
+func (s *Server) loopOf(el gnet.EventLoop) *loopState {
+	for {
+		for i := range s.loops {
+			ls := s.loops[i].Load()
+			if ls == nil {
+				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{})}
+				nls.sweep = func(context.Context) error {
+					nls.mail.Add(-1)
+					s.sweepLoop(nls)
+					return nil
+				}
+				if s.loops[i].CompareAndSwap(nil, nls) {
+					s.discovered.Add(1)
+					return nls
+				}
+				ls = s.loops[i].Load()
+			}
+			if ls.el == el {
+				return ls
+			}
+		}
+		// More loops than Config.Loops: impossible, gnet starts exactly that many.
+		panic("BUG: reactor: more event loops than configured")
+	}
+}
+
+// Post runs fn on loop loop, later. It never blocks: it returns false (and
+// counts it) when that loop already has MailboxSize functions queued, when
+// the index is out of range, or when the server has stopped. fn must not
+// block. Any goroutine, loops included.
+//
+// It is gnet's EventLoop.Execute (a lock-free queue and an eventfd wake-up)
+// bounded by a per-loop counter; no mailbox of our own is needed.
+func (s *Server) Post(loop int, fn func()) bool {
+	if loop < 0 || loop >= len(s.loops) {
+		s.m.mailboxFull.Inc()
+		return false
+	}
+	ls := s.loops[loop].Load()
+	if ls == nil {
+		s.m.mailboxFull.Inc()
+		return false
+	}
+	if ls.mail.Add(1) > int64(s.cfg.MailboxSize) {
+		ls.mail.Add(-1)
+		s.m.mailboxFull.Inc()
+		return false
+	}
+	if !s.execute(ls, func(context.Context) error {
+		ls.mail.Add(-1)
+		fn()
+		return nil
+	}) {
+		ls.mail.Add(-1)
+		s.m.mailboxFull.Inc()
+		return false
+	}
+	return true
+}
+
+// execute queues fn on loop ls, unless the server has stopped: after the
+// engine stops, gnet closes a loop's eventfd before it refuses Execute,
+// so a late Execute could write to a closed (or reused) descriptor; the
+// posting count lets stopEngine wait out the Executes that passed the
+// check. Any goroutine.
+func (s *Server) execute(ls *loopState, fn gnet.RunnableFunc) bool {
+	s.posting.Add(1)
+	defer s.posting.Add(-1)
+	if s.stopped.Load() {
+		return false
+	}
+	return ls.el.Execute(context.Background(), fn) == nil
+}
+
+// sweepLoop runs the timeouts over loop ls's connections. Loop only.
+func (s *Server) sweepLoop(ls *loopState) {
+	now := time.Now()
+	for c := range ls.conns {
+		c.sweep(now)
+	}
+}
+
+// tick is how often each loop's connections are swept for timeouts.
+func (s *Server) tick() time.Duration {
+	return min(max(min(s.cfg.HeaderTimeout, s.cfg.IdleTimeout)/10, 10*time.Millisecond), time.Second)
+}
+
+// StopAccepting is drain step 1: connections that arrive from now on are
+// closed at once, answers close their connection when they end, and idle
+// keep-alive connections are closed. gnet 2.9.7 cannot close its listener
+// alone (shutdown(2) on it makes its acceptor fail and stop the engine),
+// so the socket itself stays open until Shutdown. Any goroutine.
+func (s *Server) StopAccepting() {
+	s.accepting.Store(false)
+	s.draining.Store(true)
+}
+
+// Shutdown stops accepting, waits until every open exchange has ended (or
+// ctx is done), then stops the loops, closing every connection (Gone
+// closes for exchanges still open). It returns ctx's error if exchanges
+// were still open. Any goroutine but a loop.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.started.Load() {
+		return nil
+	}
+	s.StopAccepting()
+	var err error
+	for s.open.Load() > 0 {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("reactor: %d exchanges still open: %w", s.open.Load(), ctx.Err())
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.stopEngine(ctx)
+	return err
+}
+
+// stopEngine stops gnet and joins its goroutine.
+func (s *Server) stopEngine(ctx context.Context) {
+	s.stopped.Store(true)
+	for s.posting.Load() > 0 {
+		// A Post between its stopped check and Execute: an instant.
+		runtime.Gosched()
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	select {
+	case <-s.ran:
+	default:
+		if err := s.eng.Stop(stopCtx); err != nil {
+			s.log.Error("cannot stop the event loops", "err", err)
+		}
+	}
+	s.group.Stop()
+	if err := s.group.Wait(stopCtx); err != nil {
+		s.log.Error("event loops did not stop", "running", s.group.Running())
+	}
+}
+
+// engineHandler is gnet's EventHandler (kept off Server's method set).
+type engineHandler struct {
+	gnet.BuiltinEventEngine
+	s *Server
+}
+
+func (h *engineHandler) OnBoot(eng gnet.Engine) gnet.Action {
+	h.s.eng = eng
+	close(h.s.booted)
+	return gnet.None
+}
+
+func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	s := h.s
+	ls := s.loopOf(gc.EventLoop())
+	if s.discovering.Load() {
+		return nil, gnet.Close // a probe of discoverLoops (or a client too early)
+	}
+	if !s.accepting.Load() {
+		s.m.rejectedDraining.Inc()
+		return nil, gnet.Close
+	}
+	if s.conns.Add(1) > int64(s.cfg.MaxConns) {
+		s.conns.Add(-1)
+		s.m.rejectedMaxConns.Inc()
+		return response503, gnet.Close
+	}
+	s.m.accepted.Inc()
+	now := time.Now()
+	c := &conn{s: s, ls: ls, gc: gc, gone: make(chan struct{}), lastActive: now}
+	if ra := gc.RemoteAddr(); ra != nil {
+		c.remote = ra.String()
+	}
+	gc.SetContext(c)
+	ls.conns[c] = struct{}{}
+	return nil, gnet.None
+}
+
+func (h *engineHandler) OnClose(gc gnet.Conn, _ error) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.None // rejected in OnOpen
+	}
+	c.onClose()
+	delete(c.ls.conns, c)
+	h.s.conns.Add(-1)
+	return gnet.None
+}
+
+func (h *engineHandler) OnTraffic(gc gnet.Conn) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.Close
+	}
+	c.onTraffic(time.Now())
+	return gnet.None
+}
+
+// OnTick runs on gnet's ticker goroutine: it posts a sweep to every loop.
+func (h *engineHandler) OnTick() (time.Duration, gnet.Action) {
+	s := h.s
+	for i := range s.loops {
+		ls := s.loops[i].Load()
+		if ls == nil || s.stopped.Load() {
+			continue
+		}
+		if ls.mail.Add(1) > int64(s.cfg.MailboxSize) {
+			ls.mail.Add(-1)
+			s.m.mailboxFull.Inc()
+			continue
+		}
+		if ls.el.Execute(context.Background(), gnet.RunnableFunc(ls.sweep)) != nil {
+			ls.mail.Add(-1)
+		}
+	}
+	return s.tick(), gnet.None
+}

@@ -1,0 +1,530 @@
+package reactor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestEchoKeepAlive(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, nil)
+	nc, br := dial(t, s)
+	for i := range 3 {
+		body := strings.Repeat("b", i*10)
+		send(t, nc, "POST /echo?i=1 HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		r := read(t, br, "POST")
+		if r.status != 200 || r.body != "POST /echo?i=1|"+body || r.close {
+			t.Fatalf("request %d: got %+v", i, r)
+		}
+	}
+	if got := counter(set, "saltus_reactor_requests_total"); got != "3" {
+		t.Fatalf("requests_total = %s, want 3", got)
+	}
+}
+
+func TestPipelinedInOrderWithOutOfOrderCompletion(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	// The first answer comes last; the order on the wire must not change.
+	send(t, nc, "GET /delay?ms=150 HTTP/1.1\r\n\r\n"+
+		"GET /delay?ms=50 HTTP/1.1\r\n\r\n"+
+		"GET /stream?n=3&ms=5 HTTP/1.1\r\n\r\n"+
+		"GET /echo HTTP/1.1\r\n\r\n")
+	want := []string{"/delay?ms=150", "/delay?ms=50", "data: 0\n\ndata: 1\n\ndata: 2\n\n", "GET /echo?|"}
+	for i, w := range want {
+		if r := read(t, br, "GET"); r.status != 200 || r.body != w {
+			t.Fatalf("answer %d: got %d %q, want %q", i, r.status, r.body, w)
+		}
+	}
+}
+
+func TestStreamChunked(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "GET /stream?n=3&ms=100 HTTP/1.1\r\n\r\n")
+	// Each event is one chunk that arrives before the next is written.
+	line, err := br.ReadString('\n')
+	if err != nil || line != "HTTP/1.1 200 OK\r\n" {
+		t.Fatalf("status line %q, %v", line, err)
+	}
+	for {
+		l, _ := br.ReadString('\n')
+		if l == "\r\n" {
+			break
+		}
+		if strings.HasPrefix(l, "Content-Length") {
+			t.Fatalf("streamed answer has %q", l)
+		}
+	}
+	start := time.Now()
+	for i := range 3 {
+		size, _ := br.ReadString('\n')
+		data := make([]byte, 11)
+		if _, err := io.ReadFull(br, data); err != nil || size != "9\r\n" || string(data) != fmt.Sprintf("data: %d\n\n\r\n", i) {
+			t.Fatalf("chunk %d: size %q data %q err %v", i, size, data, err)
+		}
+		if i == 0 && time.Since(start) > 80*time.Millisecond {
+			t.Fatalf("first event took %v: buffered, not streamed", time.Since(start))
+		}
+	}
+	if end, _ := br.ReadString('\n'); end != "0\r\n" {
+		t.Fatalf("terminal chunk %q", end)
+	}
+}
+
+func TestChunkedRequestBody(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	time.Sleep(20 * time.Millisecond)
+	send(t, nc, "7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n")
+	if r := read(t, br, "POST"); r.body != "POST /echo?|hello, world" {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestExpectContinue(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+	if r := read(t, br, "POST"); r.status != 100 {
+		t.Fatalf("want 100 Continue first, got %+v", r)
+	}
+	send(t, nc, "ping")
+	if r := read(t, br, "POST"); r.status != 200 || r.body != "POST /echo?|ping" {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestHTTP10(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	t.Run("close", func(t *testing.T) {
+		nc, br := dial(t, s)
+		send(t, nc, "GET /echo HTTP/1.0\r\n\r\n")
+		if r := read(t, br, "GET"); r.status != 200 || !r.close {
+			t.Fatalf("got %+v", r)
+		}
+		expectClosed(t, br)
+	})
+	t.Run("keep-alive", func(t *testing.T) {
+		nc, br := dial(t, s)
+		for range 2 {
+			send(t, nc, "GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+			if r := read(t, br, "GET"); r.status != 200 || r.hdr.Get("Connection") != "keep-alive" {
+				t.Fatalf("got %+v", r)
+			}
+		}
+	})
+	t.Run("stream is close-delimited", func(t *testing.T) {
+		nc, br := dial(t, s)
+		send(t, nc, "GET /stream?n=2&ms=1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+		if r := read(t, br, "GET"); r.body != "data: 0\n\ndata: 1\n\n" {
+			t.Fatalf("got %+v", r)
+		}
+		expectClosed(t, br)
+	})
+}
+
+func TestConnectionClose11(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "GET /echo HTTP/1.1\r\nConnection: close\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+	if r := read(t, br, "GET"); r.status != 200 || !r.close {
+		t.Fatalf("got %+v", r)
+	}
+	expectClosed(t, br)
+}
+
+func TestFramingErrors(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) {
+		c.MaxHeaderBytes = 1024
+		c.MaxBodyBytes = 100
+	})
+	cases := []struct {
+		name, req string
+		status    int
+	}{
+		{"garbage", "HELLO\r\n\r\n", 400},
+		{"bad version", "GET / HTTP/2.0\r\n\r\n", 400},
+		{"bad header", "GET / HTTP/1.1\r\nNo colon\r\n\r\n", 400},
+		{"both framings", "POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+		{"bad chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
+		{"gzip te", "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+		{"head too large", "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431},
+		{"head too large, incomplete", "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", 2000), 431},
+		{"body too large", "POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413},
+		{"chunked body too large", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413},
+	}
+	for _, tc := range cases {
+		nc, br := dial(t, s)
+		send(t, nc, tc.req)
+		r := read(t, br, "GET")
+		wantBody := fmt.Sprintf(`"type":"invalid_request_error","code":%d}}`, tc.status)
+		if tc.status >= 500 {
+			wantBody = fmt.Sprintf(`"type":"server_error","code":%d}}`, tc.status)
+		}
+		if r.status != tc.status || !r.close || !strings.HasPrefix(r.body, `{"error":{"message":`) || !strings.HasSuffix(r.body, wantBody) {
+			t.Fatalf("%s: got %+v", tc.name, r)
+		}
+		expectClosed(t, br)
+	}
+	for code, want := range map[string]string{"400": "5", "413": "2", "431": "2", "501": "1"} {
+		if got := counter(set, `saltus_reactor_framing_errors_total{code="`+code+`"}`); got != want {
+			t.Errorf("framing errors %s = %s, want %s", code, got, want)
+		}
+	}
+}
+
+func TestErrorAfterPipelinedAnswer(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "GET /delay?ms=50 HTTP/1.1\r\n\r\nBROKEN\r\n\r\n")
+	if r := read(t, br, "GET"); r.status != 200 || r.body != "/delay?ms=50" {
+		t.Fatalf("first answer %+v", r)
+	}
+	if r := read(t, br, "GET"); r.status != 400 {
+		t.Fatalf("second answer %+v", r)
+	}
+	expectClosed(t, br)
+}
+
+func TestMaxConns(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.MaxConns = 1 })
+	nc, br := dial(t, s)
+	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	read(t, br, "GET")
+	_, br2 := dial(t, s)
+	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":503`) {
+		t.Fatalf("got %+v", r)
+	}
+	expectClosed(t, br2)
+	if got := counter(set, `saltus_reactor_connections_rejected_total{reason="max_conns"}`); got != "1" {
+		t.Fatalf("rejected = %s", got)
+	}
+}
+
+func TestSlowHeadClosed(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.HeaderTimeout = 200 * time.Millisecond })
+	nc, br := dial(t, s)
+	start := time.Now()
+	send(t, nc, "GET /echo HTTP/1.1\r\nX-Slow: ")
+	expectClosed(t, br)
+	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("closed after %v, want about 200ms", d)
+	}
+	if got := counter(set, `saltus_reactor_timeouts_total{kind="header"}`); got != "1" {
+		t.Fatalf("header timeouts = %s", got)
+	}
+}
+
+func TestIdleClosed(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
+	nc, br := dial(t, s)
+	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	read(t, br, "GET")
+	start := time.Now()
+	expectClosed(t, br)
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("closed after %v, want about 200ms", d)
+	}
+	if got := counter(set, `saltus_reactor_timeouts_total{kind="idle"}`); got != "1" {
+		t.Fatalf("idle timeouts = %s", got)
+	}
+}
+
+func TestClientGoneClosesGone(t *testing.T) {
+	t.Parallel()
+	s, h, _ := startServer(t, nil)
+	nc, _ := dial(t, s)
+	send(t, nc, "GET /gone HTTP/1.1\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	_ = nc.Close()
+	select {
+	case <-h.goneSeen:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Gone did not close after the client left")
+	}
+}
+
+func TestPostRunsOnEachLoop(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.Loops = 3 })
+	nc, br := dial(t, s)
+	for i := range 3 {
+		send(t, nc, "GET /post?loop="+strconv.Itoa(i)+" HTTP/1.1\r\n\r\n")
+		if r := read(t, br, "GET"); r.status != 200 || r.body != strconv.Itoa(i) {
+			t.Fatalf("post to %d: %+v", i, r)
+		}
+	}
+	if s.Post(3, func() {}) || s.Post(-1, func() {}) {
+		t.Fatal("Post to a loop out of range succeeded")
+	}
+	if got := counter(set, "saltus_reactor_mailbox_full_total"); got != "2" {
+		t.Fatalf("mailbox_full = %s, want 2", got)
+	}
+}
+
+func TestPostBounded(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.Loops = 1; c.MailboxSize = 4 })
+	// Block loop 0 until we have filled its mailbox.
+	release := make(chan struct{})
+	started := make(chan struct{})
+	if !s.Post(0, func() { close(started); <-release }) {
+		t.Fatal("first Post refused")
+	}
+	<-started
+	var ran atomic.Int32
+	ok := 0
+	for range 10 {
+		if s.Post(0, func() { ran.Add(1) }) {
+			ok++
+		}
+	}
+	close(release)
+	if ok != 4 {
+		t.Fatalf("%d Posts accepted with MailboxSize 4, want 4", ok)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for ran.Load() != 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if ran.Load() != 4 {
+		t.Fatalf("ran %d", ran.Load())
+	}
+	if got := counter(set, "saltus_reactor_mailbox_full_total"); got != "6" {
+		t.Fatalf("mailbox_full = %s, want 6", got)
+	}
+}
+
+func TestBackpressure(t *testing.T) {
+	t.Parallel()
+	const max = 256 << 10
+	s, h, set := startServer(t, func(c *Config) { c.MaxOutboundBytes = max })
+	nc, br := dial(t, s)
+	// A small receive buffer, and we do not read: Write must block.
+	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+	send(t, nc, "GET /big?n=33554432 HTTP/1.1\r\n\r\n") // 32 MiB
+	// The kernel's buffers take what they take (the send buffer autotunes
+	// up to tcp_wmem's max); then the writer must stop.
+	var w int64
+	for stable := 0; stable < 3; {
+		time.Sleep(200 * time.Millisecond)
+		if w2 := h.written.Load(); w2 == w {
+			stable++
+		} else {
+			w, stable = w2, 0
+		}
+	}
+	t.Logf("written to a client that reads nothing: %d bytes", w)
+	if w <= 0 || w > 16<<20 {
+		t.Fatalf("written %d bytes to a client that reads nothing: not bounded", w)
+	}
+	// What the process holds for it: gnet's outbound buffer, bounded by
+	// MaxOutboundBytes plus one Write.
+	if out := outboundOf(t, s); out > max+64<<10+32 {
+		t.Fatalf("gnet holds %d unsent bytes, want ≤ %d", out, max+64<<10+32)
+	}
+	if got := counter(set, "saltus_reactor_outbound_waits_total"); got == "0" || got == "absent" {
+		t.Fatalf("outbound_waits = %s", got)
+	}
+	// Now read everything: the writer resumes and finishes.
+	_ = nc.SetDeadline(time.Now().Add(60 * time.Second))
+	start := time.Now()
+	r := read(t, br, "GET")
+	t.Logf("read 32 MiB in %v", time.Since(start))
+	if len(r.body) != 32<<20 {
+		t.Fatalf("body %d bytes", len(r.body))
+	}
+	if err := <-h.bigErr; err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+}
+
+func TestBackpressureClientGone(t *testing.T) {
+	t.Parallel()
+	s, h, _ := startServer(t, func(c *Config) { c.MaxOutboundBytes = 64 << 10 })
+	nc, _ := dial(t, s)
+	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\n\r\n")
+	time.Sleep(200 * time.Millisecond)
+	_ = nc.Close()
+	select {
+	case err := <-h.bigErr:
+		if err != ErrClientGone {
+			t.Fatalf("blocked Write returned %v, want ErrClientGone", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("blocked Write did not return after the client left")
+	}
+}
+
+func TestShutdownWaitsForExchanges(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "GET /delay?ms=200 HTTP/1.1\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The answer went out, with Connection: close (draining).
+	if r := read(t, br, "GET"); r.status != 200 || r.body != "/delay?ms=200" || !r.close {
+		t.Fatalf("got %+v", r)
+	}
+	if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
+		t.Fatal("still accepting after Shutdown")
+	}
+}
+
+// outboundOf sums gnet's outbound buffers of every connection, read on
+// their loops.
+func outboundOf(t *testing.T, s *Server) int {
+	t.Helper()
+	total := 0
+	for i := range s.Loops() {
+		done := make(chan int, 1)
+		if !s.Post(i, func() {
+			n := 0
+			for c := range s.loops[i].Load().conns {
+				n += c.gc.OutboundBuffered()
+			}
+			done <- n
+		}) {
+			t.Fatal("Post refused")
+		}
+		total += <-done
+	}
+	return total
+}
+
+func TestAbortClosesMidAnswer(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "GET /abort HTTP/1.1\r\n\r\n")
+	b, err := io.ReadAll(br)
+	if err != nil && !isReset(err) {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.1 200 OK\r\n") || !strings.HasSuffix(string(b), "\r\n\r\npartial") {
+		t.Fatalf("got %q", b)
+	}
+}
+
+func TestHead(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	send(t, nc, "HEAD /echo HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+	if r := read(t, br, "HEAD"); r.status != 200 || r.body != "" || r.hdr.Get("Content-Length") != "12" {
+		t.Fatalf("HEAD: %+v", r)
+	}
+	if r := read(t, br, "GET"); r.body != "GET /echo?|" {
+		t.Fatalf("GET after HEAD: %+v", r)
+	}
+}
+
+func TestStopAccepting(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, nil)
+	idle, idleBr := dial(t, s)
+	send(t, idle, "GET /echo HTTP/1.1\r\n\r\n")
+	read(t, idleBr, "GET")
+	busy, busyBr := dial(t, s)
+	send(t, busy, "GET /delay?ms=300 HTTP/1.1\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	s.StopAccepting()
+	// The idle keep-alive connection is closed at the next sweep; a new one at once.
+	expectClosed(t, idleBr)
+	_, newBr := dial(t, s)
+	expectClosed(t, newBr)
+	// The busy one gets its answer, with Connection: close, then the close.
+	if r := read(t, busyBr, "GET"); r.status != 200 || !r.close {
+		t.Fatalf("got %+v", r)
+	}
+	expectClosed(t, busyBr)
+	if got := counter(set, `saltus_reactor_connections_rejected_total{reason="draining"}`); got != "1" {
+		t.Fatalf("rejected while draining = %s", got)
+	}
+}
+
+func TestShutdownTimeoutClosesGone(t *testing.T) {
+	t.Parallel()
+	s, h, _ := startServer(t, nil)
+	nc, _ := dial(t, s)
+	send(t, nc, "GET /gone HTTP/1.1\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "1 exchanges still open") {
+		t.Fatalf("Shutdown = %v, want the open exchange reported", err)
+	}
+	select {
+	case <-h.goneSeen:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Gone not closed by Shutdown")
+	}
+	if s.Post(0, func() {}) {
+		t.Fatal("Post succeeded after Shutdown")
+	}
+}
+
+func TestPipelineBound(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	// Twice maxPipeline requests at once: all answered, in order.
+	var b strings.Builder
+	for i := range 2 * maxPipeline {
+		fmt.Fprintf(&b, "GET /delay?ms=%d HTTP/1.1\r\n\r\n", (2*maxPipeline-i)%7)
+	}
+	send(t, nc, b.String())
+	for i := range 2 * maxPipeline {
+		want := fmt.Sprintf("/delay?ms=%d", (2*maxPipeline-i)%7)
+		if r := read(t, br, "GET"); r.body != want {
+			t.Fatalf("answer %d: %q, want %q", i, r.body, want)
+		}
+	}
+}
+
+func TestWriteStallClosed(t *testing.T) {
+	t.Parallel()
+	s, h, set := startServer(t, func(c *Config) {
+		c.IdleTimeout = 300 * time.Millisecond
+		c.MaxOutboundBytes = 64 << 10
+	})
+	nc, _ := dial(t, s)
+	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\n\r\n")
+	select {
+	case err := <-h.bigErr:
+		if err != ErrClientGone {
+			t.Fatalf("writer got %v, want ErrClientGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a client that reads nothing was not closed")
+	}
+	if got := counter(set, `saltus_reactor_timeouts_total{kind="write_stall"}`); got != "1" {
+		t.Fatalf("write_stall timeouts = %s", got)
+	}
+}

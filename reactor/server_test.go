@@ -1,0 +1,225 @@
+package reactor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// gnet's package-level goroutine pool (ants), started by its init
+		// for every process that imports gnet: not ours to join.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+// testHandler answers by path:
+//
+//	/echo          200, body "METHOD path?query|body"
+//	/delay?ms=N    200 after N ms, from another goroutine, body = path+query
+//	/stream?n=N&ms=M  N chunks "data: i\n\n", M ms apart, from another goroutine
+//	/big?n=N       N bytes streamed in 64 KiB writes from another goroutine; counts in written
+//	/gone          never answers; closes goneSeen when Gone closes
+//	/post?loop=i   answers from a function Posted to loop i, with the loop index seen
+type testHandler struct {
+	s        *Server
+	wg       sync.WaitGroup // the handler's goroutines
+	written  atomic.Int64
+	bigErr   chan error
+	goneSeen chan struct{}
+}
+
+func newTestHandler() *testHandler {
+	return &testHandler{bigErr: make(chan error, 16), goneSeen: make(chan struct{}, 16)}
+}
+
+func (h *testHandler) goAnswer(fn func()) {
+	h.wg.Add(1)
+	// A test's stand-in for the proxy goroutines; joined by h.wg.
+	go func() {
+		defer h.wg.Done()
+		fn()
+	}()
+}
+
+func (h *testHandler) Serve(x *Exchange) {
+	r := x.Request()
+	q := r.Query
+	arg := func(name string) int {
+		for kv := range strings.SplitSeq(q, "&") {
+			if k, v, _ := strings.Cut(kv, "="); k == name {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	switch r.Path {
+	case "/echo":
+		body := fmt.Sprintf("%s %s?%s|%s", r.Method, r.Path, r.Query, r.Body)
+		x.Respond(200, []Header{{"Content-Type", "text/plain"}, {"X-Loop", strconv.Itoa(x.Loop())}}, []byte(body))
+	case "/delay":
+		ms := arg("ms")
+		h.goAnswer(func() {
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			x.Respond(200, nil, []byte(r.Path+"?"+r.Query))
+		})
+	case "/stream":
+		n, ms := arg("n"), arg("ms")
+		h.goAnswer(func() {
+			if err := x.WriteHeader(200, []Header{{"Content-Type", "text/event-stream"}}); err != nil {
+				return
+			}
+			for i := range n {
+				if err := x.Write(fmt.Appendf(nil, "data: %d\n\n", i)); err != nil {
+					return
+				}
+				time.Sleep(time.Duration(ms) * time.Millisecond)
+			}
+			_ = x.End()
+		})
+	case "/big":
+		n := arg("n")
+		h.goAnswer(func() {
+			_ = x.WriteHeader(200, nil)
+			piece := bytes.Repeat([]byte("x"), 64<<10)
+			for sent := 0; sent < n; sent += len(piece) {
+				if err := x.Write(piece); err != nil {
+					h.bigErr <- err
+					return
+				}
+				h.written.Add(int64(len(piece)))
+			}
+			h.bigErr <- x.End()
+		})
+	case "/abort":
+		h.goAnswer(func() {
+			_ = x.WriteHeader(200, []Header{{"Content-Length", "100"}})
+			_ = x.Write([]byte("partial"))
+			time.Sleep(20 * time.Millisecond)
+			x.Abort()
+		})
+	case "/gone":
+		h.goAnswer(func() {
+			<-x.Gone()
+			h.goneSeen <- struct{}{}
+		})
+	case "/post":
+		loop := arg("loop")
+		h.goAnswer(func() {
+			done := make(chan int, 1)
+			if !h.s.Post(loop, func() { done <- loop }) {
+				x.Respond(503, nil, []byte("full"))
+				return
+			}
+			x.Respond(200, nil, []byte(strconv.Itoa(<-done)))
+		})
+	default:
+		x.Respond(404, nil, []byte("not found"))
+	}
+}
+
+// startServer starts a server on 127.0.0.1:0 with cfg's changes; the
+// cleanup shuts it down and joins the handler's goroutines.
+func startServer(t *testing.T, change func(*Config)) (*Server, *testHandler, *metrics.Set) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Loops = 2
+	if change != nil {
+		change(&cfg)
+	}
+	h := newTestHandler()
+	set := metrics.NewSet()
+	s, err := NewServer(cfg, h, slog.New(slog.NewTextHandler(io.Discard, nil)), set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.s = s
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx) // some tests leave exchanges open on purpose
+		h.wg.Wait()
+	})
+	return s, h, set
+}
+
+func dial(t *testing.T, s *Server) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", s.Addr(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	return nc, bufio.NewReader(nc)
+}
+
+func send(t *testing.T, nc net.Conn, s string) {
+	t.Helper()
+	if _, err := io.WriteString(nc, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type resp struct {
+	status int
+	body   string
+	hdr    http.Header
+	close  bool
+}
+
+func read(t *testing.T, br *bufio.Reader, method string) resp {
+	t.Helper()
+	r, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp{r.StatusCode, string(b), r.Header, r.Close}
+}
+
+// expectClosed asserts the server closes nc (EOF) with nothing more sent.
+func expectClosed(t *testing.T, br *bufio.Reader) {
+	t.Helper()
+	b, err := io.ReadAll(br)
+	if len(b) != 0 || (err != nil && !isReset(err)) {
+		t.Fatalf("want the connection closed, got %q, %v", b, err)
+	}
+}
+
+func isReset(err error) bool { return strings.Contains(err.Error(), "reset by peer") }
+
+func counter(set *metrics.Set, name string) string {
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == name {
+			return v
+		}
+	}
+	return "absent"
+}
