@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,9 +48,9 @@ type servingPath struct {
 	data     dataPlane
 	backends admin.Backends
 	routes   admin.Routes
-	// ready reports whether a request can be routed now (admin
-	// Config.Ready); nil: some backend in backends.List() is healthy and
-	// not draining.
+	// ready reports whether a request can be routed now; nil: some
+	// backend in backends.List() is healthy and not draining
+	// (admin.Routable).
 	ready func() bool
 	// close releases what outlives the data plane's drain (router, backend
 	// set and its health probes, tokenizer pool), after the data plane and
@@ -61,6 +62,7 @@ type servingPath struct {
 var errNotWired = errors.New("serving path not wired yet: this build has the config, the admin listener and the lifecycle, but no reactor/shard/backend (use --dry-run to check a configuration)")
 
 // ==== buildDataPlane: THE ONE FUNCTION TO FILL IN AT MERGE (lead) ====
+// (and then TestServeNotWired, which checks the placeholder's error)
 //
 // buildDataPlane builds the serving path from cfg. The mapping intended:
 //
@@ -93,6 +95,9 @@ const closeTimeout = 5 * time.Second
 // lifecycle starts the admin listener, then the data plane, and on a
 // signal drains and stops them in order.
 type lifecycle struct {
+	// serving is set once the data plane listens; readiness waits for it
+	// (the admin listener starts first). May be nil.
+	serving      *atomic.Bool
 	admin        controlPlane
 	data         dataPlane
 	closeRest    func(ctx context.Context) error // may be nil
@@ -132,6 +137,9 @@ func (l lifecycle) run(signals <-chan os.Signal) int {
 		}
 		closeRest()
 		return 1
+	}
+	if l.serving != nil {
+		l.serving.Store(true)
 	}
 	l.logger.Info("serving", "listen", l.data.Addr(), "admin", l.admin.Addr())
 
@@ -175,6 +183,28 @@ func (l lifecycle) run(signals <-chan os.Signal) int {
 	}
 }
 
+// Reasons /ready gives for 503 (besides the admin listener's "draining").
+var (
+	errStarting  = errors.New("starting")
+	errNoBackend = errors.New("no routable backend")
+)
+
+// readiness is the admin listener's Config.Ready: not before the data
+// plane listens, then sp.ready (default: a routable backend in the list).
+func readiness(serving *atomic.Bool, sp *servingPath) func() error {
+	return func() error {
+		switch {
+		case !serving.Load():
+			return errStarting
+		case sp.ready != nil && !sp.ready():
+			return errNoBackend
+		case sp.ready == nil && !admin.Routable(sp.backends.List()):
+			return errNoBackend
+		}
+		return nil
+	}
+}
+
 // runServe is `saltus serve`.
 func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg, dryRun, err := loadServeConfig(args, stderr)
@@ -209,7 +239,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if len(cfg.Backends) == 0 {
 		logger.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
 	}
-	adm, err := admin.New(cfg.adminConfig(sp.ready), sp.backends, sp.routes, set, componentLogger(logger, "admin"))
+	var serving atomic.Bool
+	adm, err := admin.New(cfg.adminConfig(readiness(&serving, sp)), sp.backends, sp.routes, set, componentLogger(logger, "admin"))
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
 		if sp.close != nil {
@@ -225,6 +256,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
 	return lifecycle{
+		serving:      &serving,
 		admin:        adm,
 		data:         sp.data,
 		closeRest:    sp.close,

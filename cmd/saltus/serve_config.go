@@ -219,7 +219,7 @@ func (c serveConfig) Validate() error {
 
 // adminConfig maps the admin keys onto admin.Config; ready is the data
 // plane's readiness (nil: a routable backend in the admin's list).
-func (c serveConfig) adminConfig(ready func() bool) admin.Config {
+func (c serveConfig) adminConfig(ready func() error) admin.Config {
 	ac := admin.DefaultConfig()
 	ac.Listen = c.AdminListen
 	ac.BearerToken = c.AdminToken

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,8 +13,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -41,33 +44,45 @@ func (r *recorder) get() []string {
 	return slices.Clone(r.calls)
 }
 
-// fakeData is a dataPlane. StopAccepting asks the admin listener's /ready
-// and records its status, to show that /ready flips before the data
-// listener closes. Shutdown waits for release or its context.
+// fakeData is a dataPlane. Start and StopAccepting ask the admin
+// listener's /ready and record its answer, to show that /ready says 503
+// until the data plane listens and flips to 503 before the data listener
+// closes. Shutdown waits for release or its context.
 type fakeData struct {
 	rec       *recorder
 	startErr  error
-	readyURL  string        // asked at StopAccepting
-	release   chan struct{} // nil: Shutdown returns at once
-	deadline  time.Duration // Shutdown's context's time left, as seen on entry
-	shutdownC chan struct{} // closed when Shutdown is entered
+	admin     interface{ Addr() string } // whose /ready is asked; nil: none
+	release   chan struct{}              // nil: Shutdown returns at once
+	deadline  time.Duration              // Shutdown's context's time left, as seen on entry
+	shutdownC chan struct{}              // closed when Shutdown is entered
 }
 
 func (f *fakeData) Start() error {
-	f.rec.add("data.Start")
+	f.rec.add("data.Start" + f.ready())
 	return f.startErr
 }
 
 func (f *fakeData) Addr() string { return "127.0.0.1:1" }
 
-func (f *fakeData) StopAccepting() {
-	code := "?"
-	if resp, err := http.Get(f.readyURL); err == nil {
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		code = resp.Status[:3] + " " + strings.TrimSpace(string(body))
+func (f *fakeData) StopAccepting() { f.rec.add("data.StopAccepting" + f.ready()) }
+
+// ready returns " (ready: <status> <body>)" from the admin's /ready.
+func (f *fakeData) ready() string {
+	if f.admin == nil {
+		return ""
 	}
-	f.rec.add("data.StopAccepting (ready: " + code + ")")
+	code, body := getReady(f.admin.Addr())
+	return fmt.Sprintf(" (ready: %d %s)", code, body)
+}
+
+func getReady(addr string) (int, string) {
+	resp, err := http.Get("http://" + addr + "/ready")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
 func (f *fakeData) Shutdown(ctx context.Context) error {
@@ -132,19 +147,23 @@ func (noRoutes) Explain([]byte, string) (any, error) { return nil, errors.ErrUns
 func newLifecycle(t *testing.T, drain time.Duration, logs io.Writer) (lifecycle, *fakeData, *recorder) {
 	t.Helper()
 	rec := &recorder{}
+	data := &fakeData{rec: rec}
+	serving := new(atomic.Bool)
 	cfg := admin.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Ready = readiness(serving, &servingPath{data: data, backends: oneBackend{}, routes: noRoutes{}})
 	srv, err := admin.New(cfg, oneBackend{}, noRoutes{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := &fakeData{rec: rec}
+	data.admin = srv
 	if logs == nil {
 		logs = io.Discard
 	}
 	l := lifecycle{
-		admin: recAdmin{srv, rec},
-		data:  data,
+		serving: serving,
+		admin:   recAdmin{srv, rec},
+		data:    data,
 		closeRest: func(context.Context) error {
 			rec.add("closeRest")
 			return nil
@@ -183,36 +202,26 @@ func TestLifecycleDrain(t *testing.T) {
 	l, data, rec := newLifecycle(t, 3*time.Second, lockedWriter{&logs, &logMu})
 	signals := make(chan os.Signal, 2)
 	code := runAsync(l, signals)
-	waitFor(t, func() bool { return len(rec.get()) == 2 })
-	addr := l.admin.Addr()
-	data.readyURL = "http://" + addr + "/ready"
-	resp, err := http.Get(data.readyURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("/ready while serving: %d", resp.StatusCode)
-	}
+	addr := ""
+	waitFor(t, func() bool {
+		addr = l.admin.Addr()
+		code, _ := getReady(addr)
+		return code == 200
+	})
 	data.release = make(chan struct{})
 	data.shutdownC = make(chan struct{})
 	signals <- syscall.SIGTERM
 	<-data.shutdownC
 	// Draining: the data plane waits for its requests; /ready says 503.
-	resp, err = http.Get(data.readyURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Errorf("/ready while draining: %d", resp.StatusCode)
+	if code, body := getReady(addr); code != 503 || body != "draining" {
+		t.Errorf("/ready while draining: %d %q", code, body)
 	}
 	close(data.release)
 	if c := <-code; c != 0 {
 		t.Errorf("exit code %d, want 0", c)
 	}
 	want := []string{
-		"admin.Start", "data.Start",
+		"admin.Start", "data.Start (ready: 503 starting)",
 		"admin.SetDraining", "data.StopAccepting (ready: 503 draining)", "data.Shutdown",
 		"admin.Shutdown", "closeRest",
 	}
@@ -222,8 +231,8 @@ func TestLifecycleDrain(t *testing.T) {
 	if data.deadline <= 2*time.Second || data.deadline > 3*time.Second {
 		t.Errorf("Shutdown's context had %v left, want about the drain timeout, 3s", data.deadline)
 	}
-	if _, err := http.Get(data.readyURL); err == nil {
-		t.Error("admin listener still up after the lifecycle ended")
+	if code, _ := getReady(addr); code != 0 {
+		t.Errorf("admin listener still up after the lifecycle ended: /ready %d", code)
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
@@ -252,8 +261,8 @@ func TestLifecycleDrainTimeout(t *testing.T) {
 		t.Errorf("took %v with a 50ms drain timeout", d)
 	}
 	want := []string{
-		"admin.Start", "data.Start",
-		"admin.SetDraining", "data.StopAccepting (ready: ?)", "data.Shutdown",
+		"admin.Start", "data.Start (ready: 503 starting)",
+		"admin.SetDraining", "data.StopAccepting (ready: 503 draining)", "data.Shutdown",
 		"data.Shutdown: context deadline exceeded", "admin.Shutdown", "closeRest",
 	}
 	if got := rec.get(); !slices.Equal(got, want) {
@@ -302,7 +311,7 @@ func TestLifecycleStartErrors(t *testing.T) {
 		if c := l.run(make(chan os.Signal)); c != 1 {
 			t.Errorf("exit code %d, want 1", c)
 		}
-		if got, want := rec.get(), []string{"admin.Start", "data.Start", "admin.Shutdown", "closeRest"}; !slices.Equal(got, want) {
+		if got, want := rec.get(), []string{"admin.Start", "data.Start (ready: 503 starting)", "admin.Shutdown", "closeRest"}; !slices.Equal(got, want) {
 			t.Errorf("calls %q, want %q", got, want)
 		}
 	})
@@ -406,3 +415,118 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// fakeAdmin is a controlPlane that only records.
+type fakeAdmin struct{ rec *recorder }
+
+func (a fakeAdmin) Start() error                       { a.rec.add("admin.Start"); return nil }
+func (a fakeAdmin) Addr() string                       { return "127.0.0.1:2" }
+func (a fakeAdmin) SetDraining()                       { a.rec.add("admin.SetDraining") }
+func (a fakeAdmin) Shutdown(ctx context.Context) error { a.rec.add("admin.Shutdown"); return nil }
+
+// TestLifecycleDrainTime checks on synctest's clock how long a drain
+// takes: as long as the requests in flight, at most the drain timeout;
+// the steps after it get closeTimeout.
+func TestLifecycleDrainTime(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		requests time.Duration // until the requests in flight end
+		want     time.Duration
+		calls    []string
+	}{
+		{"requests end first", 7 * time.Second, 7 * time.Second, []string{
+			"admin.Start", "data.Start", "admin.SetDraining", "data.StopAccepting", "data.Shutdown",
+			"admin.Shutdown", "closeRest",
+		}},
+		{"timeout first", time.Hour, 30 * time.Second, []string{
+			"admin.Start", "data.Start", "admin.SetDraining", "data.StopAccepting", "data.Shutdown",
+			"data.Shutdown: context deadline exceeded", "admin.Shutdown", "closeRest",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{}
+				data := &fakeData{rec: rec, release: make(chan struct{})}
+				var closeLeft time.Duration
+				l := lifecycle{
+					admin: fakeAdmin{rec},
+					data:  data,
+					closeRest: func(ctx context.Context) error {
+						d, _ := ctx.Deadline()
+						closeLeft = time.Until(d)
+						rec.add("closeRest")
+						return nil
+					},
+					drainTimeout: 30 * time.Second,
+					logger:       slog.New(slog.DiscardHandler),
+				}
+				signals := make(chan os.Signal, 1)
+				signals <- syscall.SIGTERM
+				start := time.Now()
+				// A bare goroutine in the bubble: the requests in
+				// flight; it ends with the test (stop).
+				stop := make(chan struct{})
+				defer close(stop)
+				go func() {
+					select {
+					case <-time.After(tc.requests):
+						close(data.release)
+					case <-stop:
+					}
+				}()
+				if code := l.run(signals); code != 0 {
+					t.Errorf("exit code %d, want 0", code)
+				}
+				if got := time.Since(start); got != tc.want {
+					t.Errorf("drain took %v, want %v", got, tc.want)
+				}
+				if closeLeft != closeTimeout {
+					t.Errorf("closeRest's context had %v, want %v", closeLeft, closeTimeout)
+				}
+				if got := rec.get(); !slices.Equal(got, tc.calls) {
+					t.Errorf("calls\n got %q\nwant %q", got, tc.calls)
+				}
+			})
+		})
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	t.Parallel()
+	var serving atomic.Bool
+	b := &listBackends{}
+	sp := &servingPath{backends: b}
+	ready := readiness(&serving, sp)
+	check := func(want error) {
+		t.Helper()
+		if got := ready(); got != want {
+			t.Errorf("readiness() = %v, want %v", got, want)
+		}
+	}
+	b.list = []admin.BackendInfo{{ID: 0, Healthy: true}}
+	check(errStarting)
+	serving.Store(true)
+	check(nil)
+	b.list[0].Draining = true
+	check(errNoBackend)
+	b.list = append(b.list, admin.BackendInfo{ID: 1, Healthy: true})
+	check(nil)
+	// The serving path's own readiness wins over the list.
+	routable := false
+	sp.ready = func() bool { return routable }
+	check(errNoBackend)
+	routable = true
+	check(nil)
+}
+
+// listBackends is a Backends over a plain list (one goroutine).
+type listBackends struct{ list []admin.BackendInfo }
+
+func (b *listBackends) List() []admin.BackendInfo { return b.list }
+func (b *listBackends) Add(string) (admin.BackendInfo, error) {
+	return admin.BackendInfo{}, errors.ErrUnsupported
+}
+func (b *listBackends) Remove(int) error { return admin.ErrNotFound }
+func (b *listBackends) Drain(int) error  { return admin.ErrNotFound }

@@ -19,11 +19,13 @@ type Config struct {
 	// <token>" on every endpoint but /health. Default "" (no auth). It must
 	// be printable ASCII without spaces, as a header value needs.
 	BearerToken string
-	// Ready, when not nil, reports whether the data plane can route; /ready
-	// answers 503 while it returns false. Nil: ready while Backends.List
-	// has a healthy backend that is not draining. Called on the request's
-	// goroutine, so it must be safe for concurrent use and not block.
-	Ready func() bool
+	// Ready, when not nil, says whether the data plane can serve: nil, or
+	// why not; /ready answers 503 with the error's text while it returns
+	// one. Nil Ready: ready while Backends.List has a healthy backend that
+	// is not draining, else 503 "no routable backend" (see [Routable]).
+	// Called on the request's goroutine, so it must be safe for concurrent
+	// use and not block.
+	Ready func() error
 	// MaxBodyBytes bounds a request body (POST /admin/explain carries an
 	// OpenAI request body); larger bodies get 413. Default 16 MiB, the
 	// data plane's default --max-body. POST /admin/backends reads at most

@@ -15,7 +15,7 @@
 //
 //	GET    /metrics                     Prometheus text: the given *metrics.Set, then process and Go metrics
 //	GET    /health                      200 "ok" while the process lives; never needs the token
-//	GET    /ready                       200 "ok"; 503 after SetDraining or while no backend is routable
+//	GET    /ready                       200 "ok"; 503 after SetDraining, or while Config.Ready says why not (default: no backend routable)
 //	GET    /admin/backends              200, JSON array of BackendInfo
 //	POST   /admin/backends              body {"url":"http://host:port"} → 201 BackendInfo; 400 bad input
 //	POST   /admin/backends/{id}/drain   202 BackendInfo (or {"id":N} if gone meanwhile); 404 unknown id

@@ -327,18 +327,23 @@ func (s *Server) serveReady(w http.ResponseWriter) {
 	switch {
 	case s.draining.Load():
 		writeText(w, http.StatusServiceUnavailable, "draining\n")
-	case !s.ready():
+	case s.cfg.Ready != nil:
+		if err := s.cfg.Ready(); err != nil {
+			writeText(w, http.StatusServiceUnavailable, err.Error()+"\n")
+		} else {
+			writeText(w, http.StatusOK, "ok\n")
+		}
+	case !Routable(s.backends.List()):
 		writeText(w, http.StatusServiceUnavailable, "no routable backend\n")
 	default:
 		writeText(w, http.StatusOK, "ok\n")
 	}
 }
 
-func (s *Server) ready() bool {
-	if s.cfg.Ready != nil {
-		return s.cfg.Ready()
-	}
-	for _, b := range s.backends.List() {
+// Routable reports whether list has a healthy backend that is not
+// draining: the readiness /ready uses when Config.Ready is nil.
+func Routable(list []BackendInfo) bool {
+	for _, b := range list {
 		if b.Healthy && !b.Draining {
 			return true
 		}

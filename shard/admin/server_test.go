@@ -309,18 +309,22 @@ func TestReady(t *testing.T) {
 func TestReadyFunc(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	ready := false
+	notReady := errors.New("starting")
 	s, _, _, _ := newTest(t, func(c *Config) {
-		c.Ready = func() bool { mu.Lock(); defer mu.Unlock(); return ready }
+		c.Ready = func() error { mu.Lock(); defer mu.Unlock(); return notReady }
 	})
-	if a := do(s, "GET", "/ready", ""); a.code != 503 || a.body != "no routable backend\n" {
-		t.Errorf("/ready with Ready false: %d %q", a.code, a.body)
+	if a := do(s, "GET", "/ready", ""); a.code != 503 || a.body != "starting\n" {
+		t.Errorf("/ready with Ready's error: %d %q", a.code, a.body)
 	}
 	mu.Lock()
-	ready = true
+	notReady = nil
 	mu.Unlock()
-	if a := do(s, "GET", "/ready", ""); a.code != 200 {
-		t.Errorf("/ready with Ready true: %d %q", a.code, a.body)
+	if a := do(s, "GET", "/ready", ""); a.code != 200 || a.body != "ok\n" {
+		t.Errorf("/ready with Ready nil: %d %q", a.code, a.body)
+	}
+	s.SetDraining()
+	if a := do(s, "GET", "/ready", ""); a.code != 503 || a.body != "draining\n" {
+		t.Errorf("/ready draining with Ready nil: %d %q", a.code, a.body)
 	}
 }
 
