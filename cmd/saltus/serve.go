@@ -236,31 +236,41 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
 		return 1
 	}
-	if len(cfg.Backends) == 0 {
-		logger.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
-	}
-	var serving atomic.Bool
-	adm, err := admin.New(cfg.adminConfig(readiness(&serving, sp)), sp.backends, sp.routes, set, componentLogger(logger, "admin"))
-	if err != nil {
-		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
-		if sp.close != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			defer cancel()
-			_ = sp.close(ctx) // exiting with 1 anyway; nothing was started
-		}
-		return 1
-	}
 	// Buffered: a signal that arrives while starting is kept, and the
 	// second one too.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
+	return serveWith(cfg, sp, set, logger, signals)
+}
+
+// serveWith serves a built serving path with its admin listener until
+// signals say stop; it returns the exit code (see lifecycle.run). It owns
+// sp: it closes it on every path.
+func serveWith(cfg serveConfig, sp *servingPath, set *metrics.Set, logger *slog.Logger, signals <-chan os.Signal) int {
+	l := componentLogger(logger, "serve")
+	if len(cfg.Backends) == 0 {
+		l.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
+	}
+	var serving atomic.Bool
+	adm, err := admin.New(cfg.adminConfig(readiness(&serving, sp)), sp.backends, sp.routes, set, componentLogger(logger, "admin"))
+	if err != nil {
+		l.Error("cannot build the admin listener", "err", err)
+		if sp.close != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			defer cancel()
+			if err := sp.close(ctx); err != nil {
+				l.Error("closing the serving path", "err", err)
+			}
+		}
+		return 1
+	}
 	return lifecycle{
 		serving:      &serving,
 		admin:        adm,
 		data:         sp.data,
 		closeRest:    sp.close,
 		drainTimeout: cfg.DrainTimeout.D(),
-		logger:       componentLogger(logger, "serve"),
+		logger:       l,
 	}.run(signals)
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/goleak"
 
 	"github.com/saltus-lb/saltus/shard/admin"
@@ -530,3 +532,97 @@ func (b *listBackends) Add(string) (admin.BackendInfo, error) {
 }
 func (b *listBackends) Remove(int) error { return admin.ErrNotFound }
 func (b *listBackends) Drain(int) error  { return admin.ErrNotFound }
+
+// TestServeWith runs the glue of `saltus serve` after buildDataPlane: the
+// admin listener built from the config (address, token, readiness), the
+// lifecycle, and the close of the serving path.
+func TestServeWith(t *testing.T) {
+	t.Parallel()
+	cfg := defaultServeConfig()
+	cfg.Listen, cfg.AdminListen, cfg.AdminToken = "127.0.0.1:0", "127.0.0.1:0", "tok"
+	cfg.DrainTimeout = duration(time.Second)
+	rec := &recorder{}
+	data := &fakeData{rec: rec}
+	closed := make(chan struct{})
+	sp := &servingPath{data: data, backends: oneBackend{}, routes: noRoutes{}, close: func(context.Context) error {
+		close(closed)
+		return nil
+	}}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
+	set := metricsSetWith(t, "saltus_fake_total 1")
+	signals := make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	// A bare goroutine: it stands for main's, joined through code.
+	go func() { code <- serveWith(cfg, sp, set, logger, signals) }()
+
+	var addr string
+	waitFor(t, func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		m := regexp.MustCompile(`msg=serving component=serve listen=127.0.0.1:1 admin=(\S+)\n`).FindStringSubmatch(logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if c, _ := get("/ready", ""); c != 401 {
+		t.Errorf("/ready without the token: %d, want 401", c)
+	}
+	if c, b := get("/ready", "tok"); c != 200 || b != "ok\n" {
+		t.Errorf("/ready: %d %q", c, b)
+	}
+	if c, b := get("/health", ""); c != 200 || b != "ok\n" {
+		t.Errorf("/health: %d %q", c, b)
+	}
+	if c, b := get("/metrics", "tok"); c != 200 || !strings.Contains(b, "saltus_fake_total 1\n") {
+		t.Errorf("/metrics: %d, lacks the set's metric", c)
+	}
+	signals <- syscall.SIGTERM
+	if c := <-code; c != 0 {
+		t.Errorf("exit code %d", c)
+	}
+	<-closed
+	logMu.Lock()
+	text := logs.String()
+	logMu.Unlock()
+	for _, want := range []string{
+		`level=WARN msg="no backends configured: /ready answers 503 until one is added with POST /admin/backends" component=serve`,
+		`level=INFO msg="admin listening" component=admin addr=` + addr + " auth=true",
+		`msg=stopped component=serve`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("logs lack %q:\n%s", want, text)
+		}
+	}
+
+	// A serving path the admin listener cannot take is closed, exit 1.
+	closed = make(chan struct{})
+	sp.backends = nil
+	if c := serveWith(cfg, sp, nil, logger, signals); c != 1 {
+		t.Errorf("nil backends: exit code %d, want 1", c)
+	}
+	<-closed
+}
+
+func metricsSetWith(t *testing.T, line string) *metrics.Set {
+	t.Helper()
+	set := metrics.NewSet()
+	name, _, _ := strings.Cut(line, " ")
+	set.NewCounter(name).Inc()
+	return set
+}
