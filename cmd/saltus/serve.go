@@ -38,9 +38,7 @@ type controlPlane interface {
 	Shutdown(ctx context.Context) error
 }
 
-var (
-	_ controlPlane = (*admin.Server)(nil)
-)
+var _ controlPlane = (*admin.Server)(nil) // checked at compile time; reactor's check comes with the merge
 
 // servingPath is what buildDataPlane builds: the data plane, what the
 // admin listener shows of it, and how to close the rest.
