@@ -2,7 +2,7 @@
 //
 // This file stays thin: it parses the subcommand and its flags, builds the
 // component configs and runs them. Subcommands land with their issues; today
-// there is `version`.
+// there are `serve`, `tokenize` and `version`.
 package main
 
 import (
@@ -26,6 +26,7 @@ Usage:
   saltus <command> [flags]
 
 Commands:
+  serve     run the load balancer (saltus serve --help lists every flag)
   tokenize  encode text (or chat messages, --chat) to token ids with a HuggingFace tokenizer.json
   version   print the version and build information
   help      print this help
@@ -40,6 +41,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return 0
+	case "serve":
+		return runServe(args[1:], stdout, stderr)
 	case "tokenize":
 		return runTokenize(args[1:], stdin, stdout, stderr)
 	case "help", "--help", "-help", "-h":

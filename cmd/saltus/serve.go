@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard/admin"
+)
+
+// dataPlane is the serving path as the lifecycle drives it;
+// *reactor.Server satisfies it.
+type dataPlane interface {
+	Start() error                       // listening when it returns
+	Addr() string                       // the address listened on
+	StopAccepting()                     // drain step 1: close the listener
+	Shutdown(ctx context.Context) error // wait for requests in flight (or ctx), then stop
+}
+
+// controlPlane is the admin listener as the lifecycle drives it;
+// *admin.Server satisfies it.
+type controlPlane interface {
+	Start() error
+	Addr() string
+	SetDraining() // /ready → 503
+	Shutdown(ctx context.Context) error
+}
+
+var _ controlPlane = (*admin.Server)(nil) // checked at compile time; reactor's check comes with the merge
+
+// servingPath is what buildDataPlane builds: the data plane, what the
+// admin listener shows of it, and how to close the rest.
+type servingPath struct {
+	data     dataPlane
+	backends admin.Backends
+	routes   admin.Routes
+	// ready reports whether a request can be routed now; nil: some
+	// backend in backends.List() is healthy and not draining
+	// (admin.Routable).
+	ready func() bool
+	// close releases what outlives the data plane's drain (router, backend
+	// set and its health probes, tokenizer pool), after the data plane and
+	// the admin listener have stopped; nil: nothing to close.
+	close func(ctx context.Context) error
+}
+
+// errNotWired is buildDataPlane's answer until the serving path is merged.
+var errNotWired = errors.New("serving path not wired yet: this build has the config, the admin listener and the lifecycle, but no reactor/shard/backend (use --dry-run to check a configuration)")
+
+// ==== buildDataPlane: THE ONE FUNCTION TO FILL IN AT MERGE (lead) ====
+// (and then TestServeNotWired, which checks the placeholder's error)
+//
+// buildDataPlane builds the serving path from cfg. The mapping intended:
+//
+//	reactor.Config: Listen=cfg.Listen, Loops=cfg.Shards, LockOSThread=cfg.PinShards,
+//	  MaxHeaderBytes=int(cfg.MaxHeader), MaxBodyBytes=int(cfg.MaxBody),
+//	  HeaderTimeout=cfg.HeaderTimeout.D(), IdleTimeout=cfg.IdleTimeout.D(), MaxConns=cfg.MaxConns
+//	backend.Config: ConnectTimeout=cfg.ConnectTimeout.D(),
+//	  ResponseHeaderTimeout=cfg.ResponseTimeout.D(), MaxRetries=cfg.MaxRetries,
+//	  HealthInterval=cfg.HealthInterval.D(); then set.Add(u) for u in cfg.Backends
+//	shard.Config: BlockSize=cfg.BlockSize, ChatTemplate=cfg.ChatTemplate, Policy=cfg.Policy,
+//	  LoadFactor=cfg.LoadFactor, Tree.MaxBlocks=cfg.MaxBlocks, Tree.TTL=cfg.RouteTTL.D()
+//	tokenizer: tokenizer.Load(cfg.Tokenizer) when not ""; chat.New(...) for the template
+//	loggers: componentLogger(logger, "reactor" | "backend" | "shard")
+//	metrics: every component registers into set (served on /metrics)
+//
+// and returns the reactor as data, adapters of *backend.Set and
+// *shard.Router to admin.Backends and admin.Routes (ErrNotFound for
+// unknown ids), ready = "some backend Routable()", and close = router
+// Close, backend set Close, pool Close. Nothing may be listening when it
+// returns: the lifecycle starts the admin listener, then data.Start().
+func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*servingPath, error) {
+	_, _, _ = cfg, logger, set
+	return nil, errNotWired
+}
+
+// closeTimeout bounds the steps after the drain: the admin listener's
+// shutdown and servingPath.close.
+const closeTimeout = 5 * time.Second
+
+// lifecycle starts the admin listener, then the data plane, and on a
+// signal drains and stops them in order.
+type lifecycle struct {
+	// serving is set once the data plane listens; readiness waits for it
+	// (the admin listener starts first). May be nil.
+	serving      *atomic.Bool
+	admin        controlPlane
+	data         dataPlane
+	closeRest    func(ctx context.Context) error // may be nil
+	drainTimeout time.Duration
+	logger       *slog.Logger
+}
+
+// run serves until the first value on signals, then drains: /ready
+// answers 503, the data listener closes, requests in flight get up to
+// drainTimeout, then the admin listener and the rest close. It returns
+// the exit code: 0 after a drain (one that timed out included: its
+// requests were cut and it is logged), 1 when a start failed or a second
+// signal came during the drain (it returns at once then, leaving the
+// drain to the process's exit).
+func (l lifecycle) run(signals <-chan os.Signal) int {
+	closeRest := func() {
+		if l.closeRest == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if err := l.closeRest(ctx); err != nil {
+			l.logger.Error("closing the serving path", "err", err)
+		}
+	}
+	if err := l.admin.Start(); err != nil {
+		l.logger.Error("cannot start the admin listener", "err", err)
+		closeRest()
+		return 1
+	}
+	if err := l.data.Start(); err != nil {
+		l.logger.Error("cannot start the data plane", "err", err)
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if err := l.admin.Shutdown(ctx); err != nil {
+			l.logger.Error("admin listener shutdown", "err", err)
+		}
+		closeRest()
+		return 1
+	}
+	if l.serving != nil {
+		l.serving.Store(true)
+	}
+	l.logger.Info("serving", "listen", l.data.Addr(), "admin", l.admin.Addr())
+
+	sig := <-signals
+	l.logger.Info("draining", "signal", sig.String(), "drain_timeout", l.drainTimeout)
+	l.admin.SetDraining()
+	l.data.StopAccepting()
+
+	drainCtx, cancel := context.WithTimeout(context.Background(), l.drainTimeout)
+	defer cancel()
+	g := rules.NewGroup(context.Background())
+	done := make(chan struct{})
+	g.Go("serve-shutdown", func(context.Context) {
+		defer close(done)
+		start := time.Now()
+		if err := l.data.Shutdown(drainCtx); err != nil {
+			l.logger.Warn("drain timed out; requests still in flight were cut", "after", time.Since(start).Round(time.Millisecond), "err", err)
+		} else {
+			l.logger.Info("drained", "after", time.Since(start).Round(time.Millisecond))
+		}
+		ctx, cancelClose := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancelClose()
+		if err := l.admin.Shutdown(ctx); err != nil {
+			l.logger.Error("admin listener shutdown", "err", err)
+		}
+		closeRest()
+	})
+	select {
+	case <-done:
+		g.Stop()
+		_ = g.Wait(context.Background()) // done is closed: the goroutine has returned
+		l.logger.Info("stopped")
+		return 0
+	case sig := <-signals:
+		// The operator insists: cut the drain short (the shutdown
+		// goroutine sees its context end) and exit without waiting.
+		l.logger.Error("second signal: exiting at once", "signal", sig.String())
+		cancel()
+		g.Stop()
+		return 1
+	}
+}
+
+// Reasons /ready gives for 503 (besides the admin listener's "draining").
+var (
+	errStarting  = errors.New("starting")
+	errNoBackend = errors.New("no routable backend")
+)
+
+// readiness is the admin listener's Config.Ready: not before the data
+// plane listens, then sp.ready (default: a routable backend in the list).
+func readiness(serving *atomic.Bool, sp *servingPath) func() error {
+	return func() error {
+		switch {
+		case !serving.Load():
+			return errStarting
+		case sp.ready != nil && !sp.ready():
+			return errNoBackend
+		case sp.ready == nil && !admin.Routable(sp.backends.List()):
+			return errNoBackend
+		}
+		return nil
+	}
+}
+
+// runServe is `saltus serve`.
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfg, dryRun, err := loadServeConfig(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case err != nil:
+		for line := range strings.SplitSeq(err.Error(), "\n") { // one per invalid key
+			fmt.Fprintf(stderr, "saltus serve: %s\n", line)
+		}
+		return 2
+	}
+	if dryRun {
+		if err := writeEffective(stdout, cfg); err != nil {
+			fmt.Fprintf(stderr, "saltus serve: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	logger, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil { // Validate checked both keys
+		panic("BUG: " + err.Error())
+	}
+	set := metrics.NewSet()
+	sp, err := buildDataPlane(cfg, logger, set)
+	if err != nil {
+		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
+		return 1
+	}
+	// Buffered: a signal that arrives while starting is kept, and the
+	// second one too.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	return serveWith(cfg, sp, set, logger, signals)
+}
+
+// serveWith serves a built serving path with its admin listener until
+// signals say stop; it returns the exit code (see lifecycle.run). It owns
+// sp: it closes it on every path.
+func serveWith(cfg serveConfig, sp *servingPath, set *metrics.Set, logger *slog.Logger, signals <-chan os.Signal) int {
+	l := componentLogger(logger, "serve")
+	if len(cfg.Backends) == 0 {
+		l.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
+	}
+	var serving atomic.Bool
+	adm, err := admin.New(cfg.adminConfig(readiness(&serving, sp)), sp.backends, sp.routes, set, componentLogger(logger, "admin"))
+	if err != nil {
+		l.Error("cannot build the admin listener", "err", err)
+		if sp.close != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			defer cancel()
+			if err := sp.close(ctx); err != nil {
+				l.Error("closing the serving path", "err", err)
+			}
+		}
+		return 1
+	}
+	return lifecycle{
+		serving:      &serving,
+		admin:        adm,
+		data:         sp.data,
+		closeRest:    sp.close,
+		drainTimeout: cfg.DrainTimeout.D(),
+		logger:       l,
+	}.run(signals)
+}

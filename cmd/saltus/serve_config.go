@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/saltus-lb/saltus/shard/admin"
+	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
+)
+
+// serveConfig is everything `saltus serve` is configured with. Each field
+// is a YAML key of the --config file and a flag of the same name (the
+// list `backends` is the repeatable flag --backend). Precedence: the
+// defaults, then the file, then the flags actually given. It is immutable
+// once validated; buildDataPlane maps it onto the components' configs.
+type serveConfig struct {
+	// Listen: host:port of the OpenAI-compatible API (the data plane).
+	Listen string `yaml:"listen"`
+	// AdminListen: host:port of the admin listener (metrics, probes, API).
+	AdminListen string `yaml:"admin-listen"`
+	// AdminToken: bearer token the admin API requires (all but /health);
+	// "" = no auth.
+	AdminToken string `yaml:"admin-token"`
+	// Backends: http://host:port of each inference engine at start; more
+	// can be added through the admin API.
+	Backends []string `yaml:"backends"`
+	// Tokenizer: path of a HuggingFace tokenizer.json (or a directory or
+	// .json.gz); "" = byte-block mode.
+	Tokenizer string `yaml:"tokenizer"`
+	// ChatTemplate: built-in chat template by name; "" = detect from the
+	// tokenizer_config.json next to the tokenizer.
+	ChatTemplate string `yaml:"chat-template"`
+	// BlockSize: tokens per route-table block; match the engine's KV block
+	// size (vLLM: 16).
+	BlockSize int `yaml:"block-size"`
+	// Shards: event loops, each owning a part of the route table;
+	// 0 = GOMAXPROCS.
+	Shards int `yaml:"shards"`
+	// PinShards: lock each event loop to an OS thread.
+	PinShards bool `yaml:"pin-shards"`
+	// Policy: the routing policy; only "prefix" so far.
+	Policy string `yaml:"policy"`
+	// MaxBody: largest request body accepted (413 over it).
+	MaxBody byteSize `yaml:"max-body"`
+	// MaxHeader: largest request head accepted (431 over it).
+	MaxHeader byteSize `yaml:"max-header"`
+	// MaxConns: most open client connections (503 and close over it).
+	MaxConns int `yaml:"max-conns"`
+	// HeaderTimeout: time a client has to send a request head.
+	HeaderTimeout duration `yaml:"header-timeout"`
+	// IdleTimeout: keep-alive time of an idle client connection.
+	IdleTimeout duration `yaml:"idle-timeout"`
+	// ConnectTimeout: time to connect to a backend.
+	ConnectTimeout duration `yaml:"connect-timeout"`
+	// ResponseTimeout: time from sending a request to a backend to its
+	// response head (time to first byte); 504 over it.
+	ResponseTimeout duration `yaml:"response-timeout"`
+	// MaxRetries: further backends tried when one fails before its first
+	// byte.
+	MaxRetries int `yaml:"max-retries"`
+	// HealthInterval: time between health probes of each backend.
+	HealthInterval duration `yaml:"health-interval"`
+	// DrainTimeout: on SIGTERM/SIGINT, how long requests in flight may
+	// still run.
+	DrainTimeout duration `yaml:"drain-timeout"`
+	// MaxBlocks: route-table capacity in blocks, per shard.
+	MaxBlocks int `yaml:"max-blocks"`
+	// RouteTTL: a learned route expires when not refreshed for this long.
+	RouteTTL duration `yaml:"route-ttl"`
+	// LoadFactor: a backend with more than LoadFactor × the median
+	// in-flight requests is skipped for the least loaded one.
+	LoadFactor float64 `yaml:"load-factor"`
+	// LogFormat: text or json.
+	LogFormat string `yaml:"log-format"`
+	// LogLevel: debug, info, warn or error.
+	LogLevel string `yaml:"log-level"`
+}
+
+// defaultServeConfig returns the defaults; the flags' help and
+// saltus.example.yaml show the same values (a test checks the file).
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		Listen:          "127.0.0.1:8080",
+		AdminListen:     "127.0.0.1:9180",
+		BlockSize:       16, // vLLM's default KV block size
+		Policy:          "prefix",
+		MaxBody:         16 << 20,
+		MaxHeader:       64 << 10,
+		MaxConns:        10000,
+		HeaderTimeout:   duration(10 * time.Second),
+		IdleTimeout:     duration(60 * time.Second),
+		ConnectTimeout:  duration(2 * time.Second),
+		ResponseTimeout: duration(60 * time.Second),
+		MaxRetries:      2,
+		HealthInterval:  duration(5 * time.Second),
+		DrainTimeout:    duration(30 * time.Second),
+		MaxBlocks:       1_000_000,
+		RouteTTL:        duration(time.Hour),
+		LoadFactor:      2.0,
+		LogFormat:       "text",
+		LogLevel:        "info",
+	}
+}
+
+// Bounds Validate enforces.
+const (
+	maxBlockSize = 1024
+	maxShards    = 1024
+	maxRetries   = 10
+	maxMaxBlocks = 1<<31 - 2 // tree.Config's bound
+)
+
+// Validate reports every invalid value, each error naming its key.
+func (c serveConfig) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: "+format, append([]any{key}, args...)...))
+	}
+	checkAddr := func(key, v string) {
+		if _, port, err := net.SplitHostPort(v); err != nil {
+			bad(key, "want host:port, got %q", v)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad(key, "want host:port with a port number in [0, 65535], got %q", v)
+		}
+	}
+	checkAddr("listen", c.Listen)
+	checkAddr("admin-listen", c.AdminListen)
+	if c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
+		bad("admin-listen", "must differ from listen, both are %q", c.Listen)
+	}
+	for i := 0; i < len(c.AdminToken); i++ {
+		if b := c.AdminToken[i]; b <= ' ' || b >= 0x7f {
+			bad("admin-token", "must be printable ASCII without spaces (byte %d is %#x)", i, b)
+			break
+		}
+	}
+	for i, u := range c.Backends {
+		if err := admin.CheckBackendURL(u); err != nil {
+			bad(fmt.Sprintf("backends[%d]", i), "%v", err)
+		} else if j := slices.Index(c.Backends[:i], u); j >= 0 {
+			bad(fmt.Sprintf("backends[%d]", i), "%q repeats backends[%d]", u, j)
+		}
+	}
+	if c.Tokenizer != "" {
+		if _, err := os.Stat(c.Tokenizer); err != nil {
+			bad("tokenizer", "cannot read it: %v", err)
+		}
+	}
+	if c.ChatTemplate != "" && !slices.Contains(chatpkg.Names(), c.ChatTemplate) {
+		bad("chat-template", "unknown template %q, want one of %s (or empty: detect from the tokenizer)", c.ChatTemplate, strings.Join(chatpkg.Names(), ", "))
+	}
+	if c.BlockSize < 1 || c.BlockSize > maxBlockSize || c.BlockSize&(c.BlockSize-1) != 0 {
+		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.BlockSize)
+	}
+	if c.Shards < 0 || c.Shards > maxShards {
+		bad("shards", "must be between 0 (GOMAXPROCS) and %d, got %d", maxShards, c.Shards)
+	}
+	if c.Policy != "prefix" {
+		bad("policy", `must be "prefix" (the only policy so far), got %q`, c.Policy)
+	}
+	if c.MaxBody < 1<<10 || c.MaxBody > 1<<30 {
+		bad("max-body", "must be between 1KiB and 1GiB, got %v", c.MaxBody)
+	}
+	if c.MaxHeader < 1<<10 || c.MaxHeader > 1<<20 {
+		bad("max-header", "must be between 1KiB and 1MiB, got %v", c.MaxHeader)
+	}
+	if c.MaxConns < 1 {
+		bad("max-conns", "must be at least 1, got %d", c.MaxConns)
+	}
+	for _, d := range []struct {
+		key string
+		v   duration
+	}{
+		{"header-timeout", c.HeaderTimeout},
+		{"idle-timeout", c.IdleTimeout},
+		{"connect-timeout", c.ConnectTimeout},
+		{"response-timeout", c.ResponseTimeout},
+		{"health-interval", c.HealthInterval},
+		{"route-ttl", c.RouteTTL},
+	} {
+		if d.v <= 0 {
+			bad(d.key, "must be positive, got %v", d.v)
+		}
+	}
+	if c.DrainTimeout < 0 {
+		bad("drain-timeout", "must not be negative (0 = do not wait), got %v", c.DrainTimeout)
+	}
+	if c.MaxRetries < 0 || c.MaxRetries > maxRetries {
+		bad("max-retries", "must be between 0 and %d, got %d", maxRetries, c.MaxRetries)
+	}
+	if c.MaxBlocks < 1 || c.MaxBlocks > maxMaxBlocks {
+		bad("max-blocks", "must be between 1 and %d, got %d", maxMaxBlocks, c.MaxBlocks)
+	}
+	if !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0) {
+		bad("load-factor", "must be a finite number of at least 1, got %v", c.LoadFactor)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", `must be "text" or "json", got %q`, c.LogFormat)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("log-level", "%v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// adminConfig maps the admin keys onto admin.Config; ready is the data
+// plane's readiness (nil: a routable backend in the admin's list).
+func (c serveConfig) adminConfig(ready func() error) admin.Config {
+	ac := admin.DefaultConfig()
+	ac.Listen = c.AdminListen
+	ac.BearerToken = c.AdminToken
+	ac.Ready = ready
+	ac.MaxBodyBytes = int64(c.MaxBody) // /admin/explain takes what the API takes
+	return ac
+}
+
+// configField is one key of serveConfig: its YAML key, flag name and
+// field index.
+type configField struct {
+	key, flag string
+	index     int
+}
+
+// configFields lists serveConfig's keys in declaration order.
+func configFields() []configField {
+	t := reflect.TypeFor[serveConfig]()
+	fields := make([]configField, t.NumField())
+	for i := range fields {
+		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if key == "" {
+			panic("BUG: serveConfig." + t.Field(i).Name + " has no yaml tag")
+		}
+		fl := key
+		if key == "backends" {
+			fl = "backend" // repeatable: --backend A --backend B
+		}
+		fields[i] = configField{key, fl, i}
+	}
+	return fields
+}
+
+// serveFlags holds the serve command's flag set: the config's keys bound
+// to a serveConfig of their own, and --config and --dry-run.
+type serveFlags struct {
+	fs         *flag.FlagSet
+	values     serveConfig // what the flags set, over the defaults
+	configPath string
+	dryRun     bool
+}
+
+func newServeFlags(out io.Writer) *serveFlags {
+	f := &serveFlags{fs: flag.NewFlagSet("serve", flag.ContinueOnError), values: defaultServeConfig()}
+	fs, v := f.fs, &f.values
+	fs.SetOutput(out)
+	fs.StringVar(&v.Listen, "listen", v.Listen, "`host:port` of the OpenAI-compatible API; port 0 picks a free one")
+	fs.StringVar(&v.AdminListen, "admin-listen", v.AdminListen, "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*")
+	fs.StringVar(&v.AdminToken, "admin-token", v.AdminToken, "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)")
+	fs.Var((*stringList)(&v.Backends), "backend", "backend `URL` http://host:port; repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends")
+	fs.StringVar(&v.Tokenizer, "tokenizer", v.Tokenizer, "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)")
+	fs.StringVar(&v.ChatTemplate, "chat-template", v.ChatTemplate, "chat template `name` ("+strings.Join(chatpkg.Names(), ", ")+"); empty: detect from tokenizer_config.json next to --tokenizer")
+	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
+	fs.IntVar(&v.Shards, "shards", v.Shards, "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS")
+	fs.BoolVar(&v.PinShards, "pin-shards", v.PinShards, "lock each event loop to its own OS thread")
+	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (longest cached prefix, bounded load)")
+	fs.Var(&v.MaxBody, "max-body", "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413")
+	fs.Var(&v.MaxHeader, "max-header", "largest request head (`size`), 1KiB–1MiB; larger ones get 431")
+	fs.IntVar(&v.MaxConns, "max-conns", v.MaxConns, "most open client `connections`; over it a new one gets 503 and is closed")
+	fs.Var(&v.HeaderTimeout, "header-timeout", "`duration` a client has to send a request head (e.g. 10s) before the connection is closed")
+	fs.Var(&v.IdleTimeout, "idle-timeout", "`duration` an idle keep-alive client connection stays open")
+	fs.Var(&v.ConnectTimeout, "connect-timeout", "`duration` to connect to a backend before trying the next one")
+	fs.Var(&v.ResponseTimeout, "response-timeout", "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it")
+	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
+	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each backend")
+	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")
+	fs.IntVar(&v.MaxBlocks, "max-blocks", v.MaxBlocks, "route-table capacity in `blocks` per shard; least recently used routes go first")
+	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
+	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
+	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
+	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "load and validate the configuration, print it as YAML and exit")
+	fs.Usage = func() { f.usage(fs.Output()) }
+	return f
+}
+
+func (f *serveFlags) usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: saltus serve [--config FILE] [--backend URL]... [flags]
+
+Runs the load balancer: the OpenAI-compatible API on --listen, sending each
+request to the backend most likely to hold its prompt prefix in its KV
+cache, and the admin listener on --admin-listen. SIGTERM or SIGINT drains
+(/ready answers 503, no new connections, requests in flight finish within
+--drain-timeout) and exits 0; a second signal exits at once with 1.
+
+Settings come from the defaults, then the --config file, then the flags
+given. Durations take a unit (500ms, 10s, 1h); sizes take B, KiB, MiB, GiB
+(or KB, MB, GB: powers of 1000).
+
+Flags:
+`)
+	names := []string{"config", "dry-run"}
+	for _, cf := range configFields() {
+		names = append(names, cf.flag)
+	}
+	for _, name := range names {
+		fl := f.fs.Lookup(name)
+		arg, usage := flag.UnquoteUsage(fl)
+		def := fl.DefValue
+		if def == "" {
+			def = "none"
+		}
+		if arg != "" {
+			arg = " " + arg
+		}
+		fmt.Fprintf(w, "  --%s%s\n      %s (default %s)\n", name, arg, usage, def)
+	}
+}
+
+// errUsage: the flags were wrong and the flag package has said so.
+var errUsage = errors.New("usage")
+
+// loadServeConfig parses args, reads the --config file and applies the
+// flags given over it, then validates. It returns flag.ErrHelp for -h,
+// errUsage for a flag error (already reported on out).
+func loadServeConfig(args []string, out io.Writer) (cfg serveConfig, dryRun bool, err error) {
+	f := newServeFlags(out)
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, false, err
+		}
+		return cfg, false, errUsage
+	}
+	if f.fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected argument %q (flags start with --)", f.fs.Arg(0))
+	}
+	cfg = defaultServeConfig()
+	if f.configPath != "" {
+		data, err := os.ReadFile(f.configPath)
+		if err != nil {
+			return cfg, false, fmt.Errorf("config: cannot read %v", err)
+		}
+		if err := decodeServeYAML(f.configPath, data, &cfg); err != nil {
+			return cfg, false, err
+		}
+	}
+	// Only the flags actually given override the file.
+	byFlag := map[string]int{}
+	for _, cf := range configFields() {
+		byFlag[cf.flag] = cf.index
+	}
+	dst, src := reflect.ValueOf(&cfg).Elem(), reflect.ValueOf(&f.values).Elem()
+	f.fs.Visit(func(fl *flag.Flag) {
+		if i, ok := byFlag[fl.Name]; ok {
+			dst.Field(i).Set(src.Field(i))
+		}
+	})
+	return cfg, f.dryRun, cfg.Validate()
+}
+
+// decodeServeYAML applies the keys of a YAML config file onto cfg. Each
+// top-level key is decoded on its own, so that every error names its key
+// and line: an unknown key, a repeated key, a value of the wrong type.
+// (yaml.v3's KnownFields(true) also rejects unknown keys, but its type
+// errors name neither the key nor the field.)
+func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file: the defaults
+		}
+		return fmt.Errorf("config %s: %v", name, cleanYAMLError(err))
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: want one YAML document, found more", name)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil // only comments
+	}
+	if root.Kind != yaml.MappingNode {
+		return fmt.Errorf("config %s: line %d: want a mapping of keys (listen, backends, ...) to values", name, root.Line)
+	}
+	byKey := map[string]configField{}
+	for _, cf := range configFields() {
+		byKey[cf.key] = cf
+	}
+	v := reflect.ValueOf(cfg).Elem()
+	seen := map[string]int{}
+	var errs []error
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, val := root.Content[i], root.Content[i+1]
+		cf, ok := byKey[k.Value]
+		if !ok {
+			hint := ""
+			for _, c := range byKey {
+				if c.flag == k.Value {
+					hint = fmt.Sprintf(" (the key is %q)", c.key)
+				}
+			}
+			errs = append(errs, fmt.Errorf("config %s: line %d: unknown key %q%s", name, k.Line, k.Value, hint))
+			continue
+		}
+		if prev, dup := seen[k.Value]; dup {
+			errs = append(errs, fmt.Errorf("config %s: line %d: %s: repeats the key of line %d", name, k.Line, k.Value, prev))
+			continue
+		}
+		seen[k.Value] = k.Line
+		if err := val.Decode(v.Field(cf.index).Addr().Interface()); err != nil {
+			errs = append(errs, fmt.Errorf("config %s: line %d: %s: %v", name, val.Line, cf.key, cleanYAMLError(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanYAMLError drops yaml.v3's "yaml: unmarshal errors:\n  line N: "
+// wrapping: the caller names the line and key.
+func cleanYAMLError(err error) string {
+	if te, ok := errors.AsType[*yaml.TypeError](err); ok {
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			if _, rest, ok := strings.Cut(m, ": "); ok && strings.HasPrefix(m, "line ") {
+				m = rest
+			}
+			msgs[i] = m
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// writeEffective prints cfg as a YAML config file that loads back to the
+// same values (the admin token is redacted).
+func writeEffective(w io.Writer, cfg serveConfig) error {
+	if cfg.AdminToken != "" {
+		cfg.AdminToken = "REDACTED"
+	}
+	if cfg.Backends == nil {
+		cfg.Backends = []string{} // "[]", not "null"
+	}
+	var buf bytes.Buffer
+	buf.WriteString("# saltus serve: effective configuration (defaults, then --config, then flags)\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(cfg); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// parseLevel reads a slog level name: debug, info, warn, error (any case,
+// optionally with an offset such as warn+2, as slog writes them).
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("want debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,499 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeFile writes a config file into a test's temp dir.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestServeConfigMerge(t *testing.T) {
+	t.Parallel()
+	const file = `
+listen: 0.0.0.0:8000
+backends: [http://10.0.0.1:8000, http://10.0.0.2:8000]
+block-size: 32
+max-body: 1MiB
+drain-timeout: 45s
+load-factor: 1.5
+log-format: json
+`
+	for _, tc := range []struct {
+		name  string
+		yaml  string // "" = no --config
+		flags []string
+		want  func(*serveConfig)
+	}{
+		{"defaults", "", nil, func(*serveConfig) {}},
+		{"empty file", "\n", nil, func(*serveConfig) {}},
+		{"comments only", "# nothing\n", nil, func(*serveConfig) {}},
+		{"file", file, nil, func(c *serveConfig) {
+			c.Listen = "0.0.0.0:8000"
+			c.Backends = []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"}
+			c.BlockSize = 32
+			c.MaxBody = 1 << 20
+			c.DrainTimeout = duration(45 * time.Second)
+			c.LoadFactor = 1.5
+			c.LogFormat = "json"
+		}},
+		{"flags over file", file, []string{"--block-size", "64", "--max-body=512KiB", "--log-format", "text", "--pin-shards"}, func(c *serveConfig) {
+			c.Listen = "0.0.0.0:8000"
+			c.Backends = []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"}
+			c.BlockSize = 64
+			c.MaxBody = 512 << 10
+			c.DrainTimeout = duration(45 * time.Second)
+			c.LoadFactor = 1.5
+			c.LogFormat = "text"
+			c.PinShards = true
+		}},
+		// A flag given with the default's value still wins over the file:
+		// what counts is that it was given (flag.Visit), not its value.
+		{"flag equal to default", file, []string{"--block-size=16", "--drain-timeout", "30s", "--listen", "127.0.0.1:8080"}, func(c *serveConfig) {
+			c.Backends = []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"}
+			c.MaxBody = 1 << 20
+			c.LoadFactor = 1.5
+			c.LogFormat = "json"
+		}},
+		{"backend flags replace the file's", file, []string{"--backend", "http://b:1", "--backend=http://c:2,http://d:3"}, func(c *serveConfig) {
+			c.Listen = "0.0.0.0:8000"
+			c.Backends = []string{"http://b:1", "http://c:2", "http://d:3"}
+			c.BlockSize = 32
+			c.MaxBody = 1 << 20
+			c.DrainTimeout = duration(45 * time.Second)
+			c.LoadFactor = 1.5
+			c.LogFormat = "json"
+		}},
+		{"every flag", "", []string{
+			"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-token", "tok",
+			"--backend", "http://[::1]:9", "--tokenizer", ".", "--chat-template", "qwen3",
+			"--block-size", "1", "--shards", "3", "--pin-shards=true", "--policy", "prefix",
+			"--max-body", "2MB", "--max-header", "1KiB", "--max-conns", "7",
+			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
+			"--response-timeout", "4s", "--max-retries", "0", "--health-interval", "500ms",
+			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
+			"--load-factor", "1", "--log-format", "json", "--log-level", "DEBUG",
+		}, func(c *serveConfig) {
+			*c = serveConfig{
+				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok",
+				Backends: []string{"http://[::1]:9"}, Tokenizer: ".", ChatTemplate: "qwen3",
+				BlockSize: 1, Shards: 3, PinShards: true, Policy: "prefix",
+				MaxBody: 2e6, MaxHeader: 1 << 10, MaxConns: 7,
+				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
+				ConnectTimeout: duration(3 * time.Second), ResponseTimeout: duration(4 * time.Second),
+				MaxRetries: 0, HealthInterval: duration(500 * time.Millisecond), DrainTimeout: 0,
+				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1,
+				LogFormat: "json", LogLevel: "DEBUG",
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := tc.flags
+			if tc.yaml != "" {
+				args = append([]string{"--config", writeFile(t, "saltus.yaml", tc.yaml)}, args...)
+			}
+			got, dry, err := loadServeConfig(args, io.Discard)
+			if err != nil || dry {
+				t.Fatalf("loadServeConfig(%q) = %v (dry %v)", args, err, dry)
+			}
+			want := defaultServeConfig()
+			tc.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("loadServeConfig(%q)\n got %+v\nwant %+v", args, got, want)
+			}
+		})
+	}
+}
+
+func TestServeConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := defaultServeConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		mut  func(*serveConfig)
+		want string
+	}{
+		{func(c *serveConfig) { c.Listen = "8080" }, `config: listen: want host:port, got "8080"`},
+		{func(c *serveConfig) { c.Listen = "h:99999" }, `config: listen: want host:port with a port number in [0, 65535], got "h:99999"`},
+		{func(c *serveConfig) { c.AdminListen = "" }, `config: admin-listen: want host:port, got ""`},
+		{func(c *serveConfig) { c.AdminListen = c.Listen }, `config: admin-listen: must differ from listen, both are "127.0.0.1:8080"`},
+		{func(c *serveConfig) { c.AdminToken = "a\tb" }, `config: admin-token: must be printable ASCII without spaces (byte 1 is 0x9)`},
+		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "a:1"} }, `config: backends[1]: want http://host:port, got "a:1": scheme must be http`},
+		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "http://a:1"} }, `config: backends[1]: "http://a:1" repeats backends[0]`},
+		{func(c *serveConfig) { c.Backends = []string{"http://a"} }, `config: backends[0]: want http://host:port, got "http://a": address a: missing port in address`},
+		{func(c *serveConfig) { c.Tokenizer = "/nonexistent/tokenizer.json" }, `config: tokenizer: cannot read it: stat /nonexistent/tokenizer.json: no such file or directory`},
+		{func(c *serveConfig) { c.ChatTemplate = "llama4" }, `config: chat-template: unknown template "llama4", want one of llama3, chatml, qwen3, mistral, llama2, none (or empty: detect from the tokenizer)`},
+		{func(c *serveConfig) { c.BlockSize = 0 }, `config: block-size: must be a power of two between 1 and 1024, got 0`},
+		{func(c *serveConfig) { c.BlockSize = 24 }, `config: block-size: must be a power of two between 1 and 1024, got 24`},
+		{func(c *serveConfig) { c.BlockSize = 2048 }, `config: block-size: must be a power of two between 1 and 1024, got 2048`},
+		{func(c *serveConfig) { c.Shards = -1 }, `config: shards: must be between 0 (GOMAXPROCS) and 1024, got -1`},
+		{func(c *serveConfig) { c.Policy = "round-robin" }, `config: policy: must be "prefix" (the only policy so far), got "round-robin"`},
+		{func(c *serveConfig) { c.MaxBody = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
+		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
+		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
+		{func(c *serveConfig) { c.MaxConns = 0 }, `config: max-conns: must be at least 1, got 0`},
+		{func(c *serveConfig) { c.HeaderTimeout = 0 }, `config: header-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.IdleTimeout = -1 }, `config: idle-timeout: must be positive, got -1ns`},
+		{func(c *serveConfig) { c.ConnectTimeout = 0 }, `config: connect-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.ResponseTimeout = 0 }, `config: response-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.HealthInterval = 0 }, `config: health-interval: must be positive, got 0s`},
+		{func(c *serveConfig) { c.RouteTTL = 0 }, `config: route-ttl: must be positive, got 0s`},
+		{func(c *serveConfig) { c.DrainTimeout = duration(-time.Second) }, `config: drain-timeout: must not be negative (0 = do not wait), got -1s`},
+		{func(c *serveConfig) { c.MaxRetries = 11 }, `config: max-retries: must be between 0 and 10, got 11`},
+		{func(c *serveConfig) { c.MaxBlocks = 0 }, `config: max-blocks: must be between 1 and 2147483646, got 0`},
+		{func(c *serveConfig) { c.LoadFactor = 0.5 }, `config: load-factor: must be a finite number of at least 1, got 0.5`},
+		{func(c *serveConfig) { c.LoadFactor = math.NaN() }, `config: load-factor: must be a finite number of at least 1, got NaN`},
+		{func(c *serveConfig) { c.LoadFactor = math.Inf(1) }, `config: load-factor: must be a finite number of at least 1, got +Inf`},
+		{func(c *serveConfig) { c.LogFormat = "logfmt" }, `config: log-format: must be "text" or "json", got "logfmt"`},
+		{func(c *serveConfig) { c.LogLevel = "loud" }, `config: log-level: want debug, info, warn or error, got "loud"`},
+		// Every invalid key is reported, one line each.
+		{func(c *serveConfig) { c.BlockSize, c.MaxConns = 3, -5 },
+			"config: block-size: must be a power of two between 1 and 1024, got 3\nconfig: max-conns: must be at least 1, got -5"},
+	} {
+		c := defaultServeConfig()
+		tc.mut(&c)
+		if err := c.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("Validate() = %v\nwant %s", err, tc.want)
+		}
+	}
+	// Both listeners on port 0 is fine (tests).
+	c := defaultServeConfig()
+	c.Listen, c.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	if err := c.Validate(); err != nil {
+		t.Errorf("both on port 0: %v", err)
+	}
+}
+
+func TestServeYAMLErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yaml, want string }{
+		{"listen: a:1\nlisten_addr: b:2\n", `config F: line 2: unknown key "listen_addr"`},
+		{"backend: [http://a:1]\n", `config F: line 1: unknown key "backend" (the key is "backends")`},
+		{"block-size: 16\nblock-size: 32\n", `config F: line 2: block-size: repeats the key of line 1`},
+		{"block-size: abc\n", "config F: line 1: block-size: cannot unmarshal !!str `abc` into int"},
+		{"pin-shards: maybe\n", "config F: line 1: pin-shards: cannot unmarshal !!str `maybe` into bool"},
+		{"backends: http://a:1\n", "config F: line 1: backends: cannot unmarshal !!str `http://a:1` into []string"},
+		{"header-timeout: 10\n", `config F: line 1: header-timeout: want a duration with a unit, like 10s, 500ms or 1h, got "10"`},
+		{"header-timeout: [1s]\n", `config F: line 1: header-timeout: want a duration with a unit, like 10s, 500ms or 1h`},
+		{"max-body: 16 parsecs\n", `config F: line 1: max-body: unknown size unit "parsecs" in "16 parsecs": want B, KiB, MiB, GiB, KB, MB or GB`},
+		{"max-header: -1KiB\n", `config F: line 1: max-header: want a size like 16MiB, 512KiB or 65536 (bytes), got "-1KiB"`},
+		{"- listen\n", `config F: line 1: want a mapping of keys (listen, backends, ...) to values`},
+		{"listen: a:1\n---\nlisten: b:1\n", `config F: want one YAML document, found more`},
+		{"listen: [a\n", `config F: line 1: did not find expected ',' or ']'`},
+		// Several errors: all of them.
+		{"\nfoo: 1\nshards: x\n", "config F: line 2: unknown key \"foo\"\nconfig F: line 3: shards: cannot unmarshal !!str `x` into int"},
+	} {
+		cfg := defaultServeConfig()
+		err := decodeServeYAML("F", []byte(tc.yaml), &cfg)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("decodeServeYAML(%q) = %v\nwant %s", tc.yaml, err, tc.want)
+		}
+	}
+	// Decoding mentions only what it changed: a failed key keeps its value.
+	cfg := defaultServeConfig()
+	_ = decodeServeYAML("F", []byte("block-size: x\nshards: 4\n"), &cfg)
+	if cfg.BlockSize != 16 || cfg.Shards != 4 {
+		t.Errorf("after a partial decode: block-size %d shards %d, want 16 4", cfg.BlockSize, cfg.Shards)
+	}
+}
+
+func TestServeConfigFileErrors(t *testing.T) {
+	t.Parallel()
+	_, _, err := loadServeConfig([]string{"--config", "/nonexistent/saltus.yaml"}, io.Discard)
+	if err == nil || err.Error() != "config: cannot read open /nonexistent/saltus.yaml: no such file or directory" {
+		t.Errorf("missing file: %v", err)
+	}
+	// Validation runs on the merged result: the flag fixes the file.
+	p := writeFile(t, "s.yaml", "block-size: 3\n")
+	if _, _, err := loadServeConfig([]string{"--config", p}, io.Discard); err == nil ||
+		err.Error() != "config: block-size: must be a power of two between 1 and 1024, got 3" {
+		t.Errorf("invalid file: %v", err)
+	}
+	if _, _, err := loadServeConfig([]string{"--config", p, "--block-size", "8"}, io.Discard); err != nil {
+		t.Errorf("flag over an invalid file value: %v", err)
+	}
+	var out bytes.Buffer
+	if _, _, err := loadServeConfig([]string{"--block-size", "x"}, &out); err != errUsage ||
+		!strings.Contains(out.String(), `invalid value "x" for flag -block-size`) {
+		t.Errorf("bad flag value: %v, output %q", err, out.String())
+	}
+	if _, _, err := loadServeConfig([]string{"--max-body", "2 furlongs"}, &out); err != errUsage ||
+		!strings.Contains(out.String(), `unknown size unit "furlongs"`) {
+		t.Errorf("bad size flag: %v, output %q", err, out.String())
+	}
+	if _, _, err := loadServeConfig([]string{"--help"}, io.Discard); err != flag.ErrHelp {
+		t.Errorf("--help: %v", err)
+	}
+}
+
+// TestExampleConfig: the committed example loads, validates, holds every
+// key, and states the defaults (but for its two backends).
+func TestExampleConfig(t *testing.T) {
+	t.Parallel()
+	const path = "../../saltus.example.yaml"
+	got, _, err := loadServeConfig([]string{"--config", path}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultServeConfig()
+	want.Backends = []string{"http://127.0.0.1:8001", "http://127.0.0.1:8002"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("example config\n got %+v\nwant %+v", got, want)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cf := range configFields() {
+		if !bytes.Contains(data, []byte("\n"+cf.key+":")) {
+			t.Errorf("saltus.example.yaml lacks the key %q", cf.key)
+		}
+	}
+}
+
+// TestEveryKeyHasFlag: each config key is a flag, each flag (but --config
+// and --dry-run) a key, and the help shows each with a default.
+func TestEveryKeyHasFlag(t *testing.T) {
+	t.Parallel()
+	f := newServeFlags(io.Discard)
+	keys := map[string]bool{"config": true, "dry-run": true}
+	for _, cf := range configFields() {
+		keys[cf.flag] = true
+		if f.fs.Lookup(cf.flag) == nil {
+			t.Errorf("key %q has no flag --%s", cf.key, cf.flag)
+		}
+	}
+	var help bytes.Buffer
+	f.usage(&help)
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		if !keys[fl.Name] {
+			t.Errorf("flag --%s is no config key", fl.Name)
+		}
+		i := strings.Index(help.String(), "\n  --"+fl.Name+" ")
+		if i < 0 {
+			i = strings.Index(help.String(), "\n  --"+fl.Name+"\n")
+		}
+		if i < 0 {
+			t.Errorf("help lacks --%s", fl.Name)
+			return
+		}
+		entry, _, _ := strings.Cut(help.String()[i+1:], "\n  --")
+		if !strings.Contains(entry, "(default ") {
+			t.Errorf("help of --%s has no default: %q", fl.Name, entry)
+		}
+	})
+	for _, want := range []string{
+		"  --max-body size\n      largest request body (size: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413 (default 16MiB)\n",
+		"  --idle-timeout duration\n      duration an idle keep-alive client connection stays open (default 1m)\n",
+		"  --backend URL\n",
+		"  --pin-shards\n      lock each event loop to its own OS thread (default false)\n",
+	} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+const defaultYAML = `# saltus serve: effective configuration (defaults, then --config, then flags)
+listen: 127.0.0.1:8080
+admin-listen: 127.0.0.1:9180
+admin-token: ""
+backends: []
+tokenizer: ""
+chat-template: ""
+block-size: 16
+shards: 0
+pin-shards: false
+policy: prefix
+max-body: 16MiB
+max-header: 64KiB
+max-conns: 10000
+header-timeout: 10s
+idle-timeout: 1m
+connect-timeout: 2s
+response-timeout: 1m
+max-retries: 2
+health-interval: 5s
+drain-timeout: 30s
+max-blocks: 1000000
+route-ttl: 1h
+load-factor: 2
+log-format: text
+log-level: info
+`
+
+func TestDryRun(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve", "--dry-run"}, nil, &out, &errb); code != 0 || out.String() != defaultYAML || errb.Len() != 0 {
+		t.Errorf("serve --dry-run: %d, stdout\n%s\nstderr %q", code, out.String(), errb.String())
+	}
+
+	args := []string{"serve", "--dry-run", "--backend", "http://a:1,http://b:2", "--max-body", "1000000",
+		"--route-ttl", "90m", "--admin-token", "secret", "--load-factor", "1.25", "--health-interval", "1500ms"}
+	out.Reset()
+	if code := run(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("%q: %d %s", args, code, errb.String())
+	}
+	want := strings.NewReplacer(
+		`admin-token: ""`, "admin-token: REDACTED",
+		"backends: []", "backends:\n  - http://a:1\n  - http://b:2",
+		"max-body: 16MiB", "max-body: 1000000B",
+		"route-ttl: 1h", "route-ttl: 1h30m",
+		"load-factor: 2", "load-factor: 1.25",
+		"health-interval: 5s", "health-interval: 1.5s",
+	).Replace(defaultYAML)
+	if out.String() != want {
+		t.Errorf("dry-run output\n%s\nwant\n%s", out.String(), want)
+	}
+	// What dry-run prints loads back to the same configuration.
+	p := writeFile(t, "effective.yaml", out.String())
+	back, _, err := loadServeConfig([]string{"--config", p}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, _, _ := loadServeConfig(args[1:], io.Discard)
+	orig.AdminToken = "REDACTED"
+	if !reflect.DeepEqual(back, orig) {
+		t.Errorf("dry-run output loads back as\n%+v\nwant\n%+v", back, orig)
+	}
+
+	// Errors: exit 2, one line per key, nothing on stdout.
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"serve", "--dry-run", "--block-size", "0", "--log-format", "xml"}, nil, &out, &errb); code != 2 || out.Len() != 0 ||
+		errb.String() != "saltus serve: config: block-size: must be a power of two between 1 and 1024, got 0\n"+
+			"saltus serve: config: log-format: must be \"text\" or \"json\", got \"xml\"\n" {
+		t.Errorf("invalid dry-run: %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	t.Parallel()
+	ok := func(in string, want byteSize, str string) {
+		t.Helper()
+		got, err := parseByteSize(in)
+		if err != nil || got != want || got.String() != str {
+			t.Errorf("parseByteSize(%q) = %d (%v), %v; want %d (%s)", in, got, got, err, want, str)
+		}
+	}
+	ok("16MiB", 16<<20, "16MiB")
+	ok("512KiB", 512<<10, "512KiB")
+	ok(" 512 kib ", 512<<10, "512KiB")
+	ok("2GiB", 2<<30, "2GiB")
+	ok("65536", 64<<10, "64KiB")
+	ok("1000", 1000, "1000B")
+	ok("1000B", 1000, "1000B")
+	ok("16MB", 16e6, "15625KiB")
+	ok("1KB", 1000, "1000B")
+	ok("1GB", 1e9, "1000000000B")
+	ok("0", 0, "0B")
+	bad := func(in, want string) {
+		t.Helper()
+		if _, err := parseByteSize(in); err == nil || err.Error() != want {
+			t.Errorf("parseByteSize(%q) = %v, want %q", in, err, want)
+		}
+	}
+	bad("", `want a size like 16MiB, 512KiB or 65536 (bytes), got ""`)
+	bad("MiB", `want a size like 16MiB, 512KiB or 65536 (bytes), got "MiB"`)
+	bad("1.5MiB", `unknown size unit ".5MiB" in "1.5MiB": want B, KiB, MiB, GiB, KB, MB or GB`)
+	bad("16M", `unknown size unit "M" in "16M": want B, KiB, MiB, GiB, KB, MB or GB`)
+	bad("9999999999GiB", `size "9999999999GiB" is too large`)
+	bad("99999999999999999999", `want a size like 16MiB, 512KiB or 65536 (bytes), got "99999999999999999999"`)
+}
+
+func TestDuration(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"10s": "10s", "60s": "1m", "1h": "1h", "90m": "1h30m", "3600s": "1h", "1h0m1s": "1h0m1s",
+		"500ms": "500ms", "0s": "0s", " 2s ": "2s", "61m": "1h1m",
+	} {
+		var d duration
+		if err := d.Set(in); err != nil || d.String() != want {
+			t.Errorf("duration %q: %v %v, want %s", in, d, err, want)
+		}
+		var back duration
+		if err := back.Set(d.String()); err != nil || back != d {
+			t.Errorf("duration %q does not read back: %v %v", d.String(), back, err)
+		}
+	}
+	for _, in := range []string{"10", "", "ten seconds", "1d"} {
+		var d duration
+		if err := d.Set(in); err == nil {
+			t.Errorf("duration %q accepted", in)
+		}
+	}
+}
+
+// FuzzByteSize: parsing never panics, and what String writes parses back
+// to the same size.
+func FuzzByteSize(f *testing.F) {
+	for _, s := range []string{"16MiB", "1000", "1KB", "9223372036854775807", "8EiB", " 3 gib"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseByteSize(s)
+		if err != nil {
+			return
+		}
+		if v < 0 {
+			t.Fatalf("parseByteSize(%q) = %d", s, v)
+		}
+		back, err := parseByteSize(v.String())
+		if err != nil || back != v {
+			t.Fatalf("parseByteSize(%q) = %d; its String %q reads back as %d, %v", s, v, v.String(), back, err)
+		}
+	})
+}
+
+// FuzzServeYAML: decoding any file never panics, and a file that decodes
+// and validates reads back the same from its dry-run output.
+func FuzzServeYAML(f *testing.F) {
+	data, err := os.ReadFile("../../saltus.example.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(data))
+	f.Add("block-size: 32\nbackends: [http://a:1]\nmax-body: 1MB\n")
+	f.Add("idle-timeout: 1h1m1s\nload-factor: 1e3\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg := defaultServeConfig()
+		if decodeServeYAML("F", []byte(s), &cfg) != nil || cfg.Validate() != nil {
+			return
+		}
+		var out bytes.Buffer
+		if err := writeEffective(&out, cfg); err != nil {
+			t.Fatal(err)
+		}
+		back := defaultServeConfig()
+		if err := decodeServeYAML("F", out.Bytes(), &back); err != nil {
+			t.Fatalf("dry-run output does not decode: %v\n%s", err, out.String())
+		}
+		if cfg.AdminToken != "" {
+			cfg.AdminToken = "REDACTED"
+		}
+		if cfg.Backends == nil {
+			cfg.Backends = []string{}
+		}
+		if !reflect.DeepEqual(back, cfg) {
+			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, back, cfg)
+		}
+	})
+}

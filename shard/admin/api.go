@@ -1,0 +1,92 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+)
+
+// BackendInfo is one backend as the admin API shows it.
+type BackendInfo struct {
+	ID       int    `json:"id"`
+	URL      string `json:"url"`
+	Healthy  bool   `json:"healthy"`
+	Draining bool   `json:"draining"`
+	InFlight int64  `json:"in_flight"`
+}
+
+// Backends is the backend registry as the admin API needs it; cmd/saltus
+// adapts *backend.Set to it. Every method: any goroutine.
+type Backends interface {
+	// List returns every backend, draining and unhealthy ones included.
+	List() []BackendInfo
+	// Add registers a backend by URL. Its error is the client's fault
+	// (400) unless it wraps ErrUnavailable (503).
+	Add(url string) (BackendInfo, error)
+	// Remove forgets a backend at once; ErrNotFound for an unknown id.
+	Remove(id int) error
+	// Drain stops routing new requests to a backend; ErrNotFound for an
+	// unknown id.
+	Drain(id int) error
+}
+
+// Routes is the router as the admin API needs it; cmd/saltus adapts
+// *shard.Router to it. Every method: any goroutine other than an event
+// loop (Explain waits for a loop).
+type Routes interface {
+	// RouteStats returns a JSON-marshalable summary of the route tables.
+	RouteStats() any
+	// Explain returns the routing decision for an OpenAI request body sent
+	// to path, without forwarding it. Its error is the client's fault
+	// (400) unless it wraps ErrUnavailable (503).
+	Explain(body []byte, path string) (any, error)
+}
+
+var (
+	// ErrNotFound: no backend has the id. The API answers 404.
+	ErrNotFound = errors.New("no such backend")
+	// ErrUnavailable: the data plane cannot answer now (shutting down,
+	// queue full). The API answers 503.
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// CheckBackendURL reports whether s is a backend address saltus can
+// forward to: http://host:port with nothing after the port but an
+// optional "/". cmd/saltus checks configured backends with it too, so the
+// flag, the YAML file and the API accept the same addresses.
+func CheckBackendURL(s string) error {
+	const want = "want http://host:port"
+	u, err := url.Parse(s)
+	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // without url.Error's repetition of s
+		}
+		return fmt.Errorf("%s, got %q: %v", want, s, err)
+	}
+	switch {
+	case u.Scheme != "http":
+		if u.Scheme == "https" {
+			return fmt.Errorf("%s, got %q: https to backends is not supported", want, s)
+		}
+		return fmt.Errorf("%s, got %q: scheme must be http", want, s)
+	case u.Opaque != "" || u.Host == "":
+		return fmt.Errorf("%s, got %q: no host", want, s)
+	case u.User != nil:
+		return fmt.Errorf("%s, got %q: user info is not supported", want, s)
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fmt.Errorf("%s, got %q: nothing may follow the port", want, s)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return fmt.Errorf("%s, got %q: %v", want, s, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%s, got %q: no host", want, s)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%s, got %q: port must be a number in [1, 65535]", want, s)
+	}
+	return nil
+}
