@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,6 +205,8 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	if st := int(u.status.Load()); st != 0 {
 		b := candidates[min(int(u.serveIdx.Load()), len(candidates)-1)]
 		c.served = b.ID
+		// As the real Forward: X-Saltus-Backend names the backend that answered.
+		c.extra = append(slices.Clone(extraHdr), reactor.Header{Name: HeaderBackend, Value: b.URL})
 		if u.async.Load() {
 			// The proxy goroutine of a real Forward; joined by the test.
 			u.proxies.Add(1)

@@ -452,7 +452,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 	route = append(route, '/')
 	route = strconv.AppendInt(route, int64(d.TotalBlocks), 10)
 	route = append(append(route, ' '), d.Reason...)
-	hdr := []reactor.Header{{Name: HeaderBackend, Value: d.URL}, {Name: HeaderRoute, Value: string(route)}}
+	// X-Saltus-Backend is set by Forward: the backend that answered, which
+	// is not the first candidate after a retry.
+	hdr := []reactor.Header{{Name: HeaderRoute, Value: string(route)}}
 	learn := j.route == routeChat || j.route == routeCompletions
 	h := backend.Hooks{
 		FirstByte: func(b *backend.Backend, status int) {

@@ -61,7 +61,7 @@ func routed(t *testing.T, e *env, loop int, path, body string) (c *forwardCall, 
 		t.Fatalf("not forwarded: %d %s", x.status, x.body)
 	}
 	matched, total, reason = parseRoute(t, c.header(HeaderRoute))
-	if want := e.up.backends[c.candidates[0]].URL; c.header(HeaderBackend) != want {
+	if want := e.up.backends[c.served].URL; c.served >= 0 && c.header(HeaderBackend) != want {
 		t.Fatalf("X-Saltus-Backend %q, want %q", c.header(HeaderBackend), want)
 	}
 	return c, matched, total, reason
