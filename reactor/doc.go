@@ -54,7 +54,11 @@
 // balancing gives N connections to N loops, each loop's first connection
 // registers it, and the probes are closed. [Server.Post] is then Execute
 // bounded by a per-loop counter of queued functions (MailboxSize): a
-// lock-free queue and an eventfd wake-up, no mailbox of our own.
+// lock-free queue and an eventfd wake-up, no mailbox of our own
+// (measured: 511 ns and 3 allocations per Post and run, BenchmarkPost).
+// [Server.Poster] is the same without the MailboxSize bound, for callers
+// that bound their own posts and must not lose one (tokenpool's
+// completions). The timeout sweep is one queued function per loop at most.
 //
 // # Concurrency
 //

@@ -528,3 +528,41 @@ func TestWriteStallClosed(t *testing.T) {
 		t.Fatalf("write_stall timeouts = %s", got)
 	}
 }
+
+func TestPosterIgnoresMailboxBound(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.Loops = 2; c.MailboxSize = 1 })
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{})
+	if !s.Post(1, func() { close(started); <-release }) {
+		t.Fatal("Post refused")
+	}
+	<-started
+	if !s.Post(1, func() {}) {
+		t.Fatal("Post refused")
+	}
+	if s.Post(1, func() {}) {
+		t.Fatal("Post beyond MailboxSize accepted")
+	}
+	post := s.Poster(1)
+	done := make(chan int, 10)
+	for i := range 10 {
+		post(func() { done <- i })
+	}
+	release <- struct{}{}
+	for want := range 10 {
+		if got := <-done; got != want {
+			t.Fatalf("Poster ran %d, want %d (in order)", got, want)
+		}
+	}
+	if got := counter(set, "saltus_reactor_poster_dropped_total"); got != "0" {
+		t.Fatalf("poster dropped = %s", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Poster(2) with 2 loops did not panic")
+		}
+	}()
+	s.Poster(2)
+}
