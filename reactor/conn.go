@@ -26,6 +26,7 @@ type conn struct {
 
 	// owned by the loop
 	prog       progress
+	in         []byte      // an incomplete request's bytes, taken from gnet (see onTraffic)
 	queue      []*Exchange // open exchanges in request order; queue[0] is the head
 	closing    bool        // parse no more; close once the queue is empty and the answer is out
 	closed     bool
@@ -40,35 +41,55 @@ type conn struct {
 }
 
 // onTraffic frames and serves what the client sent. Loop only.
+//
+// A request that arrived whole (the usual case) is parsed in gnet's own
+// read buffer (Peek is a view then) and discarded. The bytes of a request
+// that is not complete are moved into c.in, and later reads are appended
+// there: peeking gnet's buffer again would copy all of it on every read
+// (gnet joins its ring and the new read), O(n²) for a head or chunked body
+// trickling in; this way each byte is copied once.
 func (c *conn) onTraffic(now time.Time) {
 	c.lastActive = now
 	s := c.s
 	for !c.closing && !c.closed {
 		if c.paused {
 			// gnet keeps reading into its inbound buffer; bound it.
-			if c.gc.InboundBuffered() > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
+			if c.gc.InboundBuffered()+len(c.in) > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
 				c.close()
 			}
 			return
 		}
-		n := c.gc.InboundBuffered()
-		if n == 0 {
-			c.headStart = time.Time{}
-			return
+		var buf []byte
+		owned := len(c.in) > 0
+		if owned {
+			c.takeInbound()
+			buf = c.in
+		} else {
+			if c.gc.InboundBuffered() == 0 {
+				c.headStart = time.Time{}
+				return
+			}
+			buf, _ = c.gc.Peek(-1) // the whole buffer; err only when n > buffered
 		}
 		if c.headStart.IsZero() && c.prog.headEnd == 0 {
 			c.headStart = now
 		}
-		if n < c.prog.need {
-			return // Peek would copy a large buffer for nothing
+		var (
+			req  *Request
+			used int
+			err  error
+		)
+		if len(buf) >= c.prog.need {
+			req, used, err = parse(buf, s.lim, &c.prog)
 		}
-		buf, _ := c.gc.Peek(-1) // the whole buffer; err only when n > buffered
-		req, used, err := parse(buf, s.lim, &c.prog)
 		if err != nil {
 			c.frameError(err.(*httpError))
 			return
 		}
 		if req == nil {
+			if !owned {
+				c.takeInbound()
+			}
 			if c.prog.headEnd > 0 {
 				c.headStart = time.Time{}
 				if c.prog.expect100 && !c.sentCont && len(c.queue) == 0 {
@@ -78,7 +99,14 @@ func (c *conn) onTraffic(now time.Time) {
 			}
 			return
 		}
-		_, _ = c.gc.Discard(used) // discards exactly used: Peek saw used bytes
+		if owned {
+			c.in = c.in[used:]
+			if len(c.in) == 0 {
+				c.in = nil // do not pin a large body's buffer on an idle connection
+			}
+		} else {
+			_, _ = c.gc.Discard(used) // discards exactly used: Peek saw used bytes
+		}
 		c.prog, c.sentCont, c.headStart = progress{}, false, time.Time{}
 		req.RemoteAddr = c.remote
 		s.m.requests.Inc()
@@ -95,6 +123,16 @@ func (c *conn) onTraffic(now time.Time) {
 			c.paused = true
 		}
 	}
+}
+
+// takeInbound moves everything gnet has buffered to the end of c.in.
+// Loop only.
+func (c *conn) takeInbound() {
+	if c.gc.InboundBuffered() == 0 {
+		return
+	}
+	b, _ := c.gc.Next(-1) // all of it; err only when n > buffered
+	c.in = append(c.in, b...)
 }
 
 // push opens an exchange for req at the end of the queue. Loop only.

@@ -566,3 +566,34 @@ func TestPosterIgnoresMailboxBound(t *testing.T) {
 	}()
 	s.Poster(2)
 }
+
+func TestTrickledRequests(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	_ = nc.(*net.TCPConn).SetNoDelay(true)
+	// A head one byte per write, then a chunked body of 2000 chunks in 40 writes.
+	head := "POST /echo?t=1 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for i := range len(head) {
+		send(t, nc, head[i:i+1])
+	}
+	var body, want strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&body, "a\r\n%010d\r\n", i)
+		fmt.Fprintf(&want, "%010d", i)
+	}
+	body.WriteString("0\r\n\r\n")
+	b := body.String()
+	step := len(b)/40 + 1
+	for i := 0; i < len(b); i += step {
+		send(t, nc, b[i:min(i+step, len(b))])
+	}
+	if r := read(t, br, "POST"); r.status != 200 || r.body != "POST /echo?t=1|"+want.String() {
+		t.Fatalf("got %d, %d bytes", r.status, len(r.body))
+	}
+	// The connection goes on.
+	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	if r := read(t, br, "GET"); r.body != "GET /echo?|" {
+		t.Fatalf("next request: %+v", r)
+	}
+}
