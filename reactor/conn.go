@@ -3,6 +3,7 @@ package reactor
 import (
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -25,19 +26,21 @@ type conn struct {
 	parked   atomic.Int64  // bytes parked in exchanges behind the head
 
 	// owned by the loop
-	prog       progress
-	in         []byte      // an incomplete request's bytes, taken from gnet (see onTraffic)
-	queue      []*Exchange // open exchanges in request order; queue[0] is the head
-	closing    bool        // parse no more; close once the queue is empty and the answer is out
-	closed     bool
-	closeSent  bool      // gc.Close called; OnClose follows
-	paused     bool      // parsing stopped at maxPipeline
-	sentCont   bool      // 100 Continue sent for the request being read
-	headStart  time.Time // first byte of an incomplete head; zero if none
-	lastActive time.Time // last read or answer end
-	stallSince time.Time // outbound bytes stopped draining; zero if they drain
-	written    int64     // bytes given to gnet's Write
-	lastSent   int64     // written minus gnet's outbound buffer at the last sweep
+	prog        progress
+	in          []byte      // an incomplete request's bytes, taken from gnet (see onTraffic)
+	queue       []*Exchange // open exchanges in request order; queue[0] is the head
+	closing     bool        // parse no more; close once the queue is empty and the answer is out
+	closed      bool
+	closeQueued bool      // gc.Close called; OnClose follows
+	linger      bool      // a framing error: see closeSent
+	lingerUntil time.Time // set when the sending side was shut
+	paused      bool      // parsing stopped at maxPipeline
+	sentCont    bool      // 100 Continue sent for the request being read
+	headStart   time.Time // first byte of an incomplete head; zero if none
+	lastActive  time.Time // last read or answer end
+	stallSince  time.Time // outbound bytes stopped draining; zero if they drain
+	written     int64     // bytes given to gnet's Write
+	lastSent    int64     // written minus gnet's outbound buffer at the last sweep
 }
 
 // onTraffic frames and serves what the client sent. Loop only.
@@ -51,6 +54,13 @@ type conn struct {
 func (c *conn) onTraffic(now time.Time) {
 	c.lastActive = now
 	s := c.s
+	if c.closing {
+		// Nothing after a closing request (or a framing error) is read: drop
+		// it, so it cannot pile up in gnet's buffer.
+		_, _ = c.gc.Discard(-1)
+		c.in = nil
+		return
+	}
 	for !c.closing && !c.closed {
 		if c.paused {
 			// gnet keeps reading into its inbound buffer; bound it.
@@ -152,6 +162,8 @@ func (c *conn) push(req *Request) *Exchange {
 func (c *conn) frameError(e *httpError) {
 	c.s.m.framingError(e.status)
 	c.closing = true
+	c.linger = true
+	c.in = nil
 	c.headStart = time.Time{}
 	x := c.push(&Request{Method: "ERROR"})
 	hdr := []Header{{"Content-Type", "application/json"}}
@@ -268,7 +280,31 @@ func (c *conn) retire(x *Exchange) {
 // drops the rest). Loop only.
 func (c *conn) closeWhenSent() {
 	if c.gc.OutboundBuffered() == 0 {
+		c.closeSent()
+	}
+}
+
+// lingerTime is how long a connection answered with a framing error keeps
+// reading (and dropping) what the client still sends.
+const lingerTime = 2 * time.Second
+
+// closeSent closes a connection whose last answer is out. After a framing
+// error the client may still be sending (a body over the limit): closing
+// with unread bytes makes the kernel send a reset, and the client's
+// kernel may then drop the error answer it already received. So such a
+// connection only shuts its sending side (the client sees the end of the
+// answer) and drops what arrives until the client closes or lingerTime
+// passes. Loop only.
+func (c *conn) closeSent() {
+	if !c.linger {
 		c.close()
+		return
+	}
+	if c.lingerUntil.IsZero() {
+		c.lingerUntil = time.Now().Add(lingerTime)
+		if err := syscall.Shutdown(c.gc.Fd(), syscall.SHUT_WR); err != nil {
+			c.close()
+		}
 	}
 }
 
@@ -284,7 +320,7 @@ func (c *conn) refresh() {
 		x.signal()
 	}
 	if c.closing && len(c.queue) == 0 && out == 0 {
-		c.close()
+		c.closeSent()
 	}
 }
 
@@ -292,7 +328,13 @@ func (c *conn) refresh() {
 // every tick. Loop only.
 func (c *conn) sweep(now time.Time) {
 	c.refresh()
-	if c.closed || c.closeSent {
+	if c.closed || c.closeQueued {
+		return
+	}
+	if !c.lingerUntil.IsZero() {
+		if now.After(c.lingerUntil) {
+			c.close()
+		}
 		return
 	}
 	cfg := &c.s.cfg
@@ -330,8 +372,8 @@ func (c *conn) sweep(now time.Time) {
 
 // close closes the connection; OnClose does the bookkeeping. Loop only.
 func (c *conn) close() {
-	if !c.closed && !c.closeSent {
-		c.closeSent = true
+	if !c.closed && !c.closeQueued {
+		c.closeQueued = true
 		_ = c.gc.Close() // queued on the loop; fails only when already closing
 	}
 }

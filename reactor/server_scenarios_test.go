@@ -597,3 +597,28 @@ func TestTrickledRequests(t *testing.T) {
 		t.Fatalf("next request: %+v", r)
 	}
 }
+
+// TestTooLargeWhileSending: a client still sending a body over the limit
+// gets the 413 intact (no reset that drops it).
+func TestTooLargeWhileSending(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, func(c *Config) { c.MaxBodyBytes = 1000 })
+	nc, br := dial(t, s)
+	send(t, nc, "POST /echo HTTP/1.1\r\nContent-Length: 4000000\r\n\r\n")
+	sent := make(chan struct{})
+	// The client's stand-in body sender; joined through sent.
+	go func() {
+		defer close(sent)
+		chunk := make([]byte, 64<<10)
+		for range 60 {
+			if _, err := nc.Write(chunk); err != nil {
+				return // the server shut or closed the connection
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if r := read(t, br, "POST"); r.status != 413 || !strings.Contains(r.body, `"code":413`) {
+		t.Fatalf("got %+v", r)
+	}
+	<-sent
+}
