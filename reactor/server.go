@@ -113,6 +113,9 @@ func (s *Server) Start() error {
 		gnet.WithLoadBalancing(gnet.RoundRobin),
 		gnet.WithTicker(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		// SO_REUSEADDR, as Go's net.Listen sets it: a restart binds even
+		// while the last run's connections sit in TIME_WAIT.
+		gnet.WithReuseAddr(true),
 		gnet.WithLogger(gnetLogger{s.log}),
 	}
 	h := &engineHandler{s: s}
