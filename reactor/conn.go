@@ -3,6 +3,7 @@ package reactor
 import (
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -25,50 +26,80 @@ type conn struct {
 	parked   atomic.Int64  // bytes parked in exchanges behind the head
 
 	// owned by the loop
-	prog       progress
-	queue      []*Exchange // open exchanges in request order; queue[0] is the head
-	closing    bool        // parse no more; close once the queue is empty and the answer is out
-	closed     bool
-	closeSent  bool      // gc.Close called; OnClose follows
-	paused     bool      // parsing stopped at maxPipeline
-	sentCont   bool      // 100 Continue sent for the request being read
-	headStart  time.Time // first byte of an incomplete head; zero if none
-	lastActive time.Time // last read or answer end
-	stallSince time.Time // outbound bytes stopped draining; zero if they drain
-	written    int64     // bytes given to gnet's Write
-	lastSent   int64     // written minus gnet's outbound buffer at the last sweep
+	prog        progress
+	in          []byte      // an incomplete request's bytes, taken from gnet (see onTraffic)
+	queue       []*Exchange // open exchanges in request order; queue[0] is the head
+	closing     bool        // parse no more; close once the queue is empty and the answer is out
+	closed      bool
+	closeQueued bool      // gc.Close called; OnClose follows
+	linger      bool      // a framing error: see closeSent
+	lingerUntil time.Time // set when the sending side was shut
+	paused      bool      // parsing stopped at maxPipeline
+	sentCont    bool      // 100 Continue sent for the request being read
+	headStart   time.Time // first byte of an incomplete head; zero if none
+	lastActive  time.Time // last read or answer end
+	stallSince  time.Time // outbound bytes stopped draining; zero if they drain
+	written     int64     // bytes given to gnet's Write
+	lastSent    int64     // written minus gnet's outbound buffer at the last sweep
 }
 
 // onTraffic frames and serves what the client sent. Loop only.
+//
+// A request that arrived whole (the usual case) is parsed in gnet's own
+// read buffer (Peek is a view then) and discarded. The bytes of a request
+// that is not complete are moved into c.in, and later reads are appended
+// there: peeking gnet's buffer again would copy all of it on every read
+// (gnet joins its ring and the new read), O(n²) for a head or chunked body
+// trickling in; this way each byte is copied once.
 func (c *conn) onTraffic(now time.Time) {
 	c.lastActive = now
 	s := c.s
+	if c.closing {
+		// Nothing after a closing request (or a framing error) is read: drop
+		// it, so it cannot pile up in gnet's buffer.
+		_, _ = c.gc.Discard(-1)
+		c.in = nil
+		return
+	}
 	for !c.closing && !c.closed {
 		if c.paused {
 			// gnet keeps reading into its inbound buffer; bound it.
-			if c.gc.InboundBuffered() > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
+			if c.gc.InboundBuffered()+len(c.in) > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
 				c.close()
 			}
 			return
 		}
-		n := c.gc.InboundBuffered()
-		if n == 0 {
-			c.headStart = time.Time{}
-			return
+		var buf []byte
+		owned := len(c.in) > 0
+		if owned {
+			c.takeInbound()
+			buf = c.in
+		} else {
+			if c.gc.InboundBuffered() == 0 {
+				c.headStart = time.Time{}
+				return
+			}
+			buf, _ = c.gc.Peek(-1) // the whole buffer; err only when n > buffered
 		}
 		if c.headStart.IsZero() && c.prog.headEnd == 0 {
 			c.headStart = now
 		}
-		if n < c.prog.need {
-			return // Peek would copy a large buffer for nothing
+		var (
+			req  *Request
+			used int
+			err  error
+		)
+		if len(buf) >= c.prog.need {
+			req, used, err = parse(buf, s.lim, &c.prog)
 		}
-		buf, _ := c.gc.Peek(-1) // the whole buffer; err only when n > buffered
-		req, used, err := parse(buf, s.lim, &c.prog)
 		if err != nil {
 			c.frameError(err.(*httpError))
 			return
 		}
 		if req == nil {
+			if !owned {
+				c.takeInbound()
+			}
 			if c.prog.headEnd > 0 {
 				c.headStart = time.Time{}
 				if c.prog.expect100 && !c.sentCont && len(c.queue) == 0 {
@@ -78,7 +109,14 @@ func (c *conn) onTraffic(now time.Time) {
 			}
 			return
 		}
-		_, _ = c.gc.Discard(used) // discards exactly used: Peek saw used bytes
+		if owned {
+			c.in = c.in[used:]
+			if len(c.in) == 0 {
+				c.in = nil // do not pin a large body's buffer on an idle connection
+			}
+		} else {
+			_, _ = c.gc.Discard(used) // discards exactly used: Peek saw used bytes
+		}
 		c.prog, c.sentCont, c.headStart = progress{}, false, time.Time{}
 		req.RemoteAddr = c.remote
 		s.m.requests.Inc()
@@ -95,6 +133,16 @@ func (c *conn) onTraffic(now time.Time) {
 			c.paused = true
 		}
 	}
+}
+
+// takeInbound moves everything gnet has buffered to the end of c.in.
+// Loop only.
+func (c *conn) takeInbound() {
+	if c.gc.InboundBuffered() == 0 {
+		return
+	}
+	b, _ := c.gc.Next(-1) // all of it; err only when n > buffered
+	c.in = append(c.in, b...)
 }
 
 // push opens an exchange for req at the end of the queue. Loop only.
@@ -114,6 +162,8 @@ func (c *conn) push(req *Request) *Exchange {
 func (c *conn) frameError(e *httpError) {
 	c.s.m.framingError(e.status)
 	c.closing = true
+	c.linger = true
+	c.in = nil
 	c.headStart = time.Time{}
 	x := c.push(&Request{Method: "ERROR"})
 	hdr := []Header{{"Content-Type", "application/json"}}
@@ -230,7 +280,31 @@ func (c *conn) retire(x *Exchange) {
 // drops the rest). Loop only.
 func (c *conn) closeWhenSent() {
 	if c.gc.OutboundBuffered() == 0 {
+		c.closeSent()
+	}
+}
+
+// lingerTime is how long a connection answered with a framing error keeps
+// reading (and dropping) what the client still sends.
+const lingerTime = 2 * time.Second
+
+// closeSent closes a connection whose last answer is out. After a framing
+// error the client may still be sending (a body over the limit): closing
+// with unread bytes makes the kernel send a reset, and the client's
+// kernel may then drop the error answer it already received. So such a
+// connection only shuts its sending side (the client sees the end of the
+// answer) and drops what arrives until the client closes or lingerTime
+// passes. Loop only.
+func (c *conn) closeSent() {
+	if !c.linger {
 		c.close()
+		return
+	}
+	if c.lingerUntil.IsZero() {
+		c.lingerUntil = time.Now().Add(lingerTime)
+		if err := syscall.Shutdown(c.gc.Fd(), syscall.SHUT_WR); err != nil {
+			c.close()
+		}
 	}
 }
 
@@ -246,7 +320,7 @@ func (c *conn) refresh() {
 		x.signal()
 	}
 	if c.closing && len(c.queue) == 0 && out == 0 {
-		c.close()
+		c.closeSent()
 	}
 }
 
@@ -254,7 +328,13 @@ func (c *conn) refresh() {
 // every tick. Loop only.
 func (c *conn) sweep(now time.Time) {
 	c.refresh()
-	if c.closed || c.closeSent {
+	if c.closed || c.closeQueued {
+		return
+	}
+	if !c.lingerUntil.IsZero() {
+		if now.After(c.lingerUntil) {
+			c.close()
+		}
 		return
 	}
 	cfg := &c.s.cfg
@@ -292,8 +372,8 @@ func (c *conn) sweep(now time.Time) {
 
 // close closes the connection; OnClose does the bookkeeping. Loop only.
 func (c *conn) close() {
-	if !c.closed && !c.closeSent {
-		c.closeSent = true
+	if !c.closed && !c.closeQueued {
+		c.closeQueued = true
 		_ = c.gc.Close() // queued on the loop; fails only when already closing
 	}
 }

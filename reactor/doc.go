@@ -54,7 +54,22 @@
 // balancing gives N connections to N loops, each loop's first connection
 // registers it, and the probes are closed. [Server.Post] is then Execute
 // bounded by a per-loop counter of queued functions (MailboxSize): a
-// lock-free queue and an eventfd wake-up, no mailbox of our own.
+// lock-free queue and an eventfd wake-up, no mailbox of our own
+// (measured: 511 ns and 3 allocations per Post and run, BenchmarkPost).
+// [Server.Poster] is the same without the MailboxSize bound, for callers
+// that bound their own posts and must not lose one (tokenpool's
+// completions). The timeout sweep is one queued function per loop at most.
+//
+// # Measured (2 shared cores, Go 1.26, see reactor_timing_test.go)
+//
+// parse of a 1.2 KB chat request: ~1.9–2.5 µs, 4 allocations. A tiny
+// keep-alive GET answered at once: ~42–60k req/s with one loop and the
+// client in the same process (net/http: ~27–35k with the same client);
+// with two loops and GOMAXPROCS=2 in the same process it falls to ~11k,
+// because the client goroutines and the loops (blocked in epoll_wait, a
+// raw syscall) fight for two Ps; with the client in another process, one
+// and two loops both serve ~40–45k (16 connections). Bench Loops on the
+// target machine before choosing the default.
 //
 // # Concurrency
 //

@@ -16,7 +16,7 @@ type serverMetrics struct {
 	requests                                       *metrics.Counter
 	framing400, framing413, framing431, framing501 *metrics.Counter
 	timeoutHeader, timeoutIdle, timeoutWrite       *metrics.Counter
-	mailboxFull, outboundWaits                     *metrics.Counter
+	mailboxFull, outboundWaits, posterDropped      *metrics.Counter
 }
 
 func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
@@ -42,6 +42,7 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 		timeoutWrite:     to("write_stall"),
 		mailboxFull:      set.GetOrCreateCounter("saltus_reactor_mailbox_full_total"),
 		outboundWaits:    set.GetOrCreateCounter("saltus_reactor_outbound_waits_total"),
+		posterDropped:    set.GetOrCreateCounter("saltus_reactor_poster_dropped_total"),
 	}
 }
 

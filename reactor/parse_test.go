@@ -85,6 +85,21 @@ func TestParseErrors(t *testing.T) {
 	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400)
 }
 
+func TestHeaderValue(t *testing.T) {
+	t.Parallel()
+	r := &Request{Header: []Header{{"Content-Type", "a"}, {"X-K", "b"}, {"content-type", "c"}}}
+	f := func(name, want string) {
+		t.Helper()
+		if got := r.HeaderValue(name); got != want {
+			t.Fatalf("HeaderValue(%q) = %q, want %q", name, got, want)
+		}
+	}
+	f("content-TYPE", "a")
+	f("x-k", "b")
+	f("X-Missing", "")
+	f("\u212a-K", "") // Kelvin sign: not ASCII-equal to "X-K"
+}
+
 // TestParseCopies: nothing in a request aliases the buffer it came from.
 func TestParseCopies(t *testing.T) {
 	t.Parallel()

@@ -54,6 +54,8 @@ type loopState struct {
 	el   gnet.EventLoop
 	mail atomic.Int64 // Post functions queued, not yet run
 
+	sweepQueued atomic.Bool // a sweep is queued: at most one at a time, even if the loop lags
+
 	conns map[*conn]struct{} // owned by the loop
 	sweep func(context.Context) error
 }
@@ -111,6 +113,9 @@ func (s *Server) Start() error {
 		gnet.WithLoadBalancing(gnet.RoundRobin),
 		gnet.WithTicker(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		// SO_REUSEADDR, as Go's net.Listen sets it: a restart binds even
+		// while the last run's connections sit in TIME_WAIT.
+		gnet.WithReuseAddr(true),
 		gnet.WithLogger(gnetLogger{s.log}),
 	}
 	h := &engineHandler{s: s}
@@ -206,7 +211,7 @@ func (s *Server) loopOf(el gnet.EventLoop) *loopState {
 			if ls == nil {
 				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{})}
 				nls.sweep = func(context.Context) error {
-					nls.mail.Add(-1)
+					nls.sweepQueued.Store(false)
 					s.sweepLoop(nls)
 					return nil
 				}
@@ -257,6 +262,29 @@ func (s *Server) Post(loop int, fn func()) bool {
 		return false
 	}
 	return true
+}
+
+// Poster returns a function that runs its argument on loop loop, for a
+// caller that bounds its own posts: tokenpool.New's posts (the pool posts
+// at most MaxInFlight completions per shard, and must never lose one while
+// the loops run). Unlike Post it is not counted against MailboxSize and
+// never refuses while the server runs; after Shutdown it drops (counted in
+// saltus_reactor_poster_dropped_total): the loop's requests are gone with
+// it. It panics for a loop out of range (a wiring bug). The returned
+// function is any goroutine.
+func (s *Server) Poster(loop int) func(func()) {
+	if loop < 0 || loop >= len(s.loops) {
+		panic(fmt.Sprintf("BUG: reactor.Server.Poster(%d) with %d loops", loop, len(s.loops)))
+	}
+	return func(fn func()) {
+		ls := s.loops[loop].Load()
+		if ls == nil || !s.execute(ls, func(context.Context) error {
+			fn()
+			return nil
+		}) {
+			s.m.posterDropped.Inc()
+		}
+	}
 }
 
 // execute queues fn on loop ls, unless the server has stopped: after the
@@ -405,13 +433,11 @@ func (h *engineHandler) OnTick() (time.Duration, gnet.Action) {
 		if ls == nil || s.stopped.Load() {
 			continue
 		}
-		if ls.mail.Add(1) > int64(s.cfg.MailboxSize) {
-			ls.mail.Add(-1)
-			s.m.mailboxFull.Inc()
-			continue
+		if !ls.sweepQueued.CompareAndSwap(false, true) {
+			continue // the last one has not run yet
 		}
 		if ls.el.Execute(context.Background(), gnet.RunnableFunc(ls.sweep)) != nil {
-			ls.mail.Add(-1)
+			ls.sweepQueued.Store(false)
 		}
 	}
 	return s.tick(), gnet.None

@@ -50,7 +50,7 @@ func TestStreamChunked(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "GET /stream?n=3&ms=100 HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /stream?n=3&ms=300 HTTP/1.1\r\n\r\n")
 	// Each event is one chunk that arrives before the next is written.
 	line, err := br.ReadString('\n')
 	if err != nil || line != "HTTP/1.1 200 OK\r\n" {
@@ -72,7 +72,7 @@ func TestStreamChunked(t *testing.T) {
 		if _, err := io.ReadFull(br, data); err != nil || size != "9\r\n" || string(data) != fmt.Sprintf("data: %d\n\n\r\n", i) {
 			t.Fatalf("chunk %d: size %q data %q err %v", i, size, data, err)
 		}
-		if i == 0 && time.Since(start) > 80*time.Millisecond {
+		if i == 0 && time.Since(start) > 250*time.Millisecond {
 			t.Fatalf("first event took %v: buffered, not streamed", time.Since(start))
 		}
 	}
@@ -527,4 +527,98 @@ func TestWriteStallClosed(t *testing.T) {
 	if got := counter(set, `saltus_reactor_timeouts_total{kind="write_stall"}`); got != "1" {
 		t.Fatalf("write_stall timeouts = %s", got)
 	}
+}
+
+func TestPosterIgnoresMailboxBound(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, func(c *Config) { c.Loops = 2; c.MailboxSize = 1 })
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{})
+	if !s.Post(1, func() { close(started); <-release }) {
+		t.Fatal("Post refused")
+	}
+	<-started
+	if !s.Post(1, func() {}) {
+		t.Fatal("Post refused")
+	}
+	if s.Post(1, func() {}) {
+		t.Fatal("Post beyond MailboxSize accepted")
+	}
+	post := s.Poster(1)
+	done := make(chan int, 10)
+	for i := range 10 {
+		post(func() { done <- i })
+	}
+	release <- struct{}{}
+	for want := range 10 {
+		if got := <-done; got != want {
+			t.Fatalf("Poster ran %d, want %d (in order)", got, want)
+		}
+	}
+	if got := counter(set, "saltus_reactor_poster_dropped_total"); got != "0" {
+		t.Fatalf("poster dropped = %s", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Poster(2) with 2 loops did not panic")
+		}
+	}()
+	s.Poster(2)
+}
+
+func TestTrickledRequests(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, nil)
+	nc, br := dial(t, s)
+	_ = nc.(*net.TCPConn).SetNoDelay(true)
+	// A head one byte per write, then a chunked body of 2000 chunks in 40 writes.
+	head := "POST /echo?t=1 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for i := range len(head) {
+		send(t, nc, head[i:i+1])
+	}
+	var body, want strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&body, "a\r\n%010d\r\n", i)
+		fmt.Fprintf(&want, "%010d", i)
+	}
+	body.WriteString("0\r\n\r\n")
+	b := body.String()
+	step := len(b)/40 + 1
+	for i := 0; i < len(b); i += step {
+		send(t, nc, b[i:min(i+step, len(b))])
+	}
+	if r := read(t, br, "POST"); r.status != 200 || r.body != "POST /echo?t=1|"+want.String() {
+		t.Fatalf("got %d, %d bytes", r.status, len(r.body))
+	}
+	// The connection goes on.
+	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	if r := read(t, br, "GET"); r.body != "GET /echo?|" {
+		t.Fatalf("next request: %+v", r)
+	}
+}
+
+// TestTooLargeWhileSending: a client still sending a body over the limit
+// gets the 413 intact (no reset that drops it).
+func TestTooLargeWhileSending(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startServer(t, func(c *Config) { c.MaxBodyBytes = 1000 })
+	nc, br := dial(t, s)
+	send(t, nc, "POST /echo HTTP/1.1\r\nContent-Length: 4000000\r\n\r\n")
+	sent := make(chan struct{})
+	// The client's stand-in body sender; joined through sent.
+	go func() {
+		defer close(sent)
+		chunk := make([]byte, 64<<10)
+		for range 60 {
+			if _, err := nc.Write(chunk); err != nil {
+				return // the server shut or closed the connection
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if r := read(t, br, "POST"); r.status != 413 || !strings.Contains(r.body, `"code":413`) {
+		t.Fatalf("got %+v", r)
+	}
+	<-sent
 }
