@@ -21,7 +21,14 @@ import (
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// gnet's package-level goroutine pool (ants), started by its init
+		// in every process that imports gnet: not ours to join.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
 
 // fakeLoops stands in for the reactor's event loops: one goroutine per
 // loop runs the functions posted to it, in order; post never blocks and

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// upstream is a test engine: it answers chat completions with its own name,
+// streams SSE when asked, and can die mid-stream or answer slowly.
+type upstream struct {
+	name  string
+	srv   *httptest.Server
+	calls atomic.Int64
+}
+
+func newUpstream(t *testing.T, name string) *upstream {
+	t.Helper()
+	u := &upstream{name: name}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/health":
+			io.WriteString(w, "ok")
+		case r.URL.Path == "/v1/models":
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":"model-%s","object":"model"}]}`, name)
+		case r.Method == "POST":
+			u.calls.Add(1)
+			body, _ := io.ReadAll(r.Body)
+			var req struct {
+				Stream bool `json:"stream"`
+			}
+			_ = json.Unmarshal(body, &req) // the router already checked it
+			if !req.Stream {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Upstream", name)
+				fmt.Fprintf(w, `{"served_by":%q,"auth":%q,"request_id":%q}`, name, r.Header.Get("Authorization"), r.Header.Get("X-Request-ID"))
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			fl := w.(http.Flusher)
+			for i := range 3 {
+				fmt.Fprintf(w, "data: {\"tok\":%d,\"by\":%q}\n\n", i, name)
+				fl.Flush()
+				if i == 1 && r.Header.Get("X-Test") == "die" {
+					// Die mid-stream: drop the connection without a [DONE].
+					conn, _, err := w.(http.Hijacker).Hijack()
+					if err == nil {
+						conn.Close()
+					}
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			io.WriteString(w, "data: [DONE]\n\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// startServe builds the real serving path over ups and serves until the
+// test ends (SIGTERM through the signals channel, exit code checked).
+func startServe(t *testing.T, ups []*upstream, extra ...string) string {
+	t.Helper()
+	cfg := defaultServeConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Tokenizer = "../../tokenpool/testdata/models/llama3/tokenizer.json.gz"
+	cfg.Shards = 2
+	cfg.DrainTimeout = duration(5 * time.Second)
+	cfg.HealthInterval = duration(time.Hour) // probes would race the assertions
+	for _, u := range ups {
+		cfg.Backends = append(cfg.Backends, u.srv.URL)
+	}
+	cfg.Backends = append(cfg.Backends, extra...)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
+	sp, err := buildDataPlane(cfg, logger, metrics.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signals := make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	go func() { code <- serveWith(cfg, sp, metrics.NewSet(), logger, signals) }()
+	t.Cleanup(func() {
+		signals <- syscall.SIGTERM
+		if c := <-code; c != 0 {
+			t.Errorf("serve exit code %d", c)
+		}
+	})
+	// The lifecycle logs the address once the data plane listens.
+	var addr string
+	waitFor(t, func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		m := regexp.MustCompile(`msg=serving component=serve listen=(\S+) `).FindStringSubmatch(logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	return addr
+}
+
+type answer struct {
+	status  int
+	header  http.Header
+	body    string
+	backend string
+	route   string
+}
+
+func post(t *testing.T, addr, path, body string, hdr ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Header.Get("X-Saltus-Backend"), resp.Header.Get("X-Saltus-Route")}
+}
+
+func chatJSON(stream bool, msgs ...string) string {
+	type m struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var ms []m
+	for i := 0; i+1 < len(msgs); i += 2 {
+		ms = append(ms, m{msgs[i], msgs[i+1]})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "llama3", "stream": stream, "messages": ms})
+	return string(b)
+}
+
+var (
+	sysA = "You are a meticulous assistant for a shipping company. " + strings.Repeat("Answer with tide tables, port codes and vessel names where relevant. ", 12)
+	sysB = "You are a terse poet who only writes haiku about the sea. " + strings.Repeat("Count syllables carefully, five seven five, and never rhyme. ", 12)
+)
+
+// TestServeEndToEnd runs the real binary's serving path (reactor, router,
+// tokenizer, backend set, admin) against three test engines.
+func TestServeEndToEnd(t *testing.T) {
+	ups := []*upstream{newUpstream(t, "a"), newUpstream(t, "b"), newUpstream(t, "c")}
+	addr := startServe(t, ups)
+
+	// Affinity: the same system prompt goes to one backend, with the route
+	// learned after the first request.
+	first := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Port of Rotterdam?"), "Authorization", "Bearer sk-1")
+	if first.status != 200 || first.backend == "" || !strings.HasSuffix(first.route, " hash") {
+		t.Fatalf("first: %d backend %q route %q body %s", first.status, first.backend, first.route, first.body)
+	}
+	if !strings.Contains(first.body, `"auth":"Bearer sk-1"`) || strings.Contains(first.body, `"request_id":""`) {
+		t.Errorf("Authorization not forwarded or X-Request-ID not generated: %s", first.body)
+	}
+	for i := range 5 {
+		a := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", fmt.Sprintf("Question %d?", i)))
+		if a.backend != first.backend || !strings.HasSuffix(a.route, " tree") {
+			t.Fatalf("request %d: backend %q route %q, want %q by tree", i, a.backend, a.route, first.backend)
+		}
+	}
+	// A multi-turn conversation stays on its backend, matching deeper.
+	turn := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Port of Rotterdam?",
+		"assistant", "NLRTM. "+strings.Repeat("It is the largest port in Europe. ", 8), "user", "And Hamburg?"))
+	if turn.backend != first.backend {
+		t.Errorf("second turn on %q, want %q", turn.backend, first.backend)
+	}
+	var m1, t1 int
+	fmt.Sscanf(turn.route, "%d/%d", &m1, &t1)
+	if m1 == 0 || t1 <= m1-1 {
+		t.Errorf("second turn route %q", turn.route)
+	}
+
+	// Streaming: SSE events relayed as they come, ending in [DONE].
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(chatJSON(true, "system", sysB, "user", "Write one.")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+			events = append(events, l)
+		}
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(events) != 4 || events[3] != "data: [DONE]" || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("stream: %d %q %v", resp.StatusCode, resp.Header.Get("Content-Type"), events)
+	}
+
+	// Upstream dies mid-stream: an SSE error event, never a [DONE].
+	resp, err = http.DefaultClient.Do(mustReq(t, "http://"+addr+"/v1/chat/completions",
+		chatJSON(true, "system", sysB, "user", "Die."), "X-Test", "die"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "[DONE]") || !strings.Contains(string(b), "event: error") {
+		t.Errorf("mid-stream death relayed as %q", b)
+	}
+
+	// Bad input: OpenAI-style errors.
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"POST", "/v1/chat/completions", "{bad", 400},
+		{"POST", "/v1/chat/completions", `{"model":"m"}`, 400},
+		{"POST", "/v1/nothing/here/at/all", `{}`, 200},
+		{"GET", "/v1/chat/completions", "", 405},
+		{"GET", "/nope", "", 404},
+	} {
+		req, _ := http.NewRequest(c.method, "http://"+addr+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if c.path == "/v1/nothing/here/at/all" {
+			// Proxied without learning: the test engine answers any POST.
+			if resp.StatusCode != 200 || resp.Header.Get("X-Saltus-Backend") == "" || !strings.Contains(string(b), "served_by") {
+				t.Errorf("%s %s: %d %q", c.method, c.path, resp.StatusCode, resp.Header.Get("X-Saltus-Backend"))
+			}
+			continue
+		}
+		if resp.StatusCode != c.status || !strings.Contains(string(b), `"error":{`) {
+			t.Errorf("%s %s: %d %s, want %d with an error body", c.method, c.path, resp.StatusCode, b, c.status)
+		}
+	}
+
+	// GET /v1/models: the union over backends.
+	resp, err = http.Get("http://" + addr + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, u := range ups {
+		if !strings.Contains(string(b), "model-"+u.name) {
+			t.Errorf("/v1/models lacks %s: %s", u.name, b)
+		}
+	}
+}
+
+// TestServeRetries: a backend that refuses connections is skipped before
+// the first byte; every request is answered by a live one.
+func TestServeRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	ups := []*upstream{newUpstream(t, "a")}
+	addr := startServe(t, ups, dead)
+	for i := range 12 {
+		a := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", fmt.Sprintf("Prompt family %d. %s", i, sysB), "user", "Go."))
+		if a.status != 200 || a.backend != ups[0].srv.URL {
+			t.Fatalf("request %d: %d from %q: %s", i, a.status, a.backend, a.body)
+		}
+	}
+}
+
+func mustReq(t *testing.T, url, body string, hdr ...string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), "POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return req
+}
