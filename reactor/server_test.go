@@ -17,17 +17,11 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"go.uber.org/goleak"
+
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// gnet's package-level goroutine pool (ants), started by its init
-		// for every process that imports gnet: not ours to join.
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // testHandler answers by path:
 //

@@ -11,24 +11,17 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"go.uber.org/goleak"
 
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// gnet's package-level goroutine pool (ants), started by its init
-		// in every process that imports gnet: not ours to join.
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // fakeLoops stands in for the reactor's event loops: one goroutine per
 // loop runs the functions posted to it, in order; post never blocks and

@@ -14,12 +14,12 @@ import (
 	"unsafe"
 
 	"github.com/VictoriaMetrics/metrics"
-	"go.uber.org/goleak"
 
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 var (
 	llamaOnce sync.Once

@@ -21,22 +21,12 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"go.uber.org/goleak"
 
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 	"github.com/saltus-lb/saltus/shard/admin"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// gnet's package-level goroutine pool (ants), started by its init
-		// in every process that imports gnet: not ours to join.
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-		// fasthttp's idle-connection cleaner (shard/backend/doc.go) sleeps
-		// IdleConnTimeout before it sees no connections left.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-	)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // recorder keeps the order of the lifecycle's calls.
 type recorder struct {

@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"go.uber.org/goleak"
+
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // fakeBackends is an in-memory Backends.
 type fakeBackends struct {

@@ -11,13 +11,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// fasthttp's idle-connection cleaner sleeps IdleConnTimeout before
-		// it sees no connections left (see doc.go).
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	leakcheck.Main(m,
 		// The benchmarks' fasthttp upstream: its worker pool's cleaner
 		// sleeps 10 s before it sees Stop, and its Date updater runs for
 		// the life of the process.
