@@ -106,7 +106,7 @@ func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, 
 		refuse = ErrOverloaded
 	default:
 		p := &proxy{s: s, req: req, body: body, cands: candidates, sink: sink, extra: extraHdr, hooks: h}
-		if s.spawn("backend-proxy", p.run) {
+		if s.spawn(s.proxyWorkers, p.run) {
 			return true
 		}
 		s.inFlight.Add(-1)
@@ -362,7 +362,7 @@ func (p *proxy) relay(ctx context.Context, b *Backend, resp *fasthttp.Response) 
 	closer, _ := bs.(fasthttp.ReadCloserWithError)
 	done := make(chan struct{})
 	defer close(done)
-	watching := closer != nil && s.spawn("backend-watch", func(gctx context.Context) {
+	watching := closer != nil && s.spawn(s.watchWorkers, func(gctx context.Context) {
 		select {
 		case <-p.sink.Gone():
 			_ = closer.CloseWithError(errClientGone) // interrupts the proxy's Read: closes the connection

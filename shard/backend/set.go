@@ -128,6 +128,9 @@ type Set struct {
 	// exclusively to set closed.
 	gate     sync.RWMutex
 	proxies  *rules.Group // proxy and watcher goroutines, joined by Close
+	// proxyWorkers and watchWorkers run proxies and stream watchers on
+	// reused goroutines of proxies (rules.Workers says why).
+	proxyWorkers, watchWorkers *rules.Workers
 	inFlight atomic.Int64 // proxy goroutines running (bounded by cfg.MaxInFlight)
 	closed   atomic.Bool
 	idPrefix string // random per Set: generated X-Request-IDs are prefix-seq
@@ -160,6 +163,8 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
 	}
+	s.proxyWorkers = rules.NewWorkers(s.proxies, "backend-proxy", workerIdle)
+	s.watchWorkers = rules.NewWorkers(s.proxies, "backend-watch", workerIdle)
 	s.snap.Store(&snapshot{})
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never returns an error (Go ≥ 1.24)
@@ -421,9 +426,13 @@ func (s *Set) Close() {
 	_ = s.proxies.Wait(context.Background()) // Background never ends: Wait returns nil
 }
 
-// spawn starts fn in the proxies group unless the Set is closing; false
+// workerIdle is how long a proxy or watcher goroutine waits for its next
+// task before it returns.
+const workerIdle = 10 * time.Second
+
+// spawn runs fn on one of w's goroutines unless the Set is closing; false
 // then. It never blocks. Any goroutine.
-func (s *Set) spawn(name string, fn func(ctx context.Context)) bool {
+func (s *Set) spawn(w *rules.Workers, fn func(ctx context.Context)) bool {
 	if !s.gate.TryRLock() {
 		return false // Close holds or waits for the gate
 	}
@@ -431,6 +440,6 @@ func (s *Set) spawn(name string, fn func(ctx context.Context)) bool {
 	if s.closed.Load() {
 		return false
 	}
-	s.proxies.Go(name, fn)
+	w.Go(fn)
 	return true
 }
