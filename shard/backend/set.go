@@ -126,15 +126,15 @@ type Set struct {
 	// Stop (Go after Stop panics): spawn holds it shared with TryRLock
 	// (never waits, so an event loop may call it), Close takes it
 	// exclusively to set closed.
-	gate     sync.RWMutex
-	proxies  *rules.Group // proxy and watcher goroutines, joined by Close
+	gate    sync.RWMutex
+	proxies *rules.Group // proxy and watcher goroutines, joined by Close
 	// proxyWorkers and watchWorkers run proxies and stream watchers on
 	// reused goroutines of proxies (rules.Workers says why).
 	proxyWorkers, watchWorkers *rules.Workers
-	inFlight atomic.Int64 // proxy goroutines running (bounded by cfg.MaxInFlight)
-	closed   atomic.Bool
-	idPrefix string // random per Set: generated X-Request-IDs are prefix-seq
-	idSeq    atomic.Uint64
+	inFlight                   atomic.Int64 // proxy goroutines running (bounded by cfg.MaxInFlight)
+	closed                     atomic.Bool
+	idPrefix                   string // random per Set: generated X-Request-IDs are prefix-seq
+	idSeq                      atomic.Uint64
 
 	connMu sync.Mutex                // guards conns
 	conns  map[*trackedConn]struct{} // every open upstream connection
