@@ -6,25 +6,65 @@ import (
 	"strconv"
 )
 
-// errorBody is the OpenAI-style error JSON the reactor answers framing
-// errors with. Rare path: encoding/json is fine here.
-func errorBody(status int, msg string) []byte {
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
+// ErrorBody is the one OpenAI-style error body the data plane answers
+// with: {"error":{"message","type","param","code"}} as OpenAI's API
+// documents it: param and code are strings, or null when "". typ ""
+// picks invalid_request_error below 500 and server_error from 500. Rare
+// paths: encoding/json is fine here. Any goroutine.
+func ErrorBody(status int, typ, code, msg, param string) []byte {
+	if typ == "" {
+		typ = "invalid_request_error"
+		if status >= 500 {
+			typ = "server_error"
+		}
 	}
 	type detail struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-		Code    int    `json:"code"`
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	d := detail{Message: msg, Type: typ}
+	if param != "" {
+		d.Param = &param
+	}
+	if code != "" {
+		d.Code = &code
 	}
 	b, err := json.Marshal(struct {
 		Error detail `json:"error"`
-	}{detail{msg, typ, status}})
+	}{d})
 	if err != nil {
 		panic("BUG: cannot encode an error body: " + err.Error())
 	}
 	return b
+}
+
+// errorBody is ErrorBody for the reactor's own answers, with a code
+// naming the status.
+func errorBody(status int, msg string) []byte {
+	code := "bad_request"
+	switch status {
+	case http.StatusNotFound:
+		code = "not_found"
+	case http.StatusMethodNotAllowed:
+		code = "method_not_allowed"
+	case http.StatusLengthRequired:
+		code = "length_required"
+	case http.StatusRequestEntityTooLarge:
+		code = "request_too_large"
+	case http.StatusRequestHeaderFieldsTooLarge:
+		code = "header_too_large"
+	case http.StatusNotImplemented:
+		code = "not_implemented"
+	case http.StatusServiceUnavailable:
+		code = "too_many_connections"
+	case http.StatusHTTPVersionNotSupported:
+		code = "http_version_not_supported"
+	case http.StatusExpectationFailed:
+		code = "expectation_failed"
+	}
+	return ErrorBody(status, "", code, msg, "")
 }
 
 // appendStatusLine appends "HTTP/1.1 <status> <reason>\r\n".

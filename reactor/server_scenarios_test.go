@@ -173,9 +173,10 @@ func TestFramingErrors(t *testing.T) {
 		nc, br := dial(t, s)
 		send(t, nc, tc.req)
 		r := read(t, br, "GET")
-		wantBody := fmt.Sprintf(`"type":"invalid_request_error","code":%d}}`, tc.status)
+		code := map[int]string{400: "bad_request", 413: "request_too_large", 431: "header_too_large", 501: "not_implemented"}[tc.status]
+		wantBody := fmt.Sprintf(`"type":"invalid_request_error","param":null,"code":%q}}`, code)
 		if tc.status >= 500 {
-			wantBody = fmt.Sprintf(`"type":"server_error","code":%d}}`, tc.status)
+			wantBody = fmt.Sprintf(`"type":"server_error","param":null,"code":%q}}`, code)
 		}
 		if r.status != tc.status || !r.close || !strings.HasPrefix(r.body, `{"error":{"message":`) || !strings.HasSuffix(r.body, wantBody) {
 			t.Fatalf("%s: got %+v", tc.name, r)
@@ -210,7 +211,7 @@ func TestMaxConns(t *testing.T) {
 	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
 	read(t, br, "GET")
 	_, br2 := dial(t, s)
-	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":503`) {
+	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":"too_many_connections"`) {
 		t.Fatalf("got %+v", r)
 	}
 	expectClosed(t, br2)
@@ -617,7 +618,7 @@ func TestTooLargeWhileSending(t *testing.T) {
 		}
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if r := read(t, br, "POST"); r.status != 413 || !strings.Contains(r.body, `"code":413`) {
+	if r := read(t, br, "POST"); r.status != 413 || !strings.Contains(r.body, `"code":"request_too_large"`) {
 		t.Fatalf("got %+v", r)
 	}
 	<-sent

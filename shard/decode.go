@@ -1,12 +1,12 @@
 package shard
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -52,29 +52,8 @@ func badRequest(param, format string, args ...any) *apiError {
 	return &apiError{status: 400, msg: fmt.Sprintf(format, args...), typ: "invalid_request_error", param: param}
 }
 
-// body renders the error as {"error":{"message","type","param","code"}}.
-func (e *apiError) body() []byte {
-	type inner struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	}
-	in := inner{Message: e.msg, Type: e.typ}
-	if e.param != "" {
-		in.Param = &e.param
-	}
-	if e.code != "" {
-		in.Code = &e.code
-	}
-	b, err := json.Marshal(struct {
-		Error inner `json:"error"`
-	}{in})
-	if err != nil {
-		panic("BUG: cannot marshal an error body: " + err.Error())
-	}
-	return b
-}
+// body renders the error as reactor.ErrorBody does.
+func (e *apiError) body() []byte { return reactor.ErrorBody(e.status, e.typ, e.code, e.msg, e.param) }
 
 // parsers reuse fastjson's value cache across requests; a Parser is taken
 // and returned within one decode call, on whatever goroutine decodes.

@@ -3,7 +3,6 @@ package backend
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,7 +111,7 @@ func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, 
 		s.inFlight.Add(-1)
 		refuse = ErrClosed
 	}
-	sink.Respond(fasthttp.StatusServiceUnavailable, jsonHdr, errorBody(refuse.Error(), "server_error", "service_unavailable"))
+	sink.Respond(fasthttp.StatusServiceUnavailable, jsonHdr, errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
 	if h.Done != nil {
 		h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse})
 	}
@@ -121,20 +120,9 @@ func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, 
 
 var jsonHdr = []reactor.Header{{Name: "Content-Type", Value: "application/json"}}
 
-// errorBody is an OpenAI-style error.
-func errorBody(msg, typ, code string) []byte {
-	type e struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-		Code    string `json:"code"`
-	}
-	b, err := json.Marshal(struct {
-		Error e `json:"error"`
-	}{e{msg, typ, code}})
-	if err != nil {
-		panic("BUG: cannot marshal an error body: " + err.Error())
-	}
-	return b
+// errorBody is an OpenAI-style error (reactor.ErrorBody).
+func errorBody(status int, msg, typ, code string) []byte {
+	return reactor.ErrorBody(status, typ, code, msg, "")
 }
 
 // proxy is one Forward's state, owned by its proxy goroutine.
@@ -236,7 +224,7 @@ func (p *proxy) shutdown() {
 }
 
 func (p *proxy) respondError(status int, msg, typ, code string) {
-	p.sink.Respond(status, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: p.reqID}}, errorBody(msg, typ, code))
+	p.sink.Respond(status, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: p.reqID}}, errorBody(status, msg, typ, code))
 }
 
 func gone(sink Sink) bool {
@@ -516,7 +504,7 @@ var parsers fastjson.ParserPool
 
 // sseErrorEvent ends an SSE answer whose upstream died.
 var sseErrorEvent = []byte("event: error\ndata: " +
-	string(errorBody("upstream connection lost mid-stream", "server_error", "upstream_disconnected")) + "\n\n")
+	string(errorBody(fasthttp.StatusBadGateway, "upstream connection lost mid-stream", "server_error", "upstream_disconnected")) + "\n\n")
 
 func (p *proxy) write(ev []byte) error {
 	if err := p.sink.Write(ev); err != nil {
