@@ -33,14 +33,8 @@ fmt:
 bench: ## every benchmark, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s)
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg > /tmp/saltus-fuzz.log 2>&1 \
-	      || { tail -40 /tmp/saltus-fuzz.log; exit 1; }; \
-	  done; \
-	done
+fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
+	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
 check: vet lint race fuzz-smoke build ## what CI runs
 
