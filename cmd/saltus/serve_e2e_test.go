@@ -77,9 +77,28 @@ func newUpstream(t *testing.T, name string) *upstream {
 	return u
 }
 
-// startServe builds the real serving path over ups and serves until the
-// test ends (SIGTERM through the signals channel, exit code checked).
+// startServe builds the real serving path over ups (and extra backend
+// URLs) and serves until the test ends; it returns the data address.
 func startServe(t *testing.T, ups []*upstream, extra ...string) string {
+	t.Helper()
+	return startServeWith(t, ups, nil, extra...).addr
+}
+
+// served is a running `saltus serve` of a test.
+type served struct {
+	addr, admin string
+	signals     chan<- os.Signal
+	code        <-chan int // the exit code, once it stopped
+	gone        atomic.Bool
+}
+
+// exited records that the test read the exit code (want) itself.
+func (s *served) exited(int) { s.gone.Store(true) }
+
+// startServeWith is startServe with a config edit (mutate may be nil).
+// It stops the server (SIGTERM) when the test ends unless the test sent
+// a signal itself, and checks the exit code is 0.
+func startServeWith(t *testing.T, ups []*upstream, mutate func(*serveConfig), extra ...string) *served {
 	t.Helper()
 	cfg := defaultServeConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -91,37 +110,44 @@ func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 		cfg.Backends = append(cfg.Backends, u.srv.URL)
 	}
 	cfg.Backends = append(cfg.Backends, extra...)
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
-	sp, err := buildDataPlane(cfg, logger, metrics.NewSet())
+	set := metrics.NewSet()
+	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		t.Fatal(err)
 	}
 	signals := make(chan os.Signal, 2)
 	code := make(chan int, 1)
-	go func() { code <- serveWith(cfg, sp, metrics.NewSet(), logger, signals) }()
+	go func() { code <- serveWith(cfg, sp, set, logger, signals) }()
+	sv := &served{signals: signals, code: code}
 	t.Cleanup(func() {
+		if sv.gone.Load() {
+			return
+		}
 		signals <- syscall.SIGTERM
 		if c := <-code; c != 0 {
 			t.Errorf("serve exit code %d", c)
 		}
 	})
-	// The lifecycle logs the address once the data plane listens.
-	var addr string
+	// The lifecycle logs the addresses once the data plane listens.
 	waitFor(t, func() bool {
 		logMu.Lock()
 		defer logMu.Unlock()
-		m := regexp.MustCompile(`msg=serving component=serve listen=(\S+) `).FindStringSubmatch(logs.String())
+		m := regexp.MustCompile(`msg=serving component=serve listen=(\S+) admin=(\S+)`).FindStringSubmatch(logs.String())
 		if m != nil {
-			addr = m[1]
+			sv.addr, sv.admin = m[1], m[2]
 		}
 		return m != nil
 	})
-	return addr
+	return sv
 }
 
 type answer struct {
