@@ -179,6 +179,9 @@ func spread(m map[string]int) float64 {
 		total += n
 		top = max(top, n)
 	}
+	if total == 0 {
+		return 0
+	}
 	return float64(top) / (float64(total) / float64(len(m)))
 }
 
