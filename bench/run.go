@@ -68,6 +68,9 @@ type RunConfig struct {
 	Policies  []string      // in order; each run starts cold
 	Workloads []Workload
 	Model     string
+	// OverheadPairs > 0 measures the router's added latency after each
+	// run with that many request pairs (MeasureOverhead).
+	OverheadPairs int
 	// Progress, when set, gets one progress bar per run.
 	Progress io.Writer
 	// Log, when set, gets a line per finished run.
@@ -140,7 +143,15 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 		URL: routerURL, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
 		Progress: cfg.Progress, Label: wl.Name() + " " + policy,
 	}, wl)
-	return Summarize(wl.Name(), policy, urls, samples), samples, nil
+	sum := Summarize(wl.Name(), policy, urls, samples)
+	if cfg.OverheadPairs > 0 {
+		oh, err := MeasureOverhead(ctx, routerURL, cfg.OverheadPairs, cfg.Model)
+		if err != nil && cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "%s %s: router overhead not measured: %v\n", wl.Name(), policy, err)
+		}
+		sum.RouterOverhead = oh
+	}
+	return sum, samples, nil
 }
 
 func closeQuietly(c Closer) {

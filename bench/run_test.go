@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +47,7 @@ func newFakeEngine(t *testing.T) *fakeEngine {
 		e.seen[key] = true
 		e.mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("X-Saltus-Backend", "http://"+r.Host)
+		w.Header().Set("X-Saltus-Backend", e.srv.URL)
 		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"ok %d\"}}]}\n\n", len(req.Messages))
 		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\n", cached)
 		io.WriteString(w, "data: [DONE]\n\n")
@@ -75,9 +77,16 @@ func (f *fakeFleet) StartEngines(n int) ([]string, Closer, error) {
 	return urls, closerFunc(func(context.Context) error { return nil }), nil
 }
 
-// StartRouter "routes" everything to the first engine.
+// StartRouter "routes" everything to the first engine, 20 ms late.
 func (f *fakeFleet) StartRouter(policy string, backends []string) (string, Closer, error) {
-	return backends[0], closerFunc(func(context.Context) error { return nil }), nil
+	target, _ := url.Parse(backends[0])
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		rp.ServeHTTP(w, r)
+	}))
+	return srv.URL, closerFunc(func(context.Context) error { srv.Close(); return nil }), nil
 }
 
 // chatWorkload: every user repeats one system prompt and appends replies.
@@ -109,7 +118,7 @@ func TestRunAgainstFakeFleet(t *testing.T) {
 	f := &fakeFleet{t: t}
 	wl := &chatWorkload{}
 	cfg := RunConfig{Backends: 2, Users: 3, Duration: 400 * time.Millisecond, Policies: []string{"a", "b"},
-		Workloads: []Workload{wl}, Model: "m"}
+		Workloads: []Workload{wl}, Model: "m", OverheadPairs: 5, Log: io.Discard}
 	rep, err := Run(context.Background(), cfg, f)
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +138,10 @@ func TestRunAgainstFakeFleet(t *testing.T) {
 		if len(s.PerBackend) != 2 || s.LoadSpread != 2 {
 			t.Fatalf("run %d per backend %v spread %v", i, s.PerBackend, s.LoadSpread)
 		}
+	}
+	// The fake router adds 20 ms before proxying.
+	if oh := rep.Runs[0].RouterOverhead; oh.P50 < 15 || oh.P50 > 200 {
+		t.Fatalf("router overhead %+v, want p50 about 20 ms", oh)
 	}
 	if got := wl.replies.Load(); got < int64(rep.Runs[0].Requests) {
 		t.Fatalf("replies %d < requests %d", got, rep.Runs[0].Requests)
