@@ -1,0 +1,9 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/saltus-lb/saltus/rules/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }

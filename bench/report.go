@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Report is everything one `saltus bench` invocation measured.
+type Report struct {
+	// Command is the command line that produced it.
+	Command string `json:"command"`
+	// Started is when the benchmark began (UTC).
+	Started time.Time `json:"started"`
+	// Setup describes the fleet: backends, profile, speedup, users...
+	Setup map[string]string `json:"setup"`
+	// Runs are the summaries in run order (workload-major).
+	Runs []Summary `json:"runs"`
+	// Samples are every request, by run index; not written to
+	// results.json unless asked (they are large).
+	Samples [][]Sample `json:"-"`
+}
+
+// WriteFiles writes report.md, results.json and the PNG plots into dir
+// (created if missing) and returns the paths written.
+func (r *Report) WriteFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	md := filepath.Join(dir, "report.md")
+	if err := writeFile(md, func(w io.Writer) error { return r.WriteMarkdown(w) }); err != nil {
+		return nil, err
+	}
+	paths = append(paths, md)
+	js := filepath.Join(dir, "results.json")
+	if err := writeFile(js, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}); err != nil {
+		return nil, err
+	}
+	paths = append(paths, js)
+	pngs, err := r.writePlots(dir)
+	if err != nil {
+		return paths, fmt.Errorf("plots: %w", err)
+	}
+	return append(paths, pngs...), nil
+}
+
+func writeFile(path string, fill func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fill(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// workloads returns the workloads in run order, each once.
+func (r *Report) workloads() []string {
+	var out []string
+	for _, s := range r.Runs {
+		if len(out) == 0 || out[len(out)-1] != s.Workload {
+			out = append(out, s.Workload)
+		}
+	}
+	return out
+}
+
+// WriteMarkdown writes the report: the setup, then a table per workload.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("# saltus bench\n\n")
+	if r.Command != "" {
+		fmt.Fprintf(&b, "Command: `%s`  \nStarted: %s\n\n", r.Command, r.Started.UTC().Format(time.RFC3339))
+	}
+	if len(r.Setup) > 0 {
+		b.WriteString("| setting | value |\n|---|---|\n")
+		for _, k := range sortedKeys(r.Setup) {
+			fmt.Fprintf(&b, "| %s | %s |\n", k, r.Setup[k])
+		}
+		b.WriteString("\n")
+	}
+	for _, wl := range r.workloads() {
+		fmt.Fprintf(&b, "## %s\n\n", wl)
+		b.WriteString(Table(r.runsOf(wl)))
+		b.WriteString("\n")
+	}
+	b.WriteString("Token hit ratio: Σ cached_tokens / Σ prompt_tokens as the engines reported them. " +
+		"Request hit rate: requests with any cached token. TTFT: first SSE event with content. " +
+		"Spread: most requests on one backend / mean per backend (1.00 = even). " +
+		"Errors include incomplete streams.\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Report) runsOf(workload string) []Summary {
+	var out []Summary
+	for _, s := range r.Runs {
+		if s.Workload == workload {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Table renders runs as one Markdown table, a row per policy.
+func Table(runs []Summary) string {
+	var b strings.Builder
+	b.WriteString("| policy | requests | errors | token hit ratio | request hit rate | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | latency p50 ms | req/s | output tok/s | spread |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, s := range runs {
+		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.2f |\n",
+			s.Policy, s.Requests, s.Errors, s.TokenHitRatio, s.RequestHitRate,
+			s.TTFT.P50, s.TTFT.P95, s.TTFT.P99, s.Latency.P50, s.RPS, s.OutputTPS, s.LoadSpread)
+	}
+	return b.String()
+}

@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/saltus-lb/saltus/rules"
+)
+
+// Message is one chat message of a request.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request is what a simulated user sends next.
+type Request struct {
+	// Messages (chat completions) or Prompt (completions).
+	Messages  []Message
+	Prompt    string
+	MaxTokens int
+	// Think is how long the user waits before sending it.
+	Think time.Duration
+	// Tag is the request's class in per-class statistics.
+	Tag string
+}
+
+// User is one closed-loop simulated user of a workload.
+type User interface {
+	// Next returns the next request, false when the user is done.
+	Next() (Request, bool)
+	// Reply tells the user the assistant's answer to the last request.
+	Reply(text string)
+}
+
+// Workload makes users.
+type Workload interface {
+	Name() string
+	NewUser(id int) User
+}
+
+// Closer stops something the benchmark started.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// Fleet starts what one run needs, cold: the engines and a router in
+// front of them with a policy.
+type Fleet interface {
+	// StartEngines starts n engines and returns their base URLs.
+	StartEngines(n int) ([]string, Closer, error)
+	// StartRouter starts a router with policy over backends and returns
+	// its base URL.
+	StartRouter(policy string, backends []string) (string, Closer, error)
+}
+
+// RunConfig is one benchmark invocation.
+type RunConfig struct {
+	Backends  int           // engines per run
+	Users     int           // closed-loop users
+	Duration  time.Duration // measured time per run
+	Policies  []string      // in order; each run starts cold
+	Workloads []Workload
+	Model     string
+	// OverheadPairs > 0 measures the router's added latency after each
+	// run with that many request pairs (MeasureOverhead).
+	OverheadPairs int
+	// Progress, when set, gets one progress bar per run.
+	Progress io.Writer
+	// Log, when set, gets a line per finished run.
+	Log io.Writer
+}
+
+// Validate reports every invalid field.
+func (c RunConfig) Validate() error {
+	var errs []error
+	if c.Backends <= 0 {
+		errs = append(errs, fmt.Errorf("backends must be positive, got %d", c.Backends))
+	}
+	if c.Users <= 0 {
+		errs = append(errs, fmt.Errorf("users must be positive, got %d", c.Users))
+	}
+	if c.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration must be positive, got %v", c.Duration))
+	}
+	if len(c.Policies) == 0 {
+		errs = append(errs, errors.New("policies: name at least one"))
+	}
+	if len(c.Workloads) == 0 {
+		errs = append(errs, errors.New("workloads: name at least one"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs every workload under every policy on fresh engines and returns
+// the report (its Command and Setup are the caller's to fill).
+func Run(ctx context.Context, cfg RunConfig, fleet Fleet) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Started: time.Now().UTC(), Setup: map[string]string{}}
+	for _, wl := range cfg.Workloads {
+		for _, pol := range cfg.Policies {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			sum, samples, err := runOne(ctx, cfg, fleet, wl, pol)
+			if err != nil {
+				return rep, fmt.Errorf("%s with %s: %w", wl.Name(), pol, err)
+			}
+			rep.Runs = append(rep.Runs, sum)
+			rep.Samples = append(rep.Samples, samples)
+			if cfg.Log != nil {
+				fmt.Fprintf(cfg.Log, "%-10s %-16s %5d requests %3d errors  hit ratio %.3f  TTFT p50 %6.0f ms  p99 %6.0f ms  %.2f req/s\n",
+					sum.Workload, sum.Policy, sum.Requests, sum.Errors, sum.TokenHitRatio, sum.TTFT.P50, sum.TTFT.P99, sum.RPS)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// runOne starts engines and a router, drives the workload's users for
+// cfg.Duration, and stops everything.
+func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy string) (Summary, []Sample, error) {
+	urls, engines, err := fleet.StartEngines(cfg.Backends)
+	if err != nil {
+		return Summary{}, nil, fmt.Errorf("engines: %w", err)
+	}
+	defer closeQuietly(engines)
+	routerURL, router, err := fleet.StartRouter(policy, urls)
+	if err != nil {
+		return Summary{}, nil, fmt.Errorf("router: %w", err)
+	}
+	defer closeQuietly(router)
+
+	samples := Drive(ctx, DriveConfig{
+		URL: routerURL, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
+		Progress: cfg.Progress, Label: wl.Name() + " " + policy,
+	}, wl)
+	sum := Summarize(wl.Name(), policy, urls, samples)
+	if cfg.OverheadPairs > 0 {
+		oh, err := MeasureOverhead(ctx, routerURL, cfg.OverheadPairs, cfg.Model)
+		if err != nil && cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "%s %s: router overhead not measured: %v\n", wl.Name(), policy, err)
+		}
+		sum.RouterOverhead = oh
+	}
+	return sum, samples, nil
+}
+
+func closeQuietly(c Closer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.Close(ctx) // the run's numbers are taken; a slow stop only delays the next run
+}
+
+// DriveConfig is one load run against a router (or an engine).
+type DriveConfig struct {
+	URL      string // base URL, e.g. http://127.0.0.1:8080
+	Users    int
+	Duration time.Duration
+	Model    string
+	Progress io.Writer // optional progress bar
+	Label    string
+}
+
+// Drive runs cfg.Users closed-loop users of wl against cfg.URL for
+// cfg.Duration and returns every request's sample. Requests in flight when
+// the time is up are cut and not counted.
+func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	client := NewClient(cfg.Users)
+	defer client.Close()
+	start := time.Now()
+	bar := newProgress(cfg.Progress, cfg.Label, cfg.Duration)
+	defer bar.finish()
+
+	var mu sync.Mutex
+	var samples []Sample
+	g := rules.NewGroup(ctx)
+	for i := range cfg.Users {
+		u := wl.NewUser(i)
+		g.Go("bench.user", func(ctx context.Context) {
+			for {
+				req, ok := u.Next()
+				if !ok {
+					return
+				}
+				if req.Think > 0 {
+					t := time.NewTimer(req.Think)
+					select {
+					case <-ctx.Done():
+						t.Stop()
+						return
+					case <-t.C:
+					}
+				}
+				path, body := requestBody(req, cfg.Model)
+				at := time.Since(start)
+				o := client.Do(ctx, cfg.URL+path, body)
+				if ctx.Err() != nil {
+					return // cut by the end of the run: not a sample
+				}
+				s := SampleOf(req.Tag, at, o)
+				mu.Lock()
+				samples = append(samples, s)
+				n := len(samples)
+				mu.Unlock()
+				bar.update(time.Since(start), n)
+				u.Reply(o.Text)
+			}
+		})
+	}
+	<-ctx.Done()
+	g.Stop()
+	_ = g.Wait(context.Background()) // users return once their request is cut
+	return samples
+}
+
+// requestBody is the streamed OpenAI request for req.
+func requestBody(req Request, model string) (path string, body []byte) {
+	type streamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	type chat struct {
+		Model         string        `json:"model"`
+		Messages      []Message     `json:"messages,omitempty"`
+		Prompt        string        `json:"prompt,omitempty"`
+		MaxTokens     int           `json:"max_tokens,omitempty"`
+		Stream        bool          `json:"stream"`
+		StreamOptions streamOptions `json:"stream_options"`
+	}
+	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, Stream: true, StreamOptions: streamOptions{true}}
+	path = "/v1/chat/completions"
+	if len(req.Messages) == 0 {
+		c.Prompt, path = req.Prompt, "/v1/completions"
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic("BUG: cannot marshal a request: " + err.Error())
+	}
+	return path, b
+}
+
+// labelWidth pads progress labels so that bars line up.
+func labelWidth(s string) string {
+	if len(s) >= 28 {
+		return s[:28]
+	}
+	return s + strings.Repeat(" ", 28-len(s))
+}

@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Sample is one request of a benchmark run.
+type Sample struct {
+	Tag     string        `json:"tag,omitempty"` // the workload's class, e.g. "xlarge"
+	At      time.Duration `json:"at_ns"`         // sent, since the run started
+	TTFT    time.Duration `json:"ttft_ns"`
+	Latency time.Duration `json:"latency_ns"`
+	Prompt  int           `json:"prompt_tokens"`
+	Cached  int           `json:"cached_tokens"`
+	Output  int           `json:"completion_tokens"`
+	Backend string        `json:"backend,omitempty"`
+	Err     string        `json:"err,omitempty"`
+	// Incomplete: the stream ended without [DONE].
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// SampleOf turns a client Outcome sent at `at` into a Sample.
+func SampleOf(tag string, at time.Duration, o Outcome) Sample {
+	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Incomplete: o.Incomplete,
+		Prompt: max(o.PromptTokens, 0), Cached: max(o.CachedTokens, 0), Output: max(o.CompletionTokens, 0)}
+	if o.Err != nil {
+		s.Err = o.Err.Error()
+	}
+	return s
+}
+
+// Percentiles of a duration distribution, in milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50_ms"`
+	P95 float64 `json:"p95_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+// Summary is one (workload, policy) run.
+type Summary struct {
+	Workload string `json:"workload"`
+	Policy   string `json:"policy"`
+	// Duration is the measured span (first send to last answer).
+	Duration time.Duration `json:"duration_ns"`
+	Requests int           `json:"requests"`
+	// Errors counts failed requests (any non-2xx, transport error, bad
+	// stream); Incomplete those among them whose stream ended early.
+	Errors     int `json:"errors"`
+	Incomplete int `json:"incomplete"`
+	// Token totals of the successful requests.
+	PromptTokens int64 `json:"prompt_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	// TokenHitRatio is Σcached / Σprompt; RequestHitRate the fraction of
+	// successful requests with any cached token.
+	TokenHitRatio  float64     `json:"token_hit_ratio"`
+	RequestHitRate float64     `json:"request_hit_rate"`
+	TTFT           Percentiles `json:"ttft"`
+	Latency        Percentiles `json:"latency"`
+	RPS            float64     `json:"requests_per_s"`
+	OutputTPS      float64     `json:"output_tokens_per_s"`
+	// PerBackend counts successful requests by backend; LoadSpread is
+	// max/mean of those counts (1 = perfectly even).
+	PerBackend map[string]int `json:"per_backend"`
+	LoadSpread float64        `json:"load_spread"`
+	// RouterOverhead is the router's added latency (p50 and p99 of
+	// through-saltus minus direct), measured separately; zero if not
+	// measured.
+	RouterOverhead Percentiles `json:"router_overhead"`
+	// Classes breaks the hit ratio and TTFT down by Sample.Tag.
+	Classes map[string]ClassSummary `json:"classes,omitempty"`
+}
+
+// ClassSummary is one request class of a run.
+type ClassSummary struct {
+	Requests      int         `json:"requests"`
+	TokenHitRatio float64     `json:"token_hit_ratio"`
+	TTFT          Percentiles `json:"ttft"`
+}
+
+// Summarize computes a run's summary from its samples; backends are the
+// run's backend URLs (so that one that got nothing counts in the spread).
+func Summarize(workload, policy string, backends []string, samples []Sample) Summary {
+	s := Summary{Workload: workload, Policy: policy, Requests: len(samples), PerBackend: map[string]int{}}
+	for _, b := range backends {
+		s.PerBackend[b] = 0
+	}
+	var ttft, lat []time.Duration
+	var hits int
+	var first, last time.Duration = math.MaxInt64, 0
+	classes := map[string][]Sample{}
+	for _, x := range samples {
+		first = min(first, x.At)
+		last = max(last, x.At+x.Latency)
+		if x.Err != "" {
+			s.Errors++
+			if x.Incomplete {
+				s.Incomplete++
+			}
+			continue
+		}
+		s.PromptTokens += int64(x.Prompt)
+		s.CachedTokens += int64(x.Cached)
+		s.OutputTokens += int64(x.Output)
+		if x.Cached > 0 {
+			hits++
+		}
+		ttft = append(ttft, x.TTFT)
+		lat = append(lat, x.Latency)
+		if x.Backend != "" {
+			s.PerBackend[x.Backend]++
+		}
+		if x.Tag != "" {
+			classes[x.Tag] = append(classes[x.Tag], x)
+		}
+	}
+	ok := s.Requests - s.Errors
+	if s.PromptTokens > 0 {
+		s.TokenHitRatio = float64(s.CachedTokens) / float64(s.PromptTokens)
+	}
+	if ok > 0 {
+		s.RequestHitRate = float64(hits) / float64(ok)
+	}
+	s.TTFT, s.Latency = percentiles(ttft), percentiles(lat)
+	if last > first {
+		s.Duration = last - first
+		s.RPS = float64(ok) / s.Duration.Seconds()
+		s.OutputTPS = float64(s.OutputTokens) / s.Duration.Seconds()
+	}
+	s.LoadSpread = spread(s.PerBackend)
+	if len(classes) > 0 {
+		s.Classes = map[string]ClassSummary{}
+		for tag, xs := range classes {
+			var p, c int64
+			var t []time.Duration
+			for _, x := range xs {
+				p += int64(x.Prompt)
+				c += int64(x.Cached)
+				t = append(t, x.TTFT)
+			}
+			cs := ClassSummary{Requests: len(xs), TTFT: percentiles(t)}
+			if p > 0 {
+				cs.TokenHitRatio = float64(c) / float64(p)
+			}
+			s.Classes[tag] = cs
+		}
+	}
+	return s
+}
+
+// percentiles returns the nearest-rank p50, p95 and p99 of ds in ms (ds
+// is sorted in place).
+func percentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(ds)
+	return Percentiles{P50: ms(rank(ds, 0.50)), P95: ms(rank(ds, 0.95)), P99: ms(rank(ds, 0.99))}
+}
+
+// rank is the nearest-rank percentile q of sorted ds.
+func rank(ds []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// spread is max/mean of the counts; 0 when there are none.
+func spread(m map[string]int) float64 {
+	if len(m) == 0 {
+		return 0
+	}
+	total, top := 0, 0
+	for _, n := range m {
+		total += n
+		top = max(top, n)
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(top) / (float64(total) / float64(len(m)))
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	ms := time.Millisecond
+	samples := []Sample{
+		{Tag: "small", At: 0, TTFT: 10 * ms, Latency: 100 * ms, Prompt: 1000, Cached: 900, Output: 10, Backend: "a"},
+		{Tag: "small", At: 100 * ms, TTFT: 20 * ms, Latency: 100 * ms, Prompt: 1000, Cached: 0, Output: 10, Backend: "a"},
+		{Tag: "large", At: 200 * ms, TTFT: 30 * ms, Latency: 300 * ms, Prompt: 2000, Cached: 1600, Output: 20, Backend: "b"},
+		{Tag: "large", At: 300 * ms, Err: "stream ended without [DONE]", Incomplete: true, Latency: 50 * ms, Backend: "b"},
+		{Tag: "large", At: 400 * ms, Err: "status 503", Latency: 600 * ms},
+	}
+	s := Summarize("stress", "prefix", []string{"a", "b", "c"}, samples)
+	if s.Requests != 5 || s.Errors != 2 || s.Incomplete != 1 {
+		t.Fatalf("counts %d %d %d", s.Requests, s.Errors, s.Incomplete)
+	}
+	if s.PromptTokens != 4000 || s.CachedTokens != 2500 || s.OutputTokens != 40 {
+		t.Fatalf("tokens %d %d %d", s.PromptTokens, s.CachedTokens, s.OutputTokens)
+	}
+	if s.TokenHitRatio != 0.625 || s.RequestHitRate != 2.0/3 {
+		t.Fatalf("hit ratio %v rate %v", s.TokenHitRatio, s.RequestHitRate)
+	}
+	if s.TTFT.P50 != 20 || s.TTFT.P99 != 30 {
+		t.Fatalf("ttft %+v", s.TTFT)
+	}
+	if s.Duration != time.Second || s.RPS != 3 || s.OutputTPS != 40 {
+		t.Fatalf("duration %v rps %v tps %v", s.Duration, s.RPS, s.OutputTPS)
+	}
+	// a: 2, b: 1, c: 0 → max 2 / mean 1.
+	if s.PerBackend["c"] != 0 || s.LoadSpread != 2 {
+		t.Fatalf("per backend %v spread %v", s.PerBackend, s.LoadSpread)
+	}
+	if c := s.Classes["small"]; c.Requests != 2 || c.TokenHitRatio != 0.45 {
+		t.Fatalf("small class %+v", c)
+	}
+}
+
+func TestPercentilesNearestRank(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(101-i)*time.Millisecond)
+	}
+	if p := percentiles(ds); p.P50 != 50 || p.P95 != 95 || p.P99 != 99 {
+		t.Fatalf("%+v", p)
+	}
+	if p := percentiles(nil); p != (Percentiles{}) {
+		t.Fatalf("%+v", p)
+	}
+}
+
+func TestReportFiles(t *testing.T) {
+	ms := time.Millisecond
+	var rep Report
+	rep.Command = "saltus bench --quick"
+	rep.Setup = map[string]string{"backends": "2"}
+	for k, pol := range []string{"round_robin", "prefix"} {
+		var ss []Sample
+		for i := range 50 {
+			b := "http://127.0.0.1:800" + string(rune('1'+i%2))
+			ss = append(ss, Sample{At: time.Duration(i) * 10 * ms, TTFT: time.Duration(10+i*(2-k)) * ms,
+				Latency: 200 * ms, Prompt: 1000, Cached: 500 * k, Output: 10, Backend: b})
+		}
+		rep.Samples = append(rep.Samples, ss)
+		rep.Runs = append(rep.Runs, Summarize("stress", pol, []string{"http://127.0.0.1:8001", "http://127.0.0.1:8002"}, ss))
+	}
+	dir := t.TempDir()
+	paths, err := rep.WriteFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"report.md", "results.json", "stress_ttft_cdf.png", "stress_hit_ratio.png", "stress_ttft_p99.png", "stress_load.png"}
+	if len(paths) != len(want) {
+		t.Fatalf("paths %v", paths)
+	}
+	for i, w := range want {
+		if filepath.Base(paths[i]) != w {
+			t.Fatalf("path %d = %s, want %s", i, paths[i], w)
+		}
+		b, err := os.ReadFile(paths[i])
+		if err != nil || len(b) == 0 {
+			t.Fatalf("%s: %v (%d bytes)", w, err, len(b))
+		}
+		if strings.HasSuffix(w, ".png") {
+			if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+				t.Fatalf("%s: %v", w, err)
+			}
+		}
+	}
+	md, _ := os.ReadFile(paths[0])
+	for _, s := range []string{"## stress", "| round_robin | 50 | 0 | 0.000 |", "| prefix | 50 | 0 | 0.500 |", "saltus bench --quick"} {
+		if !strings.Contains(string(md), s) {
+			t.Fatalf("report.md lacks %q:\n%s", s, md)
+		}
+	}
+}
