@@ -18,11 +18,8 @@ import (
 
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
-	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/admin"
-	"github.com/saltus-lb/saltus/shard/backend"
-	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
-	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+	"github.com/saltus-lb/saltus/shard/serving"
 )
 
 // dataPlane is the serving path as the lifecycle drives it;
@@ -65,153 +62,15 @@ type servingPath struct {
 	close func(ctx context.Context) error
 }
 
-// buildDataPlane builds the serving path from cfg: the tokenizer and chat
-// template, the backend set, the reactor and the router, wired together,
-// and the adapters the admin listener uses. Nothing listens when it
-// returns: the lifecycle starts the admin listener, then data.Start().
+// buildDataPlane builds the serving path from cfg (shard/serving) and the
+// adapters the lifecycle and the admin listener use. Nothing listens when
+// it returns: the lifecycle starts the admin listener, then data.Start().
 func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*servingPath, error) {
-	var (
-		tok  *tokenizer.Tokenizer
-		tmpl *chatpkg.Renderer
-	)
-	if cfg.Tokenizer != "" {
-		var err error
-		if tok, err = tokenizer.Load(cfg.Tokenizer); err != nil {
-			return nil, fmt.Errorf("tokenizer: %w", err)
-		}
-		r, name, warn, err := loadRenderer(tok, cfg.Tokenizer, cfg.ChatTemplate)
-		if err != nil {
-			return nil, fmt.Errorf("chat-template: %w", err)
-		}
-		if warn != nil {
-			logger.Warn("chat template not recognized; rendering prompts with template none (choose one with chat-template)", "err", warn)
-		}
-		tmpl = r
-		logger.Info("tokenizer loaded", "path", cfg.Tokenizer, "chat_template", name)
-	} else {
-		// Without a tokenizer there are no special tokens to render: the
-		// router keys the `none` rendering in byte-block mode.
-		if cfg.ChatTemplate != "" && cfg.ChatTemplate != chatpkg.None {
-			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", cfg.ChatTemplate)
-		}
-		logger.Info("no tokenizer: byte-block mode (64-byte blocks of the rendered prompt)")
-	}
-
-	bcfg := backend.DefaultConfig()
-	bcfg.ConnectTimeout = cfg.ConnectTimeout.D()
-	bcfg.ResponseHeaderTimeout = cfg.ResponseTimeout.D()
-	bcfg.MaxRetries = cfg.MaxRetries
-	bcfg.HealthInterval = cfg.HealthInterval.D()
-	// reactor, backend and shard add their own component attribute.
-	bset, err := backend.NewSet(bcfg, logger, set)
+	p, err := serving.Build(cfg.servingConfig(), logger, set)
 	if err != nil {
 		return nil, err
 	}
-	for _, u := range cfg.Backends {
-		if _, err := bset.Add(u); err != nil {
-			bset.Close()
-			return nil, fmt.Errorf("backends: %w", err)
-		}
-	}
-
-	rcfg := reactor.DefaultConfig()
-	rcfg.Listen = cfg.Listen
-	rcfg.Loops = cfg.Shards
-	rcfg.LockOSThread = cfg.PinShards
-	rcfg.MaxHeaderBytes = int(cfg.MaxHeader)
-	rcfg.MaxBodyBytes = int(cfg.MaxBody)
-	rcfg.HeaderTimeout = cfg.HeaderTimeout.D()
-	rcfg.IdleTimeout = cfg.IdleTimeout.D()
-	rcfg.MaxConns = cfg.MaxConns
-	// The server needs its handler and the router needs the server's
-	// loops: the handler is set before Start, which publishes it.
-	h := &lateHandler{}
-	srv, err := reactor.NewServer(rcfg, h, logger, set)
-	if err != nil {
-		bset.Close()
-		return nil, err
-	}
-
-	scfg := shard.DefaultConfig()
-	scfg.BlockSize = cfg.BlockSize
-	scfg.ChatTemplate = cfg.ChatTemplate
-	scfg.Policy = cfg.Policy
-	scfg.LoadFactor = cfg.LoadFactor
-	scfg.Tree.MaxBlocks = cfg.MaxBlocks
-	scfg.Tree.TTL = cfg.RouteTTL.D()
-	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
-	if err != nil {
-		bset.Close()
-		return nil, err
-	}
-	h.h = router
-
-	probes := rules.NewGroup(context.Background())
-	bset.Start(probes)
-	return &servingPath{
-		data:     srv,
-		backends: backendsAPI{bset},
-		routes:   routesAPI{router},
-		close: func(ctx context.Context) error {
-			err := router.Close(ctx)
-			probes.Stop()
-			bset.Close()
-			return errors.Join(err, probes.Wait(ctx))
-		},
-	}, nil
-}
-
-// lateHandler lets the reactor be built before the router that handles
-// its requests (the router needs the reactor's loops to post to).
-type lateHandler struct{ h reactor.Handler } // set before Server.Start
-
-func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
-
-// backendsAPI is the admin API's view of the backend set.
-type backendsAPI struct{ s *backend.Set }
-
-func backendInfo(b *backend.Backend) admin.BackendInfo {
-	return admin.BackendInfo{ID: b.ID, URL: b.URL, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
-}
-
-func (a backendsAPI) List() []admin.BackendInfo {
-	snap := a.s.Snapshot()
-	out := make([]admin.BackendInfo, 0, len(snap))
-	for _, b := range snap {
-		out = append(out, backendInfo(b))
-	}
-	return out
-}
-
-func (a backendsAPI) Add(url string) (admin.BackendInfo, error) {
-	b, err := a.s.Add(url)
-	if err != nil {
-		return admin.BackendInfo{}, err
-	}
-	return backendInfo(b), nil
-}
-
-func (a backendsAPI) Remove(id int) error { return notFound(a.s.Remove(id)) }
-func (a backendsAPI) Drain(id int) error  { return notFound(a.s.Drain(id)) }
-
-func notFound(err error) error {
-	if errors.Is(err, backend.ErrNotFound) {
-		return fmt.Errorf("%w: %v", admin.ErrNotFound, err)
-	}
-	return err
-}
-
-// routesAPI is the admin API's view of the router.
-type routesAPI struct{ r *shard.Router }
-
-func (a routesAPI) RouteStats() any { return a.r.RouteStats() }
-
-func (a routesAPI) Explain(body []byte, path string) (any, error) {
-	d, err := a.r.Explain(body, path)
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
+	return &servingPath{data: p.Data, backends: p.Backends, routes: p.Routes, close: p.Close}, nil
 }
 
 // closeTimeout bounds the steps after the drain: the admin listener's

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/shard/serving"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -215,6 +216,19 @@ func (c serveConfig) Validate() error {
 		bad("log-level", "%v", err)
 	}
 	return errors.Join(errs...)
+}
+
+// servingConfig maps the serving keys onto serving.Config.
+func (c serveConfig) servingConfig() serving.Config {
+	return serving.Config{
+		Listen: c.Listen, Backends: c.Backends, Tokenizer: c.Tokenizer, ChatTemplate: c.ChatTemplate,
+		BlockSize: c.BlockSize, Shards: c.Shards, PinShards: c.PinShards, Policy: c.Policy,
+		MaxBody: int(c.MaxBody), MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
+		HeaderTimeout: c.HeaderTimeout.D(), IdleTimeout: c.IdleTimeout.D(),
+		ConnectTimeout: c.ConnectTimeout.D(), ResponseTimeout: c.ResponseTimeout.D(),
+		MaxRetries: c.MaxRetries, HealthInterval: c.HealthInterval.D(),
+		MaxBlocks: c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
+	}
 }
 
 // adminConfig maps the admin keys onto admin.Config; ready is the data

@@ -2,10 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/valyala/fastjson"
 
@@ -66,7 +64,7 @@ func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt bool
 		fmt.Fprintf(stderr, "saltus tokenize: %v\n", err)
 		return 1
 	}
-	r, name, warn, err := loadRenderer(tok, path, name)
+	r, name, warn, err := chatpkg.Load(tok, path, name)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus tokenize: %v\n", err)
 		return 1
@@ -100,33 +98,4 @@ func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt bool
 		return 1
 	}
 	return 0
-}
-
-// loadRenderer builds the chat renderer for the tokenizer at path: the
-// template named, or else the one recognized from the tokenizer_config.json
-// beside it. When none is recognized it renders with `none` and returns
-// why as warn (DESIGN.md stage 3: unknown template → none + a warning).
-// The config still supplies bos/eos to a named template.
-func loadRenderer(tok *tokenizer.Tokenizer, path, name string) (r *chatpkg.Renderer, used string, warn, err error) {
-	cfg, cfgErr := chatpkg.LoadConfig(chatpkg.ConfigPath(path))
-	if name == "" {
-		switch {
-		case cfgErr != nil && errors.Is(cfgErr, os.ErrNotExist):
-			warn = fmt.Errorf("%w: %v", chatpkg.ErrNotRecognized, cfgErr)
-		case cfgErr != nil:
-			warn = cfgErr
-		default:
-			name, warn = chatpkg.Detect(cfg.Template)
-		}
-		if warn != nil {
-			name = chatpkg.None
-		}
-	} else if cfgErr != nil && !errors.Is(cfgErr, os.ErrNotExist) {
-		return nil, "", nil, cfgErr
-	}
-	r, err = chatpkg.New(name, tok, cfg)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	return r, name, warn, nil
 }

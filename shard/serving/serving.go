@@ -1,0 +1,205 @@
+// Package serving builds saltus's serving path from one Config: the
+// tokenizer and chat template, the backend set, the reactor and the
+// router, wired together, plus the views the admin listener needs. Both
+// `saltus serve` and the benchmark (which runs saltus in-process, a
+// router per policy) build it here.
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+)
+
+// Config is what the serving path needs; `saltus serve` fills it from its
+// flags and YAML (cmd/saltus documents each key), the benchmark from its
+// own. Zero values are not defaults: start from the serve defaults.
+type Config struct {
+	Listen          string
+	Backends        []string
+	Tokenizer       string // "" = byte-block mode
+	ChatTemplate    string // "" = detect from tokenizer_config.json
+	BlockSize       int
+	Shards          int // 0 = GOMAXPROCS
+	PinShards       bool
+	Policy          string
+	MaxBody         int
+	MaxHeader       int
+	MaxConns        int
+	HeaderTimeout   time.Duration
+	IdleTimeout     time.Duration
+	ConnectTimeout  time.Duration
+	ResponseTimeout time.Duration
+	MaxRetries      int
+	HealthInterval  time.Duration
+	MaxBlocks       int
+	RouteTTL        time.Duration
+	LoadFactor      float64
+}
+
+// Path is a built serving path. Nothing listens until Data.Start.
+type Path struct {
+	Data     *reactor.Server
+	Router   *shard.Router
+	Set      *backend.Set
+	Backends admin.Backends // the admin API's view of Set
+	Routes   admin.Routes   // the admin API's view of Router
+	probes   *rules.Group
+}
+
+// Close releases what outlives the data plane's drain (router, backend set
+// and its health probes, tokenizer pool). Call it after Data.Shutdown.
+func (p *Path) Close(ctx context.Context) error {
+	err := p.Router.Close(ctx)
+	p.probes.Stop()
+	p.Set.Close()
+	return errors.Join(err, p.probes.Wait(ctx))
+}
+
+// Build builds the serving path from cfg. logger and set must not be nil.
+func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
+	var (
+		tok  *tokenizer.Tokenizer
+		tmpl *chat.Renderer
+	)
+	if cfg.Tokenizer != "" {
+		var err error
+		if tok, err = tokenizer.Load(cfg.Tokenizer); err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		r, name, warn, err := chat.Load(tok, cfg.Tokenizer, cfg.ChatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("chat-template: %w", err)
+		}
+		if warn != nil {
+			logger.Warn("chat template not recognized; rendering prompts with template none (choose one with chat-template)", "err", warn)
+		}
+		tmpl = r
+		logger.Info("tokenizer loaded", "path", cfg.Tokenizer, "chat_template", name)
+	} else {
+		// Without a tokenizer there are no special tokens to render: the
+		// router keys the `none` rendering in byte-block mode.
+		if cfg.ChatTemplate != "" && cfg.ChatTemplate != chat.None {
+			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", cfg.ChatTemplate)
+		}
+		logger.Info("no tokenizer: byte-block mode (64-byte blocks of the rendered prompt)")
+	}
+
+	bcfg := backend.DefaultConfig()
+	bcfg.ConnectTimeout = cfg.ConnectTimeout
+	bcfg.ResponseHeaderTimeout = cfg.ResponseTimeout
+	bcfg.MaxRetries = cfg.MaxRetries
+	bcfg.HealthInterval = cfg.HealthInterval
+	// reactor, backend and shard add their own component attribute.
+	bset, err := backend.NewSet(bcfg, logger, set)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range cfg.Backends {
+		if _, err := bset.Add(u); err != nil {
+			bset.Close()
+			return nil, fmt.Errorf("backends: %w", err)
+		}
+	}
+
+	rcfg := reactor.DefaultConfig()
+	rcfg.Listen = cfg.Listen
+	rcfg.Loops = cfg.Shards
+	rcfg.LockOSThread = cfg.PinShards
+	rcfg.MaxHeaderBytes = cfg.MaxHeader
+	rcfg.MaxBodyBytes = cfg.MaxBody
+	rcfg.HeaderTimeout = cfg.HeaderTimeout
+	rcfg.IdleTimeout = cfg.IdleTimeout
+	rcfg.MaxConns = cfg.MaxConns
+	// The server needs its handler and the router needs the server's
+	// loops: the handler is set before Start, which publishes it.
+	h := &lateHandler{}
+	srv, err := reactor.NewServer(rcfg, h, logger, set)
+	if err != nil {
+		bset.Close()
+		return nil, err
+	}
+
+	scfg := shard.DefaultConfig()
+	scfg.BlockSize = cfg.BlockSize
+	scfg.ChatTemplate = cfg.ChatTemplate
+	scfg.Policy = cfg.Policy
+	scfg.LoadFactor = cfg.LoadFactor
+	scfg.Tree.MaxBlocks = cfg.MaxBlocks
+	scfg.Tree.TTL = cfg.RouteTTL
+	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
+	if err != nil {
+		bset.Close()
+		return nil, err
+	}
+	h.h = router
+
+	probes := rules.NewGroup(context.Background())
+	bset.Start(probes)
+	return &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router}, probes: probes}, nil
+}
+
+// lateHandler lets the reactor be built before the router that handles
+// its requests (the router needs the reactor's loops to post to).
+type lateHandler struct{ h reactor.Handler } // set before Server.Start
+
+func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
+
+// backendsAPI is the admin API's view of the backend set.
+type backendsAPI struct{ s *backend.Set }
+
+func backendInfo(b *backend.Backend) admin.BackendInfo {
+	return admin.BackendInfo{ID: b.ID, URL: b.URL, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+}
+
+func (a backendsAPI) List() []admin.BackendInfo {
+	snap := a.s.Snapshot()
+	out := make([]admin.BackendInfo, 0, len(snap))
+	for _, b := range snap {
+		out = append(out, backendInfo(b))
+	}
+	return out
+}
+
+func (a backendsAPI) Add(url string) (admin.BackendInfo, error) {
+	b, err := a.s.Add(url)
+	if err != nil {
+		return admin.BackendInfo{}, err
+	}
+	return backendInfo(b), nil
+}
+
+func (a backendsAPI) Remove(id int) error { return notFound(a.s.Remove(id)) }
+func (a backendsAPI) Drain(id int) error  { return notFound(a.s.Drain(id)) }
+
+func notFound(err error) error {
+	if errors.Is(err, backend.ErrNotFound) {
+		return fmt.Errorf("%w: %v", admin.ErrNotFound, err)
+	}
+	return err
+}
+
+// routesAPI is the admin API's view of the router.
+type routesAPI struct{ r *shard.Router }
+
+func (a routesAPI) RouteStats() any { return a.r.RouteStats() }
+
+func (a routesAPI) Explain(body []byte, path string) (any, error) {
+	d, err := a.r.Explain(body, path)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
