@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test race vet lint fmt bench fuzz-smoke check clean golden
+.PHONY: all build test race vet lint fmt bench bench-serve fuzz-smoke check clean golden
 
 all: build
 
@@ -32,6 +32,10 @@ fmt:
 
 bench: ## every benchmark, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+bench-serve: ## saltus vs nginx requests/s and --pin-shards, same run (bench/nginx-compare.sh; installs nginx if missing)
+	bench/nginx-compare.sh
+	$(GO) test -run '^$$' -bench 'AddedLatency|Relay' -benchtime 5x ./bench
 
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)

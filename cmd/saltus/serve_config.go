@@ -91,27 +91,29 @@ type serveConfig struct {
 	LogLevel string `yaml:"log-level"`
 }
 
-// defaultServeConfig returns the defaults; the flags' help and
+// defaultServeConfig returns the defaults: the serving path's from
+// serving.DefaultConfig, plus the keys only serve has. The flags' help and
 // saltus.example.yaml show the same values (a test checks the file).
 func defaultServeConfig() serveConfig {
+	d := serving.DefaultConfig()
 	return serveConfig{
-		Listen:          "127.0.0.1:8080",
+		Listen:          d.Listen,
 		AdminListen:     "127.0.0.1:9180",
-		BlockSize:       16, // vLLM's default KV block size
-		Policy:          "prefix",
-		MaxBody:         16 << 20,
-		MaxHeader:       64 << 10,
-		MaxConns:        10000,
-		HeaderTimeout:   duration(10 * time.Second),
-		IdleTimeout:     duration(60 * time.Second),
-		ConnectTimeout:  duration(2 * time.Second),
-		ResponseTimeout: duration(60 * time.Second),
-		MaxRetries:      2,
-		HealthInterval:  duration(5 * time.Second),
+		BlockSize:       d.BlockSize,
+		Policy:          d.Policy,
+		MaxBody:         byteSize(d.MaxBody),
+		MaxHeader:       byteSize(d.MaxHeader),
+		MaxConns:        d.MaxConns,
+		HeaderTimeout:   duration(d.HeaderTimeout),
+		IdleTimeout:     duration(d.IdleTimeout),
+		ConnectTimeout:  duration(d.ConnectTimeout),
+		ResponseTimeout: duration(d.ResponseTimeout),
+		MaxRetries:      d.MaxRetries,
+		HealthInterval:  duration(d.HealthInterval),
 		DrainTimeout:    duration(30 * time.Second),
-		MaxBlocks:       1_000_000,
-		RouteTTL:        duration(time.Hour),
-		LoadFactor:      2.0,
+		MaxBlocks:       d.MaxBlocks,
+		RouteTTL:        duration(d.RouteTTL),
+		LoadFactor:      d.LoadFactor,
 		LogFormat:       "text",
 		LogLevel:        "info",
 	}

@@ -23,6 +23,9 @@ var Ignored = []goleak.Option{
 	// fasthttp's idle-connection cleaner sleeps IdleConnTimeout before it
 	// sees no connections left (shard/backend/doc.go).
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	// fasthttp's Date-header clock: one goroutine per process, started by
+	// the first fasthttp.Server, never stopped (header.go updateServerDate).
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 }
 
 // Main runs the tests, then fails the binary if a goroutine other than

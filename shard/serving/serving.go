@@ -25,7 +25,7 @@ import (
 
 // Config is what the serving path needs; `saltus serve` fills it from its
 // flags and YAML (cmd/saltus documents each key), the benchmark from its
-// own. Zero values are not defaults: start from the serve defaults.
+// own. Zero values are not defaults: start from DefaultConfig.
 type Config struct {
 	Listen          string
 	Backends        []string
@@ -47,6 +47,28 @@ type Config struct {
 	MaxBlocks       int
 	RouteTTL        time.Duration
 	LoadFactor      float64
+}
+
+// DefaultConfig returns `saltus serve`'s defaults (its --help lists
+// them): no backends, byte-block mode, shards = GOMAXPROCS.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		BlockSize:       16, // vLLM's default KV block size
+		Policy:          "prefix",
+		MaxBody:         16 << 20,
+		MaxHeader:       64 << 10,
+		MaxConns:        10000,
+		HeaderTimeout:   10 * time.Second,
+		IdleTimeout:     60 * time.Second,
+		ConnectTimeout:  2 * time.Second,
+		ResponseTimeout: 60 * time.Second,
+		MaxRetries:      2,
+		HealthInterval:  5 * time.Second,
+		MaxBlocks:       1_000_000,
+		RouteTTL:        time.Hour,
+		LoadFactor:      2.0,
+	}
 }
 
 // Path is a built serving path. Nothing listens until Data.Start.

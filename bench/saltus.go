@@ -1,0 +1,43 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/shard/serving"
+)
+
+// Saltus is a saltus serving path running in this process (no admin
+// listener): what the benchmark routes through.
+type Saltus struct {
+	Addr    string // host:port of the data plane
+	Metrics *metrics.Set
+	path    *serving.Path
+}
+
+// StartSaltus builds and starts a serving path from cfg (cfg.Listen
+// "127.0.0.1:0" picks a port). logger may be nil (discarded).
+func StartSaltus(cfg serving.Config, logger *slog.Logger) (*Saltus, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	set := metrics.NewSet()
+	p, err := serving.Build(cfg, logger, set)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Data.Start(); err != nil {
+		return nil, errors.Join(err, p.Close(context.Background()))
+	}
+	return &Saltus{Addr: p.Data.Addr(), Metrics: set, path: p}, nil
+}
+
+// Close drains the data plane (requests in flight get until ctx ends) and
+// releases the rest.
+func (s *Saltus) Close(ctx context.Context) error {
+	err := s.path.Data.Shutdown(ctx)
+	return errors.Join(err, s.path.Close(context.WithoutCancel(ctx)))
+}
