@@ -123,9 +123,10 @@ type scratch struct {
 	// rr is round_robin's cursor: the view index the next turn starts
 	// scanning at. One per loop, so no atomic on the hot path: each loop
 	// cycles through the fleet on its own, starting at its own loop
-	// index, and with several loops the interleaving of their cycles is
-	// still even over time (each loop's share of requests is spread
-	// evenly).
+	// index. Each backend thus gets within one request of 1/n of every
+	// loop's requests, within `loops` of 1/n of all of them; what is given
+	// up is one strict global order, which a shared atomic would buy with
+	// a contended cache line on every request.
 	rr int
 	// rng is least_request's random source, one per loop (math/rand/v2's
 	// global functions would be shared state); nil for other policies.
