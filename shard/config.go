@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -26,14 +27,16 @@ type Config struct {
 	Tree tree.Config
 	// Pool sizes the tokenizer pool. Default tokenpool.DefaultConfig().
 	Pool tokenpool.Config
-	// LoadFactor: a target whose in-flight count exceeds LoadFactor × the
-	// median in-flight count of the routable backends (and LoadFloor) is
-	// skipped for the least loaded one. Default 2.0 (DESIGN.md: diverting
-	// above 2× the median cost ~5 points of hit rate, bought 45 % P99).
+	// LoadFactor (prefix policy): a target whose in-flight count exceeds
+	// LoadFactor × the median in-flight count of the routable backends
+	// (and LoadFloor) is skipped for the least loaded one. Default 2.0
+	// (DESIGN.md: diverting above 2× the median cost ~5 points of hit
+	// rate, bought 45 % P99).
 	LoadFactor float64
-	// LoadFloor is the in-flight count a target may always have without
-	// being skipped, so that a nearly idle fleet (median 0 or 1) does not
-	// flap between backends on every request. Default 4.
+	// LoadFloor (prefix policy) is the in-flight count a target may
+	// always have without being skipped, so that a nearly idle fleet
+	// (median 0 or 1) does not flap between backends on every request.
+	// Default 4.
 	LoadFloor int
 	// MailboxDepth bounds, per owner shard, the messages other goroutines
 	// have posted to it (lookups, learns, maintenance) that have not run
@@ -42,8 +45,13 @@ type Config struct {
 	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight (the
 	// tokenizer pool's completions share the loop's queue).
 	MailboxDepth int
-	// Policy is the routing policy; "prefix" is the only one. Default
-	// "prefix".
+	// Policy is the routing policy, one of Policies(). Default "prefix"
+	// (PolicyPrefix): the tree's deepest routable holder, else the
+	// rendezvous hash of the first blocks, with LoadFactor's bound. The
+	// others are baselines for the benchmark and never use the tree:
+	// "round_robin", "least_request" (power of two choices) and
+	// "consistent_hash" (rendezvous hash of the first blocks, bounded
+	// load 1.25 × the average); policies.go states each rule.
 	Policy string
 	// MaintainInterval is how often each shard's tree is cleaned up
 	// (tree.Maintain) and its gauges published. Default 1 s.
@@ -65,7 +73,7 @@ func DefaultConfig() Config {
 		LoadFactor:       2.0,
 		LoadFloor:        4,
 		MailboxDepth:     1024,
-		Policy:           "prefix",
+		Policy:           PolicyPrefix,
 		MaintainInterval: time.Second,
 		MaintainBudget:   4096,
 		ExplainTimeout:   5 * time.Second,
@@ -93,8 +101,8 @@ func (c Config) Validate() error {
 	if c.MailboxDepth <= 0 {
 		errs = append(errs, fmt.Errorf("shard: MailboxDepth must be positive, got %d", c.MailboxDepth))
 	}
-	if c.Policy != "prefix" {
-		errs = append(errs, fmt.Errorf("shard: Policy must be \"prefix\", got %q", c.Policy))
+	if _, ok := parsePolicy(c.Policy); !ok {
+		errs = append(errs, fmt.Errorf("shard: Policy must be one of %s, got %q", strings.Join(Policies(), ", "), c.Policy))
 	}
 	if c.MaintainInterval <= 0 {
 		errs = append(errs, fmt.Errorf("shard: MaintainInterval must be positive, got %v", c.MaintainInterval))

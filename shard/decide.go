@@ -1,13 +1,38 @@
 package shard
 
 import (
+	"math/rand/v2"
 	"slices"
 
 	"github.com/saltus-lb/saltus/tree"
 )
 
 // Stage 7: the routing decision, a pure function of the tree's hits, the
-// request's keys and the backends' state.
+// request's keys and the backends' state (plus, for round_robin and
+// least_request, the deciding loop's cursor and random source in scratch).
+// This file holds the prefix policy; policies.go the others.
+
+// Routing policies, the values of Config.Policy.
+const (
+	// PolicyPrefix: the deepest routable holder of the request's prefix in
+	// the tree, else the rendezvous hash of the first blocks; a pick above
+	// LoadFactor × the median in-flight count goes to the least loaded.
+	PolicyPrefix = "prefix"
+	// PolicyRoundRobin: the routable backends in Set order, in turn.
+	PolicyRoundRobin = "round_robin"
+	// PolicyLeastRequest: power of two choices, the one of two random
+	// routable backends with fewer requests in flight.
+	PolicyLeastRequest = "least_request"
+	// PolicyConsistentHash: rendezvous hash of the first blocks with
+	// bounded load (Mirrokni et al.), no tree.
+	PolicyConsistentHash = "consistent_hash"
+)
+
+// Policies returns the valid Config.Policy values, the default first.
+// Any goroutine.
+func Policies() []string {
+	return []string{PolicyPrefix, PolicyRoundRobin, PolicyLeastRequest, PolicyConsistentHash}
+}
 
 // Route reasons, as X-Saltus-Route and saltus_route_decisions_total name
 // them.
@@ -21,8 +46,14 @@ const (
 	// ReasonFallback: routed without the tree (the owner's mailbox was
 	// full, or the request has no block key: shorter than a block, or a
 	// non-routed endpoint): rendezvous hash of the keys if any, else the
-	// least loaded backend.
+	// least loaded backend. Also consistent_hash's answer to a request
+	// without a block key.
 	ReasonFallback = "fallback"
+	// ReasonRoundRobin, ReasonLeastRequest and ReasonConsistentHash: the
+	// policy of that name decided (policies.go); the tree was not asked.
+	ReasonRoundRobin     = PolicyRoundRobin
+	ReasonLeastRequest   = PolicyLeastRequest
+	ReasonConsistentHash = PolicyConsistentHash
 )
 
 // Decision is where a request goes and why.
@@ -30,19 +61,22 @@ type Decision struct {
 	// Backend is the chosen backend's ID, -1 if no backend is routable.
 	Backend int    `json:"backend"`
 	URL     string `json:"url"`
-	Reason  string `json:"reason"` // ReasonTree, ReasonHash, ReasonOverride or ReasonFallback
+	Reason  string `json:"reason"` // one of the Reason constants
 	// MatchedBlocks is how many leading blocks of the request the tree
 	// says Backend holds; TotalBlocks is the request's full blocks.
 	MatchedBlocks int `json:"matched_blocks"`
 	TotalBlocks   int `json:"total_blocks"`
-	// Candidates are the backend IDs to try, in order: Backend first, then
-	// the next ones in rendezvous order (for a connect error before the
-	// first byte).
+	// Candidates are the backend IDs to try, in order (for a connect error
+	// before the first byte): Backend first, then, by policy, the next
+	// ones in rendezvous order (prefix, consistent_hash), in Set order
+	// (round_robin), or by load (least_request; prefix without keys).
 	Candidates []int `json:"candidates"`
-	// Diverted: the reason's first pick was over the load bound
-	// (LoadFactor × median in-flight) and Backend is the least loaded
-	// routable backend instead; Preferred is that first pick's ID (-1 when
-	// not diverted). Not in the contract's Decision; added fields only.
+	// Diverted: the reason's first pick was over the load bound and
+	// Backend is another one: the least loaded routable backend (prefix:
+	// bound LoadFactor × median in-flight), or the next in rendezvous
+	// order within the bound (consistent_hash). Preferred is that first
+	// pick's ID (-1 when not diverted). Not in the contract's Decision;
+	// added fields only.
 	Diverted  bool `json:"diverted"`
 	Preferred int  `json:"preferred"`
 }
@@ -56,17 +90,47 @@ type view struct {
 	routable bool
 }
 
+// policyKind is Config.Policy, parsed.
+type policyKind uint8
+
+const (
+	kindPrefix policyKind = iota
+	kindRoundRobin
+	kindLeastRequest
+	kindConsistentHash
+)
+
+// parsePolicy maps a Config.Policy name to its kind; false if unknown.
+func parsePolicy(name string) (policyKind, bool) {
+	i := slices.Index(Policies(), name)
+	return policyKind(max(i, 0)), i >= 0 // Policies() is in kind order
+}
+
 // policy holds the decision's knobs.
 type policy struct {
-	loadFactor    float64
-	loadFloor     int64
+	kind          policyKind
+	loadFactor    float64 // prefix only
+	loadFloor     int64   // prefix only
 	maxCandidates int
 }
 
-// scratch is reusable decision memory, owned by one loop.
+// scratch is reusable decision memory and the per-loop state of the
+// stateful policies, owned by one loop.
 type scratch struct {
 	loads  []int64
 	scores []scored
+	idx    []int // indices of the routable views (least_request)
+	// rr is round_robin's cursor: the view index the next turn starts
+	// scanning at. One per loop, so no atomic on the hot path: each loop
+	// cycles through the fleet on its own, starting at its own loop
+	// index. Each backend thus gets within one request of 1/n of every
+	// loop's requests, within `loops` of 1/n of all of them; what is given
+	// up is one strict global order, which a shared atomic would buy with
+	// a contended cache line on every request.
+	rr int
+	// rng is least_request's random source, one per loop (math/rand/v2's
+	// global functions would be shared state); nil for other policies.
+	rng *rand.Rand
 }
 
 type scored struct {
@@ -74,10 +138,35 @@ type scored struct {
 	i     int // index into the views
 }
 
-// decide picks a backend. hits are the tree's holders of keys (empty when
-// the tree was not asked); useTree false makes the reason fallback. It
-// allocates only the Candidates slice.
+// decide picks a backend by p's policy. hits are the tree's holders of
+// keys (empty when the tree was not asked); useTree false makes the prefix
+// policy's reason fallback. round_robin, least_request and consistent_hash
+// ignore hits and useTree (the Router asks the tree only for prefix), and
+// consistent_hash without keys decides as prefix does without the tree:
+// the least loaded backend, reason fallback. It allocates only the
+// Candidates slice. Loop only: s is the calling loop's.
 func decide(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
+	switch p.kind {
+	case kindPrefix:
+	case kindRoundRobin:
+		return decideRoundRobin(p, bs, len(keys), s)
+	case kindLeastRequest:
+		return decideLeastRequest(p, bs, len(keys), s)
+	case kindConsistentHash:
+		if len(keys) > 0 {
+			return decideConsistentHash(p, bs, keys, s)
+		}
+		hits, useTree = nil, false
+	default:
+		panic("BUG: unknown policy kind")
+	}
+	return decidePrefix(p, bs, hits, keys, useTree, s)
+}
+
+// decidePrefix is the prefix policy: the deepest routable holder, else the
+// rendezvous hash of the first blocks, else the least loaded; a pick above
+// loadBound goes to the least loaded.
+func decidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: len(keys)}
 	s.loads = s.loads[:0]
 	least := -1
@@ -113,22 +202,7 @@ func decide(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s
 	}
 	s.scores = s.scores[:0]
 	if len(keys) > 0 {
-		kh := keysHash(keys)
-		for i := range bs {
-			if bs[i].routable {
-				s.scores = append(s.scores, scored{score: mix64(kh ^ bs[i].urlHash), i: i})
-			}
-		}
-		// Highest score first; a tie (a 64-bit collision) by lower id.
-		slices.SortFunc(s.scores, func(a, b scored) int {
-			switch {
-			case a.score > b.score:
-				return -1
-			case a.score < b.score:
-				return 1
-			}
-			return bs[a.i].id - bs[b.i].id
-		})
+		s.scores = rendezvous(s.scores, bs, keys)
 	}
 	switch {
 	case target >= 0:
@@ -168,22 +242,51 @@ func decide(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s
 			d.Candidates = append(d.Candidates, bs[sc.i].id)
 		}
 	}
-	if len(d.Candidates) < n { // no keys: the others by load, then id
-		for len(d.Candidates) < n {
-			next := -1
-			for i := range bs {
-				if !bs[i].routable || slices.Contains(d.Candidates, bs[i].id) {
-					continue
-				}
-				if next < 0 || bs[i].inFlight < bs[next].inFlight ||
-					(bs[i].inFlight == bs[next].inFlight && bs[i].id < bs[next].id) {
-					next = i
-				}
-			}
-			d.Candidates = append(d.Candidates, bs[next].id)
+	d.Candidates = appendByLoad(d.Candidates, bs, n) // no keys: the others by load
+	return d
+}
+
+// rendezvous appends the routable views' (index, score) for keys to dst,
+// sorted by rendezvous order: highest score first, a tie (a 64-bit
+// collision) by lower id. The order is a function of the first blocks and
+// the backends' URLs alone, the same in every router replica.
+func rendezvous(dst []scored, bs []view, keys []uint64) []scored {
+	kh := keysHash(keys)
+	for i := range bs {
+		if bs[i].routable {
+			dst = append(dst, scored{score: mix64(kh ^ bs[i].urlHash), i: i})
 		}
 	}
-	return d
+	slices.SortFunc(dst, func(a, b scored) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
+			return 1
+		}
+		return bs[a.i].id - bs[b.i].id
+	})
+	return dst
+}
+
+// appendByLoad appends routable backends not yet in cands, fewest in
+// flight first, then lower id, until cands has n. n must not exceed the
+// routable backends.
+func appendByLoad(cands []int, bs []view, n int) []int {
+	for len(cands) < n {
+		next := -1
+		for i := range bs {
+			if !bs[i].routable || slices.Contains(cands, bs[i].id) {
+				continue
+			}
+			if next < 0 || bs[i].inFlight < bs[next].inFlight ||
+				(bs[i].inFlight == bs[next].inFlight && bs[i].id < bs[next].id) {
+				next = i
+			}
+		}
+		cands = append(cands, bs[next].id)
+	}
+	return cands
 }
 
 // loadBound is the in-flight count above which a target is skipped:

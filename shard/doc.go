@@ -21,6 +21,14 @@
 // the keys are inserted on the owner shard with the backend that answered
 // (stage 9; Router.learn says why that one).
 //
+// That is the default policy, "prefix". Config.Policy selects a baseline
+// instead, so that the benchmark can compare on identical backends:
+// "round_robin", "least_request" (power of two choices) or
+// "consistent_hash" (rendezvous hash of the first blocks with bounded
+// load), rules in policies.go. They decide on the connection's loop right
+// after stage 5, never post a lookup to the owner shard and learn nothing;
+// X-Saltus-Route names the policy as its reason ("0/12 round_robin").
+//
 // POST /v1/embeddings and other /v1/* POSTs go to the least loaded
 // backend and teach nothing; GET /v1/models is answered off the loops by
 // backend.Set.Models; other paths get 404, wrong methods 405.
@@ -37,6 +45,9 @@
 //   - A job (one request in flight) belongs to one goroutine at a time:
 //     the connection's loop, then the owner's loop, then the proxy
 //     goroutine's hooks, which only read it.
+//   - round_robin's cursor and least_request's random source are each
+//     loop's own (its decision scratch): no atomic and no lock on the
+//     hot path; each loop cycles (or draws) on its own.
 //   - The backend list is backend.Set's immutable snapshot; in-flight
 //     counts and health are its atomics, read once per decision.
 //   - Tree maintenance: one goroutine ("shard.maintain") posts, every

@@ -265,6 +265,7 @@ type envOpts struct {
 	mailboxDepth    int
 	queue           int           // per fake loop
 	maintain        time.Duration // MaintainInterval; default 10 ms
+	policy          string        // Config.Policy; default prefix
 }
 
 type env struct {
@@ -284,6 +285,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	cfg.Tree.MaxBlocks = 100_000
 	if o.mailboxDepth > 0 {
 		cfg.MailboxDepth = o.mailboxDepth
+	}
+	if o.policy != "" {
+		cfg.Policy = o.policy
 	}
 	cfg.MaintainInterval = 10 * time.Millisecond
 	if o.maintain > 0 {

@@ -55,10 +55,13 @@ func allowOnly(method, allowed string) string {
 }
 
 // reasonNames index the decision counters.
-var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback}
+var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback,
+	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash}
 
 // ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
-// matched blocks / total blocks of a routed request with keys.
+// matched blocks / total blocks of a routed request with keys, under the
+// prefix policy (the others do not ask the tree, so they predict nothing
+// and observe nothing).
 var ratioBuckets = [...]float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1}
 
 // routerMetrics are the Router's counters: atomics (an event loop never
@@ -100,8 +103,10 @@ func (m *routerMetrics) request(rt routeID, status int) {
 	m.requests[rt][status].Add(1)
 }
 
-// decided counts a decision of a forwarded request. Any goroutine.
-func (m *routerMetrics) decided(d Decision) {
+// decided counts a decision of a forwarded request; matched: the decision
+// asked the tree (prefix policy), so its match ratio is observed. Any
+// goroutine.
+func (m *routerMetrics) decided(d Decision, matched bool) {
 	for i, r := range reasonNames {
 		if r == d.Reason {
 			m.decisions[i].Inc()
@@ -110,7 +115,7 @@ func (m *routerMetrics) decided(d Decision) {
 	if d.Diverted {
 		m.diverted.Inc()
 	}
-	if d.TotalBlocks > 0 && d.Backend >= 0 {
+	if matched && d.TotalBlocks > 0 && d.Backend >= 0 {
 		ratio := float64(d.MatchedBlocks) / float64(d.TotalBlocks)
 		i := 0
 		for i < len(ratioBuckets) && ratio > ratioBuckets[i] {

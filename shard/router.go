@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -148,9 +149,10 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			return nil, fmt.Errorf("BUG: cannot build the none template: %w", err)
 		}
 	}
+	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
 		cfg:    cfg,
-		pol:    policy{loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: maxCandidates},
+		pol:    policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: maxCandidates},
 		up:     up,
 		state:  state,
 		tmpl:   tmpl,
@@ -176,7 +178,16 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			_ = pool.Close(context.Background()) // nothing was submitted: returns at once
 			return nil, fmt.Errorf("shard: %w", err)
 		}
-		r.shards = append(r.shards, &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{}})
+		sh := &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{}}
+		// round_robin: loop i starts its cycle at backend i, so that the
+		// loops' first requests do not all go to backend 0.
+		sh.sc.rr = i
+		if kind == kindLeastRequest {
+			// Seeded from the global source once, at construction; the
+			// loop then draws from its own, without a lock.
+			sh.sc.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		}
+		r.shards = append(r.shards, sh)
 	}
 	set.RegisterMetricsWriter(r.writeMetrics)
 	r.group.Go("shard.maintain", r.maintainLoop)
@@ -261,7 +272,9 @@ func (r *Router) serve(x exchange) {
 	}
 	j := &job{r: r, x: x, req: req, route: rt, loop: x.Loop()}
 	if rt != routeChat && rt != routeCompletions {
-		// Not routed by prefix: the least loaded backend, nothing learned.
+		// Not routed by prefix: no keys, nothing learned. prefix and
+		// consistent_hash send it to the least loaded backend (reason
+		// fallback), round_robin and least_request as any request.
 		j.decideHere()
 		return
 	}
@@ -384,6 +397,12 @@ func (j *job) dispatch() {
 		j.decideHere() // shorter than a block
 		return
 	}
+	if j.r.pol.kind != kindPrefix {
+		// The other policies never use the tree: no owner lookup, no
+		// message to another loop; they decide here.
+		j.decideHere()
+		return
+	}
 	j.owner = int(j.keys[0] % uint64(len(j.r.shards)))
 	if j.owner == j.loop {
 		j.lookup()
@@ -413,12 +432,21 @@ func (j *job) lookup() {
 	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap)
 }
 
-// decideHere decides without the tree, on j.loop (reason fallback).
+// decideHere decides without the tree, on j.loop: the prefix policy's
+// fallback, and every decision of the other policies.
 func (j *job) decideHere() {
 	sh := j.r.shards[j.loop]
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
-	j.finish(decide(j.r.pol, sh.views, nil, j.keys, false, &sh.sc), snap)
+	rr := sh.sc.rr
+	d := decide(j.r.pol, sh.views, nil, j.keys, false, &sh.sc)
+	if j.explain != nil {
+		// Explain shows the turn the loop's next request would get, and
+		// leaves it to that request. (least_request's draw is not undone:
+		// Explain shows one draw, the next request draws afresh.)
+		sh.sc.rr = rr
+	}
+	j.finish(d, snap)
 }
 
 // views reads every backend's state once.
@@ -438,7 +466,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 		j.explain <- d // buffered, one send per job
 		return
 	}
-	r.m.decided(d)
+	r.m.decided(d, r.pol.kind == kindPrefix)
 	if d.Backend < 0 {
 		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: "no backend is available to serve the request"})
@@ -455,7 +483,8 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 	// X-Saltus-Backend is set by Forward: the backend that answered, which
 	// is not the first candidate after a retry.
 	hdr := []reactor.Header{{Name: HeaderRoute, Value: string(route)}}
-	learn := j.route == routeChat || j.route == routeCompletions
+	// Only the prefix policy reads the tree, so only it teaches it.
+	learn := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions)
 	h := backend.Hooks{
 		FirstByte: func(b *backend.Backend, status int) {
 			if learn && status >= 200 && status < 300 && len(j.keys) > 0 {

@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/admin"
 	"github.com/saltus-lb/saltus/shard/serving"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
@@ -53,7 +54,12 @@ type serveConfig struct {
 	Shards int `yaml:"shards"`
 	// PinShards: lock each event loop to an OS thread.
 	PinShards bool `yaml:"pin-shards"`
-	// Policy: the routing policy; only "prefix" so far.
+	// Policy: the routing policy: prefix (the tree's longest cached
+	// prefix, else rendezvous hash of the first blocks, load bound
+	// load-factor × median), or a baseline that never uses the tree:
+	// round_robin, least_request (fewer in flight of two random
+	// backends) or consistent_hash (rendezvous hash of the first 4
+	// blocks, load bound 1.25 × average).
 	Policy string `yaml:"policy"`
 	// MaxBody: largest request body accepted (413 over it).
 	MaxBody byteSize `yaml:"max-body"`
@@ -82,8 +88,8 @@ type serveConfig struct {
 	MaxBlocks int `yaml:"max-blocks"`
 	// RouteTTL: a learned route expires when not refreshed for this long.
 	RouteTTL duration `yaml:"route-ttl"`
-	// LoadFactor: a backend with more than LoadFactor × the median
-	// in-flight requests is skipped for the least loaded one.
+	// LoadFactor (policy prefix): a backend with more than LoadFactor ×
+	// the median in-flight requests is skipped for the least loaded one.
 	LoadFactor float64 `yaml:"load-factor"`
 	// LogFormat: text or json.
 	LogFormat string `yaml:"log-format"`
@@ -172,8 +178,8 @@ func (c serveConfig) Validate() error {
 	if c.Shards < 0 || c.Shards > maxShards {
 		bad("shards", "must be between 0 (GOMAXPROCS) and %d, got %d", maxShards, c.Shards)
 	}
-	if c.Policy != "prefix" {
-		bad("policy", `must be "prefix" (the only policy so far), got %q`, c.Policy)
+	if !slices.Contains(shard.Policies(), c.Policy) {
+		bad("policy", "unknown policy %q, want one of %s", c.Policy, strings.Join(shard.Policies(), ", "))
 	}
 	if c.MaxBody < 1<<10 || c.MaxBody > 1<<30 {
 		bad("max-body", "must be between 1KiB and 1GiB, got %v", c.MaxBody)
@@ -291,7 +297,9 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
 	fs.IntVar(&v.Shards, "shards", v.Shards, "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS")
 	fs.BoolVar(&v.PinShards, "pin-shards", v.PinShards, "lock each event loop to its own OS thread")
-	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (longest cached prefix, bounded load)")
+	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (longest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); "+
+		"baselines without the route table: round_robin, least_request (fewer in flight of two random backends), "+
+		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average)")
 	fs.Var(&v.MaxBody, "max-body", "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413")
 	fs.Var(&v.MaxHeader, "max-header", "largest request head (`size`), 1KiB–1MiB; larger ones get 431")
 	fs.IntVar(&v.MaxConns, "max-conns", v.MaxConns, "most open client `connections`; over it a new one gets 503 and is closed")
@@ -304,7 +312,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")
 	fs.IntVar(&v.MaxBlocks, "max-blocks", v.MaxBlocks, "route-table capacity in `blocks` per shard; least recently used routes go first")
 	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
-	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
+	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy prefix: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
 	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
 	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")

@@ -82,7 +82,7 @@ log-format: json
 		{"every flag", "", []string{
 			"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-token", "tok",
 			"--backend", "http://[::1]:9", "--tokenizer", ".", "--chat-template", "qwen3",
-			"--block-size", "1", "--shards", "3", "--pin-shards=true", "--policy", "prefix",
+			"--block-size", "1", "--shards", "3", "--pin-shards=true", "--policy", "least_request",
 			"--max-body", "2MB", "--max-header", "1KiB", "--max-conns", "7",
 			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
 			"--response-timeout", "4s", "--max-retries", "0", "--health-interval", "500ms",
@@ -92,7 +92,7 @@ log-format: json
 			*c = serveConfig{
 				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok",
 				Backends: []string{"http://[::1]:9"}, Tokenizer: ".", ChatTemplate: "qwen3",
-				BlockSize: 1, Shards: 3, PinShards: true, Policy: "prefix",
+				BlockSize: 1, Shards: 3, PinShards: true, Policy: "least_request",
 				MaxBody: 2e6, MaxHeader: 1 << 10, MaxConns: 7,
 				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
 				ConnectTimeout: duration(3 * time.Second), ResponseTimeout: duration(4 * time.Second),
@@ -144,7 +144,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.BlockSize = 24 }, `config: block-size: must be a power of two between 1 and 1024, got 24`},
 		{func(c *serveConfig) { c.BlockSize = 2048 }, `config: block-size: must be a power of two between 1 and 1024, got 2048`},
 		{func(c *serveConfig) { c.Shards = -1 }, `config: shards: must be between 0 (GOMAXPROCS) and 1024, got -1`},
-		{func(c *serveConfig) { c.Policy = "round-robin" }, `config: policy: must be "prefix" (the only policy so far), got "round-robin"`},
+		{func(c *serveConfig) { c.Policy = "round-robin" }, `config: policy: unknown policy "round-robin", want one of prefix, round_robin, least_request, consistent_hash`},
+		{func(c *serveConfig) { c.Policy = "" }, `config: policy: unknown policy "", want one of prefix, round_robin, least_request, consistent_hash`},
 		{func(c *serveConfig) { c.MaxBody = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
 		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
 		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,6 +319,47 @@ func TestServeRetries(t *testing.T) {
 			t.Fatalf("request %d: %d from %q: %s", i, a.status, a.backend, a.body)
 		}
 	}
+}
+
+// TestServePolicies: --policy reaches the router; each baseline routes the
+// same prompt its own way and names itself in X-Saltus-Route.
+func TestServePolicies(t *testing.T) {
+	ups := []*upstream{newUpstream(t, "a"), newUpstream(t, "b"), newUpstream(t, "c")}
+	body := chatJSON(false, "system", sysA, "user", "Port of Rotterdam?")
+	t.Run("round_robin", func(t *testing.T) {
+		// One loop: one cursor, so the cycle is exact.
+		addr := startServeWith(t, ups, func(c *serveConfig) { c.Policy, c.Shards = "round_robin", 1 }).addr
+		var got []string
+		for range 6 {
+			a := post(t, addr, "/v1/chat/completions", body)
+			var m, tot int
+			var reason string
+			if n, _ := fmt.Sscanf(a.route, "%d/%d %s", &m, &tot, &reason); n != 3 || a.status != 200 || m != 0 || tot < 5 || reason != "round_robin" {
+				t.Fatalf("%d route %q: %s", a.status, a.route, a.body)
+			}
+			got = append(got, a.backend)
+		}
+		want := []string{ups[0].srv.URL, ups[1].srv.URL, ups[2].srv.URL}
+		if !slices.Equal(got, append(want, want...)) {
+			t.Fatalf("served by %v, want %v twice", got, want)
+		}
+	})
+	t.Run("consistent_hash", func(t *testing.T) {
+		addr := startServeWith(t, ups, func(c *serveConfig) { c.Policy = "consistent_hash" }).addr
+		first := post(t, addr, "/v1/chat/completions", body)
+		for i := range 4 {
+			a := post(t, addr, "/v1/chat/completions", body)
+			if a.status != 200 || a.backend != first.backend || !strings.HasPrefix(a.route, "0/") || !strings.HasSuffix(a.route, " consistent_hash") {
+				t.Fatalf("request %d: %d on %q (first on %q) route %q", i, a.status, a.backend, first.backend, a.route)
+			}
+		}
+	})
+	t.Run("least_request", func(t *testing.T) {
+		addr := startServeWith(t, ups, func(c *serveConfig) { c.Policy = "least_request" }).addr
+		if a := post(t, addr, "/v1/chat/completions", body); a.status != 200 || a.backend == "" || !strings.HasSuffix(a.route, " least_request") {
+			t.Fatalf("%d on %q route %q", a.status, a.backend, a.route)
+		}
+	})
 }
 
 func mustReq(t *testing.T, url, body string, hdr ...string) *http.Request {
