@@ -59,6 +59,8 @@
 //	{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 //	{"prompt": "Once upon a time", "timestamp": 12.5, "tag": "batch"}
 //
+// The fields:
+//
 //   - "messages" (chat completions: role and content, content a string,
 //     null, or an array of {"type": "text", "text": …} parts joined by
 //     "\n" as vLLM does; other part types are refused) or "prompt"

@@ -35,7 +35,7 @@ const (
 	stressPrefixTokens = 8000
 	stressCategories   = 5
 	// stressCategoryTokens fits in the smallest small request (100).
-	stressCategoryTokens = 64
+	stressCategoryTokens  = 64
 	stressCategoryPercent = 90
 )
 
