@@ -161,10 +161,10 @@ func TestDescribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"stress":    {"10% small (100-500 tokens)", "40% xlarge (4000-8000 tokens)", "5 shared 8000-token prefixes", "10 questions", "90%", "max_tokens 100", "think 500ms-2s", "seed 1"},
-		"multiturn": {"3-10 turns", "4 system prompts", "20%", "branch"},
-		"rag":       {"50 documents", "2000-8000 tokens", "Zipf(1.1)"},
-		"unique":    {"no shared prefix", "40% 4000-8000"},
+		"stress":         {"10% small (100-500 tokens)", "40% xlarge (4000-8000 tokens)", "5 shared 8000-token prefixes", "10 questions", "90%", "max_tokens 100", "think 500ms-2s", "seed 1"},
+		"multiturn":      {"3-10 turns", "4 system prompts", "20%", "branch"},
+		"rag":            {"50 documents", "2000-8000 tokens", "Zipf(1.1)"},
+		"unique":         {"no shared prefix", "40% 4000-8000"},
 		"trace:" + trace: {"trace: 2 requests from " + trace, "open-loop", "2.5s"},
 	}
 	for name, subs := range want {
