@@ -1,0 +1,108 @@
+// Package workload makes the requests of saltus's benchmark: simulated
+// users that each ask, in a closed loop, for their next request, send it
+// (OpenAI chat completions or completions, streamed), read the whole
+// answer, pass it back with Reply (multi-turn users build on it) and
+// think before the next. Every workload is deterministic for a seed.
+//
+// # Place in the request path
+//
+// None: this is the benchmark's client side (package bench drives the
+// users against a router or an engine). What the workloads decide is what
+// the router is measured on: how much of each request's token prefix some
+// engine may already hold.
+//
+// # Workloads
+//
+// stress is Ranvier's published benchmark distribution (the "stress"
+// prompt distribution of Ranvier's load test, tests/integration in
+// github.com/Ranvier-Systems/ranvier-core; the mix as quoted in saltus
+// issue 5): 10 % small (100–500 tokens), 20 % medium (500–2,000),
+// 30 % large (2,000–4,000), 40 % xlarge (4,000–8,000), sizes uniform in
+// each range. Large and xlarge requests share a pool of 5 long prefixes
+// (the system message) followed by one of 10 questions (the user message,
+// 16–48 tokens); small and medium requests start with one of 5 category
+// system prompts (64 tokens) 90 % of the time, then unique text, and are
+// unique text alone otherwise. Every request asks for 100 output tokens;
+// users think 0.5–2 s (uniform) before each request. The quote does not
+// say how 5 prefixes serve two size ranges: here each prefix is 8,000
+// tokens and a request sends it cut to its size (at a word), so requests
+// on one prefix share their first min(size) tokens byte for byte, and an
+// engine that served a prefix holds most of any later request on it.
+// Tags: "large/prefix3", "small/category1", "medium/none".
+//
+// multiturn: each user holds conversations of 3–10 turns behind one of 4
+// system prompts (400 tokens); each user message is 20–200 tokens of
+// fresh text, and the assistant's replies (Reply) are appended, so each
+// turn's prompt extends the last. 20 % of conversations branch: after
+// turn b (2 ≤ b < last) the user drops the last k turns (1 ≤ k < b) and
+// continues differently, as a user editing an earlier message does. A
+// failed request (Reply("") or none) is forgotten, as a user asks again.
+// Tags: "turn1" … "turn10" (user messages in the request), "branch" (the
+// first request after a branch).
+//
+// rag: 50 documents of 2,000–8,000 tokens (lengths uniform, fixed per
+// seed), with Zipf(1.1) popularity (math/rand/v2's Zipf, which needs
+// s > 1: the document of rank k is drawn ∝ (k+1)^-1.1, so the top one
+// takes 26 % of requests and the top five 56 %, as TestRAGPopularity
+// measures), as the system message, then a unique
+// 16–64-token question. Tags: "hot" (ranks 1–5), "warm" (6–20), "cold".
+//
+// unique: the control. Every request is one user message of fresh text
+// whose first 7 words spell the request's number (user id and sequence,
+// scrambled per seed), so no two requests share their first 64 bytes or
+// their first block; sizes follow the stress mix. Prefix-aware routing
+// has nothing to win here, so it must not lose to least-request. Tags:
+// the size class.
+//
+// trace FILE (New("trace:FILE", …) or Options.TraceFile): replays a JSONL
+// file. Each line is one JSON object, the body of an OpenAI request:
+//
+//	{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+//	{"prompt": "Once upon a time", "timestamp": 12.5, "tag": "batch"}
+//
+// The fields:
+//
+//   - "messages" (chat completions: role and content, content a string,
+//     null, or an array of {"type": "text", "text": …} parts joined by
+//     "\n" as vLLM does; other part types are refused) or "prompt"
+//     (completions: a string, or an array of exactly one string); exactly
+//     one of the two.
+//   - "model", "max_tokens" or "max_completion_tokens" (the latter wins):
+//     optional. Options.Model, when set, replaces the model; a line
+//     without a maximum gets Options.MaxTokens.
+//   - "timestamp" or "t": optional send time in seconds (any origin, e.g.
+//     Unix time; non-negative). Either every line has one or none does.
+//     With timestamps the trace is replayed open-loop: requests in
+//     timestamp order, Request.At counted from the earliest, no Think.
+//     Without, in file order, closed-loop with the Options' think time.
+//   - "tag": optional class for per-class statistics (default "trace").
+//   - Every other field (stream, temperature, …) is ignored: the client
+//     sends its own. Blank lines are skipped.
+//
+// A line may hold 16 MiB and the file 1 GiB (it is read whole, once, at
+// New); a bad line is an error naming its number. A trace's users share
+// one cursor: the trace is sent once, in order, each line by whichever
+// user asks next, and Next returns false when it is used up. An open-loop
+// replay needs enough users (or a client that does not wait) to keep up.
+//
+// # Text
+//
+// Generated text is English-like: words from a fixed list of common
+// words, each one Llama-3 token with or without a leading space, in
+// sentences and paragraphs, so n words (and full stops) are n tokens:
+// TestTextTokenCount measures it with the real Llama-3 tokenizer: exact,
+// at 5.5 bytes a token (what the simulator's byte-block mode sees). Text gives n
+// tokens of it for a seed. Options.TokensPerWord rescales the sizes for a
+// tokenizer that splits more words. Shared texts (prefixes, system
+// prompts, documents) are made once per workload and are byte-identical
+// for every user; the distinct ones of a workload start with distinct
+// words, so they differ in their first token and so in their first
+// block of 16.
+//
+// # Concurrency
+//
+// A Workload is immutable after New (a trace's cursor is atomic) and safe
+// for concurrent use. A User is owned by one goroutine: its random source,
+// conversation and buffers are its own. Requests returned are the
+// caller's; users never touch them again.
+package workload
