@@ -18,7 +18,7 @@ func MeasureOverhead(ctx context.Context, routerURL string, n int, model string)
 	c := NewClient(2)
 	defer c.Close()
 	path, body := requestBody(Request{
-		Messages:  []Message{{"system", "saltus overhead probe"}, {"user", "Say one word."}},
+		Messages:  []Message{{Role: "system", Content: "saltus overhead probe"}, {Role: "user", Content: "Say one word."}},
 		MaxTokens: 1,
 	}, model)
 	first := c.Do(ctx, routerURL+path, body)

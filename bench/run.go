@@ -10,40 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/saltus-lb/saltus/bench/workload"
 	"github.com/saltus-lb/saltus/rules"
 )
 
-// Message is one chat message of a request.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// Request is what a simulated user sends next.
-type Request struct {
-	// Messages (chat completions) or Prompt (completions).
-	Messages  []Message
-	Prompt    string
-	MaxTokens int
-	// Think is how long the user waits before sending it.
-	Think time.Duration
-	// Tag is the request's class in per-class statistics.
-	Tag string
-}
-
-// User is one closed-loop simulated user of a workload.
-type User interface {
-	// Next returns the next request, false when the user is done.
-	Next() (Request, bool)
-	// Reply tells the user the assistant's answer to the last request.
-	Reply(text string)
-}
-
-// Workload makes users.
-type Workload interface {
-	Name() string
-	NewUser(id int) User
-}
+// The workload types, as the benchmark drives them.
+type (
+	Message  = workload.Message
+	Request  = workload.Request
+	User     = workload.User
+	Workload = workload.Workload
+)
 
 // Closer stops something the benchmark started.
 type Closer interface {
@@ -68,6 +45,9 @@ type RunConfig struct {
 	Policies  []string      // in order; each run starts cold
 	Workloads []Workload
 	Model     string
+	// TimeScale multiplies every measured duration (and divides rates):
+	// the engines' --speedup, so reports read in simulated time. 0 = 1.
+	TimeScale float64
 	// OverheadPairs > 0 measures the router's added latency after each
 	// run with that many request pairs (MeasureOverhead).
 	OverheadPairs int
@@ -141,7 +121,7 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 
 	samples := Drive(ctx, DriveConfig{
 		URL: routerURL, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
-		Progress: cfg.Progress, Label: wl.Name() + " " + policy,
+		Progress: cfg.Progress, Label: wl.Name() + " " + policy, TimeScale: cfg.TimeScale,
 	}, wl)
 	sum := Summarize(wl.Name(), policy, urls, samples)
 	if cfg.OverheadPairs > 0 {
@@ -168,6 +148,8 @@ type DriveConfig struct {
 	Model    string
 	Progress io.Writer // optional progress bar
 	Label    string
+	// TimeScale multiplies the samples' durations (RunConfig.TimeScale).
+	TimeScale float64
 }
 
 // Drive runs cfg.Users closed-loop users of wl against cfg.URL for
@@ -193,8 +175,12 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 				if !ok {
 					return
 				}
-				if req.Think > 0 {
-					t := time.NewTimer(req.Think)
+				wait := req.Think
+				if req.At > 0 { // open-loop trace: send at start+At
+					wait = max(wait, req.At-time.Since(start))
+				}
+				if wait > 0 {
+					t := time.NewTimer(wait)
 					select {
 					case <-ctx.Done():
 						t.Stop()
@@ -202,13 +188,22 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 					case <-t.C:
 					}
 				}
-				path, body := requestBody(req, cfg.Model)
+				model := cfg.Model
+				if req.Model != "" {
+					model = req.Model
+				}
+				path, body := requestBody(req, model)
 				at := time.Since(start)
 				o := client.Do(ctx, cfg.URL+path, body)
 				if ctx.Err() != nil {
 					return // cut by the end of the run: not a sample
 				}
 				s := SampleOf(req.Tag, at, o)
+				if k := cfg.TimeScale; k > 0 && k != 1 {
+					s.At = time.Duration(float64(s.At) * k)
+					s.TTFT = time.Duration(float64(s.TTFT) * k)
+					s.Latency = time.Duration(float64(s.Latency) * k)
+				}
 				mu.Lock()
 				samples = append(samples, s)
 				n := len(samples)

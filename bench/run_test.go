@@ -92,9 +92,10 @@ func (f *fakeFleet) StartRouter(policy string, backends []string) (string, Close
 // chatWorkload: every user repeats one system prompt and appends replies.
 type chatWorkload struct{ replies atomic.Int64 }
 
-func (w *chatWorkload) Name() string { return "repeat" }
+func (w *chatWorkload) Name() string     { return "repeat" }
+func (w *chatWorkload) Describe() string { return "one system prompt, repeated" }
 func (w *chatWorkload) NewUser(id int) User {
-	return &chatUser{w: w, msgs: []Message{{"system", "shared system prompt"}, {"user", fmt.Sprint("hi from ", id)}}}
+	return &chatUser{w: w, msgs: []Message{{Role: "system", Content: "shared system prompt"}, {Role: "user", Content: fmt.Sprint("hi from ", id)}}}
 }
 
 type chatUser struct {
@@ -111,7 +112,7 @@ func (u *chatUser) Reply(text string) {
 		panic("reply " + text)
 	}
 	u.w.replies.Add(1)
-	u.msgs = append(u.msgs[:2:2], Message{"assistant", text})
+	u.msgs = append(u.msgs[:2:2], Message{Role: "assistant", Content: text})
 }
 
 func TestRunAgainstFakeFleet(t *testing.T) {
@@ -162,7 +163,7 @@ func TestRequestBody(t *testing.T) {
 	if path != "/v1/completions" || string(b) != `{"model":"m","prompt":"hello","max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("%s %s", path, b)
 	}
-	path, b = requestBody(Request{Messages: []Message{{"user", "x"}}}, "m")
+	path, b = requestBody(Request{Messages: []Message{{Role: "user", Content: "x"}}}, "m")
 	if path != "/v1/chat/completions" || string(b) != `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("%s %s", path, b)
 	}

@@ -36,9 +36,9 @@ var errQueueFull = errors.New("the waiting queue is full")
 
 // engine is the scheduler: one goroutine runs steps.
 type engine struct {
-	cfg   Config
-	kv    *kvCache
-	wake  chan struct{} // a submit happened
+	cfg  Config
+	kv   *kvCache
+	wake chan struct{} // a submit happened
 	// clock sleeps a step's simulated d (real d/Speedup), false if stop
 	// closed first; now reads the time first tokens are stamped with.
 	// Tests replace both with a virtual clock.
@@ -59,7 +59,7 @@ func newEngine(cfg Config) *engine {
 		cfg:  cfg,
 		kv:   newKVCache(cfg.KVTokens / cfg.BlockSize),
 		wake: make(chan struct{}, 1),
-		now: time.Now,
+		now:  time.Now,
 		clock: func(d time.Duration, stop <-chan struct{}) bool {
 			t := time.NewTimer(d)
 			defer t.Stop()

@@ -2,7 +2,7 @@
 //
 // This file stays thin: it parses the subcommand and its flags, builds the
 // component configs and runs them. Subcommands land with their issues; today
-// there are `serve`, `tokenize` and `version`.
+// there are `serve`, `sim`, `bench`, `demo`, `tokenize` and `version`.
 package main
 
 import (
@@ -26,7 +26,10 @@ Usage:
   saltus <command> [flags]
 
 Commands:
+  demo      see it work: 4 simulated engines, round-robin vs prefix routing, then serves on :8080
   serve     run the load balancer (saltus serve --help lists every flag)
+  sim       run a simulated vLLM engine (saltus sim --help)
+  bench     compare routing policies on simulated (or real) engines; writes a report
   tokenize  encode text (or chat messages, --chat) to token ids with a HuggingFace tokenizer.json
   version   print the version and build information
   help      print this help
@@ -45,6 +48,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runServe(args[1:], stdout, stderr)
 	case "tokenize":
 		return runTokenize(args[1:], stdin, stdout, stderr)
+	case "sim":
+		return runSim(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
+	case "demo":
+		return runDemo(args[1:], stdout, stderr)
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/saltus-lb/saltus/bench"
+	"github.com/saltus-lb/saltus/bench/vllmsim"
+	"github.com/saltus-lb/saltus/bench/workload"
+	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/shard/serving"
+)
+
+// benchOptions is `saltus bench`'s configuration.
+type benchOptions struct {
+	backends      int
+	engines       multiFlag
+	target        string
+	policies      string
+	workloads     string
+	users         int
+	duration      time.Duration
+	out           string
+	quick         bool
+	overheadPairs int
+	wl            workload.Options
+	sim           vllmsim.Config
+	simf          simFlags
+	shards        int
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error {
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*m = append(*m, p)
+		}
+	}
+	return nil
+}
+
+func benchFlags(fs *flag.FlagSet, o *benchOptions) {
+	o.sim = vllmsim.DefaultConfig()
+	o.wl = workload.DefaultOptions()
+	fs.IntVar(&o.backends, "backends", 8, "simulated engines to start per run, `count`")
+	fs.Var(&o.engines, "backend", "use this running engine `URL` instead of simulators (repeat); they are not restarted between policies")
+	fs.StringVar(&o.target, "target", "", "measure this running router `URL` instead of starting saltus per policy (one run per workload)")
+	fs.StringVar(&o.policies, "policies", "round_robin,least_request,consistent_hash,prefix", "routing `policies` to compare, in order, comma-separated: "+strings.Join(shard.Policies(), ", "))
+	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE")
+	fs.IntVar(&o.users, "users", 30, "closed-loop simulated users, `count`")
+	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured `time` per policy and workload")
+	fs.StringVar(&o.out, "out", "bench-results", "`directory` for report.md, results.json and the PNG plots")
+	fs.BoolVar(&o.quick, "quick", false, "a run of about a minute: 4 engines, 16 users, 12 s per policy, --speedup 10 (flags given still win)")
+	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
+	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
+	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
+	addSimFlags(fs, &o.sim, &o.simf)
+}
+
+// quickDefaults are --quick's settings for the flags not given.
+func (o *benchOptions) applyQuick(set map[string]bool) {
+	if !o.quick {
+		return
+	}
+	if !set["backends"] {
+		o.backends = 4
+	}
+	if !set["users"] {
+		o.users = 16
+	}
+	if !set["duration"] {
+		o.duration = 12 * time.Second
+	}
+	if !set["speedup"] {
+		o.sim.Speedup = 10
+	}
+	if !set["overhead-pairs"] {
+		o.overheadPairs = 20
+	}
+}
+
+// runConfig turns the options into the benchmark's run and fleet.
+func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (bench.RunConfig, bench.Fleet, error) {
+	if err := applySimProfile(&o.sim, &o.simf); err != nil {
+		return bench.RunConfig{}, nil, err
+	}
+	o.wl.MaxTokens = o.sim.MaxTokens // --max-tokens: what every request asks for
+	// Think times are real time: scale them with the engines' clock.
+	o.wl.ThinkMin = time.Duration(float64(o.wl.ThinkMin) / o.sim.Speedup)
+	o.wl.ThinkMax = time.Duration(float64(o.wl.ThinkMax) / o.sim.Speedup)
+	if o.sim.Tokenizer == "" {
+		// Byte-block engines count 4 bytes a token; a generated word
+		// and its space average 6 bytes.
+		o.wl.TokensPerWord = 1.5
+	}
+	var wls []bench.Workload
+	for name := range strings.SplitSeq(o.workloads, ",") {
+		w, err := workload.New(strings.TrimSpace(name), o.wl)
+		if err != nil {
+			return bench.RunConfig{}, nil, err
+		}
+		wls = append(wls, w)
+	}
+	var pols []string
+	for p := range strings.SplitSeq(o.policies, ",") {
+		pols = append(pols, strings.TrimSpace(p))
+	}
+	serve := serving.DefaultConfig()
+	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
+	serve.ResponseTimeout = 10 * time.Minute // a queued engine is slow, not broken
+	for _, p := range pols {
+		if !slices.Contains(shard.Policies(), p) {
+			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
+		}
+	}
+	local := bench.LocalFleet{Sim: o.sim, Serve: serve, Logger: logger}
+	var fleet bench.Fleet = &local
+	if len(o.engines) > 0 || o.target != "" {
+		fleet = &bench.RemoteFleet{Engines: o.engines, Target: o.target, Local: local}
+		if o.target != "" {
+			pols = []string{"target"}
+		}
+		if len(o.engines) > 0 {
+			o.backends = len(o.engines)
+		}
+	}
+	rc := bench.RunConfig{
+		Backends: o.backends, Users: o.users, Duration: o.duration, Policies: pols, Workloads: wls,
+		Model: o.sim.Model, OverheadPairs: o.overheadPairs, Progress: progress, Log: log, TimeScale: o.sim.Speedup,
+	}
+	if len(o.engines) > 0 || o.target != "" {
+		rc.TimeScale = 1 // real engines: real time
+	}
+	return rc, fleet, rc.Validate()
+}
+
+func (o *benchOptions) setup() map[string]string {
+	m := map[string]string{
+		"engines":          fmt.Sprint(o.backends),
+		"users":            fmt.Sprint(o.users),
+		"duration":         o.duration.String() + " per run (real time)",
+		"workload seed":    fmt.Sprint(o.wl.Seed),
+		"output tokens":    fmt.Sprint(o.wl.MaxTokens),
+		"engine profile":   fmt.Sprintf("%s (KV %d tokens, max-num-seqs %d)", o.sim.Name, o.sim.KVTokens, o.sim.MaxNumSeqs),
+		"speedup":          fmt.Sprintf("%g (times in the tables are simulated: measured × speedup)", o.sim.Speedup),
+		"tokenizer":        "byte-block (4 bytes a token)",
+		"time per request": "TTFT and latency as the client saw them",
+	}
+	if o.sim.Tokenizer != "" {
+		m["tokenizer"] = o.sim.Tokenizer
+	}
+	if len(o.engines) > 0 {
+		m["engines"] = strings.Join(o.engines, " ")
+		delete(m, "engine profile")
+		delete(m, "speedup")
+	}
+	if o.target != "" {
+		m["router"] = o.target
+	}
+	return m
+}
+
+// parseBench parses args; exit code >= 0 means stop with it.
+func parseBench(name string, args []string, stderr io.Writer, o *benchOptions) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	benchFlags(fs, o)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n\nStarts simulated engines and a saltus per routing policy, drives a workload\nthrough each on cold engines, and writes report.md, results.json and PNG plots.\nFlags:\n\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.applyQuick(set)
+	return -1
+}
+
+// runBench is `saltus bench`.
+func runBench(args []string, stdout, stderr io.Writer) int {
+	var o benchOptions
+	if code := parseBench("saltus bench", args, stderr, &o); code >= 0 {
+		return code
+	}
+	var progress io.Writer
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
+		progress = stderr
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rc, fleet, err := o.runConfig(progress, stdout, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "saltus bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, rc, fleet)
+	if rep != nil {
+		rep.Command = "saltus bench " + strings.Join(args, " ")
+		rep.Setup = o.setup()
+		paths, werr := rep.WriteFiles(o.out)
+		if werr != nil {
+			fmt.Fprintf(stderr, "saltus bench: writing the report: %v\n", werr)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\n%s", tables(rep))
+		fmt.Fprintf(stdout, "\nwrote %s\n", strings.Join(paths, ", "))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "saltus bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// tables is every workload's table, for the terminal.
+func tables(rep *bench.Report) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, s := range rep.Runs {
+		if seen[s.Workload] {
+			continue
+		}
+		seen[s.Workload] = true
+		var runs []bench.Summary
+		for _, r := range rep.Runs {
+			if r.Workload == s.Workload {
+				runs = append(runs, r)
+			}
+		}
+		fmt.Fprintf(&b, "%s\n%s\n", s.Workload, bench.Table(runs))
+	}
+	return b.String()
+}
