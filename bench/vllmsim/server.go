@@ -83,14 +83,28 @@ func (s *Sim) Start(addr string) error {
 		Handler:               s.handle,
 		Name:                  "vllmsim",
 		MaxRequestBodySize:    s.cfg.MaxBody,
-		MaxIdleWorkerDuration: time.Second,
+		MaxIdleWorkerDuration: 100 * time.Millisecond, // Close's goroutines end soon after Shutdown
 		CloseOnShutdown:       true,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				apiError(ctx, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", s.cfg.MaxBody))
+				return
+			}
+			apiError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request: "+err.Error())
+		},
+		Logger: discardLogger{},
 	}
 	s.group.Go("vllmsim.scheduler", s.eng.run)
 	s.group.Go("vllmsim.server", func(context.Context) { _ = s.srv.Serve(ln) })
 	s.log.Info("simulated engine listening", "addr", ln.Addr().String(), "profile", s.cfg.Name, "speedup", s.cfg.Speedup)
 	return nil
 }
+
+// discardLogger drops fasthttp's per-connection error logs (a client
+// leaving mid-stream is normal here).
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
 
 // Addr is the address listened on.
 func (s *Sim) Addr() string { return s.ln.Addr().String() }
