@@ -46,7 +46,7 @@ func newTrace(opts Options) (Workload, error) {
 		return nil, fmt.Errorf("cannot open trace: %w", err)
 	}
 	defer f.Close() // read-only: a close error loses nothing
-	reqs, timed, err := readTrace(f)
+	reqs, timed, err := readTrace(f, maxTraceBytes)
 	if err != nil {
 		return nil, fmt.Errorf("trace %s: %w", opts.TraceFile, err)
 	}
@@ -101,11 +101,12 @@ func (u *traceUser) Next() (Request, bool) {
 // Reply is ignored: a trace holds its conversations' turns already.
 func (u *traceUser) Reply(string) {}
 
-// readTrace parses a JSONL trace (format: doc.go). Requests without
-// max_tokens have MaxTokens -1. timed: the lines have timestamps; the
-// requests are then in timestamp order (stable) with At set.
-func readTrace(r io.Reader) (reqs []Request, timed bool, err error) {
-	lr := &io.LimitedReader{R: r, N: maxTraceBytes + 1}
+// readTrace parses a JSONL trace (format: doc.go) of at most maxBytes.
+// Requests without max_tokens have MaxTokens -1. timed: the lines have
+// timestamps; the requests are then in timestamp order (stable) with At
+// set.
+func readTrace(r io.Reader, maxBytes int64) (reqs []Request, timed bool, err error) {
+	lr := &io.LimitedReader{R: r, N: maxBytes + 1}
 	sc := bufio.NewScanner(lr)
 	// The buffer holds a longest line with its \r\n (which the scanner
 	// drops); a line one byte longer still fits, for the check below.
@@ -115,7 +116,7 @@ func readTrace(r io.Reader) (reqs []Request, timed bool, err error) {
 	for sc.Scan() {
 		line++
 		if lr.N == 0 { // read past the bound: the last lines may be cut
-			return nil, false, fmt.Errorf("larger than %d bytes", maxTraceBytes)
+			return nil, false, fmt.Errorf("larger than %d bytes", maxBytes)
 		}
 		b := sc.Bytes()
 		if len(b) > maxTraceLine {
