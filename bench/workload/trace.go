@@ -80,9 +80,8 @@ type traceUser struct {
 
 func (u *traceUser) Next() (Request, bool) {
 	w := u.w
-	i := w.next.Add(1) - 1
+	i := w.next.Add(1) - 1 // an int64 of calls does not wrap
 	if i >= int64(len(w.reqs)) {
-		w.next.Add(-1) // keep the cursor from creeping toward overflow
 		return Request{}, false
 	}
 	req := w.reqs[i]
