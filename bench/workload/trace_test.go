@@ -87,7 +87,7 @@ func TestReadTrace(t *testing.T) {
 	in := "{\"prompt\":\"a\"}\r\n\n  \n" +
 		`{"messages":[{"role":"user","content":"b"}],"max_tokens":3}` + "\n" +
 		`{"prompt":"c","tag":"x"}` // no final newline
-	reqs, timed, err := readTrace(strings.NewReader(in), maxTraceBytes)
+	reqs, timed, err := readTrace(strings.NewReader(in), traceLimits{maxTraceLine, maxTraceBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestReadTrace(t *testing.T) {
 {"prompt":"b","timestamp":103}
 {"prompt":"c","t":103.5}
 {"prompt":"d","t":103}`
-	reqs, timed, err = readTrace(strings.NewReader(in), maxTraceBytes)
+	reqs, timed, err = readTrace(strings.NewReader(in), traceLimits{maxTraceLine, maxTraceBytes})
 	if err != nil || !timed {
 		t.Fatalf("timed %v, error %v", timed, err)
 	}
@@ -124,22 +124,27 @@ func TestReadTrace(t *testing.T) {
 
 func TestReadTraceErrors(t *testing.T) {
 	t.Parallel()
-	f := func(in string, maxBytes int64, want string) {
+	// Small limits stand for the real ones (16 MiB lines, 1 GiB files),
+	// which take seconds to exercise under -race.
+	lim := traceLimits{line: 1000, bytes: 1 << 20}
+	f := func(in string, lim traceLimits, want string) {
 		t.Helper()
-		_, _, err := readTrace(strings.NewReader(in), maxBytes)
+		_, _, err := readTrace(strings.NewReader(in), lim)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %v, want it to contain %q", err, want)
 		}
 	}
 	good := `{"prompt":"p"}` + "\n"
-	f(good+"\n"+`{"prompt":"p","max_tokens":-2}`+"\n"+good, maxTraceBytes, "line 3: max_tokens: must not be negative")
-	f(good+"{oops\n", maxTraceBytes, "line 2: invalid character 'o'")
-	f(`{"prompt":"p","t":1}`+"\n"+good, maxTraceBytes, "line 2: no timestamp, but earlier lines have one (all lines or none)")
-	f(good+"\n"+`{"prompt":"p","t":1}`, maxTraceBytes, "line 3: a timestamp, but earlier lines have none")
-	f("", maxTraceBytes, "no requests")
-	f("\n \n", maxTraceBytes, "no requests")
-	f(strings.Repeat(good, 10), int64(len(good)*10-1), "larger than 149 bytes")
-	if _, _, err := readTrace(strings.NewReader(strings.Repeat(good, 10)), int64(len(good)*10)); err != nil {
+	f(good+"\n"+`{"prompt":"p","max_tokens":-2}`+"\n"+good, lim, "line 3: max_tokens: must not be negative")
+	f(good+"{oops\n", lim, "line 2: invalid character 'o'")
+	f(`{"prompt":"p","t":1}`+"\n"+good, lim, "line 2: no timestamp, but earlier lines have one (all lines or none)")
+	f(good+"\n"+`{"prompt":"p","t":1}`, lim, "line 3: a timestamp, but earlier lines have none")
+	f("", lim, "no requests")
+	f("\n \n", lim, "no requests")
+	small := traceLimits{line: 1000, bytes: int64(len(good)*10 - 1)}
+	f(strings.Repeat(good, 10), small, "larger than 149 bytes")
+	small.bytes++
+	if _, _, err := readTrace(strings.NewReader(strings.Repeat(good, 10)), small); err != nil {
 		t.Fatalf("a trace of exactly the bound: %v", err)
 	}
 
@@ -148,12 +153,15 @@ func TestReadTraceErrors(t *testing.T) {
 	pad := func(n int) string { // a valid line of n bytes
 		return `{"prompt":"` + strings.Repeat("x", n-len(`{"prompt":""}`)) + `"}`
 	}
-	longest := pad(maxTraceLine)
-	if reqs, _, err := readTrace(strings.NewReader(good+longest+"\r\n"+good), maxTraceBytes); err != nil || len(reqs) != 3 {
-		t.Fatalf("a line of %d bytes: %d requests, error %v", maxTraceLine, len(reqs), err)
+	if reqs, _, err := readTrace(strings.NewReader(good+pad(lim.line)+"\r\n"+good), lim); err != nil || len(reqs) != 3 {
+		t.Fatalf("a line of %d bytes: %d requests, error %v", lim.line, len(reqs), err)
 	}
-	f(good+pad(maxTraceLine+1)+"\n"+good, maxTraceBytes, "line 2: longer than 16777216 bytes")
-	f(good+good+pad(maxTraceLine+100), maxTraceBytes, "line 3: longer than 16777216 bytes")
+	f(good+pad(lim.line+1)+"\n"+good, lim, "line 2: longer than 1000 bytes")
+	f(good+good+pad(lim.line+100), lim, "line 3: longer than 1000 bytes")
+	f(good+good+good+pad(100*lim.line)+"\n", lim, "line 4: longer than 1000 bytes")
+	if maxTraceLine != 16<<20 || maxTraceBytes != 1<<30 {
+		t.Errorf("limits %d and %d, documented as 16 MiB and 1 GiB", maxTraceLine, maxTraceBytes)
+	}
 }
 
 // writeTrace writes a trace file and returns its path.
