@@ -77,9 +77,52 @@ func newUpstream(t *testing.T, name string) *upstream {
 	return u
 }
 
-// startServe builds the real serving path over ups and serves until the
-// test ends (SIGTERM through the signals channel, exit code checked).
+// served is a `saltus serve` run by startServeWith: the real serving path
+// (buildDataPlane) under the real lifecycle (serveWith).
+type served struct {
+	addr, admin string      // the data plane's and the admin listener's addresses
+	cfg         serveConfig // as validated
+	logs        func() string
+
+	signals chan os.Signal
+	sigOnce sync.Once
+	code    chan int
+	exit    int // once exited is set
+	exited  bool
+}
+
+// term sends SIGTERM, once: the drain begins.
+func (s *served) term() { s.sigOnce.Do(func() { s.signals <- syscall.SIGTERM }) }
+
+// wait returns the exit code, waiting at most d for it (-1 and a test
+// error if it does not come).
+func (s *served) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	if s.exited {
+		return s.exit
+	}
+	select {
+	case s.exit = <-s.code:
+		s.exited = true
+		return s.exit
+	case <-time.After(d):
+		t.Errorf("serve did not exit within %v", d)
+		return -1
+	}
+}
+
+// startServe builds the real serving path over ups (and the backend URLs
+// in extra) with the test defaults, and serves until the test ends
+// (SIGTERM, exit code 0 checked). It returns the data plane's address.
 func startServe(t *testing.T, ups []*upstream, extra ...string) string {
+	t.Helper()
+	return startServeWith(t, ups, nil, extra...).addr
+}
+
+// startServeWith is startServe with the test defaults changed by mod (nil:
+// none) before validation. It serves until the test ends, or until the
+// test calls term; the exit code must be 0 either way.
+func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra ...string) *served {
 	t.Helper()
 	cfg := defaultServeConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -91,37 +134,50 @@ func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 		cfg.Backends = append(cfg.Backends, u.srv.URL)
 	}
 	cfg.Backends = append(cfg.Backends, extra...)
+	if mod != nil {
+		mod(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
-	sp, err := buildDataPlane(cfg, logger, metrics.NewSet())
+	// One set for the data plane and the admin listener, as runServe has:
+	// /metrics shows the serving path's metrics.
+	set := metrics.NewSet()
+	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() { code <- serveWith(cfg, sp, metrics.NewSet(), logger, signals) }()
+	s := &served{
+		cfg: cfg,
+		logs: func() string {
+			logMu.Lock()
+			defer logMu.Unlock()
+			return logs.String()
+		},
+		signals: make(chan os.Signal, 2),
+		code:    make(chan int, 1),
+	}
+	// A bare goroutine: it stands for main's, joined through s.code.
+	go func() { s.code <- serveWith(cfg, sp, set, logger, s.signals) }()
 	t.Cleanup(func() {
-		signals <- syscall.SIGTERM
-		if c := <-code; c != 0 {
+		s.term()
+		if c := s.wait(t, 30*time.Second); c != 0 {
 			t.Errorf("serve exit code %d", c)
 		}
 	})
-	// The lifecycle logs the address once the data plane listens.
-	var addr string
+	// The lifecycle logs the addresses once the data plane listens.
+	re := regexp.MustCompile(`msg=serving component=serve listen=(\S+) admin=(\S+)`)
 	waitFor(t, func() bool {
-		logMu.Lock()
-		defer logMu.Unlock()
-		m := regexp.MustCompile(`msg=serving component=serve listen=(\S+) `).FindStringSubmatch(logs.String())
+		m := re.FindStringSubmatch(s.logs())
 		if m != nil {
-			addr = m[1]
+			s.addr, s.admin = m[1], m[2]
 		}
 		return m != nil
 	})
-	return addr
+	return s
 }
 
 type answer struct {
