@@ -29,11 +29,24 @@ type upstream struct {
 	name  string
 	srv   *httptest.Server
 	calls atomic.Int64
+	// done is closed when the test ends, before the server closes: a
+	// handler that holds a request waits for it (or the request's end).
+	done chan struct{}
 }
 
 func newUpstream(t *testing.T, name string) *upstream {
 	t.Helper()
-	u := &upstream{name: name}
+	return newUpstreamFunc(t, name, nil)
+}
+
+// newUpstreamFunc is newUpstream whose POSTs are answered by post (nil:
+// the default chat answers); calls counts them either way.
+func newUpstreamFunc(t *testing.T, name string, post func(u *upstream, w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{name: name, done: make(chan struct{})}
+	if post == nil {
+		post = (*upstream).chat
+	}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/health":
@@ -42,39 +55,46 @@ func newUpstream(t *testing.T, name string) *upstream {
 			fmt.Fprintf(w, `{"object":"list","data":[{"id":"model-%s","object":"model"}]}`, name)
 		case r.Method == "POST":
 			u.calls.Add(1)
-			body, _ := io.ReadAll(r.Body)
-			var req struct {
-				Stream bool `json:"stream"`
-			}
-			_ = json.Unmarshal(body, &req) // the router already checked it
-			if !req.Stream {
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set("X-Upstream", name)
-				fmt.Fprintf(w, `{"served_by":%q,"auth":%q,"request_id":%q}`, name, r.Header.Get("Authorization"), r.Header.Get("X-Request-ID"))
-				return
-			}
-			w.Header().Set("Content-Type", "text/event-stream")
-			fl := w.(http.Flusher)
-			for i := range 3 {
-				fmt.Fprintf(w, "data: {\"tok\":%d,\"by\":%q}\n\n", i, name)
-				fl.Flush()
-				if i == 1 && r.Header.Get("X-Test") == "die" {
-					// Die mid-stream: drop the connection without a [DONE].
-					conn, _, err := w.(http.Hijacker).Hijack()
-					if err == nil {
-						conn.Close()
-					}
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			io.WriteString(w, "data: [DONE]\n\n")
+			post(u, w, r)
 		default:
 			http.NotFound(w, r)
 		}
 	}))
 	t.Cleanup(u.srv.Close)
+	t.Cleanup(func() { close(u.done) }) // runs first: cleanups are LIFO
 	return u
+}
+
+// chat is the default POST answer: JSON naming the upstream, or SSE.
+func (u *upstream) chat(w http.ResponseWriter, r *http.Request) {
+	name := u.name
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &req) // the router already checked it
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Upstream", name)
+		fmt.Fprintf(w, `{"served_by":%q,"auth":%q,"request_id":%q}`, name, r.Header.Get("Authorization"), r.Header.Get("X-Request-ID"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	for i := range 3 {
+		fmt.Fprintf(w, "data: {\"tok\":%d,\"by\":%q}\n\n", i, name)
+		fl.Flush()
+		if i == 1 && r.Header.Get("X-Test") == "die" {
+			// Die mid-stream: drop the connection without a [DONE].
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
 }
 
 // served is a `saltus serve` run by startServeWith: the real serving path
