@@ -883,7 +883,7 @@ func TestServeAdminAPI(t *testing.T) {
 		"saltus_reactor_requests_total", "saltus_reactor_connections_open",
 		`saltus_requests_total{route="chat",code="200"}`, `saltus_route_decisions_total{reason="tree"}`,
 		"saltus_route_learned_total", "saltus_tree_blocks", `saltus_shard_mailbox_depth{shard="1"}`,
-		"saltus_proxy_in_flight", `saltus_backend_in_flight{backend="` + added.srv.URL + `"}`, "saltus_retries_total",
+		"saltus_proxy_in_flight", `saltus_backend_in_flight{backend="` + list[0].URL + `"}`, "saltus_retries_total",
 		"saltus_tokenizer_requests_total",
 		`saltus_admin_requests_total{endpoint="backends",code="201"}`,
 	} {
