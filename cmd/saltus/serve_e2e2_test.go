@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,15 +204,25 @@ func (s *served) metric(t *testing.T, series string) float64 {
 	return v
 }
 
-// deadPort returns http://127.0.0.1:<port> where nothing listens.
+// deadPort returns http://127.0.0.1:<port> of a socket that is bound but
+// not listening, until the test ends: a connection to it is refused. (A
+// listener closed at once would free the port for another listener of
+// the tests running in parallel, saltus's own included.)
 func deadPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 // rawConn is a client connection driven by hand, for what net/http hides:

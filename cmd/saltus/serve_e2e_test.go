@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -354,12 +353,7 @@ func TestServeEndToEnd(t *testing.T) {
 // TestServeRetries: a backend that refuses connections is skipped before
 // the first byte; every request is answered by a live one.
 func TestServeRetries(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	dead := deadPort(t)
 	ups := []*upstream{newUpstream(t, "a")}
 	addr := startServe(t, ups, dead)
 	for i := range 12 {
