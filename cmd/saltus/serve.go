@@ -208,6 +208,11 @@ func (a routesAPI) RouteStats() any { return a.r.RouteStats() }
 
 func (a routesAPI) Explain(body []byte, path string) (any, error) {
 	d, err := a.r.Explain(body, path)
+	if errors.Is(err, shard.ErrNoBackend) {
+		// The backends' state, not the request's fault: 503, not 400
+		// (admin.Routes: only ErrUnavailable is the server's).
+		return nil, fmt.Errorf("%w: %v", admin.ErrUnavailable, err)
+	}
 	if err != nil {
 		return nil, err
 	}

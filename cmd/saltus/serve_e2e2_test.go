@@ -887,6 +887,11 @@ func TestServeAdminAPI(t *testing.T) {
 	if a := s.chat(t, p); a.status != 503 || errorOf(t, a.body).Error.Code != "no_backend" {
 		t.Errorf("a request with every backend draining: %d %s", a.status, a.body)
 	}
+	// Explain cannot decide either: the data plane's state, not the
+	// request's fault.
+	if a := s.adm(t, "POST", "/admin/explain", p); a.status != 503 || errorOf(t, a.body).Error.Type != "unavailable" {
+		t.Errorf("explain with every backend draining: %d %s, want 503 unavailable", a.status, a.body)
+	}
 
 	// /metrics: the serving path's saltus_* series, from every package.
 	m := s.metrics(t)
