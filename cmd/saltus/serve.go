@@ -137,6 +137,7 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 	scfg.ChatTemplate = cfg.ChatTemplate
 	scfg.Policy = cfg.Policy
 	scfg.LoadFactor = cfg.LoadFactor
+	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks
 	scfg.Tree.TTL = cfg.RouteTTL.D()
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)

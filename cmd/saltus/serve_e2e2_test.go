@@ -540,6 +540,30 @@ func TestServeUpstreamErrors(t *testing.T) {
 	})
 }
 
+// TestServeMaxRetries: --max-retries N tries N+1 backends before the
+// 502, above the default 2 too.
+func TestServeMaxRetries(t *testing.T) {
+	t.Parallel()
+	var dead []string
+	for range 6 {
+		dead = append(dead, deadPort(t))
+	}
+	for _, retries := range []int{0, 4} {
+		s := startServeWith(t, nil, func(c *serveConfig) {
+			c.Tokenizer = ""
+			c.MaxRetries = retries
+		}, dead...)
+		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
+		want := fmt.Sprintf("no backend answered (%d tried)", retries+1)
+		if e := errorOf(t, a.body); a.status != 502 || !strings.Contains(e.Error.Message, want) {
+			t.Errorf("max-retries %d: %d %s, want 502 %q", retries, a.status, a.body, want)
+		}
+		if n := s.metric(t, "saltus_retries_total"); n != float64(retries) {
+			t.Errorf("max-retries %d: %v retries", retries, n)
+		}
+	}
+}
+
 // TestServeLimits: the client-side limits of the data plane, on raw
 // connections: what is answered, and whether the connection is closed.
 func TestServeLimits(t *testing.T) {
