@@ -42,11 +42,11 @@ type Server struct {
 	upConns     atomic.Int64 // open upstream connections (Upstream)
 	dialers     *rules.Workers
 	sweepHook   func(loop int, now time.Time) // set before Start
-	open        atomic.Int64 // exchanges not yet ended
-	accepting   atomic.Bool  // StopAccepting clears it
-	draining    atomic.Bool  // answers close their connection
-	stopped     atomic.Bool  // Post refuses; set before the engine stops
-	posting     atomic.Int64 // Posts between their stopped check and Execute
+	open        atomic.Int64                  // exchanges not yet ended
+	accepting   atomic.Bool                   // StopAccepting clears it
+	draining    atomic.Bool                   // answers close their connection
+	stopped     atomic.Bool                   // Post refuses; set before the engine stops
+	posting     atomic.Int64                  // Posts between their stopped check and Execute
 	started     atomic.Bool
 	discovering atomic.Bool // Start is finding the loops
 }
