@@ -32,6 +32,9 @@ type exchange interface {
 type upstream interface {
 	Snapshot() []*backend.Backend
 	Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool
+	// LoopIO and ForwardOnLoop: the loop path (backend/loop.go).
+	LoopIO() bool
+	ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool
 	Models(ctx context.Context) ([]byte, error)
 }
 
@@ -410,7 +413,7 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, j.r.now())
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
-	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap)
+	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap, j.owner)
 }
 
 // decideHere decides without the tree, on j.loop (reason fallback).
@@ -418,7 +421,7 @@ func (j *job) decideHere() {
 	sh := j.r.shards[j.loop]
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
-	j.finish(decide(j.r.pol, sh.views, nil, j.keys, false, &sh.sc), snap)
+	j.finish(decide(j.r.pol, sh.views, nil, j.keys, false, &sh.sc), snap, j.loop)
 }
 
 // views reads every backend's state once.
@@ -431,8 +434,8 @@ func (r *Router) views(dst []view, snap []*backend.Backend) []view {
 }
 
 // finish forwards the request as decided (stage 8), or hands the decision
-// to Explain. On the loop that decided.
-func (j *job) finish(d Decision, snap []*backend.Backend) {
+// to Explain. On the loop that decided (cur).
+func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
 		j.explain <- d // buffered, one send per job
@@ -466,6 +469,19 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 	}
 	// A refused Forward (proxy pool full) answers 503 itself and reports
 	// it through Hooks.Done like any other outcome, so it is counted there.
+	if ls, ok := j.x.(backend.LoopSink); ok && learn && !j.d.stream && r.up.LoopIO() {
+		// The loop path: the upstream I/O on the client connection's loop.
+		// Decided on another (the owner shard's): one more hop back, a
+		// post, and if that loop's mailbox is full the goroutine path.
+		loop := ls.Loop()
+		if loop == cur {
+			r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, h)
+			return
+		}
+		if r.postTo(loop, func() { r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, h) }) {
+			return
+		}
+	}
 	r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h)
 }
 

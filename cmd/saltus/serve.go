@@ -102,6 +102,7 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 	bcfg.ResponseHeaderTimeout = cfg.ResponseTimeout.D()
 	bcfg.MaxRetries = cfg.MaxRetries
 	bcfg.HealthInterval = cfg.HealthInterval.D()
+	bcfg.LoopIO = cfg.UpstreamIO == "loop"
 	// reactor, backend and shard add their own component attribute.
 	bset, err := backend.NewSet(bcfg, logger, set)
 	if err != nil {
@@ -131,6 +132,7 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 		bset.Close()
 		return nil, err
 	}
+	bset.UseLoops(srv)
 
 	scfg := shard.DefaultConfig()
 	scfg.BlockSize = cfg.BlockSize

@@ -311,7 +311,7 @@ func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bo
 	haveID := false
 	for k, v := range resp.Header.All() {
 		name := b2s(k)
-		if hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) || equalFold(name, "X-Saltus-Backend") {
+		if dropAnswerHeader(name, conn, keepLength) {
 			continue
 		}
 		haveID = haveID || equalFold(name, "X-Request-ID")
@@ -330,6 +330,14 @@ func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bo
 	}
 	hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: b.URL})
 	return append(hdr, p.extra...)
+}
+
+// dropAnswerHeader reports whether an upstream's header stays out of the
+// answer: hop-by-hop ones (conn is the upstream's Connection header),
+// Content-Length unless keepLength (the reactor frames the answer), and
+// X-Saltus-Backend (ours to set).
+func dropAnswerHeader(name, conn string, keepLength bool) bool {
+	return hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) || equalFold(name, "X-Saltus-Backend")
 }
 
 // relay sends the answer whose head is in resp to the sink.
