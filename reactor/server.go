@@ -99,6 +99,10 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 // Loops returns the number of event loops. Any goroutine.
 func (s *Server) Loops() int { return s.cfg.Loops }
 
+// Running reports whether the loops run: Start was called and the engine
+// has not begun to stop. Any goroutine.
+func (s *Server) Running() bool { return s.started.Load() && !s.stopped.Load() }
+
 // Addr returns the address the server listens on (the real port for
 // ":0"), once Start returned. Any goroutine.
 func (s *Server) Addr() string { return s.addr }

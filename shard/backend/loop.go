@@ -50,6 +50,7 @@ type Loops interface {
 	DialUpstream(loop int, addr string, timeout time.Duration, h reactor.UpstreamHandler) (*reactor.Upstream, error)
 	Post(loop int, fn func()) bool
 	OnSweep(fn func(loop int, now time.Time))
+	Running() bool
 }
 
 // LoopSink is a Sink that the loop path answers on its own loop;
@@ -718,8 +719,8 @@ func (s *Set) sweep(loop int, now time.Time) {
 // closeLoops is Close's part for the loop path: on every loop, requests
 // in flight get 503 and every connection closes. Any goroutine but a loop.
 func (s *Set) closeLoops() {
-	if s.lp == nil {
-		return
+	if s.lp == nil || !s.lp.Running() {
+		return // stopped loops closed every connection, and their clients'
 	}
 	var waits []chan struct{}
 	for _, ls := range s.lstates {
@@ -740,7 +741,7 @@ func (s *Set) closeLoops() {
 		// Post refuses when the loop's mailbox is full (retry) or the
 		// reactor stopped (then its loops closed every connection).
 		posted := false
-		for deadline := time.Now().Add(time.Second); !posted && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(time.Second); !posted && s.lp.Running() && time.Now().Before(deadline); {
 			if posted = s.lp.Post(ls.idx, fn); !posted {
 				time.Sleep(time.Millisecond)
 			}
@@ -750,10 +751,19 @@ func (s *Set) closeLoops() {
 		}
 	}
 	for _, done := range waits {
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			s.logger.Error("an event loop did not close its upstream connections within 5 s")
+		// A loop that stops meanwhile never runs it: poll for that.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Millisecond):
+				if s.lp.Running() && time.Now().Before(deadline) {
+					continue
+				}
+				if s.lp.Running() {
+					s.logger.Error("an event loop did not close its upstream connections within 5 s")
+				}
+			}
+			break
 		}
 	}
 }
