@@ -81,6 +81,14 @@ func newUpstream(t *testing.T, name string) *upstream {
 // test ends (SIGTERM through the signals channel, exit code checked).
 func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 	t.Helper()
+	addr, _ := startServeWith(t, ups, nil, extra...)
+	return addr
+}
+
+// startServeWith is startServe with edit applied to the config; it also
+// returns the data plane's metrics.
+func startServeWith(t *testing.T, ups []*upstream, edit func(*serveConfig), extra ...string) (string, *metrics.Set) {
+	t.Helper()
 	cfg := defaultServeConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Tokenizer = "../../tokenpool/testdata/models/llama3/tokenizer.json.gz"
@@ -91,13 +99,17 @@ func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 		cfg.Backends = append(cfg.Backends, u.srv.URL)
 	}
 	cfg.Backends = append(cfg.Backends, extra...)
+	if edit != nil {
+		edit(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
-	sp, err := buildDataPlane(cfg, logger, metrics.NewSet())
+	ms := metrics.NewSet()
+	sp, err := buildDataPlane(cfg, logger, ms)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +133,7 @@ func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 		}
 		return m != nil
 	})
-	return addr
+	return addr, ms
 }
 
 type answer struct {
@@ -304,4 +316,30 @@ func mustReq(t *testing.T, url, body string, hdr ...string) *http.Request {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	return req
+}
+
+// TestServeUpstreamIO: both --upstream-io modes serve non-streamed and
+// streamed requests; only "loop" makes upstream connections on the event
+// loops (streamed requests take a proxy goroutine either way).
+func TestServeUpstreamIO(t *testing.T) {
+	for _, mode := range []string{"loop", "goroutine"} {
+		t.Run(mode, func(t *testing.T) {
+			ups := []*upstream{newUpstream(t, "a")}
+			addr, ms := startServeWith(t, ups, func(c *serveConfig) { c.UpstreamIO = mode })
+			for i := range 5 {
+				a := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", fmt.Sprintf("Q%d", i)), "X-Request-ID", "rid")
+				if a.status != 200 || a.backend != ups[0].srv.URL || !strings.Contains(a.body, `"request_id":"rid"`) || a.route == "" {
+					t.Fatalf("request %d: %d %q %q %s", i, a.status, a.backend, a.route, a.body)
+				}
+			}
+			a := post(t, addr, "/v1/chat/completions", chatJSON(true, "system", sysA, "user", "Stream."))
+			if a.status != 200 || !strings.HasSuffix(a.body, "data: [DONE]\n\n") {
+				t.Fatalf("stream: %d %q", a.status, a.body)
+			}
+			dials := ms.GetOrCreateCounter("saltus_upstream_dials_total").Get()
+			if (mode == "loop") != (dials > 0) {
+				t.Errorf("mode %s: %d upstream dials on the loops", mode, dials)
+			}
+		})
+	}
 }
