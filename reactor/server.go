@@ -62,6 +62,7 @@ type loopState struct {
 	conns     map[*conn]struct{} // owned by the loop
 	sweep     func(context.Context) error
 	lastSweep time.Time // of the connections; owned by the loop
+	scratch   []byte    // RespondLoop's answer buffer; owned by the loop
 }
 
 // NewServer checks cfg and returns a server; Start starts it.

@@ -106,6 +106,7 @@ type loopState struct {
 	active  map[*loopReq]struct{} // requests in flight on this loop
 	samples []sample              // metrics not yet handed to the flusher
 	closed  bool                  // Set.Close ran here
+	wbuf    []byte                // scratch for serializing a request
 }
 
 // connPool is one backend's connections on one loop.
@@ -144,9 +145,7 @@ type loopReq struct {
 	i        int      // the candidate being tried
 	b        *Backend // cands[i] while its in-flight count is held; nil otherwise
 	c        *upConn
-	wire     []byte   // the request as sent to wireFor
-	wireFor  *Backend // whose Host is in wire
-	stale    bool     // the one retry on a fresh connection was used
+	stale    bool // the one retry on a fresh connection was used
 	headSeen bool
 	finished bool
 	start    time.Time
@@ -237,7 +236,7 @@ func (lr *loopReq) attempt(now time.Time) {
 // use puts lr on c and sends it once c is open.
 func (lr *loopReq) use(c *upConn) {
 	c.req, lr.c = lr, c
-	c.p.reset(lr.req.Method == "HEAD")
+	c.p.reset(lr.req.Method == "HEAD", 2+len(lr.extra))
 	if c.open {
 		lr.send()
 	}
@@ -246,12 +245,19 @@ func (lr *loopReq) use(c *upConn) {
 // send writes the request on lr.c. A failed write closes the connection;
 // its OnUpstreamClose then decides.
 func (lr *loopReq) send() {
-	if lr.wireFor != lr.b {
-		lr.wire = lr.appendWire(lr.wire[:0], lr.b)
-		lr.wireFor = lr.b
+	ls := lr.ls
+	// The loop's scratch buffer: gnet copies what the socket does not
+	// take at once, so it is free again when Write returns (one 4 KiB+
+	// allocation less per request).
+	w := lr.appendWire(ls.wbuf[:0], lr.b)
+	_ = lr.c.u.Write(w) // an error: OnUpstreamClose follows, and retries or fails
+	if cap(w) <= maxScratch {
+		ls.wbuf = w[:0]
 	}
-	_ = lr.c.u.Write(lr.wire) // an error: OnUpstreamClose follows, and retries or fails
 }
+
+// maxScratch bounds the per-loop request buffer kept between requests.
+const maxScratch = 256 << 10
 
 // appendWire serializes the request for b, as Forward's buildRequest
 // does: method, path and query as sent, Host, the client's headers minus
@@ -458,9 +464,10 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 
 // answerHeaders is proxy.answerHeaders for a parsed head: the upstream's
 // headers minus hop-by-hop ones and Content-Length, plus X-Request-ID if
-// it sent none, X-Saltus-Backend and the caller's extra headers.
+// it sent none, X-Saltus-Backend and the caller's extra headers. It
+// filters ph in place (the parser left room for the additions).
 func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string) []reactor.Header {
-	hdr := make([]reactor.Header, 0, len(ph)+2+len(lr.extra))
+	hdr := ph[:0]
 	haveID := false
 	for _, h := range ph {
 		if dropAnswerHeader(h.Name, conn, false) {

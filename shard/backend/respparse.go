@@ -23,6 +23,7 @@ type respParser struct {
 	maxHead int  // bytes of one head, through its blank line
 	maxBody int  // de-chunked body bytes
 	noBody  bool // the request was HEAD
+	spare   int  // extra capacity of Header for the caller
 
 	state uint8
 	head  []byte // a head not complete yet (copied from the reads)
@@ -80,8 +81,8 @@ func newRespParser(maxHead, maxBody int) respParser {
 
 // reset readies p for the next response on the same connection, keeping
 // its limits and its scratch buffers' memory.
-func (p *respParser) reset(noBody bool) {
-	*p = respParser{maxHead: p.maxHead, maxBody: p.maxBody, noBody: noBody, head: p.head[:0], line: p.line[:0]}
+func (p *respParser) reset(noBody bool, spare int) {
+	*p = respParser{maxHead: p.maxHead, maxBody: p.maxBody, noBody: noBody, spare: spare, head: p.head[:0], line: p.line[:0]}
 }
 
 // headDone reports whether the final (non-1xx) head has been read.
@@ -347,7 +348,9 @@ func (p *respParser) parseHead(h string) error {
 	}
 	proto11 := line[7] == '1'
 	var (
-		hdr              []reactor.Header
+		// One allocation, with room for the few headers the answer adds
+		// (loopReq.answerHeaders filters and extends it in place).
+		hdr                    = make([]reactor.Header, 0, strings.Count(rest, "\n")+p.spare)
 		cl               int64 = -1
 		te, conn, ct     string
 		haveTE, closeTok bool

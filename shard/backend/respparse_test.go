@@ -12,7 +12,7 @@ import (
 // returns a printable summary of the result.
 func parseAll(resp []byte, cuts []int, noBody bool) (string, error) {
 	p := newRespParser(1024, 4096)
-	p.reset(noBody)
+	p.reset(noBody, 0)
 	prev, used := 0, 0
 	var err error
 	for _, c := range append(cuts, len(resp)) {
