@@ -32,12 +32,14 @@ type Sink interface {
 
 // Hooks are the caller's callbacks for one Forward.
 type Hooks struct {
-	// FirstByte runs once, on the proxy goroutine, when the chosen
+	// FirstByte runs once, on the proxy goroutine (on the loop for
+	// ForwardOnLoop; it must not block then), when the chosen
 	// backend's response head arrived (status known), before anything is
 	// written to the sink. It does not run when no backend answered.
 	FirstByte func(b *Backend, status int)
 	// Done runs exactly once per Forward at the very end with the outcome:
-	// on the proxy goroutine, or inside Forward before it returns false.
+	// on the proxy goroutine (the loop for ForwardOnLoop), or inside
+	// Forward before it returns false.
 	Done func(o Outcome)
 }
 
