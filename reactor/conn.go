@@ -385,13 +385,21 @@ func (c *conn) onClose() {
 	}
 	c.closed = true
 	close(c.gone)
+	var hooks []func()
 	for _, x := range c.queue {
 		c.retire(x)
 		x.signal()
+		if x.goneHook != nil {
+			hooks = append(hooks, x.goneHook)
+			x.goneHook = nil
+		}
 	}
 	c.queue = nil
 	c.parked.Store(0)
 	c.outbound.Store(0)
+	for _, fn := range hooks { // after the connection's state is final
+		fn()
+	}
 }
 
 var _ = http.StatusOK

@@ -75,6 +75,7 @@ type Exchange struct {
 	ended      bool     // the last message arrived (parked or sent)
 	closeAfter bool     // close the connection once this answer is out
 	counted    bool     // still counted in Server.open
+	goneHook   func()   // SetGoneHook's; run by the connection's close
 }
 
 // Request returns the request. Any goroutine.
@@ -95,16 +96,7 @@ func (x *Exchange) Respond(status int, hdr []Header, body []byte) {
 	if !x.state.CompareAndSwap(stateNew, stateEnded) {
 		return // a handler bug; nothing sensible to send
 	}
-	b := make([]byte, 0, 128+len(body)+32*len(hdr))
-	b = appendStatusLine(b, status)
-	b, _ = appendHeaders(b, hdr)
-	b = x.appendConnection(b)
-	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
-	b = append(b, "\r\n\r\n"...)
-	if x.req.Method != "HEAD" && status >= 200 && status != 204 && status != 304 {
-		b = append(b, body...)
-	}
+	b := x.appendAnswer(status, hdr, body)
 	// Answered while Serve still runs (typically by Serve itself, on the
 	// loop): stage the bytes for the loop to write when Serve returns, no
 	// message needed. The CAS after the store publishes it; if the loop
@@ -117,12 +109,85 @@ func (x *Exchange) Respond(status int, hdr []Header, body []byte) {
 	_ = x.post(b, true, false) // ErrClientGone: nobody left to tell
 }
 
+// appendAnswer renders a whole answer with Content-Length.
+func (x *Exchange) appendAnswer(status int, hdr []Header, body []byte) []byte {
+	return appendAnswer(make([]byte, 0, 128+len(body)+32*len(hdr)), x.req, x.closing(), status, hdr, body)
+}
+
+// appendAnswer appends a whole answer with Content-Length to b; closing:
+// the connection closes after it.
+func appendAnswer(b []byte, req *Request, closing bool, status int, hdr []Header, body []byte) []byte {
+	b = appendStatusLine(b, status)
+	b, _ = appendHeaders(b, hdr)
+	b = appendConnection(b, req, closing)
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	if req.Method != "HEAD" && status >= 200 && status != 204 && status != 304 {
+		b = append(b, body...)
+	}
+	return b
+}
+
+// closing reports whether the connection closes after x's answer.
+func (x *Exchange) closing() bool { return !x.req.keepAlive || x.c.s.draining.Load() }
+
+// RespondLoop is Respond for a caller on the exchange's own loop
+// (x.Loop()): the answer is staged if Serve still runs, else handed to the
+// connection at once, with no message and no wake-up of the loop. It
+// clears the gone hook. Loop only (x.Loop()'s).
+func (x *Exchange) RespondLoop(status int, hdr []Header, body []byte) {
+	if !x.state.CompareAndSwap(stateNew, stateEnded) {
+		return // a handler bug; nothing sensible to send
+	}
+	x.goneHook = nil
+	c := x.c
+	if x.phase.Load() != phaseServing && !c.closed && len(c.queue) > 0 && c.queue[0] == x {
+		// The head exchange, answered on its loop: rendered into the
+		// loop's scratch buffer and written now (gnet copies what the
+		// socket does not take), no allocation.
+		ls := c.ls
+		b := appendAnswer(ls.scratch[:0], x.req, x.closing(), status, hdr, body)
+		_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+		c.written += int64(len(b))
+		if cap(b) <= maxScratch {
+			ls.scratch = b[:0]
+		}
+		c.outbound.Store(int64(c.gc.OutboundBuffered()))
+		if !c.closed {
+			c.endHead()
+		}
+		return
+	}
+	b := x.appendAnswer(status, hdr, body)
+	if x.phase.Load() == phaseServing { // on the loop: Serve cannot return meanwhile
+		x.staged = b
+		x.phase.Store(phaseStaged)
+		return
+	}
+	x.queued.Add(int64(len(b))) // deliver takes it off
+	c.deliver(x, b, true, false)
+}
+
+// maxScratch bounds the per-loop answer buffer kept between answers.
+const maxScratch = 256 << 10
+
+// SetGoneHook makes fn run on the loop when the client's connection
+// closes before the exchange has ended (the loop-native way to learn what
+// Gone says); nil removes it. fn must not block; it runs inside the
+// connection's close. Loop only (x.Loop()'s).
+func (x *Exchange) SetGoneHook(fn func()) { x.goneHook = fn }
+
 // appendConnection adds the Connection header the framing needs.
 func (x *Exchange) appendConnection(b []byte) []byte {
+	return appendConnection(b, x.req, x.closing())
+}
+
+func appendConnection(b []byte, req *Request, closing bool) []byte {
 	switch {
-	case !x.req.keepAlive || x.c.s.draining.Load():
+	case closing:
 		return append(b, "Connection: close\r\n"...)
-	case x.req.Proto10:
+	case req.Proto10:
 		return append(b, "Connection: keep-alive\r\n"...)
 	}
 	return b

@@ -17,11 +17,13 @@ type serverMetrics struct {
 	framing400, framing413, framing431, framing501 *metrics.Counter
 	timeoutHeader, timeoutIdle, timeoutWrite       *metrics.Counter
 	mailboxFull, outboundWaits, posterDropped      *metrics.Counter
+	upDials, upDialErrors                          *metrics.Counter
 }
 
 func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 	set.GetOrCreateGauge("saltus_reactor_connections_open", func() float64 { return float64(s.conns.Load()) })
 	set.GetOrCreateGauge("saltus_reactor_exchanges_open", func() float64 { return float64(s.open.Load()) })
+	set.GetOrCreateGauge("saltus_upstream_conns", func() float64 { return float64(s.upConns.Load()) })
 	fe := func(code int) *metrics.Counter {
 		return set.GetOrCreateCounter(fmt.Sprintf(`saltus_reactor_framing_errors_total{code="%d"}`, code))
 	}
@@ -43,6 +45,8 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 		mailboxFull:      set.GetOrCreateCounter("saltus_reactor_mailbox_full_total"),
 		outboundWaits:    set.GetOrCreateCounter("saltus_reactor_outbound_waits_total"),
 		posterDropped:    set.GetOrCreateCounter("saltus_reactor_poster_dropped_total"),
+		upDials:          set.GetOrCreateCounter("saltus_upstream_dials_total"),
+		upDialErrors:     set.GetOrCreateCounter("saltus_upstream_dial_errors_total"),
 	}
 }
 

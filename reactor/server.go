@@ -39,11 +39,14 @@ type Server struct {
 	discovered atomic.Int32
 
 	conns       atomic.Int64 // open connections
-	open        atomic.Int64 // exchanges not yet ended
-	accepting   atomic.Bool  // StopAccepting clears it
-	draining    atomic.Bool  // answers close their connection
-	stopped     atomic.Bool  // Post refuses; set before the engine stops
-	posting     atomic.Int64 // Posts between their stopped check and Execute
+	upConns     atomic.Int64 // open upstream connections (Upstream)
+	dialers     *rules.Workers
+	sweepHook   func(loop int, now time.Time) // set before Start
+	open        atomic.Int64                  // exchanges not yet ended
+	accepting   atomic.Bool                   // StopAccepting clears it
+	draining    atomic.Bool                   // answers close their connection
+	stopped     atomic.Bool                   // Post refuses; set before the engine stops
+	posting     atomic.Int64                  // Posts between their stopped check and Execute
 	started     atomic.Bool
 	discovering atomic.Bool // Start is finding the loops
 }
@@ -56,8 +59,10 @@ type loopState struct {
 
 	sweepQueued atomic.Bool // a sweep is queued: at most one at a time, even if the loop lags
 
-	conns map[*conn]struct{} // owned by the loop
-	sweep func(context.Context) error
+	conns     map[*conn]struct{} // owned by the loop
+	sweep     func(context.Context) error
+	lastSweep time.Time // of the connections; owned by the loop
+	scratch   []byte    // RespondLoop's answer buffer; owned by the loop
 }
 
 // NewServer checks cfg and returns a server; Start starts it.
@@ -88,11 +93,16 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 		loops:  make([]atomic.Pointer[loopState], cfg.Loops),
 	}
 	s.m = newServerMetrics(s, set)
+	s.dialers = rules.NewWorkers(s.group, "reactor.dial", 10*time.Second)
 	return s, nil
 }
 
 // Loops returns the number of event loops. Any goroutine.
 func (s *Server) Loops() int { return s.cfg.Loops }
+
+// Running reports whether the loops run: Start was called and the engine
+// has not begun to stop. Any goroutine.
+func (s *Server) Running() bool { return s.started.Load() && !s.stopped.Load() }
 
 // Addr returns the address the server listens on (the real port for
 // ":0"), once Start returned. Any goroutine.
@@ -212,7 +222,14 @@ func (s *Server) loopOf(el gnet.EventLoop) *loopState {
 				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{})}
 				nls.sweep = func(context.Context) error {
 					nls.sweepQueued.Store(false)
-					s.sweepLoop(nls)
+					now := time.Now()
+					if now.Sub(nls.lastSweep) >= s.tick()-s.tickEvery()/2 {
+						nls.lastSweep = now
+						s.sweepLoop(nls, now)
+					}
+					if s.sweepHook != nil {
+						s.sweepHook(nls.idx, now)
+					}
 					return nil
 				}
 				if s.loops[i].CompareAndSwap(nil, nls) {
@@ -302,8 +319,7 @@ func (s *Server) execute(ls *loopState, fn gnet.RunnableFunc) bool {
 }
 
 // sweepLoop runs the timeouts over loop ls's connections. Loop only.
-func (s *Server) sweepLoop(ls *loopState) {
-	now := time.Now()
+func (s *Server) sweepLoop(ls *loopState, now time.Time) {
 	for c := range ls.conns {
 		c.sweep(now)
 	}
@@ -312,6 +328,15 @@ func (s *Server) sweepLoop(ls *loopState) {
 // tick is how often each loop's connections are swept for timeouts.
 func (s *Server) tick() time.Duration {
 	return min(max(min(s.cfg.HeaderTimeout, s.cfg.IdleTimeout)/10, 10*time.Millisecond), time.Second)
+}
+
+// tickEvery is the ticker's period: tick, or upstreamTick when an OnSweep
+// hook needs a finer one (connections are still swept every tick).
+func (s *Server) tickEvery() time.Duration {
+	if s.sweepHook != nil {
+		return min(s.tick(), upstreamTick)
+	}
+	return s.tick()
 }
 
 // StopAccepting is drain step 1: connections that arrive from now on are
@@ -381,6 +406,9 @@ func (h *engineHandler) OnBoot(eng gnet.Engine) gnet.Action {
 
 func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := h.s
+	if u, ok := gc.Context().(*Upstream); ok {
+		return nil, s.upOpen(u, gc)
+	}
 	ls := s.loopOf(gc.EventLoop())
 	if s.discovering.Load() {
 		return nil, gnet.Close // a probe of discoverLoops (or a client too early)
@@ -405,7 +433,11 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-func (h *engineHandler) OnClose(gc gnet.Conn, _ error) gnet.Action {
+func (h *engineHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
+	if u, ok := gc.Context().(*Upstream); ok {
+		h.s.upClose(u, err)
+		return gnet.None
+	}
 	c, ok := gc.Context().(*conn)
 	if !ok {
 		return gnet.None // rejected in OnOpen
@@ -417,6 +449,10 @@ func (h *engineHandler) OnClose(gc gnet.Conn, _ error) gnet.Action {
 }
 
 func (h *engineHandler) OnTraffic(gc gnet.Conn) gnet.Action {
+	if u, ok := gc.Context().(*Upstream); ok {
+		h.s.upTraffic(u, gc)
+		return gnet.None
+	}
 	c, ok := gc.Context().(*conn)
 	if !ok {
 		return gnet.Close
@@ -440,5 +476,5 @@ func (h *engineHandler) OnTick() (time.Duration, gnet.Action) {
 			ls.sweepQueued.Store(false)
 		}
 	}
-	return s.tick(), gnet.None
+	return s.tickEvery(), gnet.None
 }

@@ -225,6 +225,12 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	return true
 }
 
+func (u *fakeUpstream) LoopIO() bool { return false }
+
+func (u *fakeUpstream) ForwardOnLoop(_ int, req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool {
+	return u.Forward(req, body, candidates, sink, extraHdr, h)
+}
+
 func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) {
 	if u.modelsErr != nil {
 		return nil, u.modelsErr

@@ -33,6 +33,9 @@ type exchange interface {
 type upstream interface {
 	Snapshot() []*backend.Backend
 	Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool
+	// LoopIO and ForwardOnLoop: the loop path (backend/loop.go).
+	LoopIO() bool
+	ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool
 	Models(ctx context.Context) ([]byte, error)
 }
 
@@ -424,7 +427,7 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, j.r.now())
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
-	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap)
+	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap, j.owner)
 }
 
 // decideHere decides without the tree, on j.loop: the prefix policy's
@@ -441,7 +444,7 @@ func (j *job) decideHere() {
 		// Explain shows one draw, the next request draws afresh.)
 		sh.sc.rr = rr
 	}
-	j.finish(d, snap)
+	j.finish(d, snap, j.loop)
 }
 
 // views reads every backend's state once.
@@ -454,8 +457,8 @@ func (r *Router) views(dst []view, snap []*backend.Backend) []view {
 }
 
 // finish forwards the request as decided (stage 8), or hands the decision
-// to Explain. On the loop that decided.
-func (j *job) finish(d Decision, snap []*backend.Backend) {
+// to Explain. On the loop that decided (cur).
+func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
 		j.explain <- d // buffered, one send per job
@@ -490,6 +493,19 @@ func (j *job) finish(d Decision, snap []*backend.Backend) {
 	}
 	// A refused Forward (proxy pool full) answers 503 itself and reports
 	// it through Hooks.Done like any other outcome, so it is counted there.
+	if ls, ok := j.x.(backend.LoopSink); ok && learn && !j.d.stream && r.up.LoopIO() {
+		// The loop path: the upstream I/O on the client connection's loop.
+		// Decided on another (the owner shard's): one more hop back, a
+		// post, and if that loop's mailbox is full the goroutine path.
+		loop := ls.Loop()
+		if loop == cur {
+			r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, h)
+			return
+		}
+		if r.postTo(loop, func() { r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, h) }) {
+			return
+		}
+	}
 	r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h)
 }
 

@@ -79,6 +79,11 @@ type serveConfig struct {
 	// MaxRetries: further backends tried when one fails before its first
 	// byte.
 	MaxRetries int `yaml:"max-retries"`
+	// UpstreamIO: where non-streamed chat and completion requests talk to
+	// the backend: "loop" (on the client connection's event loop) or
+	// "goroutine" (a proxy goroutine with fasthttp). Streamed ones always
+	// take a goroutine.
+	UpstreamIO string `yaml:"upstream-io"`
 	// HealthInterval: time between health probes of each backend.
 	HealthInterval duration `yaml:"health-interval"`
 	// DrainTimeout: on SIGTERM/SIGINT, how long requests in flight may
@@ -115,6 +120,7 @@ func defaultServeConfig() serveConfig {
 		ConnectTimeout:  duration(d.ConnectTimeout),
 		ResponseTimeout: duration(d.ResponseTimeout),
 		MaxRetries:      d.MaxRetries,
+		UpstreamIO:      d.UpstreamIO,
 		HealthInterval:  duration(d.HealthInterval),
 		DrainTimeout:    duration(30 * time.Second),
 		MaxBlocks:       d.MaxBlocks,
@@ -211,6 +217,9 @@ func (c serveConfig) Validate() error {
 	if c.MaxRetries < 0 || c.MaxRetries > maxRetries {
 		bad("max-retries", "must be between 0 and %d, got %d", maxRetries, c.MaxRetries)
 	}
+	if c.UpstreamIO != "loop" && c.UpstreamIO != "goroutine" {
+		bad("upstream-io", `must be "loop" or "goroutine", got %q`, c.UpstreamIO)
+	}
 	if c.MaxBlocks < 1 || c.MaxBlocks > maxMaxBlocks {
 		bad("max-blocks", "must be between 1 and %d, got %d", maxMaxBlocks, c.MaxBlocks)
 	}
@@ -234,7 +243,7 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxBody: int(c.MaxBody), MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
 		HeaderTimeout: c.HeaderTimeout.D(), IdleTimeout: c.IdleTimeout.D(),
 		ConnectTimeout: c.ConnectTimeout.D(), ResponseTimeout: c.ResponseTimeout.D(),
-		MaxRetries: c.MaxRetries, HealthInterval: c.HealthInterval.D(),
+		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
 		MaxBlocks: c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
 	}
 }
@@ -308,6 +317,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.ConnectTimeout, "connect-timeout", "`duration` to connect to a backend before trying the next one")
 	fs.Var(&v.ResponseTimeout, "response-timeout", "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it")
 	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
+	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "`mode` of the backend I/O for non-streamed chat and completion requests: loop (on the client's event loop, no goroutine) or goroutine (a proxy goroutine with fasthttp); streamed requests always use a goroutine")
 	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each backend")
 	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")
 	fs.IntVar(&v.MaxBlocks, "max-blocks", v.MaxBlocks, "route-table capacity in `blocks` per shard; least recently used routes go first")

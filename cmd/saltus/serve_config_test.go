@@ -85,7 +85,7 @@ log-format: json
 			"--block-size", "1", "--shards", "3", "--pin-shards=true", "--policy", "least_request",
 			"--max-body", "2MB", "--max-header", "1KiB", "--max-conns", "7",
 			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
-			"--response-timeout", "4s", "--max-retries", "0", "--health-interval", "500ms",
+			"--response-timeout", "4s", "--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms",
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
 			"--load-factor", "1", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
@@ -96,7 +96,7 @@ log-format: json
 				MaxBody: 2e6, MaxHeader: 1 << 10, MaxConns: 7,
 				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
 				ConnectTimeout: duration(3 * time.Second), ResponseTimeout: duration(4 * time.Second),
-				MaxRetries: 0, HealthInterval: duration(500 * time.Millisecond), DrainTimeout: 0,
+				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond), DrainTimeout: 0,
 				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1,
 				LogFormat: "json", LogLevel: "DEBUG",
 			}
@@ -158,6 +158,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.RouteTTL = 0 }, `config: route-ttl: must be positive, got 0s`},
 		{func(c *serveConfig) { c.DrainTimeout = duration(-time.Second) }, `config: drain-timeout: must not be negative (0 = do not wait), got -1s`},
 		{func(c *serveConfig) { c.MaxRetries = 11 }, `config: max-retries: must be between 0 and 10, got 11`},
+		{func(c *serveConfig) { c.UpstreamIO = "epoll" }, `config: upstream-io: must be "loop" or "goroutine", got "epoll"`},
 		{func(c *serveConfig) { c.MaxBlocks = 0 }, `config: max-blocks: must be between 1 and 2147483646, got 0`},
 		{func(c *serveConfig) { c.LoadFactor = 0.5 }, `config: load-factor: must be a finite number of at least 1, got 0.5`},
 		{func(c *serveConfig) { c.LoadFactor = math.NaN() }, `config: load-factor: must be a finite number of at least 1, got NaN`},
@@ -331,6 +332,7 @@ idle-timeout: 1m
 connect-timeout: 2s
 response-timeout: 1m
 max-retries: 2
+upstream-io: loop
 health-interval: 5s
 drain-timeout: 30s
 max-blocks: 1000000

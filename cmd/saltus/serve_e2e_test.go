@@ -103,6 +103,7 @@ type served struct {
 	addr, admin string      // the data plane's and the admin listener's addresses
 	cfg         serveConfig // as validated
 	logs        func() string
+	set         *metrics.Set // the data plane's and the admin listener's
 
 	signals chan os.Signal
 	sigOnce sync.Once
@@ -172,6 +173,7 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 	}
 	s := &served{
 		cfg: cfg,
+		set: set,
 		logs: func() string {
 			logMu.Lock()
 			defer logMu.Unlock()
@@ -416,4 +418,30 @@ func TestServePolicies(t *testing.T) {
 			t.Fatalf("%d on %q route %q", a.status, a.backend, a.route)
 		}
 	})
+}
+
+// TestServeUpstreamIO: both --upstream-io modes serve non-streamed and
+// streamed requests; only "loop" makes upstream connections on the event
+// loops (streamed requests take a proxy goroutine either way).
+func TestServeUpstreamIO(t *testing.T) {
+	for _, mode := range []string{"loop", "goroutine"} {
+		t.Run(mode, func(t *testing.T) {
+			ups := []*upstream{newUpstream(t, "a")}
+			s := startServeWith(t, ups, func(c *serveConfig) { c.UpstreamIO = mode })
+			for i := range 5 {
+				a := post(t, s.addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", fmt.Sprintf("Q%d", i)), "X-Request-ID", "rid")
+				if a.status != 200 || a.backend != ups[0].srv.URL || !strings.Contains(a.body, `"request_id":"rid"`) || a.route == "" {
+					t.Fatalf("request %d: %d %q %q %s", i, a.status, a.backend, a.route, a.body)
+				}
+			}
+			a := post(t, s.addr, "/v1/chat/completions", chatJSON(true, "system", sysA, "user", "Stream."))
+			if a.status != 200 || !strings.HasSuffix(a.body, "data: [DONE]\n\n") {
+				t.Fatalf("stream: %d %q", a.status, a.body)
+			}
+			dials := s.set.GetOrCreateCounter("saltus_upstream_dials_total").Get()
+			if (mode == "loop") != (dials > 0) {
+				t.Errorf("mode %s: %d upstream dials on the loops", mode, dials)
+			}
+		})
+	}
 }

@@ -20,6 +20,10 @@ var Ignored = []goleak.Option{
 	// every process that imports gnet.
 	goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
 	goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	// Its idle workers: gnet's EventLoop.Enroll (reactor.DialUpstream)
+	// runs on that pool; a worker waits for its next task until the pool
+	// purges it.
+	goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1"),
 	// fasthttp's idle-connection cleaner sleeps IdleConnTimeout before it
 	// sees no connections left (shard/backend/doc.go).
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),

@@ -40,9 +40,15 @@ type Config struct {
 	// count) trip a backend's breaker:
 	// not healthy until a probe succeeds. 0 disables the breaker.
 	BreakerFails int
-	// MaxInFlight bounds the proxy goroutines of the whole Set; a Forward
-	// over it is answered 503 at once.
+	// MaxInFlight bounds the requests in flight of the whole Set (proxy
+	// goroutines and loop-path requests together); a Forward over it is
+	// answered 503 at once.
 	MaxInFlight int
+	// LoopIO sends routed non-streamed requests through ForwardOnLoop
+	// (once UseLoops attached the reactor): the upstream I/O on the
+	// client connection's event loop, no goroutine in the request path
+	// (loop.go). Streamed ones, and everything else, go through Forward.
+	LoopIO bool
 }
 
 // DefaultConfig returns the defaults, each commented.
@@ -59,6 +65,7 @@ func DefaultConfig() Config {
 		HealthOKUp:            2,
 		BreakerFails:          5,
 		MaxInFlight:           8192, // proxy goroutines; ~8 KiB of stack and buffers each when idle-waiting
+		LoopIO:                true, // 1.2–1.4× the goroutine path's req/s, a third less CPU per request (loop.go)
 	}
 }
 

@@ -31,6 +31,23 @@
 // ResponseHeaderTimeout passes. Close, which needs no particular
 // connection, closes them all.
 //
+// The loop path ([Set.ForwardOnLoop], loop.go; Config.LoopIO, serve
+// --upstream-io): for routed non-streamed requests the upstream I/O runs
+// on the client connection's event loop over the reactor's upstream
+// connections (reactor.Server.DialUpstream), per (loop, backend) keep-alive
+// pools, the response parsed incrementally (respparse.go) and buffered
+// whole up to 8 MiB (over it: 502, saltus_upstream_body_too_large_total),
+// then answered with one RespondLoop. It keeps Forward's behaviour:
+// candidates, retries, the stale-connection retry, 502/503/504 bodies,
+// the breaker, in-flight counts, metrics, hooks (run on the loop). It
+// differs in two ways: a client that leaves closes the upstream
+// connection at once, head or not (the reactor tells the loop, and the
+// sweep checks every 50 ms); and a loop whose share of MaxConnsPerBackend
+// is busy tries the next candidate at once instead of waiting up to
+// ConnectTimeout. Its histograms and newly seen status codes are written
+// by a goroutine ("backend-loop-metrics") a sweep later, since their
+// updates take a mutex.
+//
 // Backend URLs are http://host:port only: a base path prefix is rejected,
 // since the engines serve /v1 at their root.
 //
@@ -50,7 +67,9 @@
 // an immutable snapshot behind an atomic.Pointer (Add, Remove and Drain
 // build and swap a new one under a mutex), per-backend state is atomics.
 // Forward never blocks, so an event loop may call it; the answer is
-// written from its proxy goroutine. Every goroutine starts through a
+// written from its proxy goroutine. The loop path's state (pools,
+// connections, requests) is owned by its loop and touched only from that
+// loop's callbacks; Close posts to each loop and waits. Every goroutine starts through a
 // rules.Group: proxy goroutines (at most MaxInFlight) and their watchers
 // (one per streamed answer, closing the upstream when the client leaves)
 // in the Set's own group, joined by Close; probes in the group given to

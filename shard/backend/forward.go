@@ -31,12 +31,14 @@ type Sink interface {
 
 // Hooks are the caller's callbacks for one Forward.
 type Hooks struct {
-	// FirstByte runs once, on the proxy goroutine, when the chosen
+	// FirstByte runs once, on the proxy goroutine (on the loop for
+	// ForwardOnLoop; it must not block then), when the chosen
 	// backend's response head arrived (status known), before anything is
 	// written to the sink. It does not run when no backend answered.
 	FirstByte func(b *Backend, status int)
 	// Done runs exactly once per Forward at the very end with the outcome:
-	// on the proxy goroutine, or inside Forward before it returns false.
+	// on the proxy goroutine (the loop for ForwardOnLoop), or inside
+	// Forward before it returns false.
 	Done func(o Outcome)
 }
 
@@ -299,7 +301,7 @@ func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bo
 	haveID := false
 	for k, v := range resp.Header.All() {
 		name := b2s(k)
-		if hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) || equalFold(name, "X-Saltus-Backend") {
+		if dropAnswerHeader(name, conn, keepLength) {
 			continue
 		}
 		haveID = haveID || equalFold(name, "X-Request-ID")
@@ -318,6 +320,14 @@ func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bo
 	}
 	hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: b.URL})
 	return append(hdr, p.extra...)
+}
+
+// dropAnswerHeader reports whether an upstream's header stays out of the
+// answer: hop-by-hop ones (conn is the upstream's Connection header),
+// Content-Length unless keepLength (the reactor frames the answer), and
+// X-Saltus-Backend (ours to set).
+func dropAnswerHeader(name, conn string, keepLength bool) bool {
+	return hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) || equalFold(name, "X-Saltus-Backend")
 }
 
 // relay sends the answer whose head is in resp to the sink.

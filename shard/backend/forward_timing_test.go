@@ -2,7 +2,9 @@ package backend
 
 import (
 	"bytes"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -97,4 +99,21 @@ func BenchmarkForward4KParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRespParser: one 600-byte JSON answer, whole in one read, as
+// the loop path parses it (head, Content-Length body).
+func BenchmarkRespParser(b *testing.B) {
+	body := `{"id":"cmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("x", 400) + `"}}],"usage":{"prompt_tokens":1000,"completion_tokens":10}}`
+	resp := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	p := newRespParser(maxLoopHead, maxLoopBody)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(resp)))
+	for b.Loop() {
+		p.reset(false, 3)
+		if n, err := p.feed(resp); err != nil || n != len(resp) || !p.done() {
+			b.Fatal(n, err)
+		}
+	}
 }

@@ -140,6 +140,16 @@ type Set struct {
 	conns  map[*trackedConn]struct{} // every open upstream connection
 
 	retries, overload *metrics.Counter
+
+	// The loop path (loop.go); set by UseLoops before the loops run,
+	// read-only after.
+	lp           Loops
+	lstates      []*loopState // one per loop, each owned by its loop
+	perLoopConns int          // MaxConnsPerBackend's share per loop
+	samples      chan []sample
+	// bodyTooLarge counts loop-path answers over maxLoopBody;
+	// samplesDropped, metric samples lost to a full flusher queue.
+	bodyTooLarge, samplesDropped *metrics.Counter
 }
 
 // NewSet returns an empty Set. logger and set may be nil.
@@ -162,6 +172,9 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		proxies:  rules.NewGroup(context.Background()),
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
+
+		bodyTooLarge:   set.GetOrCreateCounter("saltus_upstream_body_too_large_total"),
+		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
 	}
 	s.proxyWorkers = rules.NewWorkers(s.proxies, "backend-proxy", workerIdle)
 	s.watchWorkers = rules.NewWorkers(s.proxies, "backend-watch", workerIdle)
@@ -407,6 +420,7 @@ func (s *Set) Close() {
 		delete(s.stops, id)
 	}
 	s.mu.Unlock()
+	s.closeLoops()
 	s.proxies.Stop()
 	for _, b := range s.snap.Load().all {
 		b.hc.CloseIdleConnections()

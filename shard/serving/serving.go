@@ -43,6 +43,7 @@ type Config struct {
 	ConnectTimeout  time.Duration
 	ResponseTimeout time.Duration
 	MaxRetries      int
+	UpstreamIO      string // "loop" or "goroutine": where non-streamed routed requests do their backend I/O
 	HealthInterval  time.Duration
 	MaxBlocks       int
 	RouteTTL        time.Duration
@@ -64,6 +65,7 @@ func DefaultConfig() Config {
 		ConnectTimeout:  2 * time.Second,
 		ResponseTimeout: 60 * time.Second,
 		MaxRetries:      2,
+		UpstreamIO:      "loop",
 		HealthInterval:  5 * time.Second,
 		MaxBlocks:       1_000_000,
 		RouteTTL:        time.Hour,
@@ -124,6 +126,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	bcfg.ResponseHeaderTimeout = cfg.ResponseTimeout
 	bcfg.MaxRetries = cfg.MaxRetries
 	bcfg.HealthInterval = cfg.HealthInterval
+	bcfg.LoopIO = cfg.UpstreamIO == "loop"
 	// reactor, backend and shard add their own component attribute.
 	bset, err := backend.NewSet(bcfg, logger, set)
 	if err != nil {
@@ -153,6 +156,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		bset.Close()
 		return nil, err
 	}
+	bset.UseLoops(srv)
 
 	scfg := shard.DefaultConfig()
 	scfg.BlockSize = cfg.BlockSize

@@ -1,0 +1,596 @@
+package backend
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/reactor"
+)
+
+// loopEnv is the loop path end to end: a real reactor server whose
+// handler calls ForwardOnLoop with the candidates the test chose, a Set
+// attached to its loops, and test upstreams.
+type loopEnv struct {
+	s     *Set
+	ms    *metrics.Set
+	srv   *reactor.Server
+	rms   *metrics.Set // the reactor's
+	cands atomic.Pointer[[]*Backend]
+	outs  chan Outcome
+}
+
+func newLoopEnv(t *testing.T, edit func(*Config)) *loopEnv {
+	t.Helper()
+	s, ms := testSet(t, func(c *Config) {
+		c.LoopIO = true
+		if edit != nil {
+			edit(c)
+		}
+	})
+	e := &loopEnv{s: s, ms: ms, rms: metrics.NewSet(), outs: make(chan Outcome, 64)}
+	rc := reactor.DefaultConfig()
+	rc.Listen, rc.Loops = "127.0.0.1:0", 2
+	srv, err := reactor.NewServer(rc, e, slog.New(slog.DiscardHandler), e.rms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
+	s.UseLoops(srv)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx) // a test may leave an exchange open on purpose
+	})
+	return e
+}
+
+func (e *loopEnv) use(bs ...*Backend) { e.cands.Store(&bs) }
+
+func (e *loopEnv) Serve(x *reactor.Exchange) {
+	r := x.Request()
+	e.s.ForwardOnLoop(x.Loop(), r, r.Body, *e.cands.Load(), x, []reactor.Header{{Name: "X-Extra", Value: "1"}},
+		Hooks{Done: func(o Outcome) { e.outs <- o }})
+}
+
+func (e *loopEnv) outcome(t *testing.T) Outcome {
+	t.Helper()
+	select {
+	case o := <-e.outs:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome within 10 s")
+		return Outcome{}
+	}
+}
+
+// client is one keep-alive client connection to the env's server.
+type client struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func (e *loopEnv) dial(t *testing.T) *client {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", e.srv.Addr(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+	return &client{nc, bufio.NewReader(nc)}
+}
+
+func (c *client) send(t *testing.T, body string, hdr ...string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /v1/chat/completions HTTP/1.1\r\nHost: lb\r\nContent-Type: application/json\r\nConnection: keep-alive, X-Hop\r\nX-Hop: drop-me\r\n")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", hdr[i], hdr[i+1])
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(c.nc, b.String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *client) read(t *testing.T) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(c.br, &http.Request{Method: "POST"})
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp, string(b)
+}
+
+// rawUpstream is a scripted upstream: serve runs for each accepted
+// connection (n counts them from 1), on a goroutine of its own.
+type rawUpstream struct {
+	ln       net.Listener
+	accepted atomic.Int32
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newRawUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader, n int)) *rawUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &rawUpstream{ln: ln}
+	u.wg.Add(1)
+	// A test's stand-in upstream: its goroutines end with the listener
+	// and the connections, closed (and joined) by the cleanup.
+	go func() {
+		defer u.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := int(u.accepted.Add(1))
+			u.mu.Lock()
+			u.conns = append(u.conns, c)
+			u.mu.Unlock()
+			u.wg.Add(1)
+			go func() {
+				defer u.wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				serve(c, bufio.NewReader(c), n)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		u.mu.Lock()
+		for _, c := range u.conns {
+			c.Close()
+		}
+		u.mu.Unlock()
+		u.wg.Wait()
+	})
+	return u
+}
+
+func (u *rawUpstream) url() string { return "http://" + u.ln.Addr().String() }
+
+// readReq reads one request (head and Content-Length body); false at EOF.
+func readReq(br *bufio.Reader) (*http.Request, string, bool) {
+	r, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, "", false
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, "", false
+	}
+	return r, string(b), true
+}
+
+const okAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nX-Up: %d\r\nKeep-Alive: timeout=5\r\n\r\n%s"
+
+func answerOK(c net.Conn, n int, body string) {
+	fmt.Fprintf(c, okAnswer, len(body), n, body)
+}
+
+// TestLoopKeepAliveReuse: sequential requests share one upstream
+// connection; the answer carries the upstream's headers minus hop-by-hop
+// ones, X-Request-ID, X-Saltus-Backend and the extra headers; the request
+// went out with its own headers minus hop-by-hop ones, Host and
+// X-Request-ID set; usage is read from the body.
+func TestLoopKeepAliveReuse(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	reqs := make(chan string, 64)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		for {
+			r, body, ok := readReq(br)
+			if !ok {
+				return
+			}
+			reqs <- fmt.Sprintf("%s %s host=%s hop=%q id=%s ct=%s body=%s", r.Method, r.URL, r.Host, r.Header.Get("X-Hop"),
+				r.Header.Get("X-Request-ID"), r.Header.Get("Content-Type"), body)
+			answerOK(c, n, `{"id":"x","usage":{"prompt_tokens":3}}`)
+		}
+	})
+	b := mustAdd(t, e.s, up.url())
+	e.use(b)
+	c := e.dial(t)
+	for i := range 20 {
+		c.send(t, fmt.Sprintf(`{"i":%d}`, i), "X-Request-ID", fmt.Sprintf("rid-%d", i))
+		resp, body := c.read(t)
+		o := e.outcome(t)
+		got := <-reqs
+		want := fmt.Sprintf(`POST /v1/chat/completions host=%s hop="" id=rid-%d ct=application/json body={"i":%d}`, b.host, i, i)
+		if got != want {
+			t.Fatalf("upstream got %s\nwant %s", got, want)
+		}
+		if resp.StatusCode != 200 || body != `{"id":"x","usage":{"prompt_tokens":3}}` || resp.Header.Get("X-Up") != "1" ||
+			resp.Header.Get("X-Saltus-Backend") != b.URL || resp.Header.Get("X-Request-ID") != fmt.Sprintf("rid-%d", i) ||
+			resp.Header.Get("X-Extra") != "1" || resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("answer %d %v %s", resp.StatusCode, resp.Header, body)
+		}
+		if o.Status != 200 || o.Err != nil || o.Backend != b || string(o.Usage) != `{"prompt_tokens":3}` || o.TTFB <= 0 || o.Total < o.TTFB {
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+	if n := up.accepted.Load(); n != 1 {
+		t.Errorf("upstream connections = %d, want 1", n)
+	}
+	if b.InFlight() != 0 || e.s.inFlight.Load() != 0 {
+		t.Errorf("in flight: backend %d, set %d", b.InFlight(), e.s.inFlight.Load())
+	}
+	if n := counter(e.ms, fmt.Sprintf(`saltus_backend_requests_total{backend=%q,code="200"}`, b.URL)); n == 0 {
+		// The first one is counted by the flusher, a sweep later.
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := counter(e.ms, fmt.Sprintf(`saltus_backend_requests_total{backend=%q,code="200"}`, b.URL)); n != 20 {
+		t.Errorf("requests_total{200} = %d, want 20", n)
+	}
+}
+
+// TestLoopGeneratedRequestID: without one from the client, the request
+// gets a generated X-Request-ID, and so does the answer.
+func TestLoopGeneratedRequestID(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	ids := make(chan string, 1)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		r, _, ok := readReq(br)
+		if ok {
+			ids <- r.Header.Get("X-Request-ID")
+			answerOK(c, n, "{}")
+		}
+	})
+	e.use(mustAdd(t, e.s, up.url()))
+	c := e.dial(t)
+	c.send(t, "{}")
+	resp, _ := c.read(t)
+	e.outcome(t)
+	id := <-ids
+	if !strings.HasPrefix(id, e.s.idPrefix) || resp.Header.Get("X-Request-ID") != id {
+		t.Errorf("upstream saw %q, client got %q", id, resp.Header.Get("X-Request-ID"))
+	}
+}
+
+// TestLoopStaleConnRetried: a pooled connection the upstream closes with
+// the next request unanswered is retried once on a fresh connection, on
+// the same backend, without counting as a retry.
+func TestLoopStaleConnRetried(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		for i := 0; ; i++ {
+			if _, _, ok := readReq(br); !ok {
+				return
+			}
+			if n == 1 && i == 1 {
+				return // the second request on the first connection: closed unanswered
+			}
+			answerOK(c, n, `{}`)
+		}
+	})
+	b := mustAdd(t, e.s, up.url())
+	e.use(b)
+	c := e.dial(t)
+	for i := range 3 {
+		c.send(t, "{}")
+		resp, _ := c.read(t)
+		o := e.outcome(t)
+		if resp.StatusCode != 200 || o.Status != 200 || o.Retries != 0 {
+			t.Fatalf("request %d: %d, outcome %+v", i, resp.StatusCode, o)
+		}
+		if want := map[int]string{0: "1", 1: "2", 2: "2"}[i]; resp.Header.Get("X-Up") != want {
+			t.Errorf("request %d served by connection %s, want %s", i, resp.Header.Get("X-Up"), want)
+		}
+	}
+	if n := counter(e.ms, "saltus_retries_total"); n != 0 {
+		t.Errorf("retries_total = %d", n)
+	}
+	if b.passive.Load() != 0 {
+		t.Errorf("breaker count %d", b.passive.Load())
+	}
+}
+
+// TestLoopConnectRefused: a refused connect goes to the next candidate;
+// all refused is 502 with the goroutine path's error body.
+func TestLoopConnectRefused(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		for {
+			if _, _, ok := readReq(br); !ok {
+				return
+			}
+			answerOK(c, n, `{}`)
+		}
+	})
+	dead := []*Backend{mustAdd(t, e.s, closedPort(t)), mustAdd(t, e.s, closedPort(t)), mustAdd(t, e.s, closedPort(t))}
+	good := mustAdd(t, e.s, up.url())
+	c := e.dial(t)
+
+	e.use(dead[0], good)
+	c.send(t, "{}")
+	resp, _ := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Saltus-Backend") != good.URL || o.Retries != 1 || o.Backend != good {
+		t.Fatalf("%d from %s, outcome %+v", resp.StatusCode, resp.Header.Get("X-Saltus-Backend"), o)
+	}
+
+	e.use(dead...)
+	c.send(t, "{}")
+	resp, body := c.read(t)
+	o = e.outcome(t)
+	if resp.StatusCode != 502 || !strings.Contains(body, `"code":"bad_gateway"`) || !strings.Contains(body, "no backend answered (3 tried)") ||
+		!strings.Contains(body, "refused") || resp.Header.Get("X-Request-ID") == "" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if o.Status != 502 || o.Retries != 2 || o.Err == nil || o.Backend != dead[2] {
+		t.Errorf("outcome %+v", o)
+	}
+	for i, b := range dead {
+		want := uint64(1 + btoi(i == 0))
+		if n := counter(e.ms, fmt.Sprintf(`saltus_upstream_errors_total{backend=%q,kind="connect"}`, b.URL)); n != want {
+			t.Errorf("backend %d connect errors = %d, want %d", i, n, want)
+		}
+		if b.InFlight() != 0 {
+			t.Errorf("backend %d in flight %d", i, b.InFlight())
+		}
+	}
+	if n := counter(e.ms, "saltus_retries_total"); n != 3 {
+		t.Errorf("retries_total = %d, want 3", n)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestLoopSlowHead504: no head within ResponseHeaderTimeout is 504, and
+// the upstream connection is closed.
+func TestLoopSlowHead504(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, func(c *Config) { c.ResponseHeaderTimeout = 300 * time.Millisecond })
+	closed := make(chan struct{})
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		readReq(br)
+		io.Copy(io.Discard, br) // until saltus closes it
+		close(closed)
+	})
+	b := mustAdd(t, e.s, up.url())
+	e.use(b, mustAdd(t, e.s, closedPort(t)))
+	c := e.dial(t)
+	start := time.Now()
+	c.send(t, "{}")
+	resp, body := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 504 || !strings.Contains(body, `"code":"gateway_timeout"`) || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("%d %s after %v", resp.StatusCode, body, time.Since(start))
+	}
+	if !o.TimedOut || o.Status != 504 || o.Retries != 0 {
+		t.Errorf("outcome %+v", o)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream connection stayed open")
+	}
+	if b.InFlight() != 0 || b.passive.Load() != 0 {
+		t.Errorf("in flight %d, breaker count %d", b.InFlight(), b.passive.Load())
+	}
+}
+
+// TestLoopFramings: chunked (with a 1xx before it and a trailer) and
+// close-delimited answers arrive whole, with Content-Length; only the
+// chunked one's connection is reused.
+func TestLoopFramings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, answer string
+		reuse        bool
+	}{
+		{"chunked", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: T\r\n\r\n" +
+			"6\r\n{\"a\":1\r\n1\r\n}\r\n0\r\nT: x\r\n\r\n", true},
+		{"close-delimited", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"a\":1}", false},
+		{"http/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newLoopEnv(t, nil)
+			up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+				for {
+					if _, _, ok := readReq(br); !ok {
+						return
+					}
+					io.WriteString(c, tc.answer)
+					if !tc.reuse {
+						return
+					}
+				}
+			})
+			e.use(mustAdd(t, e.s, up.url()))
+			c := e.dial(t)
+			for i := range 2 {
+				c.send(t, "{}")
+				resp, body := c.read(t)
+				o := e.outcome(t)
+				if resp.StatusCode != 200 || body != `{"a":1}` || resp.ContentLength != 7 || resp.Header.Get("Trailer") != "" || o.Err != nil {
+					t.Fatalf("request %d: %d %v %q, outcome %+v", i, resp.StatusCode, resp.Header, body, o)
+				}
+			}
+			if want := int32(2 - btoi(tc.reuse)); up.accepted.Load() != want {
+				t.Errorf("upstream connections = %d, want %d", up.accepted.Load(), want)
+			}
+		})
+	}
+}
+
+// TestLoopBodyTooLarge: an answer over maxLoopBody is 502, counted.
+func TestLoopBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		readReq(br)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", maxLoopBody+1)
+		io.Copy(io.Discard, br)
+	})
+	e.use(mustAdd(t, e.s, up.url()))
+	c := e.dial(t)
+	c.send(t, "{}")
+	resp, body := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 502 || !strings.Contains(body, "bad_gateway") || o.Status != 502 || o.Err == nil {
+		t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
+	}
+	if n := counter(e.ms, "saltus_upstream_body_too_large_total"); n != 1 {
+		t.Errorf("body_too_large = %d", n)
+	}
+}
+
+// TestLoopMidBodyDeath: the upstream dies inside a Content-Length body:
+// 502, midstream counted, the connection not reused.
+func TestLoopMidBodyDeath(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		readReq(br)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345")
+	})
+	b := mustAdd(t, e.s, up.url())
+	e.use(b)
+	c := e.dial(t)
+	c.send(t, "{}")
+	resp, _ := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 502 || !o.UpstreamDied || o.Status != 502 {
+		t.Fatalf("%d, outcome %+v", resp.StatusCode, o)
+	}
+	if n := counter(e.ms, fmt.Sprintf(`saltus_upstream_errors_total{backend=%q,kind="midstream"}`, b.URL)); n != 1 {
+		t.Errorf("midstream errors = %d", n)
+	}
+}
+
+// TestLoopClientGone: the client leaving while the upstream works closes
+// the upstream connection at once; every count returns to zero.
+func TestLoopClientGone(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	got, closed := make(chan struct{}), make(chan struct{})
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		readReq(br)
+		close(got)
+		io.Copy(io.Discard, br)
+		close(closed)
+	})
+	b := mustAdd(t, e.s, up.url())
+	e.use(b)
+	c := e.dial(t)
+	c.send(t, "{}")
+	<-got
+	if b.InFlight() != 1 {
+		t.Errorf("in flight while waiting = %d, want 1", b.InFlight())
+	}
+	c.nc.Close()
+	o := e.outcome(t)
+	if !o.ClientGone || o.Err == nil {
+		t.Errorf("outcome %+v", o)
+	}
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the upstream connection stayed open")
+	}
+	waitFor(t, func() bool { return counterValue(e.rms, "saltus_upstream_conns") == "0" })
+	if b.InFlight() != 0 || e.s.inFlight.Load() != 0 {
+		t.Errorf("in flight: backend %d, set %d", b.InFlight(), e.s.inFlight.Load())
+	}
+}
+
+// TestLoopSetClose: Close answers the requests waiting on the loops 503
+// and closes their upstream connections; later ones are refused 503.
+func TestLoopSetClose(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	got, closed := make(chan struct{}, 2), make(chan struct{}, 2)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		readReq(br)
+		got <- struct{}{}
+		io.Copy(io.Discard, br)
+		closed <- struct{}{}
+	})
+	b := mustAdd(t, e.s, up.url())
+	e.use(b)
+	c1, c2 := e.dial(t), e.dial(t)
+	c1.send(t, "{}")
+	c2.send(t, "{}")
+	<-got
+	<-got
+	e.s.Close()
+	for _, c := range []*client{c1, c2} {
+		resp, body := c.read(t)
+		o := e.outcome(t)
+		if resp.StatusCode != 503 || !strings.Contains(body, "shutting down") || o.Err != ErrClosed {
+			t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
+		}
+	}
+	for range 2 {
+		select {
+		case <-closed:
+		case <-time.After(2 * time.Second):
+			t.Fatal("an upstream connection stayed open")
+		}
+	}
+	c1.send(t, "{}")
+	if resp, _ := c1.read(t); resp.StatusCode != 503 {
+		t.Errorf("after Close: %d", resp.StatusCode)
+	}
+	e.outcome(t)
+	if b.InFlight() != 0 || e.s.inFlight.Load() != 0 {
+		t.Errorf("in flight: backend %d, set %d", b.InFlight(), e.s.inFlight.Load())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func counterValue(set *metrics.Set, name string) string {
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == name {
+			return v
+		}
+	}
+	return "absent"
+}
