@@ -104,10 +104,11 @@ func (s *Sim) Start(addr string) error {
 	case s.srv != nil:
 		return errors.New("vllmsim: started already")
 	}
-	ln, err := net.Listen("tcp", addr)
+	tl, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("vllmsim: cannot listen on %s: %w", addr, err)
 	}
+	ln := &signalListener{Listener: tl, accepting: make(chan struct{})}
 	s.ln = ln
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
@@ -168,12 +169,18 @@ func (s *Sim) Close(ctx context.Context) error {
 	if s.stalling == 0 {
 		close(s.stallsDone)
 	}
-	srv, group := s.srv, s.group
+	srv, group, ln := s.srv, s.group, s.ln
 	s.mu.Unlock()
 	if srv == nil {
 		return nil // never started
 	}
 	group.Stop() // the scheduler aborts what it holds
+	// fasthttp's Shutdown returns at once, and Serve then runs on, if
+	// Serve has not registered the listener yet: wait until it accepts.
+	select {
+	case <-ln.(*signalListener).accepting:
+	case <-ctx.Done():
+	}
 	err := srv.ShutdownWithContext(ctx)
 	err = errors.Join(err, group.Wait(ctx))
 	select {
@@ -202,6 +209,19 @@ func (s *Sim) Stats() Stats {
 
 // Config returns the engine's configuration. Any goroutine.
 func (s *Sim) Config() Config { return s.cfg }
+
+// signalListener closes accepting on the first Accept: fasthttp's Serve
+// has registered the listener by then, so Shutdown can close it.
+type signalListener struct {
+	net.Listener
+	once      sync.Once
+	accepting chan struct{}
+}
+
+func (l *signalListener) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.accepting) })
+	return l.Listener.Accept()
+}
 
 // debugLogger sends fasthttp's own messages (mostly connections the
 // client broke) to the logger at debug level: they are expected here.
