@@ -64,7 +64,7 @@ func TestHTTPTTFT(t *testing.T) {
 func TestCachedTokens(t *testing.T) {
 	t.Parallel()
 	s := startSim(t, nil)
-	base := text("base", 1000)    // 250 tokens, 15 full blocks
+	base := text("base", 1000)     // 250 tokens, 15 full blocks
 	ext := base + text("ext", 600) // 400 tokens, 25 full blocks
 	branch := base[:700] + text("branch", 300)
 	for _, tc := range []struct {
@@ -74,8 +74,8 @@ func TestCachedTokens(t *testing.T) {
 	}{
 		{"first", base, 250, 0},
 		{"identical", base, 250, 15 * 16},
-		{"extended", ext, 400, 15 * 16},         // base's full blocks; block 15 mixes base's tail and new text
-		{"extended again", ext, 400, 24 * 16},   // 25 blocks cached, hits within the first 399 tokens
+		{"extended", ext, 400, 15 * 16},          // base's full blocks; block 15 mixes base's tail and new text
+		{"extended again", ext, 400, 24 * 16},    // 25 blocks cached, hits within the first 399 tokens
 		{"branched", branch, 250, 700 / 64 * 16}, // the blocks before the branch point
 	} {
 		c := complete(t, s, "/v1/completions", prompt(tc.prompt, 1))
