@@ -94,4 +94,3 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
-
