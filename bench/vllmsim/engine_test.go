@@ -408,7 +408,9 @@ func TestKVCacheReserve(t *testing.T) {
 	// A block under computation is shared, not a hit, and not freed by
 	// one of its two users.
 	c2 := newKVCache(4)
-	if !c2.reserve([]uint64{9}, 0) || !c2.reserve([]uint64{9}, 0) || c2.used != 1 || c2.prefix([]uint64{9}) != 0 {
+	first := c2.reserve([]uint64{9}, 0)
+	second := c2.reserve([]uint64{9}, 0) // a second request, same block
+	if !first || !second || c2.used != 1 || c2.prefix([]uint64{9}) != 0 {
 		t.Fatalf("shared uncomputed block: used %d prefix %d", c2.used, c2.prefix([]uint64{9}))
 	}
 	c2.release([]uint64{9}, 0)
