@@ -56,3 +56,24 @@ func TestReadAnswerChunked(t *testing.T) {
 		t.Fatal("no error for garbage")
 	}
 }
+
+// FuzzReadAnswer: any byte stream is framed or refused with an error;
+// never a panic, never a status outside 100-999 on success.
+func FuzzReadAnswer(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 2xx OK\r\n\r\n",
+		"garbage",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := readAnswer(bufio.NewReader(strings.NewReader(string(b))))
+		if err == nil && (st < 0 || st > 999) {
+			t.Fatalf("status %d from %q", st, b)
+		}
+	})
+}

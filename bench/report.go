@@ -98,7 +98,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("Token hit ratio: Σ cached_tokens / Σ prompt_tokens as the engines reported them. " +
 		"Request hit rate: requests with any cached token. TTFT: first SSE event with content. " +
 		"Spread: most requests on one backend / mean per backend (1.00 = even). " +
-		"Errors include incomplete streams.\n")
+		"Errors include incomplete streams. Router overhead: through-router minus direct TTFT of the same request on the same backend, real time.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -116,12 +116,16 @@ func (r *Report) runsOf(workload string) []Summary {
 // Table renders runs as one Markdown table, a row per policy.
 func Table(runs []Summary) string {
 	var b strings.Builder
-	b.WriteString("| policy | requests | errors | token hit ratio | request hit rate | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | latency p50 ms | req/s | output tok/s | spread |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| policy | requests | errors | token hit ratio | request hit rate | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | latency p50 ms | req/s | output tok/s | spread | router overhead p50 ms |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range runs {
-		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.2f |\n",
+		overhead := "—"
+		if s.RouterOverhead != (Percentiles{}) {
+			overhead = fmt.Sprintf("%.2f", s.RouterOverhead.P50)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.2f | %s |\n",
 			s.Policy, s.Requests, s.Errors, s.TokenHitRatio, s.RequestHitRate,
-			s.TTFT.P50, s.TTFT.P95, s.TTFT.P99, s.Latency.P50, s.RPS, s.OutputTPS, s.LoadSpread)
+			s.TTFT.P50, s.TTFT.P95, s.TTFT.P99, s.Latency.P50, s.RPS, s.OutputTPS, s.LoadSpread, overhead)
 	}
 	return b.String()
 }

@@ -38,6 +38,12 @@ type Config struct {
 	// (median 0 or 1) does not flap between backends on every request.
 	// Default 4.
 	LoadFloor int
+	// MaxCandidates is how many backends a request may be tried on: the
+	// decision's target, then the next ones in rendezvous order (for a
+	// connect error before the first byte). Set it to the backend Set's
+	// MaxRetries + 1: the Set tries at most that many, and no more than
+	// it is given. Default 3 (backend.DefaultConfig's MaxRetries is 2).
+	MaxCandidates int
 	// MailboxDepth bounds, per owner shard, the messages other goroutines
 	// have posted to it (lookups, learns, maintenance) that have not run
 	// yet. Over it a lookup routes without the tree (reason fallback) and
@@ -72,6 +78,7 @@ func DefaultConfig() Config {
 		Pool:             tokenpool.DefaultConfig(),
 		LoadFactor:       2.0,
 		LoadFloor:        4,
+		MaxCandidates:    3,
 		MailboxDepth:     1024,
 		Policy:           PolicyPrefix,
 		MaintainInterval: time.Second,
@@ -97,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	if c.LoadFloor < 0 {
 		errs = append(errs, fmt.Errorf("shard: LoadFloor must not be negative, got %d", c.LoadFloor))
+	}
+	if c.MaxCandidates < 1 {
+		errs = append(errs, fmt.Errorf("shard: MaxCandidates must be at least 1, got %d", c.MaxCandidates))
 	}
 	if c.MailboxDepth <= 0 {
 		errs = append(errs, fmt.Errorf("shard: MailboxDepth must be positive, got %d", c.MailboxDepth))

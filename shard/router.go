@@ -48,11 +48,6 @@ const (
 	HeaderRoute   = "X-Saltus-Route"
 )
 
-// maxCandidates is how many backends a request may be tried on: the
-// target and two more, in rendezvous order (backend.Config.MaxRetries
-// defaults to 2).
-const maxCandidates = 3
-
 // Bounds of the GET /v1/models queue: the fetches go to the network, so
 // they run on modelsWorkers goroutines, never on a loop.
 const (
@@ -152,7 +147,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
 		cfg:    cfg,
-		pol:    policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: maxCandidates},
+		pol:    policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates},
 		up:     up,
 		state:  state,
 		tmpl:   tmpl,

@@ -148,9 +148,9 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := DefaultConfig()
-	c.BlockSize, c.LoadFactor, c.MailboxDepth, c.Policy = 0, 0.5, 0, "random"
+	c.BlockSize, c.LoadFactor, c.MailboxDepth, c.Policy, c.MaxCandidates = 0, 0.5, 0, "random", 0
 	err := c.Validate()
-	for _, field := range []string{"BlockSize", "LoadFactor", "MailboxDepth", "Policy"} {
+	for _, field := range []string{"BlockSize", "LoadFactor", "MailboxDepth", "Policy", "MaxCandidates"} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Fatalf("error %v does not name %s", err, field)
 		}

@@ -101,7 +101,7 @@ type Config struct {
 	// byte-block mode it must be 16: a block is 64 bytes of text.
 	BlockSize int
 	// Speedup divides every simulated duration: at 10, a 500 ms prefill
-	// takes 50 ms of real time. Reported times (the TTFT histogram) are
+	// takes 50 ms of real time. At least 1. Reported times (the TTFT histogram) are
 	// simulated time.
 	Speedup float64
 	// Seed makes output text a function of (Seed, prompt), and seeds
@@ -178,8 +178,8 @@ func (c Config) Validate() error {
 	if c.MaxModelLen < 2 {
 		bad("max-model-len", "must be at least 2 (a prompt token and an output token), got %d", c.MaxModelLen)
 	}
-	if !(c.Speedup > 0 && c.Speedup <= maxSpeedup) {
-		bad("speedup", "must be above 0 and at most %d, got %g", maxSpeedup, c.Speedup)
+	if !(c.Speedup >= 1 && c.Speedup <= maxSpeedup) {
+		bad("speedup", "must be at least 1 and at most %d, got %g", maxSpeedup, c.Speedup)
 	}
 	if c.MaxWaiting < 1 || c.MaxWaiting > maxWaiting {
 		bad("max-waiting", "must be between 1 (every request waits for its first step) and %d, got %d", maxWaiting, c.MaxWaiting)

@@ -140,6 +140,68 @@ func TestCachedTokensLlama3(t *testing.T) {
 	}
 }
 
+// TestCachedTokensConversation: a conversation that goes on (extended)
+// and one that branches off after the system prompt report as cached
+// exactly the leading full blocks of token ids they share with what ran
+// before, in byte-block mode and with Llama-3.
+func TestCachedTokensConversation(t *testing.T) {
+	t.Parallel()
+	for _, tok := range []string{"", llama3Path} {
+		t.Run(fmt.Sprintf("tokenizer=%v", tok != ""), func(t *testing.T) {
+			t.Parallel()
+			s := startSim(t, func(c *Config) { c.Tokenizer = tok })
+			body := func(msgs ...string) string {
+				var ms []map[string]string
+				for i := 0; i+1 < len(msgs); i += 2 {
+					ms = append(ms, map[string]string{"role": msgs[i], "content": msgs[i+1]})
+				}
+				b, err := json.Marshal(map[string]any{"model": "m", "max_tokens": 3, "messages": ms})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(b)
+			}
+			ids := func(msgs ...string) []int32 {
+				code, b := post(t, s, "/tokenize", body(msgs...))
+				var r struct{ Tokens []int32 }
+				if code != http.StatusOK || json.Unmarshal(b, &r) != nil {
+					t.Fatalf("/tokenize: %d %s", code, b)
+				}
+				return r.Tokens
+			}
+			// shared: the leading full blocks of b that a holds too,
+			// within b's first len(b)-1 tokens (vLLM's hit rule).
+			shared := func(a, b []int32) int {
+				n := 0
+				for n < len(a) && n < len(b) && a[n] == b[n] {
+					n++
+				}
+				return min(n, len(b)-1) / 16 * 16
+			}
+			sys := "You are a careful harbour pilot. " + strings.Repeat("Report tides, winds and berths precisely. ", 30)
+			conv := []string{"system", sys, "user", "When is high tide at Brest tomorrow?"}
+			first, firstIDs := complete(t, s, "/v1/chat/completions", body(conv...)), ids(conv...)
+			if first.Usage.PromptTokens != len(firstIDs) || first.Usage.Details.CachedTokens != 0 || first.Usage.CompletionTokens != 3 {
+				t.Fatalf("first: %+v (prompt %d tokens)", first.Usage, len(firstIDs))
+			}
+			if got, want := complete(t, s, "/v1/chat/completions", body(conv...)).Usage.Details.CachedTokens, shared(firstIDs, firstIDs); got != want {
+				t.Errorf("identical: cached %d, want %d", got, want)
+			}
+			ext := append(append([]string{}, conv...), "assistant", first.Choices[0].Message.Content, "user", "And at Cherbourg?")
+			extIDs := ids(ext...)
+			if got, want := complete(t, s, "/v1/chat/completions", body(ext...)).Usage.Details.CachedTokens, shared(firstIDs, extIDs); got != want || want == 0 {
+				t.Errorf("extended: cached %d, want %d", got, want)
+			}
+			branch := []string{"system", sys, "user", "Which berth for a 300 m tanker?"}
+			brIDs := ids(branch...)
+			want := max(shared(firstIDs, brIDs), shared(extIDs, brIDs))
+			if got := complete(t, s, "/v1/chat/completions", body(branch...)).Usage.Details.CachedTokens; got != want || want < 200 {
+				t.Errorf("branched: cached %d, want %d of %d (the system prompt's blocks)", got, want, len(brIDs))
+			}
+		})
+	}
+}
+
 const llama3Path = "../../tokenpool/testdata/models/llama3/tokenizer.json.gz"
 
 // TestStreamFormat: chat and completions streams in OpenAI's chunk

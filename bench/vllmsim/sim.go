@@ -119,8 +119,12 @@ func (s *Sim) Start(addr string) error {
 		Concurrency:        s.cfg.MaxNumSeqs + s.cfg.MaxWaiting + extraConns,
 		ReadTimeout:        readTimeout,
 		IdleTimeout:        idleTimeout,
-		CloseOnShutdown:    true,
-		Logger:             debugLogger{s.log},
+		// The worker pool's cleaner sees Shutdown only between sleeps of
+		// this length (fasthttp's default: 10 s), so Close's goroutines end
+		// soon after it; idle workers go as soon, which costs little here.
+		MaxIdleWorkerDuration: 100 * time.Millisecond,
+		CloseOnShutdown:       true,
+		Logger:                debugLogger{s.log},
 	}
 	s.group = rules.NewGroup(context.Background())
 	s.group.Go("vllmsim.scheduler", s.eng.run)

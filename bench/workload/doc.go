@@ -13,10 +13,8 @@
 //
 // # Workloads
 //
-// stress is Ranvier's published benchmark distribution (the "stress"
-// prompt distribution of Ranvier's load test, tests/integration in
-// github.com/Ranvier-Systems/ranvier-core; the mix as quoted in saltus
-// issue 5): 10 % small (100–500 tokens), 20 % medium (500–2,000),
+// stress is Ranvier's published benchmark distribution, as saltus issue 5
+// quotes it: 10 % small (100–500 tokens), 20 % medium (500–2,000),
 // 30 % large (2,000–4,000), 40 % xlarge (4,000–8,000), sizes uniform in
 // each range. Large and xlarge requests share a pool of 5 long prefixes
 // (the system message) followed by one of 10 questions (the user message,
@@ -25,10 +23,16 @@
 // unique text alone otherwise. Every request asks for 100 output tokens;
 // users think 0.5–2 s (uniform) before each request. The quote does not
 // say how 5 prefixes serve two size ranges: here each prefix is 8,000
-// tokens and a request sends it cut to its size (at a word), so requests
-// on one prefix share their first min(size) tokens byte for byte, and an
-// engine that served a prefix holds most of any later request on it.
-// Tags: "large/prefix3", "small/category1", "medium/none".
+// tokens and a request sends it cut to its size less its question (at a
+// word or full stop), so of two requests on one prefix the shorter one's
+// prefix is a byte prefix of the longer one's, and an engine that served
+// a prefix holds most of any later request on it.
+// (Ranvier's load test, tests/integration/locustfile_real.py in
+// github.com/Ranvier-Systems/ranvier-core, names a "stress" distribution
+// whose large prefixes default to 5 of 2,000–8,000 tokens; the rest of
+// the quote was not checked against its code.) Tags: "large/prefix0" …
+// "xlarge/prefix4", "small/category0" … "medium/category4",
+// "small/none", "medium/none".
 //
 // multiturn: each user holds conversations of 3–10 turns behind one of 4
 // system prompts (400 tokens); each user message is 20–200 tokens of
@@ -41,11 +45,11 @@
 // first request after a branch).
 //
 // rag: 50 documents of 2,000–8,000 tokens (lengths uniform, fixed per
-// seed), with Zipf(1.1) popularity (math/rand/v2's Zipf, which needs
-// s > 1: the document of rank k is drawn ∝ (k+1)^-1.1, so the top one
-// takes 26 % of requests and the top five 56 %, as TestRAGPopularity
-// measures), as the system message, then a unique
-// 16–64-token question. Tags: "hot" (ranks 1–5), "warm" (6–20), "cold".
+// seed) with Zipf(1.1) popularity, each request one document as the
+// system message and a unique 16–64-token question. math/rand/v2's Zipf
+// (which needs s > 1) draws the document of rank k ∝ (k+1)^-1.1: the
+// top one takes 26 % of requests and the top five 56 %
+// (TestRAGPopularity). Tags: "hot" (ranks 1–5), "warm" (6–20), "cold".
 //
 // unique: the control. Every request is one user message of fresh text
 // whose first 7 words spell the request's number (user id and sequence,
@@ -89,15 +93,15 @@
 //
 // Generated text is English-like: words from a fixed list of common
 // words, each one Llama-3 token with or without a leading space, in
-// sentences and paragraphs, so n words (and full stops) are n tokens:
+// sentences and paragraphs, so n words and full stops are n tokens.
 // TestTextTokenCount measures it with the real Llama-3 tokenizer: exact,
-// at 5.5 bytes a token (what the simulator's byte-block mode sees). Text gives n
-// tokens of it for a seed. Options.TokensPerWord rescales the sizes for a
-// tokenizer that splits more words. Shared texts (prefixes, system
-// prompts, documents) are made once per workload and are byte-identical
-// for every user; the distinct ones of a workload start with distinct
-// words, so they differ in their first token and so in their first
-// block of 16.
+// at 5.5 bytes a token (what the simulator's byte-block mode sees). Text
+// gives n tokens of it for a seed. Options.TokensPerWord rescales the
+// sizes for a tokenizer that splits more words. Shared texts (prefixes,
+// system prompts, documents) are made once per workload and are
+// byte-identical for every user; the distinct ones of a workload start
+// with distinct words, so they differ in their first token and so in
+// their first block of 16 (TestSharedTextsDivergeEarly).
 //
 // # Concurrency
 //

@@ -55,7 +55,7 @@ func TestTextTokenCount(t *testing.T) {
 
 func TestTextShape(t *testing.T) {
 	t.Parallel()
-	if Text(1, 300) != Text(1, 300) {
+	if a, b := Text(1, 300), Text(1, 300); a != b {
 		t.Fatal("Text is not deterministic")
 	}
 	if Text(1, 300) == Text(2, 300) {

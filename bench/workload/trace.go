@@ -46,7 +46,7 @@ func newTrace(opts Options) (Workload, error) {
 		return nil, fmt.Errorf("cannot open trace: %w", err)
 	}
 	defer f.Close() // read-only: a close error loses nothing
-	reqs, timed, err := readTrace(f)
+	reqs, timed, err := readTrace(f, traceLimits{maxTraceLine, maxTraceBytes})
 	if err != nil {
 		return nil, fmt.Errorf("trace %s: %w", opts.TraceFile, err)
 	}
@@ -80,9 +80,8 @@ type traceUser struct {
 
 func (u *traceUser) Next() (Request, bool) {
 	w := u.w
-	i := w.next.Add(1) - 1
+	i := w.next.Add(1) - 1 // an int64 of calls does not wrap
 	if i >= int64(len(w.reqs)) {
-		w.next.Add(-1) // keep the cursor from creeping toward overflow
 		return Request{}, false
 	}
 	req := w.reqs[i]
@@ -101,25 +100,31 @@ func (u *traceUser) Next() (Request, bool) {
 // Reply is ignored: a trace holds its conversations' turns already.
 func (u *traceUser) Reply(string) {}
 
-// readTrace parses a JSONL trace (format: doc.go). Requests without
-// max_tokens have MaxTokens -1. timed: the lines have timestamps; the
-// requests are then in timestamp order (stable) with At set.
-func readTrace(r io.Reader) (reqs []Request, timed bool, err error) {
-	lr := &io.LimitedReader{R: r, N: maxTraceBytes + 1}
+// traceLimits bound what readTrace reads (tests use small ones).
+type traceLimits struct {
+	line  int   // bytes per line, without its \r\n
+	bytes int64 // bytes in all
+}
+
+// readTrace parses a JSONL trace (format: doc.go) within lim. Requests
+// without max_tokens have MaxTokens -1. timed: the lines have timestamps;
+// the requests are then in timestamp order (stable) with At set.
+func readTrace(r io.Reader, lim traceLimits) (reqs []Request, timed bool, err error) {
+	lr := &io.LimitedReader{R: r, N: lim.bytes + 1}
 	sc := bufio.NewScanner(lr)
 	// The buffer holds a longest line with its \r\n (which the scanner
 	// drops); a line one byte longer still fits, for the check below.
-	sc.Buffer(make([]byte, 0, 64<<10), maxTraceLine+2)
+	sc.Buffer(make([]byte, 0, min(64<<10, lim.line+2)), lim.line+2)
 	var times []float64
 	line := 0
 	for sc.Scan() {
 		line++
 		if lr.N == 0 { // read past the bound: the last lines may be cut
-			return nil, false, fmt.Errorf("larger than %d bytes", maxTraceBytes)
+			return nil, false, fmt.Errorf("larger than %d bytes", lim.bytes)
 		}
 		b := sc.Bytes()
-		if len(b) > maxTraceLine {
-			return nil, false, fmt.Errorf("line %d: longer than %d bytes", line, maxTraceLine)
+		if len(b) > lim.line {
+			return nil, false, fmt.Errorf("line %d: longer than %d bytes", line, lim.line)
 		}
 		if len(bytes.TrimSpace(b)) == 0 {
 			continue
@@ -141,7 +146,7 @@ func readTrace(r io.Reader) (reqs []Request, timed bool, err error) {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, false, fmt.Errorf("line %d: longer than %d bytes", line+1, maxTraceLine)
+			return nil, false, fmt.Errorf("line %d: longer than %d bytes", line+1, lim.line)
 		}
 		return nil, false, fmt.Errorf("cannot read: %w", err)
 	}

@@ -47,6 +47,9 @@ func TestNewErrors(t *testing.T) {
 	neg := d
 	neg.ThinkMin, neg.ThinkMax = -time.Second, 0
 	f("unique", neg, "ThinkMin")
+	long := d
+	long.ThinkMax = 1<<63 - 1
+	f("multiturn", long, "ThinkMax <= 1h0m0s")
 }
 
 func TestValidateDefaults(t *testing.T) {

@@ -71,7 +71,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	defer closeWithin(s)
 	fmt.Fprintf(stdout, "saltus is serving on http://%s with prefix routing over %s. Try:\n\n", s.Addr, strings.Join(urls, " "))
 	fmt.Fprintf(stdout, "  curl -s -D - http://%s/v1/chat/completions -H 'Content-Type: application/json' \\\n"+
-		"    -d '{\"model\":\"%s\",\"max_tokens\":20,\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n\n",
+		"    -d '{\"model\":\"%s\",\"max_tokens\":20,\"messages\":[{\"role\":\"system\",\"content\":\"You are a meticulous assistant for a shipping company. Answer with port codes, tide tables and vessel names; keep every answer short and precise.\"},{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n\n",
 		s.Addr, o.sim.Model)
 	fmt.Fprintln(stdout, "Run it twice: the second answer reports cached_tokens, and X-Saltus-Route says why it went where it did. Ctrl-C stops.")
 	<-ctx.Done()

@@ -3,366 +3,944 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/saltus-lb/saltus/shard/admin"
 )
 
-// ctlUpstream is a test engine whose behaviour the request picks with
-// X-Test: "stream" (10 SSE events 50 ms apart, then [DONE]), "hang" (one
-// event, then nothing until the client side goes away; cancelled records
-// it), "slowhead" (1.5 s before the head). Anything else: a JSON answer.
-type ctlUpstream struct {
-	srv       *httptest.Server
-	calls     atomic.Int64
-	cancelled chan struct{} // one value per "hang" request whose context ended
+// More end-to-end tests of `saltus serve` (see serve_e2e_test.go for the
+// harness): conversation branches, drain, client aborts, upstream
+// failures, the client-side limits and the admin API, each against the
+// real serving path on loopback.
+
+// e2eClient bounds every request of these tests (a hung server fails the
+// test instead of hanging it).
+var e2eClient = &http.Client{Timeout: 30 * time.Second}
+
+// holder is an upstream's POST answer that holds the request: with head,
+// it sends the SSE head and one event first (a generation under way);
+// without, nothing (an upstream slow to its head). It ends when release is
+// closed (with the rest of the stream), when the request's context ends
+// (closing ended: saltus closed the upstream connection), or when the
+// test ends.
+type holder struct {
+	head    bool
+	release chan struct{}
+	ended   chan struct{}
+	once    sync.Once
 }
 
-func newCtlUpstream(t *testing.T) *ctlUpstream {
-	t.Helper()
-	u := &ctlUpstream{cancelled: make(chan struct{}, 16)}
-	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" || r.Method != "POST" {
-			io.WriteString(w, "ok")
+func newHolder(head bool) *holder {
+	return &holder{head: head, release: make(chan struct{}), ended: make(chan struct{})}
+}
+
+func (h *holder) post(u *upstream, w http.ResponseWriter, r *http.Request) {
+	// Reading the body to its end starts net/http's background read, which
+	// is what cancels r.Context() when the connection closes.
+	_, _ = io.ReadAll(r.Body) // an error shows as the context's end below
+	if h.head {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"tok\":0,\"by\":%q}\n\n", u.name)
+		w.(http.Flusher).Flush()
+	}
+	select {
+	case <-h.release:
+		if !h.head {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"served_by":%q}`, u.name)
 			return
 		}
-		u.calls.Add(1)
-		_, _ = io.Copy(io.Discard, r.Body)
-		switch r.Header.Get("X-Test") {
-		case "stream", "hang":
-			w.Header().Set("Content-Type", "text/event-stream")
-			fl := w.(http.Flusher)
-			io.WriteString(w, "data: {\"tok\":0}\n\n")
-			fl.Flush()
-			if r.Header.Get("X-Test") == "hang" {
-				select {
-				case <-r.Context().Done():
-					u.cancelled <- struct{}{}
-				case <-time.After(10 * time.Second):
-				}
-				return
-			}
-			for i := 1; i < 10; i++ {
-				time.Sleep(50 * time.Millisecond)
-				fmt.Fprintf(w, "data: {\"tok\":%d}\n\n", i)
-				fl.Flush()
-			}
-			io.WriteString(w, "data: [DONE]\n\n")
-		case "slowhead":
-			select {
-			case <-time.After(1500 * time.Millisecond):
-			case <-r.Context().Done():
-			}
-			io.WriteString(w, `{"late":true}`)
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"served_by":%q}`, u.srv.URL)
-		}
-	}))
-	t.Cleanup(u.srv.Close)
-	return u
+		fmt.Fprintf(w, "data: {\"tok\":1,\"by\":%q}\n\ndata: [DONE]\n\n", u.name)
+	case <-r.Context().Done():
+		h.once.Do(func() { close(h.ended) })
+	case <-u.done:
+	}
 }
 
-// adminDo sends an admin request with an optional bearer token.
-func adminDo(t *testing.T, method, url, token, body string) (int, string) {
+// waitClosed waits up to d for ch to be closed.
+func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("%s: not within %v", what, d)
+	}
+}
+
+// waitUntil polls cond every 10 ms for at most d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// openAIError is the error body saltus answers with. Code is a number
+// from the reactor and the admin listener, a string from the router and
+// the proxy.
+type openAIError struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    any    `json:"code"`
+	} `json:"error"`
+}
+
+// errorOf decodes an OpenAI error body; it fails the test if body is not
+// one (with a message).
+func errorOf(t *testing.T, body string) openAIError {
+	t.Helper()
+	var e openAIError
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+		t.Errorf("not an OpenAI error body (%v): %q", err, body)
+	}
+	return e
+}
+
+// parseRoute splits X-Saltus-Route: "<matched>/<total> <reason>".
+func parseRoute(t *testing.T, route string) (matched, total int, reason string) {
+	t.Helper()
+	if _, err := fmt.Sscanf(route, "%d/%d %s", &matched, &total, &reason); err != nil {
+		t.Fatalf("X-Saltus-Route %q: %v", route, err)
+	}
+	return matched, total, reason
+}
+
+// do sends one request to base+path with e2eClient; hdr are name, value
+// pairs.
+func do(t *testing.T, method, url, body string, hdr ...string) answer {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e2eClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: body: %v", method, url, err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Header.Get("X-Saltus-Backend"), resp.Header.Get("X-Saltus-Route")}
 }
 
-func backendsInFlight(t *testing.T, admin string) map[string]int64 {
+// chat posts a chat completion to the data plane.
+func (s *served) chat(t *testing.T, body string, hdr ...string) answer {
 	t.Helper()
-	code, body := adminDo(t, "GET", "http://"+admin+"/admin/backends", "", "")
-	if code != 200 {
-		t.Fatalf("GET /admin/backends: %d %s", code, body)
-	}
-	var list []struct {
-		URL      string `json:"url"`
-		InFlight int64  `json:"in_flight"`
-	}
-	if err := json.Unmarshal([]byte(body), &list); err != nil {
-		t.Fatalf("GET /admin/backends: %v: %s", err, body)
-	}
-	out := map[string]int64{}
-	for _, b := range list {
-		out[b.URL] = b.InFlight
-	}
-	return out
+	return do(t, "POST", "http://"+s.addr+"/v1/chat/completions", body, hdr...)
 }
 
-// TestServeDrainInFlightStream: SIGTERM while a stream is in flight: /ready
-// answers 503 at once, new connections are refused, the stream finishes
-// with its [DONE], and serve exits 0 (checked when the test ends).
-func TestServeDrainInFlightStream(t *testing.T) {
-	up := newCtlUpstream(t)
-	sv := startServeWith(t, nil, nil, up.srv.URL)
-	resp, err := http.DefaultClient.Do(mustReq(t, "http://"+sv.addr+"/v1/chat/completions",
-		chatJSON(true, "system", sysA, "user", "Stream please."), "X-Test", "stream"))
+// adm sends a request to the admin listener with the configured token.
+func (s *served) adm(t *testing.T, method, path, body string) answer {
+	t.Helper()
+	var hdr []string
+	if s.cfg.AdminToken != "" {
+		hdr = []string{"Authorization", "Bearer " + s.cfg.AdminToken}
+	}
+	return do(t, method, "http://"+s.admin+path, body, hdr...)
+}
+
+// backends is GET /admin/backends.
+func (s *served) backends(t *testing.T) []admin.BackendInfo {
+	t.Helper()
+	a := s.adm(t, "GET", "/admin/backends", "")
+	var list []admin.BackendInfo
+	if err := json.Unmarshal([]byte(a.body), &list); a.status != 200 || err != nil {
+		t.Fatalf("GET /admin/backends: %d %v: %s", a.status, err, a.body)
+	}
+	return list
+}
+
+// metrics reads /metrics: each series (name and labels as written) to its
+// value.
+func (s *served) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	a := s.adm(t, "GET", "/metrics", "")
+	if a.status != 200 {
+		t.Fatalf("/metrics: %d %s", a.status, a.body)
+	}
+	m := map[string]float64{}
+	for line := range strings.SplitSeq(a.body, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("/metrics: bad line %q", line)
+		}
+		m[line[:i]] = v
+	}
+	return m
+}
+
+// metric is one series of /metrics; it fails the test if it is absent.
+func (s *served) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	v, ok := s.metrics(t)[series]
+	if !ok {
+		t.Fatalf("/metrics has no %s", series)
+	}
+	return v
+}
+
+// deadPort returns http://127.0.0.1:<port> of a socket that is bound but
+// not listening, until the test ends: a connection to it is refused. (A
+// listener closed at once would free the port for another listener of
+// the tests running in parallel, saltus's own included.)
+func deadPort(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("first event: %q %v", line, err)
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
 	}
-	sv.signals <- syscall.SIGTERM
-	waitFor(t, func() bool {
-		code, _ := adminDo(t, "GET", "http://"+sv.admin+"/ready", "", "")
-		return code == 503
-	})
-	waitFor(t, func() bool {
-		c, err := net.DialTimeout("tcp", sv.addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
-	rest, err := io.ReadAll(br)
-	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") || strings.Count(string(rest), "data: ") != 10 {
-		t.Fatalf("stream after SIGTERM: %v %q", err, rest)
-	}
-	select {
-	case c := <-sv.code:
-		if c != 0 {
-			t.Fatalf("exit code %d", c)
-		}
-		sv.exited(0)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not exit after the drain")
-	}
-}
-
-// TestServeClientAbortCancelsUpstream: a client that leaves mid-stream
-// gets its upstream request cancelled and the in-flight count back to 0.
-func TestServeClientAbortCancelsUpstream(t *testing.T) {
-	up := newCtlUpstream(t)
-	sv := startServeWith(t, nil, nil, up.srv.URL)
-	nc, err := net.Dial("tcp", sv.addr)
+	sa, err := syscall.Getsockname(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := chatJSON(true, "system", sysB, "user", "Hang.")
-	fmt.Fprintf(nc, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Test: hang\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	br := bufio.NewReader(nc)
-	for {
-		line, err := br.ReadString('\n')
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
+
+// rawConn is a client connection driven by hand, for what net/http hides:
+// framing errors, partial heads, connections closed by the server.
+type rawConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+// dialRaw connects to addr; every read and write of the connection fails
+// after 30 s at the latest.
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // fails only on a closed conn
+	return &rawConn{c, bufio.NewReader(c)}
+}
+
+func (c *rawConn) send(t *testing.T, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// answer reads one HTTP answer (to a request with method) and its body.
+func (c *rawConn) answer(t *testing.T, method string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read answer body: %v", err)
+	}
+	return resp, string(b)
+}
+
+// closed waits for the server to close the connection: it reports whether
+// the next read ends (EOF or reset) with no byte, within the deadline.
+func (c *rawConn) closed() (bool, string) {
+	b, err := c.br.ReadByte()
+	if err == nil {
+		rest, _ := c.br.Peek(c.br.Buffered())
+		return false, string(append([]byte{b}, rest...))
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false, "read timed out"
+	}
+	return true, ""
+}
+
+// TestServeBranch: a conversation that branches (same system prompt and
+// earlier turns, another last turn) goes where its trunk went, matching
+// the shared turns, deeper than a request that shares only the system
+// prompt.
+func TestServeBranch(t *testing.T) {
+	t.Parallel()
+	ups := []*upstream{newUpstream(t, "a"), newUpstream(t, "b"), newUpstream(t, "c")}
+	s := startServeWith(t, ups, nil)
+	trunk := []string{"system", sysA, "user", "Which port has the code NLRTM?",
+		"assistant", "Rotterdam. " + strings.Repeat("It is the largest port in Europe by cargo tonnage. ", 8)}
+
+	first := s.chat(t, chatJSON(false, append(trunk, "user", "What is its tidal range?")...))
+	if first.status != 200 || first.backend == "" {
+		t.Fatalf("trunk: %d from %q: %s", first.status, first.backend, first.body)
+	}
+	if _, _, reason := parseRoute(t, first.route); reason != "hash" {
+		t.Errorf("trunk: route %q, want a hash decision (nothing learned yet)", first.route)
+	}
+
+	branch := s.chat(t, chatJSON(false, append(trunk, "user", "How deep is the channel to Europoort?")...))
+	bm, bt, reason := parseRoute(t, branch.route)
+	if branch.status != 200 || branch.backend != first.backend || reason != "tree" {
+		t.Fatalf("branch: %d from %q route %q, want 200 from %q by tree", branch.status, branch.backend, branch.route, first.backend)
+	}
+	if bm == 0 || bm >= bt {
+		t.Errorf("branch: route %q: want 0 < matched < total (the last turn differs)", branch.route)
+	}
+
+	t.Logf("trunk %q, branch %q", first.route, branch.route)
+	// Sharing the system prompt only: the same backend, a shallower match.
+	sib := s.chat(t, chatJSON(false, "system", sysA, "user", "Is Hamburg a deep-water port?"))
+	sm, _, reason := parseRoute(t, sib.route)
+	t.Logf("sibling %q", sib.route)
+	if sib.backend != first.backend || reason != "tree" || sm == 0 || sm >= bm {
+		t.Errorf("system-prompt sibling: from %q route %q; want %q by tree with 0 < matched < %d (the branch's)", sib.backend, sib.route, first.backend, bm)
+	}
+}
+
+// TestServeDrain: SIGTERM during a stream. /ready turns 503, new
+// connections get no answer, the stream completes, exit 0; a drain longer
+// than --drain-timeout is cut, exit 0 too.
+func TestServeDrain(t *testing.T) {
+	t.Parallel()
+	// startStream starts a streamed chat and returns its reader once the
+	// first event is in (the upstream holds the rest).
+	startStream := func(t *testing.T, s *served) (*http.Response, *bufio.Reader) {
+		t.Helper()
+		resp, err := e2eClient.Do(mustReq(t, "http://"+s.addr+"/v1/chat/completions", chatJSON(true, "system", sysB, "user", "Write one.")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(line, "data: ") {
+		t.Cleanup(func() { resp.Body.Close() })
+		br := bufio.NewReader(resp.Body)
+		if l, err := br.ReadString('\n'); resp.StatusCode != 200 || err != nil || !strings.HasPrefix(l, `data: {"tok":0`) {
+			t.Fatalf("stream: %d, first line %q, %v", resp.StatusCode, l, err)
+		}
+		return resp, br
+	}
+	// refused reports whether a new connection gets no answer: the dial
+	// fails, or the server closes it without a byte.
+	refused := func(addr string) bool {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return true
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second)) // fails only on a closed conn
+		if _, err := io.WriteString(c, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return true
+		}
+		n, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return n == 0 && err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+
+	t.Run("completes", func(t *testing.T) {
+		t.Parallel()
+		h := newHolder(true)
+		u := newUpstreamFunc(t, "a", h.post)
+		s := startServeWith(t, []*upstream{u}, func(c *serveConfig) {
+			c.Tokenizer = "" // byte-block mode: routing is not the point
+			c.DrainTimeout = duration(30 * time.Second)
+		})
+		if a := do(t, "GET", "http://"+s.admin+"/ready", ""); a.status != 200 {
+			t.Fatalf("/ready before the drain: %d %q", a.status, a.body)
+		}
+		if refused(s.addr) {
+			t.Fatal("a new connection gets no answer before the drain")
+		}
+		_, br := startStream(t, s)
+
+		s.term()
+		waitUntil(t, 10*time.Second, "/ready 503", func() bool {
+			a := do(t, "GET", "http://"+s.admin+"/ready", "")
+			return a.status == 503 && a.body == "draining\n"
+		})
+		waitUntil(t, 10*time.Second, "new connections refused", func() bool { return refused(s.addr) })
+		if n := s.metric(t, `saltus_reactor_connections_rejected_total{reason="draining"}`); n < 1 {
+			t.Errorf("connections rejected while draining: %v, want ≥ 1", n)
+		}
+		select {
+		case c := <-s.code:
+			t.Fatalf("exited (code %d) with a stream in flight", c)
+		default:
+		}
+
+		close(h.release)
+		rest, err := io.ReadAll(br)
+		if err != nil || string(rest) != "\ndata: {\"tok\":1,\"by\":\"a\"}\n\ndata: [DONE]\n\n" {
+			t.Errorf("the stream's rest: %q, %v", rest, err)
+		}
+		if c := s.wait(t, 30*time.Second); c != 0 {
+			t.Errorf("exit code %d, want 0", c)
+		}
+		if !strings.Contains(s.logs(), "msg=drained component=serve") {
+			t.Errorf("logs lack the drain:\n%s", s.logs())
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		h := newHolder(true)
+		u := newUpstreamFunc(t, "a", h.post)
+		const drain = time.Second
+		s := startServeWith(t, []*upstream{u}, func(c *serveConfig) {
+			c.Tokenizer = ""
+			c.DrainTimeout = duration(drain)
+		})
+		_, br := startStream(t, s)
+		start := time.Now()
+		s.term()
+		rest, _ := io.ReadAll(br) // cut: an error or an early EOF
+		if strings.Contains(string(rest), "[DONE]") {
+			t.Errorf("a cut stream ended with [DONE]: %q", rest)
+		}
+		if c := s.wait(t, 30*time.Second); c != 0 {
+			t.Errorf("exit code %d, want 0", c)
+		}
+		if el := time.Since(start); el < drain {
+			t.Errorf("exited %v after SIGTERM, before the drain timeout %v", el, drain)
+		}
+		// Cutting the client's stream closed the upstream request too.
+		waitClosed(t, h.ended, 10*time.Second, "upstream request ended")
+		if !strings.Contains(s.logs(), `msg="drain timed out; requests still in flight were cut"`) {
+			t.Errorf("logs lack the cut drain:\n%s", s.logs())
+		}
+	})
+}
+
+// TestServeClientAbort: a client that leaves mid-stream cancels the
+// upstream request, and every in-flight count returns to 0.
+func TestServeClientAbort(t *testing.T) {
+	t.Parallel()
+	h := newHolder(true)
+	u := newUpstreamFunc(t, "a", h.post)
+	s := startServeWith(t, []*upstream{u}, func(c *serveConfig) { c.Tokenizer = "" })
+	gauges := func() []float64 {
+		m := s.metrics(t)
+		list := s.backends(t)
+		if len(list) != 1 {
+			t.Fatalf("backends: %+v", list)
+		}
+		return []float64{float64(list[0].InFlight), m["saltus_proxy_in_flight"],
+			m[`saltus_backend_in_flight{backend="`+u.srv.URL+`"}`], m["saltus_reactor_exchanges_open"]}
+	}
+	if g := gauges(); !slices.Equal(g, []float64{0, 0, 0, 0}) {
+		t.Fatalf("in flight before: %v (admin, proxy, backend, exchanges)", g)
+	}
+
+	c := dialRaw(t, s.addr)
+	body := chatJSON(true, "system", sysB, "user", "Write a long one.")
+	c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	resp, err := http.ReadResponse(c.br, &http.Request{Method: "POST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := bufio.NewReader(resp.Body).ReadString('\n'); resp.StatusCode != 200 || err != nil || !strings.HasPrefix(l, `data: {"tok":0`) {
+		t.Fatalf("stream: %d, first line %q, %v", resp.StatusCode, l, err)
+	}
+	if g := gauges(); !slices.Equal(g, []float64{1, 1, 1, 1}) {
+		t.Errorf("in flight during the stream: %v (admin, proxy, backend, exchanges), want all 1", g)
+	}
+
+	c.Close() // the client leaves mid-stream
+	waitClosed(t, h.ended, 10*time.Second, "upstream request cancelled")
+	var g []float64
+	waitUntil(t, 10*time.Second, "in-flight counts back to 0", func() bool {
+		g = gauges()
+		return slices.Equal(g, []float64{0, 0, 0, 0})
+	})
+	if n := u.calls.Load(); n != 1 {
+		t.Errorf("upstream got %d requests, want 1", n)
+	}
+}
+
+// TestServeUpstreamErrors: a backend slow to its head → 504 (not retried);
+// every backend refusing connections → 502 after the retries; both with
+// an OpenAI error body.
+func TestServeUpstreamErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		h := newHolder(false)
+		ups := []*upstream{newUpstreamFunc(t, "a", h.post), newUpstreamFunc(t, "b", h.post)}
+		const timeout = time.Second
+		s := startServeWith(t, ups, func(c *serveConfig) {
+			c.Tokenizer = ""
+			c.ResponseTimeout = duration(timeout)
+		})
+		start := time.Now()
+		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Slow?"))
+		el := time.Since(start)
+		e := errorOf(t, a.body)
+		if a.status != 504 || e.Error.Type != "timeout_error" || e.Error.Code != "gateway_timeout" {
+			t.Errorf("slow upstream: %d %s, want 504 timeout_error gateway_timeout", a.status, a.body)
+		}
+		if a.header.Get("X-Request-ID") == "" || a.header.Get("Content-Type") != "application/json" {
+			t.Errorf("504 headers: %v", a.header)
+		}
+		if el < timeout {
+			t.Errorf("504 after %v, before the response timeout %v", el, timeout)
+		}
+		// A timed-out request may be running on its backend: not retried,
+		if n := ups[0].calls.Load() + ups[1].calls.Load(); n != 1 {
+			t.Errorf("upstreams got %d requests, want 1", n)
+		}
+		// and the upstream connection is closed, so that the engine can
+		// stop working on it.
+		waitClosed(t, h.ended, 10*time.Second, "timed-out upstream request ended")
+		m := s.metrics(t)
+		var timeouts, codes float64
+		for _, u := range ups {
+			timeouts += m[`saltus_upstream_errors_total{backend="`+u.srv.URL+`",kind="timeout"}`]
+			codes += m[`saltus_backend_requests_total{backend="`+u.srv.URL+`",code="504"}`]
+		}
+		if timeouts != 1 || codes != 1 || m[`saltus_requests_total{route="chat",code="504"}`] != 1 {
+			t.Errorf("metrics: %v upstream timeouts, %v backend 504s, %v chat 504s; want 1 each", timeouts, codes, m[`saltus_requests_total{route="chat",code="504"}`])
+		}
+	})
+
+	t.Run("all refuse", func(t *testing.T) {
+		t.Parallel()
+		s := startServeWith(t, nil, func(c *serveConfig) { c.Tokenizer = "" }, deadPort(t), deadPort(t), deadPort(t))
+		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
+		e := errorOf(t, a.body)
+		if a.status != 502 || e.Error.Code != "bad_gateway" || !strings.Contains(e.Error.Message, "no backend answered (3 tried)") {
+			t.Errorf("all backends refusing: %d %s, want 502 bad_gateway after 3 tries", a.status, a.body)
+		}
+		m := s.metrics(t)
+		var connects float64
+		for _, u := range s.cfg.Backends {
+			connects += m[`saltus_upstream_errors_total{backend="`+u+`",kind="connect"}`]
+		}
+		if m["saltus_retries_total"] != 2 || connects != 3 {
+			t.Errorf("metrics: %v retries, %v connect errors; want 2 and 3", m["saltus_retries_total"], connects)
+		}
+	})
+}
+
+// TestServeMaxRetries: --max-retries N tries N+1 backends before the
+// 502, above the default 2 too.
+func TestServeMaxRetries(t *testing.T) {
+	t.Parallel()
+	var dead []string
+	for range 6 {
+		dead = append(dead, deadPort(t))
+	}
+	for _, retries := range []int{0, 4} {
+		s := startServeWith(t, nil, func(c *serveConfig) {
+			c.Tokenizer = ""
+			c.MaxRetries = retries
+		}, dead...)
+		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
+		want := fmt.Sprintf("no backend answered (%d tried)", retries+1)
+		if e := errorOf(t, a.body); a.status != 502 || !strings.Contains(e.Error.Message, want) {
+			t.Errorf("max-retries %d: %d %s, want 502 %q", retries, a.status, a.body, want)
+		}
+		if n := s.metric(t, "saltus_retries_total"); n != float64(retries) {
+			t.Errorf("max-retries %d: %v retries", retries, n)
+		}
+	}
+}
+
+// TestServeLimits: the client-side limits of the data plane, on raw
+// connections: what is answered, and whether the connection is closed.
+func TestServeLimits(t *testing.T) {
+	t.Parallel()
+	const timeout = time.Second
+	s := startServeWith(t, []*upstream{newUpstream(t, "a")}, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.MaxBody = 1 << 10
+		c.HeaderTimeout = duration(timeout)
+		c.IdleTimeout = duration(timeout)
+	})
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<10) + `"}]}`
+
+	// Framing errors: answered with an error body, then the connection
+	// closes.
+	for _, c := range []struct {
+		name, req string
+		status    int
+	}{
+		{"body over max-body", head + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(big)) + big, 413},
+		{"chunked body over max-body", head + "Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(big), big), 413},
+		{"head over max-header", head + "X-Big: " + strings.Repeat("h", 65<<10) + "\r\nContent-Length: 2\r\n\r\n{}", 431},
+		{"malformed request line", "NOT HTTP AT ALL\r\n\r\n", 400},
+		{"malformed header", "GET /v1/models HTTP/1.1\r\nHost x\r\n\r\n", 400},
+		{"unsupported transfer-encoding", head + "Transfer-Encoding: gzip\r\n\r\n", 501},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rc := dialRaw(t, s.addr)
+			rc.send(t, c.req)
+			resp, body := rc.answer(t, "POST")
+			if e := errorOf(t, body); resp.StatusCode != c.status || e.Error.Code != map[int]string{400: "bad_request", 413: "request_too_large", 431: "header_too_large", 501: "not_implemented"}[c.status] {
+				t.Errorf("%d %s, want %d", resp.StatusCode, body, c.status)
+			}
+			if closed, got := rc.closed(); !closed {
+				t.Errorf("connection not closed after the %d: %q", c.status, got)
+			}
+		})
+	}
+
+	// Routing errors: answered, and the connection stays open.
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{"GET", "/nope", 404, "not_found", ""},
+		{"POST", "/v2/chat/completions", 404, "not_found", ""},
+		{"GET", "/v1/chat/completions", 405, "method_not_allowed", "POST"},
+		{"PUT", "/v1/completions", 405, "method_not_allowed", "POST"},
+		{"DELETE", "/v1/models", 405, "method_not_allowed", "GET, HEAD"},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			rc := dialRaw(t, s.addr)
+			for range 2 { // the same connection answers twice: not closed
+				rc.send(t, c.method+" "+c.path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+				resp, body := rc.answer(t, c.method)
+				if e := errorOf(t, body); resp.StatusCode != c.status || e.Error.Code != c.code || resp.Header.Get("Allow") != c.allow || resp.Close {
+					t.Errorf("%d %s (Allow %q, close %v), want %d %s (Allow %q)", resp.StatusCode, body, resp.Header.Get("Allow"), resp.Close, c.status, c.code, c.allow)
+				}
+			}
+		})
+	}
+
+	t.Run("slow head", func(t *testing.T) {
+		before := s.metric(t, `saltus_reactor_timeouts_total{kind="header"}`)
+		rc := dialRaw(t, s.addr)
+		start := time.Now()
+		rc.send(t, head+"Content-Length: 2\r\n") // the head never ends
+		if closed, got := rc.closed(); !closed {
+			t.Fatalf("a head not completed: connection not closed (%q)", got)
+		}
+		if el := time.Since(start); el < timeout {
+			t.Errorf("closed %v after the head's first byte, before the header timeout %v", el, timeout)
+		}
+		if n := s.metric(t, `saltus_reactor_timeouts_total{kind="header"}`); n != before+1 {
+			t.Errorf("header timeouts: %v, want %v", n, before+1)
+		}
+	})
+
+	t.Run("idle keep-alive", func(t *testing.T) {
+		rc := dialRaw(t, s.addr)
+		rc.send(t, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, body := rc.answer(t, "GET"); resp.StatusCode != 200 || resp.Close || !strings.Contains(body, "model-a") {
+			t.Fatalf("GET /v1/models: %d (close %v) %s", resp.StatusCode, resp.Close, body)
+		}
+		start := time.Now()
+		if closed, got := rc.closed(); !closed {
+			t.Fatalf("an idle keep-alive connection: not closed (%q)", got)
+		}
+		// The idle time counts from the answer's end, just before the
+		// client saw it: half the timeout is a safe lower bound.
+		if el := time.Since(start); el < timeout/2 {
+			t.Errorf("an idle keep-alive connection closed after %v, want about %v", el, timeout)
+		}
+		if n := s.metric(t, `saltus_reactor_timeouts_total{kind="idle"}`); n < 1 {
+			t.Errorf("idle timeouts: %v, want ≥ 1", n)
+		}
+	})
+}
+
+// TestServeMaxConns: a connection over --max-conns gets 503 and is closed;
+// once one closes, a new one is served.
+func TestServeMaxConns(t *testing.T) {
+	t.Parallel()
+	s := startServeWith(t, []*upstream{newUpstream(t, "a")}, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.MaxConns = 2
+	})
+	get := "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+	var conns []*rawConn
+	for range 2 {
+		rc := dialRaw(t, s.addr)
+		rc.send(t, get) // answered: the connection is counted
+		if resp, _ := rc.answer(t, "GET"); resp.StatusCode != 404 {
+			t.Fatalf("within max-conns: %d", resp.StatusCode)
+		}
+		conns = append(conns, rc)
+	}
+	over := dialRaw(t, s.addr)
+	resp, body := over.answer(t, "GET") // answered at accept, before any request
+	if e := errorOf(t, body); resp.StatusCode != 503 || e.Error.Code != "too_many_connections" || !resp.Close {
+		t.Errorf("over max-conns: %d %s (close %v), want 503 and close", resp.StatusCode, body, resp.Close)
+	}
+	if closed, got := over.closed(); !closed {
+		t.Errorf("over max-conns: connection not closed (%q)", got)
+	}
+	if n := s.metric(t, `saltus_reactor_connections_rejected_total{reason="max_conns"}`); n != 1 {
+		t.Errorf("rejected for max-conns: %v, want 1", n)
+	}
+	conns[0].Close()
+	waitUntil(t, 10*time.Second, "a connection served after one closed", func() bool {
+		rc := dialRaw(t, s.addr)
+		defer rc.Close()
+		rc.send(t, get)
+		resp, _ := rc.answer(t, "GET")
+		return resp.StatusCode == 404
+	})
+}
+
+// TestServeAdminAPI drives the admin listener of a running serve: auth,
+// probes, the backend list (add, drain, delete, each seen by routing),
+// the route table's statistics, explain and /metrics.
+func TestServeAdminAPI(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	ups := []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}
+	added := newUpstream(t, "c")
+	all := append(slices.Clone(ups), added)
+	s := startServeWith(t, ups, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.AdminToken = token
+	})
+	byURL := func(url string) *upstream {
+		for _, u := range all {
+			if u.srv.URL == url {
+				return u
+			}
+		}
+		t.Fatalf("no upstream %q", url)
+		return nil
+	}
+	calls := func() (n []int64) {
+		for _, u := range all {
+			n = append(n, u.calls.Load())
+		}
+		return n
+	}
+
+	// Auth: every endpoint but /health needs the token; without it (or
+	// with a wrong one) nothing is done.
+	unauthorized := 0
+	for _, r := range [][2]string{
+		{"GET", "/metrics"}, {"GET", "/ready"}, {"GET", "/admin/backends"}, {"POST", "/admin/backends"},
+		{"POST", "/admin/backends/0/drain"}, {"DELETE", "/admin/backends/0"}, {"GET", "/admin/routes"},
+		{"POST", "/admin/explain"}, {"GET", "/admin/nope"},
+	} {
+		for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", token}} {
+			a := do(t, r[0], "http://"+s.admin+r[1], `{"url":"`+added.srv.URL+`"}`, hdr...)
+			unauthorized++
+			if a.status != 401 || !strings.HasPrefix(a.header.Get("WWW-Authenticate"), `Bearer realm="saltus-admin"`) {
+				t.Errorf("%s %s with %q: %d (WWW-Authenticate %q), want 401", r[0], r[1], hdr, a.status, a.header.Get("WWW-Authenticate"))
+			}
+			errorOf(t, a.body)
+		}
+	}
+	if a := do(t, "GET", "http://"+s.admin+"/health", ""); a.status != 200 || a.body != "ok\n" {
+		t.Errorf("/health without the token: %d %q", a.status, a.body)
+	}
+	if a := s.adm(t, "GET", "/ready", ""); a.status != 200 || a.body != "ok\n" {
+		t.Errorf("/ready: %d %q", a.status, a.body)
+	}
+	list := s.backends(t)
+	if len(list) != 2 || list[0].URL != ups[0].srv.URL || list[1].URL != ups[1].srv.URL {
+		t.Fatalf("backends after unauthorized calls: %+v", list)
+	}
+	for _, b := range list {
+		if !b.Healthy || b.Draining || b.InFlight != 0 {
+			t.Errorf("backend %+v: want healthy, not draining, nothing in flight", b)
+		}
+	}
+
+	// Add by URL: 201, and the new backend gets requests.
+	a := s.adm(t, "POST", "/admin/backends", `{"url":"`+added.srv.URL+`"}`)
+	var info struct {
+		ID       int    `json:"id"`
+		URL      string `json:"url"`
+		Draining bool   `json:"draining"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &info); a.status != 201 || err != nil || info.URL != added.srv.URL ||
+		a.header.Get("Location") != "/admin/backends/"+strconv.Itoa(info.ID) {
+		t.Fatalf("add: %d %s (Location %q)", a.status, a.body, a.header.Get("Location"))
+	}
+	if a := s.adm(t, "POST", "/admin/backends", `{"url":"https://x:1"}`); a.status != 400 {
+		t.Errorf("add https: %d, want 400", a.status)
+	}
+	if list := s.backends(t); len(list) != 3 || list[2].ID != info.ID || list[2].URL != added.srv.URL {
+		t.Errorf("backends after add: %+v", list)
+	}
+	// Prompt families hash over the three: within 40 one lands on the
+	// new backend (all miss with probability (2/3)^40 < 1e-7).
+	for i := 0; ; i++ {
+		if i == 40 {
+			t.Fatal("no request reached the added backend")
+		}
+		a := s.chat(t, chatJSON(false, "system", fmt.Sprintf("Family %d. %s", i, sysB), "user", "Go."))
+		if a.status != 200 {
+			t.Fatalf("family %d: %d %s", i, a.status, a.body)
+		}
+		if a.backend == added.srv.URL {
 			break
 		}
 	}
-	if got := backendsInFlight(t, sv.admin)[up.srv.URL]; got != 1 {
-		t.Fatalf("in flight while streaming = %d, want 1", got)
-	}
-	nc.Close()
-	select {
-	case <-up.cancelled:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the upstream request was not cancelled after the client left")
-	}
-	waitFor(t, func() bool { return backendsInFlight(t, sv.admin)[up.srv.URL] == 0 })
-}
 
-// TestServeUpstreamErrors: no head within --response-timeout → 504; every
-// backend refusing connections → 502 after the retries; both with an
-// OpenAI error body.
-func TestServeUpstreamErrors(t *testing.T) {
-	up := newCtlUpstream(t)
-	sv := startServeWith(t, nil, func(c *serveConfig) { c.ResponseTimeout = duration(300 * time.Millisecond) }, up.srv.URL)
-	a := post(t, sv.addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Slow."), "X-Test", "slowhead")
-	if a.status != 504 || !strings.Contains(a.body, `"code":"gateway_timeout"`) {
-		t.Fatalf("slow head: %d %s", a.status, a.body)
+	// Learn a route, then explain it: the decision, nothing forwarded.
+	p := chatJSON(false, "system", sysA, "user", "Which port is NLRTM?")
+	first := s.chat(t, p)
+	again := s.chat(t, p)
+	am, at, reason := parseRoute(t, again.route)
+	if first.status != 200 || again.backend != first.backend || reason != "tree" {
+		t.Fatalf("learned route: %q then %q by %q", first.backend, again.backend, again.route)
 	}
-
-	var dead []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	home := byURL(first.backend)
+	homeID := -1
+	for _, b := range s.backends(t) {
+		if b.URL == home.srv.URL {
+			homeID = b.ID
 		}
-		dead = append(dead, "http://"+ln.Addr().String())
-		ln.Close()
 	}
-	sv2 := startServeWith(t, nil, nil, dead...)
-	a = post(t, sv2.addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Anyone?"))
-	if a.status != 502 || !strings.Contains(a.body, `"code":"bad_gateway"`) || !strings.Contains(a.body, "3 tried") {
-		t.Fatalf("all refused: %d %s", a.status, a.body)
-	}
-}
-
-// TestServeLimits: the limits as the real server applies them.
-func TestServeLimits(t *testing.T) {
-	up := newCtlUpstream(t)
-	sv := startServeWith(t, nil, func(c *serveConfig) {
-		c.MaxBody = 1 << 10
-		c.MaxConns = 3
-	}, up.srv.URL)
-	raw := func(req string) (string, bool) {
-		t.Helper()
-		nc, err := net.Dial("tcp", sv.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		io.WriteString(nc, req)
-		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(nc) // the server closes after each of these answers
-		return string(b), true
-	}
-	big := strings.Repeat("x", 2<<10)
-	if got, _ := raw(fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(big), big)); !strings.HasPrefix(got, "HTTP/1.1 413 ") || !strings.Contains(got, `"code":"request_too_large"`) {
-		t.Fatalf("body over --max-body: %q", got)
-	}
-	if got, _ := raw("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("y", 70<<10) + "\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 431 ") {
-		t.Fatalf("head over 64 KiB: %.200q", got)
-	}
-	if got, _ := raw("GET /v1/models HTTP/1.1\r\nthis is not a header\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400 ") || !strings.Contains(got, "Connection: close") {
-		t.Fatalf("malformed head: %q", got)
-	}
-	// --max-conns 3: a fourth connection gets 503 and is closed.
-	var open []net.Conn
-	for range 3 {
-		nc, err := net.Dial("tcp", sv.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		open = append(open, nc)
-	}
-	defer func() {
-		for _, nc := range open {
-			nc.Close()
-		}
-	}()
-	var last string
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.HasPrefix(last, "HTTP/1.1 503 ") || !strings.Contains(last, "too_many_connections") {
-		if time.Now().After(deadline) {
-			t.Fatalf("over --max-conns: %q", last)
-		}
-		last, _ = raw("GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-	}
-}
-
-// TestServeAdminAPI: the admin listener with a token, against the real
-// serving path: backends added, drained and removed; explain forwards
-// nothing; routes and metrics answer.
-func TestServeAdminAPI(t *testing.T) {
-	ups := []*ctlUpstream{newCtlUpstream(t), newCtlUpstream(t), newCtlUpstream(t)}
-	sv := startServeWith(t, nil, func(c *serveConfig) { c.AdminToken = "s3cret" }, ups[0].srv.URL, ups[1].srv.URL)
-	base := "http://" + sv.admin
-	if code, _ := adminDo(t, "GET", base+"/health", "", ""); code != 200 {
-		t.Fatalf("/health without token: %d", code)
-	}
-	if code, body := adminDo(t, "GET", base+"/admin/backends", "", ""); code != 401 || !strings.Contains(body, "unauthorized") {
-		t.Fatalf("no token: %d %s", code, body)
-	}
-	if code, _ := adminDo(t, "GET", base+"/ready", "wrong", ""); code != 401 {
-		t.Fatalf("wrong token: %d", code)
-	}
-	if code, _ := adminDo(t, "GET", base+"/ready", "s3cret", ""); code != 200 {
-		t.Fatalf("/ready: %d", code)
-	}
-	code, body := adminDo(t, "POST", base+"/admin/backends", "s3cret", fmt.Sprintf(`{"url":%q}`, ups[2].srv.URL))
-	if code != 201 || !strings.Contains(body, `"id":2`) {
-		t.Fatalf("add: %d %s", code, body)
-	}
-
-	// Explain: a decision, nothing forwarded.
-	before := ups[0].calls.Load() + ups[1].calls.Load() + ups[2].calls.Load()
-	code, body = adminDo(t, "POST", base+"/admin/explain", "s3cret", chatJSON(false, "system", sysA, "user", "Explain me."))
+	before := calls()
+	a = s.adm(t, "POST", "/admin/explain", p)
 	var d struct {
-		Backend    int    `json:"backend"`
-		Reason     string `json:"reason"`
-		Total      int    `json:"total_blocks"`
-		Candidates []int  `json:"candidates"`
+		Backend       int    `json:"backend"`
+		URL           string `json:"url"`
+		Reason        string `json:"reason"`
+		MatchedBlocks int    `json:"matched_blocks"`
+		TotalBlocks   int    `json:"total_blocks"`
+		Candidates    []int  `json:"candidates"`
 	}
-	if err := json.Unmarshal([]byte(body), &d); code != 200 || err != nil || d.Reason != "hash" || d.Total == 0 || len(d.Candidates) != 3 {
-		t.Fatalf("explain: %d %s (%v)", code, body, err)
+	if err := json.Unmarshal([]byte(a.body), &d); a.status != 200 || err != nil || d.Backend != homeID || d.URL != home.srv.URL ||
+		d.Reason != "tree" || d.MatchedBlocks != am || d.TotalBlocks != at || len(d.Candidates) != 3 || d.Candidates[0] != homeID {
+		t.Errorf("explain: %d %s; want backend %d (%s) by tree, %d/%d blocks, 3 candidates", a.status, a.body, homeID, home.srv.URL, am, at)
 	}
-	if after := ups[0].calls.Load() + ups[1].calls.Load() + ups[2].calls.Load(); after != before {
-		t.Fatalf("explain forwarded %d requests", after-before)
-	}
-
-	// Drain backend 0: no new requests reach it; remove backend 1: gone
-	// from the list, and nothing reaches it either.
-	if code, body := adminDo(t, "POST", base+"/admin/backends/0/drain", "s3cret", ""); code != 202 {
-		t.Fatalf("drain: %d %s", code, body)
-	}
-	if code, body := adminDo(t, "DELETE", base+"/admin/backends/1", "s3cret", ""); code != 200 && code != 204 {
-		t.Fatalf("delete: %d %s", code, body)
-	}
-	code, body = adminDo(t, "GET", base+"/admin/backends", "s3cret", "")
-	if code != 200 || strings.Contains(body, ups[1].srv.URL) || !strings.Contains(body, `"draining":true`) {
-		t.Fatalf("list after drain and delete: %d %s", code, body)
-	}
-	c0, c1 := ups[0].calls.Load(), ups[1].calls.Load()
-	for i := range 8 {
-		a := post(t, sv.addr, "/v1/chat/completions", chatJSON(false, "system", fmt.Sprintf("Family %d. %s", i, sysB), "user", "Hi."))
-		if a.status != 200 || a.backend != ups[2].srv.URL {
-			t.Fatalf("request %d after drain: %d from %q", i, a.status, a.backend)
+	for _, c := range []struct{ path, body string }{
+		{"/admin/explain", "{bad"},
+		{"/admin/explain", `{"model":"m"}`},
+		{"/admin/explain?path=/v1/embeddings", p},
+		{"/admin/explain?path=/nope", p},
+	} {
+		if a := s.adm(t, "POST", c.path, c.body); a.status != 400 {
+			t.Errorf("POST %s %s: %d %s, want 400", c.path, c.body, a.status, a.body)
 		}
 	}
-	if ups[0].calls.Load() != c0 || ups[1].calls.Load() != c1 {
-		t.Fatal("a drained or removed backend got new requests")
+	if after := calls(); !slices.Equal(after, before) {
+		t.Errorf("explain forwarded: upstream calls %v → %v", before, after)
 	}
 
-	if code, body := adminDo(t, "GET", base+"/admin/routes", "s3cret", ""); code != 200 || !strings.HasPrefix(body, "{") {
-		t.Fatalf("routes: %d %s", code, body)
+	// The route table's statistics.
+	a = s.adm(t, "GET", "/admin/routes", "")
+	var rs struct {
+		Blocks    int64            `json:"blocks"`
+		Learned   uint64           `json:"learned"`
+		Decisions map[string]int64 `json:"decisions"`
+		Shards    []struct {
+			Shard int `json:"shard"`
+		} `json:"shards"`
 	}
-	code, body = adminDo(t, "GET", base+"/metrics", "s3cret", "")
-	for _, m := range []string{"saltus_requests_total", "saltus_route_decisions_total", "saltus_backend_in_flight"} {
-		if code != 200 || !strings.Contains(body, m) {
-			t.Fatalf("/metrics lacks %s (%d)", m, code)
-		}
+	if err := json.Unmarshal([]byte(a.body), &rs); a.status != 200 || err != nil || rs.Blocks == 0 || rs.Learned < 2 ||
+		rs.Decisions["tree"] < 1 || rs.Decisions["hash"] < 2 || len(rs.Shards) != 2 {
+		t.Errorf("routes: %d %s", a.status, a.body)
 	}
-}
 
-// TestServeBranchReusesSystemPrompt: a conversation that branches from an
-// earlier turn goes to the backend holding the shared part, matched by
-// the tree past the system prompt.
-func TestServeBranchReusesSystemPrompt(t *testing.T) {
-	ups := []*upstream{newUpstream(t, "a"), newUpstream(t, "b"), newUpstream(t, "c"), newUpstream(t, "d")}
-	addr := startServe(t, ups)
-	reply := "Sure. " + strings.Repeat("Here is a long and careful answer about tides. ", 10)
-	trunk := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Tides at Brest?", "assistant", reply, "user", "And at Dover?"))
-	if trunk.status != 200 {
-		t.Fatalf("trunk: %d %s", trunk.status, trunk.body)
+	// Drain the route's home: 202, and it gets no new request, not even
+	// the prefix it holds.
+	a = s.adm(t, "POST", fmt.Sprintf("/admin/backends/%d/drain", homeID), "")
+	if err := json.Unmarshal([]byte(a.body), &info); a.status != 202 || err != nil || info.ID != homeID || !info.Draining {
+		t.Fatalf("drain: %d %s", a.status, a.body)
 	}
-	branch := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Tides at Brest?", "assistant", reply, "user", "What about Calais instead?"))
-	sys := post(t, addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", "Something else entirely."))
-	for _, a := range []answer{branch, sys} {
-		var m, n int
-		fmt.Sscanf(a.route, "%d/%d", &m, &n)
-		if a.backend != trunk.backend || !strings.HasSuffix(a.route, " tree") || m == 0 {
-			t.Fatalf("branch on %q route %q, want %q by tree", a.backend, a.route, trunk.backend)
+	homeCalls := home.calls.Load()
+	if a := s.chat(t, p); a.status != 200 || a.backend == "" || a.backend == home.srv.URL {
+		t.Errorf("after the drain the learned prompt went to %q (%d), the drained backend is %q", a.backend, a.status, home.srv.URL)
+	}
+	for i := range 20 {
+		a := s.chat(t, chatJSON(false, "system", fmt.Sprintf("Drained family %d. %s", i, sysB), "user", "Go."))
+		if a.status != 200 || a.backend == home.srv.URL {
+			t.Fatalf("after the drain, family %d: %d from %q", i, a.status, a.backend)
 		}
 	}
-	var mb, ms int
-	fmt.Sscanf(branch.route, "%d/", &mb)
-	fmt.Sscanf(sys.route, "%d/", &ms)
-	if mb <= ms {
-		t.Fatalf("the branch matched %d blocks, the new question %d: the branch shares more", mb, ms)
+	if n := home.calls.Load(); n != homeCalls {
+		t.Errorf("the drained backend got %d more requests", n-homeCalls)
+	}
+	for _, b := range s.backends(t) {
+		if b.Draining != (b.ID == homeID) {
+			t.Errorf("after draining %d: %+v", homeID, b)
+		}
+	}
+
+	// Delete it: 204, gone from the list; again: 404.
+	path := fmt.Sprintf("/admin/backends/%d", homeID)
+	if a := s.adm(t, "DELETE", path, ""); a.status != 204 {
+		t.Errorf("delete: %d %s", a.status, a.body)
+	}
+	list = s.backends(t)
+	if len(list) != 2 || slices.ContainsFunc(list, func(b admin.BackendInfo) bool { return b.ID == homeID }) {
+		t.Errorf("backends after delete: %+v", list)
+	}
+	for _, c := range []struct{ method, path string }{{"DELETE", path}, {"POST", path + "/drain"}} {
+		if a := s.adm(t, c.method, c.path, ""); a.status != 404 {
+			t.Errorf("%s %s of a deleted backend: %d, want 404", c.method, c.path, a.status)
+		}
+	}
+	if a := s.adm(t, "DELETE", "/admin/backends/abc", ""); a.status != 400 {
+		t.Errorf("DELETE a bad id: %d, want 400", a.status)
+	}
+
+	// Draining the rest: not ready, and requests get 503.
+	for _, b := range list {
+		if a := s.adm(t, "POST", fmt.Sprintf("/admin/backends/%d/drain", b.ID), ""); a.status != 202 {
+			t.Errorf("drain %d: %d", b.ID, a.status)
+		}
+	}
+	if a := s.adm(t, "GET", "/ready", ""); a.status != 503 || a.body != "no routable backend\n" {
+		t.Errorf("/ready with every backend draining: %d %q", a.status, a.body)
+	}
+	if a := s.chat(t, p); a.status != 503 || errorOf(t, a.body).Error.Code != "no_backend" {
+		t.Errorf("a request with every backend draining: %d %s", a.status, a.body)
+	}
+	// Explain cannot decide either: the data plane's state, not the
+	// request's fault.
+	if a := s.adm(t, "POST", "/admin/explain", p); a.status != 503 || errorOf(t, a.body).Error.Type != "unavailable" {
+		t.Errorf("explain with every backend draining: %d %s, want 503 unavailable", a.status, a.body)
+	}
+
+	// /metrics: the serving path's saltus_* series, from every package.
+	m := s.metrics(t)
+	for _, series := range []string{
+		"saltus_reactor_requests_total", "saltus_reactor_connections_open",
+		`saltus_requests_total{route="chat",code="200"}`, `saltus_route_decisions_total{reason="tree"}`,
+		"saltus_route_learned_total", "saltus_tree_blocks", `saltus_shard_mailbox_depth{shard="1"}`,
+		"saltus_proxy_in_flight", `saltus_backend_in_flight{backend="` + list[0].URL + `"}`, "saltus_retries_total",
+		"saltus_tokenizer_requests_total",
+		`saltus_admin_requests_total{endpoint="backends",code="201"}`,
+	} {
+		if _, ok := m[series]; !ok {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	if m[`saltus_admin_requests_total{endpoint="backends",code="201"}`] != 1 || m[`saltus_requests_total{route="chat",code="503"}`] != 1 {
+		t.Errorf("/metrics: %v backends added, %v chat 503s; want 1 each", m[`saltus_admin_requests_total{endpoint="backends",code="201"}`], m[`saltus_requests_total{route="chat",code="503"}`])
+	}
+	var got401 float64
+	for k, v := range m {
+		if strings.HasPrefix(k, "saltus_admin_requests_total{") && strings.HasSuffix(k, `code="401"}`) {
+			got401 += v
+		}
+	}
+	if got401 != float64(unauthorized) {
+		t.Errorf("/metrics counts %v admin 401s, want %d", got401, unauthorized)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,11 +29,24 @@ type upstream struct {
 	name  string
 	srv   *httptest.Server
 	calls atomic.Int64
+	// done is closed when the test ends, before the server closes: a
+	// handler that holds a request waits for it (or the request's end).
+	done chan struct{}
 }
 
 func newUpstream(t *testing.T, name string) *upstream {
 	t.Helper()
-	u := &upstream{name: name}
+	return newUpstreamFunc(t, name, nil)
+}
+
+// newUpstreamFunc is newUpstream whose POSTs are answered by post (nil:
+// the default chat answers); calls counts them either way.
+func newUpstreamFunc(t *testing.T, name string, post func(u *upstream, w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{name: name, done: make(chan struct{})}
+	if post == nil {
+		post = (*upstream).chat
+	}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/health":
@@ -43,63 +55,94 @@ func newUpstream(t *testing.T, name string) *upstream {
 			fmt.Fprintf(w, `{"object":"list","data":[{"id":"model-%s","object":"model"}]}`, name)
 		case r.Method == "POST":
 			u.calls.Add(1)
-			body, _ := io.ReadAll(r.Body)
-			var req struct {
-				Stream bool `json:"stream"`
-			}
-			_ = json.Unmarshal(body, &req) // the router already checked it
-			if !req.Stream {
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set("X-Upstream", name)
-				fmt.Fprintf(w, `{"served_by":%q,"auth":%q,"request_id":%q}`, name, r.Header.Get("Authorization"), r.Header.Get("X-Request-ID"))
-				return
-			}
-			w.Header().Set("Content-Type", "text/event-stream")
-			fl := w.(http.Flusher)
-			for i := range 3 {
-				fmt.Fprintf(w, "data: {\"tok\":%d,\"by\":%q}\n\n", i, name)
-				fl.Flush()
-				if i == 1 && r.Header.Get("X-Test") == "die" {
-					// Die mid-stream: drop the connection without a [DONE].
-					conn, _, err := w.(http.Hijacker).Hijack()
-					if err == nil {
-						conn.Close()
-					}
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			io.WriteString(w, "data: [DONE]\n\n")
+			post(u, w, r)
 		default:
 			http.NotFound(w, r)
 		}
 	}))
 	t.Cleanup(u.srv.Close)
+	t.Cleanup(func() { close(u.done) }) // runs first: cleanups are LIFO
 	return u
 }
 
-// startServe builds the real serving path over ups (and extra backend
-// URLs) and serves until the test ends; it returns the data address.
+// chat is the default POST answer: JSON naming the upstream, or SSE.
+func (u *upstream) chat(w http.ResponseWriter, r *http.Request) {
+	name := u.name
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &req) // the router already checked it
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Upstream", name)
+		fmt.Fprintf(w, `{"served_by":%q,"auth":%q,"request_id":%q}`, name, r.Header.Get("Authorization"), r.Header.Get("X-Request-ID"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	for i := range 3 {
+		fmt.Fprintf(w, "data: {\"tok\":%d,\"by\":%q}\n\n", i, name)
+		fl.Flush()
+		if i == 1 && r.Header.Get("X-Test") == "die" {
+			// Die mid-stream: drop the connection without a [DONE].
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// served is a `saltus serve` run by startServeWith: the real serving path
+// (buildDataPlane) under the real lifecycle (serveWith).
+type served struct {
+	addr, admin string      // the data plane's and the admin listener's addresses
+	cfg         serveConfig // as validated
+	logs        func() string
+
+	signals chan os.Signal
+	sigOnce sync.Once
+	code    chan int
+	exit    int // once exited is set
+	exited  bool
+}
+
+// term sends SIGTERM, once: the drain begins.
+func (s *served) term() { s.sigOnce.Do(func() { s.signals <- syscall.SIGTERM }) }
+
+// wait returns the exit code, waiting at most d for it (-1 and a test
+// error if it does not come).
+func (s *served) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	if s.exited {
+		return s.exit
+	}
+	select {
+	case s.exit = <-s.code:
+		s.exited = true
+		return s.exit
+	case <-time.After(d):
+		t.Errorf("serve did not exit within %v", d)
+		return -1
+	}
+}
+
+// startServe builds the real serving path over ups (and the backend URLs
+// in extra) with the test defaults, and serves until the test ends
+// (SIGTERM, exit code 0 checked). It returns the data plane's address.
 func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 	t.Helper()
 	return startServeWith(t, ups, nil, extra...).addr
 }
 
-// served is a running `saltus serve` of a test.
-type served struct {
-	addr, admin string
-	signals     chan<- os.Signal
-	code        <-chan int // the exit code, once it stopped
-	gone        atomic.Bool
-}
-
-// exited records that the test read the exit code (want) itself.
-func (s *served) exited(int) { s.gone.Store(true) }
-
-// startServeWith is startServe with a config edit (mutate may be nil).
-// It stops the server (SIGTERM) when the test ends unless the test sent
-// a signal itself, and checks the exit code is 0.
-func startServeWith(t *testing.T, ups []*upstream, mutate func(*serveConfig), extra ...string) *served {
+// startServeWith is startServe with the test defaults changed by mod (nil:
+// none) before validation. It serves until the test ends, or until the
+// test calls term; the exit code must be 0 either way.
+func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra ...string) *served {
 	t.Helper()
 	cfg := defaultServeConfig()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -111,8 +154,8 @@ func startServeWith(t *testing.T, ups []*upstream, mutate func(*serveConfig), ex
 		cfg.Backends = append(cfg.Backends, u.srv.URL)
 	}
 	cfg.Backends = append(cfg.Backends, extra...)
-	if mutate != nil {
-		mutate(&cfg)
+	if mod != nil {
+		mod(&cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -120,35 +163,41 @@ func startServeWith(t *testing.T, ups []*upstream, mutate func(*serveConfig), ex
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
+	// One set for the data plane and the admin listener, as runServe has:
+	// /metrics shows the serving path's metrics.
 	set := metrics.NewSet()
 	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() { code <- serveWith(cfg, sp, set, logger, signals) }()
-	sv := &served{signals: signals, code: code}
+	s := &served{
+		cfg: cfg,
+		logs: func() string {
+			logMu.Lock()
+			defer logMu.Unlock()
+			return logs.String()
+		},
+		signals: make(chan os.Signal, 2),
+		code:    make(chan int, 1),
+	}
+	// A bare goroutine: it stands for main's, joined through s.code.
+	go func() { s.code <- serveWith(cfg, sp, set, logger, s.signals) }()
 	t.Cleanup(func() {
-		if sv.gone.Load() {
-			return
-		}
-		signals <- syscall.SIGTERM
-		if c := <-code; c != 0 {
+		s.term()
+		if c := s.wait(t, 30*time.Second); c != 0 {
 			t.Errorf("serve exit code %d", c)
 		}
 	})
 	// The lifecycle logs the addresses once the data plane listens.
+	re := regexp.MustCompile(`msg=serving component=serve listen=(\S+) admin=(\S+)`)
 	waitFor(t, func() bool {
-		logMu.Lock()
-		defer logMu.Unlock()
-		m := regexp.MustCompile(`msg=serving component=serve listen=(\S+) admin=(\S+)`).FindStringSubmatch(logs.String())
+		m := re.FindStringSubmatch(s.logs())
 		if m != nil {
-			sv.addr, sv.admin = m[1], m[2]
+			s.addr, s.admin = m[1], m[2]
 		}
 		return m != nil
 	})
-	return sv
+	return s
 }
 
 type answer struct {
@@ -305,12 +354,7 @@ func TestServeEndToEnd(t *testing.T) {
 // TestServeRetries: a backend that refuses connections is skipped before
 // the first byte; every request is answered by a live one.
 func TestServeRetries(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	dead := deadPort(t)
 	ups := []*upstream{newUpstream(t, "a")}
 	addr := startServe(t, ups, dead)
 	for i := range 12 {
@@ -319,6 +363,18 @@ func TestServeRetries(t *testing.T) {
 			t.Fatalf("request %d: %d from %q: %s", i, a.status, a.backend, a.body)
 		}
 	}
+}
+
+func mustReq(t *testing.T, url, body string, hdr ...string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), "POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return req
 }
 
 // TestServePolicies: --policy reaches the router; each baseline routes the
@@ -360,16 +416,4 @@ func TestServePolicies(t *testing.T) {
 			t.Fatalf("%d on %q route %q", a.status, a.backend, a.route)
 		}
 	})
-}
-
-func mustReq(t *testing.T, url, body string, hdr ...string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), "POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	return req
 }

@@ -40,7 +40,7 @@ func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	fs.DurationVar(&sf.stepBase, "step-base", 0, "simulated fixed cost of one scheduler step, `duration` (0: the profile's)")
 	fs.DurationVar(&sf.prefillPerToken, "prefill-per-token", 0, "simulated cost of each uncached prompt token in a step, `duration` (0: the profile's)")
 	fs.DurationVar(&sf.decodePerSq, "decode-per-seq", 0, "simulated cost of each decoding request in a step, `duration` (0: the profile's)")
-	fs.Float64Var(&cfg.Speedup, "speedup", cfg.Speedup, "divide every simulated duration by this `factor` (0 < factor ≤ 1000); reported times stay simulated")
+	fs.Float64Var(&cfg.Speedup, "speedup", cfg.Speedup, "divide every simulated duration by this `factor` (1 to 1000); reported times stay simulated")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "HuggingFace tokenizer.json `path` (or its directory, or .json.gz); empty: byte-block mode, 4 bytes of rendered prompt a token")
 	fs.StringVar(&cfg.ChatTemplate, "chat-template", cfg.ChatTemplate, "chat template `name`: "+strings.Join(chatpkg.Names(), ", ")+"; empty: detect from the tokenizer_config.json beside the tokenizer")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in `tokens` (vLLM's default; must be 16 in byte-block mode)")

@@ -43,7 +43,7 @@ func TestSimFlags(t *testing.T) {
 		{[]string{"--help"}, 0, "h100-8b   step 8ms + 40µs per prefill token"},
 		{[]string{"--profile", "tpu"}, 2, `profile: unknown "tpu", want one of a100-13b, h100-8b`},
 		{[]string{"--speedup", "0", "--kv-tokens", "8"}, 2, "saltus sim: vllmsim: kv-tokens: must be between one block (16)"},
-		{[]string{"--speedup", "0"}, 2, "saltus sim: vllmsim: speedup: must be above 0"},
+		{[]string{"--speedup", "0.5"}, 2, "saltus sim: vllmsim: speedup: must be at least 1"},
 		{[]string{"--block-size", "32"}, 2, "block-size: must be 16 without a tokenizer"},
 		{[]string{"--max-body", "12XB"}, 2, "unknown size unit"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},

@@ -26,11 +26,6 @@ var Ignored = []goleak.Option{
 	// fasthttp's Date-header clock: one goroutine per process, started by
 	// the first fasthttp.Server, never stopped (header.go updateServerDate).
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	// fasthttp's worker-pool cleaner checks its stop channel only between
-	// sleeps of Server.MaxIdleWorkerDuration (default 10 s), so it ends
-	// up to that long after the server has shut down (workerpool.go,
-	// workerPool.Start).
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 }
 
 // Main runs the tests, then fails the binary if a goroutine other than

@@ -159,6 +159,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.ChatTemplate = cfg.ChatTemplate
 	scfg.Policy = cfg.Policy
 	scfg.LoadFactor = cfg.LoadFactor
+	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks
 	scfg.Tree.TTL = cfg.RouteTTL
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
@@ -220,6 +221,11 @@ func (a routesAPI) RouteStats() any { return a.r.RouteStats() }
 
 func (a routesAPI) Explain(body []byte, path string) (any, error) {
 	d, err := a.r.Explain(body, path)
+	if errors.Is(err, shard.ErrNoBackend) {
+		// The backends' state, not the request's fault: 503, not 400
+		// (admin.Routes: only ErrUnavailable is the server's).
+		return nil, fmt.Errorf("%w: %v", admin.ErrUnavailable, err)
+	}
 	if err != nil {
 		return nil, err
 	}
