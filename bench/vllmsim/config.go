@@ -3,110 +3,226 @@ package vllmsim
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/saltus-lb/saltus/tokenpool"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
-// Profile is an engine's timing and capacity.
+// Profile is an engine's timing and capacity: one model on one GPU. Step
+// times are simulated time (doc.go: the step formula); Config.Speedup
+// divides them all.
 type Profile struct {
-	Name             string
-	PrefillPerToken  time.Duration // per uncached prompt token in a step
-	StepBase         time.Duration // every step
-	DecodePerSeq     time.Duration // per decoding request in a step
-	MaxBatchedTokens int           // token budget of one step (chunked prefill)
-	KVTokens         int           // KV cache capacity in tokens
-	MaxNumSeqs       int           // running requests at most
+	// Name is the profile's name in Profiles.
+	Name string
+	// StepBase is the fixed cost of one scheduler step (weights read
+	// once per forward pass, kernel launches, sampling).
+	StepBase time.Duration
+	// PrefillPerToken is the cost of each prompt token computed in a
+	// step (tokens found in the prefix cache cost nothing).
+	PrefillPerToken time.Duration
+	// DecodePerSeq is the cost of each decoding request in a step: what
+	// makes decoding slower as the batch grows.
+	DecodePerSeq time.Duration
+	// MaxBatchedTokens is the token budget of one step: decode tokens
+	// plus prefill chunks (vLLM's --max-num-batched-tokens; chunked
+	// prefill splits longer prompts across steps).
+	MaxBatchedTokens int
+	// KVTokens is the KV cache's capacity in tokens; it holds
+	// KVTokens/BlockSize blocks.
+	KVTokens int
+	// MaxNumSeqs is the most requests running (vLLM's --max-num-seqs);
+	// more wait.
+	MaxNumSeqs int
+	// MaxModelLen is the longest prompt plus max_tokens accepted (vLLM's
+	// --max-model-len); longer requests get 400. Capped at KVTokens
+	// (vLLM refuses to start when the KV cannot hold one such request;
+	// the simulator caps instead, so --kv-tokens alone can shrink it).
+	MaxModelLen int
 }
 
-// Profiles are the built-in profiles (doc.go gives their sources).
+// Profiles are the built-in profiles; doc.go gives where each number
+// comes from. a100-13b is the default.
 var Profiles = map[string]Profile{
-	"a100-13b": {Name: "a100-13b", PrefillPerToken: 115 * time.Microsecond, StepBase: 22 * time.Millisecond,
-		DecodePerSeq: 3 * time.Millisecond, MaxBatchedTokens: 2048, KVTokens: 16384, MaxNumSeqs: 64},
-	"h100-8b": {Name: "h100-8b", PrefillPerToken: 40 * time.Microsecond, StepBase: 8 * time.Millisecond,
-		DecodePerSeq: 500 * time.Microsecond, MaxBatchedTokens: 8192, KVTokens: 262144, MaxNumSeqs: 256},
+	"a100-13b": {
+		Name:             "a100-13b",
+		StepBase:         22 * time.Millisecond,
+		PrefillPerToken:  115 * time.Microsecond,
+		DecodePerSeq:     3 * time.Millisecond,
+		MaxBatchedTokens: 2048,  // vLLM's default on an A100 (arg_utils.py)
+		KVTokens:         16384, // the issue's 10,000-20,000 range
+		MaxNumSeqs:       256,   // vLLM's default on an A100
+		MaxModelLen:      16384, // CodeLlama-13B's context
+	},
+	"h100-8b": {
+		Name:             "h100-8b",
+		StepBase:         8 * time.Millisecond,
+		PrefillPerToken:  40 * time.Microsecond,
+		DecodePerSeq:     500 * time.Microsecond,
+		MaxBatchedTokens: 8192, // vLLM's default on an H100 (arg_utils.py)
+		KVTokens:         400_000,
+		MaxNumSeqs:       1024, // vLLM's default on an H100
+		MaxModelLen:      32768,
+	},
 }
+
+// DefaultProfile is the profile DefaultConfig uses.
+const DefaultProfile = "a100-13b"
 
 // ProfileNames lists the profiles, sorted.
 func ProfileNames() []string {
-	var names []string
+	names := make([]string, 0, len(Profiles))
 	for n := range Profiles {
 		names = append(names, n)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names
 }
 
-// Config configures a simulated engine.
+// Config configures one simulated engine. It is immutable once New has
+// validated it.
 type Config struct {
 	Profile
-	// Model is the served model name (/v1/models, responses, metrics).
+	// Model is the served model name: /v1/models, every response's
+	// "model", the metrics' model_name label, and the seed of the block
+	// hashes. Requests may name any model (doc.go, Limits).
 	Model string
-	// Tokenizer is a HuggingFace tokenizer.json path; "" = byte-block mode.
-	Tokenizer    string
-	ChatTemplate string // "" = detect from tokenizer_config.json
-	BlockSize    int    // tokens per KV block (vLLM: 16)
-	// Speedup divides every simulated duration (≥ 1 for quick runs).
+	// Tokenizer is the path of a HuggingFace tokenizer.json (or its
+	// directory, or .json.gz), as `saltus serve --tokenizer`; "" =
+	// byte-block mode (doc.go).
+	Tokenizer string
+	// ChatTemplate is a built-in chat template's name (chat.Names); "" =
+	// detect it from the tokenizer_config.json beside the tokenizer.
+	// Without a tokenizer, messages render with chat.None.
+	ChatTemplate string
+	// BlockSize is the KV block size in tokens (vLLM's default: 16). In
+	// byte-block mode it must be 16: a block is 64 bytes of text.
+	BlockSize int
+	// Speedup divides every simulated duration: at 10, a 500 ms prefill
+	// takes 50 ms of real time. At least 1. Reported times (the TTFT histogram) are
+	// simulated time.
 	Speedup float64
-	// Seed makes the output text deterministic per prompt.
+	// Seed makes output text a function of (Seed, prompt), and seeds
+	// FailRate's draws.
 	Seed int64
-	// MaxWaiting bounds the waiting queue; over it: 503.
+	// MaxWaiting bounds the waiting queue; a request over it gets 503.
 	MaxWaiting int
-	// MaxTokens is the output length when a request gives none.
+	// MaxTokens is the output length of a request that names neither
+	// max_tokens nor max_completion_tokens.
 	MaxTokens int
-	// MaxBody bounds a request body; over it: 413.
+	// MaxBody bounds a request body in bytes; over it: 413.
 	MaxBody int
-	// FailRate answers this fraction of requests 503 at once.
+	// FailRate is the fraction of completion requests answered 503
+	// before anything else (failure injection).
 	FailRate float64
 }
 
-// DefaultConfig is the a100-13b profile with byte-block prompts.
+// DefaultConfig returns the a100-13b profile in byte-block mode.
 func DefaultConfig() Config {
-	return Config{Profile: Profiles["a100-13b"], Model: "sim-llama", BlockSize: 16, Speedup: 1,
-		Seed: 1, MaxWaiting: 1024, MaxTokens: 100, MaxBody: 16 << 20}
+	return Config{
+		Profile:    Profiles[DefaultProfile],
+		Model:      "sim-llama", // any name; the benchmark passes its own
+		BlockSize:  16,          // vLLM's default
+		Speedup:    1,           // real time
+		Seed:       1,
+		MaxWaiting: 1024,
+		MaxTokens:  100, // the benchmark's workloads ask for 100 too
+		MaxBody:    16 << 20,
+		FailRate:   0,
+	}
 }
 
-// Validate reports every invalid field, by name.
+// Bounds Validate enforces.
+const (
+	maxSpeedup   = 1000 // simulated nanoseconds overflow int64 after 292 years / Speedup of real time
+	maxBlockSize = 1024
+	maxKVTokens  = 1 << 30
+	maxNumSeqs   = 1 << 16
+	maxWaiting   = 1 << 20
+	maxStep      = time.Minute
+)
+
+// Validate reports every invalid field, each error naming it by its
+// `saltus sim` flag.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("vllmsim: %s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if c.PrefillPerToken < 0 || c.StepBase <= 0 || c.DecodePerSeq < 0 {
-		bad("timing", "step-base must be positive and the per-token costs not negative")
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{{"step-base", c.StepBase, 1}, {"prefill-per-token", c.PrefillPerToken, 0}, {"decode-per-seq", c.DecodePerSeq, 0}} {
+		if d.v < d.min || d.v > maxStep {
+			bad(d.name, "must be between %v and %v, got %v", d.min, maxStep, d.v)
+		}
 	}
-	if c.BlockSize <= 0 || c.BlockSize&(c.BlockSize-1) != 0 {
-		bad("block-size", "must be a power of two, got %d", c.BlockSize)
+	if c.BlockSize < 1 || c.BlockSize > maxBlockSize || c.BlockSize&(c.BlockSize-1) != 0 {
+		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.BlockSize)
+	} else if c.Tokenizer == "" && c.BlockSize != tokenpool.ByteBlockBytes/4 {
+		bad("block-size", "must be %d without a tokenizer (byte-block mode: a block is %d bytes of text, 4 bytes a token), got %d",
+			tokenpool.ByteBlockBytes/4, tokenpool.ByteBlockBytes, c.BlockSize)
 	}
-	if c.KVTokens < c.BlockSize {
-		bad("kv-tokens", "must hold at least one block, got %d", c.KVTokens)
+	if c.KVTokens < c.BlockSize || c.KVTokens > maxKVTokens {
+		bad("kv-tokens", "must be between one block (%d) and %d, got %d", c.BlockSize, maxKVTokens, c.KVTokens)
 	}
-	if c.MaxNumSeqs <= 0 {
-		bad("max-num-seqs", "must be positive, got %d", c.MaxNumSeqs)
+	if c.MaxNumSeqs < 1 || c.MaxNumSeqs > maxNumSeqs {
+		bad("max-num-seqs", "must be between 1 and %d, got %d", maxNumSeqs, c.MaxNumSeqs)
 	}
-	if c.MaxBatchedTokens < c.MaxNumSeqs {
-		bad("max-num-batched-tokens", "must be at least max-num-seqs (%d), got %d", c.MaxNumSeqs, c.MaxBatchedTokens)
+	if c.MaxBatchedTokens < c.MaxNumSeqs || c.MaxBatchedTokens > maxKVTokens {
+		bad("max-num-batched-tokens", "must be between max-num-seqs (%d: one decode token each) and %d, got %d", c.MaxNumSeqs, maxKVTokens, c.MaxBatchedTokens)
 	}
-	if !(c.Speedup >= 1) {
-		bad("speedup", "must be at least 1, got %g", c.Speedup)
+	if c.MaxModelLen < 2 {
+		bad("max-model-len", "must be at least 2 (a prompt token and an output token), got %d", c.MaxModelLen)
 	}
-	if c.MaxWaiting < 0 {
-		bad("max-waiting", "must not be negative, got %d", c.MaxWaiting)
+	if !(c.Speedup >= 1 && c.Speedup <= maxSpeedup) {
+		bad("speedup", "must be at least 1 and at most %d, got %g", maxSpeedup, c.Speedup)
 	}
-	if c.MaxTokens <= 0 {
-		bad("max-tokens", "must be positive, got %d", c.MaxTokens)
+	if c.MaxWaiting < 1 || c.MaxWaiting > maxWaiting {
+		bad("max-waiting", "must be between 1 (every request waits for its first step) and %d, got %d", maxWaiting, c.MaxWaiting)
 	}
-	if c.MaxBody <= 0 {
-		bad("max-body", "must be positive, got %d", c.MaxBody)
+	if c.MaxTokens < 1 {
+		bad("max-tokens", "must be at least 1, got %d", c.MaxTokens)
+	}
+	if c.MaxBody < 1<<10 || c.MaxBody > 1<<30 {
+		bad("max-body", "must be between 1KiB and 1GiB, got %d bytes", c.MaxBody)
 	}
 	if !(c.FailRate >= 0 && c.FailRate <= 1) {
-		bad("fail-rate", "must be in [0, 1], got %g", c.FailRate)
+		bad("fail-rate", "must be between 0 and 1, got %g", c.FailRate)
 	}
-	if strings.TrimSpace(c.Model) == "" {
-		bad("model", "must not be empty")
+	if !validModel(c.Model) {
+		bad("model", "must be 1 to %d characters among letters, digits and %s, got %q", maxModelName, modelPunct, c.Model)
+	}
+	if c.ChatTemplate != "" && !slices.Contains(chat.Names(), c.ChatTemplate) {
+		bad("chat-template", "unknown template %q, want one of %s (or empty: detect from the tokenizer)", c.ChatTemplate, strings.Join(chat.Names(), ", "))
 	}
 	return errors.Join(errs...)
 }
 
-// sim turns simulated time into real time.
-func (c Config) sim(d time.Duration) time.Duration { return time.Duration(float64(d) / c.Speedup) }
+// A model name is written into JSON and Prometheus labels unescaped, so
+// it keeps to characters neither escapes (HuggingFace names fit).
+const (
+	maxModelName = 256
+	modelPunct   = "._-:/@+"
+)
+
+func validModel(m string) bool {
+	if m == "" || len(m) > maxModelName {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		b := m[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte(modelPunct, b) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxModelLen is MaxModelLen capped at the KV cache's capacity.
+func (c Config) maxModelLen() int {
+	return min(c.MaxModelLen, c.KVTokens/c.BlockSize*c.BlockSize)
+}

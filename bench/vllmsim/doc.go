@@ -1,61 +1,210 @@
 // Package vllmsim is a simulated vLLM engine: an OpenAI-compatible HTTP
-// server whose timing follows the parts of vLLM that routing changes.
+// server whose answers and timing follow the parts of vLLM that routing
+// changes: the prefix cache, continuous batching, chunked prefill and the
+// queue. `saltus sim` runs one per process; the benchmark (package bench)
+// runs several in one process, each with its own listener, scheduler and
+// metrics.
 //
-// # Model
+// # API
 //
-// Prompts are rendered with the chat template and tokenized like `saltus
-// serve` does (tokenpool; byte-block mode without a tokenizer: 64-byte
-// blocks of the rendered text, a block counted as BlockSize tokens), then
-// cut into blocks of BlockSize tokens keyed by chained hashes
-// (tree.BlockKeys), as vLLM's automatic prefix caching does.
+// New(cfg, logger) validates a Config (DefaultConfig: profile a100-13b,
+// byte-block mode, 100 output tokens, real time) and loads the
+// tokenizer; Start(addr) listens ("127.0.0.1:0" picks a port); Addr and
+// URL say where; Stats reads the state; Close(ctx) stops it.
 //
-// KV cache: KVTokens/BlockSize blocks. A request's cached prefix is its
-// leading blocks present and computed. Admission reserves blocks for the
-// rest of the prompt plus max_tokens of output; blocks of running
-// requests are pinned; when a request finishes its prompt blocks stay
-// cached on an LRU free list and are evicted only when an admission needs
-// the room (vLLM's behaviour). Output blocks are not cached (a follow-up
-// turn hits on the previous prompt, not on the reply). A request that does
-// not fit waits; nothing is preempted.
+// Endpoints: POST /v1/chat/completions and /v1/completions, streamed
+// (SSE: `data: {…}` chunks in OpenAI's chat.completion.chunk or
+// text_completion shape, the chat's assistant role first, finish_reason
+// "length" on the last token, a usage chunk with "choices":[] when
+// stream_options.include_usage is set, then `data: [DONE]`) or not;
+// usage carries prompt_tokens, completion_tokens, total_tokens and
+// prompt_tokens_details.cached_tokens. POST /tokenize ({"prompt"} or
+// {"messages"} → {"count","max_model_len","tokens"}, as vLLM's). GET
+// /v1/models, /health, /metrics: vllm:num_requests_running,
+// vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (in
+// prompt tokens), vllm:prompt_tokens_total, vllm:generation_tokens_total,
+// vllm:request_success_total, vllm:num_preemptions_total (always 0) and
+// the histogram vllm:time_to_first_token_seconds (vLLM's buckets,
+// simulated seconds), each with a model_name label as vLLM's; and
+// vllmsim_rejected_total (waiting queue full) and
+// vllmsim_injected_failures_total. Errors are OpenAI error bodies
+// ({"error":{"message","type","param","code"}}, reactor.ErrorBody).
 //
-// Scheduler: continuous batching in one goroutine. Each step admits
-// waiting requests (FIFO) up to MaxNumSeqs running, gives every decoding
-// request one token, and spends the rest of MaxBatchedTokens on prefill
-// chunks, oldest first (chunked prefill). A step lasts
+// # Prompts
 //
-//	StepBase + PrefillPerToken × prefill tokens + DecodePerSeq × decoding requests
+// With a tokenizer (Config.Tokenizer, loaded like `saltus serve
+// --tokenizer`; the chat template by name or detected by chat.Load, else
+// none with a warning), messages are rendered and each text segment
+// encoded on its own (tokenizer.EncodeSegment), special segments taken
+// as their ids: the ids vLLM computes. A completions prompt string gets
+// the tokenizer's special tokens (BOS) as vLLM's add_special_tokens
+// (default true) gives them; token-id prompts and prompt_token_ids are
+// taken as given.
 //
-// of simulated time, then sleeps that long divided by Speedup. A request's
-// first token comes at the end of the step that completes its prefill
-// (so TTFT = queueing + its prefill steps); vLLM always recomputes at
-// least the last prompt token, so a fully cached prompt still prefills
-// one token. The waiting queue holds at most MaxWaiting requests; more get
-// 503.
+// Without a tokenizer (byte-block mode) messages render with template
+// none, and the rendered text counts one token per 4 bytes, rounded up
+// (/tokenize shows each 4 bytes as a little-endian id, the last
+// zero-padded). Its blocks are tokenpool.ByteBlockKeys: 64-byte blocks of
+// the text, 16 such tokens each, the very blocks `saltus serve` keys in
+// byte-block mode, so the router's predicted blocks and the engine's
+// cached blocks are the same ones. BlockSize must then be 16.
+//
+// Output is Config.MaxTokens words (max_tokens or max_completion_tokens
+// when given, the latter winning; at most MaxModelLen minus the prompt),
+// one word a token, drawn from a fixed list by a generator seeded with
+// (Config.Seed, a hash of the whole prompt): equal prompts get equal
+// answers, so a multi-turn history replays the same way.
+//
+// # Prefix cache
+//
+// KVTokens/BlockSize blocks, keyed by chained hashes of the prompt's full
+// blocks (tree.BlockKeys, seeded with the model name), as vLLM's automatic
+// prefix caching keys them. A request's cached prefix is its leading
+// blocks present and computed, capped as vLLM caps it: the last prompt
+// token is always recomputed, in whole blocks, so the hit is the leading
+// cached blocks within the first prompt-1 tokens (vllm/v1/core/
+// kv_cache_manager.py, get_computed_blocks). cached_tokens and
+// vllm:prefix_cache_hits_total count those blocks × BlockSize.
+//
+// Admission reserves every block the request will use: its prompt's
+// blocks (cached ones are pinned, shared ones counted once) plus
+// blocks for the partial last block and max_tokens of output. Blocks of
+// running requests are pinned (reference counts); a prefill chunk's full
+// blocks become hits for later prompts as soon as the chunk is computed;
+// when a request ends, its computed prompt blocks go to an LRU free list,
+// last block first (so a prompt's tail is evicted before its head, as in
+// vLLM's free queue), and stay cached until an admission needs the room.
+// Output blocks are freed, not cached. vllm:kv_cache_usage_perc is the
+// fraction of blocks pinned.
+//
+// # Scheduler
+//
+// One goroutine, continuous batching, as vLLM V1's scheduler: each step,
+// the running requests in admission order take what they need of the
+// step's token budget (MaxBatchedTokens): one token each when decoding,
+// the rest of the prompt (or what budget is left: chunked prefill) when
+// prefilling. Then waiting requests are admitted, first come first
+// served, while budget, a running slot (MaxNumSeqs) and KV room remain;
+// the first that does not fit stops admission (nothing jumps the queue)
+// and waits: nothing is preempted. A step lasts, in simulated time,
+//
+//	StepBase + PrefillPerToken × prefill tokens in the step + DecodePerSeq × decoding requests in the step
+//
+// The step that completes a prompt's prefill yields its first token;
+// each later step one more. So an idle request's TTFT is one step per
+// chunk, and a decode step at batch b lasts StepBase + b × DecodePerSeq.
+//
+// Simulated time is real time since New × Speedup: the scheduler sleeps
+// until each step's end at an absolute deadline (timer lateness does not
+// accumulate), and a step starts at the previous one's end or, when the
+// engine was idle or fell behind real time, now. The TTFT histogram
+// records simulated seconds from the request's arrival in the queue
+// (after its body is decoded and tokenized) to the end of its first
+// token's step; a client's own real TTFT × Speedup adds its HTTP latency
+// × Speedup.
 //
 // # Profiles
 //
-// a100-13b (default): Llama-2-13B on one A100-80GB. Public vLLM benchmark
-// runs put its prefill near 8-9k tokens/s and single-stream decode near
-// 40 tokens/s; we take PrefillPerToken 115 µs, StepBase 22 ms,
-// DecodePerSeq 3 ms, chunks of 2,048 tokens: an idle 4,096-token prompt
-// costs 2 steps ≈ 515 ms to its first token when nothing is cached and
-// ≈ 24 ms when all of it is, decode 25 ms per token at batch 1 and 70 ms
-// at batch 16. KV: 16,384 tokens, the scale the issue gives (10,000-20,000)
-// for a 13B model beside other tenants. MaxNumSeqs 64.
+// Models fitted to public numbers, not measurements of this simulator
+// against a GPU. Every value can be overridden (Config; `saltus sim`
+// flags).
 //
-// h100-8b: Llama-3-8B on one H100: prefill ~25k tokens/s (40 µs/token),
-// StepBase 8 ms, DecodePerSeq 0.5 ms, chunks of 8,192, KV 262,144 tokens,
-// MaxNumSeqs 256.
+// a100-13b (default): a Llama-2-13B-class model (CodeLlama-13B, the model
+// of the 8×A100 measurements DESIGN.md cites) on one A100. Targets: an
+// idle 4,096-token prompt's first token in ≈ 500 ms on a miss and ≈ 18
+// ms on a hit (DESIGN.md, "numbers from the field"; the issue allows 500
+// ms ± 20 % and ≤ 40 ms), decoding ≈ 25 ms a token at batch 1 (the
+// issue), slower with batch. PrefillPerToken 115 µs is ≈ 8,700 tokens/s:
+// at 26 GFLOP a token (2 × 13 B parameters) that is 226 TFLOP/s, 72 % of
+// the A100's 312 TFLOP/s bf16 peak, about what large prefill chunks
+// reach. StepBase 22 ms + DecodePerSeq 3 ms = 25 ms at batch 1, 70 ms at
+// batch 16; reading 26 GB of weights at 2.0 TB/s (A100-80GB) takes 13 ms
+// of it, the rest is launch and scheduling overhead. MaxBatchedTokens
+// 2,048 and MaxNumSeqs 256 are vLLM's defaults for `vllm serve` on an
+// A100 (vllm/engine/arg_utils.py, get_batch_defaults). KVTokens 16,384 is
+// inside the issue's 10,000-20,000: Llama-2-13B's KV takes 800 KiB a
+// token (2 × 40 layers × 5,120 × 2 bytes), so an A100-40GB at
+// gpu_memory_utilization 0.9 keeps ≈ 12,000 tokens beside 26 GB of
+// weights (an 80 GB card ≈ 55,000): a few long prompts fill it, which is
+// where routing matters. MaxModelLen 16,384 is CodeLlama-13B's context.
+// Result (TestProfileTTFT): miss 515 ms (two 2,048-token chunks), hit
+// 23.8 ms (255 blocks cached, 16 tokens recomputed), decode 25 ms.
 //
-// Every parameter can be overridden (Config). These are models, not
-// measurements of this simulator against GPUs: they make a cache miss cost
-// what it costs on the real thing, relative to a hit.
+// h100-8b: Llama-3-8B (or 3.1) on one H100-80GB SXM. PrefillPerToken 40
+// µs is ≈ 25,000 tokens/s: 16 GFLOP a token, 400 TFLOP/s, 40 % of the
+// H100's 989 TFLOP/s dense bf16. StepBase 8 ms + DecodePerSeq 0.5 ms =
+// 8.5 ms a token at batch 1 (reading 16 GB at 3.35 TB/s takes 4.8 ms).
+// MaxBatchedTokens 8,192 and MaxNumSeqs 1,024 are vLLM's defaults on
+// GPUs of 70 GiB or more other than the A100. KVTokens 400,000: 128 KiB
+// a token (2 × 32 layers × 8 KV heads × 128 × 2 bytes) in ≈ 52 GB
+// (80 GB × 0.9 − 16 GB of weights − activations). MaxModelLen 32,768, a
+// common --max-model-len for Llama-3.1-8B (128k context). Result: miss
+// 172 ms (one chunk), hit 8.6 ms, decode 8.5 ms.
 //
 // # Failure injection
 //
-// FailRate answers that fraction of requests 503 before anything. The
-// X-Sim-Fail request header: "503" answers 503; "reset" closes the
-// connection without an answer (a streamed request: after two chunks);
-// "stall" accepts and never answers until the client leaves or the
-// simulator closes.
+// Config.FailRate answers that fraction of completion requests 503 before
+// anything else (a deterministic sequence of draws per Seed). The request
+// header X-Sim-Fail: "503" answers 503 at once; "reset" takes the request
+// (after decoding it) and resets the connection (SO_LINGER 0, so the
+// client sees a reset) without an answer, or, for a streamed request,
+// after the role chunk and 2 content chunks (fewer if max_tokens is
+// smaller), 20 ms after flushing them so they reach the client first;
+// "stall" takes the request and never answers, until the client closes
+// the connection or Close closes it (1,024 stalls at most, more get
+// 503). Another value is a 400. Each injected failure is counted.
+//
+// # Bounds
+//
+// Body Config.MaxBody (413), head 16 KiB (431), waiting requests
+// MaxWaiting (503), connections MaxNumSeqs + MaxWaiting + 256 (fasthttp
+// answers 503), stalls 1,024, prompt + max_tokens MaxModelLen (400, in
+// vLLM's words). A request's memory is its prompt's (tokens and keys)
+// plus its answer; progress is published through two atomics and a
+// one-slot channel, not a channel sized by max_tokens. Malformed JSON and
+// wrong field types get 400 naming the field; client input never panics
+// (FuzzDecodeRequest).
+//
+// # Limits
+//
+//   - Any model name is served (vLLM answers 404 for one it does not
+//     serve); n other than 1 and batches of prompts get 400; sampling
+//     parameters, stop sequences, logprobs and tools are ignored: every
+//     answer is max_tokens words with finish_reason "length", like vLLM
+//     with ignore_eos.
+//   - Timing is deterministic: no jitter. A decode step does not get
+//     slower with context length (attention over long contexts).
+//   - No preemption: admission reserves the output's blocks up front,
+//     where vLLM V1 allocates them as it goes and preempts (recomputes)
+//     the newest running request when a step finds no free block.
+//   - Output blocks are not cached: vLLM caches full blocks of generated
+//     tokens too, so a follow-up turn that sends the reply back hits a
+//     few blocks more on vLLM than here.
+//   - A non-streamed request whose client left runs to its end (fasthttp
+//     does not report a client gone before the answer; vLLM aborts it). A
+//     streamed one is dropped at its next write, its computed blocks kept.
+//   - A stream cut by Close ends with an error chunk and, unlike vLLM, no
+//     [DONE], so a client cannot take it for a finished one.
+//   - Completions prompts get BOS in tokenizer mode (as in vLLM) while
+//     `saltus serve` keys them without it: the router's blocks are then
+//     shifted by one token against the engine's.
+//
+// # Concurrency
+//
+//   - The scheduler goroutine (rules.Group "vllmsim.scheduler") owns the
+//     KV cache and the running requests. The waiting queue is guarded by
+//     engine.mu. A request (seq) is handed over through the queue; the
+//     scheduler publishes its progress in atomics (tokens produced, final
+//     state) with a one-slot notify channel, and the handler sets an
+//     atomic cancel flag when its client leaves; the scheduler never
+//     blocks on a handler.
+//   - fasthttp's Serve runs in "vllmsim.serve". Handlers run on fasthttp's
+//     worker goroutines, streams on its stream-writer goroutines, stalls on
+//     its hijack goroutines: fasthttp starts them, and they end with their
+//     connections; Close waits for them through Server.Shutdown and a
+//     count of stalls.
+//   - Counters, gauges and Stats are atomics, read by any goroutine. Sim's
+//     methods (New, Start, Addr, URL, Stats, Config, Close) are safe from
+//     any goroutine.
 package vllmsim

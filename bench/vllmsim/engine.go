@@ -3,77 +3,119 @@ package vllmsim
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// A seq's states; the scheduler publishes them in seq.state.
+const (
+	seqActive  int32 = iota // waiting or running
+	seqDone                 // produced maxTokens tokens
+	seqAborted              // ended early: the engine closed, or the client left
 )
 
 // seq is one request in the engine.
 type seq struct {
-	keys      []uint64 // full prompt blocks
+	// Set by the handler before submit; read-only after.
+	keys      []uint64 // the prompt's full blocks' chained hashes
 	prompt    int      // prompt tokens
-	maxTokens int
-	cached    int // prompt tokens found cached at admission
-	anon      int // blocks reserved beyond keys (partial block, output)
+	maxTokens int      // output tokens to produce
 
-	// scheduler-owned
-	prefilled int // prompt tokens computed (cached ones count at admission)
-	generated int
-	admitted  bool
+	// Set by submit under engine.mu, read by the scheduler after it
+	// takes the seq off the queue (under the same lock).
+	arrived time.Duration // simulated time of submit
 
-	// tokens gets the index of each output token as it is produced; it is
-	// closed when the request ends (finished or cancelled). Buffered for
-	// the whole output: the scheduler never blocks on it.
-	tokens chan int
-	// first and last are when the first and the last token were produced
-	// (each set before its token is sent).
-	first, last time.Time
-	// gone is closed by the handler when the client left.
-	gone chan struct{}
+	// Written by the scheduler before it publishes produced or state
+	// (atomic stores); the handler reads them after loading those.
+	cached int           // prompt tokens found in the prefix cache
+	first  time.Duration // simulated time of the first token
+
+	produced  atomic.Int32  // output tokens so far; the scheduler's
+	state     atomic.Int32  // seqActive until the scheduler ends the seq
+	notify    chan struct{} // one slot: something was published
+	cancelled atomic.Bool   // set by the handler: the client left
+
+	// Scheduler only.
+	prefilled int // prompt tokens computed (cached ones count)
+	ready     int // leading blocks marked computed in the cache
+	anon      int // blocks reserved past keys: partial block and output
 }
 
-// errQueueFull is returned by submit when the waiting queue is full.
-var errQueueFull = errors.New("the waiting queue is full")
-
-// engine is the scheduler: one goroutine runs steps.
-type engine struct {
-	cfg  Config
-	kv   *kvCache
-	wake chan struct{} // a submit happened
-	// clock sleeps a step's simulated d (real d/Speedup), false if stop
-	// closed first; now reads the time first tokens are stamped with.
-	// Tests replace both with a virtual clock.
-	clock func(d time.Duration, stop <-chan struct{}) bool
-	now   func() time.Time
-
-	mu      sync.Mutex // guards waiting and the counters read by metrics
-	waiting []*seq
-	running int
-	queries uint64 // prompt tokens looked up
-	hits    uint64 // of them, cached
-	usage   float64
-	closed  bool
+func newSeq(keys []uint64, prompt, maxTokens int) *seq {
+	return &seq{keys: keys, prompt: prompt, maxTokens: maxTokens, notify: make(chan struct{}, 1)}
 }
 
-func newEngine(cfg Config) *engine {
-	return &engine{
-		cfg:  cfg,
-		kv:   newKVCache(cfg.KVTokens / cfg.BlockSize),
-		wake: make(chan struct{}, 1),
-		now:  time.Now,
-		clock: func(d time.Duration, stop <-chan struct{}) bool {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return true
-			case <-stop:
-				return false
-			}
-		},
+// wake tells the handler something was published; never blocks.
+func (s *seq) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
 	}
 }
 
-// submit queues s; errQueueFull when MaxWaiting are waiting. Any goroutine.
+// end publishes the final state. Scheduler only, once per seq.
+func (s *seq) end(state int32) {
+	s.state.Store(state)
+	s.wake()
+}
+
+var (
+	errQueueFull = errors.New("the waiting queue is full")
+	errClosed    = errors.New("the engine is shutting down")
+)
+
+// engineMetrics are the counters the scheduler updates (vLLM's names;
+// newSim registers them).
+type engineMetrics struct {
+	queries, hits       *metrics.Counter // prefix cache: prompt tokens looked up, found
+	promptTokens        *metrics.Counter
+	generationTokens    *metrics.Counter
+	success, preemption *metrics.Counter
+	ttft                *metrics.PrometheusHistogram // simulated seconds
+}
+
+func newEngineMetrics(set *metrics.Set, label string) engineMetrics {
+	return engineMetrics{
+		queries:          set.NewCounter("vllm:prefix_cache_queries_total" + label),
+		hits:             set.NewCounter("vllm:prefix_cache_hits_total" + label),
+		promptTokens:     set.NewCounter("vllm:prompt_tokens_total" + label),
+		generationTokens: set.NewCounter("vllm:generation_tokens_total" + label),
+		success:          set.NewCounter("vllm:request_success_total" + label),
+		preemption:       set.NewCounter("vllm:num_preemptions_total" + label), // stays 0: nothing is preempted (doc.go)
+		// vLLM's buckets for this histogram.
+		ttft: set.NewPrometheusHistogramExt("vllm:time_to_first_token_seconds"+label,
+			[]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}),
+	}
+}
+
+// engine is the scheduler: continuous batching, one goroutine (run).
+type engine struct {
+	cfg  Config
+	clk  clock
+	kv   *kvCache // owned by the scheduler goroutine
+	m    engineMetrics
+	wake chan struct{} // one slot: a submit happened
+
+	mu      sync.Mutex // guards the fields below
+	waiting []*seq     // FIFO; at most cfg.MaxWaiting
+	closed  bool       // run has returned: submit refuses
+
+	// Published by the scheduler for metrics and Stats; any goroutine
+	// reads them.
+	nRunning, nWaiting atomic.Int64
+	usage              atomic.Uint64 // math.Float64bits of the KV usage fraction
+}
+
+func newEngine(cfg Config, clk clock, m engineMetrics) *engine {
+	return &engine{cfg: cfg, clk: clk, m: m, kv: newKVCache(cfg.KVTokens / cfg.BlockSize), wake: make(chan struct{}, 1)}
+}
+
+// submit queues s: errQueueFull when MaxWaiting requests wait, errClosed
+// once the scheduler has stopped. Any goroutine.
 func (e *engine) submit(s *seq) error {
 	e.mu.Lock()
 	if e.closed {
@@ -84,70 +126,31 @@ func (e *engine) submit(s *seq) error {
 		e.mu.Unlock()
 		return errQueueFull
 	}
+	s.arrived = e.clk.now()
 	e.waiting = append(e.waiting, s)
+	e.nWaiting.Store(int64(len(e.waiting)))
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
-	default:
+	default: // a wake-up is pending already
 	}
 	return nil
 }
 
-var errClosed = errors.New("the engine is shutting down")
-
-// stats returns the metrics' view. Any goroutine.
-func (e *engine) stats() (running, waiting int, usage float64, queries, hits uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.running, len(e.waiting), e.usage, e.queries, e.hits
-}
-
-// run is the scheduler loop, until ctx ends; then every request left is
-// ended (its tokens channel closed without output).
+// run is the scheduler loop, until ctx ends; then every request left,
+// running or waiting, ends as seqAborted and submit refuses new ones.
 func (e *engine) run(ctx context.Context) {
-	var running []*seq
-	defer func() {
-		e.mu.Lock()
-		e.closed = true
-		left := e.waiting
-		e.waiting = nil
-		e.mu.Unlock()
-		for _, s := range append(running, left...) {
-			close(s.tokens)
-		}
-	}()
-	bs := e.cfg.BlockSize
+	var (
+		running []*seq
+		plan    []int         // tokens scheduled this step, per running seq
+		end     time.Duration // simulated end of the last step
+	)
+	defer func() { e.abort(running) }()
 	for {
-		// Drop requests whose client left.
-		running = e.dropGone(running)
-		// Admit waiting requests, FIFO, while they fit.
-		e.mu.Lock()
-		for len(e.waiting) > 0 && len(running) < e.cfg.MaxNumSeqs {
-			s := e.waiting[0]
-			if isGone(s) {
-				e.waiting = e.waiting[1:]
-				close(s.tokens)
-				continue
-			}
-			cachedBlocks := e.kv.prefix(s.keys)
-			// vLLM recomputes at least the last prompt token.
-			cached := min(cachedBlocks*bs, s.prompt-1)
-			total := (s.prompt + s.maxTokens + bs - 1) / bs
-			s.anon = max(total-len(s.keys), 0)
-			if !e.kv.reserve(s.keys, s.anon) {
-				break // waits for room; FIFO: nothing jumps it
-			}
-			e.waiting = e.waiting[1:]
-			s.cached, s.prefilled, s.admitted = cached, cached, true
-			e.queries += uint64(s.prompt)
-			e.hits += uint64(cached)
-			running = append(running, s)
-		}
-		e.running = len(running)
-		e.usage = e.kv.usage()
-		idle := len(running) == 0
-		e.mu.Unlock()
-		if idle {
+		running = e.dropCancelled(running)
+		var prefill, decodes int
+		running, plan, prefill, decodes = e.schedule(running, plan[:0])
+		if len(running) == 0 {
 			select {
 			case <-ctx.Done():
 				return
@@ -155,69 +158,136 @@ func (e *engine) run(ctx context.Context) {
 				continue
 			}
 		}
-
-		// Plan the step: one token per decoding request, the rest of the
-		// budget to prefills in admission order.
-		budget := e.cfg.MaxBatchedTokens
-		decoding, prefill := 0, 0
-		chunk := make([]int, len(running))
-		for _, s := range running {
-			if s.prefilled >= s.prompt {
-				decoding++
-				budget--
-			}
-		}
-		for i, s := range running {
-			if s.prefilled < s.prompt && budget > 0 {
-				n := min(s.prompt-s.prefilled, budget)
-				chunk[i] = n
-				budget -= n
-				prefill += n
-			}
-		}
-		d := e.cfg.StepBase + time.Duration(prefill)*e.cfg.PrefillPerToken + time.Duration(decoding)*e.cfg.DecodePerSeq
-		if !e.clock(e.cfg.sim(d), ctx.Done()) {
+		// A step starts when the last one ended, or now if the engine
+		// was idle or fell behind real time.
+		end = max(end, e.clk.now()) + e.stepTime(prefill, decodes)
+		if !e.clk.sleepUntil(end, ctx.Done()) {
 			return
 		}
-		now := e.now()
-		keep := running[:0]
-		for i, s := range running {
-			switch {
-			case chunk[i] > 0:
-				s.prefilled += chunk[i]
-				if s.prefilled >= s.prompt {
-					e.kv.computed(s.keys)
-					s.first, s.last = now, now
-					s.generated = 1
-					s.tokens <- 0
-				}
-			case s.prefilled >= s.prompt:
-				s.last = now
-				s.tokens <- s.generated
-				s.generated++
-			}
-			if s.generated >= s.maxTokens {
-				e.kv.release(s.keys, s.anon)
-				close(s.tokens)
-				continue
-			}
-			keep = append(keep, s)
-		}
-		clear(running[len(keep):])
-		running = keep
+		running = e.finishStep(running, plan, end)
 	}
 }
 
-// dropGone ends the running requests whose client left.
-func (e *engine) dropGone(running []*seq) []*seq {
+// stepTime is the step formula (doc.go).
+func (e *engine) stepTime(prefill, decodes int) time.Duration {
+	return e.cfg.StepBase + time.Duration(prefill)*e.cfg.PrefillPerToken + time.Duration(decodes)*e.cfg.DecodePerSeq
+}
+
+// schedule plans one step, as vLLM V1's scheduler does: running requests
+// in admission order each take what they need of the token budget (one
+// token when decoding, the rest of the prompt when prefilling), then
+// waiting requests are admitted, FIFO, while budget, a running slot and
+// KV room remain; a waiting request that does not fit stops admission
+// (nothing jumps the queue). It returns the running requests (admitted
+// appended), the tokens planned for each, and the step's prefill tokens
+// and decoding requests.
+func (e *engine) schedule(running []*seq, plan []int) (_ []*seq, _ []int, prefill, decodes int) {
+	bs := e.cfg.BlockSize
+	budget := e.cfg.MaxBatchedTokens
+	for _, s := range running {
+		if s.prefilled >= s.prompt {
+			n := min(1, budget)
+			plan = append(plan, n)
+			budget -= n
+			decodes += n
+			continue
+		}
+		n := min(s.prompt-s.prefilled, budget)
+		plan = append(plan, n)
+		budget -= n
+		prefill += n
+	}
+	e.mu.Lock()
+	for budget > 0 && len(running) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
+		s := e.waiting[0]
+		if s.cancelled.Load() {
+			e.popWaitingLocked()
+			s.end(seqAborted)
+			continue
+		}
+		// vLLM recomputes at least the last prompt token (it needs its
+		// logits), in whole blocks: the hit is the leading cached blocks
+		// within the first prompt-1 tokens (kv_cache_manager.py,
+		// get_computed_blocks, max_cache_hit_length = num_tokens - 1).
+		hit := min(e.kv.prefix(s.keys), (s.prompt-1)/bs)
+		anon := max((s.prompt+s.maxTokens+bs-1)/bs-len(s.keys), 0)
+		if !e.kv.reserve(s.keys, anon) {
+			break // waits for room
+		}
+		e.popWaitingLocked()
+		s.anon, s.cached, s.prefilled, s.ready = anon, hit*bs, hit*bs, hit
+		e.m.queries.Add(s.prompt)
+		e.m.hits.Add(s.cached)
+		e.m.promptTokens.Add(s.prompt)
+		n := min(s.prompt-s.prefilled, budget)
+		running = append(running, s)
+		plan = append(plan, n)
+		budget -= n
+		prefill += n
+	}
+	e.nWaiting.Store(int64(len(e.waiting)))
+	e.mu.Unlock()
+	e.nRunning.Store(int64(len(running)))
+	e.usage.Store(math.Float64bits(e.kv.usage()))
+	return running, plan, prefill, decodes
+}
+
+func (e *engine) popWaitingLocked() {
+	e.waiting[0] = nil
+	e.waiting = e.waiting[1:]
+}
+
+// finishStep applies a step that ended at simulated time end: prefill
+// chunks advance (their full blocks become hits for later prompts), a
+// completed prefill yields the first token, decoding requests one token
+// each; finished requests release their blocks. It returns the requests
+// still running.
+func (e *engine) finishStep(running []*seq, plan []int, end time.Duration) []*seq {
+	bs := e.cfg.BlockSize
+	keep := running[:0]
+	for i, s := range running {
+		n := plan[i]
+		if n == 0 {
+			keep = append(keep, s)
+			continue
+		}
+		if s.prefilled < s.prompt {
+			s.prefilled += n
+			if full := min(s.prefilled/bs, len(s.keys)); full > s.ready {
+				e.kv.computed(s.keys[s.ready:full])
+				s.ready = full
+			}
+			if s.prefilled < s.prompt {
+				keep = append(keep, s)
+				continue
+			}
+			// The step that completes the prefill samples the first token.
+			s.first = end
+			e.m.ttft.Update((end - s.arrived).Seconds())
+		}
+		p := int(s.produced.Add(1))
+		e.m.generationTokens.Inc()
+		if p >= s.maxTokens {
+			e.kv.release(s.keys, s.anon)
+			e.m.success.Inc()
+			s.end(seqDone)
+			continue
+		}
+		s.wake()
+		keep = append(keep, s)
+	}
+	clear(running[len(keep):])
+	return keep
+}
+
+// dropCancelled ends the running requests whose client left; their
+// computed blocks stay cached.
+func (e *engine) dropCancelled(running []*seq) []*seq {
 	keep := running[:0]
 	for _, s := range running {
-		if isGone(s) {
-			if s.prefilled >= s.prompt {
-				e.kv.computed(s.keys) // computed before the client left
-			}
+		if s.cancelled.Load() {
 			e.kv.release(s.keys, s.anon)
-			close(s.tokens)
+			s.end(seqAborted)
 			continue
 		}
 		keep = append(keep, s)
@@ -226,11 +296,34 @@ func (e *engine) dropGone(running []*seq) []*seq {
 	return keep
 }
 
-func isGone(s *seq) bool {
-	select {
-	case <-s.gone:
-		return true
-	default:
-		return false
+// abort ends every request left and closes the queue. Scheduler only, as
+// it returns.
+func (e *engine) abort(running []*seq) {
+	for _, s := range running {
+		s.end(seqAborted)
 	}
+	e.mu.Lock()
+	e.closed = true
+	left := e.waiting
+	e.waiting = nil
+	e.mu.Unlock()
+	for _, s := range left {
+		s.end(seqAborted)
+	}
+	e.nRunning.Store(0)
+	e.nWaiting.Store(0)
+}
+
+// Stats is a snapshot of an engine's state, as its /metrics shows it.
+type Stats struct {
+	Running, Waiting int
+	// KVUsage is the fraction of KV blocks in use by running requests
+	// (vllm:kv_cache_usage_perc; cached blocks no one uses are free).
+	KVUsage float64
+	// PrefixQueries and PrefixHits are prompt tokens looked up in the
+	// prefix cache and found there.
+	PrefixQueries, PrefixHits uint64
+	// Rejected counts requests answered 503 because the waiting queue
+	// was full; Injected those failed on purpose (FailRate, X-Sim-Fail).
+	Rejected, Injected uint64
 }

@@ -3,131 +3,147 @@ package vllmsim
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
+	"log/slog"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 	"github.com/saltus-lb/saltus/tree"
 )
 
-// prompter turns a request's prompt into token ids, like the engine's own
-// tokenizer would: chat messages rendered with the template, then
-// encoded; without a tokenizer, every 4 bytes of the rendered text count
-// as one token (byte-block mode).
+// prompter turns a request's prompt into what the engine computes over:
+// its token count and its full blocks' chained hashes, as the engine's
+// own tokenizer and prefix cache would. Immutable after newPrompter;
+// safe for concurrent use.
 type prompter struct {
 	tok       *tokenizer.Tokenizer // nil: byte-block mode
-	tmpl      *chat.Renderer
-	seed      uint64
+	tmpl      *chat.Renderer       // chat.None without a tokenizer
+	tokenSeed uint64               // tree.ModelSeed(model): token-id chains
+	byteSeed  uint64               // tokenpool.ByteBlockSeed(model): byte-block chains
 	blockSize int
 }
 
-func newPrompter(cfg Config) (*prompter, error) {
-	p := &prompter{seed: tree.ModelSeed(cfg.Model), blockSize: cfg.BlockSize}
+// newPrompter loads the tokenizer and chat template as `saltus serve`
+// does (chat.Load: the template named, or detected, or none with a
+// warning).
+func newPrompter(cfg Config, logger *slog.Logger) (*prompter, error) {
+	p := &prompter{tokenSeed: tree.ModelSeed(cfg.Model), byteSeed: tokenpool.ByteBlockSeed(cfg.Model), blockSize: cfg.BlockSize}
 	if cfg.Tokenizer == "" {
+		if cfg.ChatTemplate != "" && cfg.ChatTemplate != chat.None {
+			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", cfg.ChatTemplate)
+		}
 		r, err := chat.New(chat.None, nil, chat.Config{})
 		if err != nil {
-			return nil, err
+			panic("BUG: the none template needs nothing: " + err.Error())
 		}
 		p.tmpl = r
 		return p, nil
 	}
 	tok, err := tokenizer.Load(cfg.Tokenizer)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, fmt.Errorf("vllmsim: tokenizer: %w", err)
 	}
-	r, _, _, err := chat.Load(tok, cfg.Tokenizer, cfg.ChatTemplate)
+	r, name, warn, err := chat.Load(tok, cfg.Tokenizer, cfg.ChatTemplate)
 	if err != nil {
-		return nil, fmt.Errorf("chat-template: %w", err)
+		return nil, fmt.Errorf("vllmsim: chat-template: %w", err)
 	}
+	if warn != nil {
+		logger.Warn("chat template not recognized; rendering prompts with template none (choose one with chat-template)", "err", warn)
+	}
+	logger.Info("tokenizer loaded", "path", cfg.Tokenizer, "chat_template", name)
 	p.tok, p.tmpl = tok, r
 	return p, nil
 }
 
-// chatIDs renders and tokenizes messages (with the generation prompt).
-func (p *prompter) chatIDs(msgs []chat.Message) ([]int32, error) {
-	segs, err := p.tmpl.Render(nil, msgs, chat.Options{AddGenerationPrompt: true})
-	if err != nil {
-		return nil, err
-	}
-	if p.tok == nil {
-		var text []byte
-		for _, s := range segs {
-			text = append(text, s.Text...)
-		}
-		return byteTokens(text), nil
-	}
-	var ids []int32
-	for i, s := range segs {
-		if s.Special() {
-			ids = append(ids, s.ID)
-		} else {
-			ids = p.tok.EncodeSegment(ids, s.Text, i == 0)
-		}
-	}
-	return ids, nil
+// tokenized is a prompt as the engine sees it.
+type tokenized struct {
+	n    int      // prompt tokens
+	keys []uint64 // one per full block
+	// ids are the token ids (byte-block mode: the pseudo-ids), only
+	// when asked for.
+	ids []int32
+	// hash is a hash of the whole prompt (tail included): the output
+	// text's seed, so equal prompts get equal answers.
+	hash uint64
 }
 
-// textIDs tokenizes a completion prompt (with the BOS the tokenizer adds).
-func (p *prompter) textIDs(text string) []int32 {
-	if p.tok == nil {
-		return byteTokens([]byte(text))
-	}
-	return p.tok.EncodeSpecial(nil, text)
-}
-
-// byteTokens packs every 4 bytes of text into one pseudo token.
-func byteTokens(text []byte) []int32 {
-	ids := make([]int32, 0, (len(text)+3)/4)
-	for len(text) > 0 {
-		var w [4]byte
-		n := copy(w[:], text)
-		ids = append(ids, int32(binary.LittleEndian.Uint32(w[:])))
-		text = text[n:]
-	}
-	return ids
-}
-
-// keys are the full blocks' chained hashes.
-func (p *prompter) keys(ids []int32) []uint64 {
-	return tree.BlockKeys(nil, p.seed, ids, p.blockSize)
-}
-
-// promptIDs reads a request body's prompt: chat "messages", or a
-// completions "prompt" (a string or an array of token ids).
-func (p *prompter) promptIDs(v *fastjson.Value, isChat bool) ([]int32, error) {
-	if isChat {
-		mv := v.Get("messages")
-		if mv == nil {
-			return nil, fmt.Errorf(`"messages" is required`)
-		}
-		msgs, err := chat.MessagesFromValue(mv)
+// encode tokenizes r's prompt; with wantIDs it keeps the ids. A chat
+// template that refuses the conversation (mistral, llama2) is a 400, as
+// in vLLM. Any goroutine.
+func (p *prompter) encode(r *request, wantIDs bool) (tokenized, *apiError) {
+	var t tokenized
+	switch {
+	case r.msgs != nil:
+		segs, err := p.tmpl.Render(nil, r.msgs, r.opt)
 		if err != nil {
-			return nil, err
+			return t, badRequest("messages", "%v", err)
 		}
-		if len(msgs) == 0 {
-			return nil, fmt.Errorf(`"messages" must not be empty`)
+		texts := make([]string, len(segs))
+		for i, s := range segs {
+			texts[i] = s.Text
 		}
-		return p.chatIDs(msgs)
-	}
-	pv := v.Get("prompt")
-	if pv == nil {
-		return nil, fmt.Errorf(`"prompt" is required`)
-	}
-	switch pv.Type() {
-	case fastjson.TypeString:
-		return p.textIDs(string(pv.GetStringBytes())), nil
-	case fastjson.TypeArray:
-		arr := pv.GetArray()
-		ids := make([]int32, 0, len(arr))
-		for i, x := range arr {
-			n, err := x.Int()
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf(`"prompt"[%d]: want a token id (one prompt per request), got %s`, i, x.Type())
+		if p.tok == nil {
+			return p.byteBlocks(texts, wantIDs), nil
+		}
+		var ids []int32 // the template wrote the special tokens
+		for i, s := range segs {
+			if s.Special() {
+				ids = append(ids, s.ID)
+			} else {
+				ids = p.tok.EncodeSegment(ids, s.Text, i == 0)
 			}
-			ids = append(ids, int32(n))
 		}
-		return ids, nil
+		t.ids = ids
+	case r.hasIDs:
+		t.ids = r.ids
+	case p.tok == nil:
+		return p.byteBlocks([]string{r.text}, wantIDs), nil
+	case r.addSpecial:
+		t.ids = p.tok.EncodeSpecial(nil, r.text)
+	default:
+		t.ids = p.tok.Encode(nil, r.text)
 	}
-	return nil, fmt.Errorf(`"prompt" must be a string or an array of token ids, got %s`, pv.Type())
+	t.n = len(t.ids)
+	t.keys = tree.BlockKeys(nil, p.tokenSeed, t.ids, p.blockSize)
+	h := fnv.New64a()
+	var b [4]byte
+	for _, id := range t.ids {
+		binary.LittleEndian.PutUint32(b[:], uint32(id))
+		h.Write(b[:]) // never fails
+	}
+	t.hash = h.Sum64()
+	if !wantIDs {
+		t.ids = nil
+	}
+	return t, nil
+}
+
+// byteBlocks is byte-block mode: the rendered text read as one token per
+// 4 bytes (the last one zero-padded), keyed by tokenpool.ByteBlockKeys
+// (64-byte blocks of the text, 16 pseudo-tokens each), exactly as
+// `saltus serve` keys it without a tokenizer.
+func (p *prompter) byteBlocks(texts []string, wantIDs bool) tokenized {
+	n := 0
+	for _, s := range texts {
+		n += len(s)
+	}
+	t := tokenized{n: (n + 3) / 4, keys: tokenpool.ByteBlockKeys(nil, p.byteSeed, texts...)}
+	h := fnv.New64a()
+	for _, s := range texts {
+		h.Write([]byte(s)) // never fails
+	}
+	t.hash = h.Sum64()
+	if wantIDs {
+		buf := make([]byte, 0, 4*t.n)
+		for _, s := range texts {
+			buf = append(buf, s...)
+		}
+		buf = append(buf, make([]byte, 4*t.n-n)...)
+		t.ids = make([]int32, t.n)
+		for i := range t.ids {
+			t.ids[i] = int32(binary.LittleEndian.Uint32(buf[4*i:]))
+		}
+	}
+	return t
 }

@@ -2,9 +2,10 @@ package vllmsim
 
 import "math/rand/v2"
 
-// words make the simulated output: deterministic for (seed, prompt), so a
-// multi-turn history replays the same way.
-var words = []string{
+// words make the simulated output, one word a token: plain ASCII, so a
+// piece needs no JSON escaping. The output is a function of (Config.Seed,
+// the prompt), so a multi-turn conversation replays the same way.
+var words = [...]string{
 	"the", "ship", "sails", "north", "at", "dawn", "with", "a", "cargo", "of", "tea",
 	"and", "copper", "while", "tides", "turn", "slowly", "near", "harbor", "lights",
 	"crew", "charts", "course", "through", "calm", "water", "past", "old", "piers",
@@ -12,18 +13,18 @@ var words = []string{
 	"every", "mile", "before", "storm", "clouds", "gather", "on", "horizon",
 }
 
-// output is a deterministic word generator for one request.
+// output draws one request's words, in order.
 type output struct{ r *rand.Rand }
 
-func newOutput(seed int64, promptKey uint64) output {
-	return output{rand.New(rand.NewPCG(uint64(seed), promptKey))}
+func newOutput(seed int64, promptHash uint64) output {
+	return output{rand.New(rand.NewPCG(uint64(seed), promptHash))}
 }
 
-// next returns the i-th token's text (a leading space after the first).
-func (o output) next(i int) string {
-	w := words[o.r.IntN(len(words))]
-	if i == 0 {
-		return w
+// appendNext appends the next token's text: a word, after a space unless
+// it is the first.
+func (o output) appendNext(dst []byte, first bool) []byte {
+	if !first {
+		dst = append(dst, ' ')
 	}
-	return " " + w
+	return append(dst, words[o.r.IntN(len(words))]...)
 }

@@ -1,0 +1,235 @@
+package vllmsim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
+)
+
+// kind is the endpoint a body came to.
+type kind uint8
+
+const (
+	kindChat       kind = iota + 1 // POST /v1/chat/completions
+	kindCompletion                 // POST /v1/completions
+	kindTokenize                   // POST /tokenize: messages or prompt
+)
+
+// request is what the simulator keeps of a body. Every field is a copy,
+// never a view into the body or the parser's memory.
+type request struct {
+	kind kind
+	// The prompt: messages (chat; tokenize with "messages"), else text,
+	// else ids (a completions prompt given as token ids, or
+	// prompt_token_ids).
+	msgs   []chat.Message
+	opt    chat.Options
+	text   string
+	ids    []int32
+	hasIDs bool
+	// addSpecial: a text prompt gets the tokenizer's special tokens
+	// (BOS), as vLLM's add_special_tokens (default true). Messages never
+	// do: their template writes them.
+	addSpecial bool
+
+	stream       bool
+	includeUsage bool // stream_options.include_usage
+	maxTokens    int  // max_completion_tokens or max_tokens; 0: not given
+}
+
+// apiError is an answer with an OpenAI-style error body.
+type apiError struct {
+	status int
+	msg    string
+	param  string // the offending field; "" for none
+	code   string // "" for none
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func (e *apiError) body() []byte { return reactor.ErrorBody(e.status, "", e.code, e.msg, e.param) }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: 400, msg: fmt.Sprintf(format, args...), param: param}
+}
+
+// parsers reuse fastjson's value cache across requests; a Parser is taken
+// and given back within one decodeRequest call.
+var parsers fastjson.ParserPool
+
+// decodeRequest parses body as a request to endpoint k. Client input
+// never panics: it decodes, or returns a 400 naming the field. Any
+// goroutine.
+func decodeRequest(body []byte, k kind) (request, *apiError) {
+	r := request{kind: k}
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return r, badRequest("", "request body is not valid JSON: %v", err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return r, badRequest("", "request body must be a JSON object, got %s", v.Type())
+	}
+	// Any model name is served (doc.go, Limits), but it must be a string.
+	if mv := v.Get("model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
+		return r, badRequest("model", "model: want a string, got %s", mv.Type())
+	}
+	if k != kindTokenize {
+		if e := optBool(v, &r.stream, "stream"); e != nil {
+			return r, e
+		}
+		if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
+			if so.Type() != fastjson.TypeObject {
+				return r, badRequest("stream_options", "stream_options: want an object, got %s", so.Type())
+			}
+			if e := optBool(so, &r.includeUsage, "include_usage"); e != nil {
+				e.param, e.msg = "stream_options.include_usage", "stream_options."+e.msg
+				return r, e
+			}
+		}
+		// max_completion_tokens, OpenAI's newer name, wins (as in vLLM).
+		for _, name := range []string{"max_completion_tokens", "max_tokens"} {
+			if e := optPositive(v, &r.maxTokens, name); e != nil {
+				return r, e
+			}
+			if r.maxTokens > 0 {
+				break
+			}
+		}
+		if nv := v.Get("n"); nv != nil && nv.Type() != fastjson.TypeNull {
+			if n, err := nv.Int(); err != nil || n != 1 {
+				return r, badRequest("n", "n: the simulator answers one choice per request, got %.40s", nv)
+			}
+		}
+	}
+	if k == kindChat || (k == kindTokenize && v.Exists("messages")) {
+		return r, decodeMessages(&r, v)
+	}
+	return r, decodePrompt(&r, v)
+}
+
+// optBool reads an optional boolean field (null = absent).
+func optBool(v *fastjson.Value, dst *bool, name string) *apiError {
+	f := v.Get(name)
+	if f == nil {
+		return nil
+	}
+	switch f.Type() {
+	case fastjson.TypeNull:
+	case fastjson.TypeTrue:
+		*dst = true
+	case fastjson.TypeFalse:
+		*dst = false
+	default:
+		return badRequest(name, "%s: want true or false, got %s", name, f.Type())
+	}
+	return nil
+}
+
+// optPositive reads an optional integer field of at least 1 (null =
+// absent).
+func optPositive(v *fastjson.Value, dst *int, name string) *apiError {
+	f := v.Get(name)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return nil
+	}
+	n, err := f.Int64()
+	if f.Type() != fastjson.TypeNumber || err != nil || n < 1 || n > math.MaxInt32 {
+		return badRequest(name, "%s: want an integer of at least 1, got %.40s", name, f)
+	}
+	*dst = int(n)
+	return nil
+}
+
+func decodeMessages(r *request, v *fastjson.Value) *apiError {
+	mv := v.Get("messages")
+	if mv == nil {
+		return badRequest("messages", "messages: missing")
+	}
+	msgs, err := chat.MessagesFromValue(mv)
+	if err != nil {
+		return badRequest("messages", "%v", err)
+	}
+	if len(msgs) == 0 {
+		return badRequest("messages", "messages: empty")
+	}
+	r.msgs = msgs
+	// vLLM renders with the generation prompt unless told otherwise.
+	r.opt.AddGenerationPrompt = true
+	if e := optBool(v, &r.opt.AddGenerationPrompt, "add_generation_prompt"); e != nil {
+		return e
+	}
+	if t := v.Get("chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
+		r.opt.DisableThinking = true
+	}
+	return nil
+}
+
+func decodePrompt(r *request, v *fastjson.Value) *apiError {
+	r.addSpecial = true
+	if e := optBool(v, &r.addSpecial, "add_special_tokens"); e != nil {
+		return e
+	}
+	// prompt_token_ids (vLLM) wins over prompt: the engine tokenizes it
+	// no further.
+	if pv := v.Get("prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
+		if pv.Type() != fastjson.TypeArray {
+			return badRequest("prompt_token_ids", "prompt_token_ids: want an array of token ids, got %s", pv.Type())
+		}
+		return tokenIDs(r, pv, "prompt_token_ids")
+	}
+	pv := v.Get("prompt")
+	if pv == nil || pv.Type() == fastjson.TypeNull {
+		return badRequest("prompt", "prompt: missing")
+	}
+	switch pv.Type() {
+	case fastjson.TypeString:
+		r.text = string(pv.GetStringBytes())
+		return nil
+	case fastjson.TypeArray:
+	default:
+		return badRequest("prompt", "prompt: want a string, an array of token ids, or a one-element array of either, got %s", pv.Type())
+	}
+	arr, _ := pv.Array() // the type was checked
+	if len(arr) == 0 {
+		return badRequest("prompt", "prompt: empty array")
+	}
+	switch first := arr[0]; first.Type() {
+	case fastjson.TypeNumber:
+		return tokenIDs(r, pv, "prompt")
+	case fastjson.TypeString, fastjson.TypeArray:
+		if len(arr) > 1 {
+			return badRequest("prompt", "prompt: the simulator takes one prompt per request, got a batch of %d", len(arr))
+		}
+		if first.Type() == fastjson.TypeString {
+			r.text = string(first.GetStringBytes())
+			return nil
+		}
+		return tokenIDs(r, first, "prompt[0]")
+	default:
+		return badRequest("prompt", "prompt[0]: want a string, a token id or an array of token ids, got %s", first.Type())
+	}
+}
+
+// tokenIDs reads an array of token ids (integers in [0, 2^31)).
+func tokenIDs(r *request, v *fastjson.Value, name string) *apiError {
+	arr, _ := v.Array() // callers checked the type
+	if len(arr) == 0 {
+		return badRequest(name, "%s: empty array", name)
+	}
+	ids := make([]int32, len(arr))
+	for i, e := range arr {
+		n, err := e.Int64()
+		if e.Type() != fastjson.TypeNumber || err != nil || n < 0 || n > math.MaxInt32 {
+			return badRequest(name, "%s[%d]: want an integer token id in [0, 2^31), got %.40s", name, i, e)
+		}
+		ids[i] = int32(n)
+	}
+	r.ids, r.hasIDs = ids, true
+	return nil
+}
