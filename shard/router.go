@@ -498,11 +498,23 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		// Decided on another (the owner shard's): one more hop back, a
 		// post, and if that loop's mailbox is full the goroutine path.
 		loop := ls.Loop()
+		// FirstByte runs on that loop here: a learn for a prefix that
+		// loop owns is applied at once. Posted, it could run after the
+		// client's next request, whose lookup runs inline on the same
+		// loop (gnet runs posted tasks after the batch's socket events);
+		// a learn posted to another owner is queued there before the
+		// client even has its answer, so the next lookup finds it.
+		lh := h
+		lh.FirstByte = func(b *backend.Backend, status int) {
+			if learn && status >= 200 && status < 300 && len(j.keys) > 0 {
+				r.learnFrom(loop, j, b.ID)
+			}
+		}
 		if loop == cur {
-			r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, h)
+			r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, lh)
 			return
 		}
-		if r.postTo(loop, func() { r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, h) }) {
+		if r.postTo(loop, func() { r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, lh) }) {
 			return
 		}
 	}
@@ -521,9 +533,13 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 // and the next decision picks among them by depth, then in-flight count:
 // the hot prefix is replicated, not moved. Learning the first pick would
 // record blocks that no backend holds.
-func (r *Router) learn(j *job, backendID int) {
+func (r *Router) learn(j *job, backendID int) { r.learnFrom(-1, j, backendID) }
+
+// learnFrom is learn called on loop `on` (-1: not on a loop): on the owner
+// loop it inserts at once, elsewhere it posts to the owner.
+func (r *Router) learnFrom(on int, j *job, backendID int) {
 	sh := r.shards[j.owner]
-	if !r.postTo(j.owner, func() {
+	insert := func() {
 		if err := sh.tree.Insert(j.keys, j.bounds, backendID, tree.Local, r.now()); err != nil {
 			// Only a backend ID beyond tree.Config.MaxBackends: not
 			// learnable, the request was served all the same.
@@ -533,7 +549,12 @@ func (r *Router) learn(j *job, backendID int) {
 		sh.known[backendID] = true
 		r.m.learned.Inc()
 		sh.publish()
-	}) {
+	}
+	if on == j.owner {
+		insert()
+		return
+	}
+	if !r.postTo(j.owner, insert) {
 		r.m.learnDropped.Inc()
 	}
 }
