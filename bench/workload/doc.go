@@ -19,8 +19,14 @@
 // each range. Large and xlarge requests share a pool of 5 long prefixes
 // (the system message) followed by one of 10 questions (the user message,
 // 16–48 tokens); small and medium requests start with one of 5 category
-// system prompts (64 tokens) 90 % of the time, then unique text, and are
-// unique text alone otherwise. Every request asks for 100 output tokens;
+// system prompts 90 % of the time, then a unique user turn of 16–64
+// tokens (at most half the request), and are unique text alone otherwise.
+// A category prompt is 2,000 tokens cut to the request's size less its
+// turn, like a prefix: an application's system prompt is most of a short
+// chat request. (A first version used a fixed 64-token category prompt:
+// then small and medium requests could hit at most ~5-15 % of their
+// tokens, and prefix routing's overall token hit ratio topped out near
+// 0.85 whatever the router did.) Every request asks for 100 output tokens;
 // users think 0.5–2 s (uniform) before each request. The quote does not
 // say how 5 prefixes serve two size ranges: here each prefix is 8,000
 // tokens and a request sends it cut to its size less its question (at a

@@ -34,9 +34,16 @@ const (
 	// prefix once holds most of any later request on it.
 	stressPrefixTokens = 8000
 	stressCategories   = 5
-	// stressCategoryTokens fits in the smallest small request (100).
-	stressCategoryTokens  = 64
+	// stressCategoryTokens is the length of each category system prompt:
+	// the largest medium request. Like a prefix, it is cut to the
+	// request's size less its unique user turn (stressTurnMin to
+	// stressTurnMax tokens): an application's system prompt is most of a
+	// short chat request, and requests of one category share their first
+	// min(size) tokens byte for byte.
+	stressCategoryTokens  = 2000
 	stressCategoryPercent = 90
+	stressTurnMin         = 16
+	stressTurnMax         = 64
 )
 
 // Pool kinds (for poolStream) and user kinds (for userRand).
@@ -96,7 +103,7 @@ func (w *stress) Describe() string {
 		fmt.Fprintf(&b, "%d%% %s (%d-%d tokens)", c.percent, c.name, c.min, c.max)
 	}
 	fmt.Fprintf(&b, "; large/xlarge: one of %d shared %d-token prefixes cut to size, then one of %d questions; "+
-		"small/medium: one of %d category system prompts (%d tokens) %d%% of the time, then unique text; %s",
+		"small/medium: one of %d category system prompts (%d tokens, cut to size) %d%% of the time, then a unique turn; %s",
 		stressPrefixes, stressPrefixTokens, stressQuestions, stressCategories, stressCategoryTokens, stressCategoryPercent,
 		tail(&w.opts))
 	return b.String()
@@ -153,9 +160,10 @@ func (u *stressUser) Next() (Request, bool) {
 		units := w.size.units(tokens)
 		if r.IntN(100) < stressCategoryPercent {
 			k := r.IntN(stressCategories)
-			sys := w.categories[k]
-			u.buf = appendText(u.buf[:0], r, units-len(sys.ends), nil, nil)
-			req.Messages = []Message{{"system", sys.text}, {"user", string(u.buf)}}
+			turn := min(w.size.units(stressTurnMin+r.IntN(stressTurnMax-stressTurnMin+1)), units/2)
+			sys := w.categories[k].cut(units - turn)
+			u.buf = appendText(u.buf[:0], r, turn, nil, nil)
+			req.Messages = []Message{{"system", sys}, {"user", string(u.buf)}}
 			req.Tag = fmt.Sprintf("%s/category%d", c.name, k)
 		} else {
 			u.buf = appendText(u.buf[:0], r, units, nil, nil)

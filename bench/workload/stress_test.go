@@ -109,7 +109,12 @@ func TestStressPrefixSharing(t *testing.T) {
 				}
 				continue
 			}
-			k, ok := categories[r.Messages[0].Content]
+			k, ok := -1, false
+			for text, i := range categories {
+				if len(r.Messages) == 2 && strings.HasPrefix(text, r.Messages[0].Content) {
+					k, ok = i, true
+				}
+			}
 			if len(r.Messages) != 2 || !ok || sub != "category"+string(rune('0'+k)) {
 				t.Fatalf("%s: system message is not category %q", r.Tag, sub)
 			}
