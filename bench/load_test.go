@@ -77,3 +77,13 @@ func FuzzReadAnswer(f *testing.F) {
 		}
 	})
 }
+
+func TestStreamRequested(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"stream":true}`: true, `{"stream" : true}`: true, `{"stream":false}`: false, `{}`: false, `{"stream":`: false,
+	} {
+		if got := streamRequested([]byte(body)); got != want {
+			t.Errorf("streamRequested(%s) = %v", body, got)
+		}
+	}
+}
