@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/saltus-lb/saltus/internal/httplex"
 )
 
 // ErrorBody is the one OpenAI-style error body the data plane answers
@@ -88,14 +90,14 @@ func appendHeaders(b []byte, hdr []Header) ([]byte, int64) {
 	for _, h := range hdr {
 		switch {
 		case equalFold(h.Name, "Content-Length"):
-			if n, ok := parseContentLength(h.Value); ok {
+			if n, ok := httplex.ParseDecimal(h.Value); ok {
 				cl = n
 			}
 			continue
 		case equalFold(h.Name, "Transfer-Encoding"), equalFold(h.Name, "Connection"), equalFold(h.Name, "Keep-Alive"):
 			continue
 		}
-		if !isToken(h.Name) || !validValue(h.Value) {
+		if !httplex.IsToken(h.Name) || !httplex.ValidValue(h.Value) {
 			continue // a handler bug must not split the response; dropped, never sent
 		}
 		b = append(b, h.Name...)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"strings"
+
+	"github.com/saltus-lb/saltus/internal/httplex"
 )
 
 // limits are the framing bounds parse enforces (from Config).
@@ -137,7 +139,7 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 		return nil, 0, false, badRequest("malformed request line")
 	}
 	r.Method = line[:sp1]
-	if !isToken(r.Method) {
+	if !httplex.IsToken(r.Method) {
 		return nil, 0, false, badRequest("malformed request method")
 	}
 	rest := line[sp1+1:]
@@ -173,17 +175,17 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 			return nil, 0, false, badRequest("malformed header line")
 		}
 		name := line[:colon]
-		if !isToken(name) {
+		if !httplex.IsToken(name) {
 			return nil, 0, false, badRequest("malformed header name")
 		}
 		value := strings.Trim(line[colon+1:], " \t")
-		if !validValue(value) {
+		if !httplex.ValidValue(value) {
 			return nil, 0, false, badRequest("invalid character in header value")
 		}
 		r.Header = append(r.Header, Header{Name: name, Value: value})
 		switch {
 		case equalFold(name, "Content-Length"):
-			n, ok := parseContentLength(value)
+			n, ok := httplex.ParseDecimal(value)
 			if !ok || (bodyLen >= 0 && n != bodyLen) {
 				return nil, 0, false, badRequest("invalid Content-Length")
 			}
@@ -341,21 +343,6 @@ func parseChunkSize(line []byte) (int64, bool) {
 	return n, true
 }
 
-func parseContentLength(v string) (int64, bool) {
-	if v == "" || len(v) > 18 { // 18 digits: no overflow of int64
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
 // splitTarget sets r.Path and r.Query from an origin-form target
 // ("/p?q"), or from the path of an absolute-form one ("http://h/p?q").
 func splitTarget(r *Request, target string) error {
@@ -392,40 +379,3 @@ func trimCR(s string) string {
 	}
 	return s
 }
-
-// isToken reports whether s is a non-empty RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tokenChar[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// validValue rejects control characters other than HTAB in a header value.
-func validValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-var tokenChar = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()

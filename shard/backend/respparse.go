@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/saltus-lb/saltus/internal/httplex"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -364,16 +365,16 @@ func (p *respParser) parseHead(h string) error {
 			break
 		}
 		name, value, ok := strings.Cut(l, ":")
-		if !ok || !isToken(name) {
+		if !ok || !httplex.IsToken(name) {
 			return errBadResponse // also obs-fold: a line starting with a space
 		}
 		value = strings.Trim(value, " \t")
-		if !validValue(value) {
+		if !httplex.ValidValue(value) {
 			return errBadResponse
 		}
 		switch {
 		case equalFold(name, "Content-Length"):
-			v, ok := parseDecimal(value)
+			v, ok := httplex.ParseDecimal(value)
 			if !ok || (cl >= 0 && v != cl) {
 				return errBadResponse
 			}
@@ -437,54 +438,3 @@ func (p *respParser) parseHead(h string) error {
 	}
 	return nil
 }
-
-func parseDecimal(v string) (int64, bool) {
-	if v == "" || len(v) > 18 { // 18 digits: no overflow of int64
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tokenChar[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// validValue rejects control characters other than HTAB in a header value.
-func validValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-var tokenChar = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()

@@ -1,0 +1,59 @@
+// Package httplex holds the HTTP/1.1 lexical checks that both of saltus's
+// HTTP parsers use: the reactor's request parser and the backend's
+// response parser on the event loops.
+package httplex
+
+// IsToken reports whether s is a non-empty RFC 9110 token (a header name,
+// a method).
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenChar[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidValue rejects control characters other than HTAB in a header value.
+func ValidValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// ParseDecimal parses a Content-Length value: 1 to 18 ASCII digits (no
+// sign, no space, no overflow of int64).
+func ParseDecimal(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}

@@ -1,0 +1,26 @@
+package httplex
+
+import "testing"
+
+func TestLex(t *testing.T) {
+	for s, want := range map[string]bool{"Content-Type": true, "x_y.z~": true, "": false, "a b": false, "a:b": false, "é": false} {
+		if IsToken(s) != want {
+			t.Errorf("IsToken(%q) != %v", s, want)
+		}
+	}
+	for s, want := range map[string]bool{"text/plain; a=b": true, "tab\there": true, "": true, "nul\x00": false, "del\x7f": false, "lf\n": false} {
+		if ValidValue(s) != want {
+			t.Errorf("ValidValue(%q) != %v", s, want)
+		}
+	}
+	for s, want := range map[string]int64{"0": 0, "4096": 4096, "999999999999999999": 999999999999999999} {
+		if n, ok := ParseDecimal(s); !ok || n != want {
+			t.Errorf("ParseDecimal(%q) = %d, %v", s, n, ok)
+		}
+	}
+	for _, s := range []string{"", "-1", "+1", " 1", "1 ", "0x1", "1234567890123456789"} {
+		if _, ok := ParseDecimal(s); ok {
+			t.Errorf("ParseDecimal(%q) accepted", s)
+		}
+	}
+}
