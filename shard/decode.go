@@ -104,45 +104,24 @@ func decode(dst *request, k kind, body []byte) *apiError {
 
 // optBool reads an optional boolean field (null = absent).
 func optBool(v *fastjson.Value, dst *bool, name string) *apiError {
-	f := v.Get(name)
-	if f == nil {
-		return nil
-	}
-	switch f.Type() {
-	case fastjson.TypeNull:
-	case fastjson.TypeTrue:
-		*dst = true
-	case fastjson.TypeFalse:
-		*dst = false
-	default:
-		return badRequest(name, "%s: want true or false, got %s", name, f.Type())
+	if err := chat.OptBool(v, dst, name); err != nil {
+		return fieldError(err)
 	}
 	return nil
 }
 
+// fieldError is a *chat.FieldError as a 400.
+func fieldError(err error) *apiError {
+	fe := err.(*chat.FieldError) // chat's request readers return no other error
+	return badRequest(fe.Field, "%s", fe.Msg)
+}
+
 func decodeChat(dst *request, v *fastjson.Value) *apiError {
-	mv := v.Get("messages")
-	if mv == nil {
-		return badRequest("messages", "messages: missing")
-	}
-	msgs, err := chat.MessagesFromValue(mv)
+	msgs, opt, err := chat.FromRequest(v)
 	if err != nil {
-		return badRequest("messages", "%v", err)
+		return fieldError(err)
 	}
-	if len(msgs) == 0 {
-		return badRequest("messages", "messages: empty")
-	}
-	dst.msgs = msgs
-	// The chat completions API renders with the generation prompt unless
-	// the request says otherwise (vLLM's add_generation_prompt, default
-	// true).
-	dst.opt.AddGenerationPrompt = true
-	if e := optBool(v, &dst.opt.AddGenerationPrompt, "add_generation_prompt"); e != nil {
-		return e
-	}
-	if t := v.Get("chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
-		dst.opt.DisableThinking = true
-	}
+	dst.msgs, dst.opt = msgs, opt
 	return nil
 }
 

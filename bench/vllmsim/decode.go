@@ -115,20 +115,16 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 
 // optBool reads an optional boolean field (null = absent).
 func optBool(v *fastjson.Value, dst *bool, name string) *apiError {
-	f := v.Get(name)
-	if f == nil {
-		return nil
-	}
-	switch f.Type() {
-	case fastjson.TypeNull:
-	case fastjson.TypeTrue:
-		*dst = true
-	case fastjson.TypeFalse:
-		*dst = false
-	default:
-		return badRequest(name, "%s: want true or false, got %s", name, f.Type())
+	if err := chat.OptBool(v, dst, name); err != nil {
+		return fieldError(err)
 	}
 	return nil
+}
+
+// fieldError is a *chat.FieldError as a 400.
+func fieldError(err error) *apiError {
+	fe := err.(*chat.FieldError) // chat's request readers return no other error
+	return badRequest(fe.Field, "%s", fe.Msg)
 }
 
 // optPositive reads an optional integer field of at least 1 (null =
@@ -147,26 +143,11 @@ func optPositive(v *fastjson.Value, dst *int, name string) *apiError {
 }
 
 func decodeMessages(r *request, v *fastjson.Value) *apiError {
-	mv := v.Get("messages")
-	if mv == nil {
-		return badRequest("messages", "messages: missing")
-	}
-	msgs, err := chat.MessagesFromValue(mv)
+	msgs, opt, err := chat.FromRequest(v)
 	if err != nil {
-		return badRequest("messages", "%v", err)
+		return fieldError(err)
 	}
-	if len(msgs) == 0 {
-		return badRequest("messages", "messages: empty")
-	}
-	r.msgs = msgs
-	// vLLM renders with the generation prompt unless told otherwise.
-	r.opt.AddGenerationPrompt = true
-	if e := optBool(v, &r.opt.AddGenerationPrompt, "add_generation_prompt"); e != nil {
-		return e
-	}
-	if t := v.Get("chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
-		r.opt.DisableThinking = true
-	}
+	r.msgs, r.opt = msgs, opt
 	return nil
 }
 

@@ -162,3 +162,55 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	}
 	return nil
 }
+
+// FieldError is a request field that does not decode; Field names it
+// (OpenAI's error "param").
+type FieldError struct{ Field, Msg string }
+
+func (e *FieldError) Error() string { return e.Msg }
+
+// OptBool reads the optional boolean field name of object v into dst
+// (absent or null: dst unchanged); anything else is a *FieldError.
+func OptBool(v *fastjson.Value, dst *bool, name string) error {
+	f := v.Get(name)
+	if f == nil {
+		return nil
+	}
+	switch f.Type() {
+	case fastjson.TypeNull:
+	case fastjson.TypeTrue:
+		*dst = true
+	case fastjson.TypeFalse:
+		*dst = false
+	default:
+		return &FieldError{name, fmt.Sprintf("%s: want true or false, got %s", name, f.Type())}
+	}
+	return nil
+}
+
+// FromRequest reads what rendering needs from a chat completions request
+// body (a JSON object): its non-empty "messages", and the options vLLM
+// takes from it: add_generation_prompt (default true) and
+// chat_template_kwargs.enable_thinking. A bad field is a *FieldError.
+// The router and the simulator decode chat requests through it.
+func FromRequest(v *fastjson.Value) ([]Message, Options, error) {
+	opt := Options{AddGenerationPrompt: true}
+	mv := v.Get("messages")
+	if mv == nil {
+		return nil, opt, &FieldError{"messages", "messages: missing"}
+	}
+	msgs, err := MessagesFromValue(mv)
+	if err != nil {
+		return nil, opt, &FieldError{"messages", err.Error()}
+	}
+	if len(msgs) == 0 {
+		return nil, opt, &FieldError{"messages", "messages: empty"}
+	}
+	if err := OptBool(v, &opt.AddGenerationPrompt, "add_generation_prompt"); err != nil {
+		return nil, opt, err
+	}
+	if t := v.Get("chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
+		opt.DisableThinking = true
+	}
+	return msgs, opt, nil
+}
