@@ -37,6 +37,9 @@ type serveConfig struct {
 	// AdminToken: bearer token the admin API requires (all but /health);
 	// "" = no auth.
 	AdminToken string `yaml:"admin-token"`
+	// AdminPprof: serve Go's runtime profiles under /debug/pprof/ on the
+	// admin listener (behind the token).
+	AdminPprof bool `yaml:"admin-pprof"`
 	// Backends: http://host:port of each inference engine at start; more
 	// can be added through the admin API.
 	Backends []string `yaml:"backends"`
@@ -254,6 +257,7 @@ func (c serveConfig) adminConfig(ready func() error) admin.Config {
 	ac := admin.DefaultConfig()
 	ac.Listen = c.AdminListen
 	ac.BearerToken = c.AdminToken
+	ac.Pprof = c.AdminPprof
 	ac.Ready = ready
 	ac.MaxBodyBytes = int64(c.MaxBody) // /admin/explain takes what the API takes
 	return ac
@@ -300,6 +304,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.StringVar(&v.Listen, "listen", v.Listen, "`host:port` of the OpenAI-compatible API; port 0 picks a free one")
 	fs.StringVar(&v.AdminListen, "admin-listen", v.AdminListen, "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*")
 	fs.StringVar(&v.AdminToken, "admin-token", v.AdminToken, "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)")
+	fs.BoolVar(&v.AdminPprof, "admin-pprof", v.AdminPprof, "serve Go's runtime profiles (CPU, heap, goroutines, trace) under /debug/pprof/ on the admin listener, behind --admin-token")
 	fs.Var((*stringList)(&v.Backends), "backend", "backend `URL` http://host:port; repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends")
 	fs.StringVar(&v.Tokenizer, "tokenizer", v.Tokenizer, "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)")
 	fs.StringVar(&v.ChatTemplate, "chat-template", v.ChatTemplate, "chat template `name` ("+strings.Join(chatpkg.Names(), ", ")+"); empty: detect from tokenizer_config.json next to --tokenizer")

@@ -43,6 +43,11 @@ type Config struct {
 	// IdleTimeout closes keep-alive connections idle this long. Default
 	// 60 s.
 	IdleTimeout time.Duration
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/, behind BearerToken like the rest. Default false: a
+	// profile costs CPU and shows internals. A CPU profile must fit in
+	// WriteTimeout (?seconds=20 with the default 30 s).
+	Pprof bool
 }
 
 // DefaultConfig returns the defaults documented on [Config].

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,6 +156,7 @@ const (
 	epDrain
 	epRoutes
 	epExplain
+	epPprof
 )
 
 var endpoints = [...]struct {
@@ -170,6 +172,7 @@ var endpoints = [...]struct {
 	epDrain:    {"drain", "POST"},
 	epRoutes:   {"routes", "GET, HEAD"},
 	epExplain:  {"explain", "POST"},
+	epPprof:    {"pprof", "GET, HEAD, POST"},
 }
 
 // route maps a request path to its endpoint and, for per-backend routes,
@@ -188,6 +191,9 @@ func route(path string) (endpoint, string) {
 		return epRoutes, ""
 	case "/admin/explain":
 		return epExplain, ""
+	}
+	if strings.HasPrefix(path, "/debug/pprof/") {
+		return epPprof, path[len("/debug/pprof/"):]
 	}
 	rest, ok := strings.CutPrefix(path, "/admin/backends/")
 	if !ok || rest == "" {
@@ -250,6 +256,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 	if ep != epHealth && s.cfg.BearerToken != "" && !s.authorized(w, r) {
 		return
 	}
+	if ep == epPprof && !s.cfg.Pprof {
+		ep = epUnknown // off: as if it did not exist
+	}
 	if ep == epUnknown {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no admin endpoint %s", r.URL.Path))
 		return
@@ -281,6 +290,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 		writeJSON(w, http.StatusOK, s.routes.RouteStats())
 	case epExplain:
 		s.serveExplain(w, r)
+	case epPprof:
+		servePprof(w, r, id)
 	default:
 		panic(fmt.Sprintf("BUG: admin: endpoint %d has no handler", ep))
 	}
@@ -309,6 +320,26 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("WWW-Authenticate", challenge)
 	writeError(w, http.StatusUnauthorized, "unauthorized", msg)
 	return false
+}
+
+// servePprof answers /debug/pprof/{name}: the index, the CPU profile, the
+// execution trace, symbol lookup, or a named runtime profile (heap,
+// goroutine, allocs, block, mutex, threadcreate).
+func servePprof(w http.ResponseWriter, r *http.Request, name string) {
+	switch name {
+	case "":
+		pprof.Index(w, r)
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	case "profile":
+		pprof.Profile(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	default:
+		pprof.Handler(name).ServeHTTP(w, r) // an unknown name: 404 "Unknown profile"
+	}
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter) {

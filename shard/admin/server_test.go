@@ -603,3 +603,38 @@ func FuzzCheckBackendURL(f *testing.F) {
 		}
 	})
 }
+
+func TestPprof(t *testing.T) {
+	t.Parallel()
+	const token = "tok"
+	off, _, _, _ := newTest(t, func(c *Config) { c.BearerToken = token })
+	if a := do(off, "GET", "/debug/pprof/", "", "Authorization", "Bearer "+token); a.code != 404 {
+		t.Errorf("pprof off: %d, want 404", a.code)
+	}
+	s, _, _, _ := newTest(t, func(c *Config) { c.BearerToken = token; c.Pprof = true })
+	for _, tc := range []struct {
+		path, auth string
+		code       int
+		want       string
+	}{
+		{"/debug/pprof/", "", 401, ""},
+		{"/debug/pprof/goroutine?debug=1", "", 401, ""},
+		{"/debug/pprof/", "Bearer " + token, 200, "goroutine"},
+		{"/debug/pprof/goroutine?debug=1", "Bearer " + token, 200, "goroutine profile: total"},
+		{"/debug/pprof/heap?debug=1", "Bearer " + token, 200, "heap profile"},
+		{"/debug/pprof/cmdline", "Bearer " + token, 200, ""},
+		{"/debug/pprof/nope", "Bearer " + token, 404, "Unknown profile"},
+	} {
+		var hdr []string
+		if tc.auth != "" {
+			hdr = []string{"Authorization", tc.auth}
+		}
+		a := do(s, "GET", tc.path, "", hdr...)
+		if a.code != tc.code || !strings.Contains(a.body, tc.want) {
+			t.Errorf("GET %s (auth %q): %d %.80q; want %d containing %q", tc.path, tc.auth, a.code, a.body, tc.code, tc.want)
+		}
+	}
+	if a := do(s, "DELETE", "/debug/pprof/", "", "Authorization", "Bearer "+token); a.code != 405 {
+		t.Errorf("DELETE pprof: %d, want 405", a.code)
+	}
+}
