@@ -317,6 +317,7 @@ const defaultYAML = `# saltus serve: effective configuration (defaults, then --c
 listen: 127.0.0.1:8080
 admin-listen: 127.0.0.1:9180
 admin-token: ""
+admin-pprof: false
 backends: []
 tokenizer: ""
 chat-template: ""
