@@ -40,6 +40,10 @@ type Hooks struct {
 	// on the proxy goroutine (the loop for ForwardOnLoop), or inside
 	// Forward before it returns false.
 	Done func(o Outcome)
+	// Usage asks for Outcome.Usage. It costs a JSON parse of every
+	// non-streamed answer (a copy of each SSE event that has a usage), so
+	// it is off unless a hook reads it.
+	Usage bool
 }
 
 // Outcome is how one Forward ended.
@@ -53,7 +57,7 @@ type Outcome struct {
 	// ResponseHeaderTimeout.
 	ClientGone, UpstreamDied, TimedOut bool
 	TTFB, Total                        time.Duration // TTFB: request sent → head (last attempt)
-	// Usage is the raw "usage" object of the JSON body, or of the last
+	// Usage (only with Hooks.Usage) is the raw "usage" object of the JSON body, or of the last
 	// SSE data event that had a non-null one; nil if none was seen.
 	Usage []byte
 }
@@ -412,7 +416,9 @@ func (p *proxy) relayWhole(b *Backend, resp *fasthttp.Response, bs io.Reader, le
 			p.respondError(p.o.Status, "upstream failed in its response body", "server_error", "bad_gateway")
 			return
 		}
-		p.o.Usage = usageOf(body)
+		if p.hooks.Usage {
+			p.o.Usage = usageOf(body)
+		}
 	}
 	p.sink.Respond(p.o.Status, p.answerHeaders(b, resp, false), body)
 }
@@ -466,7 +472,7 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 				break
 			}
 			ev := buf[off : off+e]
-			if bytes.Contains(ev, usageKey) {
+			if p.hooks.Usage && bytes.Contains(ev, usageKey) {
 				last = append(last[:0], ev...)
 			}
 			if p.write(ev) != nil {

@@ -80,6 +80,27 @@ func (o *outcome) hooks() Hooks {
 	return Hooks{
 		FirstByte: func(*Backend, int) { o.firstByte.Add(1) },
 		Done:      func(x Outcome) { o.ch <- x },
+		Usage:     true,
+	}
+}
+
+// Without Hooks.Usage the answer's body is not parsed for its usage.
+func TestForwardUsageOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","usage":{"prompt_tokens":7}}`)
+	})
+	s, _ := testSet(t, nil)
+	b := mustAdd(t, s, srv.URL)
+	sink, o := newSink(), newOutcome()
+	h := o.hooks()
+	h.Usage = false
+	if !s.Forward(chatReq(), []byte(`{}`), []*Backend{b}, sink, nil, h) {
+		t.Fatal("Forward refused")
+	}
+	if x := o.wait(t); x.Status != 200 || x.Usage != nil {
+		t.Errorf("outcome status %d usage %q; want 200 and no usage", x.Status, x.Usage)
 	}
 }
 

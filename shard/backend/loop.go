@@ -457,9 +457,11 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 	status, hdr, body, conn, ct := p.Status, p.Header, p.Body, p.Conn, p.CT
 	lr.c = nil
 	c.release(reuse, now)
-	if isSSE([]byte(ct)) {
+	switch {
+	case !lr.hooks.Usage:
+	case isSSE([]byte(ct)):
 		lr.o.Usage = sseBodyUsage(body)
-	} else {
+	default:
 		lr.o.Usage = usageOf(body)
 	}
 	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn), body)

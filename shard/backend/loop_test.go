@@ -64,7 +64,7 @@ func (e *loopEnv) use(bs ...*Backend) { e.cands.Store(&bs) }
 func (e *loopEnv) Serve(x *reactor.Exchange) {
 	r := x.Request()
 	e.s.ForwardOnLoop(x.Loop(), r, r.Body, *e.cands.Load(), x, []reactor.Header{{Name: "X-Extra", Value: "1"}},
-		Hooks{Done: func(o Outcome) { e.outs <- o }})
+		Hooks{Done: func(o Outcome) { e.outs <- o }, Usage: true})
 }
 
 func (e *loopEnv) outcome(t *testing.T) Outcome {
