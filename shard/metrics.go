@@ -76,7 +76,7 @@ type routerMetrics struct {
 	ratioSum  atomic.Uint64 // float64 bits are not addable: sum in millionths
 	diverted  *metrics.Counter
 
-	overflow, learned, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
+	overflow, learned, learnSkipped, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
 }
 
 func newRouterMetrics(set *metrics.Set) *routerMetrics {
@@ -84,6 +84,7 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		diverted:        set.NewCounter("saltus_route_diverted_total"),
 		overflow:        set.NewCounter("saltus_shard_mailbox_overflow_total"),
 		learned:         set.NewCounter("saltus_route_learned_total"),
+		learnSkipped:    set.NewCounter("saltus_route_learn_skipped_total"),
 		learnDropped:    set.NewCounter("saltus_route_learn_dropped_total"),
 		learnErrors:     set.NewCounter("saltus_route_learn_errors_total"),
 		completionsLost: set.NewCounter("saltus_shard_tokenizer_completions_lost_total"),

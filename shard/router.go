@@ -307,6 +307,11 @@ type job struct {
 	bounds  []int    // message ends, in blocks
 	owner   int
 	explain chan Decision // Explain's answer; nil for a served request
+	// fresh: the tree already holds the whole chain for freshID, refreshed
+	// less than learnRefresh ago, so a 2xx from freshID has nothing to
+	// teach (see lookup).
+	fresh   bool
+	freshID int
 }
 
 // prepare runs stages 2 and 3: decode the body, render a chat.
@@ -424,10 +429,32 @@ func gone(x exchange) bool {
 // the owner loop.
 func (j *job) lookup() {
 	sh := j.r.shards[j.owner]
-	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, j.r.now())
+	now := j.r.now()
+	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
-	j.finish(decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc), snap, j.owner)
+	d := decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc)
+	j.markFresh(d, sh.hits, now)
+	j.finish(d, snap, j.owner)
+}
+
+// learnRefresh bounds how stale a route may be and still skip its learn:
+// a hot prefix is re-inserted (its holder's TTL clock refreshed) about
+// once per learnRefresh instead of once per request, which on another
+// loop than the owner's saves a cross-loop message per request.
+const learnRefresh = time.Second
+
+// markFresh records whether d's backend holds all of j's blocks in the
+// tree, refreshed within learnRefresh (and within half the route TTL).
+// On the owner loop, with the hits Match returned at now.
+func (j *job) markFresh(d Decision, hits []tree.Hit, now int64) {
+	refresh := min(int64(learnRefresh), int64(j.r.cfg.Tree.TTL/2))
+	for _, h := range hits {
+		if h.Backend == d.Backend && h.Blocks == len(j.keys) && h.Origin == tree.Local && now-h.Used < refresh {
+			j.fresh, j.freshID = true, d.Backend
+			return
+		}
+	}
 }
 
 // decideHere decides without the tree, on j.loop: the prefix policy's
@@ -538,6 +565,10 @@ func (r *Router) learn(j *job, backendID int) { r.learnFrom(-1, j, backendID) }
 // learnFrom is learn called on loop `on` (-1: not on a loop): on the owner
 // loop it inserts at once, elsewhere it posts to the owner.
 func (r *Router) learnFrom(on int, j *job, backendID int) {
+	if j.fresh && backendID == j.freshID {
+		r.m.learnSkipped.Inc()
+		return
+	}
 	sh := r.shards[j.owner]
 	insert := func() {
 		if err := sh.tree.Insert(j.keys, j.bounds, backendID, tree.Local, r.now()); err != nil {

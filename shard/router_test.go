@@ -107,7 +107,8 @@ func TestRouterAffinity(t *testing.T) {
 	}
 
 	s := e.r.routeStats()
-	if s.Learned != 5 || s.Decisions[ReasonTree] != 3 || s.Decisions[ReasonHash] != 2 || s.Nodes == 0 || s.Blocks < int64(total3) {
+	// The repeated request's answer had nothing new to teach.
+	if s.Learned != 4 || s.LearnSkipped != 1 || s.Decisions[ReasonTree] != 3 || s.Decisions[ReasonHash] != 2 || s.Nodes == 0 || s.Blocks < int64(total3) {
 		t.Fatalf("stats %+v", s)
 	}
 	var out bytes.Buffer
@@ -282,4 +283,32 @@ func TestRouterTokenIDsAndByteBlocks(t *testing.T) {
 	// A completion whose prompt starts with the chat's rendered text
 	// shares its first four byte blocks.
 	f("/v1/completions", string(p), 4, 8, ReasonTree)
+}
+
+// markFresh skips the learn only for a whole-chain, local, recently
+// refreshed route of the chosen backend.
+func TestMarkFresh(t *testing.T) {
+	t.Parallel()
+	sec := int64(time.Second)
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		hit  tree.Hit
+		want bool
+	}{
+		{"fresh", time.Hour, tree.Hit{Backend: 2, Blocks: 5, Origin: tree.Local, Used: 10 * sec}, true},
+		{"stale", time.Hour, tree.Hit{Backend: 2, Blocks: 5, Origin: tree.Local, Used: 9 * sec}, false},
+		{"partial", time.Hour, tree.Hit{Backend: 2, Blocks: 4, Origin: tree.Local, Used: 10 * sec}, false},
+		{"remote", time.Hour, tree.Hit{Backend: 2, Blocks: 5, Origin: tree.Remote, Used: 10 * sec}, false},
+		{"other backend", time.Hour, tree.Hit{Backend: 3, Blocks: 5, Origin: tree.Local, Used: 10 * sec}, false},
+		{"half a short TTL", time.Second, tree.Hit{Backend: 2, Blocks: 5, Origin: tree.Local, Used: 10*sec - sec/4}, false},
+	} {
+		cfg := DefaultConfig()
+		cfg.Tree.TTL = tc.ttl
+		j := &job{r: &Router{cfg: cfg}, keys: make([]uint64, 5)}
+		j.markFresh(Decision{Backend: 2}, []tree.Hit{tc.hit}, 10*sec+sec/2)
+		if j.fresh != tc.want || (tc.want && j.freshID != 2) {
+			t.Errorf("%s: fresh %v (id %d), want %v", tc.name, j.fresh, j.freshID, tc.want)
+		}
+	}
 }

@@ -10,6 +10,9 @@ type RouteStats struct {
 	Decisions map[string]int64 `json:"decisions"`
 	Diverted  uint64           `json:"diverted"`
 	Learned   uint64           `json:"learned"`
+	// LearnSkipped counts 2xx answers not learned because the tree
+	// already held the whole prefix for that backend, freshly refreshed.
+	LearnSkipped uint64 `json:"learn_skipped"`
 	// MailboxOverflow counts lookups routed without the tree and learns
 	// dropped because an owner's mailbox was over MailboxDepth.
 	MailboxOverflow uint64 `json:"mailbox_overflow"`
@@ -43,7 +46,7 @@ func (r *Router) routeStats() RouteStats {
 	for i, name := range reasonNames {
 		s.Decisions[name] = int64(r.m.decisions[i].Get())
 	}
-	s.Diverted, s.Learned = r.m.diverted.Get(), r.m.learned.Get()
+	s.Diverted, s.Learned, s.LearnSkipped = r.m.diverted.Get(), r.m.learned.Get(), r.m.learnSkipped.Get()
 	s.MailboxOverflow, s.LearnDropped = r.m.overflow.Get(), r.m.learnDropped.Get()
 	return s
 }

@@ -179,7 +179,7 @@ func (o *oracle) match(chain []uint64, now int64) []Hit {
 		}
 		for _, h := range hs {
 			if o.valid(h, now) {
-				res = addHit(res, 0, int(h.backend), d, h.origin)
+				res = addHit(res, 0, int(h.backend), d, h.origin, h.lastUsed)
 			}
 		}
 	}

@@ -33,6 +33,9 @@ type Hit struct {
 	Backend int
 	Blocks  int
 	Origin  Origin
+	// Used is when an insert last refreshed the holder at Blocks (the
+	// tree's clock, as Match's now).
+	Used int64
 }
 
 // nodeID indexes Tree.nodes. 0 is the root, which is nobody's child,
@@ -184,7 +187,7 @@ func (t *Tree) Match(dst []Hit, chain []uint64, now int64) ([]Hit, int) {
 			if !t.valid(h, now) {
 				continue
 			}
-			dst = addHit(dst, base, int(h.backend), p, h.origin())
+			dst = addHit(dst, base, int(h.backend), p, h.origin(), h.lastUsed())
 		}
 		cur = id
 		if k < int(n.kn) {
@@ -195,14 +198,14 @@ func (t *Tree) Match(dst []Hit, chain []uint64, now int64) ([]Hit, int) {
 	return dst, p
 }
 
-func addHit(dst []Hit, base, backend, blocks int, o Origin) []Hit {
+func addHit(dst []Hit, base, backend, blocks int, o Origin, used int64) []Hit {
 	for i := base; i < len(dst); i++ {
 		if dst[i].Backend == backend {
-			dst[i].Blocks, dst[i].Origin = blocks, o
+			dst[i].Blocks, dst[i].Origin, dst[i].Used = blocks, o, used
 			return dst
 		}
 	}
-	return append(dst, Hit{Backend: backend, Blocks: blocks, Origin: o})
+	return append(dst, Hit{Backend: backend, Blocks: blocks, Origin: o, Used: used})
 }
 
 func commonPrefix(a, b []uint64) int {

@@ -16,9 +16,19 @@ func hits(tb testing.TB, tr *Tree, chain []uint64, now int64) []Hit {
 	return got
 }
 
+// hitsNoTime is hits without Hit.Used, which TestHitUsed checks.
+func hitsNoTime(tb testing.TB, tr *Tree, chain []uint64, now int64) []Hit {
+	tb.Helper()
+	got := hits(tb, tr, chain, now)
+	for i := range got {
+		got[i].Used = 0
+	}
+	return got
+}
+
 func wantHits(tb testing.TB, tr *Tree, chain []uint64, now int64, want ...Hit) {
 	tb.Helper()
-	if got := hits(tb, tr, chain, now); !slices.Equal(got, want) {
+	if got := hitsNoTime(tb, tr, chain, now); !slices.Equal(got, want) {
 		tb.Fatalf("Match = %v, want %v", got, want)
 	}
 	if err := tr.check(); err != nil {
@@ -62,13 +72,13 @@ func TestMatchLongestPrefix(t *testing.T) {
 	b := BlockKeys(nil, 1, append(slices.Clone(sys), tokens(3, 4)...), 1)
 	wantHits(t, tr, a, 1)
 	insert(t, tr, a, []int{8}, 0, Local, 1)
-	wantHits(t, tr, a, 2, Hit{0, 16, Local})
-	wantHits(t, tr, a[:5], 2, Hit{0, 5, Local})
+	wantHits(t, tr, a, 2, Hit{Backend: 0, Blocks: 16, Origin: Local})
+	wantHits(t, tr, a[:5], 2, Hit{Backend: 0, Blocks: 5, Origin: Local})
 	// b shares the 8-block system prompt, then diverges.
-	wantHits(t, tr, b, 2, Hit{0, 8, Local})
+	wantHits(t, tr, b, 2, Hit{Backend: 0, Blocks: 8, Origin: Local})
 	insert(t, tr, b, nil, 1, Remote, 3)
-	wantHits(t, tr, b, 4, Hit{0, 8, Local}, Hit{1, 12, Remote})
-	wantHits(t, tr, a, 4, Hit{0, 16, Local}, Hit{1, 8, Remote})
+	wantHits(t, tr, b, 4, Hit{Backend: 0, Blocks: 8, Origin: Local}, Hit{Backend: 1, Blocks: 12, Origin: Remote})
+	wantHits(t, tr, a, 4, Hit{Backend: 0, Blocks: 16, Origin: Local}, Hit{Backend: 1, Blocks: 8, Origin: Remote})
 	// A longer request reports what is held.
 	long := BlockKeys(nil, 1, append(append(slices.Clone(sys), tokens(2, 8)...), tokens(9, 9)...), 1)
 	got, depth := tr.Match(nil, long, 5)
@@ -101,7 +111,7 @@ func TestInsertIdempotent(t *testing.T) {
 	// Re-insert refreshed the holder: it is still visible one TTL after
 	// the first insert.
 	ttl := int64(DefaultConfig().TTL)
-	wantHits(t, tr, c, 1+ttl, Hit{3, 40, Local})
+	wantHits(t, tr, c, 1+ttl, Hit{Backend: 3, Blocks: 40, Origin: Local})
 	wantHits(t, tr, c, 4+ttl)
 }
 
@@ -112,7 +122,7 @@ func TestLocalUpgradesRemote(t *testing.T) {
 	insert(t, tr, c, nil, 0, Remote, 1)
 	insert(t, tr, c, nil, 0, Local, 2)
 	insert(t, tr, c, nil, 0, Remote, 3)
-	wantHits(t, tr, c, 4, Hit{0, 4, Local})
+	wantHits(t, tr, c, 4, Hit{Backend: 0, Blocks: 4, Origin: Local})
 }
 
 func TestHolderCap(t *testing.T) {
@@ -124,11 +134,11 @@ func TestHolderCap(t *testing.T) {
 	insert(t, tr, c, nil, 0, Local, 1)
 	insert(t, tr, c, nil, 1, Remote, 2)
 	insert(t, tr, c, nil, 2, Local, 3) // evicts the remote one, though newer
-	wantHits(t, tr, c, 4, Hit{0, 4, Local}, Hit{2, 4, Local})
+	wantHits(t, tr, c, 4, Hit{Backend: 0, Blocks: 4, Origin: Local}, Hit{Backend: 2, Blocks: 4, Origin: Local})
 	insert(t, tr, c, nil, 3, Local, 5) // evicts the least recently used local
-	wantHits(t, tr, c, 6, Hit{2, 4, Local}, Hit{3, 4, Local})
+	wantHits(t, tr, c, 6, Hit{Backend: 2, Blocks: 4, Origin: Local}, Hit{Backend: 3, Blocks: 4, Origin: Local})
 	insert(t, tr, c, nil, 4, Remote, 7) // a remote one may evict a local one
-	wantHits(t, tr, c, 8, Hit{3, 4, Local}, Hit{4, 4, Remote})
+	wantHits(t, tr, c, 8, Hit{Backend: 3, Blocks: 4, Origin: Local}, Hit{Backend: 4, Blocks: 4, Origin: Remote})
 	if got := tr.Stats().HolderDrops[DropCap]; got != 3 {
 		t.Fatalf("HolderDrops[cap] = %d, want 3", got)
 	}
@@ -143,12 +153,12 @@ func TestCapacityEvictsLeastRecentlyMatched(t *testing.T) {
 	insert(t, tr, a, nil, 0, Local, 1)
 	insert(t, tr, b, nil, 1, Local, 2)
 	insert(t, tr, c, nil, 2, Local, 3)
-	wantHits(t, tr, a, 4, Hit{0, 4, Local}) // a is now the most recent
+	wantHits(t, tr, a, 4, Hit{Backend: 0, Blocks: 4, Origin: Local}) // a is now the most recent
 	insert(t, tr, d, nil, 3, Local, 5)      // over capacity: b goes
 	wantHits(t, tr, b, 6)
-	wantHits(t, tr, a, 6, Hit{0, 4, Local})
-	wantHits(t, tr, c, 6, Hit{2, 4, Local})
-	wantHits(t, tr, d, 6, Hit{3, 4, Local})
+	wantHits(t, tr, a, 6, Hit{Backend: 0, Blocks: 4, Origin: Local})
+	wantHits(t, tr, c, 6, Hit{Backend: 2, Blocks: 4, Origin: Local})
+	wantHits(t, tr, d, 6, Hit{Backend: 3, Blocks: 4, Origin: Local})
 	s := tr.Stats()
 	if s.NodeEvictions[EvictCapacityLocal] != 1 || s.BlockEvictions[EvictCapacityLocal] != 4 || s.Blocks != 12 {
 		t.Fatalf("Stats = %+v, want one local node (4 blocks) evicted, 12 blocks stored", s)
@@ -166,14 +176,14 @@ func TestCapacityEvictsRemoteFirst(t *testing.T) {
 	insert(t, tr, b, nil, 2, Local, 3)
 	insert(t, tr, c, nil, 3, Local, 4)
 	wantHits(t, tr, r, 5)
-	wantHits(t, tr, a, 5, Hit{0, 4, Local})
+	wantHits(t, tr, a, 5, Hit{Backend: 0, Blocks: 4, Origin: Local})
 	if s := tr.Stats(); s.NodeEvictions[EvictCapacityRemote] != 1 || s.HoldersRemote != 0 {
 		t.Fatalf("Stats = %+v, want one remote eviction and no remote holders", s)
 	}
 	// A remote insert into a tree full of local routes evicts itself.
 	insert(t, tr, seq(5, 4), nil, 1, Remote, 6)
 	wantHits(t, tr, seq(5, 4), 7)
-	wantHits(t, tr, a, 7, Hit{0, 4, Local})
+	wantHits(t, tr, a, 7, Hit{Backend: 0, Blocks: 4, Origin: Local})
 }
 
 func TestCapacityTrimsAtBoundaries(t *testing.T) {
@@ -185,18 +195,18 @@ func TestCapacityTrimsAtBoundaries(t *testing.T) {
 	insert(t, tr, conv, []int{4, 8}, 0, Local, 1)
 	insert(t, tr, seq(2, 4), nil, 1, Local, 2) // 16 blocks: full
 	insert(t, tr, seq(3, 4), nil, 2, Local, 3) // the turn-two leaf goes
-	wantHits(t, tr, conv, 4, Hit{0, 8, Local})
+	wantHits(t, tr, conv, 4, Hit{Backend: 0, Blocks: 8, Origin: Local})
 	insert(t, tr, seq(4, 4), nil, 3, Local, 5) // seq 2 is older than conv now
-	wantHits(t, tr, conv, 6, Hit{0, 8, Local})
+	wantHits(t, tr, conv, 6, Hit{Backend: 0, Blocks: 8, Origin: Local})
 	wantHits(t, tr, seq(2, 4), 6)
 	// Matching conv made it the most recent: seq 3 and 4 go first.
 	insert(t, tr, seq(5, 8), nil, 3, Local, 7)
 	wantHits(t, tr, seq(3, 4), 8)
 	wantHits(t, tr, seq(4, 4), 8)
 	insert(t, tr, seq(6, 4), nil, 3, Local, 9) // then turn one
-	wantHits(t, tr, conv, 10, Hit{0, 4, Local})
+	wantHits(t, tr, conv, 10, Hit{Backend: 0, Blocks: 4, Origin: Local})
 	insert(t, tr, seq(7, 8), nil, 3, Local, 11) // seq 5, not the recent conv
-	wantHits(t, tr, conv, 12, Hit{0, 4, Local})
+	wantHits(t, tr, conv, 12, Hit{Backend: 0, Blocks: 4, Origin: Local})
 	wantHits(t, tr, seq(5, 8), 12)
 }
 
@@ -207,7 +217,7 @@ func TestInsertTruncatesToCapacity(t *testing.T) {
 	tr := mustNew(t, cfg)
 	c := seq(1, 25)
 	insert(t, tr, c, []int{5, 20}, 0, Local, 1)
-	wantHits(t, tr, c, 2, Hit{0, 10, Local})
+	wantHits(t, tr, c, 2, Hit{Backend: 0, Blocks: 10, Origin: Local})
 }
 
 func TestTTL(t *testing.T) {
@@ -218,13 +228,13 @@ func TestTTL(t *testing.T) {
 	c := seq(1, 8)
 	insert(t, tr, c, []int{4}, 0, Local, 0)
 	insert(t, tr, c[:4], nil, 1, Local, 50)
-	wantHits(t, tr, c, 99, Hit{0, 8, Local}, Hit{1, 4, Local})
-	wantHits(t, tr, c, 100, Hit{1, 4, Local}) // backend 0 expired
+	wantHits(t, tr, c, 99, Hit{Backend: 0, Blocks: 8, Origin: Local}, Hit{Backend: 1, Blocks: 4, Origin: Local})
+	wantHits(t, tr, c, 100, Hit{Backend: 1, Blocks: 4, Origin: Local}) // backend 0 expired
 	tr.Maintain(120, 100)
 	if s := tr.Stats(); s.Nodes != 1 || s.NodeEvictions[EvictEmpty] != 1 || s.HolderDrops[DropExpired] != 2 {
 		t.Fatalf("after Maintain: %+v, want 1 node, 1 empty eviction, 2 expired holders", s)
 	}
-	wantHits(t, tr, c, 149, Hit{1, 4, Local})
+	wantHits(t, tr, c, 149, Hit{Backend: 1, Blocks: 4, Origin: Local})
 	wantHits(t, tr, c, 150)
 	tr.Maintain(150, 100)
 	if s := tr.Stats(); s.Nodes != 0 || s.Blocks != 0 || s.HoldersLocal != 0 {
@@ -246,7 +256,7 @@ func TestRemoveBackendBounded(t *testing.T) {
 	if err := tr.RemoveBackend(0); err != nil {
 		t.Fatal(err)
 	}
-	wantHits(t, tr, seq(0, 3), 3, Hit{1, 3, Local}) // invisible at once
+	wantHits(t, tr, seq(0, 3), 3, Hit{Backend: 1, Blocks: 3, Origin: Local}) // invisible at once
 	wantHits(t, tr, seq(2, 3), 3)
 	calls := 0
 	for tr.Stats().HoldersLocal > n/2+1 {
@@ -267,8 +277,8 @@ func TestRemoveBackendBounded(t *testing.T) {
 	}
 	// The index is reusable at once.
 	insert(t, tr, seq(2, 3), nil, 0, Local, 4)
-	wantHits(t, tr, seq(2, 3), 5, Hit{0, 3, Local})
-	wantHits(t, tr, seq(0, 3), 5, Hit{1, 3, Local})
+	wantHits(t, tr, seq(2, 3), 5, Hit{Backend: 0, Blocks: 3, Origin: Local})
+	wantHits(t, tr, seq(0, 3), 5, Hit{Backend: 1, Blocks: 3, Origin: Local})
 }
 
 func TestErrors(t *testing.T) {
@@ -392,5 +402,24 @@ func TestPackedSizes(t *testing.T) {
 		if h.lastUsed() != tc.now || h.origin() != tc.o {
 			t.Fatalf("set(%d, %v) read back %d, %v", tc.now, tc.o, h.lastUsed(), h.origin())
 		}
+	}
+}
+
+// Hit.Used is the last insert's time of the holder at the deepest block
+// Match reports for it.
+func TestHitUsed(t *testing.T) {
+	tr := mustNew(t, DefaultConfig())
+	a := BlockKeys(nil, 1, tokens(1, 8), 1)
+	insert(t, tr, a[:4], nil, 0, Local, 10)
+	insert(t, tr, a, nil, 0, Local, 20) // refreshes the first 4 blocks' holder too
+	insert(t, tr, a[:4], nil, 1, Local, 30)
+	got := hits(t, tr, a, 40)
+	want := []Hit{{Backend: 0, Blocks: 8, Origin: Local, Used: 20}, {Backend: 1, Blocks: 4, Origin: Local, Used: 30}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Match = %v, want %v", got, want)
+	}
+	insert(t, tr, a, nil, 0, Local, 50)
+	if got := hits(t, tr, a, 60); got[0].Used != 50 {
+		t.Errorf("after a refresh Used = %d, want 50", got[0].Used)
 	}
 }
