@@ -2,7 +2,11 @@
 
 package chat
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/valyala/fastjson"
+)
 
 // TestRenderAllocs: with a reused dst, Render allocates at most once (the
 // arena of joined runs, unsafe.go), and not at all for None.
@@ -26,5 +30,35 @@ func TestRenderAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { dst, _ = r.Render(dst[:0], msgs, Options{AddGenerationPrompt: true}) }); n > want {
 			t.Errorf("%s: %.1f allocations per Render, want at most %.0f", c.name, n, want)
 		}
+	}
+}
+
+// TestScratchAllocs: decoding and rendering through a warm Scratch with a
+// reused parser allocates nothing.
+func TestScratchAllocs(t *testing.T) {
+	r, err := New(Llama3, loadTokenizer(t, "llama3"), loadConfig(t, "llama3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","messages":[{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"image_url"}]},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}`
+	var s Scratch
+	var p fastjson.Parser
+	run := func() {
+		v, err := p.Parse(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, opt, err := s.FromRequest(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Render(r, msgs, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run()
+	if n := testing.AllocsPerRun(100, run); n > 0 {
+		t.Errorf("%.1f allocations per decode and render, want 0", n)
 	}
 }

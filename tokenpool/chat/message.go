@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/valyala/fastjson"
 )
@@ -74,28 +75,80 @@ func MessagesFromValue(v *fastjson.Value) ([]Message, error) {
 	return messagesFromValue(v, 0)
 }
 
-// decoder copies the decoded strings into one arena (unsafe.go).
-type decoder struct{ arena []byte }
+// decoder copies the decoded strings into one arena (unsafe.go), or with
+// view set (Scratch) hands out views of the parser's bytes.
+type decoder struct {
+	arena []byte
+	view  bool
+}
 
 func (d *decoder) str(b []byte) string {
+	if d.view {
+		return viewString(b)
+	}
 	start := len(d.arena)
 	d.arena = append(d.arena, b...)
 	return arenaString(d.arena, start)
 }
 
 func messagesFromValue(v *fastjson.Value, hint int) ([]Message, error) {
+	d := decoder{arena: make([]byte, 0, hint)}
+	return d.messages(nil, v)
+}
+
+func (d *decoder) messages(dst []Message, v *fastjson.Value) ([]Message, error) {
 	if v.Type() != fastjson.TypeArray {
 		return nil, fmt.Errorf("messages: want a JSON array, got %s", v.Type())
 	}
 	arr, _ := v.Array() // the type was checked above
-	msgs := make([]Message, len(arr))
-	d := decoder{arena: make([]byte, 0, hint)}
+	msgs := slices.Grow(dst[:0], len(arr))[:len(arr)]
+	clear(msgs) // a reused dst holds an earlier request's messages
 	for i, mv := range arr {
 		if err := d.message(&msgs[i], mv, i); err != nil {
+			clear(msgs)
 			return nil, err
 		}
 	}
 	return msgs, nil
+}
+
+// Scratch is reusable memory for decoding and rendering one request at a
+// time, for a caller that needs the messages and segments only briefly (a
+// router that hashes them into keys and is done). What its methods return
+// are views: into the parsed value's parser buffer and into the Scratch,
+// valid until the Scratch is used again or that parser parses again, and
+// never to be kept beyond (copy what must outlive them). A Scratch belongs
+// to one goroutine; the zero value is ready.
+type Scratch struct {
+	arena  []byte    // joined content parts
+	render []byte    // Render's arena
+	msgs   []Message // FromRequest's result
+	segs   []Segment // Render's result
+}
+
+// FromRequest is the package's FromRequest without copies: the message
+// strings are views (see Scratch). Errors are the same.
+func (sc *Scratch) FromRequest(v *fastjson.Value) ([]Message, Options, error) {
+	d := decoder{arena: sc.arena[:0], view: true}
+	msgs, opt, err := fromRequest(v, &d, sc.msgs)
+	sc.arena = d.arena
+	if msgs != nil {
+		sc.msgs = msgs
+	}
+	return msgs, opt, err
+}
+
+// Render is Renderer.Render into the Scratch: the segments and their
+// texts are views (see Scratch). On error it returns nil.
+func (sc *Scratch) Render(r *Renderer, msgs []Message, opt Options) ([]Segment, error) {
+	segs, arena, err := r.render(sc.segs[:0], sc.render[:0], msgs, opt)
+	sc.render = arena
+	if err != nil {
+		clear(segs)
+		return nil, err
+	}
+	sc.segs = segs
+	return segs, nil
 }
 
 func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
@@ -194,12 +247,17 @@ func OptBool(v *fastjson.Value, dst *bool, name string) error {
 // chat_template_kwargs.enable_thinking. A bad field is a *FieldError.
 // The router and the simulator decode chat requests through it.
 func FromRequest(v *fastjson.Value) ([]Message, Options, error) {
+	var d decoder
+	return fromRequest(v, &d, nil)
+}
+
+func fromRequest(v *fastjson.Value, d *decoder, dst []Message) ([]Message, Options, error) {
 	opt := Options{AddGenerationPrompt: true}
 	mv := v.Get("messages")
 	if mv == nil {
 		return nil, opt, &FieldError{"messages", "messages: missing"}
 	}
-	msgs, err := MessagesFromValue(mv)
+	msgs, err := d.messages(dst, mv)
 	if err != nil {
 		return nil, opt, &FieldError{"messages", err.Error()}
 	}

@@ -137,7 +137,14 @@ func (e *RoleError) Error() string {
 // template text and content share one allocation per call. On error dst is
 // returned unchanged in length. Any goroutine.
 func (r *Renderer) Render(dst []Segment, msgs []Message, opt Options) ([]Segment, error) {
-	b := builder{segs: dst, base: len(dst), pendingEnd: -1, est: 64}
+	segs, _, err := r.render(dst, nil, msgs, opt)
+	return segs, err
+}
+
+// render is Render with the builder's arena given (nil: allocated when
+// first needed); it returns the arena, grown, for Scratch to reuse.
+func (r *Renderer) render(dst []Segment, arena []byte, msgs []Message, opt Options) ([]Segment, []byte, error) {
+	b := builder{segs: dst, base: len(dst), pendingEnd: -1, est: 64, arena: arena}
 	for i := range msgs {
 		// Template text per message is under 64 bytes in every template.
 		// The estimate only sizes the arena: exceeding it costs a copy.
@@ -165,10 +172,10 @@ func (r *Renderer) Render(dst []Segment, msgs []Message, opt Options) ([]Segment
 		panic("BUG: chat.Renderer with unknown template " + r.name)
 	}
 	if err != nil {
-		return dst, err
+		return dst, b.arena, err
 	}
 	b.flush()
-	return b.segs, nil
+	return b.segs, b.arena, nil
 }
 
 func (r *Renderer) llama3(b *builder, msgs []Message, opt Options) {

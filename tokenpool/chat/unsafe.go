@@ -2,7 +2,7 @@ package chat
 
 import "unsafe"
 
-// The package's only zero-copy conversion (CONVENTIONS.md: they live in
+// The package's only zero-copy conversions (CONVENTIONS.md: they live in
 // one file). Render and ParseMessages append the texts they build to one
 // local byte arena and hand out strings into it: one allocation per call
 // instead of one per message. This is safe because an arena is
@@ -16,4 +16,13 @@ func arenaString(b []byte, start int) string {
 		return ""
 	}
 	return unsafe.String(&b[start], len(b)-start)
+}
+
+// viewString returns b as a string without copying, for Scratch's views:
+// the caller promises not to use the string once b's owner reuses it.
+func viewString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
