@@ -22,7 +22,8 @@ const (
 
 // request is what stage 2 keeps of a body. Every field is a copy (chat
 // copies messages into an arena of its own), never a view into the
-// parser's buffer, which goes back to the pool when decode returns.
+// parser's buffer, which goes back to the pool when decode returns;
+// except msgs from decodeWith with a chat.Scratch: views.
 type request struct {
 	kind  kind
 	model string
@@ -63,9 +64,19 @@ var parsers fastjson.ParserPool
 // resets). Client input never panics: it decodes, or returns a 400 naming
 // the field. Any goroutine.
 func decode(dst *request, k kind, body []byte) *apiError {
-	*dst = request{kind: k}
 	p := parsers.Get()
 	defer parsers.Put(p)
+	return decodeWith(dst, k, body, p, nil)
+}
+
+// decodeWith is decode with the parser given and, when sc is not nil,
+// chat messages as views into p's buffer and sc (chat.Scratch): valid
+// until p or sc is used again. The loop's own parser and Scratch serve
+// its requests this way; their views die when the request's keys are
+// computed (job.keyed), or are copied when it waits for the tokenizer
+// (job.own).
+func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.Scratch) *apiError {
+	*dst = request{kind: k}
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return badRequest("", "request body is not valid JSON: %v", err)
@@ -97,7 +108,7 @@ func decode(dst *request, k kind, body []byte) *apiError {
 		}
 	}
 	if k == kindChat {
-		return decodeChat(dst, v)
+		return decodeChat(dst, v, sc)
 	}
 	return decodeCompletion(dst, v)
 }
@@ -116,8 +127,17 @@ func fieldError(err error) *apiError {
 	return badRequest(fe.Field, "%s", fe.Msg)
 }
 
-func decodeChat(dst *request, v *fastjson.Value) *apiError {
-	msgs, opt, err := chat.FromRequest(v)
+func decodeChat(dst *request, v *fastjson.Value, sc *chat.Scratch) *apiError {
+	var (
+		msgs []chat.Message
+		opt  chat.Options
+		err  error
+	)
+	if sc != nil {
+		msgs, opt, err = sc.FromRequest(v)
+	} else {
+		msgs, opt, err = chat.FromRequest(v)
+	}
 	if err != nil {
 		return fieldError(err)
 	}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
@@ -96,6 +99,7 @@ type shardState struct {
 	views []view
 	sc    scratch
 	known map[int]bool // backend IDs inserted since their last removal
+	dec   decodeScratch
 
 	// Any goroutine.
 	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
@@ -103,6 +107,16 @@ type shardState struct {
 	nodes       atomic.Int64 // tree gauges, published by the loop
 	blocks      atomic.Int64
 	evictions   atomic.Int64
+}
+
+// decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
+// render, tokenize, keys): what it holds is a view valid only while the
+// loop serves one request (see decodeWith).
+type decodeScratch struct {
+	p      fastjson.Parser
+	sc     chat.Scratch
+	texts  []string
+	msgEnd []bool
 }
 
 // NewRouter builds a Router over loops event loops. post(i, fn) runs fn on
@@ -276,7 +290,7 @@ func (r *Router) serve(x exchange) {
 		j.decideHere()
 		return
 	}
-	if e := j.prepare(req.Body); e != nil {
+	if e := j.prepare(req.Body, &r.shards[j.loop].dec); e != nil {
 		r.fail(x, rt, e)
 		return
 	}
@@ -314,25 +328,47 @@ type job struct {
 	freshID int
 }
 
-// prepare runs stages 2 and 3: decode the body, render a chat.
-func (j *job) prepare(body []byte) *apiError {
+// prepare runs stages 2 and 3: decode the body, render a chat. With ds
+// (on the loop that serves the request) the messages, texts and msgEnd
+// are views into ds until keyed or own; without (Explain) they are the
+// job's own.
+func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	k := kindChat
 	if j.route == routeCompletions {
 		k = kindCompletion
 	}
-	if e := decode(&j.d, k, body); e != nil {
+	var e *apiError
+	if ds != nil {
+		e = decodeWith(&j.d, k, body, &ds.p, &ds.sc)
+	} else {
+		e = decode(&j.d, k, body)
+	}
+	if e != nil {
 		return e
 	}
 	switch {
 	case j.d.kind == kindChat:
-		segs, err := j.r.tmpl.Render(nil, j.d.msgs, j.d.opt)
+		var (
+			segs []chat.Segment
+			err  error
+		)
+		if ds != nil {
+			segs, err = ds.sc.Render(j.r.tmpl, j.d.msgs, j.d.opt)
+		} else {
+			segs, err = j.r.tmpl.Render(nil, j.d.msgs, j.d.opt)
+		}
 		if err != nil {
 			return badRequest("messages", "%v", err)
 		}
-		j.texts = make([]string, len(segs))
-		j.msgEnd = make([]bool, len(segs))
-		for i, s := range segs {
-			j.texts[i], j.msgEnd[i] = s.Text, s.MsgEnd >= 0
+		if ds != nil {
+			j.texts, j.msgEnd = ds.texts[:0], ds.msgEnd[:0]
+		}
+		for _, s := range segs {
+			j.texts = append(j.texts, s.Text)
+			j.msgEnd = append(j.msgEnd, s.MsgEnd >= 0)
+		}
+		if ds != nil {
+			ds.texts, ds.msgEnd = j.texts, j.msgEnd
 		}
 	case !j.d.hasIDs:
 		j.texts = []string{j.d.prompt}
@@ -358,7 +394,19 @@ func (j *job) tokenize() {
 	sh := j.r.shards[j.loop]
 	if sh.tok.Tokenize(&sh.res, j.texts, j.tokenized) {
 		j.keyed(&sh.res)
+		return
 	}
+	j.own() // the loop serves other requests before the completion
+}
+
+// own replaces the job's views into the loop's decodeScratch by copies.
+// Loop only.
+func (j *job) own() {
+	texts := make([]string, len(j.texts))
+	for i, t := range j.texts {
+		texts[i] = strings.Clone(t)
+	}
+	j.texts, j.msgEnd, j.d.msgs = texts, slices.Clone(j.msgEnd), nil
 }
 
 // tokenized is the pool's completion, on j.loop.
@@ -387,6 +435,9 @@ func (j *job) keyed(res *tokenpool.Result) {
 			}
 		}
 	}
+	// The keys are the job's own; the texts (views, see prepare) are
+	// needed no more.
+	j.texts, j.msgEnd, j.d.msgs = nil, nil, nil
 	j.dispatch()
 }
 
@@ -688,7 +739,7 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions or /v1/completions)", path)
 	}
 	j := &job{r: r, route: rt, explain: make(chan Decision, 1)}
-	if e := j.prepare(body); e != nil {
+	if e := j.prepare(body, nil); e != nil {
 		return Decision{Backend: -1, Preferred: -1}, e
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))

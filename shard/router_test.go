@@ -312,3 +312,67 @@ func TestMarkFresh(t *testing.T) {
 		}
 	}
 }
+
+// A request waiting for the tokenizer keeps its own copy of the loop's
+// scratch views (job.own): the next request on the same loop reuses the
+// loop's parser and chat.Scratch at once, and must not change what the
+// first one learns, its message boundaries included.
+func TestScratchReuseWhileTokenizing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 2, backends: 4, tokenizer: true})
+	first := chatBody("system", systemA, "user", "Which lamp oil burns cleanest in a Fresnel lens?")
+	other := chatBody("user", "Tell me a short story about a lighthouse cat, in two sentences, please.")
+	xa, xb := newExchange(0, "POST", "/v1/chat/completions", first), newExchange(0, "POST", "/v1/chat/completions", other)
+	e.loops.run(t, 0, func() {
+		e.r.serve(xa) // misses the cold tokenizer cache: goes to a worker
+		e.r.serve(xb) // overwrites the loop's scratch before that completes
+	})
+	for range 2 {
+		select {
+		case <-e.up.calls:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no Forward within 10 s")
+		}
+	}
+	e.loops.settle(t)
+	for _, body := range []string{first, other} {
+		_, matched, total, reason := routed(t, e, 1, "/v1/chat/completions", body)
+		if reason != ReasonTree || matched != total {
+			t.Errorf("repeat of %.40q: %d/%d %s, want the whole chain from the tree", body, matched, total, reason)
+		}
+	}
+	// first's system-message boundary was learned: a branch matches it.
+	branch := chatBody("system", systemA, "user", "How often are the brass fittings polished?")
+	if _, matched, total, reason := routed(t, e, 1, "/v1/chat/completions", branch); reason != ReasonTree || matched == 0 || matched >= total {
+		t.Errorf("branch: %d/%d %s, want a partial tree match", matched, total, reason)
+	}
+}
+
+// own copies every view a job holds into the loop's decodeScratch.
+func TestJobOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 1, tokenizer: true})
+	var ds decodeScratch
+	j := &job{r: e.r, route: routeChat}
+	body := chatBody("system", systemA, "user", "Which lamp oil burns cleanest?")
+	if err := j.prepare([]byte(body), &ds); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, t := range j.texts {
+		texts = append(texts, strings.Clone(t))
+	}
+	ends := slices.Clone(j.msgEnd)
+	j.own()
+	// The loop's next request: other texts, other message ends.
+	k := &job{r: e.r, route: routeChat}
+	if err := k.prepare([]byte(chatBody("user", strings.Repeat("x", len(body)))), &ds); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ds.msgEnd {
+		ds.msgEnd[i] = !ds.msgEnd[i]
+	}
+	if !slices.Equal(j.texts, texts) || !slices.Equal(j.msgEnd, ends) || j.d.msgs != nil {
+		t.Errorf("after own and another request: texts %q ends %v, want %q %v", j.texts, j.msgEnd, texts, ends)
+	}
+}
