@@ -81,7 +81,8 @@ func parse(buf []byte, lim limits, p *progress) (*Request, int, error) {
 		return nil, 0, nil
 	}
 	if bodyLen > 0 {
-		r.Body = bytes.Clone(buf[p.headEnd:total])
+		r.Body = r.newBody(int(bodyLen))
+		copy(r.Body, buf[p.headEnd:total])
 	}
 	return r, total, nil
 }
@@ -247,7 +248,7 @@ func parseChunked(buf []byte, lim limits, p *progress, r *Request) (*Request, in
 			if end < 0 {
 				return needMore(p, pos, body, len(buf)+1)
 			}
-			r.Body = dechunk(buf[p.headEnd:end], body)
+			r.Body = dechunk(r, buf[p.headEnd:end], body)
 			return r, end, nil
 		}
 		next := data + int(size) + 2
@@ -296,13 +297,13 @@ func skipTrailers(buf []byte, pos, max int) (int, error) {
 	}
 }
 
-// dechunk copies the data of an already validated chunked body into one
-// slice of size n (nil when n is 0).
-func dechunk(b []byte, n int) []byte {
+// dechunk copies the data of an already validated chunked body into a
+// body buffer of r's of size n (nil when n is 0).
+func dechunk(r *Request, b []byte, n int) []byte {
 	if n == 0 {
 		return nil
 	}
-	out := make([]byte, 0, n)
+	out := r.newBody(n)[:0]
 	for len(out) < n {
 		i := bytes.IndexByte(b, '\n')
 		size, _ := parseChunkSize(b[:i])

@@ -18,6 +18,10 @@ func TestParse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse(%q): %v", in, err)
 		}
+		if (r.pooled != nil) != (len(r.Body) > 0) {
+			t.Errorf("parse(%q): body %q pooled %v", in, r.Body, r.pooled)
+		}
+		r.pooled = nil // TestBodyPool checks the pool
 		if n != wantN || !reflect.DeepEqual(r, want) {
 			t.Fatalf("parse(%q) = %+v, %d; want %+v, %d", in, r, n, want, wantN)
 		}

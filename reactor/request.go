@@ -13,8 +13,9 @@ type Request struct {
 	Body                []byte // de-chunked, ≤ MaxBodyBytes
 	RemoteAddr          string
 
-	keepAlive bool // the connection stays open after this request's answer
-	expect100 bool // "Expect: 100-continue"
+	keepAlive bool    // the connection stays open after this request's answer
+	expect100 bool    // "Expect: 100-continue"
+	pooled    *[]byte // Body's pooled buffer (body.go); nil if not pooled
 }
 
 // HeaderValue returns the value of the first header named name (ASCII

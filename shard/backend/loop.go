@@ -178,7 +178,9 @@ const maxSamples = 4096
 // and answered with one RespondLoop, so streamed (SSE) answers belong on
 // Forward, which relays them event by event with backpressure. The client
 // leaving closes the upstream connection at once, head or not. Without
-// UseLoops, or for a sink of another loop, it is Forward. Loop only (loop
+// UseLoops, or for a sink of another loop, it is Forward. When it ends it
+// releases req's body (reactor.Request.ReleaseBody): the caller keeps no
+// use of req.Body (or of body, when body is req.Body). Loop only (loop
 // loop's).
 func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*Backend, sink LoopSink, extraHdr []reactor.Header, h Hooks) bool {
 	if s.lp == nil || loop < 0 || loop >= len(s.lstates) || sink.Loop() != loop {
@@ -631,6 +633,10 @@ func (lr *loopReq) finish(now time.Time) {
 	if lr.hooks.Done != nil {
 		lr.hooks.Done(lr.o)
 	}
+	// Nothing resends or reads the body any more: its pooled buffer can
+	// serve another request.
+	lr.body = nil
+	lr.req.ReleaseBody()
 }
 
 // countCodeLoop is countCode for a loop: a code seen before is an atomic
