@@ -154,7 +154,7 @@ func TestCapacityEvictsLeastRecentlyMatched(t *testing.T) {
 	insert(t, tr, b, nil, 1, Local, 2)
 	insert(t, tr, c, nil, 2, Local, 3)
 	wantHits(t, tr, a, 4, Hit{Backend: 0, Blocks: 4, Origin: Local}) // a is now the most recent
-	insert(t, tr, d, nil, 3, Local, 5)      // over capacity: b goes
+	insert(t, tr, d, nil, 3, Local, 5)                               // over capacity: b goes
 	wantHits(t, tr, b, 6)
 	wantHits(t, tr, a, 6, Hit{Backend: 0, Blocks: 4, Origin: Local})
 	wantHits(t, tr, c, 6, Hit{Backend: 2, Blocks: 4, Origin: Local})
