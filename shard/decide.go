@@ -120,6 +120,9 @@ type scratch struct {
 	loads  []int64
 	scores []scored
 	idx    []int // indices of the routable views (least_request)
+	// cands backs the prefix policy's Decision.Candidates: valid until the
+	// loop's next decision (job.finish reads it at once; Explain clones).
+	cands []int
 	// rr is round_robin's cursor: the view index the next turn starts
 	// scanning at. One per loop, so no atomic on the hot path: each loop
 	// cycles through the fleet on its own, starting at its own loop
@@ -232,8 +235,7 @@ func decidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree b
 	d.Backend, d.URL, d.MatchedBlocks = bs[target].id, bs[target].url, matched
 
 	n := min(p.maxCandidates, len(s.loads))
-	d.Candidates = make([]int, 0, n)
-	d.Candidates = append(d.Candidates, d.Backend)
+	d.Candidates = append(s.cands[:0], d.Backend) // the loop's: see scratch.cands
 	for _, sc := range s.scores {
 		if len(d.Candidates) >= n {
 			break
@@ -243,6 +245,7 @@ func decidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree b
 		}
 	}
 	d.Candidates = appendByLoad(d.Candidates, bs, n) // no keys: the others by load
+	s.cands = d.Candidates
 	return d
 }
 

@@ -212,13 +212,17 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 			u.proxies.Add(1)
 			go func() {
 				defer u.proxies.Done()
-				h.FirstByte(b, st)
+				if h.FirstByte != nil { // nil: nothing to learn
+					h.FirstByte(b, st)
+				}
 				h.Done(backend.Outcome{Backend: b, Status: st})
 				u.calls <- c
 			}()
 			return true
 		}
-		h.FirstByte(b, st)
+		if h.FirstByte != nil {
+			h.FirstByte(b, st)
+		}
 		h.Done(backend.Outcome{Backend: b, Status: st})
 	}
 	u.calls <- c

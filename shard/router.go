@@ -326,6 +326,14 @@ type job struct {
 	// teach (see lookup).
 	fresh   bool
 	freshID int
+
+	// Room for the common case, so that a request is one allocation
+	// rather than several: the keys of a prompt up to 64 blocks, its
+	// message bounds, its candidates, its X-Saltus-Route header.
+	keyArr   [64]uint64
+	boundArr [8]int
+	candArr  [4]*backend.Backend
+	hdrArr   [1]reactor.Header
 }
 
 // prepare runs stages 2 and 3: decode the body, render a chat. With ds
@@ -387,7 +395,7 @@ func (j *job) seedModel() string {
 // tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
 func (j *job) tokenize() {
 	if j.d.hasIDs {
-		j.keys = tree.BlockKeys(nil, tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
+		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
 		j.dispatch()
 		return
 	}
@@ -416,8 +424,9 @@ func (j *job) tokenized(res tokenpool.Result) { j.keyed(&res) }
 // Loop only.
 func (j *job) keyed(res *tokenpool.Result) {
 	bs := j.r.cfg.BlockSize
+	j.bounds = j.boundArr[:0]
 	if res.Reason == tokenpool.ReasonNone {
-		j.keys = tree.BlockKeys(nil, tree.ModelSeed(j.seedModel()), res.IDs, bs)
+		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res.IDs, bs)
 		for i, e := range res.Ends {
 			if j.msgEnd[i] && e/bs > 0 {
 				j.bounds = append(j.bounds, e/bs)
@@ -426,7 +435,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	} else {
 		// No tokenizer, or this request bailed out: keys of 64-byte
 		// blocks of the rendered text, boundaries where messages end.
-		j.keys = tokenpool.ByteBlockKeys(nil, tokenpool.ByteBlockSeed(j.seedModel()), j.texts...)
+		j.keys = tokenpool.ByteBlockKeys(j.keyArr[:0], tokenpool.ByteBlockSeed(j.seedModel()), j.texts...)
 		n := 0
 		for i, t := range j.texts {
 			n += len(t)
@@ -539,7 +548,8 @@ func (r *Router) views(dst []view, snap []*backend.Backend) []view {
 func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
-		j.explain <- d // buffered, one send per job
+		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
+		j.explain <- d                            // buffered, one send per job
 		return
 	}
 	r.m.decided(d, r.pol.kind == kindPrefix)
@@ -548,27 +558,22 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			msg: "no backend is available to serve the request"})
 		return
 	}
-	cands := make([]*backend.Backend, 0, len(d.Candidates))
+	cands := j.candArr[:0]
 	for _, id := range d.Candidates {
 		cands = append(cands, snap[indexOfBackend(snap, id)]) // decided from snap
 	}
-	route := strconv.AppendInt(make([]byte, 0, 32), int64(d.MatchedBlocks), 10)
+	var buf [32]byte
+	route := strconv.AppendInt(buf[:0], int64(d.MatchedBlocks), 10)
 	route = append(route, '/')
 	route = strconv.AppendInt(route, int64(d.TotalBlocks), 10)
 	route = append(append(route, ' '), d.Reason...)
 	// X-Saltus-Backend is set by Forward: the backend that answered, which
 	// is not the first candidate after a retry.
-	hdr := []reactor.Header{{Name: HeaderRoute, Value: string(route)}}
+	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
+	hdr := j.hdrArr[:]
 	// Only the prefix policy reads the tree, so only it teaches it.
-	learn := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions)
-	h := backend.Hooks{
-		FirstByte: func(b *backend.Backend, status int) {
-			if learn && status >= 200 && status < 300 && len(j.keys) > 0 {
-				r.learn(j, b.ID)
-			}
-		},
-		Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) },
-	}
+	learn := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions) && len(j.keys) > 0
+	h := backend.Hooks{Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) }}
 	// A refused Forward (proxy pool full) answers 503 itself and reports
 	// it through Hooks.Done like any other outcome, so it is counted there.
 	if ls, ok := j.x.(backend.LoopSink); ok && learn && !j.d.stream && r.up.LoopIO() {
@@ -584,7 +589,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		// client even has its answer, so the next lookup finds it.
 		lh := h
 		lh.FirstByte = func(b *backend.Backend, status int) {
-			if learn && status >= 200 && status < 300 && len(j.keys) > 0 {
+			if status >= 200 && status < 300 {
 				r.learnFrom(loop, j, b.ID)
 			}
 		}
@@ -594,6 +599,13 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		}
 		if r.postTo(loop, func() { r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, lh) }) {
 			return
+		}
+	}
+	if learn {
+		h.FirstByte = func(b *backend.Backend, status int) {
+			if status >= 200 && status < 300 {
+				r.learn(j, b.ID)
+			}
 		}
 	}
 	r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h)
