@@ -99,6 +99,13 @@ type serveConfig struct {
 	// LoadFactor (policy prefix): a backend with more than LoadFactor ×
 	// the median in-flight requests is skipped for the least loaded one.
 	LoadFactor float64 `yaml:"load-factor"`
+	// GCHeapFloor: a pointer-free block that is never written (address
+	// space, not memory) and counts as live heap, so the garbage
+	// collector (GOGC=100) waits until about this much garbage beyond the
+	// live heap has piled up; 0 = none (Go's own 4 MiB minimum). A
+	// router's live heap is small and its garbage is per request, so
+	// without one it collects dozens of times a second under load.
+	GCHeapFloor byteSize `yaml:"gc-heap-floor"`
 	// LogFormat: text or json.
 	LogFormat string `yaml:"log-format"`
 	// LogLevel: debug, info, warn or error.
@@ -129,6 +136,7 @@ func defaultServeConfig() serveConfig {
 		MaxBlocks:       d.MaxBlocks,
 		RouteTTL:        duration(d.RouteTTL),
 		LoadFactor:      d.LoadFactor,
+		GCHeapFloor:     32 << 20,
 		LogFormat:       "text",
 		LogLevel:        "info",
 	}
@@ -192,6 +200,9 @@ func (c serveConfig) Validate() error {
 	}
 	if c.MaxBody < 1<<10 || c.MaxBody > 1<<30 {
 		bad("max-body", "must be between 1KiB and 1GiB, got %v", c.MaxBody)
+	}
+	if c.GCHeapFloor < 0 || c.GCHeapFloor > 4<<30 {
+		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", c.GCHeapFloor)
 	}
 	if c.MaxHeader < 1<<10 || c.MaxHeader > 1<<20 {
 		bad("max-header", "must be between 1KiB and 1MiB, got %v", c.MaxHeader)
@@ -327,6 +338,8 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")
 	fs.IntVar(&v.MaxBlocks, "max-blocks", v.MaxBlocks, "route-table capacity in `blocks` per shard; least recently used routes go first")
 	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
+	fs.Var(&v.GCHeapFloor, "gc-heap-floor", "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: "+
+		"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)")
 	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy prefix: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
 	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
 	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")

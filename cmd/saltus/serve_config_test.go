@@ -87,17 +87,17 @@ log-format: json
 			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
 			"--response-timeout", "4s", "--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms",
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
-			"--load-factor", "1", "--log-format", "json", "--log-level", "DEBUG",
+			"--load-factor", "1", "--gc-heap-floor", "1MiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
 			*c = serveConfig{
-				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok",
+				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok", AdminPprof: true,
 				Backends: []string{"http://[::1]:9"}, Tokenizer: ".", ChatTemplate: "qwen3",
 				BlockSize: 1, Shards: 3, PinShards: true, Policy: "least_request",
 				MaxBody: 2e6, MaxHeader: 1 << 10, MaxConns: 7,
 				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
 				ConnectTimeout: duration(3 * time.Second), ResponseTimeout: duration(4 * time.Second),
 				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond), DrainTimeout: 0,
-				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1,
+				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, GCHeapFloor: 1 << 20,
 				LogFormat: "json", LogLevel: "DEBUG",
 			}
 		}},
@@ -149,6 +149,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.MaxBody = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
 		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
 		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
+		{func(c *serveConfig) { c.GCHeapFloor = 5 << 30 }, `config: gc-heap-floor: must be between 0 and 4GiB, got 5GiB`},
 		{func(c *serveConfig) { c.MaxConns = 0 }, `config: max-conns: must be at least 1, got 0`},
 		{func(c *serveConfig) { c.HeaderTimeout = 0 }, `config: header-timeout: must be positive, got 0s`},
 		{func(c *serveConfig) { c.IdleTimeout = -1 }, `config: idle-timeout: must be positive, got -1ns`},
@@ -339,6 +340,7 @@ drain-timeout: 30s
 max-blocks: 1000000
 route-ttl: 1h
 load-factor: 2
+gc-heap-floor: 32MiB
 log-format: text
 log-level: info
 `

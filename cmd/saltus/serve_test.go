@@ -615,3 +615,16 @@ func metricsSetWith(t *testing.T, line string) *metrics.Set {
 	set.NewCounter(name).Inc()
 	return set
 }
+
+func TestHeapFloor(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int64{0, 1 << 20} {
+		set := metrics.NewSet()
+		b := heapFloor(n, set)
+		var out bytes.Buffer
+		set.WritePrometheus(&out)
+		if int64(len(b)) != n || !strings.Contains(out.String(), fmt.Sprintf("saltus_gc_heap_floor_bytes %d\n", n)) {
+			t.Errorf("heapFloor(%d): %d bytes, metrics %q", n, len(b), out.String())
+		}
+	}
+}
