@@ -179,7 +179,7 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 		if !httplex.IsToken(name) {
 			return nil, 0, false, badRequest("malformed header name")
 		}
-		value := strings.Trim(line[colon+1:], " \t")
+		value := httplex.TrimOWS(line[colon+1:])
 		if !httplex.ValidValue(value) {
 			return nil, 0, false, badRequest("invalid character in header value")
 		}
@@ -198,7 +198,7 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 			sawTE = true
 		case equalFold(name, "Connection"):
 			for tok := range strings.SplitSeq(value, ",") {
-				tok = strings.Trim(tok, " \t")
+				tok = httplex.TrimOWS(tok)
 				if equalFold(tok, "close") {
 					r.keepAlive = false
 				} else if equalFold(tok, "keep-alive") && r.Proto10 {

@@ -1,6 +1,9 @@
 package httplex
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestLex(t *testing.T) {
 	for s, want := range map[string]bool{"Content-Type": true, "x_y.z~": true, "": false, "a b": false, "a:b": false, "é": false} {
@@ -21,6 +24,14 @@ func TestLex(t *testing.T) {
 	for _, s := range []string{"", "-1", "+1", " 1", "1 ", "0x1", "1234567890123456789"} {
 		if _, ok := ParseDecimal(s); ok {
 			t.Errorf("ParseDecimal(%q) accepted", s)
+		}
+	}
+}
+
+func TestTrimOWS(t *testing.T) {
+	for _, s := range []string{"", " ", "\t \t", "a", " a ", "\ta b\t ", " \r\n x\r", "é \t"} {
+		if got, want := TrimOWS(s), strings.Trim(s, " \t"); got != want {
+			t.Errorf("TrimOWS(%q) = %q, want %q", s, got, want)
 		}
 	}
 }

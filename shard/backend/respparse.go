@@ -368,7 +368,7 @@ func (p *respParser) parseHead(h string) error {
 		if !ok || !httplex.IsToken(name) {
 			return errBadResponse // also obs-fold: a line starting with a space
 		}
-		value = strings.Trim(value, " \t")
+		value = httplex.TrimOWS(value)
 		if !httplex.ValidValue(value) {
 			return errBadResponse
 		}
@@ -393,7 +393,7 @@ func (p *respParser) parseHead(h string) error {
 				conn += "," + value
 			}
 			for tok := range strings.SplitSeq(value, ",") {
-				tok = strings.Trim(tok, " \t")
+				tok = httplex.TrimOWS(tok)
 				closeTok = closeTok || equalFold(tok, "close")
 				keepAlive = keepAlive || equalFold(tok, "keep-alive")
 			}
@@ -420,7 +420,7 @@ func (p *respParser) parseHead(h string) error {
 		if i := strings.LastIndexByte(te, ','); i >= 0 {
 			last = te[i+1:]
 		}
-		if equalFold(strings.Trim(last, " \t"), "chunked") {
+		if equalFold(httplex.TrimOWS(last), "chunked") {
 			p.mode, p.state = bodyChunked, psChunkSize
 		} else {
 			p.mode, p.state = bodyClose, psUntilClose
