@@ -17,6 +17,7 @@ type serverMetrics struct {
 	framing400, framing413, framing431, framing501 *metrics.Counter
 	timeoutHeader, timeoutIdle, timeoutWrite       *metrics.Counter
 	mailboxFull, outboundWaits, posterDropped      *metrics.Counter
+	mailboxPosts, mailboxWakes                     *metrics.Counter
 	upDials, upDialErrors                          *metrics.Counter
 }
 
@@ -45,6 +46,8 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 		mailboxFull:      set.GetOrCreateCounter("saltus_reactor_mailbox_full_total"),
 		outboundWaits:    set.GetOrCreateCounter("saltus_reactor_outbound_waits_total"),
 		posterDropped:    set.GetOrCreateCounter("saltus_reactor_poster_dropped_total"),
+		mailboxPosts:     set.GetOrCreateCounter("saltus_reactor_mailbox_posts_total"),
+		mailboxWakes:     set.GetOrCreateCounter("saltus_reactor_mailbox_wakes_total"),
 		upDials:          set.GetOrCreateCounter("saltus_upstream_dials_total"),
 		upDialErrors:     set.GetOrCreateCounter("saltus_upstream_dial_errors_total"),
 	}

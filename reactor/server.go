@@ -14,6 +14,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/panjf2000/gnet/v2"
+	"github.com/panjf2000/gnet/v2/pkg/queue"
 
 	"github.com/saltus-lb/saltus/rules"
 )
@@ -56,6 +57,12 @@ type loopState struct {
 	idx  int
 	el   gnet.EventLoop
 	mail atomic.Int64 // Post functions queued, not yet run
+
+	// The mailbox (mailbox.go): Post's and Poster's functions.
+	mbox       queue.AsyncTaskQueue
+	inCB       atomic.Bool // the loop is inside a traffic callback: it runs mbox before leaving
+	wakeQueued atomic.Bool // a wake-up (gnet Execute) is queued and has not started
+	wake       gnet.RunnableFunc
 
 	sweepQueued atomic.Bool // a sweep is queued: at most one at a time, even if the loop lags
 
@@ -219,7 +226,8 @@ func (s *Server) loopOf(el gnet.EventLoop) *loopState {
 		for i := range s.loops {
 			ls := s.loops[i].Load()
 			if ls == nil {
-				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{})}
+				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{}), mbox: queue.NewLockFreeQueue()}
+				nls.wake = newWake(nls)
 				nls.sweep = func(context.Context) error {
 					nls.sweepQueued.Store(false)
 					now := time.Now()
@@ -252,8 +260,7 @@ func (s *Server) loopOf(el gnet.EventLoop) *loopState {
 // the index is out of range, or when the server has stopped. fn must not
 // block. Any goroutine, loops included.
 //
-// It is gnet's EventLoop.Execute (a lock-free queue and an eventfd wake-up)
-// bounded by a per-loop counter; no mailbox of our own is needed.
+// It is the loop's mailbox (mailbox.go), bounded by a per-loop counter.
 func (s *Server) Post(loop int, fn func()) bool {
 	if loop < 0 || loop >= len(s.loops) {
 		s.m.mailboxFull.Inc()
@@ -269,15 +276,15 @@ func (s *Server) Post(loop int, fn func()) bool {
 		s.m.mailboxFull.Inc()
 		return false
 	}
-	if !s.execute(ls, func(context.Context) error {
-		ls.mail.Add(-1)
-		fn()
-		return nil
-	}) {
+	if s.stopped.Load() {
 		ls.mail.Add(-1)
 		s.m.mailboxFull.Inc()
 		return false
 	}
+	s.enqueue(ls, func() {
+		ls.mail.Add(-1)
+		fn()
+	})
 	return true
 }
 
@@ -295,12 +302,11 @@ func (s *Server) Poster(loop int) func(func()) {
 	}
 	return func(fn func()) {
 		ls := s.loops[loop].Load()
-		if ls == nil || !s.execute(ls, func(context.Context) error {
-			fn()
-			return nil
-		}) {
+		if ls == nil || s.stopped.Load() {
 			s.m.posterDropped.Inc()
+			return
 		}
+		s.enqueue(ls, fn)
 	}
 }
 
@@ -450,14 +456,18 @@ func (h *engineHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
 
 func (h *engineHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	if u, ok := gc.Context().(*Upstream); ok {
+		u.ls.enter()
 		h.s.upTraffic(u, gc)
+		u.ls.leave()
 		return gnet.None
 	}
 	c, ok := gc.Context().(*conn)
 	if !ok {
 		return gnet.Close
 	}
+	c.ls.enter()
 	c.onTraffic(time.Now())
+	c.ls.leave()
 	return gnet.None
 }
 
