@@ -29,6 +29,7 @@ type conn struct {
 	prog        progress
 	in          []byte      // an incomplete request's bytes, taken from gnet (see onTraffic)
 	queue       []*Exchange // open exchanges in request order; queue[0] is the head
+	queueArr    [2]*Exchange // queue's backing array while it fits (no allocation per request)
 	closing     bool        // parse no more; close once the queue is empty and the answer is out
 	closed      bool
 	closeQueued bool      // gc.Close called; OnClose follows
@@ -150,6 +151,9 @@ func (c *conn) push(req *Request) *Exchange {
 	x := &Exchange{c: c, req: req, wake: make(chan struct{}, 1), counted: true}
 	x.closeAfter = !req.keepAlive
 	c.s.open.Add(1)
+	if c.queue == nil {
+		c.queue = c.queueArr[:0]
+	}
 	c.queue = append(c.queue, x)
 	if len(c.queue) == 1 {
 		x.head.Store(true)
@@ -254,7 +258,8 @@ func (c *conn) endHead() {
 		}
 	}
 	if len(c.queue) == 0 {
-		c.queue = nil // let the old backing array go
+		c.queue = c.queueArr[:0] // let a grown backing array go
+		clear(c.queueArr[:])
 	}
 	c.lastActive = time.Now()
 	if c.closing && len(c.queue) == 0 {

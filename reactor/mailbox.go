@@ -2,6 +2,7 @@ package reactor
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/panjf2000/gnet/v2/pkg/queue"
@@ -23,17 +24,18 @@ import (
 // consistent atomics). Either the sender sees inCB clear and wakes the
 // loop, or the loop sees the message and runs it.
 
-// runPosted is the queue tasks' function: Param is the posted func().
-func runPosted(p any) error {
-	p.(func())()
-	return nil
-}
+// A task's Param is what to run: a mailFn (Post's: counted against
+// MailboxSize) or a func() (Poster's). A func is pointer-shaped, so
+// neither conversion to any allocates, and the count is taken off in
+// leave rather than by a wrapping closure.
+type mailFn func()
 
-// enqueue queues fn on ls and makes sure the loop will run it (unless the
-// server is stopping: callers check s.stopped first).
-func (s *Server) enqueue(ls *loopState, fn func()) {
+// enqueue queues fn (a mailFn or a func()) on ls and makes sure the loop
+// will run it (unless the server is stopping: callers check s.stopped
+// first).
+func (s *Server) enqueue(ls *loopState, fn any) {
 	t := queue.GetTask()
-	t.Exec, t.Param = runPosted, fn
+	t.Param = fn
 	ls.mbox.Enqueue(t)
 	s.m.mailboxPosts.Inc()
 	if ls.inCB.Load() || !ls.wakeQueued.CompareAndSwap(false, true) {
@@ -56,8 +58,17 @@ func (ls *loopState) enter() { ls.inCB.Store(true) }
 func (ls *loopState) leave() {
 	for {
 		for t := ls.mbox.Dequeue(); t != nil; t = ls.mbox.Dequeue() {
-			_ = t.Exec(t.Param) // runPosted returns nil
+			p := t.Param
 			queue.PutTask(t)
+			switch fn := p.(type) {
+			case mailFn:
+				ls.mail.Add(-1)
+				fn()
+			case func():
+				fn()
+			default:
+				panic(fmt.Sprintf("BUG: reactor: mailbox task %T", p))
+			}
 		}
 		ls.inCB.Store(false)
 		if ls.mbox.IsEmpty() {

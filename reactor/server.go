@@ -281,10 +281,7 @@ func (s *Server) Post(loop int, fn func()) bool {
 		s.m.mailboxFull.Inc()
 		return false
 	}
-	s.enqueue(ls, func() {
-		ls.mail.Add(-1)
-		fn()
-	})
+	s.enqueue(ls, mailFn(fn))
 	return true
 }
 

@@ -254,6 +254,50 @@ func (r *Router) postTo(i int, fn func()) bool {
 	return true
 }
 
+// Stages a job is posted for (job.post): one method value per job runs
+// them all, instead of a closure per hop.
+const (
+	stageLookup  uint8 = iota + 1 // j.lookup on the owner loop
+	stageForward                  // the loop path's Forward on the client's loop
+)
+
+// post is postTo for the job's next stage: it runs j.run on loop i. The
+// job is on one loop at a time, so one stage is posted at a time. Any
+// goroutine (a loop).
+func (j *job) post(i int, stage uint8) bool {
+	r := j.r
+	sh := r.shards[i]
+	if sh.mailbox.Add(1) > int64(r.cfg.MailboxDepth) {
+		sh.mailbox.Add(-1)
+		r.m.overflow.Inc()
+		return false
+	}
+	if j.runFn == nil {
+		j.runFn = j.run
+	}
+	j.stage, j.postedTo = stage, i
+	if !r.post(i, j.runFn) {
+		sh.mailbox.Add(-1)
+		r.m.overflow.Inc()
+		return false
+	}
+	return true
+}
+
+// run runs the stage j was posted for. On the loop it was posted to.
+func (j *job) run() {
+	j.r.shards[j.postedTo].mailbox.Add(-1)
+	switch j.stage {
+	case stageLookup:
+		j.lookup()
+	case stageForward:
+		f := &j.fwd
+		j.r.up.ForwardOnLoop(f.loop, j.req, j.req.Body, f.cands, f.sink, f.hdr, f.hooks)
+	default:
+		panic(fmt.Sprintf("BUG: shard: job posted for stage %d", j.stage))
+	}
+}
+
 // now is the trees' clock. Any goroutine.
 func (r *Router) now() int64 { return int64(time.Since(r.epoch)) }
 
@@ -334,6 +378,19 @@ type job struct {
 	boundArr [8]int
 	candArr  [4]*backend.Backend
 	hdrArr   [1]reactor.Header
+
+	// Posting (job.post): the stage, the loop it went to, j.run as a
+	// func made once, and what the forward stage forwards.
+	stage    uint8
+	postedTo int
+	runFn    func()
+	fwd      struct {
+		loop  int
+		cands []*backend.Backend
+		sink  backend.LoopSink
+		hdr   []reactor.Header
+		hooks backend.Hooks
+	}
 }
 
 // prepare runs stages 2 and 3: decode the body, render a chat. With ds
@@ -471,7 +528,7 @@ func (j *job) dispatch() {
 		j.lookup()
 		return
 	}
-	if !j.r.postTo(j.owner, j.lookup) {
+	if !j.post(j.owner, stageLookup) {
 		j.decideHere()
 	}
 }
@@ -597,7 +654,8 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, lh)
 			return
 		}
-		if r.postTo(loop, func() { r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, lh) }) {
+		j.fwd.loop, j.fwd.cands, j.fwd.sink, j.fwd.hdr, j.fwd.hooks = loop, cands, ls, hdr, lh
+		if j.post(loop, stageForward) {
 			return
 		}
 	}

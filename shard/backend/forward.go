@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -160,7 +159,7 @@ func (p *proxy) run(ctx context.Context) {
 	}()
 	p.reqID = p.req.HeaderValue("X-Request-ID")
 	if p.reqID == "" {
-		p.reqID = s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 10)
+		p.reqID = s.newRequestID()
 	}
 	freq := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()

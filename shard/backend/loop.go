@@ -210,7 +210,7 @@ func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candida
 		attempts: min(len(candidates), 1+s.cfg.MaxRetries), start: now}
 	lr.reqID = req.HeaderValue("X-Request-ID")
 	if lr.reqID == "" {
-		lr.reqID = s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 10)
+		lr.reqID = s.newRequestID()
 	}
 	ls.active[lr] = struct{}{}
 	sink.SetGoneHook(lr.clientGone)

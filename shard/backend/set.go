@@ -457,3 +457,11 @@ func (s *Set) spawn(w *rules.Workers, fn func(ctx context.Context)) bool {
 	w.Go(fn)
 	return true
 }
+
+// newRequestID returns the next generated X-Request-ID, prefix-seq, in
+// one allocation. Any goroutine.
+func (s *Set) newRequestID() string {
+	var buf [64]byte
+	b := append(buf[:0], s.idPrefix...)
+	return string(strconv.AppendUint(b, s.idSeq.Add(1), 10))
+}
