@@ -27,10 +27,10 @@ type conn struct {
 
 	// owned by the loop
 	prog        progress
-	in          []byte      // an incomplete request's bytes, taken from gnet (see onTraffic)
-	queue       []*Exchange // open exchanges in request order; queue[0] is the head
+	in          []byte       // an incomplete request's bytes, taken from gnet (see onTraffic)
+	queue       []*Exchange  // open exchanges in request order; queue[0] is the head
 	queueArr    [2]*Exchange // queue's backing array while it fits (no allocation per request)
-	closing     bool        // parse no more; close once the queue is empty and the answer is out
+	closing     bool         // parse no more; close once the queue is empty and the answer is out
 	closed      bool
 	closeQueued bool      // gc.Close called; OnClose follows
 	linger      bool      // a framing error: see closeSent
