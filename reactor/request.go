@@ -1,5 +1,7 @@
 package reactor
 
+import "github.com/saltus-lb/saltus/internal/httplex"
+
 // Header is one header field, name as sent.
 type Header struct{ Name, Value string }
 
@@ -29,27 +31,5 @@ func (r *Request) HeaderValue(name string) string {
 	return ""
 }
 
-// equalFold reports whether a and b are equal under ASCII case folding:
-// header names are ASCII tokens, and strings.EqualFold's Unicode folding
-// would also match "K" (Kelvin sign) with "k".
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x == y {
-			continue
-		}
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
+// equalFold is httplex.EqualFold: ASCII case folding.
+func equalFold(a, b string) bool { return httplex.EqualFold(a, b) }

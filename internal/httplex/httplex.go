@@ -71,3 +71,28 @@ func TrimOWS(s string) string {
 	}
 	return s[i:j]
 }
+
+// EqualFold reports whether a and b are equal under ASCII case folding:
+// header names are ASCII tokens, and strings.EqualFold's Unicode folding
+// would also match "K" (Kelvin sign) with "k".
+func EqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}

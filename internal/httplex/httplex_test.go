@@ -35,3 +35,17 @@ func TestTrimOWS(t *testing.T) {
 		}
 	}
 }
+
+func TestEqualFold(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"Content-Length", "content-length", true}, {"", "", true}, {"TE", "te", true},
+		{"a", "b", false}, {"ab", "a", false}, {"k", "\u212a", false}, {"[", "{", false}, {"@", "`", false},
+	} {
+		if got := EqualFold(tc.a, tc.b); got != tc.want {
+			t.Errorf("EqualFold(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

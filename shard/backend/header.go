@@ -1,6 +1,10 @@
 package backend
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/saltus-lb/saltus/internal/httplex"
+)
 
 // hopByHop reports whether the header name belongs to one connection
 // (RFC 9110 §7.6.1): the fixed list, or a name listed in the message's
@@ -23,7 +27,9 @@ func hopByHop(name, conn string) bool {
 	return false
 }
 
-func equalFold(a, b string) bool { return len(a) == len(b) && strings.EqualFold(a, b) }
+// equalFold is httplex.EqualFold: header names are ASCII tokens (and
+// strings.EqualFold, Unicode-aware, showed in profiles).
+func equalFold(a, b string) bool { return httplex.EqualFold(a, b) }
 
 // isSSE reports whether a Content-Type is text/event-stream.
 func isSSE(ct []byte) bool {

@@ -111,6 +111,7 @@ type loopState struct {
 	samples []sample              // metrics not yet handed to the flusher
 	closed  bool                  // Set.Close ran here
 	wbuf    []byte                // scratch for serializing a request
+	idSeq   uint64                // this loop's generated X-Request-IDs (no shared atomic)
 }
 
 // connPool is one backend's connections on one loop.
@@ -210,7 +211,7 @@ func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candida
 		attempts: min(len(candidates), 1+s.cfg.MaxRetries), start: now}
 	lr.reqID = req.HeaderValue("X-Request-ID")
 	if lr.reqID == "" {
-		lr.reqID = s.newRequestID()
+		lr.reqID = ls.newRequestID()
 	}
 	ls.active[lr] = struct{}{}
 	sink.SetGoneHook(lr.clientGone)
@@ -260,6 +261,19 @@ func (lr *loopReq) send() {
 	if cap(w) <= maxScratch {
 		ls.wbuf = w[:0]
 	}
+}
+
+// newRequestID returns the loop's next generated X-Request-ID:
+// prefix-l<loop>-<seq>, apart from Set.newRequestID's prefix-<seq>.
+// Loop only.
+func (ls *loopState) newRequestID() string {
+	ls.idSeq++
+	var buf [64]byte
+	b := append(buf[:0], ls.s.idPrefix...)
+	b = append(b, 'l')
+	b = strconv.AppendInt(b, int64(ls.idx), 10)
+	b = append(b, '-')
+	return string(strconv.AppendUint(b, ls.idSeq, 10))
 }
 
 // maxScratch bounds the per-loop request buffer kept between requests.
