@@ -160,7 +160,11 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 		return nil, 0, false, err
 	}
 
-	r.Header = make([]Header, 0, strings.Count(s, "\n")-1)
+	if n := strings.Count(s, "\n") - 1; n <= len(r.hdrArr) {
+		r.Header = r.hdrArr[:0]
+	} else {
+		r.Header = make([]Header, 0, n)
+	}
 	r.keepAlive = !r.Proto10
 	bodyLen = -1
 	var sawTE bool

@@ -15,9 +15,10 @@ type Request struct {
 	Body                []byte // de-chunked, ≤ MaxBodyBytes
 	RemoteAddr          string
 
-	keepAlive bool    // the connection stays open after this request's answer
-	expect100 bool    // "Expect: 100-continue"
-	pooled    *[]byte // Body's pooled buffer (body.go); nil if not pooled
+	keepAlive bool      // the connection stays open after this request's answer
+	expect100 bool      // "Expect: 100-continue"
+	pooled    *[]byte   // Body's pooled buffer (body.go); nil if not pooled
+	hdrArr    [8]Header // Header's backing array when it fits: one allocation per request, not two
 }
 
 // HeaderValue returns the value of the first header named name (ASCII

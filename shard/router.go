@@ -457,7 +457,11 @@ func (j *job) tokenize() {
 		return
 	}
 	sh := j.r.shards[j.loop]
-	if sh.tok.Tokenize(&sh.res, j.texts, j.tokenized) {
+	var done func(tokenpool.Result) // byte-block mode: never called, so not made
+	if sh.tok.HasEncoder() {
+		done = j.tokenized
+	}
+	if sh.tok.Tokenize(&sh.res, j.texts, done) {
 		j.keyed(&sh.res)
 		return
 	}

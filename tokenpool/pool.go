@@ -181,6 +181,11 @@ func (p *Pool) Close(ctx context.Context) error {
 	return nil
 }
 
+// HasEncoder reports whether the pool tokenizes at all: without an
+// encoder Tokenize bails out at once (ReasonNoTokenizer) and never calls
+// done, so a caller may pass nil. Any goroutine.
+func (s *Shard) HasEncoder() bool { return s.p.enc != nil }
+
 // Tokenize tokenizes a request's segments (for a chat request, the text
 // runs and special tokens stage 3 rendered, in order). Loop only.
 //

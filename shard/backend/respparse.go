@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/saltus-lb/saltus/internal/httplex"
@@ -40,7 +41,16 @@ type respParser struct {
 	mode      uint8
 	remain    int64 // Content-Length bytes, or the current chunk's, still to come
 	Body      []byte
+
+	// Memory kept from one response to the next on the connection: the
+	// caller is done with Header and Body when it feeds the next request
+	// (the loop path answers from them at once: RespondLoop copies).
+	hdrBuf  []reactor.Header
+	bodyBuf []byte
 }
+
+// maxKeptBody bounds the body buffer a parser keeps between responses.
+const maxKeptBody = 64 << 10
 
 // Parser states.
 const (
@@ -83,7 +93,17 @@ func newRespParser(maxHead, maxBody int) respParser {
 // reset readies p for the next response on the same connection, keeping
 // its limits and its scratch buffers' memory.
 func (p *respParser) reset(noBody bool, spare int) {
-	*p = respParser{maxHead: p.maxHead, maxBody: p.maxBody, noBody: noBody, spare: spare, head: p.head[:0], line: p.line[:0]}
+	hdr, body := p.hdrBuf, p.bodyBuf
+	if cap(p.Header) > cap(hdr) {
+		hdr = p.Header
+	}
+	clear(hdr[:cap(hdr)]) // let the last response's strings go
+	if cap(p.Body) > cap(body) && cap(p.Body) <= maxKeptBody {
+		body = p.Body
+	}
+	*p = respParser{maxHead: p.maxHead, maxBody: p.maxBody, noBody: noBody, spare: spare, head: p.head[:0], line: p.line[:0],
+		hdrBuf: hdr[:0], bodyBuf: body[:0]}
+	p.Body = p.bodyBuf
 }
 
 // headDone reports whether the final (non-1xx) head has been read.
@@ -351,7 +371,7 @@ func (p *respParser) parseHead(h string) error {
 	var (
 		// One allocation, with room for the few headers the answer adds
 		// (loopReq.answerHeaders filters and extends it in place).
-		hdr                    = make([]reactor.Header, 0, strings.Count(rest, "\n")+p.spare)
+		hdr                    = slices.Grow(p.hdrBuf[:0], strings.Count(rest, "\n")+p.spare)
 		cl               int64 = -1
 		te, conn, ct     string
 		haveTE, closeTok bool
@@ -432,7 +452,7 @@ func (p *respParser) parseHead(h string) error {
 		p.mode, p.state = bodyLength, psDone
 	case cl > 0:
 		p.mode, p.state, p.remain = bodyLength, psLength, cl
-		p.Body = make([]byte, 0, cl) // handed to the sink: never reused
+		p.Body = slices.Grow(p.bodyBuf[:0], int(cl)) // reused by the next response (reset)
 	default:
 		p.mode, p.state = bodyClose, psUntilClose
 	}
