@@ -6,8 +6,10 @@
 # Every process is separate: the upstream (bench/cmd/upstream), saltus
 # (bin/saltus serve, byte-block mode: no tokenizer), nginx, and the load
 # generator (bench/cmd/loadgen). Runs alternate saltus, nginx, saltus
-# --pin-shards, ROUNDS times; the table gives medians. nginx is installed
-# with apt-get where missing (root or passwordless sudo needed).
+# --pin-shards, ROUNDS times; the table gives medians: req/s, the ratio to
+# nginx (of medians, and the median of each round's ratio), and the
+# proxy's CPU time per request (user+system, from /proc). nginx is
+# installed with apt-get where missing (root or passwordless sudo needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -39,7 +41,9 @@ go build -o "$work/loadgen" ./bench/cmd/loadgen
 
 "$work/upstream" --listen $UP >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn & pids+=($!)
+SAL_PID=$!
 "$work/saltus" serve --listen $SAL_PIN --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --pin-shards --log-level warn & pids+=($!)
+SAL_PIN_PID=$!
 mkdir -p "$work/tmp"
 cat >"$work/nginx.conf" <<CONF
 worker_processes $SHARDS;
@@ -76,13 +80,24 @@ for t in $SAL $SAL_PIN $NGX; do
     sleep 0.1
   done
 done
-run() { "$work/loadgen" --target "$1" --conns "$CONNS" --duration "$DURATION" --json; }
-for t in $SAL $NGX $SAL_PIN; do run $t >/dev/null; done # warm-up
+NGX_PIDS=$(pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ')
+# cpu PID...: user+system clock ticks of the processes so far.
+cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+# run TARGET PID...: one load run; its JSON gains the proxy's CPU time per
+# request (µs, user+system), less noisy on a shared machine than req/s.
+run() {
+  local t=$1; shift
+  local c0; c0=$(cpu "$@")
+  local out; out=$("$work/loadgen" --target "$t" --conns "$CONNS" --duration "$DURATION" --json)
+  local c1; c1=$(cpu "$@")
+  python3 -c 'import json,sys,os; d=json.loads(sys.argv[1]); d["cpu_us"]=(int(sys.argv[2])*1e6/os.sysconf("SC_CLK_TCK"))/max(d["requests"],1); print(json.dumps(d,separators=(",",":")))' "$out" $((c1 - c0))
+}
+for t in "$SAL $SAL_PID" "$NGX $NGX_PIDS" "$SAL_PIN $SAL_PIN_PID"; do run $t >/dev/null; done # warm-up
 
 declare -A results
 for r in $(seq "$ROUNDS"); do
   for name in saltus nginx saltus-pin; do
-    case $name in saltus) t=$SAL ;; nginx) t=$NGX ;; saltus-pin) t=$SAL_PIN ;; esac
+    case $name in saltus) t="$SAL $SAL_PID" ;; nginx) t="$NGX $NGX_PIDS" ;; saltus-pin) t="$SAL_PIN $SAL_PIN_PID" ;; esac
     results[$name]+="$(run $t) "
     echo "round $r $name: $(echo "${results[$name]}" | awk '{print $NF}')" >&2
   done
@@ -94,8 +109,11 @@ names = ["saltus", "nginx", "saltus --pin-shards"]
 runs = [[json.loads(x) for x in arg.split()] for arg in sys.argv[1:]]
 med = lambda rs, k: statistics.median(r[k] for r in rs)
 ngx = med(runs[1], "rps")
-print(f"| proxy | req/s (median of {len(runs[0])}) | p50 µs | p99 µs | vs nginx |")
-print("|---|--:|--:|--:|--:|")
+# Each round runs saltus right before nginx: the median of those paired
+# ratios is steadier than a ratio of medians when the machine is shared.
+paired = lambda rs: statistics.median(a["rps"] / b["rps"] for a, b in zip(rs, runs[1]))
+print(f"| proxy | req/s (median of {len(runs[0])}) | vs nginx | paired rounds vs nginx | CPU µs/request | p50 µs | p99 µs |")
+print("|---|--:|--:|--:|--:|--:|--:|")
 for n, rs in zip(names, runs):
-    print(f"| {n} | {med(rs,'rps'):.0f} | {med(rs,'p50_us'):.0f} | {med(rs,'p99_us'):.0f} | {med(rs,'rps')/ngx:.2f}x |")
+    print(f"| {n} | {med(rs,'rps'):.0f} | {med(rs,'rps')/ngx:.2f}x | {paired(rs):.2f}x | {med(rs,'cpu_us'):.1f} | {med(rs,'p50_us'):.0f} | {med(rs,'p99_us'):.0f} |")
 PY
