@@ -52,13 +52,18 @@
 // only through a connection (Conn.EventLoop); the engine offers no list of
 // loops. Start therefore connects to itself once per loop: round-robin
 // balancing gives N connections to N loops, each loop's first connection
-// registers it, and the probes are closed. [Server.Post] is then Execute
-// bounded by a per-loop counter of queued functions (MailboxSize): a
-// lock-free queue and an eventfd wake-up, no mailbox of our own
-// (measured: 511 ns and 3 allocations per Post and run, BenchmarkPost).
-// [Server.Poster] is the same without the MailboxSize bound, for callers
-// that bound their own posts and must not lose one (tokenpool's
-// completions). The timeout sweep is one queued function per loop at most.
+// registers it, and the probes are closed. [Server.Post] queues a
+// function on the loop's own mailbox (mailbox.go: gnet's lock-free queue,
+// bounded by a per-loop count, MailboxSize), which the loop runs as it
+// leaves a traffic callback; only a loop outside one is woken, with
+// Execute (an eventfd write). Under load most posts find their loop busy
+// and cost no system call (saltus_reactor_mailbox_wakes_total against
+// _posts_total: about 1 in 10 in `make bench-serve`), where Execute on
+// every post had made the hop to a prompt's owner shard and back the
+// largest cost of routing after the sockets themselves. [Server.Poster] is
+// the same without the MailboxSize bound, for callers that bound their own
+// posts and must not lose one (tokenpool's completions). The timeout sweep
+// is one Execute per loop at most.
 //
 // # Upstream connections
 //

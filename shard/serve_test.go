@@ -62,6 +62,7 @@ func TestRouterDirectAnswers(t *testing.T) {
 	if e.serve(t, x) != nil || x.status != 503 {
 		t.Fatalf("refused: %d", x.status)
 	}
+	e.loops.settle(t) // Done runs on the loop after the answer the test saw
 	if got := e.r.m.requests[routeCompletions][503].Load(); got != 1 {
 		t.Fatalf("503s counted: %d", got)
 	}

@@ -15,15 +15,11 @@ import (
 
 // The loop path: ForwardOnLoop does the upstream I/O of a non-streamed
 // request on the event loop that owns the client's connection, as nginx
-// and Envoy do, with no goroutine in the request path. Measured on the
-// shared 2-core machine (4 KB chat requests, instant fasthttp upstream, 32
-// keep-alive client connections, --shards 2, medians of 3 alternated
-// runs): 31.8k req/s and 26 µs of saltus CPU per request, against 26.5k
-// and 39 µs for the goroutine path (loop → proxy goroutine → Go netpoller
-// → Execute back to the loop); nginx 44k and 15 µs. Of what remains, a
-// request whose owner shard is not its connection's loop pays two
-// cross-loop posts (lookup, and back here): --shards 1 measured 19 µs per
-// request.
+// and Envoy do, with no goroutine in the request path. When it came in,
+// it cut saltus's CPU per request from 39 µs (the goroutine path: loop →
+// proxy goroutine → Go netpoller → back to the loop) to 26 µs; the
+// README's Performance section has the current numbers (`make
+// bench-serve`).
 //
 // Per (loop, backend) a pool of keep-alive upstream connections
 // (reactor.Upstream), used LIFO, bounded by MaxConnsPerBackend divided
