@@ -381,15 +381,18 @@ func TestShutdownWaitsForExchanges(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "GET /delay?ms=200 HTTP/1.1\r\n\r\n")
+	// The answer comes 1 s after the request: Shutdown, 50 ms after it,
+	// starts draining first even on a loaded machine (with 200 ms it once
+	// did not, under -race -count 3).
+	send(t, nc, "GET /delay?ms=1000 HTTP/1.1\r\n\r\n")
 	time.Sleep(50 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The answer went out, with Connection: close (draining).
-	if r := read(t, br, "GET"); r.status != 200 || r.body != "/delay?ms=200" || !r.close {
+	if r := read(t, br, "GET"); r.status != 200 || r.body != "/delay?ms=1000" || !r.close {
 		t.Fatalf("got %+v", r)
 	}
 	if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
