@@ -633,11 +633,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
 	// Only the prefix policy reads the tree, so only it teaches it.
-	learn := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions) && len(j.keys) > 0
+	routed := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions)
+	learn := routed && len(j.keys) > 0 // a prompt shorter than a block teaches nothing
 	h := backend.Hooks{Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) }}
 	// A refused Forward (proxy pool full) answers 503 itself and reports
 	// it through Hooks.Done like any other outcome, so it is counted there.
-	if ls, ok := j.x.(backend.LoopSink); ok && learn && !j.d.stream && r.up.LoopIO() {
+	if ls, ok := j.x.(backend.LoopSink); ok && routed && !j.d.stream && r.up.LoopIO() {
 		// The loop path: the upstream I/O on the client connection's loop.
 		// Decided on another (the owner shard's): one more hop back, a
 		// post, and if that loop's mailbox is full the goroutine path.
@@ -649,9 +650,11 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		// a learn posted to another owner is queued there before the
 		// client even has its answer, so the next lookup finds it.
 		lh := h
-		lh.FirstByte = func(b *backend.Backend, status int) {
-			if status >= 200 && status < 300 {
-				r.learnFrom(loop, j, b.ID)
+		if learn {
+			lh.FirstByte = func(b *backend.Backend, status int) {
+				if status >= 200 && status < 300 {
+					r.learnFrom(loop, j, b.ID)
+				}
 			}
 		}
 		if loop == cur {

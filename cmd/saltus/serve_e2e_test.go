@@ -428,6 +428,14 @@ func TestServeUpstreamIO(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ups := []*upstream{newUpstream(t, "a")}
 			s := startServeWith(t, ups, func(c *serveConfig) { c.UpstreamIO = mode })
+			// A prompt shorter than one block has no keys (nothing to
+			// learn) and still takes the mode's path.
+			if a := post(t, s.addr, "/v1/chat/completions", chatJSON(false, "user", "hi")); a.status != 200 || !strings.HasPrefix(a.route, "0/0 ") {
+				t.Fatalf("short prompt: %d %q %s", a.status, a.route, a.body)
+			}
+			if dials := s.set.GetOrCreateCounter("saltus_upstream_dials_total").Get(); (mode == "loop") != (dials > 0) {
+				t.Errorf("mode %s: %d upstream dials on the loops after a short prompt", mode, dials)
+			}
 			for i := range 5 {
 				a := post(t, s.addr, "/v1/chat/completions", chatJSON(false, "system", sysA, "user", fmt.Sprintf("Q%d", i)), "X-Request-ID", "rid")
 				if a.status != 200 || a.backend != ups[0].srv.URL || !strings.Contains(a.body, `"request_id":"rid"`) || a.route == "" {
