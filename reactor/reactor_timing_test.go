@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
-	"slices"
 	"testing"
 	"time"
 
