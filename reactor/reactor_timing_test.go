@@ -62,7 +62,10 @@ func BenchmarkServerGET(b *testing.B) {
 	}
 }
 
-func benchServerGET(b *testing.B, loops int, lock bool) {
+// startBenchServer starts a server of okHandler on 127.0.0.1:0 with
+// loops loops (lock: LockOSThread), shut down when the benchmark ends.
+func startBenchServer(b *testing.B, loops int, lock bool) *Server {
+	b.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Loops, cfg.LockOSThread = loops, lock
@@ -73,11 +76,16 @@ func benchServerGET(b *testing.B, loops int, lock bool) {
 	if err := s.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.Shutdown(ctx)
-	}()
+	})
+	return s
+}
+
+func benchServerGET(b *testing.B, loops int, lock bool) {
+	s := startBenchServer(b, loops, lock)
 	benchGET(b, s.Addr(), "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 }
 
@@ -139,21 +147,7 @@ func benchGET(b *testing.B, addr, answer string) {
 // BenchmarkPost: Server.Post from another goroutine to a loop, each
 // function run (so the mailbox bound is never hit).
 func BenchmarkPost(b *testing.B) {
-	cfg := DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Loops = 1
-	s, err := NewServer(cfg, okHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewSet())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	}()
+	s := startBenchServer(b, 1, false)
 	var ran atomic.Int64
 	fn := func() { ran.Add(1) }
 	b.ReportAllocs()
@@ -175,21 +169,7 @@ func BenchmarkPost(b *testing.B) {
 // prompt's owner shard is the other loop. Reports the p50 and p90 round
 // trip in µs (-cpu sets GOMAXPROCS; the README compares 2 and 4).
 func BenchmarkPostRoundTrip(b *testing.B) {
-	cfg := DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Loops = 2
-	s, err := NewServer(cfg, okHandler{}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewSet())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	}()
+	s := startBenchServer(b, 2, false)
 	var rtts []time.Duration
 	done := make(chan time.Duration, 1)
 	for b.Loop() {
