@@ -238,15 +238,18 @@ func (r *Router) postCompletion(i int, fn func()) {
 // when over it or when post refuses. Any goroutine.
 func (r *Router) postTo(i int, fn func()) bool {
 	sh := r.shards[i]
-	if sh.mailbox.Add(1) > int64(r.cfg.MailboxDepth) {
-		sh.mailbox.Add(-1)
-		r.m.overflow.Inc()
-		return false
-	}
-	if !r.post(i, func() {
+	return r.postCounted(i, func() {
 		sh.mailbox.Add(-1)
 		fn()
-	}) {
+	})
+}
+
+// postCounted posts fn to loop i, counted in shard i's mailbox; fn must
+// take itself off the count when it runs. False (counted as overflow)
+// over MailboxDepth or when post refuses. Any goroutine.
+func (r *Router) postCounted(i int, fn func()) bool {
+	sh := r.shards[i]
+	if sh.mailbox.Add(1) > int64(r.cfg.MailboxDepth) || !r.post(i, fn) {
 		sh.mailbox.Add(-1)
 		r.m.overflow.Inc()
 		return false
@@ -265,23 +268,11 @@ const (
 // job is on one loop at a time, so one stage is posted at a time. Any
 // goroutine (a loop).
 func (j *job) post(i int, stage uint8) bool {
-	r := j.r
-	sh := r.shards[i]
-	if sh.mailbox.Add(1) > int64(r.cfg.MailboxDepth) {
-		sh.mailbox.Add(-1)
-		r.m.overflow.Inc()
-		return false
-	}
 	if j.runFn == nil {
 		j.runFn = j.run
 	}
 	j.stage, j.postedTo = stage, i
-	if !r.post(i, j.runFn) {
-		sh.mailbox.Add(-1)
-		r.m.overflow.Inc()
-		return false
-	}
-	return true
+	return j.r.postCounted(i, j.runFn) // run takes it off the count
 }
 
 // run runs the stage j was posted for. On the loop it was posted to.
