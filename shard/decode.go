@@ -84,7 +84,7 @@ func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.
 	if v.Type() != fastjson.TypeObject {
 		return badRequest("", "request body must be a JSON object, got %s", v.Type())
 	}
-	mv := v.Get("model")
+	mv := chat.Field(v, "model")
 	if mv == nil {
 		return badRequest("model", "model: missing")
 	}
@@ -98,7 +98,7 @@ func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.
 	if e := optBool(v, &dst.stream, "stream"); e != nil {
 		return e
 	}
-	if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
+	if so := chat.Field(v, "stream_options"); so != nil && so.Type() != fastjson.TypeNull {
 		if so.Type() != fastjson.TypeObject {
 			return badRequest("stream_options", "stream_options: want an object, got %s", so.Type())
 		}
@@ -148,7 +148,7 @@ func decodeChat(dst *request, v *fastjson.Value, sc *chat.Scratch) *apiError {
 func decodeCompletion(dst *request, v *fastjson.Value) *apiError {
 	// vLLM's prompt_token_ids wins over prompt when both are given: it is
 	// what the engine tokenizes no further.
-	if pv := v.Get("prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
+	if pv := chat.Field(v, "prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
 		if pv.Type() != fastjson.TypeArray {
 			return badRequest("prompt_token_ids", "prompt_token_ids: want an array of token ids, got %s", pv.Type())
 		}
@@ -159,7 +159,7 @@ func decodeCompletion(dst *request, v *fastjson.Value) *apiError {
 		dst.ids, dst.hasIDs = ids, true
 		return nil
 	}
-	pv := v.Get("prompt")
+	pv := chat.Field(v, "prompt")
 	if pv == nil || pv.Type() == fastjson.TypeNull {
 		return badRequest("prompt", "prompt: missing")
 	}

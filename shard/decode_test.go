@@ -173,3 +173,25 @@ func checkErrorBody(t *testing.T, body []byte, typ, code, param string) errorBod
 	}
 	return e
 }
+
+// TestDecodeDuplicateKeysLastWins: a repeated field is read as the Python
+// engines read it, the last occurrence wins, for every field routing acts on.
+func TestDecodeDuplicateKeysLastWins(t *testing.T) {
+	t.Parallel()
+	var r request
+	body := `{"model":"a","model":"b","messages":[{"role":"user","content":"x"}],` +
+		`"messages":[{"role":"user","role":"system","content":"first","content":"last"}],` +
+		`"stream":false,"stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`
+	if e := decode(&r, kindChat, []byte(body)); e != nil {
+		t.Fatal(e)
+	}
+	if r.model != "b" || !r.stream || !r.includeUsage {
+		t.Fatalf("model %q stream %v include_usage %v, want b true true", r.model, r.stream, r.includeUsage)
+	}
+	if len(r.msgs) != 1 || r.msgs[0].Role != "system" || r.msgs[0].Content != "last" {
+		t.Fatalf("messages %+v, want one system message \"last\"", r.msgs)
+	}
+	if e := decode(&r, kindCompletion, []byte(`{"model":"m","prompt":"first","prompt":"last"}`)); e != nil || r.prompt != "last" {
+		t.Fatalf("prompt %q (%v), want last", r.prompt, e)
+	}
+}

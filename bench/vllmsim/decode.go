@@ -76,14 +76,14 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 		return r, badRequest("", "request body must be a JSON object, got %s", v.Type())
 	}
 	// Any model name is served (doc.go, Limits), but it must be a string.
-	if mv := v.Get("model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
+	if mv := chat.Field(v, "model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
 		return r, badRequest("model", "model: want a string, got %s", mv.Type())
 	}
 	if k != kindTokenize {
 		if e := optBool(v, &r.stream, "stream"); e != nil {
 			return r, e
 		}
-		if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
+		if so := chat.Field(v, "stream_options"); so != nil && so.Type() != fastjson.TypeNull {
 			if so.Type() != fastjson.TypeObject {
 				return r, badRequest("stream_options", "stream_options: want an object, got %s", so.Type())
 			}
@@ -101,7 +101,7 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 				break
 			}
 		}
-		if nv := v.Get("n"); nv != nil && nv.Type() != fastjson.TypeNull {
+		if nv := chat.Field(v, "n"); nv != nil && nv.Type() != fastjson.TypeNull {
 			if n, err := nv.Int(); err != nil || n != 1 {
 				return r, badRequest("n", "n: the simulator answers one choice per request, got %.40s", nv)
 			}
@@ -130,7 +130,7 @@ func fieldError(err error) *apiError {
 // optPositive reads an optional integer field of at least 1 (null =
 // absent).
 func optPositive(v *fastjson.Value, dst *int, name string) *apiError {
-	f := v.Get(name)
+	f := chat.Field(v, name)
 	if f == nil || f.Type() == fastjson.TypeNull {
 		return nil
 	}
@@ -158,13 +158,13 @@ func decodePrompt(r *request, v *fastjson.Value) *apiError {
 	}
 	// prompt_token_ids (vLLM) wins over prompt: the engine tokenizes it
 	// no further.
-	if pv := v.Get("prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
+	if pv := chat.Field(v, "prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
 		if pv.Type() != fastjson.TypeArray {
 			return badRequest("prompt_token_ids", "prompt_token_ids: want an array of token ids, got %s", pv.Type())
 		}
 		return tokenIDs(r, pv, "prompt_token_ids")
 	}
-	pv := v.Get("prompt")
+	pv := chat.Field(v, "prompt")
 	if pv == nil || pv.Type() == fastjson.TypeNull {
 		return badRequest("prompt", "prompt: missing")
 	}

@@ -155,7 +155,7 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	if v.Type() != fastjson.TypeObject {
 		return fmt.Errorf("messages[%d]: want an object, got %s", i, v.Type())
 	}
-	role := v.Get("role")
+	role := Field(v, "role")
 	if role == nil {
 		return fmt.Errorf("messages[%d].role: missing", i)
 	}
@@ -166,13 +166,13 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	if m.Role == "" {
 		return fmt.Errorf("messages[%d].role: empty", i)
 	}
-	if rc := v.Get("reasoning_content"); rc != nil && rc.Type() != fastjson.TypeNull {
+	if rc := Field(v, "reasoning_content"); rc != nil && rc.Type() != fastjson.TypeNull {
 		if rc.Type() != fastjson.TypeString {
 			return fmt.Errorf("messages[%d].reasoning_content: want a string or null, got %s", i, rc.Type())
 		}
 		m.Reasoning, m.HasReasoning = d.str(rc.GetStringBytes()), true
 	}
-	c := v.Get("content")
+	c := Field(v, "content")
 	if c == nil {
 		return nil
 	}
@@ -187,7 +187,7 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 			if pv.Type() != fastjson.TypeObject {
 				return fmt.Errorf("messages[%d].content[%d]: want an object, got %s", i, j, pv.Type())
 			}
-			tv := pv.Get("type")
+			tv := Field(pv, "type")
 			if tv == nil || tv.Type() != fastjson.TypeString {
 				return fmt.Errorf("messages[%d].content[%d].type: missing or not a string", i, j)
 			}
@@ -203,7 +203,7 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 				}
 				continue
 			}
-			text := pv.Get("text")
+			text := Field(pv, "text")
 			if text == nil || text.Type() != fastjson.TypeString {
 				return fmt.Errorf("messages[%d].content[%d].text: missing or not a string", i, j)
 			}
@@ -225,7 +225,7 @@ func (e *FieldError) Error() string { return e.Msg }
 // OptBool reads the optional boolean field name of object v into dst
 // (absent or null: dst unchanged); anything else is a *FieldError.
 func OptBool(v *fastjson.Value, dst *bool, name string) error {
-	f := v.Get(name)
+	f := Field(v, name)
 	if f == nil {
 		return nil
 	}
@@ -253,7 +253,7 @@ func FromRequest(v *fastjson.Value) ([]Message, Options, error) {
 
 func fromRequest(v *fastjson.Value, d *decoder, dst []Message) ([]Message, Options, error) {
 	opt := Options{AddGenerationPrompt: true}
-	mv := v.Get("messages")
+	mv := Field(v, "messages")
 	if mv == nil {
 		return nil, opt, &FieldError{"messages", "messages: missing"}
 	}
@@ -267,7 +267,7 @@ func fromRequest(v *fastjson.Value, d *decoder, dst []Message) ([]Message, Optio
 	if err := OptBool(v, &opt.AddGenerationPrompt, "add_generation_prompt"); err != nil {
 		return nil, opt, err
 	}
-	if t := v.Get("chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
+	if t := Field(v, "chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
 		opt.DisableThinking = true
 	}
 	return msgs, opt, nil
