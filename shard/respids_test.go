@@ -2,6 +2,8 @@ package shard
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -184,5 +186,50 @@ func TestResponsePaths(t *testing.T) {
 	}
 	if id := modelPathID("/v1/models/org/m"); id != "org/m" {
 		t.Fatalf("model id %q", id)
+	}
+}
+
+// TestRouterResponseIDs: a request naming a remembered response goes to
+// its backend under every policy, with one candidate; an unroutable or
+// unknown one is routed as any request and counted. Explain shows it.
+func TestRouterResponseIDs(t *testing.T) {
+	t.Parallel()
+	for _, pol := range Policies() {
+		t.Run(pol, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOpts{loops: 2, backends: 3, policy: pol})
+			e.r.remember(-1, "resp_x", 2)
+			e.loops.settle(t)
+			body := `{"model":"m","input":"` + strings.Repeat("long enough for a few blocks of keys ", 8) + `","previous_response_id":"resp_x"}`
+			for loop := range 2 {
+				c := e.serve(t, newExchange(loop, "POST", "/v1/responses", body))
+				if c == nil || !slices.Equal(c.candidates, []int{2}) || !strings.HasSuffix(c.header(HeaderRoute), " "+ReasonResponseID) {
+					t.Fatalf("loop %d: %+v", loop, c)
+				}
+				c = e.serve(t, newExchange(loop, "DELETE", "/v1/responses/resp_x", ""))
+				if c == nil || !slices.Equal(c.candidates, []int{2}) || c.header(HeaderRoute) != "0/0 "+ReasonResponseID {
+					t.Fatalf("loop %d: DELETE: %+v", loop, c)
+				}
+			}
+			d, err := e.r.Explain([]byte(body), "/v1/responses")
+			if err != nil || d.Backend != 2 || d.Reason != ReasonResponseID {
+				t.Fatalf("explain: %+v %v", d, err)
+			}
+			e.up.down[2].Store(true)
+			c := e.serve(t, newExchange(0, "POST", "/v1/responses", body))
+			if c == nil || slices.Contains(c.candidates, 2) || strings.HasSuffix(c.header(HeaderRoute), ReasonResponseID) {
+				t.Fatalf("down: %+v", c)
+			}
+			c = e.serve(t, newExchange(1, "GET", "/v1/responses/resp_unknown", ""))
+			if c == nil || strings.HasSuffix(c.header(HeaderRoute), ReasonResponseID) {
+				t.Fatalf("unknown: %+v", c)
+			}
+			hit := e.set.GetOrCreateCounter(`saltus_responses_id_lookups_total{result="hit"}`).Get()
+			unroutable := e.set.GetOrCreateCounter(`saltus_responses_id_lookups_total{result="unroutable"}`).Get()
+			unknown := e.set.GetOrCreateCounter(`saltus_responses_id_lookups_total{result="unknown"}`).Get()
+			if hit != 5 || unroutable != 1 || unknown != 1 {
+				t.Fatalf("hit %d unroutable %d unknown %d", hit, unroutable, unknown)
+			}
+		})
 	}
 }
