@@ -20,15 +20,20 @@ const (
 	routeEmbeddings                 // /v1/embeddings
 	routeOther                      // any other /v1/* path
 	routeModels                     // /v1/models
+	routeNone                       // no route: the reactor's own answers (framing errors, max-conns), OPTIONS *
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models"}
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "none"}
 
 // classify maps a request line to its route, and to the Allow header of a
-// 405 ("" when the method is allowed).
+// 405 ("" when the method is allowed). path is the reactor's normal form
+// (httplex.NormalizePath): no dot segment or encoded slash can walk a
+// path out of /v1/.
 func classify(method, path string) (routeID, string) {
 	switch path {
+	case "*": // the reactor lets only OPTIONS have it
+		return routeNone, allowOnly(method, "OPTIONS")
 	case "/v1/chat/completions":
 		return routeChat, allowOnly(method, "POST")
 	case "/v1/completions":
