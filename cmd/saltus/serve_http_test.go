@@ -143,14 +143,18 @@ var ownAnswers = []struct {
 	method string
 	status int
 }{
-	{"400 framing", func(id string) string { return "GET /v1/models HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "Bad Header\r\n\r\n" }, "GET", 400},
+	{"400 framing", func(id string) string {
+		return "GET /v1/models HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "Bad Header\r\n\r\n"
+	}, "GET", 400},
 	{"400 traversal", func(id string) string { return rawPost("/v1/%2e%2e/tokenize", idLine(id)) }, "POST", 400},
 	{"400 no Host", func(id string) string { return "GET /v1/models HTTP/1.1\r\n" + idLine(id) + "\r\n" }, "GET", 400},
 	{"400 decode", func(id string) string {
 		return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "Content-Length: 2\r\n\r\n{}"
 	}, "POST", 400},
 	{"404", func(id string) string { return "GET /nope HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "\r\n" }, "GET", 404},
-	{"405", func(id string) string { return "GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "\r\n" }, "GET", 405},
+	{"405", func(id string) string {
+		return "GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "\r\n"
+	}, "GET", 405},
 	{"413", func(id string) string {
 		return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + idLine(id) + "Content-Length: 2000\r\n\r\n"
 	}, "POST", 413},
@@ -225,15 +229,15 @@ func TestServeOwnAnswers(t *testing.T) {
 	}
 	m := s.metrics(t)
 	for series, want := range map[string]float64{
-		`saltus_requests_total{route="none",code="400"}`:   6, // framing, traversal, no Host
-		`saltus_requests_total{route="chat",code="400"}`:   2, // decode
+		`saltus_requests_total{route="none",code="400"}`:    6, // framing, traversal, no Host
+		`saltus_requests_total{route="chat",code="400"}`:    2, // decode
 		`saltus_requests_total{route="unknown",code="404"}`: 2,
-		`saltus_requests_total{route="chat",code="405"}`:   2,
-		`saltus_requests_total{route="none",code="413"}`:   4,
-		`saltus_requests_total{route="none",code="431"}`:   2,
-		`saltus_requests_total{route="none",code="501"}`:   2,
-		`saltus_requests_total{route="models",code="200"}`: 2,
-		`saltus_requests_total{route="none",code="200"}`:   1, // OPTIONS *
+		`saltus_requests_total{route="chat",code="405"}`:    2,
+		`saltus_requests_total{route="none",code="413"}`:    4,
+		`saltus_requests_total{route="none",code="431"}`:    2,
+		`saltus_requests_total{route="none",code="501"}`:    2,
+		`saltus_requests_total{route="models",code="200"}`:  2,
+		`saltus_requests_total{route="none",code="200"}`:    1, // OPTIONS *
 	} {
 		if m[series] != want {
 			t.Errorf("%s = %v, want %v", series, m[series], want)
