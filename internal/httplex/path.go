@@ -41,6 +41,9 @@ func NormalizePath(p string) (string, error) {
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
+		if plainPathChar[c] {
+			continue
+		}
 		switch {
 		case c == '%':
 			return normalizeSlow(p)
@@ -253,3 +256,11 @@ func subDelim(c byte) bool {
 	}
 	return false
 }
+
+// plainPathChar is pathChar minus what NormalizePath's fast path must
+// look at: '%' and '.'.
+var plainPathChar = func() (t [256]bool) {
+	t = pathChar
+	t['.'] = false
+	return t
+}()
