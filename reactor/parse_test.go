@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/saltus-lb/saltus/internal/httplex"
 )
 
 var testLimits = limits{maxHead: 1024, maxBody: 4096}
@@ -208,6 +210,7 @@ func FuzzParseSplit(f *testing.F) {
 		"BAD\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 300),
 		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9999\r\n\r\n",
+		"POST /v1/./a/../%63hat?q=%2e HTTP/1.1\r\nHost: x\r\n\r\nGET http://h/v1/%2e%2e/x HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
 		f.Add([]byte(s), []byte{3, 17, 40})
 	}
@@ -225,6 +228,12 @@ func FuzzParseSplit(f *testing.F) {
 			cuts = append(cuts, off)
 		}
 		got, gotErr := parseStream(stream, cuts, lim)
+		for _, r := range want {
+			// Every request's path is in normal form before anyone routes on it.
+			if norm, err := httplex.NormalizePath(r.Path); r.Path != "*" && (err != nil || norm != r.Path) {
+				t.Fatalf("parsed path %q is not normal: %q, %v", r.Path, norm, err)
+			}
+		}
 		if gotErr != wantErr || !reflect.DeepEqual(got, want) {
 			t.Fatalf("split at %v: %d requests, error %d; in one read: %d requests, error %d", cuts, len(got), gotErr, len(want), wantErr)
 		}

@@ -150,25 +150,33 @@ func TestConnectionClose11(t *testing.T) {
 
 func TestFramingErrors(t *testing.T) {
 	t.Parallel()
-	s, _, set := startServer(t, func(c *Config) {
+	s, h, set := startServer(t, func(c *Config) {
 		c.MaxHeaderBytes = 1024
 		c.MaxBodyBytes = 100
 	})
 	cases := []struct {
 		name, req string
 		status    int
+		id        string // the X-Request-ID echoed; "" a generated one
 	}{
-		{"garbage", "HELLO\r\n\r\n", 400},
-		{"bad version", "GET / HTTP/2.0\r\n\r\n", 400},
-		{"bad header", "GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", 400},
-		{"both framings", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
-		{"bad chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
-		{"gzip te", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
-		{"head too large", "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431},
-		{"head too large, incomplete", "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2000), 431},
-		{"body too large", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 413},
-		{"chunked body too large", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413},
+		{"garbage", "HELLO\r\n\r\n", 400, ""},
+		{"bad version", "GET / HTTP/2.0\r\n\r\n", 400, ""},
+		{"bad header", "GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", 400, ""},
+		{"both framings", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, ""},
+		{"bad chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, ""},
+		{"gzip te", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, ""},
+		{"head too large", "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431, ""},
+		{"head too large, incomplete", "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2000), 431, ""},
+		{"body too large", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 413, ""},
+		{"chunked body too large", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413, ""},
+		{"no host", "GET / HTTP/1.1\r\nx-request-id:  abc \r\n\r\n", 400, "abc"},
+		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-Request-ID: r-2\r\n\r\n", 400, "r-2"},
+		{"traversal", "GET /v1/%2e%2e/x HTTP/1.1\r\nHost: a\r\nX-Request-ID: r-3\r\n\r\n", 400, "r-3"},
+		{"head too large, id first", "GET / HTTP/1.1\r\nX-Request-ID: r-4\r\nX: " + strings.Repeat("a", 2000), 431, "r-4"},
+		{"body too large, id", "POST / HTTP/1.1\r\nHost: x\r\nX-Request-ID: r-5\r\nContent-Length: 101\r\n\r\n", 413, "r-5"},
+		{"id too long", "GET / HTTP/1.1\r\nX-Request-ID: " + strings.Repeat("i", 300) + "\r\n\r\n", 400, ""},
 	}
+	ids := map[string]bool{}
 	for _, tc := range cases {
 		nc, br := dial(t, s)
 		send(t, nc, tc.req)
@@ -181,11 +189,19 @@ func TestFramingErrors(t *testing.T) {
 		if r.status != tc.status || !r.close || !strings.HasPrefix(r.body, `{"error":{"message":`) || !strings.HasSuffix(r.body, wantBody) {
 			t.Fatalf("%s: got %+v", tc.name, r)
 		}
+		id := r.hdr.Get("X-Request-ID")
+		if (tc.id != "" && id != tc.id) || (tc.id == "" && (id == "" || ids[id])) {
+			t.Errorf("%s: X-Request-ID %q, want %q (or a new generated one)", tc.name, id, tc.id)
+		}
+		ids[id] = true
 		expectClosed(t, br)
 	}
-	for code, want := range map[string]string{"400": "5", "413": "2", "431": "2", "501": "1"} {
-		if got := counter(set, `saltus_reactor_framing_errors_total{code="`+code+`"}`); got != want {
-			t.Errorf("framing errors %s = %s, want %s", code, got, want)
+	for code, want := range map[int]int{400: 9, 413: 3, 431: 3, 501: 1} {
+		if got := counter(set, fmt.Sprintf(`saltus_reactor_framing_errors_total{code="%d"}`, code)); got != strconv.Itoa(want) {
+			t.Errorf("framing errors %d = %s, want %d", code, got, want)
+		}
+		if got := h.ownCount(code); got != want {
+			t.Errorf("OwnAnswer(%d) called %d times, want %d", code, got, want)
 		}
 	}
 }
@@ -206,17 +222,21 @@ func TestErrorAfterPipelinedAnswer(t *testing.T) {
 
 func TestMaxConns(t *testing.T) {
 	t.Parallel()
-	s, _, set := startServer(t, func(c *Config) { c.MaxConns = 1 })
+	s, h, set := startServer(t, func(c *Config) { c.MaxConns = 1 })
 	nc, br := dial(t, s)
 	send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	read(t, br, "GET")
 	_, br2 := dial(t, s)
-	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":"too_many_connections"`) {
+	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":"too_many_connections"`) ||
+		r.hdr.Get("Retry-After") != "1" || r.hdr.Get("X-Request-ID") == "" {
 		t.Fatalf("got %+v", r)
 	}
 	expectClosed(t, br2)
 	if got := counter(set, `saltus_reactor_connections_rejected_total{reason="max_conns"}`); got != "1" {
 		t.Fatalf("rejected = %s", got)
+	}
+	if got := h.ownCount(503); got != 1 {
+		t.Fatalf("OwnAnswer(503) called %d times, want 1", got)
 	}
 }
 
