@@ -392,8 +392,10 @@ func parseChunkSize(line []byte) (int64, bool) {
 // path is normalized (httplex.NormalizePath) before anyone routes on it,
 // and it is the normal form that is forwarded; the query is kept as sent.
 func splitTarget(r *Request, target string) error {
+	// The query is checked for these bytes only, and kept as sent; the
+	// path gets NormalizePath's stricter check.
 	for i := 0; i < len(target); i++ {
-		if c := target[i]; c <= ' ' || c >= 0x7f {
+		if c := target[i]; c <= ' ' || c == 0x7f {
 			return badRequest("invalid character in request target")
 		}
 	}

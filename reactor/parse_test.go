@@ -42,6 +42,8 @@ func TestParse(t *testing.T) {
 	// The path is normalized, the query kept as sent.
 	f("POST /v1/./x/../chat/%63ompletions?a=%2e%2E HTTP/1.1\r\nHost: h\r\n\r\n",
 		&Request{Method: "POST", Path: "/v1/chat/completions", Query: "a=%2e%2E", Header: []Header{{"Host", "h"}}, keepAlive: true}, 65)
+	f("GET /?q=\xc3\xa9/../%zz HTTP/1.1\r\nHost: h\r\n\r\n",
+		&Request{Method: "GET", Path: "/", Query: "q=\xc3\xa9/../%zz", Header: []Header{{"Host", "h"}}, keepAlive: true}, 39)
 	// HTTP/1.0 needs no Host.
 	f("GET / HTTP/1.0\r\n\r\n", &Request{Method: "GET", Path: "/", Proto10: true, Header: []Header{}}, 18)
 }
