@@ -112,12 +112,20 @@ func appendHeaders(b []byte, hdr []Header) ([]byte, int64) {
 // for it.
 var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
 
-// response503 answers a connection over MaxConns before it is closed.
-var response503 = func() []byte {
-	body := errorBody(http.StatusServiceUnavailable, "too many connections")
-	b := appendStatusLine(nil, http.StatusServiceUnavailable)
-	b = append(b, "Content-Type: application/json\r\nConnection: close\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
+// body503 is the answer to a connection over MaxConns.
+var body503 = errorBody(http.StatusServiceUnavailable,
+	"too many open connections (--max-conns); retry after a second")
+
+// response503 answers a connection over MaxConns before it is closed:
+// Retry-After, since nothing can serve it now, and a generated
+// X-Request-ID (no request was read).
+func response503() []byte {
+	b := appendStatusLine(make([]byte, 0, 256+len(body503)), http.StatusServiceUnavailable)
+	b = append(b, "Content-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\n"...)
+	b = append(b, RequestIDHeader+": "...)
+	b = append(b, NewRequestID()...)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body503)), 10)
 	b = append(b, "\r\n\r\n"...)
-	return append(b, body...)
-}()
+	return append(b, body503...)
+}

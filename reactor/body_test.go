@@ -23,7 +23,7 @@ func TestBodyClass(t *testing.T) {
 // no longer shows it; unpooled sizes and double releases are harmless.
 func TestBodyPool(t *testing.T) {
 	body := bytes.Repeat([]byte("a"), 3000)
-	req := "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3000\r\n\r\n" + string(body)
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n" + string(body)
 	var p progress
 	r, _, err := parse([]byte(req), testLimits, &p)
 	if err != nil || !bytes.Equal(r.Body, body) || r.pooled == nil || cap(*r.pooled) != 4096 {

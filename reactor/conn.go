@@ -94,7 +94,7 @@ func (c *conn) onTraffic(now time.Time) {
 			req, used, err = parse(buf, s.lim, &c.prog)
 		}
 		if err != nil {
-			c.frameError(err.(*httpError))
+			c.frameError(err.(*httpError), buf)
 			return
 		}
 		if req == nil {
@@ -162,15 +162,21 @@ func (c *conn) push(req *Request) *Exchange {
 }
 
 // frameError answers a framing error in turn (after the answers of earlier
-// pipelined requests) and closes the connection. Loop only.
-func (c *conn) frameError(e *httpError) {
+// pipelined requests) and closes the connection; buf holds the refused
+// request's bytes, whose X-Request-ID the answer echoes. Loop only.
+func (c *conn) frameError(e *httpError, buf []byte) {
 	c.s.m.framingError(e.status)
+	c.s.ownAnswer(e.status)
+	id := headRequestID(buf[:min(len(buf), c.s.cfg.MaxHeaderBytes)])
+	if id == "" {
+		id = NewRequestID()
+	}
 	c.closing = true
 	c.linger = true
 	c.in = nil
 	c.headStart = time.Time{}
 	x := c.push(&Request{Method: "ERROR"})
-	hdr := []Header{{"Content-Type", "application/json"}}
+	hdr := []Header{{"Content-Type", "application/json"}, {RequestIDHeader, id}}
 	x.Respond(e.status, hdr, errorBody(e.status, e.msg))
 	c.afterServe(x)
 }

@@ -13,10 +13,21 @@
 // [Exchange] and goes to [Handler.Serve] on the loop, in arrival order.
 // The handler answers now or later, from any goroutine.
 //
+// The request target is normalized before the handler sees it
+// (httplex.NormalizePath: dot segments removed, unreserved escapes
+// decoded, the rest in uppercase hex), so Request.Path is what routing
+// decides on and what a proxy forwards; an encoded "/" or "\", a %2E dot
+// segment, an encoded control character or a path above the root is a
+// 400. Absolute-form targets keep their path and query; "*" is for
+// OPTIONS only. An HTTP/1.1 request needs exactly one valid Host.
+//
 // The reactor answers framing errors itself, with an OpenAI-style JSON
 // body, and closes: 400 malformed HTTP, 431 head over MaxHeaderBytes, 413
-// body over MaxBodyBytes, 501 a Transfer-Encoding other than chunked, 503
-// over MaxConns. A head not complete HeaderTimeout after its first byte, a
+// body over MaxBodyBytes (both name the limit), 501 a Transfer-Encoding
+// other than chunked, 503 over MaxConns (with Retry-After). Each carries
+// the refused request's X-Request-ID when its head had a readable one,
+// else a generated one ([NewRequestID]), and is reported to a Handler
+// that implements [OwnAnswers], which Serve never sees. A head not complete HeaderTimeout after its first byte, a
 // keep-alive connection idle for IdleTimeout, and an answer whose bytes
 // have not drained for IdleTimeout are closed. "Expect: 100-continue" gets
 // "100 Continue" before the body is read (unless earlier pipelined answers

@@ -23,6 +23,15 @@ type Handler interface {
 	Serve(x *Exchange)
 }
 
+// OwnAnswers is an optional interface of a Handler. The reactor calls
+// OwnAnswer for each answer it gives by itself, which Serve never sees:
+// framing errors (400, 413, 431, 501) and the 503 of a connection over
+// MaxConns; so a handler that counts every answer (saltus_requests_total)
+// counts these too, and none twice. On a loop; it must not block.
+type OwnAnswers interface {
+	OwnAnswer(status int)
+}
+
 // Exchange states (Exchange.state).
 const (
 	stateNew       = iota // nothing written

@@ -31,7 +31,7 @@ func TestMailboxRunsEverything(t *testing.T) {
 				return
 			default:
 			}
-			send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+			send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 			if r := read(t, br, "GET"); r.status != 200 {
 				t.Errorf("traffic: %+v", r)
 				return

@@ -2,6 +2,7 @@ package reactor
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -24,6 +25,28 @@ type httpError struct {
 func (e *httpError) Error() string { return e.msg }
 
 func badRequest(msg string) *httpError { return &httpError{http.StatusBadRequest, msg} }
+
+// The messages of 413 and 431 name the limit and the `saltus serve` flag
+// that sets it: the person who reads them is the one who can raise it.
+func headTooLarge(max int) *httpError {
+	return &httpError{http.StatusRequestHeaderFieldsTooLarge,
+		fmt.Sprintf("request head (request line and headers) is over the limit of %d bytes (--max-header)", max)}
+}
+
+func trailersTooLarge(max int) *httpError {
+	return &httpError{http.StatusRequestHeaderFieldsTooLarge,
+		fmt.Sprintf("request trailers are over the limit of %d bytes (--max-header)", max)}
+}
+
+func bodyTooLarge(n int64, max int) *httpError {
+	return &httpError{http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("request body of %d bytes is over the limit of %d bytes (--max-body)", n, max)}
+}
+
+func chunkedTooLarge(atLeast int64, max int) *httpError {
+	return &httpError{http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("chunked request body of at least %d bytes is over the limit of %d bytes (--max-body)", atLeast, max)}
+}
 
 // progress is what an earlier parse of the same, longer-growing buffer
 // learned, so that a request arriving in many small reads is scanned once,
@@ -54,13 +77,13 @@ func parse(buf []byte, lim limits, p *progress) (*Request, int, error) {
 		end := findHeadEnd(buf, lim.maxHead, p)
 		if end < 0 {
 			if len(buf) >= lim.maxHead {
-				return nil, 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request head larger than the limit"}
+				return nil, 0, headTooLarge(lim.maxHead)
 			}
 			p.need = len(buf) + 1
 			return nil, 0, nil
 		}
 		if end > lim.maxHead {
-			return nil, 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request head larger than the limit"}
+			return nil, 0, headTooLarge(lim.maxHead)
 		}
 		p.headEnd = end
 	}
@@ -73,7 +96,7 @@ func parse(buf []byte, lim limits, p *progress) (*Request, int, error) {
 		return parseChunked(buf, lim, p, r)
 	}
 	if bodyLen > int64(lim.maxBody) {
-		return nil, 0, &httpError{http.StatusRequestEntityTooLarge, "request body larger than the limit"}
+		return nil, 0, bodyTooLarge(bodyLen, lim.maxBody)
 	}
 	total := p.headEnd + int(bodyLen)
 	if len(buf) < total {
@@ -168,6 +191,7 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 	r.keepAlive = !r.Proto10
 	bodyLen = -1
 	var sawTE bool
+	hosts := 0
 	for {
 		nl := strings.IndexByte(s, '\n')
 		line := trimCR(s[:nl])
@@ -211,7 +235,20 @@ func parseHead(head []byte) (r *Request, bodyLen int64, chunked bool, err error)
 			}
 		case equalFold(name, "Expect"):
 			r.expect100 = equalFold(value, "100-continue")
+		case equalFold(name, "Host"):
+			// RFC 9112 §3.2: more than one Host, or an invalid one, is a 400.
+			if hosts++; hosts > 1 {
+				return nil, 0, false, badRequest("more than one Host header")
+			}
+			if !httplex.ValidHost(value) {
+				return nil, 0, false, badRequest("invalid Host header")
+			}
 		}
+	}
+	if hosts == 0 && !r.Proto10 {
+		// RFC 9112 §3.2: an HTTP/1.1 request must name its host (HTTP/1.0
+		// predates Host).
+		return nil, 0, false, badRequest("missing Host header (required in HTTP/1.1)")
 	}
 	if sawTE && bodyLen >= 0 {
 		// Both framings at once is how requests are smuggled past a proxy
@@ -241,7 +278,7 @@ func parseChunked(buf []byte, lim limits, p *progress, r *Request) (*Request, in
 			return nil, 0, badRequest("malformed chunk size line")
 		}
 		if size > int64(lim.maxBody-body) {
-			return nil, 0, &httpError{http.StatusRequestEntityTooLarge, "request body larger than the limit"}
+			return nil, 0, chunkedTooLarge(int64(body)+size, lim.maxBody)
 		}
 		data := pos + i + 1
 		if size == 0 {
@@ -280,14 +317,14 @@ func skipTrailers(buf []byte, pos, max int) (int, error) {
 		i := bytes.IndexByte(buf[pos:], '\n')
 		if i < 0 {
 			if len(buf)-start > max {
-				return 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request trailers larger than the limit"}
+				return 0, trailersTooLarge(max)
 			}
 			return -1, nil
 		}
 		line := buf[pos : pos+i]
 		pos += i + 1
 		if pos-start > max {
-			return 0, &httpError{http.StatusRequestHeaderFieldsTooLarge, "request trailers larger than the limit"}
+			return 0, trailersTooLarge(max)
 		}
 		if len(line) > 0 && line[len(line)-1] == '\r' {
 			line = line[:len(line)-1]
@@ -348,34 +385,64 @@ func parseChunkSize(line []byte) (int64, bool) {
 	return n, true
 }
 
-// splitTarget sets r.Path and r.Query from an origin-form target
-// ("/p?q"), or from the path of an absolute-form one ("http://h/p?q").
+// splitTarget sets r.Path and r.Query from the request target (RFC 9112
+// §3.2): origin-form ("/p?q"); absolute-form ("http://h/p?q", scheme in
+// any case, §3.2.2), of which only the path and query are kept (the
+// backend gets its own Host); asterisk-form ("*") for OPTIONS only. The
+// path is normalized (httplex.NormalizePath) before anyone routes on it,
+// and it is the normal form that is forwarded; the query is kept as sent.
 func splitTarget(r *Request, target string) error {
+	// The query is checked for these bytes only, and kept as sent; the
+	// path gets NormalizePath's stricter check.
 	for i := 0; i < len(target); i++ {
 		if c := target[i]; c <= ' ' || c == 0x7f {
 			return badRequest("invalid character in request target")
 		}
 	}
-	if rest, ok := strings.CutPrefix(target, "http://"); ok || strings.HasPrefix(target, "https://") {
-		if !ok {
-			rest = target[len("https://"):]
+	if target == "*" {
+		if r.Method != "OPTIONS" {
+			return badRequest("request target * is for OPTIONS only")
 		}
-		slash := strings.IndexByte(rest, '/')
-		if slash < 0 {
-			target = "/"
-		} else {
-			target = rest[slash:]
-		}
-	}
-	if target == "*" && r.Method == "OPTIONS" {
 		r.Path = "*"
 		return nil
 	}
-	if !strings.HasPrefix(target, "/") {
-		return badRequest("malformed request target")
+	if target != "" && target[0] != '/' {
+		rest, ok := cutScheme(target)
+		if !ok {
+			return badRequest("malformed request target (want /path, or http://host/path)")
+		}
+		end := strings.IndexAny(rest, "/?")
+		if end < 0 {
+			end = len(rest)
+		}
+		if authority := rest[:end]; authority == "" || strings.IndexByte(authority, '@') >= 0 || !httplex.ValidHost(authority) {
+			return badRequest("invalid host in absolute-form request target")
+		}
+		target = rest[end:]
+		if target == "" || target[0] == '?' {
+			target = "/" + target // an empty path is "/" (RFC 9112 §3.2.4)
+		}
 	}
-	r.Path, r.Query, _ = strings.Cut(target, "?")
+	path, query, _ := strings.Cut(target, "?")
+	if strings.IndexByte(query, '#') >= 0 || strings.IndexByte(path, '#') >= 0 {
+		return badRequest("fragment (#) in request target")
+	}
+	norm, err := httplex.NormalizePath(path)
+	if err != nil {
+		return badRequest(err.Error())
+	}
+	r.Path, r.Query = norm, query
 	return nil
+}
+
+// cutScheme returns target after "http://" or "https://", in any case.
+func cutScheme(target string) (string, bool) {
+	for _, scheme := range [...]string{"http://", "https://"} {
+		if len(target) >= len(scheme) && equalFold(target[:len(scheme)], scheme) {
+			return target[len(scheme):], true
+		}
+	}
+	return "", false
 }
 
 func trimCR(s string) string {

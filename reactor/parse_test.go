@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/saltus-lb/saltus/internal/httplex"
 )
 
 var testLimits = limits{maxHead: 1024, maxBody: 4096}
@@ -32,18 +34,27 @@ func TestParse(t *testing.T) {
 		&Request{Method: "GET", Path: "/v1/models", Query: "x=1&y", Header: []Header{{"Host", "a"}, {"X-A", "b c"}}, keepAlive: true}, 54)
 	f("\r\nPOST /p HTTP/1.0\nContent-Length: 3\nConnection: keep-alive\n\nabcdef",
 		&Request{Method: "POST", Path: "/p", Proto10: true, Header: []Header{{"Content-Length", "3"}, {"Connection", "keep-alive"}}, Body: []byte("abc"), keepAlive: true}, 64)
-	f("POST http://h:1/a/b?q HTTP/1.1\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\nExpect: 100-continue\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: 1\r\n\r\n",
-		&Request{Method: "POST", Path: "/a/b", Query: "q", Header: []Header{{"Transfer-Encoding", "Chunked"}, {"Connection", "close"}, {"Expect", "100-continue"}}, Body: []byte("abcde"), expect100: true}, 133)
-	f("OPTIONS * HTTP/1.1\r\n\r\n", &Request{Method: "OPTIONS", Path: "*", Header: []Header{}, keepAlive: true}, 22)
+	f("POST http://h:1/a/b?q HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\nExpect: 100-continue\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: 1\r\n\r\n",
+		&Request{Method: "POST", Path: "/a/b", Query: "q", Header: []Header{{"Host", "x"}, {"Transfer-Encoding", "Chunked"}, {"Connection", "close"}, {"Expect", "100-continue"}}, Body: []byte("abcde"), expect100: true}, 142)
+	f("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", &Request{Method: "OPTIONS", Path: "*", Header: []Header{{"Host", "x"}}, keepAlive: true}, 31)
+	// Absolute-form: scheme in any case, an empty path is "/".
+	f("GET HTTP://h?q HTTP/1.1\r\nHost: h\r\n\r\n", &Request{Method: "GET", Path: "/", Query: "q", Header: []Header{{"Host", "h"}}, keepAlive: true}, 36)
+	// The path is normalized, the query kept as sent.
+	f("POST /v1/./x/../chat/%63ompletions?a=%2e%2E HTTP/1.1\r\nHost: h\r\n\r\n",
+		&Request{Method: "POST", Path: "/v1/chat/completions", Query: "a=%2e%2E", Header: []Header{{"Host", "h"}}, keepAlive: true}, 65)
+	f("GET /?q=\xc3\xa9/../%zz HTTP/1.1\r\nHost: h\r\n\r\n",
+		&Request{Method: "GET", Path: "/", Query: "q=\xc3\xa9/../%zz", Header: []Header{{"Host", "h"}}, keepAlive: true}, 39)
+	// HTTP/1.0 needs no Host.
+	f("GET / HTTP/1.0\r\n\r\n", &Request{Method: "GET", Path: "/", Proto10: true, Header: []Header{}}, 18)
 }
 
 func TestParseNeedMore(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{
-		"", "GET", "GET / HTTP/1.1\r\n", "GET / HTTP/1.1\r\nHost: a\r\n\r",
-		"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcd",
-		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n",
-		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTrailer: x\r\n",
+		"", "GET", "GET / HTTP/1.1\r\nHost: x\r\n", "GET / HTTP/1.1\r\nHost: a\r\n\r",
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcd",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTrailer: x\r\n",
 		"\r\n\r\n\r\n",
 	} {
 		var p progress
@@ -65,30 +76,71 @@ func TestParseErrors(t *testing.T) {
 	}
 	f("GET\r\n\r\n", 400)
 	f("GET / HTTP/1.1 x\r\n\r\n", 400)
-	f(" GET / HTTP/1.1\r\n\r\n", 400)
-	f("G(T / HTTP/1.1\r\n\r\n", 400)
-	f("GET nope HTTP/1.1\r\n\r\n", 400)
-	f("GET /\x01 HTTP/1.1\r\n\r\n", 400)
+	f(" GET / HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET nope HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\n", 400)
 	f("GET / HTTP/1.2\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\n folded\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nA : b\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nA: b\x00\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501)
-	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501)
-	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nx\r\n", 400)
-	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", 400)
-	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nbad trailer\r\n\r\n", 400)
-	f("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"+strings.Repeat("0", 1100), 400)
-	f("GET / HTTP/1.1\r\nX: "+strings.Repeat("a", 1100), 431)
-	f("GET / HTTP/1.1\r\nX: "+strings.Repeat("a", 1020)+"\r\n\r\n", 431)
-	f("POST / HTTP/1.1\r\nContent-Length: 4097\r\n\r\n", 413)
-	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n"+strings.Repeat("a", 2048)+"\r\n801\r\n", 413)
-	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n", 413)
-	f("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nA : b\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nA: b\x00\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501)
+	f("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501)
+	f("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nx\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nbad trailer\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+strings.Repeat("0", 1100), 400)
+	f("GET / HTTP/1.1\r\nHost: x\r\nX: "+strings.Repeat("a", 1100), 431)
+	f("GET / HTTP/1.1\r\nHost: x\r\nX: "+strings.Repeat("a", 1020)+"\r\n\r\n", 431)
+	f("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4097\r\n\r\n", 413)
+	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n"+strings.Repeat("a", 2048)+"\r\n801\r\n", 413)
+	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n", 413)
+	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400)
+	// Host (RFC 9112 §3.2): exactly one, valid, in HTTP/1.1.
+	f("GET / HTTP/1.1\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n", 400)
+	f("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400)
+	f("GET / HTTP/1.1\r\nHost: a@b\r\n\r\n", 400)
+	// Request targets.
+	f("GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET ftp://h/ HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET http://u@h/ HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET http:///x HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET /a#f HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	f("GET /caf\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	for _, target := range []string{"/v1/%2e%2e/tokenize", "/v1/..%2ftokenize", "/../tokenize", "/v1/..%5Ctokenize",
+		"/v1/%00", "http://h/v1/../../tokenize", "/v1/%2E%2e/tokenize?x"} {
+		f("POST "+target+" HTTP/1.1\r\nHost: x\r\n\r\n", 400)
+	}
+}
+
+// TestParseMessages: 413 and 431 name the limit, for the person who can
+// raise it.
+func TestParseMessages(t *testing.T) {
+	t.Parallel()
+	f := func(in, want string) {
+		t.Helper()
+		var p progress
+		_, _, err := parse([]byte(in), testLimits, &p)
+		if err == nil || err.Error() != want {
+			t.Fatalf("parse(%q) error %v, want %q", in, err, want)
+		}
+	}
+	f("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n",
+		"request body of 5000 bytes is over the limit of 4096 bytes (--max-body)")
+	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n"+strings.Repeat("a", 2048)+"\r\n801\r\n",
+		"chunked request body of at least 4097 bytes is over the limit of 4096 bytes (--max-body)")
+	f("GET / HTTP/1.1\r\nHost: x\r\nX: "+strings.Repeat("a", 1100),
+		"request head (request line and headers) is over the limit of 1024 bytes (--max-header)")
+	f("GET /v1/%2e%2e/tokenize HTTP/1.1\r\nHost: x\r\n\r\n",
+		"percent-encoded dot segment (%2E) in request path")
+	f("GET / HTTP/1.1\r\n\r\n", "missing Host header (required in HTTP/1.1)")
 }
 
 func TestHeaderValue(t *testing.T) {
@@ -109,7 +161,7 @@ func TestHeaderValue(t *testing.T) {
 // TestParseCopies: nothing in a request aliases the buffer it came from.
 func TestParseCopies(t *testing.T) {
 	t.Parallel()
-	buf := []byte("POST /a?b HTTP/1.1\r\nH: v\r\nContent-Length: 2\r\n\r\nxy")
+	buf := []byte("POST /a?b HTTP/1.1\r\nHost: x\r\nH: v\r\nContent-Length: 2\r\n\r\nxy")
 	var p progress
 	r, _, err := parse(buf, testLimits, &p)
 	if err != nil {
@@ -118,7 +170,7 @@ func TestParseCopies(t *testing.T) {
 	for i := range buf {
 		buf[i] = '#'
 	}
-	if r.Method != "POST" || r.Path != "/a" || r.Query != "b" || r.Header[0].Value != "v" || string(r.Body) != "xy" {
+	if r.Method != "POST" || r.Path != "/a" || r.Query != "b" || r.Header[1].Value != "v" || string(r.Body) != "xy" {
 		t.Fatalf("request changed with its buffer: %+v", r)
 	}
 }
@@ -153,13 +205,14 @@ func parseStream(stream []byte, cuts []int, lim limits) ([]*Request, int) {
 func FuzzParseSplit(f *testing.F) {
 	for _, s := range []string{
 		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /b?c HTTP/1.0\r\n\r\n",
-		"POST /e HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcPOST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
-		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;e\r\nabc\r\n0\r\nX: y\r\n\r\n",
+		"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabcPOST /e HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;e\r\nabc\r\n0\r\nX: y\r\n\r\n",
 		"\r\nGET / HTTP/1.1\nA: b\n\n",
-		"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
 		"BAD\r\n\r\n",
-		"GET / HTTP/1.1\r\nX: " + strings.Repeat("a", 300),
-		"POST / HTTP/1.1\r\nContent-Length: 9999\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 300),
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9999\r\n\r\n",
+		"POST /v1/./a/../%63hat?q=%2e HTTP/1.1\r\nHost: x\r\n\r\nGET http://h/v1/%2e%2e/x HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
 		f.Add([]byte(s), []byte{3, 17, 40})
 	}
@@ -177,6 +230,12 @@ func FuzzParseSplit(f *testing.F) {
 			cuts = append(cuts, off)
 		}
 		got, gotErr := parseStream(stream, cuts, lim)
+		for _, r := range want {
+			// Every request's path is in normal form before anyone routes on it.
+			if norm, err := httplex.NormalizePath(r.Path); r.Path != "*" && (err != nil || norm != r.Path) {
+				t.Fatalf("parsed path %q is not normal: %q, %v", r.Path, norm, err)
+			}
+		}
 		if gotErr != wantErr || !reflect.DeepEqual(got, want) {
 			t.Fatalf("split at %v: %d requests, error %d; in one read: %d requests, error %d", cuts, len(got), gotErr, len(want), wantErr)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -24,6 +25,7 @@ type Server struct {
 	cfg Config
 	lim limits
 	h   Handler
+	own OwnAnswers // h's, if it counts the reactor's own answers; else nil
 	log *slog.Logger
 	m   *serverMetrics
 
@@ -99,6 +101,7 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 		ran:    make(chan struct{}),
 		loops:  make([]atomic.Pointer[loopState], cfg.Loops),
 	}
+	s.own, _ = h.(OwnAnswers)
 	s.m = newServerMetrics(s, set)
 	s.dialers = rules.NewWorkers(s.group, "reactor.dial", 10*time.Second)
 	return s, nil
@@ -395,6 +398,14 @@ func (s *Server) stopEngine(ctx context.Context) {
 	}
 }
 
+// ownAnswer tells the handler of an answer the reactor gave by itself.
+// Loop only.
+func (s *Server) ownAnswer(status int) {
+	if s.own != nil {
+		s.own.OwnAnswer(status)
+	}
+}
+
 // engineHandler is gnet's EventHandler (kept off Server's method set).
 type engineHandler struct {
 	gnet.BuiltinEventEngine
@@ -423,7 +434,8 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if s.conns.Add(1) > int64(s.cfg.MaxConns) {
 		s.conns.Add(-1)
 		s.m.rejectedMaxConns.Inc()
-		return response503, gnet.Close
+		s.ownAnswer(http.StatusServiceUnavailable)
+		return response503(), gnet.Close
 	}
 	s.m.accepted.Inc()
 	now := time.Now()

@@ -34,10 +34,10 @@ func TestPipelinedInOrderWithOutOfOrderCompletion(t *testing.T) {
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
 	// The first answer comes last; the order on the wire must not change.
-	send(t, nc, "GET /delay?ms=150 HTTP/1.1\r\n\r\n"+
-		"GET /delay?ms=50 HTTP/1.1\r\n\r\n"+
-		"GET /stream?n=3&ms=5 HTTP/1.1\r\n\r\n"+
-		"GET /echo HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /delay?ms=150 HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"GET /delay?ms=50 HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"GET /stream?n=3&ms=5 HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	want := []string{"/delay?ms=150", "/delay?ms=50", "data: 0\n\ndata: 1\n\ndata: 2\n\n", "GET /echo?|"}
 	for i, w := range want {
 		if r := read(t, br, "GET"); r.status != 200 || r.body != w {
@@ -50,7 +50,7 @@ func TestStreamChunked(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "GET /stream?n=3&ms=300 HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /stream?n=3&ms=300 HTTP/1.1\r\nHost: x\r\n\r\n")
 	// Each event is one chunk that arrives before the next is written.
 	line, err := br.ReadString('\n')
 	if err != nil || line != "HTTP/1.1 200 OK\r\n" {
@@ -85,7 +85,7 @@ func TestChunkedRequestBody(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	send(t, nc, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
 	time.Sleep(20 * time.Millisecond)
 	send(t, nc, "7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n")
 	if r := read(t, br, "POST"); r.body != "POST /echo?|hello, world" {
@@ -97,7 +97,7 @@ func TestExpectContinue(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+	send(t, nc, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
 	if r := read(t, br, "POST"); r.status != 100 {
 		t.Fatalf("want 100 Continue first, got %+v", r)
 	}
@@ -141,7 +141,7 @@ func TestConnectionClose11(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "GET /echo HTTP/1.1\r\nConnection: close\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	if r := read(t, br, "GET"); r.status != 200 || !r.close {
 		t.Fatalf("got %+v", r)
 	}
@@ -150,25 +150,33 @@ func TestConnectionClose11(t *testing.T) {
 
 func TestFramingErrors(t *testing.T) {
 	t.Parallel()
-	s, _, set := startServer(t, func(c *Config) {
+	s, h, set := startServer(t, func(c *Config) {
 		c.MaxHeaderBytes = 1024
 		c.MaxBodyBytes = 100
 	})
 	cases := []struct {
 		name, req string
 		status    int
+		id        string // the X-Request-ID echoed; "" a generated one
 	}{
-		{"garbage", "HELLO\r\n\r\n", 400},
-		{"bad version", "GET / HTTP/2.0\r\n\r\n", 400},
-		{"bad header", "GET / HTTP/1.1\r\nNo colon\r\n\r\n", 400},
-		{"both framings", "POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
-		{"bad chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
-		{"gzip te", "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
-		{"head too large", "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431},
-		{"head too large, incomplete", "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", 2000), 431},
-		{"body too large", "POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413},
-		{"chunked body too large", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413},
+		{"garbage", "HELLO\r\n\r\n", 400, ""},
+		{"bad version", "GET / HTTP/2.0\r\n\r\n", 400, ""},
+		{"bad header", "GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", 400, ""},
+		{"both framings", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, ""},
+		{"bad chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, ""},
+		{"gzip te", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, ""},
+		{"head too large", "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2000) + "\r\n\r\n", 431, ""},
+		{"head too large, incomplete", "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2000), 431, ""},
+		{"body too large", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 413, ""},
+		{"chunked body too large", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413, ""},
+		{"no host", "GET / HTTP/1.1\r\nx-request-id:  abc \r\n\r\n", 400, "abc"},
+		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-Request-ID: r-2\r\n\r\n", 400, "r-2"},
+		{"traversal", "GET /v1/%2e%2e/x HTTP/1.1\r\nHost: a\r\nX-Request-ID: r-3\r\n\r\n", 400, "r-3"},
+		{"head too large, id first", "GET / HTTP/1.1\r\nX-Request-ID: r-4\r\nX: " + strings.Repeat("a", 2000), 431, "r-4"},
+		{"body too large, id", "POST / HTTP/1.1\r\nHost: x\r\nX-Request-ID: r-5\r\nContent-Length: 101\r\n\r\n", 413, "r-5"},
+		{"id too long", "GET / HTTP/1.1\r\nX-Request-ID: " + strings.Repeat("i", 300) + "\r\n\r\n", 400, ""},
 	}
+	ids := map[string]bool{}
 	for _, tc := range cases {
 		nc, br := dial(t, s)
 		send(t, nc, tc.req)
@@ -181,11 +189,19 @@ func TestFramingErrors(t *testing.T) {
 		if r.status != tc.status || !r.close || !strings.HasPrefix(r.body, `{"error":{"message":`) || !strings.HasSuffix(r.body, wantBody) {
 			t.Fatalf("%s: got %+v", tc.name, r)
 		}
+		id := r.hdr.Get("X-Request-ID")
+		if (tc.id != "" && id != tc.id) || (tc.id == "" && (id == "" || ids[id])) {
+			t.Errorf("%s: X-Request-ID %q, want %q (or a new generated one)", tc.name, id, tc.id)
+		}
+		ids[id] = true
 		expectClosed(t, br)
 	}
-	for code, want := range map[string]string{"400": "5", "413": "2", "431": "2", "501": "1"} {
-		if got := counter(set, `saltus_reactor_framing_errors_total{code="`+code+`"}`); got != want {
-			t.Errorf("framing errors %s = %s, want %s", code, got, want)
+	for code, want := range map[int]int{400: 9, 413: 3, 431: 3, 501: 1} {
+		if got := counter(set, fmt.Sprintf(`saltus_reactor_framing_errors_total{code="%d"}`, code)); got != strconv.Itoa(want) {
+			t.Errorf("framing errors %d = %s, want %d", code, got, want)
+		}
+		if got := h.ownCount(code); got != want {
+			t.Errorf("OwnAnswer(%d) called %d times, want %d", code, got, want)
 		}
 	}
 }
@@ -194,7 +210,7 @@ func TestErrorAfterPipelinedAnswer(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "GET /delay?ms=50 HTTP/1.1\r\n\r\nBROKEN\r\n\r\n")
+	send(t, nc, "GET /delay?ms=50 HTTP/1.1\r\nHost: x\r\n\r\nBROKEN\r\n\r\n")
 	if r := read(t, br, "GET"); r.status != 200 || r.body != "/delay?ms=50" {
 		t.Fatalf("first answer %+v", r)
 	}
@@ -206,17 +222,21 @@ func TestErrorAfterPipelinedAnswer(t *testing.T) {
 
 func TestMaxConns(t *testing.T) {
 	t.Parallel()
-	s, _, set := startServer(t, func(c *Config) { c.MaxConns = 1 })
+	s, h, set := startServer(t, func(c *Config) { c.MaxConns = 1 })
 	nc, br := dial(t, s)
-	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	read(t, br, "GET")
 	_, br2 := dial(t, s)
-	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":"too_many_connections"`) {
+	if r := read(t, br2, "GET"); r.status != 503 || !r.close || !strings.Contains(r.body, `"code":"too_many_connections"`) ||
+		r.hdr.Get("Retry-After") != "1" || r.hdr.Get("X-Request-ID") == "" {
 		t.Fatalf("got %+v", r)
 	}
 	expectClosed(t, br2)
 	if got := counter(set, `saltus_reactor_connections_rejected_total{reason="max_conns"}`); got != "1" {
 		t.Fatalf("rejected = %s", got)
+	}
+	if got := h.ownCount(503); got != 1 {
+		t.Fatalf("OwnAnswer(503) called %d times, want 1", got)
 	}
 }
 
@@ -225,7 +245,7 @@ func TestSlowHeadClosed(t *testing.T) {
 	s, _, set := startServer(t, func(c *Config) { c.HeaderTimeout = 200 * time.Millisecond })
 	nc, br := dial(t, s)
 	start := time.Now()
-	send(t, nc, "GET /echo HTTP/1.1\r\nX-Slow: ")
+	send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 	expectClosed(t, br)
 	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
 		t.Fatalf("closed after %v, want about 200ms", d)
@@ -239,7 +259,7 @@ func TestIdleClosed(t *testing.T) {
 	t.Parallel()
 	s, _, set := startServer(t, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
 	nc, br := dial(t, s)
-	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	read(t, br, "GET")
 	start := time.Now()
 	expectClosed(t, br)
@@ -255,7 +275,7 @@ func TestClientGoneClosesGone(t *testing.T) {
 	t.Parallel()
 	s, h, _ := startServer(t, nil)
 	nc, _ := dial(t, s)
-	send(t, nc, "GET /gone HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(50 * time.Millisecond)
 	_ = nc.Close()
 	select {
@@ -270,7 +290,7 @@ func TestPostRunsOnEachLoop(t *testing.T) {
 	s, _, set := startServer(t, func(c *Config) { c.Loops = 3 })
 	nc, br := dial(t, s)
 	for i := range 3 {
-		send(t, nc, "GET /post?loop="+strconv.Itoa(i)+" HTTP/1.1\r\n\r\n")
+		send(t, nc, "GET /post?loop="+strconv.Itoa(i)+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		if r := read(t, br, "GET"); r.status != 200 || r.body != strconv.Itoa(i) {
 			t.Fatalf("post to %d: %+v", i, r)
 		}
@@ -323,7 +343,7 @@ func TestBackpressure(t *testing.T) {
 	nc, br := dial(t, s)
 	// A small receive buffer, and we do not read: Write must block.
 	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
-	send(t, nc, "GET /big?n=33554432 HTTP/1.1\r\n\r\n") // 32 MiB
+	send(t, nc, "GET /big?n=33554432 HTTP/1.1\r\nHost: x\r\n\r\n") // 32 MiB
 	// The kernel's buffers take what they take (the send buffer autotunes
 	// up to tcp_wmem's max); then the writer must stop.
 	var w int64
@@ -364,7 +384,7 @@ func TestBackpressureClientGone(t *testing.T) {
 	t.Parallel()
 	s, h, _ := startServer(t, func(c *Config) { c.MaxOutboundBytes = 64 << 10 })
 	nc, _ := dial(t, s)
-	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(200 * time.Millisecond)
 	_ = nc.Close()
 	select {
@@ -384,7 +404,7 @@ func TestShutdownWaitsForExchanges(t *testing.T) {
 	// The answer comes 1 s after the request: Shutdown, 50 ms after it,
 	// starts draining first even on a loaded machine (with 200 ms it once
 	// did not, under -race -count 3).
-	send(t, nc, "GET /delay?ms=1000 HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /delay?ms=1000 HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(50 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -425,7 +445,7 @@ func TestAbortClosesMidAnswer(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "GET /abort HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /abort HTTP/1.1\r\nHost: x\r\n\r\n")
 	b, err := io.ReadAll(br)
 	if err != nil && !isReset(err) {
 		t.Fatal(err)
@@ -439,7 +459,7 @@ func TestHead(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, nil)
 	nc, br := dial(t, s)
-	send(t, nc, "HEAD /echo HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+	send(t, nc, "HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	if r := read(t, br, "HEAD"); r.status != 200 || r.body != "" || r.hdr.Get("Content-Length") != "12" {
 		t.Fatalf("HEAD: %+v", r)
 	}
@@ -452,10 +472,10 @@ func TestStopAccepting(t *testing.T) {
 	t.Parallel()
 	s, _, set := startServer(t, nil)
 	idle, idleBr := dial(t, s)
-	send(t, idle, "GET /echo HTTP/1.1\r\n\r\n")
+	send(t, idle, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	read(t, idleBr, "GET")
 	busy, busyBr := dial(t, s)
-	send(t, busy, "GET /delay?ms=300 HTTP/1.1\r\n\r\n")
+	send(t, busy, "GET /delay?ms=300 HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(50 * time.Millisecond)
 	s.StopAccepting()
 	// The idle keep-alive connection is closed at the next sweep; a new one at once.
@@ -476,7 +496,7 @@ func TestShutdownTimeoutClosesGone(t *testing.T) {
 	t.Parallel()
 	s, h, _ := startServer(t, nil)
 	nc, _ := dial(t, s)
-	send(t, nc, "GET /gone HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(50 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -500,7 +520,7 @@ func TestPipelineBound(t *testing.T) {
 	// Twice maxPipeline requests at once: all answered, in order.
 	var b strings.Builder
 	for i := range 2 * maxPipeline {
-		fmt.Fprintf(&b, "GET /delay?ms=%d HTTP/1.1\r\n\r\n", (2*maxPipeline-i)%7)
+		fmt.Fprintf(&b, "GET /delay?ms=%d HTTP/1.1\r\nHost: x\r\n\r\n", (2*maxPipeline-i)%7)
 	}
 	send(t, nc, b.String())
 	for i := range 2 * maxPipeline {
@@ -519,7 +539,7 @@ func TestWriteStallClosed(t *testing.T) {
 	})
 	nc, _ := dial(t, s)
 	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
-	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\nHost: x\r\n\r\n")
 	select {
 	case err := <-h.bigErr:
 		if err != ErrClientGone {
@@ -596,7 +616,7 @@ func TestTrickledRequests(t *testing.T) {
 		t.Fatalf("got %d, %d bytes", r.status, len(r.body))
 	}
 	// The connection goes on.
-	send(t, nc, "GET /echo HTTP/1.1\r\n\r\n")
+	send(t, nc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
 	if r := read(t, br, "GET"); r.body != "GET /echo?|" {
 		t.Fatalf("next request: %+v", r)
 	}
@@ -608,7 +628,7 @@ func TestTooLargeWhileSending(t *testing.T) {
 	t.Parallel()
 	s, _, _ := startServer(t, func(c *Config) { c.MaxBodyBytes = 1000 })
 	nc, br := dial(t, s)
-	send(t, nc, "POST /echo HTTP/1.1\r\nContent-Length: 4000000\r\n\r\n")
+	send(t, nc, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n")
 	sent := make(chan struct{})
 	// The client's stand-in body sender; joined through sent.
 	go func() {

@@ -37,6 +37,25 @@ type testHandler struct {
 	written  atomic.Int64
 	bigErr   chan error
 	goneSeen chan struct{}
+
+	ownMu sync.Mutex
+	own   map[int]int // OwnAnswer's count by status
+}
+
+// OwnAnswer counts the reactor's own answers (OwnAnswers).
+func (h *testHandler) OwnAnswer(status int) {
+	h.ownMu.Lock()
+	defer h.ownMu.Unlock()
+	if h.own == nil {
+		h.own = map[int]int{}
+	}
+	h.own[status]++
+}
+
+func (h *testHandler) ownCount(status int) int {
+	h.ownMu.Lock()
+	defer h.ownMu.Unlock()
+	return h.own[status]
 }
 
 func newTestHandler() *testHandler {

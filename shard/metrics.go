@@ -23,15 +23,20 @@ const (
 	routeModels                     // /v1/models
 	routeResponses                  // POST /v1/responses
 	routeResponseID                 // /v1/responses/{id}[/cancel|/input_items]
+	routeNone                       // no route: the reactor's own answers (framing errors, max-conns), OPTIONS *
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id"}
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none"}
 
 // classify maps a request line to its route, and to the Allow header of a
-// 405 ("" when the method is allowed).
+// 405 ("" when the method is allowed). path is the reactor's normal form
+// (httplex.NormalizePath): no dot segment or encoded slash can walk a
+// path out of /v1/.
 func classify(method, path string) (routeID, string) {
 	switch path {
+	case "*": // the reactor lets only OPTIONS have it
+		return routeNone, allowOnly(method, "OPTIONS")
 	case "/v1/chat/completions":
 		return routeChat, allowOnly(method, "POST")
 	case "/v1/completions":

@@ -307,6 +307,12 @@ func (r *Router) serve(x exchange) {
 	req := x.Request()
 	rt, allow := classify(req.Method, req.Path)
 	switch {
+	case rt == routeNone && allow == "":
+		// OPTIONS *: what the server supports (RFC 9110 §9.3.7).
+		x.Respond(200, []reactor.Header{{Name: "Allow", Value: "GET, HEAD, POST, OPTIONS"},
+			{Name: reactor.RequestIDHeader, Value: req.RequestID()}}, nil)
+		r.m.request(rt, 200)
+		return
 	case rt == routeUnknown:
 		r.fail(x, rt, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
 			msg: fmt.Sprintf("unknown path %.200q", req.Path)})
@@ -345,12 +351,32 @@ func (r *Router) serve(x exchange) {
 	j.tokenize()
 }
 
-// fail answers x with an OpenAI-style error. Any goroutine.
+// fail answers x with an OpenAI-style error, with the request's
+// X-Request-ID (or a generated one) like a proxied answer, and
+// Retry-After on a 503: the Router's 503s all mean that nothing can serve
+// the request now. Any goroutine.
 func (r *Router) fail(x exchange, rt routeID, e *apiError, extra ...reactor.Header) {
-	hdr := append([]reactor.Header{{Name: "Content-Type", Value: "application/json"}}, extra...)
+	hdr := append(make([]reactor.Header, 0, 3+len(extra)),
+		reactor.Header{Name: "Content-Type", Value: "application/json"},
+		reactor.Header{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()})
+	if e.status == 503 {
+		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: retryAfter})
+	}
+	hdr = append(hdr, extra...)
 	x.Respond(e.status, hdr, e.body())
 	r.m.request(rt, e.status)
 }
+
+// retryAfter is the Retry-After of the Router's 503s, in seconds: a full
+// /v1/models queue drains in well under one, and a backend that comes
+// back is routed to at once; a client that retries sooner is only
+// refused again.
+const retryAfter = "1"
+
+// OwnAnswer counts an answer the reactor gave by itself (framing errors,
+// the max-conns 503: reactor.OwnAnswers) in saltus_requests_total, under
+// route "none". Loop only.
+func (r *Router) OwnAnswer(status int) { r.m.request(routeNone, status) }
 
 // job is one request on its way through stages 2 to 9. It belongs to one
 // loop at a time: the connection's (decode, render, tokenize, keys), then
@@ -831,7 +857,8 @@ func (r *Router) modelsWorker(ctx context.Context) {
 					msg: fmt.Sprintf("cannot list the backends' models: %v", err)})
 				continue
 			}
-			x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, body)
+			x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},
+				{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}, body)
 			r.m.request(routeModels, 200)
 		}
 	}

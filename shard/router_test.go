@@ -188,8 +188,9 @@ func TestRouterUnroutableHolder(t *testing.T) {
 		e.up.down[i].Store(true)
 	}
 	x := newExchange(0, "POST", "/v1/chat/completions", body)
-	if e.serve(t, x) != nil || x.status != 503 || !strings.Contains(string(x.body), `"no_backend"`) {
-		t.Fatalf("got %d %s", x.status, x.body)
+	if e.serve(t, x) != nil || x.status != 503 || !strings.Contains(string(x.body), `"no_backend"`) ||
+		x.header("Retry-After") != "1" || x.header("X-Request-ID") == "" {
+		t.Fatalf("got %d %v %s", x.status, x.hdr, x.body)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -23,6 +24,9 @@ func TestRouterDirectAnswers(t *testing.T) {
 		}
 		if x.status != wantStatus || x.header("Allow") != wantAllow || x.header("Content-Type") != "application/json" {
 			t.Fatalf("%s %s: %d Allow %q, want %d %q", method, path, x.status, x.header("Allow"), wantStatus, wantAllow)
+		}
+		if id := x.header("X-Request-ID"); id == "" || x.header("Retry-After") != "" {
+			t.Fatalf("%s %s: X-Request-ID %q, Retry-After %q", method, path, id, x.header("Retry-After"))
 		}
 		checkErrorBody(t, x.body, "", wantCode, wantParam)
 	}
@@ -39,8 +43,20 @@ func TestRouterDirectAnswers(t *testing.T) {
 	// mistral-style role errors come from the template; none renders
 	// anything, so an empty message list is the decoding error here.
 	x := newExchange(0, "GET", "/v1/models", "")
-	if e.serve(t, x) != nil || x.status != 200 || string(x.body) != string(e.up.models) {
-		t.Fatalf("models: %d %s", x.status, x.body)
+	x.req.Header = []reactor.Header{{Name: "X-Request-ID", Value: "mine"}}
+	if e.serve(t, x) != nil || x.status != 200 || string(x.body) != string(e.up.models) || x.header("X-Request-ID") != "mine" {
+		t.Fatalf("models: %d %v %s", x.status, x.hdr, x.body)
+	}
+
+	// OPTIONS *: what the server supports, counted under route none; the
+	// reactor's own answers are counted there too.
+	x = newExchange(0, "OPTIONS", "*", "")
+	if e.serve(t, x) != nil || x.status != 200 || x.header("Allow") != "GET, HEAD, POST, OPTIONS" || x.header("X-Request-ID") == "" {
+		t.Fatalf("OPTIONS *: %d %v", x.status, x.hdr)
+	}
+	e.r.OwnAnswer(431)
+	if n, m := e.r.m.requests[routeNone][200].Load(), e.r.m.requests[routeNone][431].Load(); n != 1 || m != 1 {
+		t.Fatalf("route none: %d 200s, %d 431s counted", n, m)
 	}
 
 	// Non-routed endpoints: least loaded, reason fallback, nothing learned.

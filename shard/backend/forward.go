@@ -124,7 +124,7 @@ func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, 
 		s.inFlight.Add(-1)
 		refuse = ErrClosed
 	}
-	sink.Respond(fasthttp.StatusServiceUnavailable, jsonHdr, errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
+	sink.Respond(fasthttp.StatusServiceUnavailable, refusedHdr(req), errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
 	if h.Done != nil {
 		h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse})
 	}
@@ -132,6 +132,13 @@ func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, 
 }
 
 var jsonHdr = []reactor.Header{{Name: "Content-Type", Value: "application/json"}}
+
+// refusedHdr are the headers of a refused forward's 503: nothing can
+// serve it now, so Retry-After, and the request's X-Request-ID (or a
+// generated one) as on every answer.
+func refusedHdr(req *reactor.Request) []reactor.Header {
+	return []reactor.Header{jsonHdr[0], {Name: reactor.RequestIDHeader, Value: req.RequestID()}, {Name: "Retry-After", Value: "1"}}
+}
 
 // errorBody is an OpenAI-style error (reactor.ErrorBody).
 func errorBody(status int, msg, typ, code string) []byte {

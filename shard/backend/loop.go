@@ -196,7 +196,7 @@ func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candida
 		refuse = ErrOverloaded
 	}
 	if refuse != nil {
-		sink.RespondLoop(fasthttp.StatusServiceUnavailable, jsonHdr, errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
+		sink.RespondLoop(fasthttp.StatusServiceUnavailable, refusedHdr(req), errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
 		if h.Done != nil {
 			h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse})
 		}

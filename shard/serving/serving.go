@@ -184,6 +184,13 @@ type lateHandler struct{ h reactor.Handler } // set before Server.Start
 
 func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
 
+// OwnAnswer passes the reactor's own answers on to the router's count.
+func (l *lateHandler) OwnAnswer(status int) {
+	if o, ok := l.h.(reactor.OwnAnswers); ok {
+		o.OwnAnswer(status)
+	}
+}
+
 // backendsAPI is the admin API's view of the backend set.
 type backendsAPI struct{ s *backend.Set }
 
