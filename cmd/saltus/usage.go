@@ -10,8 +10,8 @@ import (
 // way every subcommand's --help lists them, with the double dash the
 // README uses (Go's flag package accepts both):
 //
-//	  --name ARG
-//	      usage (default DEF)
+//	--name ARG
+//	    usage (default DEF)
 //
 // ARG is the usage's `quoted` word (flag.UnquoteUsage); an empty default
 // reads "none".
