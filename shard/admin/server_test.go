@@ -16,7 +16,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
-
 	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
 
