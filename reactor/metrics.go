@@ -7,7 +7,29 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
 )
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_reactor_connections_open":           "Client connections open on the data plane's event loops.",
+		"saltus_reactor_exchanges_open":             "Requests read and not yet answered in full, over all client connections.",
+		"saltus_reactor_connections_accepted_total": "Client connections accepted.",
+		"saltus_reactor_connections_rejected_total": "Client connections closed at accept, by reason (max_conns: over --max-conns, answered 503; draining).",
+		"saltus_reactor_requests_total":             "HTTP requests framed on client connections (every method and path).",
+		"saltus_reactor_framing_errors_total":       "Requests refused while framing, by the status answered (400 malformed, 413 body over --max-body, 431 head over --max-header, 501 unsupported transfer coding).",
+		"saltus_reactor_timeouts_total":             "Client connections closed by a timeout, by kind (header: head not complete in time, idle: keep-alive idle, write_stall: the client stopped reading).",
+		"saltus_reactor_mailbox_full_total":         "Cross-loop messages refused because the target loop's mailbox was full (or the server stopped).",
+		"saltus_reactor_outbound_waits_total":       "Times a streamed answer waited because the client connection's outbound bytes reached their bound (the upstream read is paused).",
+		"saltus_reactor_poster_dropped_total":       "Messages to a loop dropped because the server had stopped (the tokenizer's completions, upstream dial results).",
+		"saltus_reactor_mailbox_posts_total":        "Messages posted to a loop's mailbox.",
+		"saltus_reactor_mailbox_wakes_total":        "Mailbox posts that had to wake an idle loop (an eventfd write through gnet Execute); the rest run as the loop leaves a callback.",
+		"saltus_upstream_conns":                     "Upstream (backend) connections open on the event loops.",
+		"saltus_upstream_dials_total":               "Upstream connections dialed by the event loops.",
+		"saltus_upstream_dial_errors_total":         "Upstream dials by the event loops that failed.",
+	})
+}
 
 // serverMetrics are the reactor's saltus_reactor_* series. Counters are
 // atomics: any goroutine.

@@ -28,15 +28,24 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 //	/echo          200, body "METHOD path?query|body"
 //	/delay?ms=N    200 after N ms, from another goroutine, body = path+query
 //	/stream?n=N&ms=M  N chunks "data: i\n\n", M ms apart, from another goroutine
+//	/stream?n=N&gate=1  the same, each chunk after the test sends on next
+//	/hold          200 once the test closes release (or the client leaves)
 //	/big?n=N       N bytes streamed in 64 KiB writes from another goroutine; counts in written
 //	/gone          never answers; closes goneSeen when Gone closes
 //	/post?loop=i   answers from a function Posted to loop i, with the loop index seen
+//
+// Every request's path goes to served as Serve starts it (dropped if 64
+// are waiting), so a test waits for the server to have a request instead
+// of sleeping.
 type testHandler struct {
 	s        *Server
 	wg       sync.WaitGroup // the handler's goroutines
 	written  atomic.Int64
 	bigErr   chan error
 	goneSeen chan struct{}
+	served   chan string
+	next     chan struct{} // /stream?gate=1: one chunk per receive
+	release  chan struct{} // /hold: closed by the test
 
 	ownMu sync.Mutex
 	own   map[int]int // OwnAnswer's count by status
@@ -59,7 +68,24 @@ func (h *testHandler) ownCount(status int) int {
 }
 
 func newTestHandler() *testHandler {
-	return &testHandler{bigErr: make(chan error, 16), goneSeen: make(chan struct{}, 16)}
+	return &testHandler{bigErr: make(chan error, 16), goneSeen: make(chan struct{}, 16),
+		served: make(chan string, 64), next: make(chan struct{}), release: make(chan struct{})}
+}
+
+// waitServed waits until the handler has started serving path.
+func (h *testHandler) waitServed(t *testing.T, path string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second) // a bound for a request that never comes, not a wait
+	for {
+		select {
+		case p := <-h.served:
+			if p == path {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the handler never started serving %s", path)
+		}
+	}
 }
 
 func (h *testHandler) goAnswer(fn func()) {
@@ -83,7 +109,19 @@ func (h *testHandler) Serve(x *Exchange) {
 		}
 		return 0
 	}
+	select {
+	case h.served <- r.Path:
+	default: // nobody waits for so many
+	}
 	switch r.Path {
+	case "/hold":
+		h.goAnswer(func() {
+			select {
+			case <-h.release:
+			case <-x.Gone():
+			}
+			x.Respond(200, nil, []byte(r.Path))
+		})
 	case "/echo":
 		body := fmt.Sprintf("%s %s?%s|%s", r.Method, r.Path, r.Query, r.Body)
 		x.Respond(200, []Header{{"Content-Type", "text/plain"}, {"X-Loop", strconv.Itoa(x.Loop())}}, []byte(body))
@@ -94,12 +132,19 @@ func (h *testHandler) Serve(x *Exchange) {
 			x.Respond(200, nil, []byte(r.Path+"?"+r.Query))
 		})
 	case "/stream":
-		n, ms := arg("n"), arg("ms")
+		n, ms, gate := arg("n"), arg("ms"), arg("gate") == 1
 		h.goAnswer(func() {
 			if err := x.WriteHeader(200, []Header{{"Content-Type", "text/event-stream"}}); err != nil {
 				return
 			}
 			for i := range n {
+				if gate {
+					select {
+					case <-h.next:
+					case <-x.Gone():
+						return
+					}
+				}
 				if err := x.Write(fmt.Appendf(nil, "data: %d\n\n", i)); err != nil {
 					return
 				}
@@ -235,4 +280,18 @@ func counter(set *metrics.Set, name string) string {
 		}
 	}
 	return "absent"
+}
+
+// waitCounter waits until the counter name is above 0: the event a test
+// needs before its next step (polled every millisecond; the 10 s bound
+// is for an event that never comes, not a wait).
+func waitCounter(t *testing.T, set *metrics.Set, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for v := counter(set, name); v == "0" || v == "absent"; v = counter(set, name) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stayed %s", name, v)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

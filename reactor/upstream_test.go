@@ -197,30 +197,46 @@ func TestUpstreamCloseWhileDialing(t *testing.T) {
 	}
 }
 
-// TestSweepHook: the hook runs on every loop, often.
+// TestSweepHook: the hook runs on every loop, again and again, with a
+// clock that moves forward. It waits for the third sweep of each loop
+// (not for a wall-clock duration: a loaded machine delays ticks), with
+// a generous bound for a hook that never runs.
 func TestSweepHook(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	seen := map[int]int{}
+	last := map[int]time.Time{}
+	backwards := false
+	enough := make(chan struct{})
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Loops = "127.0.0.1:0", 2
 	s, err := NewServer(cfg, newTestHandler(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.OnSweep(func(loop int, _ time.Time) {
+	s.OnSweep(func(loop int, now time.Time) {
 		mu.Lock()
+		defer mu.Unlock()
+		if now.Before(last[loop]) {
+			backwards = true
+		}
+		last[loop] = now
 		seen[loop]++
-		mu.Unlock()
+		if seen[loop] == 3 && seen[1-loop] >= 3 {
+			close(enough)
+		}
 	})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-enough:
+	case <-time.After(30 * time.Second):
+	}
 	_ = s.Shutdown(t.Context()) // nothing is open
 	mu.Lock()
 	defer mu.Unlock()
-	if seen[0] < 3 || seen[1] < 3 {
-		t.Errorf("sweeps per loop in 300 ms: %v, want ≥ 3 each", seen)
+	if seen[0] < 3 || seen[1] < 3 || len(seen) != 2 || backwards {
+		t.Errorf("sweeps per loop: %v (want ≥ 3 on loops 0 and 1 only), clock went backwards: %v", seen, backwards)
 	}
 }

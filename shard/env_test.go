@@ -27,8 +27,9 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 // loop runs the functions posted to it, in order; post never blocks and
 // refuses (false) when the loop's queue is full.
 type fakeLoops struct {
-	qs    []chan func()
-	group *rules.Group
+	qs      []chan func()
+	group   *rules.Group
+	refused atomic.Int64 // posts refused by a full queue
 }
 
 func newFakeLoops(n, queue int) *fakeLoops {
@@ -55,6 +56,7 @@ func (l *fakeLoops) post(i int, fn func()) bool {
 	case l.qs[i] <- fn:
 		return true
 	default:
+		l.refused.Add(1)
 		return false
 	}
 }

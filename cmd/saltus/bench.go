@@ -180,8 +180,8 @@ func parseBench(name string, args []string, stderr io.Writer, o *benchOptions) i
 	fs.SetOutput(stderr)
 	benchFlags(fs, o)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: %s [flags]\n\nStarts simulated engines and a saltus per routing policy, drives a workload\nthrough each on cold engines, and writes report.md, results.json and PNG plots.\nFlags:\n\n", name)
-		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n\nStarts simulated engines and a saltus per routing policy, drives a workload\nthrough each on cold engines, and writes report.md, results.json and PNG plots.\n\nFlags:\n", name)
+		printFlags(stderr, fs, nil)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -15,11 +15,11 @@ func TestSimBenchDemoFlags(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"sim", "--help"}, 0, "-kv-tokens tokens"},
+		{[]string{"sim", "--help"}, 0, "\n  --kv-tokens tokens\n"},
 		{[]string{"sim", "--profile", "tpu"}, 2, `profile: unknown "tpu", want one of a100-13b, h100-8b`},
 		{[]string{"sim", "--speedup", "0.5"}, 2, "speedup: must be at least 1"},
 		{[]string{"sim", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"bench", "--help"}, 0, "-policies policies"},
+		{[]string{"bench", "--help"}, 0, "\n  --policies policies\n"},
 		{[]string{"bench", "--policies", "random"}, 2, `unknown policy "random"`},
 		{[]string{"bench", "--workloads", "nope"}, 2, `unknown workload "nope"`},
 		{[]string{"bench", "--users", "0"}, 2, "users must be positive"},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard/admin"
@@ -239,6 +240,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // the collector's heap goal (with GOGC=100, twice the live heap, floor
 // included) without using memory itself. The caller keeps it alive. nil
 // for 0.
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_gc_heap_floor_bytes": "Size of the never-written block that raises the Go collector's heap goal (--gc-heap-floor), in bytes.",
+	})
+}
+
 func heapFloor(n int64, set *metrics.Set) []byte {
 	set.NewGauge("saltus_gc_heap_floor_bytes", func() float64 { return float64(n) })
 	if n <= 0 {

@@ -368,18 +368,7 @@ Flags:
 	for _, cf := range configFields() {
 		names = append(names, cf.flag)
 	}
-	for _, name := range names {
-		fl := f.fs.Lookup(name)
-		arg, usage := flag.UnquoteUsage(fl)
-		def := fl.DefValue
-		if def == "" {
-			def = "none"
-		}
-		if arg != "" {
-			arg = " " + arg
-		}
-		fmt.Fprintf(w, "  --%s%s\n      %s (default %s)\n", name, arg, usage, def)
-	}
+	printFlags(w, f.fs, names)
 }
 
 // errUsage: the flags were wrong and the flag package has said so.

@@ -167,6 +167,7 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 	// One set for the data plane and the admin listener, as runServe has:
 	// /metrics shows the serving path's metrics.
 	set := metrics.NewSet()
+	heapFloor(0, set) // its gauge, as runServe registers it; no block
 	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		t.Fatal(err)

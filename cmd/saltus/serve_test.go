@@ -254,13 +254,16 @@ func TestLifecycleDrainTimeout(t *testing.T) {
 	l, data, rec := newLifecycle(t, 50*time.Millisecond, lockedWriter{&logs, &logMu})
 	data.release = make(chan struct{}) // never closed: requests that never end
 	signals := make(chan os.Signal, 2)
-	start := time.Now()
 	signals <- syscall.SIGINT // before the start: kept by the buffer
-	if c := <-runAsync(l, signals); c != 0 {
-		t.Errorf("exit code %d, want 0", c)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("took %v with a 50ms drain timeout", d)
+	// The requests never end: only the drain timeout lets run return. The
+	// bound is for a drain that ignores it, not a measurement.
+	select {
+	case c := <-runAsync(l, signals):
+		if c != 0 {
+			t.Errorf("exit code %d, want 0", c)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain did not end at its 50ms timeout")
 	}
 	want := []string{
 		"admin.Start", "data.Start (ready: 503 starting)",
@@ -288,13 +291,16 @@ func TestLifecycleSecondSignal(t *testing.T) {
 	code := runAsync(l, signals)
 	signals <- syscall.SIGTERM
 	<-data.shutdownC
-	start := time.Now()
 	signals <- syscall.SIGTERM
-	if c := <-code; c != 1 {
-		t.Errorf("exit code %d, want 1", c)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("second signal took %v to exit", d)
+	// The drain would take the hour; the bound is for a second signal that
+	// is ignored, not a measurement.
+	select {
+	case c := <-code:
+		if c != 1 {
+			t.Errorf("exit code %d, want 1", c)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second signal did not end the drain")
 	}
 	// The abandoned drain ends with its context (cancelled on return)
 	// and still closes the admin listener: goleak sees no goroutine left.

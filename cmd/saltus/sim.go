@@ -115,7 +115,7 @@ func simWith(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 			"continuous batching with chunked prefill, and a timing profile. Times are simulated:\n"+
 			"a step lasts step-base + prefill-per-token × prefill tokens + decode-per-seq × decoding\n"+
 			"requests, divided by --speedup in real time.\n\nProfiles:\n"+profileTable()+"\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(stderr, fs, nil)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

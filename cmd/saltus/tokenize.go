@@ -19,11 +19,11 @@ const maxTokenizeInput = 64 << 20
 func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("tokenizer", "", "path of a HuggingFace tokenizer.json, a directory holding one, or a .json.gz (required)")
+	path := fs.String("tokenizer", "", "`path` of a HuggingFace tokenizer.json, a directory holding one, or a .json.gz (required)")
 	special := fs.Bool("special", false, "add the tokenizer's special tokens around the text (BOS for Llama-3 and Mistral), as an engine does for a raw prompt")
 	asJSON := fs.Bool("json", false, "read a JSON array of strings from stdin and print one JSON array of id arrays")
 	chat := fs.Bool("chat", false, "read an OpenAI messages array (or a request object with \"messages\") and print the prompt rendered with the model's chat template: segments, ids and message boundaries")
-	chatTemplate := fs.String("chat-template", "", "with --chat: the template by name ("+strings.Join(chatpkg.Names(), ", ")+"); default: recognized from the tokenizer_config.json next to --tokenizer, else none with a warning")
+	chatTemplate := fs.String("chat-template", "", "with --chat: the template by `name` ("+strings.Join(chatpkg.Names(), ", ")+"); default: recognized from the tokenizer_config.json next to --tokenizer, else none with a warning")
 	genPrompt := fs.Bool("add-generation-prompt", true, "with --chat: end with the assistant header the model answers after, as the chat completions API does (a request object's add_generation_prompt overrides it)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: saltus tokenize --tokenizer PATH [--special] [--json] < input\n"+
@@ -34,7 +34,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			"tokens, \"special\": true, and the text runs between them, each with its ids), all ids, and\n"+
 			"message_ends: for each message whose end falls between segments, the segment it ends with\n"+
 			"and its end as a token offset (mistral and llama2 end user turns inside a text run).\n\nFlags:\n", maxTokenizeInput>>20)
-		fs.PrintDefaults()
+		printFlags(stderr, fs, nil)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -42,9 +42,12 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *path == "" || fs.NArg() > 0 {
-		fs.Usage()
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "saltus tokenize: unexpected argument %q (input comes on stdin)\n", fs.Arg(0))
 		return 2
+	}
+	if *path == "" {
+		return missingFlag(stderr, "saltus tokenize", "tokenizer")
 	}
 	if *chatTemplate != "" && !*chat {
 		fmt.Fprintln(stderr, "saltus tokenize: --chat-template needs --chat")

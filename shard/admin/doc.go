@@ -13,7 +13,7 @@
 //
 // # Endpoints
 //
-//	GET    /metrics                     Prometheus text: the given *metrics.Set, then process and Go metrics
+//	GET    /metrics                     Prometheus text: the given *metrics.Set, then process and Go metrics, with # HELP (promtext) and # TYPE
 //	GET    /health                      200 "ok" while the process lives; never needs the token
 //	GET    /ready                       200 "ok"; 503 after SetDraining, or while Config.Ready says why not (default: no backend routable)
 //	GET    /admin/backends              200, JSON array of BackendInfo

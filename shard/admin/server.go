@@ -20,8 +20,15 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/rules"
 )
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_admin_requests_total": "Requests to the admin listener, by endpoint and HTTP status code.",
+	})
+}
 
 // maxAddBody bounds the body of POST /admin/backends: {"url": "..."}.
 const maxAddBody = 64 << 10
@@ -61,6 +68,10 @@ func New(cfg Config, b Backends, r Routes, set *metrics.Set, logger *slog.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// Prometheus and Grafana read a family's type from its # TYPE line
+	// (counter rates, histogram_quantile); the library writes them only
+	// when asked, process-wide. /metrics is the only exposition saltus has.
+	metrics.ExposeMetadata(true)
 	s := &Server{cfg: cfg, backends: b, routes: r, set: set, logger: logger}
 	if cfg.BearerToken != "" {
 		s.tokenSum = sha256.Sum256([]byte(cfg.BearerToken))
@@ -348,10 +359,12 @@ func (s *Server) serveMetrics(w http.ResponseWriter) {
 		s.set.WritePrometheus(&buf)
 	}
 	metrics.WriteProcessMetrics(&buf)
+	// Every # HELP line gets its family's text (promtext says why here).
+	out := promtext.Annotate(make([]byte, 0, buf.Len()+buf.Len()/2), buf.Bytes())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes()) // a write error means the scraper left; nothing to do
+	_, _ = w.Write(out) // a write error means the scraper left; nothing to do
 }
 
 func (s *Server) serveReady(w http.ResponseWriter) {

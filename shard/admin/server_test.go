@@ -15,6 +15,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
 
@@ -383,6 +384,20 @@ func TestMetrics(t *testing.T) {
 		`saltus_admin_requests_total{endpoint="unknown",code="404"} 1` + "\n",
 		"go_goroutines ",
 		"process_cpu_seconds_total ",
+	} {
+		if !strings.Contains(a.body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// Strict Prometheus text; an undescribed saltus_* family has no HELP
+	// text, which is the only problem the check finds here.
+	err := promtext.Check([]byte(a.body))
+	if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), "HELP for saltus_test_total has no text") {
+		t.Errorf("promtext.Check = %v, want only saltus_test_total's missing HELP text", err)
+	}
+	for _, want := range []string{
+		"# HELP saltus_admin_requests_total Requests to the admin listener, by endpoint and HTTP status code.\n# TYPE saltus_admin_requests_total counter\n",
+		"# TYPE go_goroutines gauge\n",
 	} {
 		if !strings.Contains(a.body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -56,8 +56,9 @@
 // for that backend, 504 included), saltus_upstream_errors_total{backend,
 // kind=connect|timeout|reset|midstream}, saltus_retries_total,
 // saltus_backend_ttfb_seconds{backend} and
-// saltus_backend_request_duration_seconds{backend} (VictoriaMetrics
-// histograms: Update takes a mutex, fine off the event loops),
+// saltus_backend_request_duration_seconds{backend} (Prometheus
+// histograms with le buckets from 1 ms to 10 min, metrics.go; Update takes
+// a mutex, fine off the event loops),
 // saltus_backend_breaker_trips_total{backend}, saltus_proxy_in_flight and
 // saltus_backend_overload_total (Forwards refused over MaxInFlight).
 //

@@ -477,6 +477,13 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 		lr.o.Usage = usageOf(body)
 	}
 	showWhole(lr.hooks.Answer, lr.o.Backend, status, isSSE([]byte(ct)), body)
+	// The backend is done with it before the client can see the answer:
+	// a client's next request (maybe on another loop) must not find this
+	// one still in flight (consistent_hash's bound skipped a backend so).
+	if lr.b != nil {
+		lr.b.inFlight.Add(-1)
+		lr.b = nil
+	}
 	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn), body)
 	lr.finish(now)
 }

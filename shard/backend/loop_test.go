@@ -241,11 +241,11 @@ func TestLoopKeepAliveReuse(t *testing.T) {
 	if b.InFlight() != 0 || e.s.inFlight.Load() != 0 {
 		t.Errorf("in flight: backend %d, set %d", b.InFlight(), e.s.inFlight.Load())
 	}
-	if n := counter(e.ms, fmt.Sprintf(`saltus_backend_requests_total{backend=%q,code="200"}`, b.URL)); n == 0 {
-		// The first one is counted by the flusher, a sweep later.
-		time.Sleep(200 * time.Millisecond)
-	}
-	if n := counter(e.ms, fmt.Sprintf(`saltus_backend_requests_total{backend=%q,code="200"}`, b.URL)); n != 20 {
+	// The first one is counted by the flusher, a sweep later: wait for
+	// the count, not for a duration.
+	name := fmt.Sprintf(`saltus_backend_requests_total{backend=%q,code="200"}`, b.URL)
+	waitFor(t, func() bool { return counter(e.ms, name) >= 20 })
+	if n := counter(e.ms, name); n != 20 {
 		t.Errorf("requests_total{200} = %d, want 20", n)
 	}
 }

@@ -84,7 +84,7 @@ type backendMetrics struct {
 	codes        [600]atomic.Pointer[metrics.Counter] // by status code; [0] for codes outside 100..599
 	errs         [numErrKinds]*metrics.Counter
 	trips        *metrics.Counter
-	ttfb, total  *metrics.Histogram
+	ttfb, total  *metrics.PrometheusHistogram // latencyBuckets (metrics.go)
 }
 
 // errKind labels saltus_upstream_errors_total.
@@ -268,8 +268,8 @@ func (s *Set) registerMetricsLocked(b *Backend) {
 		b.m.errs[k] = s.ms.GetOrCreateCounter("saltus_upstream_errors_total{backend=" + lbl + ",kind=\"" + k.String() + "\"}")
 	}
 	b.m.trips = s.ms.GetOrCreateCounter("saltus_backend_breaker_trips_total{backend=" + lbl + "}")
-	b.m.ttfb = s.ms.GetOrCreateHistogram("saltus_backend_ttfb_seconds{backend=" + lbl + "}")
-	b.m.total = s.ms.GetOrCreateHistogram("saltus_backend_request_duration_seconds{backend=" + lbl + "}")
+	b.m.ttfb = s.ms.GetOrCreatePrometheusHistogramExt("saltus_backend_ttfb_seconds{backend="+lbl+"}", latencyBuckets)
+	b.m.total = s.ms.GetOrCreatePrometheusHistogramExt("saltus_backend_request_duration_seconds{backend="+lbl+"}", latencyBuckets)
 	b.m.lbl = lbl
 }
 
