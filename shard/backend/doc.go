@@ -28,7 +28,7 @@
 // learn that nobody reads the generation any more. Before the head, fasthttp keeps the connection to
 // itself, so a client that leaves is noticed when the head arrives (at
 // once for a streamed answer: vLLM sends the head first) or when
-// ResponseHeaderTimeout passes. Close, which needs no particular
+// FirstByteTimeout passes. Close, which needs no particular
 // connection, closes them all.
 //
 // The loop path ([Set.ForwardOnLoop], loop.go; Config.LoopIO, serve

@@ -370,11 +370,11 @@ func btoi(b bool) int {
 	return 0
 }
 
-// TestLoopSlowHead504: no head within ResponseHeaderTimeout is 504, and
+// TestLoopSlowHead504: no head within FirstByteTimeout is 504, and
 // the upstream connection is closed.
 func TestLoopSlowHead504(t *testing.T) {
 	t.Parallel()
-	e := newLoopEnv(t, func(c *Config) { c.ResponseHeaderTimeout = 300 * time.Millisecond })
+	e := newLoopEnv(t, func(c *Config) { c.FirstByteTimeout = 300 * time.Millisecond })
 	closed := make(chan struct{})
 	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
 		readReq(br)
@@ -449,13 +449,13 @@ func TestLoopFramings(t *testing.T) {
 	}
 }
 
-// TestLoopBodyTooLarge: an answer over maxLoopBody is 502, counted.
+// TestLoopBodyTooLarge: an answer over MaxResponseBody is 502, counted.
 func TestLoopBodyTooLarge(t *testing.T) {
 	t.Parallel()
 	e := newLoopEnv(t, nil)
 	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
 		readReq(br)
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", maxLoopBody+1)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", DefaultConfig().MaxResponseBody+1)
 		io.Copy(io.Discard, br)
 	})
 	e.use(mustAdd(t, e.s, up.url()))
