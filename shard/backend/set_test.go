@@ -231,8 +231,10 @@ func TestModelsUnion(t *testing.T) {
 	}
 
 	empty, _ := testSet(t, nil)
-	if got, err := empty.Models(context.Background()); err != nil || string(got) != `{"object":"list","data":[]}` {
-		t.Errorf("no backends: %s %v", got, err)
+	// No routable backend is an error, not an empty list (issue 15):
+	// the router answers it 503.
+	if got, err := empty.Models(context.Background()); !errors.Is(err, ErrNoCandidate) || got != nil {
+		t.Errorf("no backends: %s %v, want ErrNoCandidate", got, err)
 	}
 	dead, _ := testSet(t, nil)
 	mustAdd(t, dead, closedPort(t))
