@@ -54,7 +54,7 @@ type Outcome struct {
 	Err     error    // nil when the answer was relayed in full
 	// ClientGone: the client left first. UpstreamDied: the upstream's
 	// connection failed after the head. TimedOut: no head within
-	// ResponseHeaderTimeout.
+	// FirstByteTimeout, or RequestTimeout passed.
 	ClientGone, UpstreamDied, TimedOut bool
 	TTFB, Total                        time.Duration // TTFB: request sent → head (last attempt)
 	// Usage (only with Hooks.Usage) is the raw "usage" object of the JSON body, or of the last
@@ -84,8 +84,10 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); ret
 
 // Forward starts a proxy goroutine that sends req (with body) to
 // candidates[0], and on a connect error or a refusal before the first
-// byte to the next candidate (≤ MaxRetries more), else answers 502. No
-// head within ResponseHeaderTimeout → 504. The upstream dies after the
+// byte to the next candidate (≤ MaxRetries more), else answers 502 with
+// each backend tried and why (and Retry-After). No head within
+// FirstByteTimeout, or RequestTimeout passed first → 504; RequestTimeout
+// passing after the head ends a streamed answer. The upstream dies after the
 // head: an SSE answer gets an `event: error` event and End, any other
 // Abort; never a fabricated `data: [DONE]`. Over MaxInFlight, with no
 // candidate, or after Close it answers 503 at once and returns false.
