@@ -186,6 +186,10 @@ func TestServeBackendHeader(t *testing.T) {
 				if tc.header == "url" {
 					want = up.srv.URL
 				}
+				// The admin API maps names to URLs.
+				if list := s.backends(t); len(list) != 1 || list[0].URL != up.srv.URL || (tc.named == "alpha=") != (list[0].Name == "alpha") {
+					t.Errorf("admin backends: %+v", list)
+				}
 				for _, stream := range []bool{false, true} {
 					a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hi."))
 					_, has := a.header["X-Saltus-Backend"]

@@ -51,8 +51,8 @@ type Config struct {
 	// connect when the engine is gone), and a backoff would delay
 	// exactly the recovery that matters, every backend back after an
 	// outage, when each second of 503s outlasts the OpenAI SDKs' default
-	// retries (two, within ~1.3 s; issue 15). Probes are bounded by
-	// their interval.
+	// retries (two, within ~1.3 s; issue 15). Each probe is bounded by
+	// HealthInterval.
 	HealthDownInterval time.Duration
 	// HealthFailsDown consecutive failed probes mark a backend down.
 	HealthFailsDown int

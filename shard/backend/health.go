@@ -32,7 +32,9 @@ func (s *Set) startProbeLocked(b *Backend) {
 			case <-b.wake:
 				t.Stop()
 			}
-			s.probeResult(b, s.probeFn(b, s.probeInterval(b)))
+			// Bounded by HealthInterval even when probing faster: probes
+			// are sequential, and a slow /health is not a dead one.
+			s.probeResult(b, s.probeFn(b, s.cfg.HealthInterval))
 			t.Reset(s.probeInterval(b))
 		}
 	})
@@ -48,8 +50,8 @@ func (s *Set) probeInterval(b *Backend) time.Duration {
 	return s.cfg.HealthDownInterval
 }
 
-// probe GETs b's HealthPath once, bounded by timeout (the probe's
-// interval); a 2xx is a success. Set.probeFn, except in tests.
+// probe GETs b's HealthPath once, bounded by timeout; a 2xx is a
+// success. Set.probeFn, except in tests.
 func (s *Set) probe(b *Backend, timeout time.Duration) bool {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()

@@ -250,8 +250,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.MaxInFlight, c.HealthPath, c.ConnectTimeout = 0, "health", 0
+	c.FirstByteTimeout, c.RequestTimeout, c.MaxResponseBody, c.HealthDownInterval, c.BackendHeader = 0, -1, 10, 0, "ip"
 	err := c.Validate()
-	for _, name := range []string{"MaxInFlight", "HealthPath", "ConnectTimeout"} {
+	for _, name := range []string{"MaxInFlight", "HealthPath", "ConnectTimeout", "FirstByteTimeout", "RequestTimeout",
+		"MaxResponseBody", "HealthDownInterval", "BackendHeader"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Validate = %v, want it to name %s", err, name)
 		}

@@ -210,7 +210,7 @@ func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
 type backendsAPI struct{ s *backend.Set }
 
 func backendInfo(b *backend.Backend) admin.BackendInfo {
-	return admin.BackendInfo{ID: b.ID, URL: b.URL, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	return admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
 }
 
 func (a backendsAPI) List() []admin.BackendInfo {
