@@ -202,7 +202,7 @@ func (c serveConfig) Validate() error {
 	names := map[string]int{}
 	for i, nu := range c.Backends {
 		name, u := serving.SplitBackend(nu)
-		if name != "" {
+		if name != "" || strings.HasPrefix(nu, "=") {
 			if err := backend.CheckName(name); err != nil {
 				bad(fmt.Sprintf("backends[%d]", i), "%v", err)
 			} else if j, dup := names[name]; dup {

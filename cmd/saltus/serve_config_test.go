@@ -165,6 +165,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.BackendHeader = "ip" }, `config: backend-header: must be "url", "name" or "none", got "ip"`},
 		{func(c *serveConfig) { c.Backends = []string{"a=http://h:1", "a=http://h:2"} }, `config: backends[1]: the name "a" repeats backends[0]'s`},
 		{func(c *serveConfig) { c.Backends = []string{"a=http://h:1", "b=http://h:1"} }, `config: backends[1]: "http://h:1" repeats backends[0]`},
+		{func(c *serveConfig) { c.Backends = []string{"=http://h:1"} }, `config: backends[0]: backend: name "" must be 1 to 64 characters`},
 		{func(c *serveConfig) { c.Backends = []string{"a b=http://h:1"} }, `config: backends[0]: backend: name "a b": only letters, digits, '.', '_' and '-' are allowed`},
 		{func(c *serveConfig) { c.Backends = []string{"backend-7=http://h:1"} }, `config: backends[0]: backend: name "backend-7" is reserved (backend-<id> names the backends without a name)`},
 		{func(c *serveConfig) { c.RouteTTL = 0 }, `config: route-ttl: must be positive, got 0s`},
