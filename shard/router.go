@@ -657,7 +657,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r.m.decided(d, r.pol.kind == kindPrefix)
 	if d.Backend < 0 {
 		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "no backend is available to serve the request"})
+			msg: "no backend is available to serve the request"}, backend.RetryAfter)
 		return
 	}
 	cands := j.candArr[:0]
@@ -852,9 +852,15 @@ func (r *Router) modelsWorker(ctx context.Context) {
 			c, cancel := context.WithTimeout(ctx, modelsTimeout)
 			body, err := r.up.Models(c)
 			cancel()
+			if errors.Is(err, backend.ErrNoCandidate) {
+				// Not an empty list: that would say the model does not exist.
+				r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
+					msg: "no backend is available to list the models"}, backend.RetryAfter)
+				continue
+			}
 			if err != nil {
 				r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
-					msg: fmt.Sprintf("cannot list the backends' models: %v", err)})
+					msg: fmt.Sprintf("cannot list the backends' models: %v", err)}, backend.RetryAfter)
 				continue
 			}
 			x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},

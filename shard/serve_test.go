@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -267,6 +268,42 @@ func TestRouterRoleErrorAndModelsError(t *testing.T) {
 	}
 	if x.status != 502 || !strings.Contains(string(x.body), "all backends down") {
 		t.Fatalf("models error: %d %s", x.status, x.body)
+	}
+}
+
+// TestRouterModelsNoBackend: GET /v1/models with no routable backend is
+// 503 with Retry-After (issue 15), not an empty list, which would tell
+// the client its model does not exist.
+func TestRouterModelsNoBackend(t *testing.T) {
+	t.Parallel()
+	loops := newFakeLoops(1, 64)
+	defer loops.stop()
+	up := newFakeUpstream(0)
+	up.modelsErr = fmt.Errorf("%w: every backend is down", backend.ErrNoCandidate)
+	r, err := newRouter(DefaultConfig(), nil, nil, up, up.state, loops.post, 1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := r.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	x := newExchange(0, "GET", "/v1/models", "")
+	loops.run(t, 0, func() { r.serve(x) })
+	select {
+	case <-x.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+	}
+	retry := ""
+	for _, h := range x.hdr {
+		if h.Name == "Retry-After" {
+			retry = h.Value
+		}
+	}
+	if x.status != 503 || !strings.Contains(string(x.body), `"no_backend"`) || retry != "1" {
+		t.Fatalf("models with no backend: %d %s, Retry-After %q; want 503 no_backend, Retry-After 1", x.status, x.body, retry)
 	}
 }
 

@@ -121,7 +121,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	}
 	serve := serving.DefaultConfig()
 	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
-	serve.ResponseTimeout = 10 * time.Minute // a queued engine is slow, not broken
+	serve.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
 	for _, p := range pols {
 		if !slices.Contains(shard.Policies(), p) {
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))

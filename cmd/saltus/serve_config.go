@@ -20,6 +20,7 @@ import (
 
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/shard/serving"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 )
@@ -40,8 +41,9 @@ type serveConfig struct {
 	// AdminPprof: serve Go's runtime profiles under /debug/pprof/ on the
 	// admin listener (behind the token).
 	AdminPprof bool `yaml:"admin-pprof"`
-	// Backends: http://host:port of each inference engine at start; more
-	// can be added through the admin API.
+	// Backends: http://host:port of each inference engine at start, or
+	// name=http://host:port to name it (default names: backend-<id>);
+	// more can be added through the admin API.
 	Backends []string `yaml:"backends"`
 	// Tokenizer: path of a HuggingFace tokenizer.json (or a directory or
 	// .json.gz); "" = byte-block mode.
@@ -76,9 +78,25 @@ type serveConfig struct {
 	IdleTimeout duration `yaml:"idle-timeout"`
 	// ConnectTimeout: time to connect to a backend.
 	ConnectTimeout duration `yaml:"connect-timeout"`
-	// ResponseTimeout: time from sending a request to a backend to its
-	// response head (time to first byte); 504 over it.
-	ResponseTimeout duration `yaml:"response-timeout"`
+	// FirstByteTimeout: time from sending a request to a backend to its
+	// response head (time to first byte); 504 over it. A non-streamed
+	// answer's head comes only when its generation ends (vLLM), so this
+	// bounds non-streamed generations: 10m, the OpenAI SDKs' own timeout.
+	FirstByteTimeout duration `yaml:"first-byte-timeout"`
+	// RequestTimeout: limit on a whole request (retries and the streamed
+	// answer included); 504 before the head, an SSE error event after.
+	// 0 = no limit.
+	RequestTimeout duration `yaml:"request-timeout"`
+	// ResponseTimeout: deprecated alias of FirstByteTimeout (which it was
+	// until issue 15); a warning says so. Never printed by --dry-run.
+	ResponseTimeout duration `yaml:"response-timeout,omitempty"`
+	// MaxResponseBody: largest non-streamed answer buffered on the loop
+	// path (upstream-io loop); 502 over it.
+	MaxResponseBody byteSize `yaml:"max-response-body"`
+	// BackendHeader: how clients see a backend in X-Saltus-Backend and in
+	// error messages: url, name (URLs expose the internal network) or
+	// none (no header; names in messages).
+	BackendHeader string `yaml:"backend-header"`
 	// MaxRetries: further backends tried when one fails before its first
 	// byte.
 	MaxRetries int `yaml:"max-retries"`
@@ -87,8 +105,11 @@ type serveConfig struct {
 	// "goroutine" (a proxy goroutine with fasthttp). Streamed ones always
 	// take a goroutine.
 	UpstreamIO string `yaml:"upstream-io"`
-	// HealthInterval: time between health probes of each backend.
+	// HealthInterval: time between health probes of each healthy backend.
 	HealthInterval duration `yaml:"health-interval"`
+	// HealthDownInterval: time between health probes of a backend that is
+	// down (or whose breaker tripped); one good probe brings it back.
+	HealthDownInterval duration `yaml:"health-down-interval"`
 	// DrainTimeout: on SIGTERM/SIGINT, how long requests in flight may
 	// still run.
 	DrainTimeout duration `yaml:"drain-timeout"`
@@ -118,27 +139,31 @@ type serveConfig struct {
 func defaultServeConfig() serveConfig {
 	d := serving.DefaultConfig()
 	return serveConfig{
-		Listen:          d.Listen,
-		AdminListen:     "127.0.0.1:9180",
-		BlockSize:       d.BlockSize,
-		Policy:          d.Policy,
-		MaxBody:         byteSize(d.MaxBody),
-		MaxHeader:       byteSize(d.MaxHeader),
-		MaxConns:        d.MaxConns,
-		HeaderTimeout:   duration(d.HeaderTimeout),
-		IdleTimeout:     duration(d.IdleTimeout),
-		ConnectTimeout:  duration(d.ConnectTimeout),
-		ResponseTimeout: duration(d.ResponseTimeout),
-		MaxRetries:      d.MaxRetries,
-		UpstreamIO:      d.UpstreamIO,
-		HealthInterval:  duration(d.HealthInterval),
-		DrainTimeout:    duration(30 * time.Second),
-		MaxBlocks:       d.MaxBlocks,
-		RouteTTL:        duration(d.RouteTTL),
-		LoadFactor:      d.LoadFactor,
-		GCHeapFloor:     32 << 20,
-		LogFormat:       "text",
-		LogLevel:        "info",
+		Listen:             d.Listen,
+		AdminListen:        "127.0.0.1:9180",
+		BlockSize:          d.BlockSize,
+		Policy:             d.Policy,
+		MaxBody:            byteSize(d.MaxBody),
+		MaxHeader:          byteSize(d.MaxHeader),
+		MaxConns:           d.MaxConns,
+		HeaderTimeout:      duration(d.HeaderTimeout),
+		IdleTimeout:        duration(d.IdleTimeout),
+		ConnectTimeout:     duration(d.ConnectTimeout),
+		FirstByteTimeout:   duration(d.FirstByteTimeout),
+		RequestTimeout:     duration(d.RequestTimeout),
+		MaxResponseBody:    byteSize(d.MaxResponseBody),
+		BackendHeader:      d.BackendHeader,
+		MaxRetries:         d.MaxRetries,
+		UpstreamIO:         d.UpstreamIO,
+		HealthInterval:     duration(d.HealthInterval),
+		HealthDownInterval: duration(d.HealthDownInterval),
+		DrainTimeout:       duration(30 * time.Second),
+		MaxBlocks:          d.MaxBlocks,
+		RouteTTL:           duration(d.RouteTTL),
+		LoadFactor:         d.LoadFactor,
+		GCHeapFloor:        32 << 20,
+		LogFormat:          "text",
+		LogLevel:           "info",
 	}
 }
 
@@ -174,10 +199,20 @@ func (c serveConfig) Validate() error {
 			break
 		}
 	}
-	for i, u := range c.Backends {
+	names := map[string]int{}
+	for i, nu := range c.Backends {
+		name, u := serving.SplitBackend(nu)
+		if name != "" || strings.HasPrefix(nu, "=") {
+			if err := backend.CheckName(name); err != nil {
+				bad(fmt.Sprintf("backends[%d]", i), "%v", err)
+			} else if j, dup := names[name]; dup {
+				bad(fmt.Sprintf("backends[%d]", i), "the name %q repeats backends[%d]'s", name, j)
+			}
+			names[name] = i
+		}
 		if err := admin.CheckBackendURL(u); err != nil {
 			bad(fmt.Sprintf("backends[%d]", i), "%v", err)
-		} else if j := slices.Index(c.Backends[:i], u); j >= 0 {
+		} else if j := slices.IndexFunc(c.Backends[:i], func(o string) bool { _, ou := serving.SplitBackend(o); return ou == u }); j >= 0 {
 			bad(fmt.Sprintf("backends[%d]", i), "%q repeats backends[%d]", u, j)
 		}
 	}
@@ -217,13 +252,26 @@ func (c serveConfig) Validate() error {
 		{"header-timeout", c.HeaderTimeout},
 		{"idle-timeout", c.IdleTimeout},
 		{"connect-timeout", c.ConnectTimeout},
-		{"response-timeout", c.ResponseTimeout},
+		{"first-byte-timeout", c.FirstByteTimeout},
 		{"health-interval", c.HealthInterval},
+		{"health-down-interval", c.HealthDownInterval},
 		{"route-ttl", c.RouteTTL},
 	} {
 		if d.v <= 0 {
 			bad(d.key, "must be positive, got %v", d.v)
 		}
+	}
+	if c.RequestTimeout < 0 {
+		bad("request-timeout", "must not be negative (0 = no limit), got %v", c.RequestTimeout)
+	}
+	if c.ResponseTimeout != 0 {
+		bad("response-timeout", "BUG: the deprecated alias was not resolved")
+	}
+	if c.MaxResponseBody < 1<<10 || c.MaxResponseBody > 1<<30 {
+		bad("max-response-body", "must be between 1KiB and 1GiB, got %v", c.MaxResponseBody)
+	}
+	if c.BackendHeader != "url" && c.BackendHeader != "name" && c.BackendHeader != "none" {
+		bad("backend-header", `must be "url", "name" or "none", got %q`, c.BackendHeader)
 	}
 	if c.DrainTimeout < 0 {
 		bad("drain-timeout", "must not be negative (0 = do not wait), got %v", c.DrainTimeout)
@@ -256,9 +304,11 @@ func (c serveConfig) servingConfig() serving.Config {
 		BlockSize: c.BlockSize, Shards: c.Shards, PinShards: c.PinShards, Policy: c.Policy,
 		MaxBody: int(c.MaxBody), MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
 		HeaderTimeout: c.HeaderTimeout.D(), IdleTimeout: c.IdleTimeout.D(),
-		ConnectTimeout: c.ConnectTimeout.D(), ResponseTimeout: c.ResponseTimeout.D(),
+		ConnectTimeout: c.ConnectTimeout.D(), FirstByteTimeout: c.FirstByteTimeout.D(),
+		RequestTimeout: c.RequestTimeout.D(), MaxResponseBody: int(c.MaxResponseBody), BackendHeader: c.BackendHeader,
 		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
-		MaxBlocks: c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
+		HealthDownInterval: c.HealthDownInterval.D(),
+		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
 	}
 }
 
@@ -316,7 +366,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.StringVar(&v.AdminListen, "admin-listen", v.AdminListen, "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*")
 	fs.StringVar(&v.AdminToken, "admin-token", v.AdminToken, "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)")
 	fs.BoolVar(&v.AdminPprof, "admin-pprof", v.AdminPprof, "serve Go's runtime profiles (CPU, heap, goroutines, trace) under /debug/pprof/ on the admin listener, behind --admin-token")
-	fs.Var((*stringList)(&v.Backends), "backend", "backend `URL` http://host:port; repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends")
+	fs.Var((*stringList)(&v.Backends), "backend", "backend `URL` http://host:port, or name=http://host:port to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends")
 	fs.StringVar(&v.Tokenizer, "tokenizer", v.Tokenizer, "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)")
 	fs.StringVar(&v.ChatTemplate, "chat-template", v.ChatTemplate, "chat template `name` ("+strings.Join(chatpkg.Names(), ", ")+"); empty: detect from tokenizer_config.json next to --tokenizer")
 	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
@@ -331,10 +381,16 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.HeaderTimeout, "header-timeout", "`duration` a client has to send a request head (e.g. 10s) before the connection is closed")
 	fs.Var(&v.IdleTimeout, "idle-timeout", "`duration` an idle keep-alive client connection stays open")
 	fs.Var(&v.ConnectTimeout, "connect-timeout", "`duration` to connect to a backend before trying the next one")
-	fs.Var(&v.ResponseTimeout, "response-timeout", "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it")
+	fs.Var(&v.FirstByteTimeout, "first-byte-timeout", "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it, not retried. "+
+		"A non-streamed answer's head comes only when its generation ends (vLLM), so this bounds non-streamed generations")
+	fs.Var(&v.RequestTimeout, "request-timeout", "`duration` a whole request may take, retries and streamed answer included: 504 before the response head, an SSE error event after; 0: no limit")
+	fs.Var(&v.ResponseTimeout, "response-timeout", "deprecated alias of --first-byte-timeout (`duration`); prints a warning")
+	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered on the loop path (--upstream-io loop), 1KiB–1GiB; larger ones get 502")
+	fs.StringVar(&v.BackendHeader, "backend-header", v.BackendHeader, "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)")
 	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
 	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "`mode` of the backend I/O for non-streamed chat and completion requests: loop (on the client's event loop, no goroutine) or goroutine (a proxy goroutine with fasthttp); streamed requests always use a goroutine")
-	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each backend")
+	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each healthy backend; 3 failed probes in a row mark it down")
+	fs.Var(&v.HealthDownInterval, "health-down-interval", "`duration` between health probes of a backend that is down or whose breaker tripped; one good probe (or one answered request) brings it back")
 	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")
 	fs.IntVar(&v.MaxBlocks, "max-blocks", v.MaxBlocks, "route-table capacity in `blocks` per shard; least recently used routes go first")
 	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
@@ -404,11 +460,24 @@ func loadServeConfig(args []string, out io.Writer) (cfg serveConfig, dryRun bool
 		byFlag[cf.flag] = cf.index
 	}
 	dst, src := reflect.ValueOf(&cfg).Elem(), reflect.ValueOf(&f.values).Elem()
+	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) {
+		given[fl.Name] = true
 		if i, ok := byFlag[fl.Name]; ok {
 			dst.Field(i).Set(src.Field(i))
 		}
 	})
+	if given["response-timeout"] {
+		if given["first-byte-timeout"] {
+			return cfg, false, errors.New("config: response-timeout: deprecated alias of first-byte-timeout; give only first-byte-timeout")
+		}
+		cfg.FirstByteTimeout = cfg.ResponseTimeout
+		cfg.ResponseTimeout = 1 // the warning below; any non-zero value
+	}
+	if cfg.ResponseTimeout != 0 {
+		fmt.Fprintf(out, "saltus serve: warning: response-timeout is deprecated: use first-byte-timeout (set to %v); request-timeout bounds a whole request\n", cfg.FirstByteTimeout)
+		cfg.ResponseTimeout = 0
+	}
 	return cfg, f.dryRun, cfg.Validate()
 }
 
@@ -467,6 +536,18 @@ func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
 		seen[k.Value] = k.Line
 		if err := val.Decode(v.Field(cf.index).Addr().Interface()); err != nil {
 			errs = append(errs, fmt.Errorf("config %s: line %d: %s: %v", name, val.Line, cf.key, cleanYAMLError(err)))
+		}
+	}
+	// The deprecated alias: its value goes to its successor;
+	// loadServeConfig warns (cfg.ResponseTimeout stays set until then).
+	if line, ok := seen["response-timeout"]; ok {
+		if _, both := seen["first-byte-timeout"]; both {
+			errs = append(errs, fmt.Errorf("config %s: line %d: response-timeout: deprecated alias of first-byte-timeout; give only first-byte-timeout", name, line))
+		} else {
+			cfg.FirstByteTimeout = cfg.ResponseTimeout
+			if cfg.ResponseTimeout == 0 {
+				cfg.ResponseTimeout = 1 // the warning; first-byte-timeout's Validate names the 0
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -85,7 +85,8 @@ log-format: json
 			"--block-size", "1", "--shards", "3", "--pin-shards=true", "--policy", "least_request",
 			"--max-body", "2MB", "--max-header", "1KiB", "--max-conns", "7",
 			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
-			"--response-timeout", "4s", "--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms",
+			"--first-byte-timeout", "4s", "--request-timeout", "1h", "--max-response-body", "1MiB", "--backend-header", "name",
+			"--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms", "--health-down-interval", "200ms",
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
 			"--load-factor", "1", "--gc-heap-floor", "1MiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
@@ -95,8 +96,10 @@ log-format: json
 				BlockSize: 1, Shards: 3, PinShards: true, Policy: "least_request",
 				MaxBody: 2e6, MaxHeader: 1 << 10, MaxConns: 7,
 				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
-				ConnectTimeout: duration(3 * time.Second), ResponseTimeout: duration(4 * time.Second),
-				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond), DrainTimeout: 0,
+				ConnectTimeout: duration(3 * time.Second), FirstByteTimeout: duration(4 * time.Second),
+				RequestTimeout: duration(time.Hour), MaxResponseBody: 1 << 20, BackendHeader: "name",
+				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond),
+				HealthDownInterval: duration(200 * time.Millisecond), DrainTimeout: 0,
 				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, GCHeapFloor: 1 << 20,
 				LogFormat: "json", LogLevel: "DEBUG",
 			}
@@ -154,8 +157,17 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.HeaderTimeout = 0 }, `config: header-timeout: must be positive, got 0s`},
 		{func(c *serveConfig) { c.IdleTimeout = -1 }, `config: idle-timeout: must be positive, got -1ns`},
 		{func(c *serveConfig) { c.ConnectTimeout = 0 }, `config: connect-timeout: must be positive, got 0s`},
-		{func(c *serveConfig) { c.ResponseTimeout = 0 }, `config: response-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.FirstByteTimeout = 0 }, `config: first-byte-timeout: must be positive, got 0s`},
 		{func(c *serveConfig) { c.HealthInterval = 0 }, `config: health-interval: must be positive, got 0s`},
+		{func(c *serveConfig) { c.HealthDownInterval = 0 }, `config: health-down-interval: must be positive, got 0s`},
+		{func(c *serveConfig) { c.RequestTimeout = duration(-time.Second) }, `config: request-timeout: must not be negative (0 = no limit), got -1s`},
+		{func(c *serveConfig) { c.MaxResponseBody = 100 }, `config: max-response-body: must be between 1KiB and 1GiB, got 100B`},
+		{func(c *serveConfig) { c.BackendHeader = "ip" }, `config: backend-header: must be "url", "name" or "none", got "ip"`},
+		{func(c *serveConfig) { c.Backends = []string{"a=http://h:1", "a=http://h:2"} }, `config: backends[1]: the name "a" repeats backends[0]'s`},
+		{func(c *serveConfig) { c.Backends = []string{"a=http://h:1", "b=http://h:1"} }, `config: backends[1]: "http://h:1" repeats backends[0]`},
+		{func(c *serveConfig) { c.Backends = []string{"=http://h:1"} }, `config: backends[0]: backend: name "" must be 1 to 64 characters`},
+		{func(c *serveConfig) { c.Backends = []string{"a b=http://h:1"} }, `config: backends[0]: backend: name "a b": only letters, digits, '.', '_' and '-' are allowed`},
+		{func(c *serveConfig) { c.Backends = []string{"backend-7=http://h:1"} }, `config: backends[0]: backend: name "backend-7" is reserved (backend-<id> names the backends without a name)`},
 		{func(c *serveConfig) { c.RouteTTL = 0 }, `config: route-ttl: must be positive, got 0s`},
 		{func(c *serveConfig) { c.DrainTimeout = duration(-time.Second) }, `config: drain-timeout: must not be negative (0 = do not wait), got -1s`},
 		{func(c *serveConfig) { c.MaxRetries = 11 }, `config: max-retries: must be between 0 and 10, got 11`},
@@ -265,6 +277,9 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cf := range configFields() {
+		if cf.key == "response-timeout" {
+			continue // the deprecated alias: not shown
+		}
 		if !bytes.Contains(data, []byte("\n"+cf.key+":")) {
 			t.Errorf("saltus.example.yaml lacks the key %q", cf.key)
 		}
@@ -332,10 +347,14 @@ max-conns: 10000
 header-timeout: 10s
 idle-timeout: 1m
 connect-timeout: 2s
-response-timeout: 1m
+first-byte-timeout: 10m
+request-timeout: 0s
+max-response-body: 8MiB
+backend-header: url
 max-retries: 2
 upstream-io: loop
 health-interval: 5s
+health-down-interval: 1s
 drain-timeout: 30s
 max-blocks: 1000000
 route-ttl: 1h
@@ -502,4 +521,54 @@ func FuzzServeYAML(f *testing.F) {
 			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, back, cfg)
 		}
 	})
+}
+
+// TestResponseTimeoutAlias: the deprecated response-timeout still sets
+// the first-byte timeout, from the file or a flag, with one warning;
+// with first-byte-timeout beside it in the same place it is an error.
+func TestResponseTimeoutAlias(t *testing.T) {
+	t.Parallel()
+	const warn = "saltus serve: warning: response-timeout is deprecated: use first-byte-timeout (set to 4s); request-timeout bounds a whole request\n"
+	for _, tc := range []struct {
+		name, yaml string
+		flags      []string
+		want       time.Duration
+		warn, err  string
+	}{
+		{"flag", "", []string{"--response-timeout", "4s"}, 4 * time.Second, warn, ""},
+		{"file", "response-timeout: 4s\n", nil, 4 * time.Second, warn, ""},
+		{"file then new flag", "response-timeout: 2s\n", []string{"--first-byte-timeout", "3s"}, 3 * time.Second,
+			"saltus serve: warning: response-timeout is deprecated: use first-byte-timeout (set to 3s); request-timeout bounds a whole request\n", ""},
+		{"both flags", "", []string{"--response-timeout", "4s", "--first-byte-timeout", "5s"}, 0, "",
+			"config: response-timeout: deprecated alias of first-byte-timeout; give only first-byte-timeout"},
+		{"both keys", "response-timeout: 4s\nfirst-byte-timeout: 5s\n", nil, 0, "", "line 1: response-timeout: deprecated alias of first-byte-timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := tc.flags
+			if tc.yaml != "" {
+				args = append([]string{"--config", writeFile(t, "saltus.yaml", tc.yaml)}, args...)
+			}
+			var out bytes.Buffer
+			got, _, err := loadServeConfig(args, &out)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.FirstByteTimeout.D() != tc.want || got.ResponseTimeout != 0 || out.String() != tc.warn {
+				t.Errorf("first-byte-timeout %v (want %v), response-timeout %v (want 0), output %q (want %q)",
+					got.FirstByteTimeout, tc.want, got.ResponseTimeout, out.String(), tc.warn)
+			}
+			// --dry-run never prints the alias.
+			var y bytes.Buffer
+			if err := writeEffective(&y, got); err != nil || strings.Contains(y.String(), "response-timeout") {
+				t.Errorf("dry-run output has response-timeout (%v):\n%s", err, y.String())
+			}
+		})
+	}
 }

@@ -488,7 +488,7 @@ func TestServeUpstreamErrors(t *testing.T) {
 		const timeout = time.Second
 		s := startServeWith(t, ups, func(c *serveConfig) {
 			c.Tokenizer = ""
-			c.ResponseTimeout = duration(timeout)
+			c.FirstByteTimeout = duration(timeout)
 		})
 		start := time.Now()
 		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Slow?"))

@@ -12,6 +12,7 @@ import (
 type BackendInfo struct {
 	ID       int    `json:"id"`
 	URL      string `json:"url"`
+	Name     string `json:"name,omitempty"` // as clients see it with serve --backend-header name
 	Healthy  bool   `json:"healthy"`
 	Draining bool   `json:"draining"`
 	InFlight int64  `json:"in_flight"`

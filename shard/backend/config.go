@@ -12,11 +12,25 @@ type Config struct {
 	// ConnectTimeout bounds one TCP connect to a backend; a connect that
 	// takes longer is a connect error (retried on the next candidate).
 	ConnectTimeout time.Duration
-	// ResponseHeaderTimeout bounds the time from sending a request to
-	// its response head (the first byte, for an LLM engine: queueing plus
-	// prefill, or the whole generation of a non-streamed answer); past
-	// it the client gets 504.
-	ResponseHeaderTimeout time.Duration
+	// FirstByteTimeout bounds the time from sending a request to its
+	// response head, and on the loop path the silence between two reads
+	// of the body; past it the client gets 504 (a timed-out request is
+	// not retried: the engine may be working on it). For an LLM engine
+	// the head comes after queueing plus prefill for a streamed answer,
+	// but only after the whole generation for a non-streamed one (vLLM
+	// sends a JSON answer's head with its body), so this bounds a
+	// non-streamed generation: the default is long (issue 15).
+	FirstByteTimeout time.Duration
+	// RequestTimeout bounds a whole request, from Forward to the last
+	// byte of the answer, retries included; 0 = no limit. Past it before
+	// the head the client gets 504; after the head a streamed answer ends
+	// with an SSE error event (or is cut, for other bodies).
+	RequestTimeout time.Duration
+	// MaxResponseBody bounds a response body the loop path buffers (its
+	// answers are whole, non-streamed); a longer one is answered 502 and
+	// counted (saltus_upstream_body_too_large_total). The goroutine path
+	// relays bodies as they come and needs no bound.
+	MaxResponseBody int
 	// IdleConnTimeout closes a pooled keep-alive connection idle this long.
 	IdleConnTimeout time.Duration
 	// MaxConnsPerBackend bounds the connections to one backend; a request
@@ -28,11 +42,25 @@ type Config struct {
 	MaxRetries int
 	// HealthPath is the path the active probe GETs; a 2xx is a success.
 	HealthPath string
-	// HealthInterval is the time between two probes of one backend.
+	// HealthInterval is the time between two probes of a healthy
+	// backend.
 	HealthInterval time.Duration
+	// HealthDownInterval is the time between two probes of a backend
+	// that is down or whose breaker is open; a breaker trip probes at
+	// once. Fixed, no backoff: a probe costs one small GET (a refused
+	// connect when the engine is gone), and a backoff would delay
+	// exactly the recovery that matters, every backend back after an
+	// outage, when each second of 503s outlasts the OpenAI SDKs' default
+	// retries (two, within ~1.3 s; issue 15). Each probe is bounded by
+	// HealthInterval.
+	HealthDownInterval time.Duration
 	// HealthFailsDown consecutive failed probes mark a backend down.
 	HealthFailsDown int
-	// HealthOKUp consecutive successful probes mark it up again.
+	// HealthOKUp consecutive successful probes mark it up again. The
+	// hysteresis is deliberately lopsided: slow to mark down (a request
+	// failing meanwhile is retried, and the breaker reacts to traffic
+	// faster), fast to bring back; a passive success (a non-5xx answer)
+	// also brings back a backend marked down.
 	HealthOKUp int
 	// BreakerFails consecutive passive failures (connect errors and
 	// refusals before the head, 5xx answers; a timeout or all
@@ -44,6 +72,11 @@ type Config struct {
 	// goroutines and loop-path requests together); a Forward over it is
 	// answered 503 at once.
 	MaxInFlight int
+	// BackendHeader is how a client sees the backend of an answer:
+	// "url" (X-Saltus-Backend and saltus's error messages give its URL),
+	// "name" (its name instead: a URL exposes the internal network), or
+	// "none" (no X-Saltus-Backend; error messages give names).
+	BackendHeader string
 	// LoopIO sends routed non-streamed requests through ForwardOnLoop
 	// (once UseLoops attached the reactor): the upstream I/O on the
 	// client connection's event loop, no goroutine in the request path
@@ -54,18 +87,22 @@ type Config struct {
 // DefaultConfig returns the defaults, each commented.
 func DefaultConfig() Config {
 	return Config{
-		ConnectTimeout:        2 * time.Second,  // a LAN connect takes < 1 ms; 2 s covers a busy accept queue
-		ResponseHeaderTimeout: 60 * time.Second, // issue 4: time to first byte, 60 s → 504
-		IdleConnTimeout:       4 * time.Second,  // below uvicorn's (vLLM's server) 5 s keep-alive, so we close first instead of meeting a closed connection
-		MaxConnsPerBackend:    1024,             // one connection per in-flight request; vLLM batches up to 256 sequences by default
-		MaxRetries:            2,                // issue 4
-		HealthPath:            "/health",        // vLLM, SGLang, TensorRT-LLM serve it
-		HealthInterval:        5 * time.Second,
-		HealthFailsDown:       3,
-		HealthOKUp:            2,
-		BreakerFails:          5,
-		MaxInFlight:           8192, // proxy goroutines; ~8 KiB of stack and buffers each when idle-waiting
-		LoopIO:                true, // 1.2–1.4× the goroutine path's req/s, a third less CPU per request (loop.go)
+		ConnectTimeout:     2 * time.Second,  // a LAN connect takes < 1 ms; 2 s covers a busy accept queue
+		FirstByteTimeout:   10 * time.Minute, // the OpenAI SDKs' own default timeout: a non-streamed head waits for the whole generation (issue 15; 60 s cut long answers)
+		RequestTimeout:     0,                // no limit, as vLLM itself has none; the client's timeout decides
+		MaxResponseBody:    8 << 20,          // a non-streamed LLM answer is a few KiB to a few hundred KiB
+		IdleConnTimeout:    4 * time.Second,  // below uvicorn's (vLLM's server) 5 s keep-alive, so we close first instead of meeting a closed connection
+		MaxConnsPerBackend: 1024,             // one connection per in-flight request; vLLM batches up to 256 sequences by default
+		MaxRetries:         2,                // issue 4
+		HealthPath:         "/health",        // vLLM, SGLang, TensorRT-LLM serve it
+		HealthInterval:     5 * time.Second,
+		HealthDownInterval: time.Second, // back within ~1 s of the engine's return: inside the SDKs' retry window
+		HealthFailsDown:    3,
+		HealthOKUp:         1, // issue 15: 2 probes 5 s apart meant 9.4 s of 503s after an outage
+		BreakerFails:       5,
+		MaxInFlight:        8192,  // proxy goroutines; ~8 KiB of stack and buffers each when idle-waiting
+		BackendHeader:      "url", // what saltus always did; "name" for untrusted clients
+		LoopIO:             true,  // 1.2–1.4× the goroutine path's req/s, a third less CPU per request (loop.go)
 	}
 }
 
@@ -78,9 +115,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	pos("ConnectTimeout", c.ConnectTimeout)
-	pos("ResponseHeaderTimeout", c.ResponseHeaderTimeout)
+	pos("FirstByteTimeout", c.FirstByteTimeout)
 	pos("IdleConnTimeout", c.IdleConnTimeout)
 	pos("HealthInterval", c.HealthInterval)
+	pos("HealthDownInterval", c.HealthDownInterval)
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("backend: RequestTimeout must be >= 0 (0 = no limit), got %s", c.RequestTimeout))
+	}
+	if c.MaxResponseBody < 1<<10 || c.MaxResponseBody > 1<<30 {
+		errs = append(errs, fmt.Errorf("backend: MaxResponseBody must be in [1KiB, 1GiB], got %d", c.MaxResponseBody))
+	}
 	if c.MaxConnsPerBackend <= 0 {
 		errs = append(errs, fmt.Errorf("backend: MaxConnsPerBackend must be > 0, got %d", c.MaxConnsPerBackend))
 	}
@@ -98,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BreakerFails < 0 {
 		errs = append(errs, fmt.Errorf("backend: BreakerFails must be >= 0, got %d", c.BreakerFails))
+	}
+	if c.BackendHeader != "url" && c.BackendHeader != "name" && c.BackendHeader != "none" {
+		errs = append(errs, fmt.Errorf(`backend: BackendHeader must be "url", "name" or "none", got %q`, c.BackendHeader))
 	}
 	if c.MaxInFlight <= 0 {
 		errs = append(errs, fmt.Errorf("backend: MaxInFlight must be > 0, got %d", c.MaxInFlight))

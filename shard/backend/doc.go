@@ -16,19 +16,28 @@
 // stops the upstream reads, and TCP flow control then stops the backend.
 //
 // Health: an active probe per backend GETs HealthPath every
-// HealthInterval; HealthFailsDown failures in a row mark it down,
-// HealthOKUp successes in a row up again (backends start up). A passive
-// breaker trips after BreakerFails connect errors or 5xx answers in a row
+// HealthInterval while it is healthy, every HealthDownInterval (1 s)
+// while it is down or tripped; HealthFailsDown failures in a row mark it
+// down, HealthOKUp successes in a row (1 by default) up again, as does a
+// passive success (backends start up). A passive breaker trips after
+// BreakerFails connect errors or 5xx answers in a row, probes at once,
 // and keeps the backend unhealthy until one probe succeeds (so without
 // Start, a tripped backend stays tripped). Draining backends are healthy
 // but not routable.
+//
+// Timeouts: FirstByteTimeout bounds the wait for a response head (for a
+// non-streamed answer, the whole generation: 10 m by default),
+// RequestTimeout (off by default) the whole request. Answers saltus
+// makes itself name backends as Config.BackendHeader says (URL or name);
+// 502 (nothing answered: each backend tried and why) and 503 carry
+// Retry-After: 1.
 //
 // Cancellation: once the head has arrived, a client that leaves (Sink.Gone)
 // closes the upstream connection at once: the only way an engine can
 // learn that nobody reads the generation any more. Before the head, fasthttp keeps the connection to
 // itself, so a client that leaves is noticed when the head arrives (at
 // once for a streamed answer: vLLM sends the head first) or when
-// ResponseHeaderTimeout passes. Close, which needs no particular
+// FirstByteTimeout passes. Close, which needs no particular
 // connection, closes them all.
 //
 // The loop path ([Set.ForwardOnLoop], loop.go; Config.LoopIO, serve
@@ -36,7 +45,7 @@
 // on the client connection's event loop over the reactor's upstream
 // connections (reactor.Server.DialUpstream), per (loop, backend) keep-alive
 // pools, the response parsed incrementally (respparse.go) and buffered
-// whole up to 8 MiB (over it: 502, saltus_upstream_body_too_large_total),
+// whole up to MaxResponseBody (over it: 502, saltus_upstream_body_too_large_total),
 // then answered with one RespondLoop. It keeps Forward's behaviour:
 // candidates, retries, the stale-connection retry, 502/503/504 bodies,
 // the breaker, in-flight counts, metrics, hooks (run on the loop). It

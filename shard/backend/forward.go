@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,7 +62,7 @@ type Outcome struct {
 	Err     error    // nil when the answer was relayed in full
 	// ClientGone: the client left first. UpstreamDied: the upstream's
 	// connection failed after the head. TimedOut: no head within
-	// ResponseHeaderTimeout.
+	// FirstByteTimeout, or RequestTimeout passed.
 	ClientGone, UpstreamDied, TimedOut bool
 	TTFB, Total                        time.Duration // TTFB: request sent → head (last attempt)
 	// Usage (only with Hooks.Usage) is the raw "usage" object of the JSON body, or of the last
@@ -91,8 +92,10 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); ret
 
 // Forward starts a proxy goroutine that sends req (with body) to
 // candidates[0], and on a connect error or a refusal before the first
-// byte to the next candidate (≤ MaxRetries more), else answers 502. No
-// head within ResponseHeaderTimeout → 504. The upstream dies after the
+// byte to the next candidate (≤ MaxRetries more), else answers 502 with
+// each backend tried and why (and Retry-After). No head within
+// FirstByteTimeout, or RequestTimeout passed first → 504; RequestTimeout
+// passing after the head ends a streamed answer. The upstream dies after the
 // head: an SSE answer gets an `event: error` event and End, any other
 // Abort; never a fabricated `data: [DONE]`. Over MaxInFlight, with no
 // candidate, or after Close it answers 503 at once and returns false.
@@ -133,11 +136,17 @@ func (s *Set) Forward(req *reactor.Request, body []byte, candidates []*Backend, 
 
 var jsonHdr = []reactor.Header{{Name: "Content-Type", Value: "application/json"}}
 
+// RetryAfter is the Retry-After header of saltus's 502 and 503 answers
+// (nothing could serve the request): the OpenAI SDKs honour it, and 1 s
+// is the health probes' HealthDownInterval, within which a backend that
+// came back is routable again.
+var RetryAfter = reactor.Header{Name: "Retry-After", Value: "1"}
+
 // refusedHdr are the headers of a refused forward's 503: nothing can
 // serve it now, so Retry-After, and the request's X-Request-ID (or a
 // generated one) as on every answer.
 func refusedHdr(req *reactor.Request) []reactor.Header {
-	return []reactor.Header{jsonHdr[0], {Name: reactor.RequestIDHeader, Value: req.RequestID()}, {Name: "Retry-After", Value: "1"}}
+	return []reactor.Header{jsonHdr[0], {Name: reactor.RequestIDHeader, Value: req.RequestID()}, RetryAfter}
 }
 
 // errorBody is an OpenAI-style error (reactor.ErrorBody).
@@ -183,8 +192,13 @@ func (p *proxy) run(ctx context.Context) {
 	resp.Header.SetNoDefaultContentType(true)
 	p.buildRequest(freq)
 
+	var reqDeadline time.Time // zero: no RequestTimeout
+	if s.cfg.RequestTimeout > 0 {
+		reqDeadline = start.Add(s.cfg.RequestTimeout)
+	}
 	attempts := min(len(p.cands), 1+s.cfg.MaxRetries)
 	var lastErr error
+	var tried []string // "backend X: reason", the 502's message
 	for i := range attempts {
 		b := p.cands[i]
 		if i > 0 {
@@ -204,11 +218,15 @@ func (p *proxy) run(ctx context.Context) {
 		freq.Header.SetHost(b.host)
 		b.inFlight.Add(1)
 		t0 := time.Now()
-		err := b.hc.DoDeadline(freq, resp, t0.Add(s.cfg.ResponseHeaderTimeout))
+		deadline, whole := t0.Add(s.cfg.FirstByteTimeout), false
+		if !reqDeadline.IsZero() && reqDeadline.Before(deadline) {
+			deadline, whole = reqDeadline, true
+		}
+		err := b.hc.DoDeadline(freq, resp, deadline)
 		if err == nil {
 			p.o.TTFB = time.Since(t0)
 			b.m.ttfb.Update(p.o.TTFB.Seconds())
-			p.relay(ctx, b, resp)
+			p.relay(ctx, b, resp, reqDeadline)
 			b.inFlight.Add(-1)
 			return
 		}
@@ -225,16 +243,60 @@ func (p *proxy) run(ctx context.Context) {
 			b.passiveResult(false, s.cfg.BreakerFails, s.logger)
 		}
 		lastErr = fmt.Errorf("backend %s: %w", b.URL, err)
+		tried = append(tried, "backend "+s.label(b)+": "+failReason(err))
 		if !retry {
 			p.o.TimedOut, p.o.Err, p.o.Status = true, lastErr, fasthttp.StatusGatewayTimeout
 			s.countCode(b, p.o.Status)
-			p.respondError(fasthttp.StatusGatewayTimeout, "upstream timed out before its response head", "timeout_error", "gateway_timeout")
+			p.respondError(fasthttp.StatusGatewayTimeout, s.headTimeoutMsg(b, whole), "timeout_error", "gateway_timeout")
 			return
 		}
 	}
 	p.o.Err, p.o.Status = lastErr, fasthttp.StatusBadGateway
-	p.respondError(fasthttp.StatusBadGateway,
-		fmt.Sprintf("no backend answered (%d tried): %v", attempts, lastErr), "server_error", "bad_gateway")
+	p.respondError(fasthttp.StatusBadGateway, noAnswerMsg(tried), "server_error", "bad_gateway")
+}
+
+// noAnswerMsg is the 502 message when no backend answered: each backend
+// tried and why, in order.
+func noAnswerMsg(tried []string) string {
+	return fmt.Sprintf("no backend answered (%d tried): %s", len(tried), strings.Join(tried, "; "))
+}
+
+// headTimeoutMsg is the 504 message when b sent no head in time: whole
+// says the request's own limit (RequestTimeout) came first.
+func (s *Set) headTimeoutMsg(b *Backend, whole bool) string {
+	if whole {
+		return fmt.Sprintf("the request took longer than the request timeout (%s); backend %s had not sent its response head", s.cfg.RequestTimeout, s.label(b))
+	}
+	return fmt.Sprintf("backend %s sent no response head within the first-byte timeout (%s)", s.label(b), s.cfg.FirstByteTimeout)
+}
+
+// failReason says in a few words why an attempt failed before its head,
+// for the 502's message (the error itself may name addresses and
+// syscalls; the client gets these words and the backend's label).
+func failReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, errNoFreeConns):
+		return "every connection to it busy"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, fasthttp.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
+		var de *dialError
+		if errors.As(err, &de) {
+			return "connect timed out"
+		}
+		return "timed out"
+	case errors.Is(err, ErrClosed):
+		return "the load balancer is shutting down"
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		if errors.Is(err, errClosedBeforeHead) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return "connection closed while connecting"
+		}
+		return "cannot connect"
+	}
+	return "connection closed before the response head"
 }
 
 // shutdown answers 503: the Set is closing.
@@ -244,7 +306,13 @@ func (p *proxy) shutdown() {
 }
 
 func (p *proxy) respondError(status int, msg, typ, code string) {
-	p.sink.Respond(status, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: p.reqID}}, errorBody(status, msg, typ, code))
+	hdr := []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: p.reqID}}
+	// Nothing could serve it (no backend answered, or 503): try again
+	// soon. A 502 after a head is the answer's failure, not the backends'.
+	if status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusBadGateway && p.o.TTFB == 0 {
+		hdr = append(hdr, RetryAfter)
+	}
+	p.sink.Respond(status, hdr, errorBody(status, msg, typ, code))
 }
 
 func gone(sink Sink) bool {
@@ -336,7 +404,9 @@ func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bo
 	if !haveID {
 		hdr = append(hdr, reactor.Header{Name: "X-Request-ID", Value: p.reqID})
 	}
-	hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: b.URL})
+	if p.s.cfg.BackendHeader != "none" {
+		hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: p.s.label(b)})
+	}
 	return append(hdr, p.extra...)
 }
 
@@ -349,7 +419,9 @@ func dropAnswerHeader(name, conn string, keepLength bool) bool {
 }
 
 // relay sends the answer whose head is in resp to the sink.
-func (p *proxy) relay(ctx context.Context, b *Backend, resp *fasthttp.Response) {
+// reqDeadline (zero: none) is RequestTimeout's: it bounds the reads of a
+// streamed body.
+func (p *proxy) relay(ctx context.Context, b *Backend, resp *fasthttp.Response, reqDeadline time.Time) {
 	s := p.s
 	status := resp.StatusCode()
 	p.o.Status = status
@@ -371,9 +443,10 @@ func (p *proxy) relay(ctx context.Context, b *Backend, resp *fasthttp.Response) 
 		p.relayWhole(b, resp, bs, length)
 		return
 	}
-	// A streamed body: lift the head's deadline, and watch the client.
+	// A streamed body: the head's deadline gives way to the request's
+	// (none without RequestTimeout), and the client is watched.
 	if c := connOf(resp); c != nil {
-		_ = c.SetReadDeadline(time.Time{}) // fails only on a closed connection, which the next Read reports
+		_ = c.SetReadDeadline(reqDeadline) // fails only on a closed connection, which the next Read reports
 	}
 	closer, _ := bs.(fasthttp.ReadCloserWithError)
 	done := make(chan struct{})
@@ -518,12 +591,17 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 				return
 			}
 			p.died(b, err)
+			ev := sseErrorEvent
+			if kind, _ := classify(err); kind == kindTimeout {
+				p.o.TimedOut = true
+				ev = sseTimeoutEvent(p.s.cfg.RequestTimeout)
+			}
 			// The unsent partial event is dropped; one already partly sent
 			// is ended first, so the error event stands on its own.
 			if partial {
 				_ = p.sink.Write([]byte("\n\n")) // a gone client shows in the next call
 			}
-			if p.sink.Write(sseErrorEvent) != nil || p.sink.Flush() != nil || p.sink.End() != nil {
+			if p.sink.Write(ev) != nil || p.sink.Flush() != nil || p.sink.End() != nil {
 				p.o.ClientGone = gone(p.sink)
 			}
 			return
@@ -540,6 +618,12 @@ var parsers fastjson.ParserPool
 // sseErrorEvent ends an SSE answer whose upstream died.
 var sseErrorEvent = []byte("event: error\ndata: " +
 	string(errorBody(fasthttp.StatusBadGateway, "upstream connection lost mid-stream", "server_error", "upstream_disconnected")) + "\n\n")
+
+// sseTimeoutEvent ends an SSE answer cut by the request timeout d.
+func sseTimeoutEvent(d time.Duration) []byte {
+	msg := fmt.Sprintf("the request took longer than the request timeout (%s)", d)
+	return []byte("event: error\ndata: " + string(errorBody(fasthttp.StatusGatewayTimeout, msg, "timeout_error", "gateway_timeout")) + "\n\n")
+}
 
 func (p *proxy) write(ev []byte) error {
 	if err := p.sink.Write(ev); err != nil {

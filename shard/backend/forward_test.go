@@ -22,7 +22,7 @@ func testSet(t testing.TB, edit func(*Config)) (*Set, *metrics.Set) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ConnectTimeout = time.Second
-	cfg.ResponseHeaderTimeout = 5 * time.Second
+	cfg.FirstByteTimeout = 5 * time.Second
 	cfg.IdleConnTimeout = 200 * time.Millisecond
 	if edit != nil {
 		edit(&cfg)
@@ -359,7 +359,7 @@ func TestForwardTimeout504(t *testing.T) {
 		}
 	})
 	defer close(release)
-	s, ms := testSet(t, func(c *Config) { c.ResponseHeaderTimeout = 100 * time.Millisecond })
+	s, ms := testSet(t, func(c *Config) { c.FirstByteTimeout = 100 * time.Millisecond })
 	b := mustAdd(t, s, srv.URL)
 	next := mustAdd(t, s, closedPort(t))
 	sink, o := newSink(), newOutcome()
@@ -592,7 +592,7 @@ func TestCloseCancelsWaitForHead(t *testing.T) {
 		<-r.Context().Done() // never answers
 		close(upstreamSawClose)
 	})
-	s, _ := testSet(t, func(c *Config) { c.ResponseHeaderTimeout = time.Hour })
+	s, _ := testSet(t, func(c *Config) { c.FirstByteTimeout = time.Hour })
 	b := mustAdd(t, s, srv.URL)
 	next := mustAdd(t, s, closedPort(t))
 	sink, o := newSink(), newOutcome()

@@ -20,7 +20,7 @@ func (s *Set) startProbeLocked(b *Backend) {
 		}
 	}
 	s.probes.Go("backend-probe", func(ctx context.Context) {
-		t := time.NewTicker(s.cfg.HealthInterval)
+		t := time.NewTimer(s.probeInterval(b))
 		defer t.Stop()
 		for {
 			select {
@@ -29,15 +29,30 @@ func (s *Set) startProbeLocked(b *Backend) {
 			case <-stop:
 				return
 			case <-t.C:
+			case <-b.wake:
+				t.Stop()
 			}
-			s.probeResult(b, s.probe(b))
+			// Bounded by HealthInterval even when probing faster: probes
+			// are sequential, and a slow /health is not a dead one.
+			s.probeResult(b, s.probeFn(b, s.cfg.HealthInterval))
+			t.Reset(s.probeInterval(b))
 		}
 	})
 }
 
-// probe GETs b's HealthPath once, bounded by HealthInterval; a 2xx is a
-// success.
-func (s *Set) probe(b *Backend) bool {
+// probeInterval is the wait before b's next probe: HealthInterval while
+// it is healthy, HealthDownInterval while it is down or its breaker is
+// open (Config says why there is no backoff).
+func (s *Set) probeInterval(b *Backend) time.Duration {
+	if b.Healthy() {
+		return s.cfg.HealthInterval
+	}
+	return s.cfg.HealthDownInterval
+}
+
+// probe GETs b's HealthPath once, bounded by timeout; a 2xx is a
+// success. Set.probeFn, except in tests.
+func (s *Set) probe(b *Backend, timeout time.Duration) bool {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -45,7 +60,7 @@ func (s *Set) probe(b *Backend) bool {
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI(s.cfg.HealthPath)
 	req.Header.SetHost(b.host)
-	if err := b.ctl.DoTimeout(req, resp, s.cfg.HealthInterval); err != nil {
+	if err := b.ctl.DoTimeout(req, resp, timeout); err != nil {
 		return false
 	}
 	if bs := resp.BodyStream(); bs != nil {

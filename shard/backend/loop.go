@@ -26,7 +26,7 @@ import (
 // among the loops, closed after IdleConnTimeout idle or within one sweep
 // of the backend's removal. The request is serialized once per backend
 // tried; the response is parsed incrementally (respParser) and buffered
-// whole, up to maxLoopBody, then answered with one RespondLoop.
+// whole, up to Config.MaxResponseBody, then answered with one RespondLoop.
 //
 // Everything here is owned by one loop: a loopState, its pools, its
 // upConns and its loopReqs are only touched from that loop's callbacks
@@ -34,11 +34,6 @@ import (
 // gone hook, functions posted to the loop). Counters are atomics;
 // histograms (whose Update takes a mutex) are batched per loop and
 // written by one goroutine ("backend-loop-metrics").
-
-// maxLoopBody bounds a response body buffered on the loop path; a longer
-// one is answered 502 and counted (saltus_upstream_body_too_large_total):
-// a non-streamed LLM answer is a few KiB to a few hundred KiB.
-const maxLoopBody = 8 << 20
 
 // maxLoopHead bounds an upstream response head on the loop path.
 const maxLoopHead = 64 << 10
@@ -151,8 +146,10 @@ type loopReq struct {
 	finished bool
 	start    time.Time
 	t0       time.Time // this attempt's start (TTFB is measured from it)
-	deadline time.Time
+	deadline time.Time // the current attempt's: FirstByteTimeout's or reqEnd, whichever is first
+	reqEnd   time.Time // RequestTimeout's; zero: none
 	lastErr  error
+	tried    []string // "backend X: reason" per failed attempt, the 502's message
 	o        Outcome
 }
 
@@ -171,7 +168,7 @@ const maxSamples = 4096
 // ForwardOnLoop is Forward with the upstream I/O on loop loop, the loop of
 // the client's connection (sink.Loop()): the same answers, retries,
 // timeouts, breaker results, in-flight counts, metrics and hooks, with the
-// hooks run on the loop. The body is buffered whole (up to maxLoopBody)
+// hooks run on the loop. The body is buffered whole (up to MaxResponseBody)
 // and answered with one RespondLoop, so streamed (SSE) answers belong on
 // Forward, which relays them event by event with backpressure. The client
 // leaving closes the upstream connection at once, head or not. Without
@@ -210,6 +207,9 @@ func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candida
 		lr.reqID = ls.newRequestID()
 	}
 	ls.active[lr] = struct{}{}
+	if s.cfg.RequestTimeout > 0 {
+		lr.reqEnd = now.Add(s.cfg.RequestTimeout)
+	}
 	sink.SetGoneHook(lr.clientGone)
 	lr.attempt(now)
 	return true
@@ -226,7 +226,8 @@ func (lr *loopReq) attempt(now time.Time) {
 	lr.o.Backend = b
 	lr.b = b
 	b.inFlight.Add(1)
-	lr.t0, lr.deadline = now, now.Add(s.cfg.ResponseHeaderTimeout)
+	lr.t0 = now
+	lr.setDeadline(now)
 	lr.stale = false
 	c, err := lr.ls.conn(b, false)
 	if err != nil {
@@ -234,6 +235,15 @@ func (lr *loopReq) attempt(now time.Time) {
 		return
 	}
 	lr.use(c)
+}
+
+// setDeadline sets the current deadline FirstByteTimeout after now,
+// unless the request's own (RequestTimeout) comes first.
+func (lr *loopReq) setDeadline(now time.Time) {
+	lr.deadline = now.Add(lr.s.cfg.FirstByteTimeout)
+	if !lr.reqEnd.IsZero() && lr.reqEnd.Before(lr.deadline) {
+		lr.deadline = lr.reqEnd
+	}
 }
 
 // use puts lr on c and sends it once c is open.
@@ -334,7 +344,7 @@ func (ls *loopState) conn(b *Backend, fresh bool) (*upConn, error) {
 	if p.conns >= s.perLoopConns {
 		return nil, errNoFreeConns
 	}
-	c := &upConn{ls: ls, b: b, p: newRespParser(maxLoopHead, maxLoopBody)}
+	c := &upConn{ls: ls, b: b, p: newRespParser(maxLoopHead, s.cfg.MaxResponseBody)}
 	u, err := s.lp.DialUpstream(ls.idx, b.host, s.cfg.ConnectTimeout, c)
 	if err != nil {
 		return nil, &dialError{err: err}
@@ -401,9 +411,9 @@ func (c *upConn) OnUpstreamData(_ *reactor.Upstream, data []byte) int {
 	case c.p.done():
 		lr.complete(c, c.p.keepAlive() && n == len(data), now)
 	case lr.headSeen:
-		// The body is on its way: ResponseHeaderTimeout now bounds the
-		// silence between two reads.
-		lr.deadline = now.Add(lr.s.cfg.ResponseHeaderTimeout)
+		// The body is on its way: FirstByteTimeout now bounds the
+		// silence between two reads (RequestTimeout the whole).
+		lr.setDeadline(now)
 	}
 	return len(data)
 }
@@ -505,7 +515,9 @@ func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string) []reactor.Hea
 	if !haveID {
 		hdr = append(hdr, reactor.Header{Name: "X-Request-ID", Value: lr.reqID})
 	}
-	hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: lr.o.Backend.URL})
+	if lr.s.cfg.BackendHeader != "none" {
+		hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: lr.s.label(lr.o.Backend)})
+	}
 	return append(hdr, lr.extra...)
 }
 
@@ -522,8 +534,9 @@ func (lr *loopReq) broken(c *upConn, err error, now time.Time) {
 	}
 	if errors.Is(err, errBodyTooLarge) {
 		lr.s.bodyTooLarge.Inc()
-		lr.o.Err, lr.o.Status = fmt.Errorf("backend %s: %w (over %d bytes)", lr.b.URL, err, maxLoopBody), fasthttp.StatusBadGateway
-		lr.respondError(lr.o.Status, fmt.Sprintf("upstream answer over %d bytes", maxLoopBody), "server_error", "bad_gateway")
+		limit := lr.s.cfg.MaxResponseBody
+		lr.o.Err, lr.o.Status = fmt.Errorf("backend %s: %w (over %d bytes)", lr.b.URL, err, limit), fasthttp.StatusBadGateway
+		lr.respondError(lr.o.Status, fmt.Sprintf("upstream answer over %d bytes (the limit of a non-streamed answer)", limit), "server_error", "bad_gateway")
 		lr.finish(now)
 		return
 	}
@@ -560,6 +573,7 @@ func (lr *loopReq) failed(err error, kind errKind, breaker bool) {
 		b.passiveResult(false, s.cfg.BreakerFails, s.logger)
 	}
 	lr.lastErr = fmt.Errorf("backend %s: %w", b.URL, err)
+	lr.tried = append(lr.tried, "backend "+s.label(b)+": "+failReason(err))
 	b.inFlight.Add(-1)
 	lr.b = nil
 	lr.i++
@@ -568,8 +582,7 @@ func (lr *loopReq) failed(err error, kind errKind, breaker bool) {
 		return
 	}
 	lr.o.Err, lr.o.Status = lr.lastErr, fasthttp.StatusBadGateway
-	lr.respondError(fasthttp.StatusBadGateway,
-		fmt.Sprintf("no backend answered (%d tried): %v", lr.i, lr.lastErr), "server_error", "bad_gateway")
+	lr.respondError(fasthttp.StatusBadGateway, noAnswerMsg(lr.tried), "server_error", "bad_gateway")
 	lr.finish(time.Now())
 }
 
@@ -582,15 +595,20 @@ func (lr *loopReq) timeout(now time.Time) {
 	}
 	b.m.errs[kindTimeout].Inc()
 	lr.o.TimedOut, lr.o.Status = true, fasthttp.StatusGatewayTimeout
+	whole := !lr.reqEnd.IsZero() && !now.Before(lr.reqEnd)
 	if lr.headSeen {
 		b.m.errs[kindMidstream].Inc()
 		lr.o.UpstreamDied = true
 		lr.o.Err = fmt.Errorf("backend %s: body: %w", b.URL, fasthttp.ErrTimeout)
-		lr.respondError(lr.o.Status, "upstream timed out in its response body", "timeout_error", "gateway_timeout")
+		msg := "upstream timed out in its response body"
+		if whole {
+			msg = fmt.Sprintf("the request took longer than the request timeout (%s); backend %s was still sending its answer", lr.s.cfg.RequestTimeout, lr.s.label(b))
+		}
+		lr.respondError(lr.o.Status, msg, "timeout_error", "gateway_timeout")
 	} else {
 		lr.o.Err = fmt.Errorf("backend %s: %w", b.URL, fasthttp.ErrTimeout)
 		lr.s.countCodeLoop(lr.ls, b, lr.o.Status)
-		lr.respondError(lr.o.Status, "upstream timed out before its response head", "timeout_error", "gateway_timeout")
+		lr.respondError(lr.o.Status, lr.s.headTimeoutMsg(b, whole), "timeout_error", "gateway_timeout")
 	}
 	lr.finish(now)
 }
@@ -623,7 +641,13 @@ func (lr *loopReq) shutdown() {
 }
 
 func (lr *loopReq) respondError(status int, msg, typ, code string) {
-	lr.sink.RespondLoop(status, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID}}, errorBody(status, msg, typ, code))
+	hdr := []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID}}
+	// Nothing could serve it (no backend answered, or 503): try again
+	// soon. A 502 after a head is the answer's failure, not the backends'.
+	if status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusBadGateway && !lr.headSeen {
+		hdr = append(hdr, RetryAfter)
+	}
+	lr.sink.RespondLoop(status, hdr, errorBody(status, msg, typ, code))
 }
 
 // finish ends lr: counts, hooks. Exactly once.

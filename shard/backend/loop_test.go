@@ -370,11 +370,11 @@ func btoi(b bool) int {
 	return 0
 }
 
-// TestLoopSlowHead504: no head within ResponseHeaderTimeout is 504, and
+// TestLoopSlowHead504: no head within FirstByteTimeout is 504, and
 // the upstream connection is closed.
 func TestLoopSlowHead504(t *testing.T) {
 	t.Parallel()
-	e := newLoopEnv(t, func(c *Config) { c.ResponseHeaderTimeout = 300 * time.Millisecond })
+	e := newLoopEnv(t, func(c *Config) { c.FirstByteTimeout = 300 * time.Millisecond })
 	closed := make(chan struct{})
 	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
 		readReq(br)
@@ -449,13 +449,13 @@ func TestLoopFramings(t *testing.T) {
 	}
 }
 
-// TestLoopBodyTooLarge: an answer over maxLoopBody is 502, counted.
+// TestLoopBodyTooLarge: an answer over MaxResponseBody is 502, counted.
 func TestLoopBodyTooLarge(t *testing.T) {
 	t.Parallel()
 	e := newLoopEnv(t, nil)
 	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
 		readReq(br)
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", maxLoopBody+1)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", DefaultConfig().MaxResponseBody+1)
 		io.Copy(io.Discard, br)
 	})
 	e.use(mustAdd(t, e.s, up.url()))
@@ -593,4 +593,46 @@ func counterValue(set *metrics.Set, name string) string {
 		}
 	}
 	return "absent"
+}
+
+// TestLoopRequestTimeout: RequestTimeout ends a request whose body
+// trickles in (each read well within FirstByteTimeout) with a 504 naming
+// it; MaxResponseBody is the configured bound of a buffered answer.
+func TestLoopRequestTimeout(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, func(c *Config) {
+		c.FirstByteTimeout, c.RequestTimeout, c.MaxResponseBody = time.Hour, 300*time.Millisecond, 4<<10
+	})
+	closed := make(chan struct{})
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		readReq(br)
+		if n == 1 { // the first connection
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":")
+			io.Copy(io.Discard, br) // until saltus closes it
+			close(closed)
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", 4<<10+1)
+		io.Copy(io.Discard, br)
+	})
+	e.use(mustAdd(t, e.s, up.url()))
+	c := e.dial(t)
+	start := time.Now()
+	c.send(t, "{}")
+	resp, body := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 504 || !strings.Contains(body, "the request took longer than the request timeout (300ms)") ||
+		time.Since(start) < 300*time.Millisecond || !o.TimedOut {
+		t.Fatalf("%d %s after %v, outcome %+v", resp.StatusCode, body, time.Since(start), o)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream connection stayed open")
+	}
+	c.send(t, "{}")
+	resp, body = c.read(t)
+	if o := e.outcome(t); resp.StatusCode != 502 || !strings.Contains(body, "over 4096 bytes") || o.Status != 502 {
+		t.Errorf("over MaxResponseBody: %d %s", resp.StatusCode, body)
+	}
 }

@@ -23,9 +23,11 @@ const modelsMaxBytes = 4 << 20
 // Models GETs /v1/models from every routable backend at once (bounded by
 // ctx and 5 s) and returns the union by model id as an OpenAI list
 // (`{"object":"list","data":[...]}`), each model object as the first
-// backend (by ID) that listed it sent it. No routable backend: an empty
-// list. Routable backends but none answered: an error. Any goroutine but
-// an event loop (it waits).
+// backend (by ID) that listed it sent it. No routable backend: an error
+// wrapping ErrNoCandidate (an empty list would tell a client the model it
+// asks for does not exist; issue 15). Routable backends but none
+// answered: an error. The errors name backends as clients see them
+// (Config.BackendHeader). Any goroutine but an event loop (it waits).
 func (s *Set) Models(ctx context.Context) ([]byte, error) {
 	var bs []*Backend
 	for _, b := range s.Snapshot() {
@@ -34,7 +36,7 @@ func (s *Set) Models(ctx context.Context) ([]byte, error) {
 		}
 	}
 	if len(bs) == 0 {
-		return []byte(`{"object":"list","data":[]}`), nil
+		return nil, fmt.Errorf("%w: every backend is down, draining or removed", ErrNoCandidate)
 	}
 	deadline := time.Now().Add(modelsTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -48,7 +50,7 @@ func (s *Set) Models(ctx context.Context) ([]byte, error) {
 		wg.Add(1)
 		g.Go("backend-models", func(context.Context) {
 			defer wg.Done()
-			bodies[i], errs[i] = getModels(b, deadline)
+			bodies[i], errs[i] = getModels(b, s.label(b), deadline)
 		})
 	}
 	wg.Wait()
@@ -64,7 +66,7 @@ func (s *Set) Models(ctx context.Context) ([]byte, error) {
 		}
 		v, err := p.ParseBytes(body)
 		if err != nil {
-			errs[i] = fmt.Errorf("backend %s: bad /v1/models JSON: %w", bs[i].URL, err)
+			errs[i] = fmt.Errorf("backend %s: bad /v1/models JSON: %w", s.label(bs[i]), err)
 			continue
 		}
 		answered++
@@ -87,7 +89,8 @@ func (s *Set) Models(ctx context.Context) ([]byte, error) {
 	return append(out, "]}"...), nil
 }
 
-func getModels(b *Backend, deadline time.Time) ([]byte, error) {
+// getModels GETs b's /v1/models; its errors name b by label.
+func getModels(b *Backend, label string, deadline time.Time) ([]byte, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -96,22 +99,23 @@ func getModels(b *Backend, deadline time.Time) ([]byte, error) {
 	req.SetRequestURI("/v1/models")
 	req.Header.SetHost(b.host)
 	if err := b.ctl.DoDeadline(req, resp, deadline); err != nil {
-		return nil, fmt.Errorf("backend %s: /v1/models: %w", b.URL, err)
+		// The reason in words: err names the address.
+		return nil, fmt.Errorf("backend %s: /v1/models: %s", label, failReason(err))
 	}
 	defer resp.CloseBodyStream() //nolint:errcheck // only decides whether the connection is reused
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
-		return nil, fmt.Errorf("backend %s: /v1/models: status %d", b.URL, code)
+		return nil, fmt.Errorf("backend %s: /v1/models: status %d", label, code)
 	}
 	bs := resp.BodyStream()
 	if bs == nil {
-		return nil, fmt.Errorf("backend %s: /v1/models: empty body", b.URL)
+		return nil, fmt.Errorf("backend %s: /v1/models: empty body", label)
 	}
 	body, err := io.ReadAll(io.LimitReader(bs, modelsMaxBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("backend %s: /v1/models: %w", b.URL, err)
+		return nil, fmt.Errorf("backend %s: /v1/models: %w", label, err)
 	}
 	if len(body) > modelsMaxBytes {
-		return nil, fmt.Errorf("backend %s: /v1/models: body over %d bytes", b.URL, modelsMaxBytes)
+		return nil, fmt.Errorf("backend %s: /v1/models: body over %d bytes", label, modelsMaxBytes)
 	}
 	return body, nil
 }

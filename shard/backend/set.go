@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,9 @@ import (
 // rest are atomics or owned as commented. Any goroutine may call its
 // methods.
 type Backend struct {
-	ID  int    // stable index (tree holder index), never reused while the process lives
-	URL string // e.g. http://127.0.0.1:8001 (normalized: scheme://host:port, no path)
+	ID   int    // stable index (tree holder index), never reused while the process lives
+	URL  string // e.g. http://127.0.0.1:8001 (normalized: scheme://host:port, no path)
+	Name string // given to AddNamed, else "backend-<ID>"; unique in the Set
 
 	host string               // host:port, the Host header and the dial address
 	hc   *fasthttp.HostClient // requests
@@ -41,6 +43,9 @@ type Backend struct {
 
 	// Owned by the backend's probe goroutine.
 	probeFails, probeOKs int
+	// wake (capacity 1) asks the probe goroutine to probe now: the
+	// breaker tripped, so the fast schedule starts at once.
+	wake chan struct{}
 
 	m backendMetrics
 }
@@ -63,19 +68,36 @@ func (b *Backend) Routable() bool {
 	return b.Healthy() && !b.draining.Load() && !b.removed.Load()
 }
 
-// passiveResult feeds the breaker: ok resets the count, a failure counts
+// passiveResult feeds the breaker: ok resets the count (and brings back
+// a backend the probes marked down: it just answered), a failure counts
 // and trips the breaker at cfg.BreakerFails in a row.
 func (b *Backend) passiveResult(ok bool, limit int, logger *slog.Logger) {
 	if ok {
 		if b.passive.Load() != 0 {
 			b.passive.Store(0)
 		}
+		if !b.up.Load() && b.up.CompareAndSwap(false, true) {
+			logger.Info("backend up: it answered a request", "backend", b.URL)
+		}
 		return
 	}
 	if n := b.passive.Add(1); limit > 0 && int(n) >= limit && !b.tripped.Swap(true) {
 		b.m.trips.Inc()
 		logger.Warn("backend breaker tripped", "backend", b.URL, "consecutive_failures", n)
+		select {
+		case b.wake <- struct{}{}:
+		default: // a wake is pending already
+		}
 	}
+}
+
+// label is how clients see b (Config.BackendHeader): its URL, or its
+// name. Any goroutine.
+func (s *Set) label(b *Backend) string {
+	if s.cfg.BackendHeader == "url" {
+		return b.URL
+	}
+	return b.Name
 }
 
 type backendMetrics struct {
@@ -141,13 +163,16 @@ type Set struct {
 
 	retries, overload *metrics.Counter
 
+	// probeFn is probe; tests replace it before Start.
+	probeFn func(b *Backend, timeout time.Duration) bool
+
 	// The loop path (loop.go); set by UseLoops before the loops run,
 	// read-only after.
 	lp           Loops
 	lstates      []*loopState // one per loop, each owned by its loop
 	perLoopConns int          // MaxConnsPerBackend's share per loop
 	samples      chan []sample
-	// bodyTooLarge counts loop-path answers over maxLoopBody;
+	// bodyTooLarge counts loop-path answers over MaxResponseBody;
 	// samplesDropped, metric samples lost to a full flusher queue.
 	bodyTooLarge, samplesDropped *metrics.Counter
 }
@@ -176,6 +201,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		bodyTooLarge:   set.GetOrCreateCounter("saltus_upstream_body_too_large_total"),
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
 	}
+	s.probeFn = s.probe
 	s.proxyWorkers = rules.NewWorkers(s.proxies, "backend-proxy", workerIdle)
 	s.watchWorkers = rules.NewWorkers(s.proxies, "backend-watch", workerIdle)
 	s.snap.Store(&snapshot{})
@@ -223,14 +249,42 @@ func ParseURL(raw string) (norm, hostport string, err error) {
 	return "http://" + hostport, hostport, nil
 }
 
-// Add validates rawURL, adds a backend for it with a fresh ID and returns
-// it. A URL already in the Set (draining ones included) is ErrDuplicate.
-// The new backend starts healthy; if Start ran, its probe starts now. Any
-// goroutine.
-func (s *Set) Add(rawURL string) (*Backend, error) {
+// Add is AddNamed without a name: the backend is named "backend-<ID>".
+// Any goroutine.
+func (s *Set) Add(rawURL string) (*Backend, error) { return s.AddNamed("", rawURL) }
+
+// CheckName reports whether name can name a backend: 1 to 64 letters,
+// digits, '.', '_' or '-', and not of the form "backend-<digits>" (the
+// default names).
+func CheckName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("backend: name %q must be 1 to 64 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("backend: name %q: only letters, digits, '.', '_' and '-' are allowed", name)
+		}
+	}
+	if rest, ok := strings.CutPrefix(name, "backend-"); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+		return fmt.Errorf("backend: name %q is reserved (backend-<id> names the backends without a name)", name)
+	}
+	return nil
+}
+
+// AddNamed validates rawURL and name ("" = "backend-<ID>"), adds a
+// backend for them with a fresh ID and returns it. A URL or name already
+// in the Set (draining ones included) is ErrDuplicate. The new backend
+// starts healthy; if Start ran, its probe starts now. Any goroutine.
+func (s *Set) AddNamed(name, rawURL string) (*Backend, error) {
 	norm, hostport, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if name != "" {
+		if err := CheckName(name); err != nil {
+			return nil, err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -242,8 +296,14 @@ func (s *Set) Add(rawURL string) (*Backend, error) {
 		if b.URL == norm {
 			return nil, fmt.Errorf("%w: %s is already backend %d", ErrDuplicate, norm, b.ID)
 		}
+		if name != "" && b.Name == name {
+			return nil, fmt.Errorf("%w: the name %s is already backend %d's", ErrDuplicate, name, b.ID)
+		}
 	}
-	b := &Backend{ID: s.nextID, URL: norm, host: hostport}
+	if name == "" {
+		name = "backend-" + strconv.Itoa(s.nextID)
+	}
+	b := &Backend{ID: s.nextID, URL: norm, Name: name, host: hostport, wake: make(chan struct{}, 1)}
 	s.nextID++
 	b.up.Store(true)
 	b.hc = s.newHostClient(hostport, s.cfg.MaxConnsPerBackend)
@@ -254,7 +314,7 @@ func (s *Set) Add(rawURL string) (*Backend, error) {
 	if s.probes != nil {
 		s.startProbeLocked(b)
 	}
-	s.logger.Info("backend added", "id", b.ID, "url", b.URL)
+	s.logger.Info("backend added", "id", b.ID, "name", b.Name, "url", b.URL)
 	return b, nil
 }
 

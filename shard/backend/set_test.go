@@ -231,8 +231,10 @@ func TestModelsUnion(t *testing.T) {
 	}
 
 	empty, _ := testSet(t, nil)
-	if got, err := empty.Models(context.Background()); err != nil || string(got) != `{"object":"list","data":[]}` {
-		t.Errorf("no backends: %s %v", got, err)
+	// No routable backend is an error, not an empty list (issue 15):
+	// the router answers it 503.
+	if got, err := empty.Models(context.Background()); !errors.Is(err, ErrNoCandidate) || got != nil {
+		t.Errorf("no backends: %s %v, want ErrNoCandidate", got, err)
 	}
 	dead, _ := testSet(t, nil)
 	mustAdd(t, dead, closedPort(t))
@@ -248,8 +250,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.MaxInFlight, c.HealthPath, c.ConnectTimeout = 0, "health", 0
+	c.FirstByteTimeout, c.RequestTimeout, c.MaxResponseBody, c.HealthDownInterval, c.BackendHeader = 0, -1, 10, 0, "ip"
 	err := c.Validate()
-	for _, name := range []string{"MaxInFlight", "HealthPath", "ConnectTimeout"} {
+	for _, name := range []string{"MaxInFlight", "HealthPath", "ConnectTimeout", "FirstByteTimeout", "RequestTimeout",
+		"MaxResponseBody", "HealthDownInterval", "BackendHeader"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Validate = %v, want it to name %s", err, name)
 		}

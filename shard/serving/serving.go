@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -27,49 +28,56 @@ import (
 // flags and YAML (cmd/saltus documents each key), the benchmark from its
 // own. Zero values are not defaults: start from DefaultConfig.
 type Config struct {
-	Listen          string
-	Backends        []string
-	Tokenizer       string // "" = byte-block mode
-	ChatTemplate    string // "" = detect from tokenizer_config.json
-	BlockSize       int
-	Shards          int // 0 = GOMAXPROCS
-	PinShards       bool
-	Policy          string
-	MaxBody         int
-	MaxHeader       int
-	MaxConns        int
-	HeaderTimeout   time.Duration
-	IdleTimeout     time.Duration
-	ConnectTimeout  time.Duration
-	ResponseTimeout time.Duration
-	MaxRetries      int
-	UpstreamIO      string // "loop" or "goroutine": where non-streamed routed requests do their backend I/O
-	HealthInterval  time.Duration
-	MaxBlocks       int
-	RouteTTL        time.Duration
-	LoadFactor      float64
+	Listen             string
+	Backends           []string // "url" or "name=url"
+	Tokenizer          string   // "" = byte-block mode
+	ChatTemplate       string   // "" = detect from tokenizer_config.json
+	BlockSize          int
+	Shards             int // 0 = GOMAXPROCS
+	PinShards          bool
+	Policy             string
+	MaxBody            int
+	MaxHeader          int
+	MaxConns           int
+	HeaderTimeout      time.Duration
+	IdleTimeout        time.Duration
+	ConnectTimeout     time.Duration
+	FirstByteTimeout   time.Duration
+	RequestTimeout     time.Duration // 0 = no limit
+	MaxResponseBody    int
+	BackendHeader      string // "url", "name" or "none" (backend.Config.BackendHeader)
+	MaxRetries         int
+	UpstreamIO         string // "loop" or "goroutine": where non-streamed routed requests do their backend I/O
+	HealthInterval     time.Duration
+	HealthDownInterval time.Duration
+	MaxBlocks          int
+	RouteTTL           time.Duration
+	LoadFactor         float64
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
 // them): no backends, byte-block mode, shards = GOMAXPROCS.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:8080",
-		BlockSize:       16, // vLLM's default KV block size
-		Policy:          "prefix",
-		MaxBody:         16 << 20,
-		MaxHeader:       64 << 10,
-		MaxConns:        10000,
-		HeaderTimeout:   10 * time.Second,
-		IdleTimeout:     60 * time.Second,
-		ConnectTimeout:  2 * time.Second,
-		ResponseTimeout: 60 * time.Second,
-		MaxRetries:      2,
-		UpstreamIO:      "loop",
-		HealthInterval:  5 * time.Second,
-		MaxBlocks:       1_000_000,
-		RouteTTL:        time.Hour,
-		LoadFactor:      2.0,
+		Listen:             "127.0.0.1:8080",
+		BlockSize:          16, // vLLM's default KV block size
+		Policy:             "prefix",
+		MaxBody:            16 << 20,
+		MaxHeader:          64 << 10,
+		MaxConns:           10000,
+		HeaderTimeout:      10 * time.Second,
+		IdleTimeout:        60 * time.Second,
+		ConnectTimeout:     2 * time.Second,
+		FirstByteTimeout:   10 * time.Minute,
+		MaxResponseBody:    8 << 20,
+		BackendHeader:      "url",
+		MaxRetries:         2,
+		UpstreamIO:         "loop",
+		HealthInterval:     5 * time.Second,
+		HealthDownInterval: time.Second,
+		MaxBlocks:          1_000_000,
+		RouteTTL:           time.Hour,
+		LoadFactor:         2.0,
 	}
 }
 
@@ -123,7 +131,11 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 
 	bcfg := backend.DefaultConfig()
 	bcfg.ConnectTimeout = cfg.ConnectTimeout
-	bcfg.ResponseHeaderTimeout = cfg.ResponseTimeout
+	bcfg.FirstByteTimeout = cfg.FirstByteTimeout
+	bcfg.RequestTimeout = cfg.RequestTimeout
+	bcfg.MaxResponseBody = cfg.MaxResponseBody
+	bcfg.BackendHeader = cfg.BackendHeader
+	bcfg.HealthDownInterval = cfg.HealthDownInterval
 	bcfg.MaxRetries = cfg.MaxRetries
 	bcfg.HealthInterval = cfg.HealthInterval
 	bcfg.LoopIO = cfg.UpstreamIO == "loop"
@@ -132,8 +144,9 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, u := range cfg.Backends {
-		if _, err := bset.Add(u); err != nil {
+	for _, nu := range cfg.Backends {
+		name, u := SplitBackend(nu)
+		if _, err := bset.AddNamed(name, u); err != nil {
 			bset.Close()
 			return nil, fmt.Errorf("backends: %w", err)
 		}
@@ -178,6 +191,15 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	return &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router}, probes: probes}, nil
 }
 
+// SplitBackend splits a configured backend, "name=url" or "url", into
+// its name ("" for none) and URL. A URL cannot hold '=' before "://".
+func SplitBackend(s string) (name, url string) {
+	if i := strings.IndexByte(s, '='); i >= 0 && !strings.Contains(s[:i], "://") {
+		return s[:i], s[i+1:]
+	}
+	return "", s
+}
+
 // lateHandler lets the reactor be built before the router that handles
 // its requests (the router needs the reactor's loops to post to).
 type lateHandler struct{ h reactor.Handler } // set before Server.Start
@@ -195,7 +217,7 @@ func (l *lateHandler) OwnAnswer(status int) {
 type backendsAPI struct{ s *backend.Set }
 
 func backendInfo(b *backend.Backend) admin.BackendInfo {
-	return admin.BackendInfo{ID: b.ID, URL: b.URL, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	return admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
 }
 
 func (a backendsAPI) List() []admin.BackendInfo {
