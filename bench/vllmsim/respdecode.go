@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/valyala/fastjson"
@@ -82,11 +83,15 @@ func decodeResponsesRequest(body []byte) (respRequest, *apiError) {
 		*n.dst = x
 	}
 	// Echoed, never interpreted (doc.go, Limits: tools are ignored).
-	r.tools = raw(v, "tools", fastjson.TypeArray, "[]")
-	r.toolChoice = raw(v, "tool_choice", 0, `"auto"`)
-	r.metadata = raw(v, "metadata", fastjson.TypeObject, "null")
-	if t := chat.Field(v, "tools"); t != nil && t.Type() != fastjson.TypeNull && t.Type() != fastjson.TypeArray {
-		return r, badRequest("tools", "tools: want an array, got %s", t.Type())
+	for _, f := range []struct {
+		dst       *[]byte
+		name, def string
+		want      fastjson.Type
+	}{{&r.tools, "tools", "[]", fastjson.TypeArray}, {&r.toolChoice, "tool_choice", `"auto"`, 0}, {&r.metadata, "metadata", "null", fastjson.TypeObject}} {
+		var e *apiError
+		if *f.dst, e = raw(v, f.name, f.want, f.def); e != nil {
+			return r, e
+		}
 	}
 	iv := chat.Field(v, "input")
 	if iv == nil || iv.Type() == fastjson.TypeNull {
@@ -113,14 +118,22 @@ func decodeResponsesRequest(body []byte) (respRequest, *apiError) {
 }
 
 // raw returns field name of v as JSON (a copy), or def when absent or
-// null; want != 0 keeps only a value of that type (else def: the caller
-// reports the type).
-func raw(v *fastjson.Value, name string, want fastjson.Type, def string) []byte {
+// null; want != 0 asks for a value of that type.
+func raw(v *fastjson.Value, name string, want fastjson.Type, def string) ([]byte, *apiError) {
 	f := chat.Field(v, name)
-	if f == nil || f.Type() == fastjson.TypeNull || (want != 0 && f.Type() != want) {
-		return []byte(def)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return []byte(def), nil
 	}
-	return f.MarshalTo(nil)
+	if want != 0 && f.Type() != want {
+		return nil, badRequest(name, "%s: want %s, got %s", name, want, f.Type())
+	}
+	b := f.MarshalTo(nil)
+	// fastjson takes control characters inside strings, which JSON (and
+	// so the echo) must not carry.
+	if !json.Valid(b) {
+		return nil, badRequest(name, "%s: not valid JSON", name)
+	}
+	return b, nil
 }
 
 // inputItem appends input item i as chat messages, as vLLM's
