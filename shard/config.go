@@ -68,6 +68,16 @@ type Config struct {
 	// ExplainTimeout bounds how long Explain waits for the loops.
 	// Default 5 s.
 	ExplainTimeout time.Duration
+	// ResponseIDs bounds the Responses API ids remembered (id → the
+	// backend that produced it, respids.go), split evenly across the
+	// shards; over it the oldest are evicted (counted). Default 100000:
+	// about 10 MB at vLLM's 41-byte ids.
+	ResponseIDs int
+	// ResponseIDTTL is how long a response id is remembered. Default 1 h,
+	// the routes' TTL (tree.DefaultConfig): a conversation idle longer has
+	// likely lost its cache too, and vLLM's store is memory that an
+	// engine restart loses.
+	ResponseIDTTL time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -84,6 +94,8 @@ func DefaultConfig() Config {
 		MaintainInterval: time.Second,
 		MaintainBudget:   4096,
 		ExplainTimeout:   5 * time.Second,
+		ResponseIDs:      100_000,
+		ResponseIDTTL:    tree.DefaultConfig().TTL,
 	}
 }
 
@@ -123,5 +135,6 @@ func (c Config) Validate() error {
 	if c.ExplainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("shard: ExplainTimeout must be positive, got %v", c.ExplainTimeout))
 	}
+	errs = append(errs, checkRespConfig(c)...)
 	return errors.Join(errs...)
 }

@@ -36,6 +36,8 @@ type request struct {
 	prompt string
 	ids    []int32 // token ids: prompt as ids, or prompt_token_ids
 	hasIDs bool
+	// responses (msgs and opt as chat; responses.go)
+	prevID string // previous_response_id, "" for none
 }
 
 // apiError is an OpenAI-style error answer.
@@ -107,8 +109,11 @@ func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.
 			return e
 		}
 	}
-	if k == kindChat {
+	switch k {
+	case kindChat:
 		return decodeChat(dst, v, sc)
+	case kindResponses:
+		return decodeResponses(dst, v)
 	}
 	return decodeCompletion(dst, v)
 }

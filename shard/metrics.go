@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -20,10 +21,12 @@ const (
 	routeEmbeddings                 // /v1/embeddings
 	routeOther                      // any other /v1/* path
 	routeModels                     // /v1/models
+	routeResponses                  // POST /v1/responses
+	routeResponseID                 // /v1/responses/{id}[/cancel|/input_items]
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models"}
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id"}
 
 // classify maps a request line to its route, and to the Allow header of a
 // 405 ("" when the method is allowed).
@@ -36,6 +39,20 @@ func classify(method, path string) (routeID, string) {
 	case "/v1/embeddings":
 		return routeEmbeddings, allowOnly(method, "POST")
 	case "/v1/models":
+		if method == "GET" || method == "HEAD" {
+			return routeModels, ""
+		}
+		return routeModels, "GET, HEAD"
+	case "/v1/responses":
+		return routeResponses, allowOnly(method, "POST")
+	}
+	if _, allow, ok := responsePathID(path); ok {
+		if slices.Contains(strings.Split(allow, ", "), method) {
+			return routeResponseID, ""
+		}
+		return routeResponseID, allow
+	}
+	if modelPathID(path) != "" {
 		if method == "GET" || method == "HEAD" {
 			return routeModels, ""
 		}
@@ -56,7 +73,7 @@ func allowOnly(method, allowed string) string {
 
 // reasonNames index the decision counters.
 var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback,
-	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash}
+	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash, ReasonResponseID}
 
 // ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
 // matched blocks / total blocks of a routed request with keys, under the

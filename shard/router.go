@@ -78,6 +78,7 @@ type Router struct {
 	shards []*shardState
 	logger *slog.Logger
 	m      *routerMetrics
+	rs     *respState // response ids (respids.go)
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
@@ -100,6 +101,7 @@ type shardState struct {
 	sc    scratch
 	known map[int]bool // backend IDs inserted since their last removal
 	dec   decodeScratch
+	resp  *respTable // this shard's part of the response ids (respids.go)
 
 	// Any goroutine.
 	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
@@ -171,6 +173,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		post:   post,
 		logger: logger.With("component", "shard"),
 		m:      newRouterMetrics(set),
+		rs:     newRespState(set, loops),
 		group:  rules.NewGroup(context.Background()),
 		epoch:  time.Now(),
 		models: make(chan exchange, modelsQueue),
@@ -190,7 +193,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			_ = pool.Close(context.Background()) // nothing was submitted: returns at once
 			return nil, fmt.Errorf("shard: %w", err)
 		}
-		sh := &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{}}
+		sh := &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{},
+			resp: newRespTable((cfg.ResponseIDs+loops-1)/loops, int64(cfg.ResponseIDTTL))}
 		// round_robin: loop i starts its cycle at backend i, so that the
 		// loops' first requests do not all go to backend 0.
 		sh.sc.rr = i
@@ -202,6 +206,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		r.shards = append(r.shards, sh)
 	}
 	set.RegisterMetricsWriter(r.writeMetrics)
+	set.RegisterMetricsWriter(r.rs.writeMetrics)
 	r.group.Go("shard.maintain", r.maintainLoop)
 	for i := range modelsWorkers {
 		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
@@ -262,6 +267,7 @@ func (r *Router) postCounted(i int, fn func()) bool {
 const (
 	stageLookup  uint8 = iota + 1 // j.lookup on the owner loop
 	stageForward                  // the loop path's Forward on the client's loop
+	stageByID                     // j.lookupByID on the response id's shard
 )
 
 // post is postTo for the job's next stage: it runs j.run on loop i. The
@@ -284,6 +290,8 @@ func (j *job) run() {
 	case stageForward:
 		f := &j.fwd
 		j.r.up.ForwardOnLoop(f.loop, j.req, j.req.Body, f.cands, f.sink, f.hdr, f.hooks)
+	case stageByID:
+		j.lookupByID()
 	default:
 		panic(fmt.Sprintf("BUG: shard: job posted for stage %d", j.stage))
 	}
@@ -318,7 +326,12 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	j := &job{r: r, x: x, req: req, route: rt, loop: x.Loop()}
-	if rt != routeChat && rt != routeCompletions {
+	if rt == routeResponseID {
+		j.d.prevID, _, _ = responsePathID(req.Path) // classify matched it
+		j.routeByID()
+		return
+	}
+	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
 		// Not routed by prefix: no keys, nothing learned. prefix and
 		// consistent_hash send it to the least loaded backend (reason
 		// fallback), round_robin and least_request as any request.
@@ -355,6 +368,7 @@ type job struct {
 	keys    []uint64 // the request's own (never a loop's scratch)
 	bounds  []int    // message ends, in blocks
 	owner   int
+	idOwner int           // the shard of the response id named (respids.go)
 	explain chan Decision // Explain's answer; nil for a served request
 	// fresh: the tree already holds the whole chain for freshID, refreshed
 	// less than learnRefresh ago, so a 2xx from freshID has nothing to
@@ -390,8 +404,11 @@ type job struct {
 // job's own.
 func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	k := kindChat
-	if j.route == routeCompletions {
+	switch j.route {
+	case routeCompletions:
 		k = kindCompletion
+	case routeResponses:
+		k = kindResponses
 	}
 	var e *apiError
 	if ds != nil {
@@ -403,7 +420,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 		return e
 	}
 	switch {
-	case j.d.kind == kindChat:
+	case j.d.kind == kindChat || j.d.kind == kindResponses:
 		var (
 			segs []chat.Segment
 			err  error
@@ -508,6 +525,10 @@ func (j *job) dispatch() {
 		j.r.m.clientGone.Inc()
 		return
 	}
+	if j.d.prevID != "" {
+		j.routeByID() // under every policy: only that backend has it
+		return
+	}
 	if len(j.keys) == 0 {
 		j.decideHere() // shorter than a block
 		return
@@ -571,8 +592,11 @@ func (j *job) markFresh(d Decision, hits []tree.Hit, now int64) {
 
 // decideHere decides without the tree, on j.loop: the prefix policy's
 // fallback, and every decision of the other policies.
-func (j *job) decideHere() {
-	sh := j.r.shards[j.loop]
+func (j *job) decideHere() { j.decideAt(j.loop) }
+
+// decideAt is decideHere on loop cur, with its shard's scratch.
+func (j *job) decideAt(cur int) {
+	sh := j.r.shards[cur]
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
 	rr := sh.sc.rr
@@ -583,7 +607,7 @@ func (j *job) decideHere() {
 		// Explain shows one draw, the next request draws afresh.)
 		sh.sc.rr = rr
 	}
-	j.finish(d, snap, j.loop)
+	j.finish(d, snap, cur)
 }
 
 // views reads every backend's state once.
@@ -624,9 +648,15 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
 	// Only the prefix policy reads the tree, so only it teaches it.
-	routed := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions)
-	learn := routed && len(j.keys) > 0 // a prompt shorter than a block teaches nothing
+	routed := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	// A prompt shorter than a block teaches nothing; nor does one that
+	// names a previous response: the engine prepends history saltus does
+	// not see, so its keys are not the prefix the backend now holds.
+	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
 	h := backend.Hooks{Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) }}
+	if j.route == routeResponses {
+		h.Answer = r.answerHook(-1)
+	}
 	// A refused Forward (proxy pool full) answers 503 itself and reports
 	// it through Hooks.Done like any other outcome, so it is counted there.
 	if ls, ok := j.x.(backend.LoopSink); ok && routed && !j.d.stream && r.up.LoopIO() {
@@ -641,6 +671,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		// a learn posted to another owner is queued there before the
 		// client even has its answer, so the next lookup finds it.
 		lh := h
+		if j.route == routeResponses {
+			lh.Answer = r.answerHook(loop)
+		}
 		if learn {
 			lh.FirstByte = func(b *backend.Backend, status int) {
 				if status >= 200 && status < 300 {
@@ -766,6 +799,8 @@ func (r *Router) maintain(sh *shardState) {
 		}
 	}
 	sh.tree.Maintain(r.now(), r.cfg.MaintainBudget)
+	sh.resp.expire(r.now(), r.cfg.MaintainBudget)
+	r.publishResp(sh.id)
 	sh.publish()
 }
 
@@ -784,6 +819,10 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				}
 			}
 		case x := <-r.models:
+			if id := modelPathID(x.Request().Path); id != "" {
+				r.retrieveModel(ctx, x, id) // GET /v1/models/{id} (models.go)
+				continue
+			}
 			c, cancel := context.WithTimeout(ctx, modelsTimeout)
 			body, err := r.up.Models(c)
 			cancel()
@@ -803,8 +842,8 @@ func (r *Router) modelsWorker(ctx context.Context) {
 // up to Config.ExplainTimeout. Any goroutine but a loop.
 func (r *Router) Explain(body []byte, path string) (Decision, error) {
 	rt, _ := classify("POST", path)
-	if rt != routeChat && rt != routeCompletions {
-		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions or /v1/completions)", path)
+	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
+		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
 	}
 	j := &job{r: r, route: rt, explain: make(chan Decision, 1)}
 	if e := j.prepare(body, nil); e != nil {

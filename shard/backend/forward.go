@@ -43,6 +43,14 @@ type Hooks struct {
 	// non-streamed answer (a copy of each SSE event that has a usage), so
 	// it is off unless a hook reads it.
 	Usage bool
+	// Answer, when set, is shown the answer before it is relayed: the
+	// whole body of a non-SSE answer read whole (Forward: one with a
+	// Content-Length up to 256 KiB; the loop path: every answer), or each
+	// SSE event in order for as long as it returns true. It runs on the
+	// proxy goroutine (on the loop for ForwardOnLoop; it must not block
+	// then). A non-SSE body relayed as it arrives (chunked, or longer) is
+	// not shown.
+	Answer AnswerHook
 }
 
 // Outcome is how one Forward ended.
@@ -418,6 +426,7 @@ func (p *proxy) relayWhole(b *Backend, resp *fasthttp.Response, bs io.Reader, le
 		if p.hooks.Usage {
 			p.o.Usage = usageOf(body)
 		}
+		showWhole(p.hooks.Answer, b, p.o.Status, false, body)
 	}
 	p.sink.Respond(p.o.Status, p.answerHeaders(b, resp, false), body)
 }
@@ -454,6 +463,7 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 	n := 0           // buf[:n] holds bytes not yet written
 	partial := false // a piece of an over-long event went out
 	var last []byte  // a copy of the last event that mentioned "usage"
+	show := p.hooks.Answer != nil
 	for {
 		if n == len(buf) {
 			if p.write(buf[:n]) != nil {
@@ -473,6 +483,9 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 			ev := buf[off : off+e]
 			if p.hooks.Usage && bytes.Contains(ev, usageKey) {
 				last = append(last[:0], ev...)
+			}
+			if show {
+				show = p.hooks.Answer(b, p.o.Status, true, ev)
 			}
 			if p.write(ev) != nil {
 				p.clientGone()

@@ -476,6 +476,7 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 	default:
 		lr.o.Usage = usageOf(body)
 	}
+	showWhole(lr.hooks.Answer, lr.o.Backend, status, isSSE([]byte(ct)), body)
 	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn), body)
 	lr.finish(now)
 }

@@ -1,0 +1,76 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/reactor"
+)
+
+// GET /v1/models/{id} (the SDKs' models.retrieve): the model object of
+// that id from the backends' /v1/models union, as the OpenAI API answers
+// it; 404 when no routable backend serves it, 503 when no backend is
+// routable. vLLM itself serves no such path (its router has only the
+// list), so the answer follows OpenAI's: the object as listed, and the
+// not-found error with param "model" and code "model_not_found" (the
+// message in vLLM's words for an unknown model).
+
+// modelPathID is the {id} of /v1/models/{id}, "" for another path. A
+// model id may hold slashes (org/name), so it is the whole rest.
+func modelPathID(path string) string {
+	id, found := strings.CutPrefix(path, "/v1/models/")
+	if !found {
+		return ""
+	}
+	return id
+}
+
+// retrieveModel answers GET /v1/models/{id}. On a models worker.
+func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
+	routable := false
+	for _, b := range r.up.Snapshot() {
+		if _, ok := r.state(b); ok {
+			routable = true
+			break
+		}
+	}
+	if !routable {
+		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
+			msg: "no backend is available to serve the request"})
+		return
+	}
+	c, cancel := context.WithTimeout(ctx, modelsTimeout)
+	body, err := r.up.Models(c)
+	cancel()
+	if err != nil {
+		r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
+			msg: fmt.Sprintf("cannot list the backends' models: %v", err)})
+		return
+	}
+	if m := findModel(body, id); m != nil {
+		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, m)
+		r.m.request(routeModels, 200)
+		return
+	}
+	r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
+		msg: fmt.Sprintf("The model `%.200s` does not exist.", id)})
+}
+
+// findModel returns the object of model id in an OpenAI model list, or
+// nil.
+func findModel(list []byte, id string) []byte {
+	var p fastjson.Parser // off the loops, once per retrieve
+	v, err := p.ParseBytes(list)
+	if err != nil {
+		return nil // Models builds the list: valid JSON
+	}
+	for _, m := range v.GetArray("data") {
+		if string(m.GetStringBytes("id")) == id {
+			return m.MarshalTo(nil)
+		}
+	}
+	return nil
+}
