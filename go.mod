@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/openai/openai-go/v3 v3.103.0
 	github.com/panjf2000/gnet/v2 v2.9.7
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/valyala/fasthttp v1.79.0
@@ -29,7 +30,6 @@ require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
-	github.com/openai/openai-go/v3 v3.103.0 // indirect
 	github.com/panjf2000/ants/v2 v2.11.3 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/tidwall/gjson v1.20.1 // indirect
