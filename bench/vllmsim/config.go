@@ -117,6 +117,11 @@ type Config struct {
 	// FailRate is the fraction of completion requests answered 503
 	// before anything else (failure injection).
 	FailRate float64
+	// ResponseStore bounds the stored Responses API responses (store
+	// true, the default): over it, or over ResponseStoreBytes of stored
+	// conversations, the oldest is evicted (counted).
+	ResponseStore      int
+	ResponseStoreBytes int
 }
 
 // DefaultConfig returns the a100-13b profile in byte-block mode.
@@ -131,6 +136,11 @@ func DefaultConfig() Config {
 		MaxTokens:  100, // the benchmark's workloads ask for 100 too
 		MaxBody:    16 << 20,
 		FailRate:   0,
+		// A conversation's history is its prompt's text: 1,024 stored
+		// responses of the benchmark's few-KB prompts stay far below the
+		// byte bound, which caps a store of long prompts instead.
+		ResponseStore:      1024,
+		ResponseStoreBytes: 64 << 20,
 	}
 }
 
@@ -192,6 +202,12 @@ func (c Config) Validate() error {
 	}
 	if !(c.FailRate >= 0 && c.FailRate <= 1) {
 		bad("fail-rate", "must be between 0 and 1, got %g", c.FailRate)
+	}
+	if c.ResponseStore < 1 || c.ResponseStore > maxWaiting {
+		bad("response-store", "must be between 1 and %d, got %d", maxWaiting, c.ResponseStore)
+	}
+	if c.ResponseStoreBytes < 1<<10 || c.ResponseStoreBytes > 1<<30 {
+		bad("response-store-bytes", "must be between 1KiB and 1GiB, got %d bytes", c.ResponseStoreBytes)
 	}
 	if !validModel(c.Model) {
 		bad("model", "must be 1 to %d characters among letters, digits and %s, got %q", maxModelName, modelPunct, c.Model)

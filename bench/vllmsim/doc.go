@@ -19,8 +19,34 @@
 // stream_options.include_usage is set, then `data: [DONE]`) or not;
 // usage carries prompt_tokens, completion_tokens, total_tokens and
 // prompt_tokens_details.cached_tokens. POST /tokenize ({"prompt"} or
-// {"messages"} → {"count","max_model_len","tokens"}, as vLLM's). GET
-// /v1/models, /health, /metrics: vllm:num_requests_running,
+// {"messages"} → {"count","max_model_len","tokens"}, as vLLM's).
+// POST /v1/responses (the Responses API, as vLLM's serving_responses
+// serves it with VLLM_ENABLE_RESPONSES_API_STORE=1 and no reasoning or
+// tool parser): input (a string, or message, function_call,
+// function_call_output and reasoning items) rendered into chat messages
+// as vLLM's construct_input_messages does, instructions as a system
+// message; previous_response_id continues a stored response (its
+// messages without system ones, its output as an assistant message, then
+// the new input), so the prefix cache sees the earlier turns; an unknown
+// one is vLLM's 404 with param response_id. One output message of
+// output_text; status "incomplete" (max_output_tokens) as vLLM reports a
+// "length" finish; usage with input_tokens_details.cached_tokens; tools,
+// tool_choice and metadata echoed; streamed as `event: <type>` + `data:`
+// events with sequence_number from 0 (response.created,
+// response.in_progress, response.output_item.added,
+// response.content_part.added, one response.output_text.delta per token,
+// response.output_text.done, response.content_part.done,
+// response.output_item.done, response.completed). store (default true)
+// keeps at most Config.ResponseStore responses and ResponseStoreBytes
+// of their text, the oldest evicted (vllmsim_responses_stored,
+// vllmsim_responses_evicted_total); vLLM keeps them all. GET
+// /v1/responses/{id} returns one; POST /v1/responses/{id}/cancel answers
+// vLLM's 400 (nothing runs in the background: background true is a 400);
+// vLLM has no DELETE (405). Response ids are random (resp_ + 32 hex, as
+// vLLM's), so ids of several engines never collide. GET /v1/models/{id}:
+// the served model's card, else 404 model_not_found (vLLM, as read at
+// its commit 055e47c, serves only the list). GET /v1/models, /health,
+// /metrics: vllm:num_requests_running,
 // vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (in
 // prompt tokens), vllm:prompt_tokens_total, vllm:generation_tokens_total,

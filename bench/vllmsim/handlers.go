@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -37,6 +38,10 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.complete(ctx, kindCompletion)
 		}
+	case "/v1/responses":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.responses(ctx)
+		}
 	case "/tokenize":
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.tokenize(ctx)
@@ -55,6 +60,17 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 			s.set.WritePrometheus(ctx)
 		}
 	default:
+		path := string(ctx.Path())
+		if id, ok := strings.CutPrefix(path, "/v1/responses/"); ok && id != "" {
+			s.responseByID(ctx, id)
+			return
+		}
+		if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
+			if s.method(ctx, fasthttp.MethodGet) {
+				s.modelByID(ctx, id)
+			}
+			return
+		}
 		s.answerError(ctx, &apiError{status: fasthttp.StatusNotFound, msg: fmt.Sprintf("no such endpoint: %.200s", ctx.Path()), code: "not_found"})
 	}
 }
@@ -95,14 +111,8 @@ func (s *Sim) badFraming(ctx *fasthttp.RequestCtx, err error) {
 }
 
 func (s *Sim) models(ctx *fasthttp.RequestCtx) {
-	b := append([]byte(`{"object":"list","data":[{"id":`), s.model...)
-	b = append(b, `,"object":"model","created":`...)
-	b = strconv.AppendInt(b, time.Now().Unix(), 10)
-	b = append(b, `,"owned_by":"vllm","root":`...)
-	b = append(b, s.model...)
-	b = append(b, `,"parent":null,"max_model_len":`...)
-	b = strconv.AppendInt(b, int64(s.cfg.maxModelLen()), 10)
-	b = append(b, `,"permission":[]}]}`...)
+	b := s.appendModel([]byte(`{"object":"list","data":[`))
+	b = append(b, `]}`...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 }
@@ -151,25 +161,8 @@ func (s *Sim) failDraw() bool {
 
 // complete serves POST /v1/chat/completions and /v1/completions.
 func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
-	reset := false
-	switch v := ctx.Request.Header.Peek(failHeader); string(v) {
-	case "":
-	case "503":
-		s.injected.Inc()
-		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: "injected failure (" + failHeader + ": 503)", code: "injected_failure"})
-		return
-	case "reset":
-		reset = true
-	case "stall":
-		s.stall(ctx)
-		return
-	default:
-		s.answerError(ctx, badRequest("", "%s: want 503, reset or stall, got %.40q", failHeader, v))
-		return
-	}
-	if s.failDraw() {
-		s.injected.Inc()
-		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: "injected failure (fail-rate)", code: "injected_failure"})
+	reset, done := s.inject(ctx)
+	if done {
 		return
 	}
 	req, e := decodeRequest(ctx.PostBody(), k)

@@ -45,6 +45,7 @@ type Sim struct {
 	eng   *engine
 	set   *metrics.Set
 	model []byte // cfg.Model as a JSON string (Validate allows no escapes)
+	store *respStore
 
 	rejected, injected *metrics.Counter
 	done               chan struct{} // closed by Close
@@ -89,6 +90,7 @@ func New(cfg Config, logger *slog.Logger) (*Sim, error) {
 	s.set.NewGauge("vllm:num_requests_waiting"+label, func() float64 { return float64(s.eng.nWaiting.Load()) })
 	s.set.NewGauge("vllm:kv_cache_usage_perc"+label, func() float64 { return math.Float64frombits(s.eng.usage.Load()) })
 	s.rejected = s.set.NewCounter("vllmsim_rejected_total" + label) // waiting queue full
+	s.store = newRespStore(cfg.ResponseStore, cfg.ResponseStoreBytes, s.set, label)
 	s.injected = s.set.NewCounter("vllmsim_injected_failures_total" + label)
 	return s, nil
 }

@@ -46,6 +46,8 @@ func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in `tokens` (vLLM's default; must be 16 in byte-block mode)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "`seed` of the output text (a function of seed and prompt) and of --fail-rate's draws")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "waiting requests at most, `count`; more get 503")
+	fs.IntVar(&cfg.ResponseStore, "response-store", cfg.ResponseStore, "stored Responses API responses at most, `count`; the oldest is evicted")
+	fs.IntVar(&cfg.ResponseStoreBytes, "response-store-bytes", cfg.ResponseStoreBytes, "stored Responses API conversations at most, in `bytes` of text; the oldest is evicted")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output `tokens` of a request that names neither max_tokens nor max_completion_tokens")
 	fs.Var(&sf.maxBody, "max-body", "largest request body, `size` (413 over it)")
 	fs.Float64Var(&cfg.FailRate, "fail-rate", cfg.FailRate, "`fraction` of completion requests answered 503 at once (failure injection; also per request: header X-Sim-Fail: 503, reset or stall)")
