@@ -38,8 +38,6 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer is a loaded tokenizer.json.
@@ -414,7 +412,7 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 			}
 		}
 	case "NFC":
-		t.normalizers = append(t.normalizers, norm.NFC.String)
+		t.normalizers = append(t.normalizers, nfc)
 	case "Prepend":
 		p := c.Prepend
 		t.normalizers = append(t.normalizers, func(s string) string {
@@ -610,13 +608,13 @@ func singleWordOK(s string, i, end int) bool {
 
 // isWordChar is Rust regex's Unicode \w, which HuggingFace's single_word
 // check uses: Alphabetic (letters, Nl, Other_Alphabetic), marks, decimal
-// digits, connector punctuation and the joiners U+200C and U+200D.
+// digits, connector punctuation and the joiners U+200C and U+200D, in
+// Unicode 16.0.0 (unicode_tables.go).
 func isWordChar(r rune) bool {
 	if r < utf8.RuneSelf {
 		return r == '_' || asciiClass[r]&(classL|classN) != 0
 	}
-	return unicode.IsLetter(r) || unicode.IsMark(r) ||
-		unicode.In(r, unicode.Nd, unicode.Nl, unicode.Pc, unicode.Other_Alphabetic, unicode.Join_Control)
+	return unicode.Is(word16, r)
 }
 
 // EncodeSpecial is Encode plus the post-processor's special tokens (for
