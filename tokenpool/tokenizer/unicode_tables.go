@@ -5,12 +5,13 @@ package tokenizer
 
 import "unicode"
 
-// The Unicode versions of HuggingFace tokenizers 0.23.2's tables, as
-// measured on its prebuilt library (tokenpool/testdata/README.md).
+// The Unicode versions of the tables: HuggingFace tokenizers 0.23.2's, as
+// measured on its prebuilt library (tokenpool/testdata/README.md). Go's
+// unicode package and x/text are 15.0.0.
 const (
-	unicodeVersionRegex   = "16.0.0" // Split/ByteLevel regexes (Oniguruma), single_word (Rust regex)
-	unicodeVersionNumeric = "17.0.0" // Digits (Rust's char::is_numeric)
-	unicodeVersionNFC     = "9.0.0"  // NFC (unicode-normalization-alignments 0.1.12)
+	UnicodeVersionRegex   = "16.0.0" // \p{L}, \p{N}, \s of the Split and ByteLevel regexes (Oniguruma); \w of single_word (Rust regex)
+	UnicodeVersionNumeric = "17.0.0" // the Digits pre-tokenizer (Rust's char::is_numeric)
+	UnicodeVersionNFC     = "9.0.0"  // the NFC normalizer (unicode-normalization-alignments 0.1.12)
 )
 
 // letter16: Unicode 16.0.0 General_Category L: Oniguruma's \p{L}.
