@@ -74,13 +74,24 @@ func isS(r rune) bool {
 // isLetter and isNumber are \p{L} and \p{N} of HuggingFace's Oniguruma,
 // Unicode 16.0.0 (unicode_tables.go): Go's unicode package is 15.0.0, and
 // the letters and digits added since (CJK Extension I, Garay, Todhri, the
-// outlined digits U+1CCF0..) would split differently.
+// outlined digits U+1CCF0..) would split differently. Latin-1 is the same
+// in both, and Go's table for it is a direct lookup.
 //
 //go:noinline
-func isLetter(r rune) bool { return unicode.Is(letter16, r) }
+func isLetter(r rune) bool {
+	if uint32(r) <= unicode.MaxLatin1 {
+		return unicode.IsLetter(r)
+	}
+	return unicode.Is(letter16, r)
+}
 
 //go:noinline
-func isNumber(r rune) bool { return unicode.Is(number16, r) }
+func isNumber(r rune) bool {
+	if uint32(r) <= unicode.MaxLatin1 {
+		return unicode.IsNumber(r)
+	}
+	return unicode.Is(number16, r)
+}
 
 // isNumeric is Rust's char::is_numeric, which the Digits pre-tokenizer
 // calls: General_Category N of Unicode 17.0.0, the version of the Rust
