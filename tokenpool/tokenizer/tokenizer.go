@@ -17,7 +17,9 @@
 // (pipeline.go); normalizers NFC, Prepend, Replace (string patterns) and
 // Sequence; post-processors TemplateProcessing and ByteLevel; added tokens
 // (leftmost-longest, lstrip, rstrip, single_word). Anything else is refused
-// at load with an error naming the component.
+// at load with an error naming the component. Character classes and NFC use
+// the reference's Unicode versions, not Go's 15.0.0 (unicode_tables.go,
+// nfc.go).
 //
 // # Concurrency
 //
