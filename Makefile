@@ -43,7 +43,7 @@ fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smo
 check: vet lint race fuzz-smoke build ## what CI runs
 
 golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm; not part of check)
-	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node gen.mjs && node chat.mjs
+	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs
 
 clean:
 	rm -rf bin

@@ -60,7 +60,7 @@ func TestGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, set := range []string{"targeted", "real", "fuzz"} {
+		for _, set := range []string{"targeted", "real", "fuzz", "unicode"} {
 			corpus := loadCorpus(t, set)
 			checkGolden(t, model+" "+set, corpus, model+"."+set, tok.Encode)
 			if set == "targeted" {
@@ -204,7 +204,7 @@ func TestGoldenVariants(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		for _, set := range []string{"targeted", "fuzz"} {
+		for _, set := range []string{"targeted", "fuzz", "unicode"} {
 			checkGolden(t, name+" "+set, loadCorpus(t, set), name+"."+set, tok.Encode)
 		}
 	}

@@ -71,11 +71,37 @@ func isS(r rune) bool {
 	return isSpace(r)
 }
 
+// isLetter and isNumber are \p{L} and \p{N} of HuggingFace's Oniguruma,
+// Unicode 16.0.0 (unicode_tables.go): Go's unicode package is 15.0.0, and
+// the letters and digits added since (CJK Extension I, Garay, Todhri, the
+// outlined digits U+1CCF0..) would split differently. Latin-1 is the same
+// in both, and Go's table for it is a direct lookup.
+//
 //go:noinline
-func isLetter(r rune) bool { return unicode.IsLetter(r) }
+func isLetter(r rune) bool {
+	if uint32(r) <= unicode.MaxLatin1 {
+		return unicode.IsLetter(r)
+	}
+	return unicode.Is(letter16, r)
+}
 
 //go:noinline
-func isNumber(r rune) bool { return unicode.IsNumber(r) }
+func isNumber(r rune) bool {
+	if uint32(r) <= unicode.MaxLatin1 {
+		return unicode.IsNumber(r)
+	}
+	return unicode.Is(number16, r)
+}
+
+// isNumeric is Rust's char::is_numeric, which the Digits pre-tokenizer
+// calls: General_Category N of Unicode 17.0.0, the version of the Rust
+// standard library the reference was built with.
+func isNumeric(r rune) bool {
+	if uint32(r) < 128 {
+		return asciiClass[r]&classN != 0
+	}
+	return unicode.Is(numeric17, r)
+}
 
 //go:noinline
 func isSpace(r rune) bool { return unicode.IsSpace(r) }
@@ -246,7 +272,7 @@ func letters(s string, i int) int {
 			continue
 		}
 		r, w := utf8.DecodeRuneInString(s[j:])
-		if !unicode.IsLetter(r) {
+		if !isLetter(r) {
 			break
 		}
 		j += w
@@ -349,20 +375,27 @@ func digits(s string, i int) int {
 
 // nextDigits returns the length of the first piece of s (non-empty) as the
 // Digits pre-tokenizer cuts it: a run of numeric characters (Rust's
-// char::is_numeric: Nd, Nl and No, as Go's unicode.IsNumber), or with
-// individual one numeric character, or a run of other characters.
+// char::is_numeric: Nd, Nl and No, see isNumeric), or with individual one
+// numeric character, or a run of other characters.
 func nextDigits(s string, individual bool) int {
 	r, w := at(s, 0)
-	if isN(r) {
+	if isNumeric(r) {
 		if individual {
 			return w
 		}
-		return w + digits(s, w)
+		n := w
+		for {
+			r2, w2 := at(s, n)
+			if r2 < 0 || !isNumeric(r2) {
+				return n
+			}
+			n += w2
+		}
 	}
 	n := w
 	for {
 		r2, w2 := at(s, n)
-		if r2 < 0 || isN(r2) {
+		if r2 < 0 || isNumeric(r2) {
 			return n
 		}
 		n += w2

@@ -17,7 +17,9 @@
 // (pipeline.go); normalizers NFC, Prepend, Replace (string patterns) and
 // Sequence; post-processors TemplateProcessing and ByteLevel; added tokens
 // (leftmost-longest, lstrip, rstrip, single_word). Anything else is refused
-// at load with an error naming the component.
+// at load with an error naming the component. Character classes and NFC use
+// the reference's Unicode versions, not Go's 15.0.0 (unicode_tables.go,
+// nfc.go).
 //
 // # Concurrency
 //
@@ -38,8 +40,6 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer is a loaded tokenizer.json.
@@ -414,7 +414,7 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 			}
 		}
 	case "NFC":
-		t.normalizers = append(t.normalizers, norm.NFC.String)
+		t.normalizers = append(t.normalizers, nfc)
 	case "Prepend":
 		p := c.Prepend
 		t.normalizers = append(t.normalizers, func(s string) string {
@@ -610,13 +610,13 @@ func singleWordOK(s string, i, end int) bool {
 
 // isWordChar is Rust regex's Unicode \w, which HuggingFace's single_word
 // check uses: Alphabetic (letters, Nl, Other_Alphabetic), marks, decimal
-// digits, connector punctuation and the joiners U+200C and U+200D.
+// digits, connector punctuation and the joiners U+200C and U+200D, in
+// Unicode 16.0.0 (unicode_tables.go).
 func isWordChar(r rune) bool {
 	if r < utf8.RuneSelf {
 		return r == '_' || asciiClass[r]&(classL|classN) != 0
 	}
-	return unicode.IsLetter(r) || unicode.IsMark(r) ||
-		unicode.In(r, unicode.Nd, unicode.Nl, unicode.Pc, unicode.Other_Alphabetic, unicode.Join_Control)
+	return unicode.Is(word16, r)
 }
 
 // EncodeSpecial is Encode plus the post-processor's special tokens (for

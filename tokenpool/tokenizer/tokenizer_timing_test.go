@@ -60,3 +60,15 @@ func BenchmarkLoadLlama3(b *testing.B) {
 		loadLlama3(b)
 	}
 }
+
+// BenchmarkNFCMarks100K is nfc's slow path at its worst: 100 KB of
+// combining marks of mixed classes after one base (x/text would cut the
+// run with U+034F; nfc sorts it whole).
+func BenchmarkNFCMarks100K(b *testing.B) {
+	s := "a" + strings.Repeat("\u0301\u0323\u0308\u0316", 100_000/8)
+	b.SetBytes(int64(len(s)))
+	b.ReportAllocs()
+	for b.Loop() {
+		nfc(s)
+	}
+}

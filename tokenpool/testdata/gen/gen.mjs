@@ -114,11 +114,69 @@ function fuzz() {
   return out;
 }
 
-const sets = { targeted, real, fuzz };
+// Where HuggingFace's Unicode data is not Go's (tokenizer/unicode_tables.go,
+// nfc.go): long runs of combining marks, which x/text's NFC cuts with
+// U+034F after 30; marks assigned after Unicode 9.0.0, HF's NFC data; and
+// every code point assigned in Unicode 15.1.0, 16.0.0 and 17.0.0, in
+// context.
+async function unicode() {
+  const r = rng(20261203);
+  const cps = async (v, p) => (await import(`@unicode/unicode-${v}/${p}/code-points.mjs`)).default;
+  const str = (...c) => String.fromCodePoint(...c);
+  const pick = (a) => a[Math.floor(r() * a.length)];
+  // Marks of many combining classes (1, 7, 9, 10..36, 202, 214..234, 240),
+  // marks assigned after 9.0.0 (U+0898.., U+07FD, U+0C3C, U+08CA..,
+  // U+1E4EC..), and starters that compose (U+0B3E, Hangul jamo).
+  const marks = [0x0301, 0x0300, 0x0302, 0x0308, 0x0323, 0x0327, 0x0328, 0x0316, 0x0334, 0x0338, 0x0345, 0x035c,
+    0x0361, 0x05b0, 0x05b4, 0x05bc, 0x064b, 0x0651, 0x0670, 0x093c, 0x094d, 0x0e38, 0x0e48, 0x0f71, 0x0f72,
+    0x0f74, 0x1dce, 0x1dfa, 0x20d2, 0x302a, 0x302e, 0x3099, 0x1d165, 0x1d16e, 0x0898, 0x089f, 0x07fd, 0x0c3c,
+    0x08ca, 0x08d3, 0x1e4ec, 0x1e4ef, 0x0b3e, 0x0b57, 0x1161, 0x11a8, 0x0344, 0x0f73, 0x0cd5, 0x0dca];
+  const bases = ['a', 'e', 'o', 'u', 'A', 'ǖ', 'é', 'ậ', '\u1100', '\uac00', '\u0b47', 'ﬁ', 'x', ' ', '1', '\u05d0',
+    '\u0627', '\u0915', '\u{11935}', '\u{11930}'];
+  const out = [];
+  // (a) one base then n marks of one class or several, in and out of order
+  for (const n of [29, 30, 31, 32, 33, 45, 61, 62, 100, 300]) {
+    out.push('a' + '\u0301'.repeat(n), 'Say e' + '\u0301\u0323'.repeat(n >> 1) + ' now',
+      'x o' + '\u0323\u0301\u0302'.repeat(Math.ceil(n / 3)) + '!', '\u0301'.repeat(n) + 'a',
+      'ǖ' + '\u0304'.repeat(n) + 'b', '\u1100\u1161' + '\u0300'.repeat(n) + '\u11a8');
+  }
+  for (let i = 0; i < 120; i++) {
+    let s = pick(['', 'Hello ', 'the ', '1', '\n', 'z']);
+    const words = 1 + Math.floor(r() * 3);
+    for (let w = 0; w < words; w++) {
+      s += pick(bases);
+      const n = Math.floor(r() * (i < 60 ? 70 : 12));
+      for (let k = 0; k < n; k++) s += str(pick(marks));
+      s += pick([' ', '', 'b', '. ', '1', '\n']);
+    }
+    out.push(s);
+  }
+  // (b) every code point assigned in 15.1.0, 16.0.0 or 17.0.0 (private use
+  // aside), 24 to a string, between ASCII letters, digits, spaces and
+  // punctuation
+  const old = new Set(await cps('15.0.0', 'General_Category/Unassigned'));
+  const now = new Set(await cps('17.0.0', 'General_Category/Unassigned'));
+  const added = [];
+  for (const c of old) if (!now.has(c) && (c < 0xe000 || c > 0xf8ff)) added.push(c);
+  added.sort((a, b) => a - b);
+  const glue = [' ', '', 'a', '1', '. ', '', 'x ', '\n', "'s", ''];
+  for (let i = 0; i < added.length; i += 24) {
+    let s = pick(['', ' ', 'A', '9']);
+    for (const c of added.slice(i, i + 24)) s += str(c) + pick(glue);
+    out.push(s);
+  }
+  // by hand: outlined digits, CJK Extension I, Garay, Todhri, 17.0 digits
+  out.push('Call \u{1CCF0}\u{1CCF1}\u{1CCF2}\u{1CCF3} now', 'year \u{1CCF4}\u{1CCF5}\u{1CCF6}\u{1CCF7}\u{1CCF8}\u{1CCF9}0 ok',
+    '\u{2EBF0}\u{2EBF1} and \u{2EBF2}abc', 'word\u{10D50}\u{10D51} \u{10D40}\u{10D41}12', 'Todhri \u{105C0}\u{105C1}\u{105C2}!',
+    'digits \u{11DE0}\u{11DE1}\u{11DE2} and \u{16FF4}\u{16FF5}', "it\u{2EBF0}'s \u{1CCF0}1\u{1CCF1}");
+  return out;
+}
+
+const sets = { targeted, real, fuzz, unicode };
 const corpus = {};
 for (const [name, build] of Object.entries(sets)) {
   const f = path.join(out, 'corpus', name + '.json.gz');
-  if (!fs.existsSync(f)) write(f, gz(JSON.stringify(build())));
+  if (!fs.existsSync(f)) write(f, gz(JSON.stringify(await build())));
   corpus[name] = JSON.parse(readGz(f));
 }
 
@@ -182,7 +240,7 @@ for (const [name, v] of Object.entries(variants)) {
   const j = JSON.parse(readGz(path.join(out, 'models', v.base, 'tokenizer.json.gz')));
   v.edit(j);
   const tok = Tokenizer.fromString(JSON.stringify(j));
-  for (const set of ['targeted', 'fuzz']) {
+  for (const set of ['targeted', 'fuzz', 'unicode']) {
     const lines = [];
     for (const s of corpus[set]) {
       const e = await tok.encode(s, null, { addSpecialTokens: false });
