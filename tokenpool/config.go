@@ -37,7 +37,19 @@ type Config struct {
 	// ring full bails out to byte-block keys. Default 8 KiB: ~0.4 ms at the
 	// ~20 MB/s measured for the Llama-3 tokenizer on prose.
 	LocalMaxBytes int
+	// TokenBudget bounds the tokenizer work one request may cause, in
+	// bytes of text, where a byte in a run of 64 or more bytes of one
+	// class (letters, digits, whitespace, punctuation), or any byte for a
+	// tokenizer without a pre-tokenizer, counts 32 (see budget.go). A
+	// request over it is tokenized up to a cut and keyed as byte blocks
+	// from there. Default 256 KiB: prose up to 256 KiB (~64 K tokens, a
+	// few ms) is tokenized whole; one repeated letter is cut after 8 KiB
+	// (measured: see the README).
+	TokenBudget int
 }
+
+// DefaultTokenBudget is Config.TokenBudget's default, 256 KiB.
+const DefaultTokenBudget = 256 << 10
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
@@ -48,6 +60,7 @@ func DefaultConfig() Config {
 		MaxInFlight:     1024,
 		MaxJobBytes:     4 << 20,
 		LocalMaxBytes:   8 << 10,
+		TokenBudget:     DefaultTokenBudget,
 	}
 }
 
@@ -68,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxJobBytes <= 0 {
 		errs = append(errs, fmt.Errorf("tokenpool: MaxJobBytes must be positive, got %d", c.MaxJobBytes))
+	}
+	if c.TokenBudget <= 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: TokenBudget must be positive, got %d", c.TokenBudget))
 	}
 	if c.LocalMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("tokenpool: LocalMaxBytes must not be negative, got %d", c.LocalMaxBytes))

@@ -1,0 +1,162 @@
+package tokenpool
+
+import "github.com/saltus-lb/saltus/tree"
+
+// The token budget: how much tokenizer work one request may cause, so that
+// one prompt cannot hold a worker, and the requests queued behind it, for
+// long (issue 15: a 4 MB prompt of one repeated letter held its shard's
+// worker for 3.7 s). A request whose text costs more than Config.TokenBudget
+// is tokenized up to a cut and keyed as byte blocks after it: its keys are
+// the token blocks of the text before the cut, then the byte blocks of the
+// text from the cut on (TailKeys), chained to them.
+//
+// Cost is counted in bytes of text, from the text alone, so that the cut is
+// the same on every replica and for every cache state: an ordinary byte
+// costs 1; a byte in a run of at least longRun bytes of one class (letters
+// and every non-ASCII byte, ASCII digits, ASCII whitespace, ASCII
+// punctuation) costs longRunCost, because such a run is one pre-token piece
+// of a byte-level BPE, merged with a heap at ~20x the cost per byte of prose
+// (measured on Llama-3.1 here: 4 MiB of prose 90 ms, of one letter 1.6 s,
+// of spaces 2.2 s; 64 KiB: 0.9, 12.8 and 18.3 ms). An encoder that runs BPE
+// over its whole text (no pre-tokenizer, see wholeText) pays that on every
+// byte, so there every byte costs longRunCost.
+//
+// The cut is at the last safe point at or before the first byte over the
+// budget: a segment's start, or a space that follows a non-whitespace
+// byte. The pre-tokenizers saltus supports end a piece there (a letter,
+// digit or punctuation run stops at a space; Metaspace starts a word at
+// one; not at a newline, which Llama-3's and Qwen's punctuation pieces
+// take in: ">\n\n" is one token; TestCutExact), so the ids of the text before the cut are exactly the
+// first ids of the whole text's, and the cut depends only on the text
+// before it: a conversation that grows keeps its keys up to the cut.
+const (
+	longRun     = 64
+	longRunCost = 32
+)
+
+// byteClass maps a byte to its run class: 1 letters and non-ASCII, 2
+// digits, 3 whitespace, 4 other ASCII.
+var byteClass = func() (c [256]uint8) {
+	for i := range c {
+		switch b := byte(i); {
+		case b >= 0x80, 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z':
+			c[i] = 1
+		case '0' <= b && b <= '9':
+			c[i] = 2
+		case b == ' ', b == '\t', b == '\n', b == '\r', b == '\v', b == '\f':
+			c[i] = 3
+		default:
+			c[i] = 4
+		}
+	}
+	return c
+}()
+
+// wholeText is implemented by an encoder that can say whether it runs BPE
+// over its whole text at once (*tokenizer.Tokenizer without a pre-tokenizer,
+// such as Mistral-7B's tokenizer.json).
+type wholeText interface{ WholeTextBPE() bool }
+
+// Cut says where a request's token-keyed prefix ends. Seg is the segment
+// the cut is in and Off its byte offset there: segments before Seg and
+// segs[Seg][:Off] were tokenized; segs[Seg][Off:] and the segments after
+// it are keyed as byte blocks.
+type Cut struct {
+	Seg, Off int
+	// On is false when the whole request fit the budget.
+	On bool
+}
+
+// cutAt returns where segs cross budget, at the cost described above
+// (every byte longRunCost if whole). It reads at most the bytes up to the
+// cut. Any goroutine.
+func cutAt(segs []string, budget int, whole bool) Cut {
+	total := 0
+	for _, s := range segs {
+		total += len(s)
+	}
+	if total*longRunCost <= budget {
+		return Cut{} // fits whatever the text: no scan
+	}
+	if whole {
+		// The last safe point of the first budget/longRunCost bytes.
+		return scanCut(segs, budget/longRunCost, false)
+	}
+	return scanCut(segs, budget, true)
+}
+
+// scanCut is cutAt's scan; with runs, bytes of long runs cost longRunCost.
+func scanCut(segs []string, budget int, runs bool) Cut {
+	work := 0
+	for k, s := range segs {
+		safe := 0     // the last safe cut in s
+		var cls uint8 // the class of the current run
+		run := 0      // its length so far
+		for i := 0; i < len(s); i++ {
+			c := byteClass[s[i]]
+			if s[i] == ' ' && i > 0 && byteClass[s[i-1]] != 3 {
+				safe = i
+			}
+			if c == cls {
+				run++
+			} else {
+				cls, run = c, 1
+			}
+			switch {
+			case !runs || run < longRun:
+				work++
+			case run == longRun:
+				// The run turns out long: its first bytes cost
+				// as much as the rest.
+				work += longRunCost*longRun - (longRun - 1)
+			default:
+				work += longRunCost
+			}
+			if work > budget {
+				return Cut{Seg: k, Off: safe, On: true}
+			}
+		}
+	}
+	return Cut{}
+}
+
+// TailKeys appends to dst the keys of a request cut by the budget (r.Cut.On
+// with r.Reason ReasonNone): the token keys, tree.BlockKeys(dst, seed,
+// r.IDs, blockSize), then byte-block keys (see ByteBlockKeys) of the text
+// from the cut on, segs[r.Cut.Seg][r.Cut.Off:] and the segments after it,
+// chained to the token keys and to the ids of their partial last block, so
+// that every key still names its whole prefix. It returns the extended
+// slice and the number of token keys. Any goroutine.
+func TailKeys(dst []uint64, seed uint64, r *Result, segs []string, blockSize int) ([]uint64, int) {
+	n0 := len(dst)
+	dst = tree.BlockKeys(dst, seed, r.IDs, blockSize)
+	nTok := len(dst) - n0
+	st := seed
+	if nTok > 0 {
+		st = tree.ContinueSeed(dst[len(dst)-1])
+	}
+	// A distinct chain from here on: the tail's first key differs from
+	// any token key of the same prefix.
+	st ^= byteBlockDomain
+	if rest := r.IDs[nTok*blockSize:]; len(rest) > 0 {
+		var one [1]uint64
+		st = tree.ContinueSeed(tree.BlockKeys(one[:0], st, rest, len(rest))[0])
+	}
+	tail := segs[r.Cut.Seg:]
+	first := tail[0][r.Cut.Off:]
+	// ByteBlockKeys over first, then the rest, without building a slice.
+	dst = byteBlockKeys2(dst, st, first, tail[1:])
+	return dst, nTok
+}
+
+// byteBlockKeys2 is ByteBlockKeys(dst, seed, append([]string{first},
+// rest...)...) without the allocation.
+func byteBlockKeys2(dst []uint64, seed uint64, first string, rest []string) []uint64 {
+	var h byteHasher
+	h.init(dst, seed)
+	h.write(first)
+	for _, s := range rest {
+		h.write(s)
+	}
+	return h.finish()
+}
