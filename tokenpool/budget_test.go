@@ -211,3 +211,27 @@ func TestBudgetOneLetter(t *testing.T) {
 		t.Fatalf("again: path %v cut %+v", r.Path, r.Cut)
 	}
 }
+
+// FuzzCut: wherever the budget cuts a text, the ids before the cut are the
+// first ids of the whole text's (Llama-3), and text appended after the cut
+// does not move it.
+func FuzzCut(f *testing.F) {
+	for _, s := range []string{"hello world foo", "a  b\n\nc", "<|eot_id|> x", "x>\n\n y", strings.Repeat("ab ", 40), "日本 語 😀 e\u0301 x"} {
+		f.Add(s, uint16(7), " tail")
+	}
+	tok := llama3(f)
+	f.Fuzz(func(t *testing.T, s string, budget uint16, more string) {
+		c := cutAt([]string{s}, int(budget)+1, false)
+		if !c.On {
+			return
+		}
+		whole := tok.Encode(nil, s)
+		got := tok.Encode(nil, s[:c.Off])
+		if len(got) > len(whole) || !slices.Equal(got, whole[:len(got)]) {
+			t.Fatalf("%q cut at %d: %v not a prefix of %v", s, c.Off, got, whole)
+		}
+		if c2 := cutAt([]string{s + more}, int(budget)+1, false); c2 != c {
+			t.Fatalf("%q: cut %+v, with %q appended %+v", s, c, more, c2)
+		}
+	})
+}
