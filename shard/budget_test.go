@@ -13,7 +13,7 @@ func TestRouterTokenBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{loops: 2, backends: 4, tokenizer: true, tokenBudget: 4 << 10})
 	sys := strings.Repeat("You are a helpful assistant. ", 20) // 580 bytes of prose
-	user := "Repeat after me: " + strings.Repeat("a", 6000)   // a run of one letter: cut
+	user := "Repeat after me: " + strings.Repeat("a", 6000)    // a run of one letter: cut
 	turn1 := chatBody("system", sys, "user", user)
 	_, m, total1, reason := routed(t, e, 0, "/v1/chat/completions", turn1)
 	// 6,000 bytes of the tail alone make 93 byte blocks.
