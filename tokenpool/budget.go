@@ -78,46 +78,61 @@ func cutAt(segs []string, budget int, whole bool) Cut {
 	if total*longRunCost <= budget {
 		return Cut{} // fits whatever the text: no scan
 	}
-	if whole {
-		// The last safe point of the first budget/longRunCost bytes.
-		return scanCut(segs, budget/longRunCost, false)
-	}
-	return scanCut(segs, budget, true)
-}
-
-// scanCut is cutAt's scan; with runs, bytes of long runs cost longRunCost.
-func scanCut(segs []string, budget int, runs bool) Cut {
-	work := 0
+	c := newCoster(budget, whole)
 	for k, s := range segs {
-		safe := 0     // the last safe cut in s
-		var cls uint8 // the class of the current run
-		run := 0      // its length so far
-		for i := 0; i < len(s); i++ {
-			c := byteClass[s[i]]
-			if s[i] == ' ' && i > 0 && byteClass[s[i-1]] != 3 {
-				safe = i
-			}
-			if c == cls {
-				run++
-			} else {
-				cls, run = c, 1
-			}
-			switch {
-			case !runs || run < longRun:
-				work++
-			case run == longRun:
-				// The run turns out long: its first bytes cost
-				// as much as the rest.
-				work += longRunCost*longRun - (longRun - 1)
-			default:
-				work += longRunCost
-			}
-			if work > budget {
-				return Cut{Seg: k, Off: safe, On: true}
-			}
+		if off, over := c.add(s); over {
+			return Cut{Seg: k, Off: off, On: true}
 		}
 	}
 	return Cut{}
+}
+
+// newCoster returns a coster of budget for an encoder (whole: see
+// wholeText).
+func newCoster(budget int, whole bool) coster {
+	if whole {
+		return coster{budget: budget / longRunCost}
+	}
+	return coster{budget: budget, runs: true}
+}
+
+// coster counts the cost of text, segment by segment, against a budget.
+type coster struct {
+	work, budget int
+	runs         bool // bytes of long runs cost longRunCost
+}
+
+// add counts s. Once the work exceeds the budget it stops and returns
+// over and the last safe cut in s at or before the byte that crossed.
+func (c *coster) add(s string) (off int, over bool) {
+	safe := 0     // the last safe cut in s
+	var cls uint8 // the class of the current run
+	run := 0      // its length so far
+	for i := 0; i < len(s); i++ {
+		b := byteClass[s[i]]
+		if s[i] == ' ' && i > 0 && byteClass[s[i-1]] != 3 {
+			safe = i
+		}
+		if b == cls {
+			run++
+		} else {
+			cls, run = b, 1
+		}
+		switch {
+		case !c.runs || run < longRun:
+			c.work++
+		case run == longRun:
+			// The run turns out long: its first bytes cost as
+			// much as the rest.
+			c.work += longRunCost*longRun - (longRun - 1)
+		default:
+			c.work += longRunCost
+		}
+		if c.work > c.budget {
+			return safe, true
+		}
+	}
+	return 0, false
 }
 
 // TailKeys appends to dst the keys of a request cut by the budget (r.Cut.On

@@ -235,3 +235,23 @@ func FuzzCut(f *testing.F) {
 		}
 	})
 }
+
+// TestFitsLocal: the loop's own tokenization is bounded by cost, not
+// bytes: 1,000 bytes of prose fit 8 KiB, 1,000 bytes of one letter do not.
+func TestFitsLocal(t *testing.T) {
+	t.Parallel()
+	f := func(text string, max int, whole, want bool) {
+		t.Helper()
+		j := &job{segs: []jobSeg{{text: "cached"}, {text: text, miss: true}}, missBytes: len(text)}
+		if got := j.fitsLocal(max, whole); got != want {
+			t.Errorf("fitsLocal(%.20q… %d bytes, %d, whole %v) = %v, want %v", text, len(text), max, whole, got, want)
+		}
+	}
+	f(strings.Repeat("word ", 200), 8<<10, false, true)
+	f(strings.Repeat("a", 1000), 8<<10, false, false)
+	f(strings.Repeat("a", 250), 8<<10, false, true)
+	f(strings.Repeat("word ", 200), 8<<10, true, false) // 1,000 × 32 > 8 KiB
+	f(strings.Repeat("word ", 50), 8<<10, true, true)
+	f("", 0, false, true)
+	f("x", 0, false, false)
+}

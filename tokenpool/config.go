@@ -33,9 +33,11 @@ type Config struct {
 	// million tokens, more than the context of the models served today.
 	MaxJobBytes int
 	// LocalMaxBytes is the most missing text, in bytes, that the local
-	// fallback tokenizes on the event loop itself; a larger miss with every
-	// ring full bails out to byte-block keys. Default 8 KiB: ~0.4 ms at the
-	// ~20 MB/s measured for the Llama-3 tokenizer on prose.
+	// fallback tokenizes on the event loop itself, counted as TokenBudget
+	// counts (a byte of a long run of one class costs 32); a larger miss
+	// with every ring full bails out to byte-block keys. Default 8 KiB:
+	// ~0.4 ms at the ~20 MB/s measured for the Llama-3 tokenizer on prose,
+	// and 256 bytes of one repeated letter.
 	LocalMaxBytes int
 	// TokenBudget bounds the tokenizer work one request may cause, in
 	// bytes of text, where a byte in a run of 64 or more bytes of one

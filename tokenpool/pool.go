@@ -327,7 +327,7 @@ func (s *Shard) miss(dst *Result, segs []string, m int, cut Cut, done func(Resul
 	}
 	// Every ring is full: tokenize here, once, if the text is short and no
 	// other loop is doing the same; else give up.
-	if j.missBytes > s.p.cfg.LocalMaxBytes {
+	if !j.fitsLocal(s.p.cfg.LocalMaxBytes, s.p.whole) {
 		return s.bail(dst, ReasonTooLong)
 	}
 	if !s.p.localBusy.CompareAndSwap(false, true) {
@@ -382,6 +382,24 @@ func (s *Shard) push(j *job) pushResult {
 	}
 	s.submitting.Store(false)
 	return pushFull
+}
+
+// fitsLocal reports whether j's misses cost at most max, counted as the
+// token budget counts (budget.go): a byte of one repeated letter costs 32
+// bytes of prose, so one letter is encoded on the loop for 256 bytes at most.
+func (j *job) fitsLocal(max int, whole bool) bool {
+	if j.missBytes <= max/longRunCost {
+		return true // fits whatever the text
+	}
+	c := newCoster(max, whole)
+	for _, sg := range j.segs {
+		if sg.miss {
+			if _, over := c.add(sg.text); over {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // encode appends the ids of every segment of j to ids, and each segment's
