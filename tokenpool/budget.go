@@ -69,8 +69,11 @@ type Cut struct {
 
 // cutAt returns where segs cross budget, at the cost described above
 // (every byte longRunCost if whole). It reads at most the bytes up to the
-// cut. Any goroutine.
-func cutAt(segs []string, budget int, whole bool) Cut {
+// cut, and none of a segment whose cost cache holds (nil: none): it
+// records there the cost of every cached segment it counts in full, so
+// that a long conversation's earlier turns are counted once. Loop only
+// with a cache.
+func cutAt(segs []string, budget int, whole bool, cache *SegmentCache) Cut {
 	total := 0
 	for _, s := range segs {
 		total += len(s)
@@ -80,8 +83,20 @@ func cutAt(segs []string, budget int, whole bool) Cut {
 	}
 	c := newCoster(budget, whole)
 	for k, s := range segs {
+		var e *entry
+		if cache != nil {
+			e = cache.peek(s)
+		}
+		if e != nil && e.work > 0 && c.work+e.work-1 <= c.budget {
+			c.work += e.work - 1
+			continue
+		}
+		before := c.work
 		if off, over := c.add(s); over {
 			return Cut{Seg: k, Off: off, On: true}
+		}
+		if e != nil {
+			e.work = c.work - before + 1
 		}
 	}
 	return Cut{}
@@ -105,34 +120,58 @@ type coster struct {
 // add counts s. Once the work exceeds the budget it stops and returns
 // over and the last safe cut in s at or before the byte that crossed.
 func (c *coster) add(s string) (off int, over bool) {
+	if !c.runs {
+		// Every byte costs 1: the crossing is a subtraction.
+		if c.work+len(s) <= c.budget {
+			c.work += len(s)
+			return 0, false
+		}
+		i := c.budget - c.work // the byte that crosses
+		c.work = c.budget + 1
+		return lastSafe(s, i), true
+	}
+	work, budget := c.work, c.budget
 	safe := 0     // the last safe cut in s
-	var cls uint8 // the class of the current run
+	var cls uint8 // the class of the current run, that of s[i-1]
 	run := 0      // its length so far
 	for i := 0; i < len(s); i++ {
 		b := byteClass[s[i]]
-		if s[i] == ' ' && i > 0 && byteClass[s[i-1]] != 3 {
-			safe = i
+		if b != cls {
+			if s[i] == ' ' && i > 0 {
+				safe = i // a space after a byte of another class
+			}
+			cls, run = b, 0
 		}
-		if b == cls {
-			run++
-		} else {
-			cls, run = b, 1
-		}
+		run++
 		switch {
-		case !c.runs || run < longRun:
-			c.work++
+		case run < longRun:
+			work++
 		case run == longRun:
 			// The run turns out long: its first bytes cost as
 			// much as the rest.
-			c.work += longRunCost*longRun - (longRun - 1)
+			work += longRunCost*longRun - (longRun - 1)
 		default:
-			c.work += longRunCost
+			work += longRunCost
 		}
-		if c.work > c.budget {
+		if work > budget {
+			c.work = work
 			return safe, true
 		}
 	}
+	c.work = work
 	return 0, false
+}
+
+// lastSafe returns the last safe cut in s at or before i: a space after a
+// byte that is not whitespace, or 0.
+func lastSafe(s string, i int) int {
+	for i > 0 {
+		if s[i] == ' ' && byteClass[s[i-1]] != 3 {
+			return i
+		}
+		i--
+	}
+	return 0
 }
 
 // TailKeys appends to dst the keys of a request cut by the budget (r.Cut.On

@@ -2,6 +2,7 @@ package tokenpool
 
 import (
 	"compress/gzip"
+	"fmt"
 	"encoding/json"
 	"os"
 	"slices"
@@ -17,7 +18,7 @@ func TestCutAt(t *testing.T) {
 	t.Parallel()
 	f := func(segs []string, budget int, whole bool, want Cut) {
 		t.Helper()
-		if got := cutAt(segs, budget, whole); got != want {
+		if got := cutAt(segs, budget, whole, nil); got != want {
 			t.Errorf("cutAt(%.40q…, %d, %v) = %+v, want %+v", segs, budget, whole, got, want)
 		}
 	}
@@ -95,7 +96,7 @@ func TestCutExact(t *testing.T) {
 				whole := tok.Encode(nil, s)
 				// Every 7th budget up to the string's cost.
 				for b := 1; b < len(s); b += 1 + len(s)/7 {
-					c := cutAt([]string{s}, b, false)
+					c := cutAt([]string{s}, b, false, nil)
 					if !c.On {
 						continue
 					}
@@ -121,7 +122,7 @@ func TestTailKeysGrowing(t *testing.T) {
 	tok := llama3(t)
 	seed := tree.ModelSeed("m")
 	keys := func(segs []string, budget int) []uint64 {
-		c := cutAt(segs, budget, false)
+		c := cutAt(segs, budget, false, nil)
 		r := Result{Cut: c}
 		upto := segs
 		if c.On {
@@ -142,7 +143,7 @@ func TestTailKeysGrowing(t *testing.T) {
 	for i := range 12 {
 		turns = append(turns, strings.Repeat("Tell me more about topic "+string(rune('A'+i))+". ", 80), "<|eot_id|>")
 		k := keys(turns, budget)
-		if c := cutAt(turns, budget, false); c.On {
+		if c := cutAt(turns, budget, false, nil); c.On {
 			cuts++
 		}
 		// The last segment differs (a new one follows next turn) only
@@ -221,7 +222,7 @@ func FuzzCut(f *testing.F) {
 	}
 	tok := llama3(f)
 	f.Fuzz(func(t *testing.T, s string, budget uint16, more string) {
-		c := cutAt([]string{s}, int(budget)+1, false)
+		c := cutAt([]string{s}, int(budget)+1, false, nil)
 		if !c.On {
 			return
 		}
@@ -230,7 +231,7 @@ func FuzzCut(f *testing.F) {
 		if len(got) > len(whole) || !slices.Equal(got, whole[:len(got)]) {
 			t.Fatalf("%q cut at %d: %v not a prefix of %v", s, c.Off, got, whole)
 		}
-		if c2 := cutAt([]string{s + more}, int(budget)+1, false); c2 != c {
+		if c2 := cutAt([]string{s + more}, int(budget)+1, false, nil); c2 != c {
 			t.Fatalf("%q: cut %+v, with %q appended %+v", s, c, more, c2)
 		}
 	})
@@ -254,4 +255,37 @@ func TestFitsLocal(t *testing.T) {
 	f(strings.Repeat("word ", 50), 8<<10, true, true)
 	f("", 0, false, true)
 	f("x", 0, false, false)
+}
+
+// TestCutAtCached: the costs the segment cache remembers never move a
+// cut: every replica cuts where a cold one would, whatever it has cached.
+func TestCutAtCached(t *testing.T) {
+	t.Parallel()
+	cache := NewSegmentCache(1<<20, 64<<10)
+	var segs []string
+	for i := range 40 {
+		seg := strings.Repeat(fmt.Sprintf("turn %d says hello. ", i), 10+i*7)
+		if i%9 == 4 {
+			seg += strings.Repeat("z", 300) // a long run
+		}
+		segs = append(segs, seg, "<|eot_id|>")
+		if i%3 != 2 {
+			cache.Put(seg, []int32{1})
+		}
+		for _, budget := range []int{4 << 10, 16 << 10, 64 << 10} {
+			want := cutAt(segs, budget, false, nil)
+			// Twice: the first records costs, the second uses them.
+			for k := range 2 {
+				if got := cutAt(segs, budget, false, cache); got != want {
+					t.Fatalf("turn %d budget %d pass %d: cut %+v with the cache, %+v without", i, budget, k, got, want)
+				}
+			}
+		}
+	}
+	e := cache.peek(segs[0])
+	c := newCoster(1<<30, false)
+	c.add(segs[0])
+	if e == nil || e.work != c.work+1 {
+		t.Fatalf("cached cost of segment 0: %+v, want %d", e, c.work+1)
+	}
 }

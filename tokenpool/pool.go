@@ -221,7 +221,7 @@ func (s *Shard) Tokenize(dst *Result, segs []string, done func(Result)) bool {
 	if s.p.enc == nil {
 		return s.bail(dst, ReasonNoTokenizer)
 	}
-	cut := cutAt(segs, s.p.cfg.TokenBudget, s.p.whole)
+	cut := cutAt(segs, s.p.cfg.TokenBudget, s.p.whole, s.cache)
 	if cut.On {
 		s.stats.budgetCuts.Add(1)
 		s.cutSegs = append(append(s.cutSegs[:0], segs[:cut.Seg]...), segs[cut.Seg][:cut.Off])

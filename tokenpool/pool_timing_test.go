@@ -183,3 +183,33 @@ func BenchmarkBudgetDelay(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCutAt: the budget's scan, which every request longer than
+// TokenBudget/32 bytes pays on the loop, cached or not.
+func BenchmarkCutAt(b *testing.B) {
+	prose := strings.Join(realCorpus(b), "")
+	for _, n := range []int{16 << 10, 200 << 10} {
+		segs := []string{prose[:n]}
+		b.Run(fmt.Sprintf("prose/%dKiB", n>>10), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if cutAt(segs, DefaultTokenBudget, false, nil).On {
+					b.Fatal("cut")
+				}
+			}
+		})
+		// The segment is cached: its cost too.
+		b.Run(fmt.Sprintf("prose-cached/%dKiB", n>>10), func(b *testing.B) {
+			cache := NewSegmentCache(1<<20, 256<<10)
+			cache.Put(segs[0], []int32{1})
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if cutAt(segs, DefaultTokenBudget, false, cache).On {
+					b.Fatal("cut")
+				}
+			}
+		})
+	}
+}
