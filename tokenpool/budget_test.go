@@ -2,8 +2,8 @@ package tokenpool
 
 import (
 	"compress/gzip"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
