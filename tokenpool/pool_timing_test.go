@@ -151,7 +151,7 @@ func BenchmarkBudgetDelay(b *testing.B) {
 	budgets := []struct {
 		name string
 		n    int
-	}{{"none", 1 << 40}, {"1MiB", 1 << 20}, {"256KiB", 256 << 10}, {"64KiB", 64 << 10}}
+	}{{"none", 1 << 40}, {"1MiB", 1 << 20}, {"256KiB", 256 << 10}, {"128KiB", 128 << 10}, {"64KiB", 64 << 10}}
 	for _, tx := range texts {
 		for _, bu := range budgets {
 			b.Run(tx.name+"/"+bu.name, func(b *testing.B) {

@@ -342,7 +342,7 @@ max-blocks: 1000000
 route-ttl: 1h
 load-factor: 2
 gc-heap-floor: 32MiB
-token-budget: 256KiB
+token-budget: 128KiB
 log-format: text
 log-level: info
 `
