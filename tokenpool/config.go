@@ -31,6 +31,8 @@ type Config struct {
 	// (ReasonTooLarge) rather than hold a worker, and the requests queued
 	// behind it, for long. Default 4 MiB: ~200 ms at ~20 MB/s, about a
 	// million tokens, more than the context of the models served today.
+	// A request is cut at TokenBudget first, and its cost counts every
+	// byte at least once, so this bites only when TokenBudget exceeds it.
 	MaxJobBytes int
 	// LocalMaxBytes is the most missing text, in bytes, that the local
 	// fallback tokenizes on the event loop itself, counted as TokenBudget
