@@ -26,9 +26,14 @@ import "github.com/saltus-lb/saltus/tree"
 // byte. The pre-tokenizers saltus supports end a piece there (a letter,
 // digit or punctuation run stops at a space; Metaspace starts a word at
 // one; not at a newline, which Llama-3's and Qwen's punctuation pieces
-// take in: ">\n\n" is one token; TestCutExact), so the ids of the text before the cut are exactly the
-// first ids of the whole text's, and the cut depends only on the text
-// before it: a conversation that grows keeps its keys up to the cut.
+// take in: ">\n\n" is one token), so the ids of the text before the cut
+// are exactly the first ids of the whole text's (TestCutExact, FuzzCut),
+// and the cut depends only on the text before it: a conversation that
+// grows keeps its keys up to the cut.
+//
+// The segment cache remembers each cached segment's cost, so the scan
+// (~0.4 GB/s on a loaded machine) runs over new text only: a cached
+// 200 KiB prompt costs 4.4 µs, not 0.9 ms (BenchmarkCutAt).
 const (
 	longRun     = 64
 	longRunCost = 32
