@@ -18,7 +18,7 @@ func TestDecodeChat(t *testing.T) {
 	if d.model != "m1" || !d.stream || !d.includeUsage || d.opt.AddGenerationPrompt || !d.opt.DisableThinking {
 		t.Fatalf("decoded %+v", d)
 	}
-	if len(d.msgs) != 2 || d.msgs[0].Role != "system" || d.msgs[0].Content != "be brief" || d.msgs[1].Content != "hi\n<image_url>" {
+	if len(d.msgs) != 2 || d.msgs[0].Role != "system" || d.msgs[0].Content != "be brief" || d.msgs[1].Content != "<image>\nhi" {
 		t.Fatalf("messages %+v", d.msgs)
 	}
 	// Defaults: generation prompt on, no stream.

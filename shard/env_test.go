@@ -278,6 +278,7 @@ type envOpts struct {
 	queue           int           // per fake loop
 	maintain        time.Duration // MaintainInterval; default 10 ms
 	policy          string        // Config.Policy; default prefix
+	tokenBudget     int           // Config.Pool.TokenBudget; default its default
 }
 
 type env struct {
@@ -294,6 +295,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}
 	cfg := DefaultConfig()
 	cfg.Pool.CacheBytes = 8 << 20
+	if o.tokenBudget > 0 {
+		cfg.Pool.TokenBudget = o.tokenBudget
+	}
 	cfg.Tree.MaxBlocks = 100_000
 	if o.mailboxDepth > 0 {
 		cfg.MailboxDepth = o.mailboxDepth

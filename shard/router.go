@@ -520,14 +520,34 @@ func (j *job) tokenized(res tokenpool.Result) { j.keyed(&res) }
 func (j *job) keyed(res *tokenpool.Result) {
 	bs := j.r.cfg.BlockSize
 	j.bounds = j.boundArr[:0]
-	if res.Reason == tokenpool.ReasonNone {
+	switch {
+	case res.Reason == tokenpool.ReasonNone && !res.Cut.On:
 		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res.IDs, bs)
 		for i, e := range res.Ends {
 			if j.msgEnd[i] && e/bs > 0 {
 				j.bounds = append(j.bounds, e/bs)
 			}
 		}
-	} else {
+	case res.Reason == tokenpool.ReasonNone:
+		// Over the token budget: token blocks up to the cut, byte
+		// blocks from there; boundaries of the messages that end
+		// before the cut in tokens, of the others in bytes after it.
+		c := res.Cut
+		var nTok int
+		j.keys, nTok = tokenpool.TailKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res, j.texts, bs)
+		for i, e := range res.Ends[:c.Seg] {
+			if j.msgEnd[i] && e/bs > 0 {
+				j.bounds = append(j.bounds, e/bs)
+			}
+		}
+		n := -c.Off
+		for i := c.Seg; i < len(j.texts); i++ {
+			n += len(j.texts[i])
+			if j.msgEnd[i] && n/tokenpool.ByteBlockBytes > 0 {
+				j.bounds = append(j.bounds, nTok+n/tokenpool.ByteBlockBytes)
+			}
+		}
+	default:
 		// No tokenizer, or this request bailed out: keys of 64-byte
 		// blocks of the rendered text, boundaries where messages end.
 		j.keys = tokenpool.ByteBlockKeys(j.keyArr[:0], tokenpool.ByteBlockSeed(j.seedModel()), j.texts...)

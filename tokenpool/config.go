@@ -31,13 +31,33 @@ type Config struct {
 	// (ReasonTooLarge) rather than hold a worker, and the requests queued
 	// behind it, for long. Default 4 MiB: ~200 ms at ~20 MB/s, about a
 	// million tokens, more than the context of the models served today.
+	// A request is cut at TokenBudget first, and its cost counts every
+	// byte at least once, so this bites only when TokenBudget exceeds it.
 	MaxJobBytes int
 	// LocalMaxBytes is the most missing text, in bytes, that the local
-	// fallback tokenizes on the event loop itself; a larger miss with every
-	// ring full bails out to byte-block keys. Default 8 KiB: ~0.4 ms at the
-	// ~20 MB/s measured for the Llama-3 tokenizer on prose.
+	// fallback tokenizes on the event loop itself, counted as TokenBudget
+	// counts (a byte of a long run of one class costs 32); a larger miss
+	// with every ring full bails out to byte-block keys. Default 8 KiB:
+	// ~0.4 ms at the ~20 MB/s measured for the Llama-3 tokenizer on prose,
+	// and 256 bytes of one repeated letter.
 	LocalMaxBytes int
+	// TokenBudget bounds the tokenizer work one request may cause, in
+	// bytes of text, where a byte in a run of 64 or more bytes of one
+	// class (letters, digits, whitespace, punctuation), or any byte for a
+	// tokenizer without a pre-tokenizer, counts 32 (see budget.go). A
+	// request over it is tokenized up to a cut and keyed as byte blocks
+	// from there (64-byte blocks, about 16 tokens of English each, so the
+	// routing stays as fine). Default 128 KiB: prose up to 128 KiB (~32 K
+	// tokens) is tokenized whole, and a short request behind a 4 MiB
+	// prompt waits 3.7-5.3 ms behind prose, 0.9 ms behind runs of one
+	// letter, instead of 212 ms and 3.2 s with no budget
+	// (BenchmarkBudgetDelay on a loaded 2-core machine; 256 KiB: 8.5-8.9
+	// and 1.5-1.8 ms; 64 KiB: 2.0-2.3 and 0.4-0.5 ms).
+	TokenBudget int
 }
+
+// DefaultTokenBudget is Config.TokenBudget's default, 128 KiB.
+const DefaultTokenBudget = 128 << 10
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
@@ -48,6 +68,7 @@ func DefaultConfig() Config {
 		MaxInFlight:     1024,
 		MaxJobBytes:     4 << 20,
 		LocalMaxBytes:   8 << 10,
+		TokenBudget:     DefaultTokenBudget,
 	}
 }
 
@@ -68,6 +89,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxJobBytes <= 0 {
 		errs = append(errs, fmt.Errorf("tokenpool: MaxJobBytes must be positive, got %d", c.MaxJobBytes))
+	}
+	if c.TokenBudget <= 0 {
+		errs = append(errs, fmt.Errorf("tokenpool: TokenBudget must be positive, got %d", c.TokenBudget))
 	}
 	if c.LocalMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("tokenpool: LocalMaxBytes must not be negative, got %d", c.LocalMaxBytes))

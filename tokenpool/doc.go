@@ -21,6 +21,14 @@
 //     request with [ByteBlockKeys] over its rendered text. A job over
 //     Config.MaxJobBytes gives up at once.
 //
+// Before that, a request whose text costs more than Config.TokenBudget
+// (budget.go: bytes of text, a byte of a long run of one class counting
+// 32) is cut: only the segments before the cut, and the cut segment up to
+// a space, are tokenized; the Result's Cut says where, and the caller keys
+// the rest as byte blocks chained to the token blocks ([TailKeys]). The
+// cut depends on the text alone, so replicas agree and a growing
+// conversation keeps its keys.
+//
 // A worker's result comes back to the loop through the shard's post
 // function (gnet's EventLoop.Execute in the server), where the new ids
 // enter the cache and the request's callback runs.
@@ -49,7 +57,8 @@
 //
 // Bounds: per shard, RingSize jobs at each worker and MaxInFlight jobs
 // outstanding in all (so at most MaxInFlight completions in its loop's
-// queue); CacheBytes of cache; MaxJobBytes of missing text per job;
+// queue); CacheBytes of cache; TokenBudget of tokenizer work and
+// MaxJobBytes of missing text per job;
 // LocalMaxBytes of text tokenized on a loop per request, one loop at a
 // time.
 package tokenpool

@@ -36,10 +36,15 @@ type Result struct {
 	// Path says where the misses were tokenized (for X-Saltus-Route and
 	// tests).
 	Path Path
+	// Cut, if Cut.On, says where the request crossed Config.TokenBudget:
+	// IDs and Ends cover the segments up to Cut.Seg, the last of them
+	// segs[Cut.Seg][:Cut.Off] (possibly empty), and the caller keys the
+	// rest as byte blocks (TailKeys).
+	Cut Cut
 }
 
 func (r *Result) reset() {
-	r.IDs, r.Ends, r.Reason, r.Path = r.IDs[:0], r.Ends[:0], ReasonNone, PathNone
+	r.IDs, r.Ends, r.Reason, r.Path, r.Cut = r.IDs[:0], r.Ends[:0], ReasonNone, PathNone, Cut{}
 }
 
 // Pool is the tokenizer pool of all shards: per shard a segment cache and a
@@ -47,6 +52,7 @@ func (r *Result) reset() {
 type Pool struct {
 	cfg     Config
 	enc     Encoder // nil: byte-block mode
+	whole   bool    // enc runs BPE over its whole text (see wholeText)
 	shards  []*Shard
 	workers []*worker // nil in byte-block mode
 	group   *rules.Group
@@ -68,6 +74,7 @@ type Shard struct {
 	post func(func())
 
 	cache    *SegmentCache // owned by the loop
+	cutSegs  []string      // owned by the loop: the segments up to a budget cut
 	rr       int           // owned by the loop: round-robin cursor over the other workers
 	inFlight int           // owned by the loop: jobs submitted whose completion has not run
 
@@ -109,6 +116,9 @@ func New(cfg Config, enc Encoder, posts []func(func()), set *metrics.Set) (*Pool
 		enc = nil // a typed nil would pass the check below and panic later
 	}
 	p := &Pool{cfg: cfg, enc: enc, group: rules.NewGroup(context.Background())}
+	if w, ok := enc.(wholeText); ok {
+		p.whole = w.WholeTextBPE()
+	}
 	// The group's parent is Background on purpose: only Close may stop the
 	// workers, because only Close makes sure no job is pushed after they
 	// stopped.
@@ -211,15 +221,23 @@ func (s *Shard) Tokenize(dst *Result, segs []string, done func(Result)) bool {
 	if s.p.enc == nil {
 		return s.bail(dst, ReasonNoTokenizer)
 	}
+	cut := cutAt(segs, s.p.cfg.TokenBudget, s.p.whole, s.cache)
+	if cut.On {
+		s.stats.budgetCuts.Add(1)
+		s.cutSegs = append(append(s.cutSegs[:0], segs[:cut.Seg]...), segs[cut.Seg][:cut.Off])
+		segs = s.cutSegs
+		defer clear(s.cutSegs) // do not keep the caller's texts alive
+	}
 	for i, seg := range segs {
 		ids, ok := s.cache.Get(seg)
 		if !ok {
-			return s.miss(dst, segs, i, done)
+			return s.miss(dst, segs, i, cut, done)
 		}
 		dst.IDs = append(dst.IDs, ids...)
 		dst.Ends = append(dst.Ends, len(dst.IDs))
 	}
 	dst.Path = PathCache
+	dst.Cut = cut
 	s.publishCache()
 	return true
 }
@@ -241,6 +259,7 @@ type job struct {
 	segs      []jobSeg
 	known     []int32 // the cached segments' ids, concatenated
 	missBytes int
+	cut       Cut  // the request's budget cut, handed to its Result
 	owned     bool // the miss texts are clones (see own)
 	path      Path
 	res       Result
@@ -269,11 +288,11 @@ func (j *job) own() {
 }
 
 // miss handles a request whose segment m is the first not in the cache.
-func (s *Shard) miss(dst *Result, segs []string, m int, done func(Result)) bool {
+func (s *Shard) miss(dst *Result, segs []string, m int, cut Cut, done func(Result)) bool {
 	if done == nil {
 		panic("BUG: tokenpool.Shard.Tokenize with a nil done")
 	}
-	j := &job{from: s, done: done, start: time.Now(), segs: make([]jobSeg, len(segs))}
+	j := &job{from: s, done: done, start: time.Now(), segs: make([]jobSeg, len(segs)), cut: cut}
 	j.known = append(make([]int32, 0, len(dst.IDs)+64), dst.IDs...)
 	for i := range m {
 		j.segs[i].end = dst.Ends[i]
@@ -308,7 +327,7 @@ func (s *Shard) miss(dst *Result, segs []string, m int, done func(Result)) bool 
 	}
 	// Every ring is full: tokenize here, once, if the text is short and no
 	// other loop is doing the same; else give up.
-	if j.missBytes > s.p.cfg.LocalMaxBytes {
+	if !j.fitsLocal(s.p.cfg.LocalMaxBytes, s.p.whole) {
 		return s.bail(dst, ReasonTooLong)
 	}
 	if !s.p.localBusy.CompareAndSwap(false, true) {
@@ -318,7 +337,9 @@ func (s *Shard) miss(dst *Result, segs []string, m int, done func(Result)) bool 
 	s.p.localBusy.Store(false)
 	s.putMisses(j, dst)
 	dst.Path = PathLocal
+	dst.Cut = cut
 	s.stats.local.Add(1)
+	s.stats.localBytes.Add(uint64(j.missBytes))
 	s.stats.lat.observe(time.Since(j.start))
 	return true
 }
@@ -361,6 +382,24 @@ func (s *Shard) push(j *job) pushResult {
 	}
 	s.submitting.Store(false)
 	return pushFull
+}
+
+// fitsLocal reports whether j's misses cost at most max, counted as the
+// token budget counts (budget.go): a byte of one repeated letter costs 32
+// bytes of prose, so one letter is encoded on the loop for 256 bytes at most.
+func (j *job) fitsLocal(max int, whole bool) bool {
+	if j.missBytes <= max/longRunCost {
+		return true // fits whatever the text
+	}
+	c := newCoster(max, whole)
+	for _, sg := range j.segs {
+		if sg.miss {
+			if _, over := c.add(sg.text); over {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // encode appends the ids of every segment of j to ids, and each segment's
@@ -486,7 +525,9 @@ func (w *worker) run(ctx context.Context) {
 		j.res.IDs, j.res.Ends = j.encode(w.enc,
 			make([]int32, 0, len(j.known)+j.missBytes/3+16), make([]int, 0, len(j.segs)))
 		j.res.Path = j.path
+		j.res.Cut = j.cut
 		w.stats.workerJobs.Add(1)
+		w.stats.workerBytes.Add(uint64(j.missBytes))
 		j.from.post(j.complete)
 	}
 }

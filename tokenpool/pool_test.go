@@ -178,6 +178,7 @@ func TestConfigValidate(t *testing.T) {
 	f(func(c *Config) { c.MaxInFlight = 0 }, "MaxInFlight")
 	f(func(c *Config) { c.LocalMaxBytes = -1 }, "LocalMaxBytes")
 	f(func(c *Config) { c.MaxJobBytes = 0 }, "MaxJobBytes")
+	f(func(c *Config) { c.TokenBudget = 0 }, "TokenBudget")
 	if _, err := New(DefaultConfig(), nil, nil, nil); err == nil {
 		t.Fatal("New with no shards succeeded")
 	}

@@ -130,3 +130,86 @@ func closePool(tb testing.TB, p *Pool) {
 }
 
 func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// BenchmarkBudgetDelay: a 4 MiB prompt (one repeated letter, or prose from
+// the real corpus), then a short request, on one shard: how long the short
+// one waits for its ids, by TokenBudget ("none": no budget, as before it
+// existed). Nothing is cached, so every iteration encodes again.
+func BenchmarkBudgetDelay(b *testing.B) {
+	tok := llama3(b)
+	prose := strings.Join(realCorpus(b), "")
+	for len(prose) < 4<<20 {
+		prose += prose
+	}
+	texts := []struct{ name, text string }{
+		{"letter", strings.Repeat("a", 4<<20)},
+		{"prose", prose[:4<<20]},
+		// Long runs with safe cuts between them: the worst case of a
+		// budget that cuts (one repeated letter cuts at the start).
+		{"letter-words", strings.Repeat(strings.Repeat("a", 1023)+" ", 4096)},
+	}
+	budgets := []struct {
+		name string
+		n    int
+	}{{"none", 1 << 40}, {"1MiB", 1 << 20}, {"256KiB", 256 << 10}, {"128KiB", 128 << 10}, {"64KiB", 64 << 10}}
+	for _, tx := range texts {
+		for _, bu := range budgets {
+			b.Run(tx.name+"/"+bu.name, func(b *testing.B) {
+				cfg := DefaultConfig()
+				cfg.TokenBudget, cfg.MaxJobBytes, cfg.MaxSegmentBytes = bu.n, 8<<20, 1
+				l := newLoop()
+				p, err := New(cfg, tok, []func(func()){l.post}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer closePool(b, p)
+				s := p.Shard(0)
+				big := []string{"<|begin_of_text|>", tx.text}
+				small := []string{"<|begin_of_text|>", "hello there"}
+				var r Result
+				done := func(Result) {}
+				for b.Loop() {
+					if s.Tokenize(&r, big, done) || s.Tokenize(&r, small, done) {
+						b.Fatal("completed synchronously")
+					}
+					// Not runOne: without a budget one letter
+					// can take longer than its 10 s.
+					(<-l.q)()
+					(<-l.q)()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "delay-ms")
+				b.ReportMetric(float64(p.Stats().WorkerBytes)/float64(b.N), "encoded-B")
+			})
+		}
+	}
+}
+
+// BenchmarkCutAt: the budget's scan, which every request longer than
+// TokenBudget/32 bytes pays on the loop, cached or not.
+func BenchmarkCutAt(b *testing.B) {
+	prose := strings.Join(realCorpus(b), "")
+	for _, n := range []int{16 << 10, 200 << 10} {
+		segs := []string{prose[:n]}
+		b.Run(fmt.Sprintf("prose/%dKiB", n>>10), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if cutAt(segs, DefaultTokenBudget, false, nil).On {
+					b.Fatal("cut")
+				}
+			}
+		})
+		// The segment is cached: its cost too.
+		b.Run(fmt.Sprintf("prose-cached/%dKiB", n>>10), func(b *testing.B) {
+			cache := NewSegmentCache(1<<20, 256<<10)
+			cache.Put(segs[0], []int32{1})
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if cutAt(segs, DefaultTokenBudget, false, cache).On {
+					b.Fatal("cut")
+				}
+			}
+		})
+	}
+}

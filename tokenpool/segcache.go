@@ -28,8 +28,11 @@ type SegmentCache struct {
 }
 
 type entry struct {
-	key        string
-	ids        []int32
+	key string
+	ids []int32
+	// work is 1 + the text's cost under the token budget (budget.go),
+	// or 0 before a request over TokenBudget/32 bytes has counted it.
+	work       int
 	prev, next *entry
 }
 
@@ -67,6 +70,10 @@ func (c *SegmentCache) Get(text string) ([]int32, bool) {
 	c.moveToFront(e)
 	return e.ids, true
 }
+
+// peek returns text's entry, or nil, without counting or reordering (the
+// token budget's pre-pass; the lookup that follows counts). Loop only.
+func (c *SegmentCache) peek(text string) *entry { return c.m[text] }
 
 // Put stores copies of text and ids, evicting least recently used entries
 // to make room. A segment over the size limit, or one whose entry alone

@@ -14,6 +14,8 @@ import (
 func init() {
 	promtext.Describe(map[string]string{
 		"saltus_tokenizer_requests_total":        "Tokenize calls: requests whose prompt went to the tokenizer pool.",
+		"saltus_tokenizer_budget_exceeded_total": "Requests whose text went past the token budget (--token-budget): the rest is keyed as 64-byte blocks.",
+		"saltus_tokenizer_encoded_bytes_total":   "Bytes of text tokenized, by where: worker (the shards' tokenizer goroutines) or local (on the loop, small segments only).",
 		"saltus_tokenizer_cache_hits_total":      "Text segments found in their shard's segment cache.",
 		"saltus_tokenizer_cache_misses_total":    "Text segments not in their shard's segment cache (tokenized by a worker or locally).",
 		"saltus_tokenizer_cache_evictions_total": "Segments evicted from the segment caches (LRU under the byte bound).",
@@ -109,8 +111,14 @@ type Stats struct {
 	// ShutdownDrops counts queued jobs completed with ReasonShutdown
 	// (also counted in Bailouts[ReasonShutdown]).
 	ShutdownDrops uint64
-	// WorkerJobs counts jobs this shard's worker encoded, from any shard.
-	WorkerJobs uint64
+	// WorkerJobs counts jobs this shard's worker encoded, from any shard;
+	// WorkerBytes the bytes of text it encoded for them.
+	WorkerJobs, WorkerBytes uint64
+	// LocalBytes counts the bytes of text the loop encoded itself (Local).
+	LocalBytes uint64
+	// BudgetCuts counts requests over Config.TokenBudget, tokenized up to
+	// a cut and keyed as byte blocks after it.
+	BudgetCuts uint64
 	// Latency is the histogram saltus_tokenizer_latency_seconds.
 	Latency LatencySnapshot
 }
@@ -177,10 +185,11 @@ type shardStats struct {
 	cacheEntries, cacheBytes                              atomic.Uint64
 	ownJobs, crossJobs, local                             atomic.Uint64
 	ringFull, inFlightFull                                atomic.Uint64
+	localBytes, budgetCuts                                atomic.Uint64
 	bailouts                                              [numReasons]atomic.Uint64
 	_                                                     [64]byte // the worker-written counters on their own line
 	shutdownDrops                                         atomic.Uint64
-	workerJobs                                            atomic.Uint64
+	workerJobs, workerBytes                               atomic.Uint64
 	lat                                                   histogram
 }
 
@@ -195,6 +204,8 @@ func (s *shardStats) snapshot() (o Stats) {
 		o.Bailouts[i] = s.bailouts[i].Load()
 	}
 	o.ShutdownDrops, o.WorkerJobs = s.shutdownDrops.Load(), s.workerJobs.Load()
+	o.WorkerBytes, o.LocalBytes = s.workerBytes.Load(), s.localBytes.Load()
+	o.BudgetCuts = s.budgetCuts.Load()
 	o.Latency = s.lat.snapshot()
 	return o
 }
@@ -217,6 +228,9 @@ func (o *Stats) add(s Stats) {
 	}
 	o.ShutdownDrops += s.ShutdownDrops
 	o.WorkerJobs += s.WorkerJobs
+	o.WorkerBytes += s.WorkerBytes
+	o.LocalBytes += s.LocalBytes
+	o.BudgetCuts += s.BudgetCuts
 	for i := range o.Latency.Counts {
 		o.Latency.Counts[i] += s.Latency.Counts[i]
 	}
@@ -253,6 +267,10 @@ func (p *Pool) writeMetrics(w io.Writer) {
 		fmt.Fprintf(w, "saltus_tokenizer_bailouts_total{reason=%q} %d\n", r.String(), s.Bailouts[r])
 	}
 	counter("saltus_tokenizer_shutdown_drops_total", s.ShutdownDrops)
+	counter("saltus_tokenizer_budget_exceeded_total", s.BudgetCuts)
+	metrics.WriteMetadataIfNeeded(w, "saltus_tokenizer_encoded_bytes_total", "counter")
+	fmt.Fprintf(w, "saltus_tokenizer_encoded_bytes_total{path=%q} %d\n", "worker", s.WorkerBytes)
+	fmt.Fprintf(w, "saltus_tokenizer_encoded_bytes_total{path=%q} %d\n", PathLocal.String(), s.LocalBytes)
 	const lat = "saltus_tokenizer_latency_seconds"
 	metrics.WriteMetadataIfNeeded(w, lat, "histogram")
 	var cum uint64

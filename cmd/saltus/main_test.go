@@ -51,6 +51,8 @@ func TestRun(t *testing.T) {
 		{[]string{"tokenize", "--tokenizer", mistral, "--chat"}, `[`, 1, "", "--chat wants a JSON messages array"},
 		{[]string{"tokenize", "--tokenizer", llama3, "--chat-template", "llama3"}, `[]`, 2, "", "--chat-template needs --chat"},
 		{[]string{"tokenize", "--tokenizer", llama3, "--chat", "--special"}, `[]`, 2, "", "does not combine"},
+		{[]string{"tokenize", "--tokenizer", llama3, "--chat", "--json"}, `{"messages":[]}`, 1, "", "--chat --json wants a JSON array of conversations"},
+		{[]string{"tokenize", "--tokenizer", llama3, "--chat", "--json"}, `[]`, 0, "[]\n", ""},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

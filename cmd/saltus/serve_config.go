@@ -127,6 +127,10 @@ type serveConfig struct {
 	// router's live heap is small and its garbage is per request, so
 	// without one it collects dozens of times a second under load.
 	GCHeapFloor byteSize `yaml:"gc-heap-floor"`
+	// TokenBudget: the most tokenizer work one request may cause, in
+	// bytes of prose (a byte of a long run of one letter counts 32); text
+	// past it is keyed as byte blocks.
+	TokenBudget byteSize `yaml:"token-budget"`
 	// LogFormat: text or json.
 	LogFormat string `yaml:"log-format"`
 	// LogLevel: debug, info, warn or error.
@@ -161,6 +165,7 @@ func defaultServeConfig() serveConfig {
 		MaxBlocks:          d.MaxBlocks,
 		RouteTTL:           duration(d.RouteTTL),
 		LoadFactor:         d.LoadFactor,
+		TokenBudget:        byteSize(d.TokenBudget),
 		GCHeapFloor:        32 << 20,
 		LogFormat:          "text",
 		LogLevel:           "info",
@@ -288,6 +293,9 @@ func (c serveConfig) Validate() error {
 	if !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0) {
 		bad("load-factor", "must be a finite number of at least 1, got %v", c.LoadFactor)
 	}
+	if c.TokenBudget < 1<<10 || c.TokenBudget > 1<<30 {
+		bad("token-budget", "must be between 1KiB and 1GiB, got %v", c.TokenBudget)
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", `must be "text" or "json", got %q`, c.LogFormat)
 	}
@@ -309,6 +317,7 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
 		HealthDownInterval: c.HealthDownInterval.D(),
 		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
+		TokenBudget: int(c.TokenBudget),
 	}
 }
 
@@ -369,6 +378,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var((*stringList)(&v.Backends), "backend", "backend `URL` http://host:port, or name=http://host:port to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends")
 	fs.StringVar(&v.Tokenizer, "tokenizer", v.Tokenizer, "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)")
 	fs.StringVar(&v.ChatTemplate, "chat-template", v.ChatTemplate, "chat template `name` ("+strings.Join(chatpkg.Names(), ", ")+"); empty: detect from tokenizer_config.json next to --tokenizer")
+	fs.Var(&v.TokenBudget, "token-budget", "most tokenizer work one request may cause (`size` of prose: B, KiB, MiB; a byte of a run of 64+ bytes of one class, e.g. one repeated letter, counts 32), 1KiB–1GiB; text past it is keyed as 64-byte blocks")
 	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
 	fs.IntVar(&v.Shards, "shards", v.Shards, "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS")
 	fs.BoolVar(&v.PinShards, "pin-shards", v.PinShards, "lock each event loop to its own OS thread")

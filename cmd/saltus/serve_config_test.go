@@ -88,7 +88,7 @@ log-format: json
 			"--first-byte-timeout", "4s", "--request-timeout", "1h", "--max-response-body", "1MiB", "--backend-header", "name",
 			"--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms", "--health-down-interval", "200ms",
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
-			"--load-factor", "1", "--gc-heap-floor", "1MiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
+			"--load-factor", "1", "--gc-heap-floor", "1MiB", "--token-budget", "64KiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
 			*c = serveConfig{
 				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok", AdminPprof: true,
@@ -100,7 +100,7 @@ log-format: json
 				RequestTimeout: duration(time.Hour), MaxResponseBody: 1 << 20, BackendHeader: "name",
 				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond),
 				HealthDownInterval: duration(200 * time.Millisecond), DrainTimeout: 0,
-				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, GCHeapFloor: 1 << 20,
+				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
 				LogFormat: "json", LogLevel: "DEBUG",
 			}
 		}},
@@ -153,6 +153,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
 		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
 		{func(c *serveConfig) { c.GCHeapFloor = 5 << 30 }, `config: gc-heap-floor: must be between 0 and 4GiB, got 5GiB`},
+		{func(c *serveConfig) { c.TokenBudget = 100 }, `config: token-budget: must be between 1KiB and 1GiB, got 100B`},
 		{func(c *serveConfig) { c.MaxConns = 0 }, `config: max-conns: must be at least 1, got 0`},
 		{func(c *serveConfig) { c.HeaderTimeout = 0 }, `config: header-timeout: must be positive, got 0s`},
 		{func(c *serveConfig) { c.IdleTimeout = -1 }, `config: idle-timeout: must be positive, got -1ns`},
@@ -360,6 +361,7 @@ max-blocks: 1000000
 route-ttl: 1h
 load-factor: 2
 gc-heap-floor: 32MiB
+token-budget: 128KiB
 log-format: text
 log-level: info
 `

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -34,35 +35,29 @@ type messageEnd struct {
 	Token   int `json:"token"`
 }
 
-func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt bool, in []byte, stdout, stderr io.Writer) int {
+// chatError is the element `saltus tokenize --chat --json` prints for a
+// conversation it cannot render.
+type chatError struct {
+	Error string `json:"error"`
+}
+
+// runTokenizeChat renders and encodes one conversation (a messages array or
+// a request object), or with many (--json) a JSON array of them, loading
+// the template once: the tokenizer and template are loaded once per run,
+// ~0.7 s, however many conversations there are.
+func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt, many bool, in []byte, stdout, stderr io.Writer) int {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(in)
 	if err != nil {
-		fmt.Fprintf(stderr, "saltus tokenize: --chat wants a JSON messages array or an object with \"messages\" on stdin: %v\n", err)
+		fmt.Fprintf(stderr, "saltus tokenize: --chat wants %s on stdin: %v\n", chatInput(many), err)
 		return 1
 	}
-	opt := chatpkg.Options{AddGenerationPrompt: genPrompt}
-	if v.Type() == fastjson.TypeObject {
-		if g := v.Get("add_generation_prompt"); g != nil {
-			b, err := g.Bool()
-			if err != nil {
-				fmt.Fprintln(stderr, "saltus tokenize: add_generation_prompt: want true or false")
-				return 1
-			}
-			opt.AddGenerationPrompt = b
-		}
-		if e := v.Get("chat_template_kwargs", "enable_thinking"); e != nil && e.Type() == fastjson.TypeFalse {
-			opt.DisableThinking = true
-		}
-		if v = v.Get("messages"); v == nil {
-			fmt.Fprintln(stderr, `saltus tokenize: --chat: the object on stdin has no "messages"`)
+	convs := []*fastjson.Value{v}
+	if many {
+		if convs, err = v.Array(); err != nil {
+			fmt.Fprintf(stderr, "saltus tokenize: --chat --json wants %s on stdin: %v\n", chatInput(true), err)
 			return 1
 		}
-	}
-	msgs, err := chatpkg.MessagesFromValue(v)
-	if err != nil {
-		fmt.Fprintf(stderr, "saltus tokenize: %v\n", err)
-		return 1
 	}
 	r, name, warn, err := chatpkg.Load(tok, path, name)
 	if err != nil {
@@ -72,12 +67,83 @@ func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt bool
 	if warn != nil {
 		fmt.Fprintf(stderr, "saltus tokenize: warning: %v; rendering with template none (choose one with --chat-template)\n", warn)
 	}
-	segs, err := r.Render(nil, msgs, opt)
-	if err != nil {
-		fmt.Fprintf(stderr, "saltus tokenize: %v\n", err)
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false) // special tokens read as <s>, not \u003cs\u003e
+	if !many {
+		out, err := tokenizeConversation(tok, r, name, genPrompt, v)
+		if err != nil {
+			fmt.Fprintf(stderr, "saltus tokenize: %v\n", err)
+			return 1
+		}
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintf(stderr, "saltus tokenize: cannot write output: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	// One JSON array, one conversation a line; a conversation that fails
+	// is an {"error": ...} element, and the exit code is 1.
+	code := 0
+	io.WriteString(stdout, "[")
+	for i, c := range convs {
+		var elem any
+		out, err := tokenizeConversation(tok, r, name, genPrompt, c)
+		if err != nil {
+			fmt.Fprintf(stderr, "saltus tokenize: conversation %d: %v\n", i, err)
+			elem, code = chatError{Error: err.Error()}, 1
+		} else {
+			elem = out
+		}
+		if i > 0 {
+			io.WriteString(stdout, ",")
+		}
+		if err := enc.Encode(elem); err != nil { // Encode ends it with a newline
+			fmt.Fprintf(stderr, "saltus tokenize: cannot write output: %v\n", err)
+			return 1
+		}
+	}
+	if _, err := io.WriteString(stdout, "]\n"); err != nil {
+		fmt.Fprintf(stderr, "saltus tokenize: cannot write output: %v\n", err)
 		return 1
 	}
-	out := chatOutput{Template: name, Segments: []chatSeg{}, IDs: []int32{}, Ends: []messageEnd{}}
+	return code
+}
+
+func chatInput(many bool) string {
+	if many {
+		return `a JSON array of conversations (each a messages array or an object with "messages")`
+	}
+	return `a JSON messages array or an object with "messages"`
+}
+
+// tokenizeConversation renders one conversation, a messages array or a
+// request object with "messages", and encodes it.
+func tokenizeConversation(tok *tokenizer.Tokenizer, r *chatpkg.Renderer, name string, genPrompt bool, v *fastjson.Value) (*chatOutput, error) {
+	opt := chatpkg.Options{AddGenerationPrompt: genPrompt}
+	if v.Type() == fastjson.TypeObject {
+		if g := v.Get("add_generation_prompt"); g != nil {
+			b, err := g.Bool()
+			if err != nil {
+				return nil, errors.New("add_generation_prompt: want true or false")
+			}
+			opt.AddGenerationPrompt = b
+		}
+		if e := v.Get("chat_template_kwargs", "enable_thinking"); e != nil && e.Type() == fastjson.TypeFalse {
+			opt.DisableThinking = true
+		}
+		if v = v.Get("messages"); v == nil {
+			return nil, errors.New(`--chat: the object on stdin has no "messages"`)
+		}
+	}
+	msgs, err := chatpkg.MessagesFromValue(v)
+	if err != nil {
+		return nil, err
+	}
+	segs, err := r.Render(nil, msgs, opt)
+	if err != nil {
+		return nil, err
+	}
+	out := &chatOutput{Template: name, Segments: []chatSeg{}, IDs: []int32{}, Ends: []messageEnd{}}
 	for i, s := range segs {
 		cs := chatSeg{Text: s.Text, Special: s.Special()}
 		if s.Special() {
@@ -91,11 +157,5 @@ func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt bool
 			out.Ends = append(out.Ends, messageEnd{Message: int(s.MsgEnd), Segment: i, Token: len(out.IDs)})
 		}
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetEscapeHTML(false) // special tokens read as <s>, not \u003cs\u003e
-	if err := enc.Encode(out); err != nil {
-		fmt.Fprintf(stderr, "saltus tokenize: cannot write output: %v\n", err)
-		return 1
-	}
-	return 0
+	return out, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/admin"
 	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
@@ -53,6 +54,7 @@ type Config struct {
 	MaxBlocks          int
 	RouteTTL           time.Duration
 	LoadFactor         float64
+	TokenBudget        int // tokenpool.Config.TokenBudget
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
@@ -78,6 +80,7 @@ func DefaultConfig() Config {
 		MaxBlocks:          1_000_000,
 		RouteTTL:           time.Hour,
 		LoadFactor:         2.0,
+		TokenBudget:        tokenpool.DefaultTokenBudget,
 	}
 }
 
@@ -179,6 +182,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks
 	scfg.Tree.TTL = cfg.RouteTTL
+	scfg.Pool.TokenBudget = cfg.TokenBudget
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
 	if err != nil {
 		bset.Close()

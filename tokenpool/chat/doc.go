@@ -23,8 +23,10 @@
 // with Python's whitespace), chatml (the classic ChatML template), qwen3
 // (Qwen3's template in full for system, user, assistant and tool
 // messages: reasoning kept inside <think> for assistant turns after the
-// last user query, taken from reasoning_content or from the content before
-// '</think>', and dropped from earlier turns; consecutive tool responses in
+// last user query, taken from the message's "reasoning" (which vLLM hands
+// the template as reasoning_content, dropping a request's own
+// reasoning_content) or from the content before '</think>', and dropped
+// from earlier turns; consecutive tool responses in
 // one user turn; enable_thinking=false. Not rendered: a request's tools
 // list, which Qwen3 puts into the system turn, so such a request gets
 // other tokens than the engine's from its first message on; and an
@@ -45,8 +47,9 @@
 // raise; the engine rejects those requests too, so the caller may answer
 // 400 (or render them with None).
 //
-// Content given as an array of parts is joined with "\n", as vLLM does
-// for string templates; a non-text part becomes a fixed Placeholder.
+// Content given as an array of parts is joined as vLLM joins it for
+// string templates: the parts' texts, empty ones dropped, joined with
+// "\n", after a fixed Placeholder for each media part (ParseMessages).
 //
 // # Concurrency
 //

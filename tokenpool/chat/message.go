@@ -12,12 +12,16 @@ import (
 type Message struct {
 	Role string
 	// Content is the message text. ParseMessages joins an array of content
-	// parts into it (PartSeparator between parts, a Placeholder for each
-	// non-text part); null or absent content is "".
+	// parts into it as vLLM does for a template that expects a string
+	// (see ParseMessages); null or absent content is "".
 	Content string
-	// Reasoning is the assistant's reasoning_content, which the qwen3
-	// template renders inside <think>; HasReasoning says it was given (a
-	// JSON string, not null).
+	// Reasoning is an assistant message's "reasoning", which vLLM hands
+	// the template as reasoning_content (the qwen3 template renders it
+	// inside <think>); HasReasoning says it was given (a JSON string, not
+	// null). A request's own "reasoning_content" is dropped, as vLLM drops
+	// it (entrypoints/chat_utils.py, _parse_chat_message_content, which
+	// copies only "reasoning", into both keys, and only for role
+	// assistant).
 	Reasoning    string
 	HasReasoning bool
 }
@@ -27,29 +31,53 @@ type Message struct {
 // format), and the templates here all expect a string.
 const PartSeparator = "\n"
 
-// Placeholder returns the text that stands in for a non-text content part
-// of the given type (image_url, input_audio, file, ...): "<" + type + ">",
-// or "<part>" for a type longer than 32 bytes. The same part type always
-// gives the same text, so the text before it, and the messages before it,
-// keep their tokens and cache keys. The engine sees the real image instead;
-// saltus only predicts where caches hold prefixes, and for that a stable
-// stand-in is what matters (two different images in the same place look
-// alike to the router: the prediction is then too optimistic, never
-// inconsistent).
-func Placeholder(partType string) string {
-	if len(partType) > 32 {
+// Placeholder returns the text that stands in for a media content part of
+// the given modality (image, audio, video; for a part type vLLM does not
+// know, the type, or "part" if longer than 32 bytes): "<" + modality + ">".
+// vLLM puts the model's own placeholder for each media part before the
+// message's text, joined by "\n" (a text-only model refuses media); saltus
+// cannot know a multimodal model's placeholder, so it puts this fixed one
+// there: the same parts give the same text, so the messages before keep
+// their tokens and cache keys, and two different images look alike to the
+// router (the prediction is then too optimistic, never inconsistent).
+func Placeholder(modality string) string {
+	if len(modality) > 32 {
 		return "<part>"
 	}
-	return "<" + partType + ">"
+	return "<" + modality + ">"
 }
+
+// mediaModality maps vLLM's media part types to their modality
+// (MM_PARSER_MAP in entrypoints/chat_utils.py).
+func mediaModality(typ []byte) string {
+	switch string(typ) {
+	case "image_url", "input_image", "image_pil", "image_embeds":
+		return "image"
+	case "audio_url", "input_audio", "audio_embeds":
+		return "audio"
+	case "video_url":
+		return "video"
+	}
+	return ""
+}
+
+// promptEmbedsText is what vLLM puts in the text, in place, for a
+// prompt_embeds part (PROMPT_EMBEDS_PLACEHOLDER_TOKEN).
+var promptEmbeds = []byte("<prompt_embeds>")
 
 // ParseMessages decodes an OpenAI `messages` JSON array. It accepts what
 // the chat completions API accepts for rendering: role (a string,
-// required), content (a string, null, absent, or an array of parts: text
-// parts with a string "text", and any other part type as a Placeholder),
-// and reasoning_content (a string or null). Other fields (name,
-// tool_calls, tool_call_id) are ignored: no built-in template renders them
-// yet. Errors name the index and field, e.g. "messages[2].content[1].text:
+// required), content (a string, null, absent, or an array of parts), and
+// for an assistant reasoning (a string or null). Content parts are joined
+// as vLLM's string content format joins them (_parse_chat_message_content_parts):
+// the text of each text part (a string part, or type text, input_text,
+// output_text: "text"; refusal: "refusal"; thinking: "thinking";
+// tool_reference: "name"; prompt_embeds: "<prompt_embeds>"), empty and
+// null ones dropped, joined by "\n"; a Placeholder for each media part
+// (by type, or without a type by its image_url, audio_url, ... field)
+// before them, also joined by "\n". Other fields (name, tool_calls,
+// tool_call_id, reasoning_content) are ignored: no built-in template
+// renders them yet, or vLLM drops them. Errors name the index and field, e.g. "messages[2].content[1].text:
 // not a string", so the caller can answer 400 with them. The strings are
 // copies: raw may be reused after the call. Any goroutine.
 func ParseMessages(raw []byte) ([]Message, error) {
@@ -166,11 +194,13 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	if m.Role == "" {
 		return fmt.Errorf("messages[%d].role: empty", i)
 	}
-	if rc := Field(v, "reasoning_content"); rc != nil && rc.Type() != fastjson.TypeNull {
-		if rc.Type() != fastjson.TypeString {
-			return fmt.Errorf("messages[%d].reasoning_content: want a string or null, got %s", i, rc.Type())
+	if m.Role == "assistant" {
+		if rv := Field(v, "reasoning"); rv != nil && rv.Type() != fastjson.TypeNull {
+			if rv.Type() != fastjson.TypeString {
+				return fmt.Errorf("messages[%d].reasoning: want a string or null, got %s", i, rv.Type())
+			}
+			m.Reasoning, m.HasReasoning = d.str(rv.GetStringBytes()), true
 		}
-		m.Reasoning, m.HasReasoning = d.str(rc.GetStringBytes()), true
 	}
 	c := Field(v, "content")
 	if c == nil {
@@ -183,37 +213,102 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	case fastjson.TypeArray:
 		parts, _ := c.Array() // the type was checked
 		start := len(d.arena)
-		for j, pv := range parts {
-			if pv.Type() != fastjson.TypeObject {
-				return fmt.Errorf("messages[%d].content[%d]: want an object, got %s", i, j, pv.Type())
-			}
-			tv := Field(pv, "type")
-			if tv == nil || tv.Type() != fastjson.TypeString {
-				return fmt.Errorf("messages[%d].content[%d].type: missing or not a string", i, j)
-			}
-			if j > 0 {
-				d.arena = append(d.arena, PartSeparator...)
-			}
-			typ := tv.GetStringBytes()
-			if string(typ) != "text" {
-				if len(typ) > 32 { // as Placeholder, without its allocation
-					d.arena = append(d.arena, "<part>"...)
-				} else {
-					d.arena = append(append(append(d.arena, '<'), typ...), '>')
+		// Two passes, as vLLM builds the text: the media placeholders,
+		// then the texts; every part is checked in the first.
+		for _, media := range [2]bool{true, false} {
+			for j, pv := range parts {
+				text, modality, err := contentPart(pv, i, j)
+				if err != nil {
+					return err
 				}
-				continue
+				if media {
+					if modality == "" {
+						continue
+					}
+					text = nil
+				} else if len(text) == 0 {
+					continue // vLLM drops empty and null texts
+				}
+				if len(d.arena) > start {
+					d.arena = append(d.arena, PartSeparator...)
+				}
+				if media {
+					if len(modality) > 32 { // as Placeholder, without its allocation
+						d.arena = append(d.arena, "<part>"...)
+					} else {
+						d.arena = append(append(append(d.arena, '<'), modality...), '>')
+					}
+					continue
+				}
+				d.arena = append(d.arena, text...)
 			}
-			text := Field(pv, "text")
-			if text == nil || text.Type() != fastjson.TypeString {
-				return fmt.Errorf("messages[%d].content[%d].text: missing or not a string", i, j)
-			}
-			d.arena = append(d.arena, text.GetStringBytes()...)
 		}
 		m.Content = arenaString(d.arena, start)
 	default:
 		return fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, c.Type())
 	}
 	return nil
+}
+
+// contentPart classifies content part j of message i as vLLM's string
+// content format does: its text (nil for none: a media part, or a text
+// part whose text is null or absent), or the modality of a media part
+// (for a type vLLM does not know, the type itself: vLLM refuses the
+// request, so what stands there does not matter, but it is stable).
+func contentPart(pv *fastjson.Value, i, j int) (text []byte, modality string, err error) {
+	switch pv.Type() {
+	case fastjson.TypeString:
+		return pv.GetStringBytes(), "", nil
+	case fastjson.TypeObject:
+	default:
+		return nil, "", fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, pv.Type())
+	}
+	tv := Field(pv, "type")
+	var typ []byte
+	switch {
+	case tv == nil || tv.Type() == fastjson.TypeNull:
+		// vLLM: a part without a type by the field it has
+		// (_parse_chat_message_content_mm_part).
+		for _, k := range [...]string{"image_url", "image_pil", "image_embeds", "audio_embeds", "prompt_embeds", "audio_url", "input_audio", "video_url", "tool_reference"} {
+			if f := Field(pv, k); f != nil && (k != "input_audio" || f.Type() != fastjson.TypeNull) {
+				typ = []byte(k) // rare: a part without a type
+				break
+			}
+		}
+		if typ == nil {
+			return nil, "", fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
+		}
+	case tv.Type() == fastjson.TypeString:
+		typ = tv.GetStringBytes()
+	default:
+		return nil, "", fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, tv.Type())
+	}
+	var key string
+	switch string(typ) {
+	case "text", "input_text", "output_text":
+		key = "text"
+	case "refusal":
+		key = "refusal"
+	case "thinking":
+		key = "thinking"
+	case "tool_reference":
+		key = "name"
+	case "prompt_embeds":
+		return promptEmbeds, "", nil
+	default:
+		if m := mediaModality(typ); m != "" {
+			return nil, m, nil
+		}
+		return nil, string(typ), nil
+	}
+	f := Field(pv, key)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return nil, "", nil
+	}
+	if f.Type() != fastjson.TypeString {
+		return nil, "", fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, key, f.Type())
+	}
+	return f.GetStringBytes(), "", nil
 }
 
 // FieldError is a request field that does not decode; Field names it

@@ -26,11 +26,29 @@ func TestParseMessages(t *testing.T) {
 	ok(`[{"role":"assistant","content":null,"tool_calls":[{"id":"x"}]}, {"role":"assistant"}]`,
 		Message{Role: "assistant"}, Message{Role: "assistant"})
 	ok(`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"b\u00e9"}]}]`,
-		Message{Role: "user", Content: "a\n<image_url>\nbé"})
+		Message{Role: "user", Content: "<image>\na\nbé"})
 	ok(`[{"role":"user","content":[{"type":"`+strings.Repeat("x", 40)+`"}]}]`, Message{Role: "user", Content: "<part>"})
 	ok(`[{"role":"user","content":[]}]`, Message{Role: "user"})
-	ok(`[{"role":"assistant","content":"x","reasoning_content":"why"},{"role":"assistant","content":"y","reasoning_content":null}]`,
-		Message{Role: "assistant", Content: "x", Reasoning: "why", HasReasoning: true}, Message{Role: "assistant", Content: "y"})
+	// vLLM drops empty and null texts before it joins the parts
+	// (chat_utils.py: `if parse_res: content.append(parse_res)`).
+	ok(`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":""},{"type":"text","text":"b"}]}]`, Message{Role: "user", Content: "a\nb"})
+	ok(`[{"role":"user","content":[{"type":"text","text":null},{"type":"text"},{"type":"text","text":"b"},{"type":"text","text":""}]}]`, Message{Role: "user", Content: "b"})
+	// Every part type that carries text, and a plain string part.
+	ok(`[{"role":"user","content":["s",{"type":"input_text","text":"i"},{"type":"output_text","text":"o"},{"type":"refusal","refusal":"r"},{"type":"thinking","thinking":"t"},{"type":"tool_reference","name":"n"},{"type":"prompt_embeds","data":"AA"}]}]`,
+		Message{Role: "user", Content: "s\ni\no\nr\nt\nn\n<prompt_embeds>"})
+	// Media placeholders go first, by modality, also for a part without
+	// a type; media alone is only the placeholders.
+	ok(`[{"role":"user","content":[{"type":"text","text":"look"},{"type":"input_audio","input_audio":{"data":"A"}},{"image_url":{"url":"u"}},{"type":"video_url","video_url":{"url":"v"}},{"type":"file","file":{}}]}]`,
+		Message{Role: "user", Content: "<audio>\n<image>\n<video>\n<file>\nlook"})
+	ok(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":""}]}]`, Message{Role: "user", Content: "<image>"})
+	// Reasoning: an assistant's "reasoning" (vLLM renders it as
+	// reasoning_content); a request's reasoning_content is dropped, and
+	// "reasoning" of another role too.
+	ok(`[{"role":"assistant","content":"x","reasoning":"why"},{"role":"assistant","content":"y","reasoning":null},{"role":"assistant","content":"z","reasoning":""}]`,
+		Message{Role: "assistant", Content: "x", Reasoning: "why", HasReasoning: true}, Message{Role: "assistant", Content: "y"},
+		Message{Role: "assistant", Content: "z", HasReasoning: true})
+	ok(`[{"role":"assistant","content":"x","reasoning_content":"dropped"},{"role":"assistant","content":"y","reasoning_content":"dropped","reasoning":"kept"},{"role":"user","content":"u","reasoning":"r"}]`,
+		Message{Role: "assistant", Content: "x"}, Message{Role: "assistant", Content: "y", Reasoning: "kept", HasReasoning: true}, Message{Role: "user", Content: "u"})
 
 	// The messages do not share memory with raw (a borrowed buffer).
 	raw := []byte(`[{"role":"user","content":"hello"}]`)
@@ -58,11 +76,12 @@ func TestParseMessages(t *testing.T) {
 	bad(`[{"role":""}]`, "messages[0].role: empty")
 	bad(`[{"role":"user","content":5}]`, "messages[0].content: want a string, an array of parts or null, got number")
 	bad(`[{"role":"user","content":{"text":"x"}}]`, "messages[0].content: want a string, an array of parts or null, got object")
-	bad(`[{"role":"user","content":["x"]}]`, "messages[0].content[0]: want an object, got string")
-	bad(`[{"role":"user","content":[{"text":"x"}]}]`, "messages[0].content[0].type: missing or not a string")
-	bad(`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text"}]}]`, "messages[0].content[1].text: missing or not a string")
-	bad(`[{"role":"user","content":[{"type":"text","text":1}]}]`, "messages[0].content[0].text: missing or not a string")
-	bad(`[{"role":"assistant","reasoning_content":1}]`, "messages[0].reasoning_content: want a string or null, got number")
+	bad(`[{"role":"user","content":[1]}]`, "messages[0].content[0]: want an object or a string, got number")
+	bad(`[{"role":"user","content":[{"text":"x"}]}]`, "messages[0].content[0].type: missing")
+	bad(`[{"role":"user","content":[{"type":5}]}]`, "messages[0].content[0].type: want a string, got number")
+	bad(`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"refusal","refusal":[]}]}]`, "messages[0].content[1].refusal: want a string or null, got array")
+	bad(`[{"role":"user","content":[{"type":"text","text":1}]}]`, "messages[0].content[0].text: want a string or null, got number")
+	bad(`[{"role":"assistant","reasoning":1}]`, "messages[0].reasoning: want a string or null, got number")
 }
 
 // FuzzParseMessages: client input never panics; whatever parses renders
@@ -72,7 +91,8 @@ func FuzzParseMessages(f *testing.F) {
 	for _, s := range []string{
 		`[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]`,
 		`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]}]`,
-		`[{"role":"assistant","content":"<think>x</think>y","reasoning_content":null}]`,
+		`[{"role":"assistant","content":"<think>x</think>y","reasoning":null}]`,
+		`[{"role":"user","content":["a",{"type":"text","text":""},{"image_url":{"url":"u"}},{"type":"refusal","refusal":"r"}]}]`,
 		`[{"role":"tool","content":"\u0000\ud800"}]`,
 		`[{"role":"user","content":5}]`,
 		`[]`, `{}`, `[`, `null`,

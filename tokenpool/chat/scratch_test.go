@@ -81,7 +81,7 @@ func TestScratchMatchesCopying(t *testing.T) {
 			}
 			body += fmt.Sprintf(`{"role":%q,"content":%s`, m.Role, content)
 			if m.HasReasoning {
-				body += fmt.Sprintf(`,"reasoning_content":%q`, m.Reasoning)
+				body += fmt.Sprintf(`,"reasoning":%q`, m.Reasoning)
 			}
 			body += "}"
 		}
@@ -101,7 +101,8 @@ func FuzzScratch(f *testing.F) {
 	for _, s := range []string{
 		`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]}]}`,
-		`{"messages":[{"role":"assistant","content":"<think>x</think>y","reasoning_content":"r"}]}`,
+		`{"messages":[{"role":"assistant","content":"<think>x</think>y","reasoning":"r"}]}`,
+		`{"messages":[{"role":"user","content":["a",{"type":"text","text":""},{"image_url":{"url":"u"}}]},{"role":"assistant","content":"y","reasoning_content":"dropped"}]}`,
 		`{"messages":[{"role":"tool","content":"\u0000\ud800 \n\t"}],"add_generation_prompt":false}`,
 		`{"messages":[{"role":"user","content":5}]}`,
 		`{"messages":[]}`, `{}`, `[`,

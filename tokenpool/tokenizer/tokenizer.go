@@ -694,3 +694,17 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 	}
 	return dst
 }
+
+// WholeTextBPE reports whether the model runs BPE over each whole text
+// between added tokens, without a pre-tokenizer that splits it (as
+// Mistral-7B's tokenizer.json, or a ByteLevel without its regex): every
+// byte then costs what a byte of one long piece costs. The token budget
+// of package tokenpool reads it. Any goroutine.
+func (t *Tokenizer) WholeTextBPE() bool {
+	for _, st := range t.stages {
+		if st.kind != stageByteLevel || st.useRegex {
+			return false
+		}
+	}
+	return true
+}

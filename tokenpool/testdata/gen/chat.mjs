@@ -168,6 +168,22 @@ function conversations() {
     [u('code:\n```go\nfunc main() {\n\tfmt.Println("hi")\n}\n```\n'), a('Looks fine.\r\n')],
     [{ role: 'developer', content: 'dev note' }, u('hi')],
     [u('Hello'), a('Hi'), u('Bye'), a('Bye!')],
+    // Content parts as vLLM joins them: empty and null texts dropped, every
+    // text-bearing part type, a string part, media placeholders first.
+    [u([{ type: 'text', text: 'a' }, { type: 'text', text: '' }, { type: 'text', text: 'b' }])],
+    [u([{ type: 'text', text: '' }]), a([{ type: 'text', text: null }, { type: 'refusal', refusal: 'no' }]), u(['plain', { type: 'input_text', text: 'in' }, { type: 'output_text', text: 'out' }])],
+    [u([{ type: 'thinking', thinking: 'hmm' }, { type: 'tool_reference', name: 'get_weather' }, { type: 'prompt_embeds', data: 'AAAA' }, { type: 'text', text: 'end' }])],
+    [u([{ type: 'text', text: 'look' }, { type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }, { image_url: { url: 'u' } }, { type: 'video_url', video_url: { url: 'v' } }])],
+    [u([{ type: 'image_url', image_url: { url: 'u' } }, { type: 'text', text: '' }])],
+    // Reasoning: vLLM renders an assistant's "reasoning" as reasoning_content
+    // and drops a request's own reasoning_content; "reasoning" wins.
+    [u('q1'), { role: 'assistant', content: 'answer', reasoning: 'I thought.' }],
+    [u('q1'), { role: 'assistant', content: 'answer', reasoning_content: 'dropped' }],
+    [u('q1'), { role: 'assistant', content: 'answer', reasoning: 'kept', reasoning_content: 'dropped' }],
+    [u('q1'), { role: 'assistant', content: '<think>inline</think>answer', reasoning: '' }],
+    [u('q1'), { role: 'assistant', content: '<think>inline</think>answer', reasoning: null }],
+    [u('q1'), { role: 'assistant', content: 'a1', reasoning: 'r1' }, { role: 'tool', content: 'result' }, { role: 'assistant', content: 'a2', reasoning: 'r2' }, u('q2'), { role: 'assistant', content: 'a3', reasoning: 'r3' }],
+    [{ role: 'user', content: 'q', reasoning: 'not an assistant' }, { role: 'assistant', content: 'a', reasoning_content: 'dropped' }, u('q2')],
   ];
   const cases = [];
   for (const m of base) {
@@ -203,15 +219,49 @@ const corpusFile = path.join(out, 'corpus', 'chat.json.gz');
 if (!fs.existsSync(corpusFile)) write(corpusFile, gz(JSON.stringify(conversations())));
 const cases = JSON.parse(readGz(corpusFile));
 
-// What vLLM hands a string template: content parts joined with "\n", a
-// non-text part as saltus's placeholder "<type>" (chat.Placeholder), null
-// content as "".
+// What vLLM hands a string template (entrypoints/chat_utils.py,
+// _parse_chat_message_content and _parse_chat_message_content_parts, for a
+// text-only model): the texts of the content parts, empty and null ones
+// dropped, joined with "\n"; a placeholder for each media part before them
+// (vLLM puts the model's own there; saltus, not knowing it, "<modality>",
+// chat.Placeholder); null content as ""; for an assistant, "reasoning" as
+// reasoning_content, and a request's own reasoning_content dropped.
+const modality = {
+  image_url: 'image', input_image: 'image', image_pil: 'image', image_embeds: 'image',
+  audio_url: 'audio', input_audio: 'audio', audio_embeds: 'audio', video_url: 'video',
+};
+const untyped = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url', 'tool_reference'];
+function partText(p) {
+  if (typeof p === 'string') return { text: p };
+  let type = p.type;
+  if (type === undefined || type === null) type = untyped.find((k) => k in p && (k !== 'input_audio' || p[k] !== null));
+  switch (type) {
+    case 'text': case 'input_text': case 'output_text': return { text: p.text };
+    case 'refusal': return { text: p.refusal };
+    case 'thinking': return { text: p.thinking };
+    case 'tool_reference': return { text: p.name };
+    case 'prompt_embeds': return { text: '<prompt_embeds>' };
+    default: {
+      const m = modality[type] ?? type; // an unknown type: vLLM refuses the request
+      return { media: m.length > 32 ? '<part>' : '<' + m + '>' };
+    }
+  }
+}
 function forTemplate(m) {
-  const o = { ...m };
+  const o = { role: m.role };
   if (Array.isArray(m.content)) {
-    o.content = m.content.map((p) => (p.type === 'text' ? p.text : (p.type.length > 32 ? '<part>' : '<' + p.type + '>'))).join('\n');
+    const parts = m.content.map(partText);
+    const texts = parts.filter((p) => p.text).map((p) => p.text);
+    const media = parts.filter((p) => p.media).map((p) => p.media);
+    o.content = [...media, ...(texts.length > 0 ? [texts.join('\n')] : [])].join('\n');
   } else if (m.content === null || m.content === undefined) {
     o.content = '';
+  } else {
+    o.content = m.content;
+  }
+  if (m.role === 'assistant' && m.reasoning !== null && m.reasoning !== undefined) {
+    o.reasoning = m.reasoning;
+    o.reasoning_content = m.reasoning;
   }
   return o;
 }

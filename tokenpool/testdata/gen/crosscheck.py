@@ -16,13 +16,31 @@ def tokstr(t): return '' if t is None else (t if isinstance(t,str) else t['conte
 def raise_exception(msg): raise jinja2.exceptions.TemplateError(msg)
 env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as transformers does
 env.globals['raise_exception'] = raise_exception
+MODALITY = {'image_url': 'image', 'input_image': 'image', 'image_pil': 'image', 'image_embeds': 'image',
+            'audio_url': 'audio', 'input_audio': 'audio', 'audio_embeds': 'audio', 'video_url': 'video'}
+UNTYPED = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url', 'tool_reference']
+def part(p):  # (text, media) as chat.mjs's partText
+    if isinstance(p, str): return p, None
+    t = p.get('type')
+    if t is None: t = next((k for k in UNTYPED if k in p and (k != 'input_audio' or p[k] is not None)), None)
+    if t in ('text', 'input_text', 'output_text'): return p.get('text'), None
+    if t in ('refusal', 'thinking'): return p.get(t), None
+    if t == 'tool_reference': return p.get('name'), None
+    if t == 'prompt_embeds': return '<prompt_embeds>', None
+    m = MODALITY.get(t, t)
+    return None, ('<part>' if len(m) > 32 else '<' + m + '>')
 def prep(m):
-    m = dict(m)
+    o = {'role': m['role']}
     c = m.get('content')
     if isinstance(c, list):
-        m['content'] = '\n'.join(p['text'] if p['type']=='text' else ('<part>' if len(p['type'])>32 else '<'+p['type']+'>') for p in c)
-    elif c is None: m['content'] = ''
-    return m
+        ps = [part(p) for p in c]
+        texts = [t for t, _ in ps if t]
+        media = [x for _, x in ps if x]
+        o['content'] = '\n'.join(media + (['\n'.join(texts)] if texts else []))
+    else: o['content'] = '' if c is None else c
+    if m['role'] == 'assistant' and m.get('reasoning') is not None:
+        o['reasoning'] = o['reasoning_content'] = m['reasoning']
+    return o
 bad = False
 combos = [('llama3','llama3'),('qwen3','qwen3'),('qwen3','chatml'),('mistral7b','mistral'),('mistral7b','llama2')]
 for model, name in combos:
