@@ -48,8 +48,9 @@ type Config struct {
 	// have posted to it (lookups, learns, maintenance) that have not run
 	// yet. Over it a lookup routes without the tree (reason fallback) and
 	// a learn is dropped, both counted. Default 1024. The reactor's
-	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight (the
-	// tokenizer pool's completions share the loop's queue).
+	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight +
+	// DecodeQueue + DecodeWorkers (the tokenizer pool's completions and
+	// the decode workers' share the loop's queue).
 	MailboxDepth int
 	// Policy is the routing policy, one of Policies(). Default "prefix"
 	// (PolicyPrefix): the tree's deepest routable holder, else the
@@ -68,6 +69,25 @@ type Config struct {
 	// ExplainTimeout bounds how long Explain waits for the loops.
 	// Default 5 s.
 	ExplainTimeout time.Duration
+	// Body caps the structure of a chat or completion body (and of
+	// Explain's), checked in one pass before it is parsed: over a limit
+	// is a 413 naming it. Default DefaultBodyLimits(): 2 M values, depth
+	// 64.
+	Body BodyLimits
+	// OffloopBytes: a chat or completion body larger than this is decoded
+	// and rendered on a decode worker instead of its event loop, which
+	// meanwhile serves its other connections. Default 64 KiB: decoding
+	// and rendering a 64 KiB chat takes ~30-60 µs on a loop
+	// (BenchmarkDecodeOnLoop), a 1 MB one ~1 ms, a 28 MB one seconds.
+	OffloopBytes int
+	// DecodeWorkers is how many goroutines decode large bodies. Default
+	// 2: they compete with the loops for the cores, and a large body is
+	// rare.
+	DecodeWorkers int
+	// DecodeQueue bounds the large bodies waiting for a decode worker;
+	// over it a request gets 503 with Retry-After (counted in
+	// saltus_shard_decode_queue_full_total). Default 32.
+	DecodeQueue int
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -84,6 +104,10 @@ func DefaultConfig() Config {
 		MaintainInterval: time.Second,
 		MaintainBudget:   4096,
 		ExplainTimeout:   5 * time.Second,
+		Body:             DefaultBodyLimits(),
+		OffloopBytes:     64 << 10,
+		DecodeWorkers:    2,
+		DecodeQueue:      32,
 	}
 }
 
@@ -122,6 +146,18 @@ func (c Config) Validate() error {
 	}
 	if c.ExplainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("shard: ExplainTimeout must be positive, got %v", c.ExplainTimeout))
+	}
+	if err := c.Body.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("shard: Body: %w", err))
+	}
+	if c.OffloopBytes < 0 {
+		errs = append(errs, fmt.Errorf("shard: OffloopBytes must not be negative, got %d", c.OffloopBytes))
+	}
+	if c.DecodeWorkers < 1 {
+		errs = append(errs, fmt.Errorf("shard: DecodeWorkers must be at least 1, got %d", c.DecodeWorkers))
+	}
+	if c.DecodeQueue < 1 {
+		errs = append(errs, fmt.Errorf("shard: DecodeQueue must be at least 1, got %d", c.DecodeQueue))
 	}
 	return errors.Join(errs...)
 }

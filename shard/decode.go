@@ -60,10 +60,20 @@ func (e *apiError) body() []byte { return reactor.ErrorBody(e.status, e.typ, e.c
 // and returned within one decode call, on whatever goroutine decodes.
 var parsers fastjson.ParserPool
 
+// keepDecodeBytes is the largest body whose parser goes back to the pool
+// (or stays a loop's, with its chat.Scratch; decodeScratch.trim): a
+// parser keeps its value cache at its high-water mark, ~80 bytes per JSON
+// value, and a body of n bytes holds at most n/2 values, so a kept parser
+// retains at most ~2.5 MB. A larger body's parser is dropped with it.
+const keepDecodeBytes = 64 << 10
+
 // decode parses body as the given API's request into dst (which it
 // resets). Client input never panics: it decodes, or returns a 400 naming
 // the field. Any goroutine.
 func decode(dst *request, k kind, body []byte) *apiError {
+	if len(body) > keepDecodeBytes {
+		return decodeWith(dst, k, body, new(fastjson.Parser), nil) // dropped: see keepDecodeBytes
+	}
 	p := parsers.Get()
 	defer parsers.Put(p)
 	return decodeWith(dst, k, body, p, nil)
@@ -79,7 +89,9 @@ func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.
 	*dst = request{kind: k}
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return badRequest("", "request body is not valid JSON: %v", err)
+		// BodyLimits.check found none: what fastjson refuses beyond the
+		// grammar (e.g. nesting past its own 300 levels).
+		return badRequest("", "invalid JSON: %v", err)
 	}
 	if v.Type() != fastjson.TypeObject {
 		return badRequest("", "request body must be a JSON object, got %s", v.Type())

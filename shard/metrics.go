@@ -77,6 +77,11 @@ type routerMetrics struct {
 	diverted  *metrics.Counter
 
 	overflow, learned, learnSkipped, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
+
+	// Bodies refused by Config.Body's check, by scanKind (reason label);
+	// large bodies decoded off the loop, and refused with a full queue.
+	refused                   [numScanKinds]*metrics.Counter
+	offloop, decodeQueueFull *metrics.Counter
 }
 
 func newRouterMetrics(set *metrics.Set) *routerMetrics {
@@ -93,6 +98,11 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
 	}
+	for k := scanSyntax; k < numScanKinds; k++ {
+		m.refused[k] = set.NewCounter(fmt.Sprintf("saltus_request_body_refused_total{reason=%q}", scanReasons[k]))
+	}
+	m.offloop = set.NewCounter("saltus_shard_decode_offloop_total")
+	m.decodeQueueFull = set.NewCounter("saltus_shard_decode_queue_full_total")
 	return m
 }
 

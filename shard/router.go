@@ -82,6 +82,10 @@ type Router struct {
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
 	models      chan exchange // bounded queue of GET /v1/models
+	decodes     chan *job     // bounded queue of large bodies (offload.go)
+	// decodeHook, when set (tests), runs on the decode worker before it
+	// decodes a job.
+	decodeHook func(*job)
 	rr          atomic.Uint32 // Explain's round-robin loop cursor
 	closed      atomic.Bool
 	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
@@ -113,7 +117,7 @@ type shardState struct {
 // render, tokenize, keys): what it holds is a view valid only while the
 // loop serves one request (see decodeWith).
 type decodeScratch struct {
-	p      fastjson.Parser
+	p      *fastjson.Parser // nil until first used, and after trim dropped it
 	sc     chat.Scratch
 	texts  []string
 	msgEnd []bool
@@ -174,6 +178,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		group:  rules.NewGroup(context.Background()),
 		epoch:  time.Now(),
 		models: make(chan exchange, modelsQueue),
+		decodes: make(chan *job, cfg.DecodeQueue),
 	}
 	posts := make([]func(func()), loops)
 	for i := range loops {
@@ -205,6 +210,9 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	r.group.Go("shard.maintain", r.maintainLoop)
 	for i := range modelsWorkers {
 		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
+	}
+	for i := range cfg.DecodeWorkers {
+		r.group.Go(fmt.Sprintf("shard.decode/%d", i), r.decodeWorker)
 	}
 	return r, nil
 }
@@ -325,6 +333,10 @@ func (r *Router) serve(x exchange) {
 		j.decideHere()
 		return
 	}
+	if len(req.Body) > r.cfg.OffloopBytes {
+		r.offload(j) // decoded and rendered off the loop, then tokenize there
+		return
+	}
 	if e := j.prepare(req.Body, &r.shards[j.loop].dec); e != nil {
 		r.fail(x, rt, e)
 		return
@@ -353,6 +365,7 @@ type job struct {
 	texts   []string // the segments to tokenize
 	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
 	keys    []uint64 // the request's own (never a loop's scratch)
+	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
 	bounds  []int    // message ends, in blocks
 	owner   int
 	explain chan Decision // Explain's answer; nil for a served request
@@ -384,18 +397,27 @@ type job struct {
 	}
 }
 
-// prepare runs stages 2 and 3: decode the body, render a chat. With ds
-// (on the loop that serves the request) the messages, texts and msgEnd
-// are views into ds until keyed or own; without (Explain) they are the
+// prepare runs stages 2 and 3: check the body's structure
+// (Config.Body), decode it, render a chat. With ds (on the loop that
+// serves the request) the messages, texts and msgEnd are views into ds
+// until keyed or own; without (Explain, a decode worker) they are the
 // job's own.
 func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	k := kindChat
 	if j.route == routeCompletions {
 		k = kindCompletion
 	}
+	if _, e, why := j.r.cfg.Body.check(body); e != nil {
+		j.r.m.refused[why].Inc()
+		return e
+	}
 	var e *apiError
 	if ds != nil {
-		e = decodeWith(&j.d, k, body, &ds.p, &ds.sc)
+		if ds.p == nil {
+			ds.p = new(fastjson.Parser)
+		}
+		defer ds.trim(len(body)) // after the views are taken: they keep what they view
+		e = decodeWith(&j.d, k, body, ds.p, &ds.sc)
 	} else {
 		e = decode(&j.d, k, body)
 	}
@@ -462,6 +484,9 @@ func (j *job) tokenize() {
 // own replaces the job's views into the loop's decodeScratch by copies.
 // Loop only.
 func (j *job) own() {
+	if j.owned {
+		return
+	}
 	texts := make([]string, len(j.texts))
 	for i, t := range j.texts {
 		texts[i] = strings.Clone(t)

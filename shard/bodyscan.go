@@ -1,0 +1,339 @@
+package shard
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// The structural cap on request bodies (DESIGN.md "Decoding untrusted
+// bodies"): before a body is parsed, one pass counts its JSON values and
+// nesting depth outside strings, and refuses a body over either limit
+// before the parser builds a value per element. fastjson keeps a Value
+// (80 bytes) per JSON value and a pointer per array element, so a 15 MB
+// body of `1,1,1,…` (7.5 M values) cost ~3 GB of RSS to parse; under
+// MaxBodyValues that is bounded by the limit, not by the body.
+//
+// The same pass checks the JSON grammar, so that a syntax error reads
+// "invalid JSON at byte 17: …" with an offset of its own, rather than
+// fastjson's internals. It is stricter than fastjson in a few places
+// fastjson defers (escapes, number grammar: `\x`, `01`, `1.`, `nan` are
+// refused here, as Python's json and pydantic refuse them) and as lenient
+// in one: raw control characters inside strings pass, as they passed
+// fastjson before.
+
+// scanKind says why scanJSON refused a body.
+type scanKind uint8
+
+const (
+	scanOK        scanKind = iota
+	scanSyntax             // not JSON: a 400
+	scanTooMany            // more values than the limit: a 413
+	scanTooDeep            // nested deeper than the limit: a 413
+	numScanKinds           // the refusal counters' size
+)
+
+// scanReasons are the reason labels of saltus_request_body_refused_total.
+var scanReasons = [numScanKinds]string{scanSyntax: "invalid_json", scanTooMany: "too_many_values", scanTooDeep: "too_deep"}
+
+// scanError is scanJSON's refusal: what, and at which byte.
+type scanError struct {
+	kind scanKind
+	off  int    // byte offset of the offending byte (len(body) at its end)
+	msg  string // for scanSyntax: what was wrong
+}
+
+// maxScanDepth is the deepest nesting MaxBodyDepth may allow: the scanner
+// keeps one bit per open container in a fixed array (no allocation);
+// fastjson itself refuses depth over 300.
+const maxScanDepth = 256
+
+// scanJSON checks that b is one JSON value with at most maxValues values
+// (objects, arrays, strings, numbers, literals; keys are not values) and
+// at most maxDepth nested containers, in one pass without allocating. It
+// returns the number of values and the deepest nesting, or why not: the
+// first refusal found, byte by byte. maxDepth must be at most
+// maxScanDepth. Any goroutine.
+func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanError) {
+	if maxDepth > maxScanDepth {
+		panic(fmt.Sprintf("BUG: scanJSON: maxDepth %d over %d", maxDepth, maxScanDepth))
+	}
+	const (
+		wantValue        = iota // a value: the top level, after ':' or after ',' in an array
+		wantValueOrClose        // after '['
+		wantKeyOrClose          // after '{'
+		wantKey                 // after ',' in an object
+		wantColon               // after a key
+		wantNext                // after a value: ',' or the container's close (or the end)
+	)
+	var (
+		isObj [maxScanDepth / 64]uint64 // bit d-1: level d is an object
+		depth int
+		st    = wantValue
+		i     int
+	)
+	syntax := func(off int, format string, args ...any) scanError {
+		return scanError{kind: scanSyntax, off: off, msg: fmt.Sprintf(format, args...)}
+	}
+	for {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+			i++
+		}
+		if i == len(b) {
+			if st == wantNext && depth == 0 {
+				return values, deepest, scanError{}
+			}
+			if len(b) == 0 {
+				return values, deepest, syntax(i, "empty body")
+			}
+			return values, deepest, syntax(i, "unexpected end of the body")
+		}
+		c := b[i]
+		switch st {
+		case wantValue, wantValueOrClose:
+			if c == ']' && st == wantValueOrClose {
+				depth--
+				i++
+				st = wantNext
+				continue
+			}
+			values++
+			if values > maxValues {
+				return values, deepest, scanError{kind: scanTooMany, off: i}
+			}
+			switch {
+			case c == '{' || c == '[':
+				if depth == maxDepth {
+					return values, deepest, scanError{kind: scanTooDeep, off: i}
+				}
+				depth++
+				deepest = max(deepest, depth)
+				w, bit := (depth-1)/64, uint64(1)<<((depth-1)%64)
+				if c == '{' {
+					isObj[w] |= bit
+					st = wantKeyOrClose
+				} else {
+					isObj[w] &^= bit
+					st = wantValueOrClose
+				}
+				i++
+				continue
+			case c == '"':
+				end, e := scanString(b, i)
+				if e.kind != scanOK {
+					return values, deepest, e
+				}
+				i = end
+			case c == '-' || c >= '0' && c <= '9':
+				end, e := scanNumber(b, i)
+				if e.kind != scanOK {
+					return values, deepest, e
+				}
+				i = end
+			case c == 't' || c == 'f' || c == 'n':
+				lit := "null"
+				if c == 't' {
+					lit = "true"
+				} else if c == 'f' {
+					lit = "false"
+				}
+				if string(b[i:min(i+len(lit), len(b))]) != lit {
+					return values, deepest, syntax(i, "unexpected %s, want a value (%s?)", quoteAt(b, i), lit)
+				}
+				i += len(lit)
+			default:
+				return values, deepest, syntax(i, "unexpected %s, want a value", quoteAt(b, i))
+			}
+			st = wantNext
+		case wantKeyOrClose, wantKey:
+			if c == '}' && st == wantKeyOrClose {
+				depth--
+				i++
+				st = wantNext
+				continue
+			}
+			if c != '"' {
+				return values, deepest, syntax(i, "unexpected %s, want an object key (a string)", quoteAt(b, i))
+			}
+			end, e := scanString(b, i)
+			if e.kind != scanOK {
+				return values, deepest, e
+			}
+			i = end
+			st = wantColon
+		case wantColon:
+			if c != ':' {
+				return values, deepest, syntax(i, "unexpected %s, want ':' after an object key", quoteAt(b, i))
+			}
+			i++
+			st = wantValue
+		case wantNext:
+			if depth == 0 {
+				return values, deepest, syntax(i, "unexpected %s after the top-level value", quoteAt(b, i))
+			}
+			obj := isObj[(depth-1)/64]&(uint64(1)<<((depth-1)%64)) != 0
+			switch {
+			case c == ',' && obj:
+				st = wantKey
+			case c == ',':
+				st = wantValue
+			case c == '}' && obj, c == ']' && !obj:
+				depth--
+			case obj:
+				return values, deepest, syntax(i, "unexpected %s, want ',' or '}' in an object", quoteAt(b, i))
+			default:
+				return values, deepest, syntax(i, "unexpected %s, want ',' or ']' in an array", quoteAt(b, i))
+			}
+			i++
+		}
+	}
+}
+
+// scanString checks the string starting at b[i] == '"' and returns the
+// offset after its closing quote. The common string has no escape: two
+// IndexByte calls (vectorized) find its end, so prompts pass at memory
+// speed.
+func scanString(b []byte, i int) (int, scanError) {
+	start := i
+	i++
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return 0, scanError{kind: scanSyntax, off: len(b), msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
+		}
+		bs := bytes.IndexByte(b[i:i+q], '\\')
+		if bs < 0 {
+			return i + q + 1, scanError{}
+		}
+		i += bs + 1 // after the backslash
+		if i == len(b) {
+			return 0, scanError{kind: scanSyntax, off: i, msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
+		}
+		switch b[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i++
+		case 'u':
+			if len(b)-i < 5 || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
+				return 0, scanError{kind: scanSyntax, off: i - 1, msg: "invalid \\u escape in a string, want 4 hex digits"}
+			}
+			i += 5
+		default:
+			return 0, scanError{kind: scanSyntax, off: i - 1, msg: fmt.Sprintf("invalid escape \\%s in a string", printable(b[i]))}
+		}
+	}
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// scanNumber checks the number starting at b[i] (RFC 8259:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?) and returns the offset
+// after it.
+func scanNumber(b []byte, i int) (int, scanError) {
+	start := i
+	bad := func(at int) (int, scanError) {
+		return 0, scanError{kind: scanSyntax, off: at, msg: fmt.Sprintf("invalid number %s", quoteSpan(b, start, at))}
+	}
+	digits := func() bool {
+		n := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > n
+	}
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return bad(i)
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return bad(i)
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return bad(i)
+		}
+	}
+	// A number runs into the next token only through a delimiter: "01"
+	// or "1x" is one bad number, not two tokens.
+	if i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] >= 'a' && b[i] <= 'z' || b[i] >= 'A' && b[i] <= 'Z' || b[i] == '.' || b[i] == '+' || b[i] == '-') {
+		return bad(i)
+	}
+	return i, scanError{}
+}
+
+// quoteAt names the byte at b[i] for an error message.
+func quoteAt(b []byte, i int) string { return "'" + printable(b[i]) + "'" }
+
+// printable is c as an error message shows it.
+func printable(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return string(rune(c))
+	}
+	return fmt.Sprintf("byte %#02x", c)
+}
+
+// quoteSpan quotes b[start:end+1] (clipped to b and to 32 bytes).
+func quoteSpan(b []byte, start, end int) string {
+	end = min(end+1, len(b), start+32)
+	return fmt.Sprintf("%q", b[start:end])
+}
+
+// BodyLimits are the structural caps on a request body, checked before it
+// is parsed. Config.Body carries them.
+type BodyLimits struct {
+	// MaxValues is the most JSON values (objects, arrays, strings,
+	// numbers, true/false/null; not keys) a body may hold; more is a 413.
+	// Default 2,000,000: a completion with 1 M prompt_token_ids passes
+	// (1 M values), and parsing a body at the limit holds ~180 MB
+	// (fastjson's 80-byte Value per value plus array pointers) until the
+	// request is decoded.
+	MaxValues int
+	// MaxDepth is the deepest nesting of objects and arrays a body may
+	// have; deeper is a 413. Default 64: an OpenAI request nests at most
+	// ~6 levels (messages, content parts, tool schemas go deeper, rarely
+	// past 20). At most 256.
+	MaxDepth int
+}
+
+// DefaultBodyLimits returns the defaults documented on BodyLimits.
+func DefaultBodyLimits() BodyLimits { return BodyLimits{MaxValues: 2_000_000, MaxDepth: 64} }
+
+// Validate names the invalid fields.
+func (l BodyLimits) Validate() error {
+	switch {
+	case l.MaxValues < 1:
+		return fmt.Errorf("MaxValues must be positive, got %d", l.MaxValues)
+	case l.MaxDepth < 1 || l.MaxDepth > maxScanDepth:
+		return fmt.Errorf("MaxDepth must be between 1 and %d, got %d", maxScanDepth, l.MaxDepth)
+	}
+	return nil
+}
+
+// check scans body against the limits; the refusal is the answer's
+// apiError (413 over a limit, 400 for bad JSON), nil when it passes.
+// Any goroutine.
+func (l BodyLimits) check(body []byte) (values int, _ *apiError, _ scanKind) {
+	values, _, se := scanJSON(body, l.MaxValues, l.MaxDepth)
+	switch se.kind {
+	case scanOK:
+		return values, nil, scanOK
+	case scanTooMany:
+		return values, &apiError{status: 413, typ: "invalid_request_error", code: "too_many_json_values",
+			msg: fmt.Sprintf("request body has more than %d JSON values (max-body-values %d; counting stopped at byte %d)", l.MaxValues, l.MaxValues, se.off)}, se.kind
+	case scanTooDeep:
+		return values, &apiError{status: 413, typ: "invalid_request_error", code: "json_too_deep",
+			msg: fmt.Sprintf("request body nests JSON deeper than %d levels (max-body-depth %d; at byte %d)", l.MaxDepth, l.MaxDepth, se.off)}, se.kind
+	default:
+		return values, badRequest("", "invalid JSON at byte %d: %s", se.off, se.msg), se.kind
+	}
+}
