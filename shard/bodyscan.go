@@ -25,11 +25,11 @@ import (
 type scanKind uint8
 
 const (
-	scanOK        scanKind = iota
-	scanSyntax             // not JSON: a 400
-	scanTooMany            // more values than the limit: a 413
-	scanTooDeep            // nested deeper than the limit: a 413
-	numScanKinds           // the refusal counters' size
+	scanOK       scanKind = iota
+	scanSyntax            // not JSON: a 400
+	scanTooMany           // more values than the limit: a 413
+	scanTooDeep           // nested deeper than the limit: a 413
+	numScanKinds          // the refusal counters' size
 )
 
 // scanReasons are the reason labels of saltus_request_body_refused_total.

@@ -80,7 +80,7 @@ type routerMetrics struct {
 
 	// Bodies refused by Config.Body's check, by scanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
-	refused                   [numScanKinds]*metrics.Counter
+	refused                  [numScanKinds]*metrics.Counter
 	offloop, decodeQueueFull *metrics.Counter
 }
 

@@ -81,11 +81,11 @@ type Router struct {
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
-	models      chan exchange // bounded queue of GET /v1/models
-	decodes     chan *job     // bounded queue of large bodies (offload.go)
+	models  chan exchange // bounded queue of GET /v1/models
+	decodes chan *job     // bounded queue of large bodies (offload.go)
 	// decodeHook, when set (tests), runs on the decode worker before it
 	// decodes a job.
-	decodeHook func(*job)
+	decodeHook  func(*job)
 	rr          atomic.Uint32 // Explain's round-robin loop cursor
 	closed      atomic.Bool
 	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
@@ -167,17 +167,17 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
-		cfg:    cfg,
-		pol:    policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates},
-		up:     up,
-		state:  state,
-		tmpl:   tmpl,
-		post:   post,
-		logger: logger.With("component", "shard"),
-		m:      newRouterMetrics(set),
-		group:  rules.NewGroup(context.Background()),
-		epoch:  time.Now(),
-		models: make(chan exchange, modelsQueue),
+		cfg:     cfg,
+		pol:     policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates},
+		up:      up,
+		state:   state,
+		tmpl:    tmpl,
+		post:    post,
+		logger:  logger.With("component", "shard"),
+		m:       newRouterMetrics(set),
+		group:   rules.NewGroup(context.Background()),
+		epoch:   time.Now(),
+		models:  make(chan exchange, modelsQueue),
 		decodes: make(chan *job, cfg.DecodeQueue),
 	}
 	posts := make([]func(func()), loops)
