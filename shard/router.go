@@ -81,14 +81,15 @@ type Router struct {
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
-	models  chan exchange // bounded queue of GET /v1/models
-	decodes chan *job     // bounded queue of large bodies (offload.go)
-	// decodeHook, when set (tests), runs on the decode worker before it
-	// decodes a job.
-	decodeHook  func(*job)
+	models      chan exchange // bounded queue of GET /v1/models
 	rr          atomic.Uint32 // Explain's round-robin loop cursor
 	closed      atomic.Bool
 	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
+
+	decodes chan *job // bounded queue of large bodies (offload.go)
+	// decodeHook, when set (tests, before the first request), runs on the
+	// decode worker before it decodes a job.
+	decodeHook func(*job)
 }
 
 // shardState is one loop's part of the Router.
@@ -167,19 +168,19 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
-		cfg:     cfg,
-		pol:     policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates},
-		up:      up,
-		state:   state,
-		tmpl:    tmpl,
-		post:    post,
-		logger:  logger.With("component", "shard"),
-		m:       newRouterMetrics(set),
-		group:   rules.NewGroup(context.Background()),
-		epoch:   time.Now(),
-		models:  make(chan exchange, modelsQueue),
-		decodes: make(chan *job, cfg.DecodeQueue),
+		cfg:    cfg,
+		pol:    policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates},
+		up:     up,
+		state:  state,
+		tmpl:   tmpl,
+		post:   post,
+		logger: logger.With("component", "shard"),
+		m:      newRouterMetrics(set),
+		group:  rules.NewGroup(context.Background()),
+		epoch:  time.Now(),
+		models: make(chan exchange, modelsQueue),
 	}
+	r.decodes = make(chan *job, cfg.DecodeQueue)
 	posts := make([]func(func()), loops)
 	for i := range loops {
 		posts[i] = func(fn func()) { r.postCompletion(i, fn) }
