@@ -272,7 +272,12 @@ func scanNumber(b []byte, i int) (int, scanError) {
 }
 
 // quoteAt names the byte at b[i] for an error message.
-func quoteAt(b []byte, i int) string { return "'" + printable(b[i]) + "'" }
+func quoteAt(b []byte, i int) string {
+	if c := b[i]; c < 0x20 || c >= 0x7f {
+		return printable(c)
+	}
+	return "'" + printable(b[i]) + "'"
+}
 
 // printable is c as an error message shows it.
 func printable(c byte) string {
