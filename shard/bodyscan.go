@@ -42,20 +42,20 @@ type scanError struct {
 	msg  string // for scanSyntax: what was wrong
 }
 
-// maxScanDepth is the deepest nesting MaxBodyDepth may allow: the scanner
+// MaxScanDepth is the deepest nesting BodyLimits.MaxDepth may allow: the scanner
 // keeps one bit per open container in a fixed array (no allocation);
 // fastjson itself refuses depth over 300.
-const maxScanDepth = 256
+const MaxScanDepth = 256
 
 // scanJSON checks that b is one JSON value with at most maxValues values
 // (objects, arrays, strings, numbers, literals; keys are not values) and
 // at most maxDepth nested containers, in one pass without allocating. It
 // returns the number of values and the deepest nesting, or why not: the
 // first refusal found, byte by byte. maxDepth must be at most
-// maxScanDepth. Any goroutine.
+// MaxScanDepth. Any goroutine.
 func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanError) {
-	if maxDepth > maxScanDepth {
-		panic(fmt.Sprintf("BUG: scanJSON: maxDepth %d over %d", maxDepth, maxScanDepth))
+	if maxDepth > MaxScanDepth {
+		panic(fmt.Sprintf("BUG: scanJSON: maxDepth %d over %d", maxDepth, MaxScanDepth))
 	}
 	const (
 		wantValue        = iota // a value: the top level, after ':' or after ',' in an array
@@ -66,7 +66,7 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 		wantNext                // after a value: ',' or the container's close (or the end)
 	)
 	var (
-		isObj [maxScanDepth / 64]uint64 // bit d-1: level d is an object
+		isObj [MaxScanDepth / 64]uint64 // bit d-1: level d is an object
 		depth int
 		st    = wantValue
 		i     int
@@ -318,8 +318,8 @@ func (l BodyLimits) Validate() error {
 	switch {
 	case l.MaxValues < 1:
 		return fmt.Errorf("MaxValues must be positive, got %d", l.MaxValues)
-	case l.MaxDepth < 1 || l.MaxDepth > maxScanDepth:
-		return fmt.Errorf("MaxDepth must be between 1 and %d, got %d", maxScanDepth, l.MaxDepth)
+	case l.MaxDepth < 1 || l.MaxDepth > MaxScanDepth:
+		return fmt.Errorf("MaxDepth must be between 1 and %d, got %d", MaxScanDepth, l.MaxDepth)
 	}
 	return nil
 }

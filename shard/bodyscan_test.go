@@ -25,7 +25,7 @@ func TestScanJSON(t *testing.T) {
 	ok(`{"a":1,"b":[true,false,null],"c":{"d":"e"}}`, 8, 2)
 	ok(`{"model":"m","messages":[{"role":"user","content":"hi \"there\" \\ \u00e9 \/"}]}`, 6, 3)
 	ok(`[-0, 0.5, 1e9, -1.25E-3, 12e+2]`, 6, 1)
-	ok("[\"tab\there\"]", 2, 1) // raw control characters pass, as they passed fastjson
+	ok("[\"tab\there\"]", 2, 1)   // raw control characters pass, as they passed fastjson
 	ok(`{"{":"[","]":"}"}`, 3, 1) // brackets inside strings do not count
 	ok(`[[[[[[[[1]]]]]]]]`, 9, 8)
 
@@ -116,7 +116,7 @@ func FuzzScanJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		values, depth, e := scanJSON(b, 1<<30, maxScanDepth)
+		values, depth, e := scanJSON(b, 1<<30, MaxScanDepth)
 		if e.kind != scanOK {
 			if e.off < 0 || e.off > len(b) {
 				t.Fatalf("%q: offset %d outside the body", b, e.off)
