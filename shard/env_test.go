@@ -276,6 +276,7 @@ type envOpts struct {
 	queue           int           // per fake loop
 	maintain        time.Duration // MaintainInterval; default 10 ms
 	policy          string        // Config.Policy; default prefix
+	config          func(*Config) // changes the Config last; nil: none
 }
 
 type env struct {
@@ -302,6 +303,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	cfg.MaintainInterval = 10 * time.Millisecond
 	if o.maintain > 0 {
 		cfg.MaintainInterval = o.maintain
+	}
+	if o.config != nil {
+		o.config(&cfg)
 	}
 	var enc tokenpool.Encoder
 	var tmpl *chat.Renderer

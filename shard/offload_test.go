@@ -1,0 +1,119 @@
+package shard
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// TestOffloadedDecode: a body over OffloopBytes is decoded on a worker
+// while its loop serves a small request; a full decode queue answers 503
+// with Retry-After; an offloaded body's error is answered from the worker.
+func TestOffloadedDecode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2, config: func(c *Config) {
+		c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = 2048, 1, 1
+		c.Body.MaxValues = 1000
+	}})
+	entered, release := make(chan *job, 8), make(chan struct{})
+	e.r.decodeHook = func(j *job) {
+		entered <- j
+		<-release
+	}
+	big := func(tag string) *fakeExchange {
+		return newExchange(0, "POST", "/v1/chat/completions", chatBody("system", strings.Repeat(tag+" ", 1000), "user", "hi"))
+	}
+	x1 := big("first")
+	e.loops.run(t, 0, func() { e.r.serve(x1) })
+	if j := <-entered; j.x != x1 {
+		t.Fatal("another job on the worker")
+	}
+	// The worker holds x1: the loop answers a small request meanwhile.
+	small := newExchange(0, "POST", "/v1/chat/completions", chatBody("user", "small"))
+	if c := e.serve(t, small); c == nil || c.x != small {
+		t.Fatalf("small request while a large one decodes: %+v status %d", c, small.status)
+	}
+	x2 := big("second") // queued (DecodeQueue 1)
+	e.loops.run(t, 0, func() { e.r.serve(x2) })
+	x3 := big("third") // over the queue
+	if c := e.serve(t, x3); c != nil || x3.status != 503 || x3.header("Retry-After") != "1" {
+		t.Fatalf("over the decode queue: %+v %d %q", c, x3.status, x3.header("Retry-After"))
+	}
+	checkErrorBody(t, x3.body, "server_error", "overloaded", "")
+	close(release)
+	got := map[any]bool{}
+	for range 2 {
+		select {
+		case c := <-e.up.calls:
+			got[c.x] = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("offloaded requests not forwarded")
+		}
+	}
+	if !got[x1] || !got[x2] {
+		t.Fatalf("forwarded %v, want x1 and x2", got)
+	}
+	// Refused on the worker: too many values for Body.MaxValues.
+	x4 := newExchange(0, "POST", "/v1/completions", `{"model":"m","prompt":[`+strings.Repeat("1,", 1500)+`1]}`)
+	if c := e.serve(t, x4); c != nil || x4.status != 413 {
+		t.Fatalf("too many values: %+v %d %s", c, x4.status, x4.body)
+	}
+	checkErrorBody(t, x4.body, "invalid_request_error", "too_many_json_values", "")
+	if n, full, refused := e.r.m.offloop.Get(), e.r.m.decodeQueueFull.Get(), e.r.m.refused[scanTooMany].Get(); n != 3 || full != 1 || refused != 1 {
+		t.Fatalf("offloop %d, queue full %d, refused %d; want 3, 1, 1", n, full, refused)
+	}
+}
+
+// TestLoopDropsGrownParser: a loop's parser and Scratch that decoded a
+// body over keepDecodeBytes are dropped, not reused; a small body's are
+// kept.
+func TestLoopDropsGrownParser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2, config: func(c *Config) { c.OffloopBytes = 1 << 20 }})
+	parser := func() (p *fastjson.Parser) {
+		e.loops.run(t, 0, func() { p = e.r.shards[0].dec.p })
+		return p
+	}
+	small := chatBody("user", "small")
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
+		t.Fatal("not forwarded")
+	}
+	p0 := parser()
+	if p0 == nil {
+		t.Fatal("no parser kept after a small body")
+	}
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() != p0 {
+		t.Fatal("a small body's parser was not reused")
+	}
+	large := `{"model":"m","junk":[` + strings.Repeat("1,", keepDecodeBytes/2) + `1],"messages":[{"role":"user","content":"x"}]}`
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", large)); c == nil {
+		t.Fatal("large body not forwarded")
+	}
+	if p := parser(); p != nil {
+		t.Fatal("the parser that decoded a body over keepDecodeBytes was kept")
+	}
+	var sc int
+	e.loops.run(t, 0, func() { sc = cap(e.r.shards[0].dec.texts) })
+	if sc != 0 {
+		t.Fatalf("texts kept after a large body: cap %d", sc)
+	}
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() == nil || parser() == p0 {
+		t.Fatal("after a large body, the next request does not start from a fresh parser")
+	}
+}
+
+// TestExplainBodyLimits: /admin/explain decodes with the same caps.
+func TestExplainBodyLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2})
+	_, err := e.r.Explain([]byte(`{"model":"m","messages":[`+strings.Repeat("[", 100)+`]}`), "/v1/chat/completions")
+	if ae, ok := err.(*apiError); !ok || ae.status != 413 || ae.code != "json_too_deep" {
+		t.Fatalf("too deep: %v", err)
+	}
+	_, err = e.r.Explain([]byte(`{"model":"m","messages":[}`), "/v1/chat/completions")
+	if err == nil || err.Error() != "invalid JSON at byte 25: unexpected '}', want a value" {
+		t.Fatalf("bad JSON: %v", err)
+	}
+}
