@@ -55,8 +55,8 @@ func (r *Router) decodeWorker(ctx context.Context) {
 // decodeOff runs stages 2 and 3 for j on a decode worker, then posts
 // stage 4 to j.loop. Errors are answered from here (fail: any goroutine).
 func (r *Router) decodeOff(j *job) {
-	if r.decodeHook != nil {
-		r.decodeHook(j)
+	if h := r.decodeHook.Load(); h != nil {
+		(*h)(j)
 	}
 	if gone(j.x) {
 		r.m.clientGone.Inc()
@@ -68,6 +68,18 @@ func (r *Router) decodeOff(j *job) {
 	}
 	j.owned = true
 	r.postCompletion(j.loop, j.tokenize)
+}
+
+// SetDecodeHook makes fn run on the decode worker before it decodes each
+// large body (nil: nothing): tests gate the off-loop decode with it to
+// assert what the loop does meanwhile. Any goroutine.
+func (r *Router) SetDecodeHook(fn func()) {
+	if fn == nil {
+		r.decodeHook.Store(nil)
+		return
+	}
+	h := func(*job) { fn() }
+	r.decodeHook.Store(&h)
 }
 
 // trim drops what a loop's decodeScratch grew to for a body over

@@ -18,10 +18,11 @@ func TestOffloadedDecode(t *testing.T) {
 		c.Body.MaxValues = 1000
 	}})
 	entered, release := make(chan *job, 8), make(chan struct{})
-	e.r.decodeHook = func(j *job) {
+	h := func(j *job) {
 		entered <- j
 		<-release
 	}
+	e.r.decodeHook.Store(&h)
 	big := func(tag string) *fakeExchange {
 		return newExchange(0, "POST", "/v1/chat/completions", chatBody("system", strings.Repeat(tag+" ", 1000), "user", "hi"))
 	}

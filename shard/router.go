@@ -86,10 +86,8 @@ type Router struct {
 	closed      atomic.Bool
 	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
 
-	decodes chan *job // bounded queue of large bodies (offload.go)
-	// decodeHook, when set (tests, before the first request), runs on the
-	// decode worker before it decodes a job.
-	decodeHook func(*job)
+	decodes    chan *job                  // bounded queue of large bodies (offload.go)
+	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
 }
 
 // shardState is one loop's part of the Router.
