@@ -123,6 +123,8 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 					return values, deepest, e
 				}
 				i = end
+			case c >= '1' && c <= '9' && i+1 < len(b) && (b[i+1] == ',' || b[i+1] == ']'):
+				i++ // the tiny value of a long array (token ids, junk): one digit
 			case c == '-' || c >= '0' && c <= '9':
 				end, e := scanNumber(b, i)
 				if e.kind != scanOK {
@@ -195,14 +197,21 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 func scanString(b []byte, i int) (int, scanError) {
 	start := i
 	i++
+	q := -1 // the first '"' at or after i, once found; -1: to be found
 	for {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return 0, scanError{kind: scanSyntax, off: len(b), msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
+		if q < i { // first time, or an escaped quote consumed it
+			k := bytes.IndexByte(b[i:], '"')
+			if k < 0 {
+				return 0, scanError{kind: scanSyntax, off: len(b), msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
+			}
+			q = i + k
 		}
-		bs := bytes.IndexByte(b[i:i+q], '\\')
+		// Escapes before q: each is skipped, then the search for the next
+		// goes on from it, never back over the string (a prompt with many
+		// \n is one pass, not one per escape).
+		bs := bytes.IndexByte(b[i:q], '\\')
 		if bs < 0 {
-			return i + q + 1, scanError{}
+			return q + 1, scanError{}
 		}
 		i += bs + 1 // after the backslash
 		if i == len(b) {
@@ -229,29 +238,21 @@ func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' ||
 // after it.
 func scanNumber(b []byte, i int) (int, scanError) {
 	start := i
-	bad := func(at int) (int, scanError) {
-		return 0, scanError{kind: scanSyntax, off: at, msg: fmt.Sprintf("invalid number %s", quoteSpan(b, start, at))}
-	}
-	digits := func() bool {
-		n := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		return i > n
-	}
 	if b[i] == '-' {
 		i++
 	}
 	switch {
 	case i < len(b) && b[i] == '0':
 		i++
-	case !digits():
-		return bad(i)
+	default:
+		if i = skipDigits(b, i); i == start || b[i-1] == '-' {
+			return badNumber(b, start, i)
+		}
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		if !digits() {
-			return bad(i)
+		n := i + 1
+		if i = skipDigits(b, n); i == n {
+			return badNumber(b, start, i)
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
@@ -259,16 +260,29 @@ func scanNumber(b []byte, i int) (int, scanError) {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if !digits() {
-			return bad(i)
+		n := i
+		if i = skipDigits(b, n); i == n {
+			return badNumber(b, start, i)
 		}
 	}
 	// A number runs into the next token only through a delimiter: "01"
 	// or "1x" is one bad number, not two tokens.
 	if i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] >= 'a' && b[i] <= 'z' || b[i] >= 'A' && b[i] <= 'Z' || b[i] == '.' || b[i] == '+' || b[i] == '-') {
-		return bad(i)
+		return badNumber(b, start, i)
 	}
 	return i, scanError{}
+}
+
+// skipDigits returns the offset of the first non-digit at or after i.
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i]-'0' <= 9 {
+		i++
+	}
+	return i
+}
+
+func badNumber(b []byte, start, at int) (int, scanError) {
+	return 0, scanError{kind: scanSyntax, off: at, msg: fmt.Sprintf("invalid number %s", quoteSpan(b, start, at))}
 }
 
 // quoteAt names the byte at b[i] for an error message.

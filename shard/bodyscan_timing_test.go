@@ -8,7 +8,8 @@ import (
 
 // scanBodies are the shapes BenchmarkScanJSON and the zero-allocation
 // test scan: a 4 KB chat (mostly two long strings), 1 MB of tiny values
-// (the shape of the 3 GB body), 1 M token ids, and 10 k short messages.
+// (the shape of the 3 GB body), 1 M token ids, 10 k short messages, and a
+// 1 MB prompt with an escape every 12 bytes.
 func scanBodies() []struct{ name, body string } {
 	system := strings.Repeat(systemA+" ", 3000/len(systemA)+1)[:3000]
 	ids := strings.Repeat("12345,", 1_000_000)
@@ -24,6 +25,7 @@ func scanBodies() []struct{ name, body string } {
 		{"tinyValues1M", `{"model":"m","junk":[` + strings.Repeat("1,", 512<<10) + `1]}`},
 		{"tokenIDs1M", `{"model":"m","prompt_token_ids":[` + ids[:len(ids)-1] + `]}`},
 		{"messages10k", `{"model":"m","messages":[` + msgs.String() + `]}`},
+		{"escapes1M", `{"model":"m","prompt":"` + strings.Repeat(`a line of the prompt, \"quoted\",\n`, 1<<20/36) + `"}`},
 	}
 }
 
