@@ -76,9 +76,14 @@ type Config struct {
 	Body BodyLimits
 	// OffloopBytes: a chat or completion body larger than this is decoded
 	// and rendered on a decode worker instead of its event loop, which
-	// meanwhile serves its other connections. Default 64 KiB: decoding
-	// and rendering a 64 KiB chat takes ~30-60 µs on a loop
-	// (BenchmarkDecodeOnLoop), a 1 MB one ~1 ms, a 28 MB one seconds.
+	// meanwhile serves its other connections. Default 64 KiB, the size
+	// up to which a loop keeps its parser (keepDecodeBytes): a body of
+	// short messages, the dearest shape per byte, took 85 µs at 4 KiB,
+	// 1.3 ms at 64 KiB, 23 ms at 256 KiB and 114 ms at 1 MiB to decode
+	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a
+	// 28 MB one held its loop 11.7 s. A 4 KB chat of long strings costs
+	// ~5 µs with tokenization (BenchmarkServeChat4K), so typical bodies
+	// stay on the loop.
 	OffloopBytes int
 	// DecodeWorkers is how many goroutines decode large bodies. Default
 	// 2: they compete with the loops for the cores, and a large body is

@@ -157,6 +157,7 @@ func (r *Router) writeMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "saltus_tree_nodes", uint64(nodes))
 	metrics.WriteGaugeUint64(w, "saltus_tree_blocks", uint64(blocks))
 	metrics.WriteCounterUint64(w, "saltus_tree_evictions_total", uint64(evictions))
+	metrics.WriteGaugeUint64(w, "saltus_shard_decode_queue_depth", uint64(len(r.decodes)))
 	metrics.WriteMetadataIfNeeded(w, "saltus_shard_mailbox_depth", "gauge")
 	for _, sh := range r.shards {
 		fmt.Fprintf(w, "saltus_shard_mailbox_depth{shard=\"%d\"} %d\n", sh.id, sh.mailbox.Load())
