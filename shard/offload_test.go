@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,19 @@ func TestOffloadedDecode(t *testing.T) {
 	checkErrorBody(t, x4.body, "invalid_request_error", "too_many_json_values", "")
 	if n, full, refused := e.r.m.offloop.Get(), e.r.m.decodeQueueFull.Get(), e.r.m.refused[scanTooMany].Get(); n != 3 || full != 1 || refused != 1 {
 		t.Fatalf("offloop %d, queue full %d, refused %d; want 3, 1, 1", n, full, refused)
+	}
+	var out bytes.Buffer
+	e.set.WritePrometheus(&out)
+	for _, want := range []string{
+		`saltus_request_body_refused_total{reason="too_many_values"} 1`,
+		`saltus_request_body_refused_total{reason="invalid_json"} 0`,
+		`saltus_shard_decode_offloop_total 3`,
+		`saltus_shard_decode_queue_full_total 1`,
+		`saltus_shard_decode_queue_depth 0`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }
 
