@@ -341,18 +341,18 @@ func (l BodyLimits) Validate() error {
 // check scans body against the limits; the refusal is the answer's
 // apiError (413 over a limit, 400 for bad JSON), nil when it passes.
 // Any goroutine.
-func (l BodyLimits) check(body []byte) (values int, _ *apiError, _ scanKind) {
-	values, _, se := scanJSON(body, l.MaxValues, l.MaxDepth)
+func (l BodyLimits) check(body []byte) (*apiError, scanKind) {
+	_, _, se := scanJSON(body, l.MaxValues, l.MaxDepth)
 	switch se.kind {
 	case scanOK:
-		return values, nil, scanOK
+		return nil, scanOK
 	case scanTooMany:
-		return values, &apiError{status: 413, typ: "invalid_request_error", code: "too_many_json_values",
+		return &apiError{status: 413, typ: "invalid_request_error", code: "too_many_json_values",
 			msg: fmt.Sprintf("request body has more than %d JSON values (max-body-values %d; counting stopped at byte %d)", l.MaxValues, l.MaxValues, se.off)}, se.kind
 	case scanTooDeep:
-		return values, &apiError{status: 413, typ: "invalid_request_error", code: "json_too_deep",
+		return &apiError{status: 413, typ: "invalid_request_error", code: "json_too_deep",
 			msg: fmt.Sprintf("request body nests JSON deeper than %d levels (max-body-depth %d; at byte %d)", l.MaxDepth, l.MaxDepth, se.off)}, se.kind
 	default:
-		return values, badRequest("", "invalid JSON at byte %d: %s", se.off, se.msg), se.kind
+		return badRequest("", "invalid JSON at byte %d: %s", se.off, se.msg), se.kind
 	}
 }

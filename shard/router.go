@@ -406,7 +406,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	if j.route == routeCompletions {
 		k = kindCompletion
 	}
-	if _, e, why := j.r.cfg.Body.check(body); e != nil {
+	if e, why := j.r.cfg.Body.check(body); e != nil {
 		j.r.m.refused[why].Inc()
 		return e
 	}
@@ -480,8 +480,8 @@ func (j *job) tokenize() {
 	j.own() // the loop serves other requests before the completion
 }
 
-// own replaces the job's views into the loop's decodeScratch by copies.
-// Loop only.
+// own replaces the job's views into the loop's decodeScratch by copies;
+// a job decoded off the loop holds no views (owned). Loop only.
 func (j *job) own() {
 	if j.owned {
 		return
