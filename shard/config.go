@@ -83,7 +83,7 @@ type Config struct {
 	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a
 	// 28 MB one held its loop 11.7 s. A 4 KB chat of long strings costs
 	// ~5 µs with tokenization (BenchmarkServeChat4K), so typical bodies
-	// stay on the loop.
+	// stay on the loop. 0: every body is decoded off the loop.
 	OffloopBytes int
 	// DecodeWorkers is how many goroutines decode large bodies. Default
 	// 2: they compete with the loops for the cores, and a large body is
