@@ -13,15 +13,35 @@ import (
 // connection's buffers outlive the request.
 func postWith(t *testing.T, addr, path, body string) answer {
 	t.Helper()
+	a, err := postOnce(addr, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// postOnce is postWith for another goroutine than the test's.
+func postOnce(addr, path, body string) (answer, error) {
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	defer c.CloseIdleConnections()
 	resp, err := c.Post("http://"+addr+path, "application/json", strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return answer{}, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}, err
+}
+
+// bigAnswer is postOnce's result, from the goroutine that posts.
+type bigAnswer struct {
+	a   answer
+	err error
+}
+
+func postAsync(addr, path, body string, done chan<- bigAnswer) {
+	a, err := postOnce(addr, path, body)
+	done <- bigAnswer{a, err}
 }
 
 func heapInuse() uint64 {
@@ -116,38 +136,48 @@ func TestServeLargeBodyDoesNotStallItsLoop(t *testing.T) {
 		entered <- struct{}{}
 		<-release
 	})
-	bigDone := make(chan answer, 1)
-	go func() { bigDone <- postWith(t, s.addr, "/v1/chat/completions", big) }()
-	<-entered // the large body is on the decode worker, held
+	bigDone := make(chan bigAnswer, 1)
+	wantBig := func() {
+		t.Helper()
+		if r := <-bigDone; r.err != nil || r.a.status != 200 {
+			t.Fatalf("large body: %v %d %.300s", r.err, r.a.status, r.a.body)
+		}
+	}
+	go postAsync(s.addr, "/v1/chat/completions", big, bigDone)
+	select {
+	case <-entered: // the large body is on the decode worker, held
+	case r := <-bigDone:
+		t.Fatalf("large body answered before its decode: %v %d %.300s", r.err, r.a.status, r.a.body)
+	}
 	start := time.Now()
 	if a := postWith(t, s.addr, "/v1/chat/completions", small); a.status != 200 {
 		t.Fatalf("small request: %d %s", a.status, a.body)
 	}
 	gated := time.Since(start)
 	select {
-	case a := <-bigDone:
-		t.Fatalf("the large body was answered while held: %d %.200s", a.status, a.body)
+	case r := <-bigDone:
+		t.Fatalf("the large body was answered while held: %v %d %.200s", r.err, r.a.status, r.a.body)
 	default:
 	}
 	close(release)
-	if a := <-bigDone; a.status != 200 {
-		t.Fatalf("large body: %d %.300s", a.status, a.body)
-	}
+	wantBig()
 
 	// Ungated: the worker decodes while the small request comes.
 	decoding := make(chan struct{}, 1)
 	s.router.SetDecodeHook(func() { decoding <- struct{}{} })
 	bigStart := time.Now()
-	go func() { bigDone <- postWith(t, s.addr, "/v1/chat/completions", big) }()
-	<-decoding
+	go postAsync(s.addr, "/v1/chat/completions", big, bigDone)
+	select {
+	case <-decoding:
+	case r := <-bigDone:
+		t.Fatalf("large body answered before its decode: %v %d %.300s", r.err, r.a.status, r.a.body)
+	}
 	start = time.Now()
 	if a := postWith(t, s.addr, "/v1/chat/completions", small); a.status != 200 {
 		t.Fatalf("small request: %d %s", a.status, a.body)
 	}
 	during := time.Since(start)
-	if a := <-bigDone; a.status != 200 {
-		t.Fatalf("large body: %d %.300s", a.status, a.body)
-	}
+	wantBig()
 	t.Logf("small request on the large body's loop: %v with the decode held, %v during the decode; the large body took %v end to end",
 		gated, during, time.Since(bigStart))
 }
