@@ -70,7 +70,7 @@ func TestBodyLimitsCheck(t *testing.T) {
 	l := BodyLimits{MaxValues: 5, MaxDepth: 2}
 	f := func(body string, status int, code, msg string) {
 		t.Helper()
-		e, _ := l.check([]byte(body))
+		_, e, _ := l.check([]byte(body))
 		if e == nil || e.status != status || e.code != code || !strings.Contains(e.msg, msg) {
 			t.Fatalf("%s: %+v, want %d %s %q", body, e, status, code, msg)
 		}
@@ -78,7 +78,7 @@ func TestBodyLimitsCheck(t *testing.T) {
 	f(`[1,2,3,4,5]`, 413, "too_many_json_values", "more than 5 JSON values (max-body-values 5; counting stopped at byte 9)")
 	f(`[[[1]]]`, 413, "json_too_deep", "deeper than 2 levels (max-body-depth 2; at byte 2)")
 	f(`{"model":"m",}`, 400, "", "invalid JSON at byte 13: unexpected '}', want an object key")
-	if e, _ := l.check([]byte(`[1,2,[3]]`)); e != nil {
+	if n, e, _ := l.check([]byte(`[1,2,[3]]`)); e != nil || n != 5 {
 		t.Fatal(e)
 	}
 }

@@ -71,7 +71,7 @@ type Config struct {
 	ExplainTimeout time.Duration
 	// Body caps the structure of a chat or completion body (and of
 	// Explain's), checked in one pass before it is parsed: over a limit
-	// is a 413 naming it. Default DefaultBodyLimits(): 2 M values, depth
+	// is a 413 naming it. Default DefaultBodyLimits(): 1.1 M values, depth
 	// 64.
 	Body BodyLimits
 	// OffloopBytes: a chat or completion body larger than this is decoded

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
@@ -68,6 +69,40 @@ func (r *Router) decodeOff(j *job) {
 	}
 	j.owned = true
 	r.postCompletion(j.loop, j.tokenize)
+}
+
+// valueBudget bounds the JSON values being parsed off the loops at once
+// (decode workers and Explain) to Config.Body.MaxValues: fastjson holds
+// ~400-450 bytes per value while it parses (BodyLimits.MaxValues), so two
+// bodies at the limit parse one after the other, not together, and the
+// peak stays ~MaxValues × 450 B however many workers there are. A body
+// never needs more than the whole budget (check refused it), so every
+// wait ends when the parses ahead of it end. Any goroutine but a loop.
+type valueBudget struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	free int // mu guards it
+}
+
+func (b *valueBudget) init(n int) {
+	b.free = n
+	b.cond.L = &b.mu
+}
+
+func (b *valueBudget) acquire(n int) {
+	b.mu.Lock()
+	for b.free < n {
+		b.cond.Wait()
+	}
+	b.free -= n
+	b.mu.Unlock()
+}
+
+func (b *valueBudget) release(n int) {
+	b.mu.Lock()
+	b.free += n
+	b.mu.Unlock()
+	b.cond.Broadcast()
 }
 
 // SetDecodeHook makes fn run on the decode worker before it decodes each

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -131,4 +132,38 @@ func TestExplainBodyLimits(t *testing.T) {
 	if err == nil || err.Error() != "invalid JSON at byte 25: unexpected '}', want a value" {
 		t.Fatalf("bad JSON: %v", err)
 	}
+}
+
+// TestValueBudget: parses that together exceed the budget wait for each
+// other; ones that fit go at once.
+func TestValueBudget(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var b valueBudget
+		b.init(10)
+		b.acquire(6)
+		got := make(chan int, 2)
+		go func() { b.acquire(6); got <- 6 }()
+		go func() { b.acquire(4); got <- 4 }()
+		synctest.Wait()
+		if n := len(got); n != 1 || <-got != 4 {
+			t.Fatalf("%d acquired; want only the 4 that fits", n)
+		}
+		b.release(4) // free 4: the waiting 6 still does not fit
+		synctest.Wait()
+		select {
+		case <-got:
+			t.Fatal("6 acquired with 4 free")
+		default:
+		}
+		b.release(6)
+		synctest.Wait()
+		if len(got) != 1 || <-got != 6 {
+			t.Fatal("6 not acquired once the budget was free")
+		}
+		b.release(6)
+		if b.free != 10 {
+			t.Fatalf("free %d after all releases, want 10", b.free)
+		}
+	})
 }

@@ -87,6 +87,7 @@ type Router struct {
 	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
 
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
+	budget     valueBudget                // values being parsed off the loop (offload.go)
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
 }
 
@@ -179,6 +180,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		models: make(chan exchange, modelsQueue),
 	}
 	r.decodes = make(chan *job, cfg.DecodeQueue)
+	r.budget.init(cfg.Body.MaxValues)
 	posts := make([]func(func()), loops)
 	for i := range loops {
 		posts[i] = func(fn func()) { r.postCompletion(i, fn) }
@@ -406,11 +408,17 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	if j.route == routeCompletions {
 		k = kindCompletion
 	}
-	if e, why := j.r.cfg.Body.check(body); e != nil {
+	values, e, why := j.r.cfg.Body.check(body)
+	if e != nil {
 		j.r.m.refused[why].Inc()
 		return e
 	}
-	var e *apiError
+	if ds == nil {
+		// Off the loop (decode worker, Explain): bodies up to the limit
+		// parse at most MaxValues values at once between them.
+		j.r.budget.acquire(values)
+		defer j.r.budget.release(values)
+	}
 	if ds != nil {
 		if ds.p == nil {
 			ds.p = new(fastjson.Parser)

@@ -329,7 +329,7 @@ shards: 0
 pin-shards: false
 policy: prefix
 max-body: 16MiB
-max-body-values: 2000000
+max-body-values: 1100000
 max-body-depth: 64
 max-header: 64KiB
 max-conns: 10000

@@ -73,7 +73,7 @@ func TestServeTinyValuesBodiesPinNoMemory(t *testing.T) {
 	for i := range 10 {
 		a := postWith(t, s.addr, "/v1/chat/completions", body)
 		if a.status != 413 || !strings.Contains(a.body, `"code":"too_many_json_values"`) ||
-			!strings.Contains(a.body, "more than 2000000 JSON values (max-body-values 2000000") {
+			!strings.Contains(a.body, "more than 1100000 JSON values (max-body-values 1100000") {
 			t.Fatalf("body %d: %d %.300s", i, a.status, a.body)
 		}
 	}
