@@ -62,9 +62,10 @@ var parsers fastjson.ParserPool
 
 // keepDecodeBytes is the largest body whose parser goes back to the pool
 // (or stays a loop's, with its chat.Scratch; decodeScratch.trim): a
-// parser keeps its value cache at its high-water mark, ~80 bytes per JSON
-// value, and a body of n bytes holds at most n/2 values, so a kept parser
-// retains at most ~2.5 MB. A larger body's parser is dropped with it.
+// parser keeps its value cache at its high-water mark, 80 bytes per JSON
+// value (plus the append slack), and a body of n bytes holds at most n/2
+// values, so a kept parser retains at most ~3 MB. A larger body's parser
+// is dropped with it.
 const keepDecodeBytes = 64 << 10
 
 // decode parses body as the given API's request into dst (which it
@@ -89,8 +90,8 @@ func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.
 	*dst = request{kind: k}
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		// BodyLimits.check found none: what fastjson refuses beyond the
-		// grammar (e.g. nesting past its own 300 levels).
+		// BodyLimits.check, which names the byte, found no error: what
+		// fastjson refuses beyond the grammar, if anything.
 		return badRequest("", "invalid JSON: %v", err)
 	}
 	if v.Type() != fastjson.TypeObject {
