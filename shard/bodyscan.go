@@ -122,6 +122,10 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 				i++
 				continue
 			case c == '"':
+				if end := skipString(b, i); end > 0 {
+					i = end
+					break
+				}
 				end, e := scanString(b, i)
 				if e.kind != scanOK {
 					return values, deepest, e
@@ -172,11 +176,15 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 			if c != '"' {
 				return values, deepest, syntax(i, "unexpected %s, want an object key (a string)", quoteAt(b, i))
 			}
-			end, e := scanString(b, i)
-			if e.kind != scanOK {
-				return values, deepest, e
+			if end := skipString(b, i); end > 0 {
+				i = end
+			} else {
+				end, e := scanString(b, i)
+				if e.kind != scanOK {
+					return values, deepest, e
+				}
+				i = end
 			}
-			i = end
 			st = wantColon
 		case wantColon:
 			if c != ':' {
@@ -207,6 +215,27 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 	}
 }
 
+// skipString is scanString's fast path, for a string without escapes:
+// the offset after the string starting at b[i] == '"', or -1 when it has
+// an escape or no end (scanString then reads it, at most once more).
+// Keys and roles are short: a byte loop ends them sooner than
+// IndexByte's setup would.
+func skipString(b []byte, i int) int {
+	i++
+	for n := min(len(b), i+16); i < n; i++ {
+		if c := b[i]; c == '"' {
+			return i + 1
+		} else if c == '\\' {
+			return -1
+		}
+	}
+	q := bytes.IndexByte(b[i:], '"')
+	if q < 0 || bytes.IndexByte(b[i:i+q], '\\') >= 0 {
+		return -1
+	}
+	return i + q + 1
+}
+
 // scanString checks the string starting at b[i] == '"' and returns the
 // offset after its closing quote. The common long string has no escape:
 // two IndexByte calls (vectorized) find its end, so prompts pass at
@@ -214,15 +243,6 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 func scanString(b []byte, i int) (int, scanError) {
 	start := i
 	i++
-	// Keys and roles are short: a byte loop ends them sooner than
-	// IndexByte's setup would (a third of the scan of a 4 KB chat).
-	for n := min(len(b), i+16); i < n; i++ {
-		if c := b[i]; c == '"' {
-			return i + 1, scanError{}
-		} else if c == '\\' {
-			break
-		}
-	}
 	q := -1 // the first '"' at or after i, once found; -1: to be found
 	for {
 		if q < i { // first time, or an escaped quote consumed it
