@@ -3,6 +3,8 @@ package shard
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/valyala/fastjson"
 )
 
 // The structural cap on request bodies (DESIGN.md "Decoding untrusted
@@ -351,6 +353,32 @@ func printable(c byte) string {
 func quoteSpan(b []byte, start, end int) string {
 	end = min(end+1, len(b), start+32)
 	return fmt.Sprintf("%q", b[start:end])
+}
+
+// deeper reports whether v nests more than max objects and arrays: the
+// depth check of a body parsed before it was scanned (job.prepare).
+func deeper(v *fastjson.Value, max int) bool {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		if max == 0 {
+			return true
+		}
+		o, _ := v.Object() // the type was checked
+		deep := false
+		o.Visit(func(_ []byte, c *fastjson.Value) { deep = deep || deeper(c, max-1) })
+		return deep
+	case fastjson.TypeArray:
+		if max == 0 {
+			return true
+		}
+		a, _ := v.Array() // the type was checked
+		for _, c := range a {
+			if deeper(c, max-1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // BodyLimits are the structural caps on a request body, checked before it

@@ -131,8 +131,13 @@ func FuzzScanJSON(f *testing.F) {
 		if err != nil {
 			return // fastjson refuses it: either way is fine
 		}
-		if n, d := countValues(v, 0); n > values || d > depth {
+		n, d := countValues(v, 0)
+		if n > values || d > depth {
 			t.Fatalf("%q: scan counted %d values depth %d, fastjson parsed %d depth %d", b, values, depth, n, d)
+		}
+		// deeper, the check of a body parsed first, agrees with the oracle.
+		if deeper(v, d) || d > 0 && !deeper(v, d-1) {
+			t.Fatalf("%q: deeper disagrees with depth %d", b, d)
 		}
 	})
 }

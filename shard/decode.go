@@ -87,13 +87,19 @@ func decode(dst *request, k kind, body []byte) *apiError {
 // computed (job.keyed), or are copied when it waits for the tokenizer
 // (job.own).
 func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.Scratch) *apiError {
-	*dst = request{kind: k}
 	v, err := p.ParseBytes(body)
 	if err != nil {
+		*dst = request{kind: k}
 		// BodyLimits.check, which names the byte, found no error: what
 		// fastjson refuses beyond the grammar, if anything.
 		return badRequest("", "invalid JSON: %v", err)
 	}
+	return decodeValue(dst, k, v, sc)
+}
+
+// decodeValue is decodeWith for a body already parsed into v.
+func decodeValue(dst *request, k kind, v *fastjson.Value, sc *chat.Scratch) *apiError {
+	*dst = request{kind: k}
 	if v.Type() != fastjson.TypeObject {
 		return badRequest("", "request body must be a JSON object, got %s", v.Type())
 	}

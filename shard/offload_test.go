@@ -167,3 +167,26 @@ func TestValueBudget(t *testing.T) {
 		}
 	})
 }
+
+// TestLoopBodyLimits: a small body, parsed on the loop before it is
+// scanned, gets the same refusals as a large one.
+func TestLoopBodyLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2})
+	f := func(body string, status int, code, msg string) {
+		t.Helper()
+		x := newExchange(0, "POST", "/v1/chat/completions", body)
+		if c := e.serve(t, x); c != nil || x.status != status {
+			t.Fatalf("%s: %+v %d %s", body, c, x.status, x.body)
+		}
+		if eb := checkErrorBody(t, x.body, "invalid_request_error", code, ""); !strings.Contains(eb.Message, msg) {
+			t.Fatalf("%s: message %q, want %q", body, eb.Message, msg)
+		}
+	}
+	f(`{"model":"m","messages":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`}`, 413, "json_too_deep",
+		"request body nests JSON deeper than 64 levels (max-body-depth 64; at byte 87)")
+	f(`{"model":"m","messages":[{"role":"user","content":"x"}],}`, 400, "", "invalid JSON at byte 56: unexpected '}', want an object key")
+	if got := e.r.m.refused[scanTooDeep].Get() + e.r.m.refused[scanSyntax].Get(); got != 2 {
+		t.Fatalf("refusals counted: %d, want 2", got)
+	}
+}

@@ -408,23 +408,44 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	if j.route == routeCompletions {
 		k = kindCompletion
 	}
-	values, e, why := j.r.cfg.Body.check(body)
-	if e != nil {
-		j.r.m.refused[why].Inc()
-		return e
+	lim := j.r.cfg.Body
+	// On the loop, a body (at most OffloopBytes) too short to hold more
+	// than MaxValues values is parsed first and checked after: its depth
+	// from the parsed value, the scan only for a refusal's message. That
+	// keeps the scan (~400 ns for a 4 KB chat) off the common request.
+	// fastjson lets a few RFC violations pass that the scan refuses
+	// (`01`, `\x`, `nan`): small bodies pass them as they did before.
+	lazy := ds != nil && (len(body)+1)/2 <= lim.MaxValues
+	if !lazy {
+		values, e, why := lim.check(body)
+		if e != nil {
+			j.r.m.refused[why].Inc()
+			return e
+		}
+		if ds == nil {
+			// Off the loop (decode worker, Explain): bodies up to the
+			// limit parse at most MaxValues values at once between them.
+			j.r.budget.acquire(values)
+			defer j.r.budget.release(values)
+		}
 	}
-	if ds == nil {
-		// Off the loop (decode worker, Explain): bodies up to the limit
-		// parse at most MaxValues values at once between them.
-		j.r.budget.acquire(values)
-		defer j.r.budget.release(values)
-	}
+	var e *apiError
 	if ds != nil {
 		if ds.p == nil {
 			ds.p = new(fastjson.Parser)
 		}
 		defer ds.trim(len(body)) // after the views are taken: they keep what they view
-		e = decodeWith(&j.d, k, body, ds.p, &ds.sc)
+		v, err := ds.p.ParseBytes(body)
+		if lazy && (err != nil || deeper(v, lim.MaxDepth)) {
+			if _, ce, why := lim.check(body); ce != nil {
+				j.r.m.refused[why].Inc()
+				return ce
+			}
+		}
+		if err != nil {
+			return badRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
+		}
+		e = decodeValue(&j.d, k, v, &ds.sc)
 	} else {
 		e = decode(&j.d, k, body)
 	}
