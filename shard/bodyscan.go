@@ -10,7 +10,9 @@ import (
 // The structural cap on request bodies (DESIGN.md "Decoding untrusted
 // bodies"): before a body is parsed, one pass counts its JSON values and
 // nesting depth outside strings, and refuses a body over either limit
-// before the parser builds a value per element. fastjson keeps a Value
+// before the parser builds a value per element. (A body on the loop too
+// short to hold MaxValues values is parsed first, its depth checked on
+// the parsed value, and scanned only to word a refusal: job.prepare.) fastjson keeps a Value
 // (80 bytes) per JSON value and a pointer per array element, so a 15 MB
 // body of `1,1,1,…` (7.5 M values) cost ~3 GB of RSS to parse; under
 // MaxBodyValues that is bounded by the limit, not by the body.

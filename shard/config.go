@@ -70,8 +70,9 @@ type Config struct {
 	// Default 5 s.
 	ExplainTimeout time.Duration
 	// Body caps the structure of a chat or completion body (and of
-	// Explain's), checked in one pass before it is parsed: over a limit
-	// is a 413 naming it. Default DefaultBodyLimits(): 1.1 M values, depth
+	// Explain's), checked in one pass before it is parsed (a body on the
+	// loop too short to exceed MaxValues: after, job.prepare): over a
+	// limit is a 413 naming it. Default DefaultBodyLimits(): 1.1 M values, depth
 	// 64.
 	Body BodyLimits
 	// OffloopBytes: a chat or completion body larger than this is decoded
