@@ -48,8 +48,9 @@ type Config struct {
 	// have posted to it (lookups, learns, maintenance) that have not run
 	// yet. Over it a lookup routes without the tree (reason fallback) and
 	// a learn is dropped, both counted. Default 1024. The reactor's
-	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight (the
-	// tokenizer pool's completions share the loop's queue).
+	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight +
+	// DecodeQueue + DecodeWorkers (the tokenizer pool's completions and
+	// the decode workers' share the loop's queue).
 	MailboxDepth int
 	// Policy is the routing policy, one of Policies(). Default "prefix"
 	// (PolicyPrefix): the tree's deepest routable holder, else the
@@ -78,6 +79,31 @@ type Config struct {
 	// likely lost its cache too, and vLLM's store is memory that an
 	// engine restart loses.
 	ResponseIDTTL time.Duration
+	// Body caps the structure of a chat or completion body (and of
+	// Explain's), checked in one pass before it is parsed (a body on the
+	// loop too short to exceed MaxValues: after, job.prepare): over a
+	// limit is a 413 naming it. Default DefaultBodyLimits(): 1.1 M values, depth
+	// 64.
+	Body BodyLimits
+	// OffloopBytes: a chat or completion body larger than this is decoded
+	// and rendered on a decode worker instead of its event loop, which
+	// meanwhile serves its other connections. Default 64 KiB, the size
+	// up to which a loop keeps its parser (keepDecodeBytes): a body of
+	// short messages, the dearest shape per byte, took 85 µs at 4 KiB,
+	// 1.3 ms at 64 KiB, 23 ms at 256 KiB and 114 ms at 1 MiB to decode
+	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a
+	// 28 MB one held its loop 11.7 s. A 4 KB chat of long strings costs
+	// ~5 µs with tokenization (BenchmarkServeChat4K), so typical bodies
+	// stay on the loop. 0: every body is decoded off the loop.
+	OffloopBytes int
+	// DecodeWorkers is how many goroutines decode large bodies. Default
+	// 2: they compete with the loops for the cores, and a large body is
+	// rare.
+	DecodeWorkers int
+	// DecodeQueue bounds the large bodies waiting for a decode worker;
+	// over it a request gets 503 with Retry-After (counted in
+	// saltus_shard_decode_queue_full_total). Default 32.
+	DecodeQueue int
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -96,6 +122,10 @@ func DefaultConfig() Config {
 		ExplainTimeout:   5 * time.Second,
 		ResponseIDs:      100_000,
 		ResponseIDTTL:    tree.DefaultConfig().TTL,
+		Body:             DefaultBodyLimits(),
+		OffloopBytes:     64 << 10,
+		DecodeWorkers:    2,
+		DecodeQueue:      32,
 	}
 }
 
@@ -136,5 +166,17 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shard: ExplainTimeout must be positive, got %v", c.ExplainTimeout))
 	}
 	errs = append(errs, checkRespConfig(c)...)
+	if err := c.Body.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("shard: Body: %w", err))
+	}
+	if c.OffloopBytes < 0 {
+		errs = append(errs, fmt.Errorf("shard: OffloopBytes must not be negative, got %d", c.OffloopBytes))
+	}
+	if c.DecodeWorkers < 1 {
+		errs = append(errs, fmt.Errorf("shard: DecodeWorkers must be at least 1, got %d", c.DecodeWorkers))
+	}
+	if c.DecodeQueue < 1 {
+		errs = append(errs, fmt.Errorf("shard: DecodeQueue must be at least 1, got %d", c.DecodeQueue))
+	}
 	return errors.Join(errs...)
 }

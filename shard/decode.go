@@ -62,10 +62,21 @@ func (e *apiError) body() []byte { return reactor.ErrorBody(e.status, e.typ, e.c
 // and returned within one decode call, on whatever goroutine decodes.
 var parsers fastjson.ParserPool
 
+// keepDecodeBytes is the largest body whose parser goes back to the pool
+// (or stays a loop's, with its chat.Scratch; decodeScratch.trim): a
+// parser keeps its value cache at its high-water mark, 80 bytes per JSON
+// value (plus the append slack), and a body of n bytes holds at most n/2
+// values, so a kept parser retains at most ~3 MB. A larger body's parser
+// is dropped with it.
+const keepDecodeBytes = 64 << 10
+
 // decode parses body as the given API's request into dst (which it
 // resets). Client input never panics: it decodes, or returns a 400 naming
 // the field. Any goroutine.
 func decode(dst *request, k kind, body []byte) *apiError {
+	if len(body) > keepDecodeBytes {
+		return decodeWith(dst, k, body, new(fastjson.Parser), nil) // dropped: see keepDecodeBytes
+	}
 	p := parsers.Get()
 	defer parsers.Put(p)
 	return decodeWith(dst, k, body, p, nil)
@@ -78,11 +89,19 @@ func decode(dst *request, k kind, body []byte) *apiError {
 // computed (job.keyed), or are copied when it waits for the tokenizer
 // (job.own).
 func decodeWith(dst *request, k kind, body []byte, p *fastjson.Parser, sc *chat.Scratch) *apiError {
-	*dst = request{kind: k}
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return badRequest("", "request body is not valid JSON: %v", err)
+		*dst = request{kind: k}
+		// BodyLimits.check, which names the byte, found no error: what
+		// fastjson refuses beyond the grammar, if anything.
+		return badRequest("", "invalid JSON: %v", err)
 	}
+	return decodeValue(dst, k, v, sc)
+}
+
+// decodeValue is decodeWith for a body already parsed into v.
+func decodeValue(dst *request, k kind, v *fastjson.Value, sc *chat.Scratch) *apiError {
+	*dst = request{kind: k}
 	if v.Type() != fastjson.TypeObject {
 		return badRequest("", "request body must be a JSON object, got %s", v.Type())
 	}

@@ -87,7 +87,7 @@ func TestDecodeErrors(t *testing.T) {
 			t.Fatalf("error body %s, message %q", e.body(), e.msg)
 		}
 	}
-	f(kindChat, `{"model":"m","messages":[{"role":"user"`, "", "not valid JSON")
+	f(kindChat, `{"model":"m","messages":[{"role":"user"`, "", "invalid JSON")
 	f(kindChat, `[1]`, "", "JSON object")
 	f(kindChat, `{"messages":[{"role":"user","content":"x"}]}`, "model", "model: missing")
 	f(kindChat, `{"model":3,"messages":[]}`, "model", "want a string")

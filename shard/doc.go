@@ -62,6 +62,11 @@
 //     and independent of traffic.
 //   - GET /v1/models waits on the network, so it is queued (bounded,
 //     overflow 503) to two goroutines of the Router's rules.Group.
+//   - A chat or completion body over Config.OffloopBytes is decoded and
+//     rendered on Config.DecodeWorkers goroutines of that Group (queue
+//     Config.DecodeQueue, overflow 503 with Retry-After, counted); the job
+//     belongs to the worker until it posts stage 4 back to its loop, and
+//     what it decoded is its own (offload.go).
 //   - Counters are atomics; Serve is loop only, Explain, RouteStats and
 //     Close any goroutine but a loop.
 package shard

@@ -279,6 +279,7 @@ type envOpts struct {
 	maintain        time.Duration // MaintainInterval; default 10 ms
 	policy          string        // Config.Policy; default prefix
 	tokenBudget     int           // Config.Pool.TokenBudget; default its default
+	config          func(*Config) // changes the Config last; nil: none
 }
 
 type env struct {
@@ -308,6 +309,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	cfg.MaintainInterval = 10 * time.Millisecond
 	if o.maintain > 0 {
 		cfg.MaintainInterval = o.maintain
+	}
+	if o.config != nil {
+		o.config(&cfg)
 	}
 	var enc tokenpool.Encoder
 	var tmpl *chat.Renderer

@@ -26,6 +26,10 @@ func init() {
 		"saltus_shard_mailbox_overflow_total":           "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
 		"saltus_shard_mailbox_depth":                    "Messages queued in each shard's mailbox, by shard.",
 		"saltus_shard_tokenizer_completions_lost_total": "Tokenizer completions dropped because their loop's mailbox stayed full for 1 s, or the router had closed (the request gets no answer until its client leaves).",
+		"saltus_request_body_refused_total":             "Chat and completion bodies refused before they were decoded, by reason: too_many_values (over --max-body-values, 413), too_deep (over --max-body-depth, 413), invalid_json (400).",
+		"saltus_shard_decode_offloop_total":             "Bodies over 64 KiB decoded and rendered on a decode worker instead of their event loop.",
+		"saltus_shard_decode_queue_full_total":          "Large bodies refused with 503 because the decode workers' queue was full.",
+		"saltus_shard_decode_queue_depth":               "Large bodies waiting for a decode worker.",
 		"saltus_responses_ids":                          "Response ids the router remembers (id to the backend that made it), summed over shards.",
 		"saltus_responses_ids_evictions_total":          "Response ids forgotten because their shard's part of the table was full (oldest first).",
 		"saltus_responses_ids_expired_total":            "Response ids forgotten after their TTL.",
@@ -126,6 +130,11 @@ type routerMetrics struct {
 	diverted  *metrics.Counter
 
 	overflow, learned, learnSkipped, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
+
+	// Bodies refused by Config.Body's check, by scanKind (reason label);
+	// large bodies decoded off the loop, and refused with a full queue.
+	refused                  [numScanKinds]*metrics.Counter
+	offloop, decodeQueueFull *metrics.Counter
 }
 
 func newRouterMetrics(set *metrics.Set) *routerMetrics {
@@ -142,6 +151,11 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
 	}
+	for k := scanSyntax; k < numScanKinds; k++ {
+		m.refused[k] = set.NewCounter(fmt.Sprintf("saltus_request_body_refused_total{reason=%q}", scanReasons[k]))
+	}
+	m.offloop = set.NewCounter("saltus_shard_decode_offloop_total")
+	m.decodeQueueFull = set.NewCounter("saltus_shard_decode_queue_full_total")
 	return m
 }
 
@@ -196,6 +210,7 @@ func (r *Router) writeMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "saltus_tree_nodes", uint64(nodes))
 	metrics.WriteGaugeUint64(w, "saltus_tree_blocks", uint64(blocks))
 	metrics.WriteCounterUint64(w, "saltus_tree_evictions_total", uint64(evictions))
+	metrics.WriteGaugeUint64(w, "saltus_shard_decode_queue_depth", uint64(len(r.decodes)))
 	metrics.WriteMetadataIfNeeded(w, "saltus_shard_mailbox_depth", "gauge")
 	for _, sh := range r.shards {
 		fmt.Fprintf(w, "saltus_shard_mailbox_depth{shard=\"%d\"} %d\n", sh.id, sh.mailbox.Load())

@@ -86,6 +86,10 @@ type Router struct {
 	rr          atomic.Uint32 // Explain's round-robin loop cursor
 	closed      atomic.Bool
 	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
+
+	decodes    chan *job                  // bounded queue of large bodies (offload.go)
+	budget     valueBudget                // values being parsed off the loop (offload.go)
+	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
 }
 
 // shardState is one loop's part of the Router.
@@ -115,7 +119,7 @@ type shardState struct {
 // render, tokenize, keys): what it holds is a view valid only while the
 // loop serves one request (see decodeWith).
 type decodeScratch struct {
-	p      fastjson.Parser
+	p      *fastjson.Parser // nil until first used, and after trim dropped it
 	sc     chat.Scratch
 	texts  []string
 	msgEnd []bool
@@ -178,6 +182,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		epoch:  time.Now(),
 		models: make(chan exchange, modelsQueue),
 	}
+	r.decodes = make(chan *job, cfg.DecodeQueue)
+	r.budget.init(cfg.Body.MaxValues)
 	posts := make([]func(func()), loops)
 	for i := range loops {
 		posts[i] = func(fn func()) { r.postCompletion(i, fn) }
@@ -210,6 +216,9 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	r.group.Go("shard.maintain", r.maintainLoop)
 	for i := range modelsWorkers {
 		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
+	}
+	for i := range cfg.DecodeWorkers {
+		r.group.Go(fmt.Sprintf("shard.decode/%d", i), r.decodeWorker)
 	}
 	return r, nil
 }
@@ -344,6 +353,10 @@ func (r *Router) serve(x exchange) {
 		j.decideHere()
 		return
 	}
+	if len(req.Body) > r.cfg.OffloopBytes {
+		r.offload(j) // decoded and rendered off the loop, then tokenize there
+		return
+	}
 	if e := j.prepare(req.Body, &r.shards[j.loop].dec); e != nil {
 		r.fail(x, rt, e)
 		return
@@ -392,6 +405,7 @@ type job struct {
 	texts   []string // the segments to tokenize
 	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
 	keys    []uint64 // the request's own (never a loop's scratch)
+	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
 	bounds  []int    // message ends, in blocks
 	owner   int
 	idOwner int           // the shard of the response id named (respids.go)
@@ -424,9 +438,10 @@ type job struct {
 	}
 }
 
-// prepare runs stages 2 and 3: decode the body, render a chat. With ds
-// (on the loop that serves the request) the messages, texts and msgEnd
-// are views into ds until keyed or own; without (Explain) they are the
+// prepare runs stages 2 and 3: check the body's structure
+// (Config.Body), decode it, render a chat. With ds (on the loop that
+// serves the request) the messages, texts and msgEnd are views into ds
+// until keyed or own; without (Explain, a decode worker) they are the
 // job's own.
 func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	k := kindChat
@@ -436,9 +451,44 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	case routeResponses:
 		k = kindResponses
 	}
+	lim := j.r.cfg.Body
+	// On the loop, a body (at most OffloopBytes) too short to hold more
+	// than MaxValues values is parsed first and checked after: its depth
+	// from the parsed value, the scan only for a refusal's message. That
+	// keeps the scan (~400 ns for a 4 KB chat) off the common request.
+	// fastjson lets a few RFC violations pass that the scan refuses
+	// (`01`, `\x`, `nan`): small bodies pass them as they did before.
+	lazy := ds != nil && (len(body)+1)/2 <= lim.MaxValues
+	if !lazy {
+		values, e, why := lim.check(body)
+		if e != nil {
+			j.r.m.refused[why].Inc()
+			return e
+		}
+		if ds == nil {
+			// Off the loop (decode worker, Explain): bodies up to the
+			// limit parse at most MaxValues values at once between them.
+			j.r.budget.acquire(values)
+			defer j.r.budget.release(values)
+		}
+	}
 	var e *apiError
 	if ds != nil {
-		e = decodeWith(&j.d, k, body, &ds.p, &ds.sc)
+		if ds.p == nil {
+			ds.p = new(fastjson.Parser)
+		}
+		defer ds.trim(len(body)) // after the views are taken: they keep what they view
+		v, err := ds.p.ParseBytes(body)
+		if lazy && (err != nil || deeper(v, lim.MaxDepth)) {
+			if _, ce, why := lim.check(body); ce != nil {
+				j.r.m.refused[why].Inc()
+				return ce
+			}
+		}
+		if err != nil {
+			return badRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
+		}
+		e = decodeValue(&j.d, k, v, &ds.sc)
 	} else {
 		e = decode(&j.d, k, body)
 	}
@@ -502,9 +552,12 @@ func (j *job) tokenize() {
 	j.own() // the loop serves other requests before the completion
 }
 
-// own replaces the job's views into the loop's decodeScratch by copies.
-// Loop only.
+// own replaces the job's views into the loop's decodeScratch by copies;
+// a job decoded off the loop holds no views (owned). Loop only.
 func (j *job) own() {
+	if j.owned {
+		return
+	}
 	texts := make([]string, len(j.texts))
 	for i, t := range j.texts {
 		texts[i] = strings.Clone(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/admin"
 	"github.com/saltus-lb/saltus/shard/serving"
 )
@@ -52,6 +53,7 @@ var (
 // admin listener shows of it, and how to close the rest.
 type servingPath struct {
 	data     dataPlane
+	router   *shard.Router // nil in tests with fakes
 	backends admin.Backends
 	routes   admin.Routes
 	// ready reports whether a request can be routed now; nil: some
@@ -72,7 +74,7 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 	if err != nil {
 		return nil, err
 	}
-	return &servingPath{data: p.Data, backends: p.Backends, routes: p.Routes, close: p.Close}, nil
+	return &servingPath{data: p.Data, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close}, nil
 }
 
 // closeTimeout bounds the steps after the drain: the admin listener's

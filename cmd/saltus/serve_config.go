@@ -68,6 +68,12 @@ type serveConfig struct {
 	Policy string `yaml:"policy"`
 	// MaxBody: largest request body accepted (413 over it).
 	MaxBody byteSize `yaml:"max-body"`
+	// MaxBodyValues: most JSON values a chat or completion body may hold
+	// (413 over it), counted before it is parsed.
+	MaxBodyValues int `yaml:"max-body-values"`
+	// MaxBodyDepth: deepest nesting of objects and arrays in such a body
+	// (413 over it).
+	MaxBodyDepth int `yaml:"max-body-depth"`
 	// MaxHeader: largest request head accepted (431 over it).
 	MaxHeader byteSize `yaml:"max-header"`
 	// MaxConns: most open client connections (503 and close over it).
@@ -148,6 +154,8 @@ func defaultServeConfig() serveConfig {
 		BlockSize:          d.BlockSize,
 		Policy:             d.Policy,
 		MaxBody:            byteSize(d.MaxBody),
+		MaxBodyValues:      d.MaxBodyValues,
+		MaxBodyDepth:       d.MaxBodyDepth,
 		MaxHeader:          byteSize(d.MaxHeader),
 		MaxConns:           d.MaxConns,
 		HeaderTimeout:      duration(d.HeaderTimeout),
@@ -241,6 +249,12 @@ func (c serveConfig) Validate() error {
 	if c.MaxBody < 1<<10 || c.MaxBody > 1<<30 {
 		bad("max-body", "must be between 1KiB and 1GiB, got %v", c.MaxBody)
 	}
+	if c.MaxBodyValues < 1 {
+		bad("max-body-values", "must be at least 1, got %d", c.MaxBodyValues)
+	}
+	if c.MaxBodyDepth < 1 || c.MaxBodyDepth > shard.MaxScanDepth {
+		bad("max-body-depth", "must be between 1 and %d, got %d", shard.MaxScanDepth, c.MaxBodyDepth)
+	}
 	if c.GCHeapFloor < 0 || c.GCHeapFloor > 4<<30 {
 		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", c.GCHeapFloor)
 	}
@@ -310,7 +324,8 @@ func (c serveConfig) servingConfig() serving.Config {
 	return serving.Config{
 		Listen: c.Listen, Backends: c.Backends, Tokenizer: c.Tokenizer, ChatTemplate: c.ChatTemplate,
 		BlockSize: c.BlockSize, Shards: c.Shards, PinShards: c.PinShards, Policy: c.Policy,
-		MaxBody: int(c.MaxBody), MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
+		MaxBody: int(c.MaxBody), MaxBodyValues: c.MaxBodyValues, MaxBodyDepth: c.MaxBodyDepth,
+		MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
 		HeaderTimeout: c.HeaderTimeout.D(), IdleTimeout: c.IdleTimeout.D(),
 		ConnectTimeout: c.ConnectTimeout.D(), FirstByteTimeout: c.FirstByteTimeout.D(),
 		RequestTimeout: c.RequestTimeout.D(), MaxResponseBody: int(c.MaxResponseBody), BackendHeader: c.BackendHeader,
@@ -386,6 +401,8 @@ func newServeFlags(out io.Writer) *serveFlags {
 		"baselines without the route table: round_robin, least_request (fewer in flight of two random backends), "+
 		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average)")
 	fs.Var(&v.MaxBody, "max-body", "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413")
+	fs.IntVar(&v.MaxBodyValues, "max-body-values", v.MaxBodyValues, "most JSON `values` (objects, arrays, strings, numbers, literals) a chat or completion body may hold, counted before parsing; more get 413")
+	fs.IntVar(&v.MaxBodyDepth, "max-body-depth", v.MaxBodyDepth, "deepest nesting (`levels` of objects and arrays), 1–256, of a chat or completion body; deeper ones get 413")
 	fs.Var(&v.MaxHeader, "max-header", "largest request head (`size`), 1KiB–1MiB; larger ones get 431")
 	fs.IntVar(&v.MaxConns, "max-conns", v.MaxConns, "most open client `connections`; over it a new one gets 503 and is closed")
 	fs.Var(&v.HeaderTimeout, "header-timeout", "`duration` a client has to send a request head (e.g. 10s) before the connection is closed")

@@ -83,7 +83,7 @@ log-format: json
 			"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-token", "tok",
 			"--backend", "http://[::1]:9", "--tokenizer", ".", "--chat-template", "qwen3",
 			"--block-size", "1", "--shards", "3", "--pin-shards=true", "--policy", "least_request",
-			"--max-body", "2MB", "--max-header", "1KiB", "--max-conns", "7",
+			"--max-body", "2MB", "--max-body-values", "1000", "--max-body-depth", "8", "--max-header", "1KiB", "--max-conns", "7",
 			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
 			"--first-byte-timeout", "4s", "--request-timeout", "1h", "--max-response-body", "1MiB", "--backend-header", "name",
 			"--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms", "--health-down-interval", "200ms",
@@ -94,7 +94,7 @@ log-format: json
 				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok", AdminPprof: true,
 				Backends: []string{"http://[::1]:9"}, Tokenizer: ".", ChatTemplate: "qwen3",
 				BlockSize: 1, Shards: 3, PinShards: true, Policy: "least_request",
-				MaxBody: 2e6, MaxHeader: 1 << 10, MaxConns: 7,
+				MaxBody: 2e6, MaxBodyValues: 1000, MaxBodyDepth: 8, MaxHeader: 1 << 10, MaxConns: 7,
 				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
 				ConnectTimeout: duration(3 * time.Second), FirstByteTimeout: duration(4 * time.Second),
 				RequestTimeout: duration(time.Hour), MaxResponseBody: 1 << 20, BackendHeader: "name",
@@ -152,6 +152,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.MaxBody = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
 		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
 		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
+		{func(c *serveConfig) { c.MaxBodyValues = 0 }, `config: max-body-values: must be at least 1, got 0`},
+		{func(c *serveConfig) { c.MaxBodyDepth = 300 }, `config: max-body-depth: must be between 1 and 256, got 300`},
 		{func(c *serveConfig) { c.GCHeapFloor = 5 << 30 }, `config: gc-heap-floor: must be between 0 and 4GiB, got 5GiB`},
 		{func(c *serveConfig) { c.TokenBudget = 100 }, `config: token-budget: must be between 1KiB and 1GiB, got 100B`},
 		{func(c *serveConfig) { c.MaxConns = 0 }, `config: max-conns: must be at least 1, got 0`},
@@ -343,6 +345,8 @@ shards: 0
 pin-shards: false
 policy: prefix
 max-body: 16MiB
+max-body-values: 1100000
+max-body-depth: 64
 max-header: 64KiB
 max-conns: 10000
 header-timeout: 10s

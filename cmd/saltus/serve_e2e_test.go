@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/shard"
 )
 
 // upstream is a test engine: it answers chat completions with its own name,
@@ -104,6 +106,7 @@ type served struct {
 	cfg         serveConfig // as validated
 	logs        func() string
 	set         *metrics.Set // the data plane's and the admin listener's
+	router      *shard.Router
 
 	signals chan os.Signal
 	sigOnce sync.Once
@@ -173,8 +176,9 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 		t.Fatal(err)
 	}
 	s := &served{
-		cfg: cfg,
-		set: set,
+		cfg:    cfg,
+		set:    set,
+		router: sp.router,
 		logs: func() string {
 			logMu.Lock()
 			defer logMu.Unlock()

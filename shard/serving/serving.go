@@ -38,6 +38,8 @@ type Config struct {
 	PinShards          bool
 	Policy             string
 	MaxBody            int
+	MaxBodyValues      int // JSON values a chat or completion body may hold (shard.BodyLimits)
+	MaxBodyDepth       int // nesting depth it may have
 	MaxHeader          int
 	MaxConns           int
 	HeaderTimeout      time.Duration
@@ -65,6 +67,8 @@ func DefaultConfig() Config {
 		BlockSize:          16, // vLLM's default KV block size
 		Policy:             "prefix",
 		MaxBody:            16 << 20,
+		MaxBodyValues:      shard.DefaultBodyLimits().MaxValues,
+		MaxBodyDepth:       shard.DefaultBodyLimits().MaxDepth,
 		MaxHeader:          64 << 10,
 		MaxConns:           10000,
 		HeaderTimeout:      10 * time.Second,
@@ -179,6 +183,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.ChatTemplate = cfg.ChatTemplate
 	scfg.Policy = cfg.Policy
 	scfg.LoadFactor = cfg.LoadFactor
+	scfg.Body = shard.BodyLimits{MaxValues: cfg.MaxBodyValues, MaxDepth: cfg.MaxBodyDepth}
 	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks
 	scfg.Tree.TTL = cfg.RouteTTL
