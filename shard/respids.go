@@ -223,6 +223,13 @@ func (r *Router) answerHook(on int) backend.AnswerHook {
 	}
 }
 
+// maxAnswerParse bounds the answer bytes parsed to find a response id:
+// the parse runs on an event loop (the loop path) and its parser goes
+// back to a pool, so an answer of many tiny values must not be parsed
+// whole. vLLM's answers start with the id and are not parsed at all; a
+// response.created event is a few KiB.
+const maxAnswerParse = 64 << 10
+
 // jsonResponseID is the top-level "id" of a Responses answer body. vLLM
 // writes it first (`{"id":"resp_…",`), which is read without a parse;
 // any other shape is parsed.
@@ -233,8 +240,13 @@ func jsonResponseID(body []byte) string {
 			return string(rest[:i])
 		}
 	}
+	if len(body) > maxAnswerParse {
+		// Not vLLM's shape and too large to parse on a loop (a lying or
+		// foreign backend): its id is not remembered.
+		return ""
+	}
 	p := parsers.Get()
-	defer parsers.Put(p)
+	defer parsers.Put(p) // at most maxAnswerParse bytes of values: bounded
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return "" // not JSON: nothing to remember
@@ -256,8 +268,11 @@ func sseResponseID(ev []byte) (id string, seen bool) {
 	if data == nil {
 		return "", false
 	}
+	if len(data) > maxAnswerParse {
+		return "", true // see jsonResponseID
+	}
 	p := parsers.Get()
-	defer parsers.Put(p)
+	defer parsers.Put(p) // at most maxAnswerParse bytes of values: bounded
 	v, err := p.ParseBytes(data)
 	if err != nil || stringField(chat.Field(v, "type")) != "response.created" {
 		return "", true

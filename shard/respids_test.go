@@ -233,3 +233,24 @@ func TestRouterResponseIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseIDParseBounded: an answer that is not vLLM's shape is parsed
+// for its id only up to maxAnswerParse bytes (the parse runs on a loop).
+func TestResponseIDParseBounded(t *testing.T) {
+	t.Parallel()
+	small := `{"object":"response","id":"resp_1"}`
+	if got := jsonResponseID([]byte(small)); got != "resp_1" {
+		t.Fatalf("small answer: id %q", got)
+	}
+	big := `{"object":"response","junk":[` + strings.Repeat("1,", maxAnswerParse) + `1],"id":"resp_2"}`
+	if got := jsonResponseID([]byte(big)); got != "" {
+		t.Fatalf("large answer parsed: id %q", got)
+	}
+	if got := jsonResponseID([]byte(`{"id":"resp_3",` + big[1:])); got != "resp_3" {
+		t.Fatalf("vLLM's shape: id %q", got)
+	}
+	ev := "event: response.created\ndata: " + `{"type":"response.created","junk":[` + strings.Repeat("1,", maxAnswerParse) + `1],"response":{"id":"resp_4"}}` + "\n\n"
+	if id, seen := sseResponseID([]byte(ev)); id != "" || !seen {
+		t.Fatalf("large event: id %q seen %v", id, seen)
+	}
+}
