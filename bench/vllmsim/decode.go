@@ -61,6 +61,23 @@ func badRequest(param, format string, args ...any) *apiError {
 // and given back within one decodeRequest call.
 var parsers fastjson.ParserPool
 
+// parseObject parses body with p as a JSON object whose "model", if
+// given, is a string or null: what every endpoint's decoder starts with.
+// Any model name is served (doc.go, Limits), but it must be a string.
+func parseObject(p *fastjson.Parser, body []byte) (*fastjson.Value, *apiError) {
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, badRequest("", "request body is not valid JSON: %v", err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return nil, badRequest("", "request body must be a JSON object, got %s", v.Type())
+	}
+	if mv := chat.Field(v, "model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
+		return nil, badRequest("model", "model: want a string, got %s", mv.Type())
+	}
+	return v, nil
+}
+
 // decodeRequest parses body as a request to endpoint k. Client input
 // never panics: it decodes, or returns a 400 naming the field. Any
 // goroutine.
@@ -68,16 +85,9 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 	r := request{kind: k}
 	p := parsers.Get()
 	defer parsers.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return r, badRequest("", "request body is not valid JSON: %v", err)
-	}
-	if v.Type() != fastjson.TypeObject {
-		return r, badRequest("", "request body must be a JSON object, got %s", v.Type())
-	}
-	// Any model name is served (doc.go, Limits), but it must be a string.
-	if mv := chat.Field(v, "model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
-		return r, badRequest("model", "model: want a string, got %s", mv.Type())
+	v, e := parseObject(p, body)
+	if e != nil {
+		return r, e
 	}
 	if k != kindTokenize {
 		if e := optBool(v, &r.stream, "stream"); e != nil {

@@ -194,19 +194,8 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 			maxLen, t.n+max(maxTokens, 1), t.n, param, max(maxTokens, 1), param))
 		return
 	}
-	if reset && !req.stream {
-		s.injected.Inc()
-		ctx.HijackSetNoResponse(true)
-		ctx.Hijack(func(c net.Conn) { setLingerZero(c) }) // fasthttp closes c when this returns
-		return
-	}
-	sq := newSeq(t.keys, t.n, maxTokens)
-	if err := s.eng.submit(sq); err != nil {
-		if errors.Is(err, errQueueFull) {
-			s.rejected.Inc()
-			err = fmt.Errorf("%w (%d requests)", err, s.cfg.MaxWaiting)
-		}
-		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: err.Error(), code: "overloaded"})
+	sq := s.start(ctx, reset && !req.stream, t.keys, t.n, maxTokens)
+	if sq == nil {
 		return
 	}
 	a := &answer{kind: k, model: s.model, created: time.Now().Unix(), include: req.includeUsage,
@@ -296,6 +285,30 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 	buf = append(buf, "data: [DONE]\n\n"...)
 	_, _ = w.Write(buf) // a client gone now has its whole answer but the end
 	_ = w.Flush()
+}
+
+// start submits a sequence of the prompt's keys and n tokens, generating
+// up to maxTokens, to the engine, and returns it; or answers ctx itself
+// and returns nil: a connection reset before any answer when resetNow
+// (X-Sim-Fail: reset on a whole answer), 503 when the waiting queue is
+// full. Chat, completions and Responses requests start through it.
+func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, keys []uint64, n, maxTokens int) *seq {
+	if resetNow {
+		s.injected.Inc()
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(c net.Conn) { setLingerZero(c) }) // fasthttp closes c when this returns
+		return nil
+	}
+	sq := newSeq(keys, n, maxTokens)
+	if err := s.eng.submit(sq); err != nil {
+		if errors.Is(err, errQueueFull) {
+			s.rejected.Inc()
+			err = fmt.Errorf("%w (%d requests)", err, s.cfg.MaxWaiting)
+		}
+		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: err.Error(), code: "overloaded"})
+		return nil
+	}
+	return sq
 }
 
 // resetStream sends the chunks in buf, then resets the connection.

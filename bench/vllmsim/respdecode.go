@@ -34,15 +34,9 @@ func decodeResponsesRequest(body []byte) (respRequest, *apiError) {
 	r := respRequest{store: true, temperature: 1, topP: 1}
 	p := parsers.Get()
 	defer parsers.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return r, badRequest("", "request body is not valid JSON: %v", err)
-	}
-	if v.Type() != fastjson.TypeObject {
-		return r, badRequest("", "request body must be a JSON object, got %s", v.Type())
-	}
-	if mv := chat.Field(v, "model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
-		return r, badRequest("model", "model: want a string, got %s", mv.Type())
+	v, e := parseObject(p, body)
+	if e != nil {
+		return r, e
 	}
 	for _, b := range []struct {
 		dst  *bool

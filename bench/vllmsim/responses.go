@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -217,19 +216,8 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		maxTokens = req.maxOutput
 	}
 	maxTokens = min(maxTokens, maxLen-t.n)
-	if reset && !req.stream {
-		s.injected.Inc()
-		ctx.HijackSetNoResponse(true)
-		ctx.Hijack(func(c net.Conn) { setLingerZero(c) })
-		return
-	}
-	sq := newSeq(t.keys, t.n, maxTokens)
-	if err := s.eng.submit(sq); err != nil {
-		if errors.Is(err, errQueueFull) {
-			s.rejected.Inc()
-			err = fmt.Errorf("%w (%d requests)", err, s.cfg.MaxWaiting)
-		}
-		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: err.Error(), code: "overloaded"})
+	sq := s.start(ctx, reset && !req.stream, t.keys, t.n, maxTokens)
+	if sq == nil {
 		return
 	}
 	a := s.newRespAnswer(&req, msgs, maxTokens, t.hash)
