@@ -286,18 +286,18 @@ func TestFeedbackMetricsAndDemotion(t *testing.T) {
 
 	pred := 2 * total * 16
 	for name, want := range map[string]string{
-		"saltus_route_predicted_cached_tokens_total":                            fmt.Sprint(pred),
-		"saltus_route_actual_cached_tokens_total":                               fmt.Sprint((total - 1) * 16),
+		"saltus_route_predicted_cached_tokens_total":                           fmt.Sprint(pred),
+		"saltus_route_actual_cached_tokens_total":                              fmt.Sprint((total - 1) * 16),
 		`saltus_route_cache_predictions_total{predicted="miss",actual="miss"}`: "1",
 		`saltus_route_cache_predictions_total{predicted="hit",actual="hit"}`:   "1",
 		`saltus_route_cache_predictions_total{predicted="hit",actual="miss"}`:  "1",
 		`saltus_route_cache_predictions_total{predicted="miss",actual="hit"}`:  "0",
-		"saltus_route_contradicted_total":                                       "1",
-		"saltus_route_usage_absent_total":                                       "1",
-		"saltus_route_cached_error_blocks_count":                                "3",
-		"saltus_route_cached_error_blocks_sum":                                  fmt.Sprint(-1 - total),
-		`saltus_route_cached_error_blocks_bucket{le="-1"}`:                      "2",
-		`saltus_route_cached_error_blocks_bucket{le="0"}`:                       "3",
+		"saltus_route_contradicted_total":                                      "1",
+		"saltus_route_usage_absent_total":                                      "1",
+		"saltus_route_cached_error_blocks_count":                               "3",
+		"saltus_route_cached_error_blocks_sum":                                 fmt.Sprint(-1 - total),
+		`saltus_route_cached_error_blocks_bucket{le="-1"}`:                     "2",
+		`saltus_route_cached_error_blocks_bucket{le="0"}`:                      "3",
 	} {
 		if got := e.metric(t, name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)

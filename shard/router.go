@@ -79,7 +79,7 @@ type Router struct {
 	logger *slog.Logger
 	m      *routerMetrics
 	fb     *feedbackMetrics // pending routes and engine feedback (feedback.go)
-	rs     *respState // response ids (respids.go)
+	rs     *respState       // response ids (respids.go)
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
