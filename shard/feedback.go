@@ -194,8 +194,8 @@ func (j *job) feedback(o backend.Outcome) {
 			m.observeError(cached/bs - predicted/bs)
 			m.predictions[b2i(predicted >= bs)][b2i(cached >= bs)].Inc()
 			if pb, ab := predicted/bs, cached/bs; pb >= contradictMinBlocks && ab*contradictRatio <= pb {
-				m.contradicted.Inc()
 				j.demote(o.Backend.ID, ab, m.demoted)
+				m.contradicted.Inc()
 			}
 		}
 	}
