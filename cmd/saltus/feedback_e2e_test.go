@@ -52,7 +52,9 @@ func TestServeEngineFeedback(t *testing.T) {
 	if a.status != 200 || !strings.HasPrefix(a.route, "0/") {
 		t.Fatalf("first: %d %q %s", a.status, a.route, a.body)
 	}
-	waitFor(t, func() bool { return metric(`saltus_route_cache_predictions_total{predicted="miss",actual="miss"}`) == 1 })
+	waitFor(t, func() bool {
+		return metric(`saltus_route_cache_predictions_total{predicted="miss",actual="miss"}`) == 1
+	})
 	// Warm, non-streamed: predicted hit, the engine agrees.
 	a = s.chat(t, body(false), "X-Cached", "1984")
 	matched, _, _ := strings.Cut(a.route, "/")
