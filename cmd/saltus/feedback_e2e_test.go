@@ -31,10 +31,20 @@ func usageUpstream(t *testing.T, name string) *upstream {
 
 // TestServeEngineFeedback: through the real serving path, the engines'
 // usage (a whole JSON answer, a stream's usage chunk) is compared with the
-// route table's prediction, and a contradicted holder is demoted.
+// route table's prediction, and a contradicted holder is demoted; on
+// both upstream paths of non-streamed answers.
 func TestServeEngineFeedback(t *testing.T) {
 	t.Parallel()
-	s := startServeWith(t, []*upstream{usageUpstream(t, "a"), usageUpstream(t, "b")}, nil)
+	for _, io := range []string{"loop", "goroutine"} {
+		t.Run(io, func(t *testing.T) {
+			t.Parallel()
+			testEngineFeedback(t, io)
+		})
+	}
+}
+
+func testEngineFeedback(t *testing.T, upstreamIO string) {
+	s := startServeWith(t, []*upstream{usageUpstream(t, "a"), usageUpstream(t, "b")}, func(c *serveConfig) { c.UpstreamIO = upstreamIO })
 	metric := func(name string) int {
 		t.Helper()
 		a := s.adm(t, "GET", "/metrics", "")
