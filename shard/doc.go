@@ -23,7 +23,12 @@
 // its mailbox is full, goes through Forward).
 // When the answer's head is 2xx (Hooks.FirstByte, on the proxy goroutine)
 // the keys are inserted on the owner shard with the backend that answered
-// (stage 9; Router.learn says why that one).
+// (stage 9; Router.learn says why that one). The decided backend was
+// already inserted as a pending holder when the decision was made, so
+// that concurrent siblings follow it; an attempt that gets no 2xx from it
+// removes that holder again (pending.go). Routed chat and completion
+// answers' usage is compared with the prediction, and a holder the engine
+// contradicts is demoted (feedback.go).
 //
 // That is the default policy, "prefix". Config.Policy selects a baseline
 // instead, so that the benchmark can compare on identical backends:

@@ -78,7 +78,8 @@ type Router struct {
 	shards []*shardState
 	logger *slog.Logger
 	m      *routerMetrics
-	rs     *respState // response ids (respids.go)
+	fb     *feedbackMetrics // pending routes and engine feedback (feedback.go)
+	rs     *respState       // response ids (respids.go)
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
@@ -177,6 +178,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		post:   post,
 		logger: logger.With("component", "shard"),
 		m:      newRouterMetrics(set),
+		fb:     newFeedbackMetrics(set),
 		rs:     newRespState(set, loops),
 		group:  rules.NewGroup(context.Background()),
 		epoch:  time.Now(),
@@ -415,6 +417,7 @@ type job struct {
 	// teach (see lookup).
 	fresh   bool
 	freshID int
+	fb      routeFeedback // the tree decision, for pending routes and feedback (pending.go)
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its
@@ -667,6 +670,7 @@ func (j *job) lookup() {
 	sh.views = j.r.views(sh.views[:0], snap)
 	d := decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc)
 	j.markFresh(d, sh.hits, now)
+	j.pend(d, now)
 	j.finish(d, snap, j.owner)
 }
 
@@ -752,7 +756,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
 	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
-	h := backend.Hooks{Done: func(o backend.Outcome) { r.m.request(j.route, o.Status) }}
+	h := backend.Hooks{Done: func(o backend.Outcome) { r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(-1)
 	}
@@ -816,6 +820,7 @@ func (r *Router) learn(j *job, backendID int) { r.learnFrom(-1, j, backendID) }
 // learnFrom is learn called on loop `on` (-1: not on a loop): on the owner
 // loop it inserts at once, elsewhere it posts to the owner.
 func (r *Router) learnFrom(on int, j *job, backendID int) {
+	j.confirm(backendID)
 	if j.fresh && backendID == j.freshID {
 		r.m.learnSkipped.Inc()
 		return

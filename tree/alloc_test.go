@@ -22,6 +22,7 @@ func TestZeroAllocs(t *testing.T) {
 		{"BlockKeys", func() { dst = BlockKeys(dst[:0], 1, toks, DefaultBlockSize) }},
 		{"Match", func() { hits, _ = tr.Match(hits[:0], prompt, 2) }},
 		{"InsertRefresh", func() { _ = tr.Insert(prompt, bounds, 1, Local, 3) }},
+		{"Demote", func() { _ = tr.Demote(prompt, 1, len(prompt)/2, 4) }},
 	} {
 		if n := testing.AllocsPerRun(100, tc.f); n != 0 {
 			t.Errorf("%s: %v allocs/op, want 0", tc.name, n)

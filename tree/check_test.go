@@ -208,7 +208,7 @@ func mustNew(tb testing.TB, cfg Config) *Tree {
 
 // op is one step of a property or fuzz run.
 type op struct {
-	kind    uint8 // 0 insert, 1 match, 2 remove backend, 3 maintain, 4 time jump
+	kind    uint8 // 0 insert, 1 match, 2 remove backend, 3 maintain, 4 time jump, 5 demote
 	syms    []int32
 	bounds  []int
 	backend uint16
@@ -228,9 +228,9 @@ func decodeOps(data []byte, backends int) []op {
 		return b
 	}
 	for len(data) > 0 {
-		o := op{kind: next() % 5}
+		o := op{kind: next() % 6}
 		switch o.kind {
-		case 0, 1:
+		case 0, 1, 5:
 			n := int(next() % 14)
 			for i := 0; i < n; i++ {
 				o.syms = append(o.syms, int32(next()%3))
@@ -242,6 +242,9 @@ func decodeOps(data []byte, backends int) []op {
 			o.origin = Local
 			if next()%2 == 1 {
 				o.origin = Remote
+			}
+			if o.kind == 5 {
+				o.n = int(next()%16) - 1 // keepBlocks
 			}
 		case 2:
 			o.backend = uint16(int(next()) % backends)
@@ -297,9 +300,73 @@ func runOracle(t *testing.T, ops []op, holders int) {
 			tr.Maintain(now, o.n)
 		case 4:
 			now += int64(o.n)
+		case 5:
+			paths, starts := tr.demoteTargets(chain, o.n)
+			before := tr.Stats().HolderDrops[DropDemoted]
+			removed := tr.Demote(chain, int(o.backend), o.n, now)
+			visible := 0
+			for k, p := range paths {
+				visible += or.demote(p, starts[k], o.backend, now)
+			}
+			if removed != visible || tr.Stats().HolderDrops[DropDemoted]-before != uint64(removed) {
+				t.Fatalf("op %d: Demote removed %d (stats +%d), oracle %d visible", i, removed, tr.Stats().HolderDrops[DropDemoted]-before, visible)
+			}
 		}
 		if err := tr.check(); err != nil {
 			t.Fatalf("op %d (%+v): %v", i, o, err)
 		}
 	}
+}
+
+// demoteTargets lists, for Demote(chain, _, keep), the nodes it must visit
+// with their reach beyond keep, read from the tree's structure: each as its
+// full key path from the root to the end of its edge and the depth its
+// edge starts at. The oracle drops the holder from every prefix of such a
+// path deeper than its start (a holder on a node claims the whole edge).
+func (t *Tree) demoteTargets(chain []uint64, keep int) (paths [][]uint64, starts []int) {
+	p, cur := 0, root
+	for p < len(chain) {
+		id, ok := t.index[chain[p]]
+		if !ok || t.nodes[id].parent != cur {
+			break
+		}
+		n := &t.nodes[id]
+		k := commonPrefix(n.edge(), chain[p:])
+		if p+k > keep {
+			var path []uint64
+			for a := id; a != root; a = t.nodes[a].parent {
+				path = append(slices.Clone(t.nodes[a].edge()), path...)
+			}
+			paths, starts = append(paths, path), append(starts, p)
+		}
+		p += k
+		cur = id
+		if k < int(n.kn) {
+			break
+		}
+	}
+	return paths, starts
+}
+
+// demote drops backend b from every prefix of path deeper than start and
+// returns how many of the removed entries were visible at now.
+func (o *oracle) demote(path []uint64, start int, b uint16, now int64) int {
+	visible := 0
+	for d := start + 1; d <= len(path); d++ {
+		k := prefixKey(path[:d])
+		hs := o.m[k]
+		for i := range hs {
+			if hs[i].backend == b {
+				if d == len(path) && o.valid(hs[i], now) {
+					visible++ // one tree holder per node: count it once
+				}
+				hs = slices.Delete(hs, i, i+1)
+				break
+			}
+		}
+		if _, ok := o.m[k]; ok {
+			o.m[k] = hs
+		}
+	}
+	return visible
 }

@@ -9,7 +9,9 @@
 // model name. Stage 6 asks the owner shard's [Tree] which backends hold the
 // longest prefix of that chain ([Tree.Match]); stage 9 teaches the tree what a
 // backend now holds once it answered ([Tree.Insert]); stage 10 inserts what
-// peer routers learned with origin [Remote].
+// peer routers learned with origin [Remote]. [Tree.Demote] takes a holder
+// back off a chain beyond a depth: a pending route whose attempt failed, or
+// a backend whose engine reported holding less than the tree believed.
 //
 // # Shape
 //

@@ -600,6 +600,87 @@ func (t *Tree) RemoveBackend(backend int) error {
 	return nil
 }
 
+// Demote drops backend's holder from the nodes of chain that reach beyond
+// keepBlocks blocks, as when the engine reported that it holds only the
+// first keepBlocks blocks of chain (or a pending route failed). It returns
+// how many holders it removed, counted in Stats.HolderDrops[DropDemoted]
+// (an already invisible holder it removes is counted under its own
+// reason, expired or backend_removed, and not returned).
+//
+// A node whose edge straddles keepBlocks (it starts before it and ends
+// after it) loses the holder too: a holder on a node claims the whole
+// edge, so keeping it would keep claiming blocks the engine denied. This
+// is conservative: the backend keeps credit only up to the start of that
+// node. The same holds for the last node a chain reaches that diverges
+// from the chain inside its edge (the holder is dropped from the whole
+// edge, the part shared with other chains included). Nodes of chain that
+// end at or before keepBlocks, nodes below the chain's end and other
+// backends' holders are not touched: the walk is one map probe per node
+// on chain's path, O(len(chain)), bounded by MaxBlocks, and it allocates
+// nothing. Nodes left without holders are removed by [Tree.Maintain].
+//
+// keepBlocks ≤ 0 drops the holder from the whole path; keepBlocks ≥
+// len(chain) drops nothing. A backend index outside [0, MaxBackends)
+// removes nothing. Demote does not change recency. Loop only.
+func (t *Tree) Demote(chain []uint64, backend, keepBlocks int, now int64) (removed int) {
+	if backend < 0 || backend >= len(t.epochs) || keepBlocks >= len(chain) {
+		return 0
+	}
+	if len(chain) > t.cfg.MaxBlocks {
+		chain = chain[:t.cfg.MaxBlocks]
+	}
+	b := uint16(backend)
+	p, cur := 0, root
+	for p < len(chain) {
+		id, ok := t.index[chain[p]]
+		if !ok {
+			break
+		}
+		n := &t.nodes[id]
+		if n.parent != cur {
+			t.stats.Collisions++ // see Match
+			break
+		}
+		k := commonPrefix(n.edge(), chain[p:])
+		p += k
+		if p > keepBlocks {
+			removed += t.dropHolder(id, b, now)
+		}
+		cur = id
+		if k < int(n.kn) {
+			break
+		}
+	}
+	return removed
+}
+
+// dropHolder removes backend b's holder from node id, if it has one, and
+// returns 1 if that holder was visible.
+func (t *Tree) dropHolder(id nodeID, b uint16, now int64) int {
+	hs := t.holdersOf(id)
+	for i := range hs {
+		if hs[i].backend != b {
+			continue
+		}
+		visible := 0
+		if t.valid(&hs[i], now) {
+			t.stats.HolderDrops[DropDemoted]++
+			visible = 1
+		} else {
+			t.stats.HolderDrops[t.invalidReason(&hs[i])]++
+		}
+		t.countHolder(hs[i].origin(), -1)
+		last := len(hs) - 1
+		hs[i] = hs[last]
+		t.nodes[id].nHolders = uint8(last)
+		if last > 0 && t.nodes[id].list != listNone {
+			t.relist(id, false)
+		}
+		return visible
+	}
+	return 0
+}
+
 // Maintain does at most budget units of cleanup work and returns how many
 // it did: it visits budget slab slots, round robin, drops expired holders
 // and holders of removed backends, and deletes nodes left without holders
@@ -686,11 +767,14 @@ const (
 	DropExpired
 	// DropBackendRemoved: its backend was removed (RemoveBackend).
 	DropBackendRemoved
+	// DropDemoted: Demote removed it (the engine reported holding less,
+	// or a pending route's attempt failed).
+	DropDemoted
 	numDropReasons
 )
 
 func (r DropReason) String() string {
-	return [...]string{"cap", "expired", "backend_removed"}[r]
+	return [...]string{"cap", "expired", "backend_removed", "demoted"}[r]
 }
 
 // Stats is a snapshot of the tree's size and counters.

@@ -380,6 +380,16 @@ func runCapacity(t *testing.T, ops []op, maxBlocks int) {
 			tr.Maintain(now, o.n)
 		case 4:
 			now += int64(o.n)
+		case 5:
+			tr.Demote(chain, int(o.backend), o.n, now)
+			// The tree drops at least the chain's prefixes deeper than
+			// keep (more on a straddling node): the truth drops those.
+			for d := max(o.n, 0) + 1; d <= len(chain); d++ {
+				k := prefixKey(chain[:d])
+				if hs, ok := truth.m[k]; ok {
+					truth.m[k] = slices.DeleteFunc(hs, func(h oholder) bool { return h.backend == o.backend })
+				}
+			}
 		}
 		if err := tr.check(); err != nil {
 			t.Fatalf("op %d (%+v): %v", i, o, err)
@@ -421,5 +431,76 @@ func TestHitUsed(t *testing.T) {
 	insert(t, tr, a, nil, 0, Local, 50)
 	if got := hits(t, tr, a, 60); got[0].Used != 50 {
 		t.Errorf("after a refresh Used = %d, want 50", got[0].Used)
+	}
+}
+
+func TestDemote(t *testing.T) {
+	t.Parallel()
+	f := func(bounds []int, keep, wantRemoved, wantBlocks0, wantBlocks1 int) {
+		t.Helper()
+		tr := mustNew(t, DefaultConfig())
+		chain := symChain([]int32{1, 2, 3, 4, 5, 6, 7, 8})
+		if err := tr.Insert(chain, bounds, 0, Local, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Insert(chain, nil, 1, Local, 10); err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.Demote(chain, 0, keep, 11); got != wantRemoved {
+			t.Fatalf("Demote(keep %d) removed %d, want %d", keep, got, wantRemoved)
+		}
+		if got := tr.Stats().HolderDrops[DropDemoted]; got != uint64(wantRemoved) {
+			t.Fatalf("HolderDrops[demoted] = %d, want %d", got, wantRemoved)
+		}
+		hits, _ := tr.Match(nil, chain, 12)
+		sortHits(hits)
+		var b0, b1 int
+		for _, h := range hits {
+			if h.Backend == 0 {
+				b0 = h.Blocks
+			} else {
+				b1 = h.Blocks
+			}
+		}
+		if b0 != wantBlocks0 || b1 != wantBlocks1 {
+			t.Fatalf("after Demote(keep %d): backend 0 holds %d, 1 holds %d; want %d and %d", keep, b0, b1, wantBlocks0, wantBlocks1)
+		}
+		if err := tr.check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nodes [0,2) [2,5) [5,8): keep at a node end keeps exactly that.
+	f([]int{2, 5}, 5, 1, 5, 8)
+	f([]int{2, 5}, 2, 2, 2, 8)
+	// A straddling node loses the holder: keep 3 inside [2,5) keeps 2.
+	f([]int{2, 5}, 3, 2, 2, 8)
+	// keep ≤ 0 drops the whole path; keep ≥ the chain drops nothing.
+	f([]int{2, 5}, 0, 3, 0, 8)
+	f([]int{2, 5}, -1, 3, 0, 8)
+	f([]int{2, 5}, 8, 0, 8, 8)
+	// One node for the whole chain: any keep below it drops it.
+	f(nil, 7, 1, 0, 8)
+}
+
+func TestDemoteEmptiedNodesMaintained(t *testing.T) {
+	t.Parallel()
+	tr := mustNew(t, DefaultConfig())
+	chain := symChain([]int32{1, 2, 3, 4})
+	if err := tr.Insert(chain, []int{2}, 3, Local, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Demote(chain, 3, 2, 11); got != 1 {
+		t.Fatalf("removed %d, want 1", got)
+	}
+	tr.Maintain(12, 100)
+	if s := tr.Stats(); s.Nodes != 1 || s.Blocks != 2 || s.NodeEvictions[EvictEmpty] != 1 {
+		t.Fatalf("after Maintain: %d nodes, %d blocks, %d emptied; want 1, 2, 1", s.Nodes, s.Blocks, s.NodeEvictions[EvictEmpty])
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
+	// Out-of-range backends remove nothing.
+	if tr.Demote(chain, -1, 0, 12) != 0 || tr.Demote(chain, 1<<20, 0, 12) != 0 {
+		t.Fatal("Demote of an invalid backend removed holders")
 	}
 }

@@ -167,6 +167,29 @@ func BenchmarkInsert(b *testing.B) {
 	})
 }
 
+// BenchmarkDemote: a pending route's removal (or an engine's
+// contradiction) on a 256-block chain with a node every 16 blocks, then
+// the insert that restores it (Demote alone would find nothing to drop
+// after the first op).
+func BenchmarkDemote(b *testing.B) {
+	tr, prompt := routeTable(b, 100_000)
+	var bounds []int
+	for i := 16; i < len(prompt); i += 16 {
+		bounds = append(bounds, i)
+	}
+	b.ReportAllocs()
+	now := int64(10)
+	for b.Loop() {
+		now++
+		if err := tr.Insert(prompt, bounds, 1, Local, now); err != nil {
+			b.Fatal(err)
+		}
+		if tr.Demote(prompt, 1, 32, now) == 0 {
+			b.Fatal("nothing demoted")
+		}
+	}
+}
+
 // BenchmarkMemoryPerBlock fills a tree to 1,000,000 blocks and reports the
 // live heap per stored block.
 func BenchmarkMemoryPerBlock(b *testing.B) {

@@ -1,0 +1,55 @@
+package backend
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/valyala/fastjson"
+)
+
+func TestUsageOfBounded(t *testing.T) {
+	t.Parallel()
+	f := func(body, want string) {
+		t.Helper()
+		if got := string(usageOf([]byte(body))); got != want {
+			t.Errorf("usageOf(%.60q…) = %q, want %q", body, got, want)
+		}
+	}
+	u := `{"prompt_tokens":9000,"prompt_tokens_details":{"cached_tokens":8192}}`
+	big := strings.Repeat("x", 100<<10)
+	f(`{"id":"a","usage":`+u+`}`, u)
+	// Over 64 KiB only the usage object is parsed.
+	f(`{"choices":[{"message":{"content":"`+big+`"}}],"usage":`+u+`}`, u)
+	f(`{"choices":[{"message":{"content":"`+big+`"}}], "usage" : `+u+` }`, u)
+	// A "usage" inside a string (escaped quotes) is not the key.
+	f(`{"choices":[{"message":{"content":"`+big+`\"usage\":{}"}}]}`, ``)
+	// A usage object longer than the bound, or not an object, is ignored.
+	f(`{"choices":[],"usage":{"x":"`+big+`"}}`, ``)
+	f(`{"choices":"`+big+`","usage":null}`, ``)
+	f(`{"choices":"`+big+`","usage":{"a":"}"}}`, `{"a":"}"}`)
+	f(`{"usage":null}`, ``)
+	f(`not json "usage"`, ``)
+}
+
+// FuzzUsageOf: whatever the body, usageOf does not panic and returns nil
+// or a JSON object; below the bound it agrees with a whole parse.
+func FuzzUsageOf(f *testing.F) {
+	f.Add([]byte(`{"usage":{"prompt_tokens":3}}`), uint16(0))
+	f.Add([]byte(`{"a":"\"usage\":{}","usage":{"b":[1,{"c":"}"}]}}`), uint16(65000))
+	f.Fuzz(func(t *testing.T, body []byte, pad uint16) {
+		if len(body) > 4096 {
+			return
+		}
+		small := usageOf(body)
+		padded := append([]byte(strings.Repeat(" ", int(pad)+int(pad)%3*(40<<10))), body...)
+		for _, got := range [][]byte{small, usageOf(padded)} {
+			if got == nil {
+				continue
+			}
+			v, err := fastjson.ParseBytes(got)
+			if err != nil || v.Type() != fastjson.TypeObject {
+				t.Fatalf("usageOf(%q) = %q: not a JSON object", body, got)
+			}
+		}
+	})
+}

@@ -1,0 +1,212 @@
+package shard
+
+import (
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/shard/backend"
+)
+
+// Feedback from the engine (issue 11). A routed chat or completions
+// request asks its Forward for the answer's usage object (Hooks.Usage:
+// the non-streamed body, or a stream's usage chunk); Done reads
+// usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens and
+// compares them with the tree's prediction for the backend that answered
+// (Decision.MatchedBlocks × BlockSize, capped at prompt_tokens):
+//   - metrics of predicted and actual cached tokens, a histogram of the
+//     error in blocks, and predicted × actual hit counts (precision =
+//     hit/hit over predicted hit; recall = hit/hit over actual hit);
+//   - a contradicted holder (predicted at least contradictMinBlocks, the
+//     engine reports at most a contradictRatio-th of it) is demoted at once
+//     to what the engine reports (tree.Demote on the owner loop): the
+//     engine evicted what the tree believed it kept, so the tree's ages for
+//     that backend are not to be trusted for this prefix;
+//   - the backend's prefill model is fed ObserveTTFT(uncached, TTFB) with
+//     the engine's own uncached count (prompt_tokens − cached_tokens), or
+//     the predicted one when the answer had no usage.
+
+// Contradiction thresholds: predicted at least contradictMinBlocks blocks
+// and the engine's cached blocks at most predicted / contradictRatio. vLLM
+// recomputes at least the last token of a fully cached prompt (its
+// cached_tokens is then a block short), and a prefix evicted in part is
+// still worth most of its blocks: neither is a contradiction.
+const (
+	contradictMinBlocks = 4
+	contradictRatio     = 4
+)
+
+// maxUsageBytes bounds the usage object parsed (vLLM's is ~150 bytes).
+const maxUsageBytes = 4 << 10
+
+// errorBuckets are the le bounds of saltus_route_cached_error_blocks:
+// actual − predicted cached blocks. Negative: the tree over-promised.
+var errorBuckets = [...]float64{-256, -64, -16, -4, -1, 0, 1, 4, 16, 64, 256}
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_route_predicted_cached_tokens_total": "Prompt tokens the route table predicted the answering backend had cached (matched blocks × block size, capped at prompt_tokens), over answers whose usage reported cached_tokens.",
+		"saltus_route_actual_cached_tokens_total":    "Prompt tokens the engines reported cached (usage.prompt_tokens_details.cached_tokens), over the same answers.",
+		"saltus_route_cached_error_blocks":           "Per answer, the engine's cached blocks minus the route table's prediction, in blocks (negative: the table over-promised).",
+		"saltus_route_cache_predictions_total":       "Answers by predicted (the table said the backend held at least a block) and actual (the engine reported at least a block cached) hit or miss: precision and recall of the prediction.",
+		"saltus_route_usage_absent_total":            "Routed 2xx answers without a usable usage.prompt_tokens_details.cached_tokens (the prefill model then gets the predicted uncached count).",
+		"saltus_route_contradicted_total":            "Answers whose engine reported far fewer cached blocks than predicted (at least 4 predicted, at most a quarter reported): the holder is demoted.",
+		"saltus_route_demoted_total":                 "Route table holders removed because an engine contradicted them.",
+		"saltus_route_pending_total":                 "Pending routes: the decided backend inserted as holder of the request's prefix when the decision was made.",
+		"saltus_route_pending_failed_total":          "Pending routes whose attempt got no 2xx from the decided backend (failure, or a retry answered by another).",
+		"saltus_route_pending_removed_total":         "Route table holders removed when a pending route's attempt failed.",
+		"saltus_route_demote_dropped_total":          "Holder removals (failed pending routes, contradictions) lost because the owner shard's mailbox was full.",
+	})
+}
+
+// feedbackMetrics are the counters of pending routes and engine feedback.
+// Any goroutine (atomics: Done runs on loops too).
+type feedbackMetrics struct {
+	predicted, actual                              *metrics.Counter
+	usageAbsent, contradicted, demoted             *metrics.Counter
+	pendingInserted, pendingFailed, pendingRemoved *metrics.Counter
+	demoteDropped                                  *metrics.Counter
+	predictions                                    [2][2]*metrics.Counter // [predicted hit][actual hit]
+	errBuckets                                     [len(errorBuckets) + 1]atomic.Uint64
+	errSum                                         atomic.Int64 // blocks
+
+	// observe is (*backend.Backend).ObserveTTFT; tests replace it
+	// before the first request. Immutable after that.
+	observe func(b *backend.Backend, uncached int, ttfb time.Duration)
+}
+
+func newFeedbackMetrics(set *metrics.Set) *feedbackMetrics {
+	m := &feedbackMetrics{
+		predicted:       set.NewCounter("saltus_route_predicted_cached_tokens_total"),
+		actual:          set.NewCounter("saltus_route_actual_cached_tokens_total"),
+		usageAbsent:     set.NewCounter("saltus_route_usage_absent_total"),
+		contradicted:    set.NewCounter("saltus_route_contradicted_total"),
+		demoted:         set.NewCounter("saltus_route_demoted_total"),
+		pendingInserted: set.NewCounter("saltus_route_pending_total"),
+		pendingFailed:   set.NewCounter("saltus_route_pending_failed_total"),
+		pendingRemoved:  set.NewCounter("saltus_route_pending_removed_total"),
+		demoteDropped:   set.NewCounter("saltus_route_demote_dropped_total"),
+		observe:         (*backend.Backend).ObserveTTFT,
+	}
+	hm := [2]string{"miss", "hit"}
+	for p := range 2 {
+		for a := range 2 {
+			m.predictions[p][a] = set.NewCounter(fmt.Sprintf("saltus_route_cache_predictions_total{predicted=%q,actual=%q}", hm[p], hm[a]))
+		}
+	}
+	set.RegisterMetricsWriter(m.writeMetrics)
+	return m
+}
+
+// observeError counts one actual − predicted difference, in blocks.
+func (m *feedbackMetrics) observeError(blocks int) {
+	i := 0
+	for i < len(errorBuckets) && float64(blocks) > errorBuckets[i] {
+		i++
+	}
+	m.errBuckets[i].Add(1)
+	m.errSum.Add(int64(blocks))
+}
+
+func (m *feedbackMetrics) writeMetrics(w io.Writer) {
+	const name = "saltus_route_cached_error_blocks"
+	metrics.WriteMetadataIfNeeded(w, name, "histogram")
+	var cum uint64
+	for i, ub := range errorBuckets {
+		cum += m.errBuckets[i].Load()
+		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", name, ub, cum)
+	}
+	cum += m.errBuckets[len(errorBuckets)].Load()
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", name, cum)
+	fmt.Fprintf(w, "%s_sum %d\n", name, m.errSum.Load())
+	fmt.Fprintf(w, "%s_count %d\n", name, cum)
+}
+
+// wantsUsage reports whether j's Forward should parse the answer's usage:
+// routed chat and completions requests (a Responses answer's usage has
+// another shape). Any stage.
+func (j *job) wantsUsage() bool {
+	return j.learnsRoutes() && j.route != routeResponses
+}
+
+var usageParsers fastjson.ParserPool
+
+// promptUsage reads prompt_tokens and prompt_tokens_details.cached_tokens
+// from a usage object; ok false without prompt_tokens, hasCached false
+// without cached_tokens (vLLM reports it only with
+// --enable-prompt-tokens-details). Any goroutine.
+func promptUsage(u []byte) (prompt, cached int, hasCached, ok bool) {
+	if len(u) == 0 || len(u) > maxUsageBytes {
+		return 0, 0, false, false
+	}
+	p := usageParsers.Get()
+	defer usageParsers.Put(p) // at most maxUsageBytes of values
+	v, err := p.ParseBytes(u)
+	if err != nil {
+		return 0, 0, false, false
+	}
+	pv := v.Get("prompt_tokens")
+	if pv == nil {
+		return 0, 0, false, false
+	}
+	prompt, err = pv.Int()
+	if err != nil || prompt < 0 {
+		return 0, 0, false, false
+	}
+	if cv := v.Get("prompt_tokens_details", "cached_tokens"); cv != nil {
+		if c, err := cv.Int(); err == nil && c >= 0 {
+			return prompt, min(c, prompt), true, true
+		}
+	}
+	return prompt, 0, false, true
+}
+
+// feedback compares a 2xx answer's usage with the prediction, demotes a
+// contradicted holder and feeds the backend's prefill model. Any
+// goroutine (Done).
+func (j *job) feedback(o backend.Outcome) {
+	if o.Status < 200 || o.Status >= 300 || o.Backend == nil || !j.wantsUsage() {
+		return
+	}
+	m, bs := j.r.fb, j.r.cfg.BlockSize
+	predBlocks := 0 // what the tree said the answering backend held
+	if j.fb.decided && o.Backend.ID == j.fb.backend {
+		predBlocks = j.fb.matched
+	}
+	prompt, cached, hasCached, ok := promptUsage(o.Usage)
+	if !ok {
+		prompt = len(j.keys) * bs // a lower bound: full blocks only
+	}
+	predicted := min(predBlocks*bs, prompt)
+	uncached := prompt - predicted
+	if !hasCached {
+		m.usageAbsent.Inc()
+	} else {
+		uncached = prompt - cached
+		if j.fb.decided {
+			m.predicted.Add(predicted)
+			m.actual.Add(cached)
+			m.observeError(cached/bs - predicted/bs)
+			m.predictions[b2i(predicted >= bs)][b2i(cached >= bs)].Inc()
+			if pb, ab := predicted/bs, cached/bs; pb >= contradictMinBlocks && ab*contradictRatio <= pb {
+				j.demote(o.Backend.ID, ab, m.demoted)
+				m.contradicted.Inc()
+			}
+		}
+	}
+	if o.TTFB > 0 {
+		m.observe(o.Backend, uncached, o.TTFB)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

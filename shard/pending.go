@@ -1,0 +1,113 @@
+package shard
+
+import (
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tree"
+)
+
+// Pending routes (issue 11). When the prefix policy decides on the owner
+// loop (job.lookup), the chosen backend is inserted at once as a holder of
+// the request's whole chain: the next lookups see it, so concurrent
+// siblings of a new prefix follow the first one to the same engine instead
+// of racing to different ones and each paying the miss.
+//
+// The pending holder is an ordinary Local holder learned at decision time;
+// what makes it pending is that the job remembers it (routeFeedback) and
+// the attempt settles it:
+//   - the decided backend answers 2xx (FirstByte): confirmed. The learn that
+//     follows is today's learn (an insert that refreshes it, or its skip),
+//     so the common success case costs no extra cross-loop message.
+//   - another backend answers 2xx after a retry: today's learn records it,
+//     and the pending holder is removed beyond what the decided backend held
+//     before the decision (Decision.MatchedBlocks), as on a failure.
+//   - no 2xx at all (connect error, 4xx/5xx, timeout, client gone before
+//     the head, proxy refused): Done removes the pending holder beyond
+//     MatchedBlocks with tree.Demote, posted to the owner loop (one message,
+//     only on this path); a full mailbox loses it, counted, and the holder
+//     then ages out by the TTL like any other route.
+//
+// The removal is conservative (tree.Demote drops a node that straddles the
+// depth): after a pending insert the old depth is a node end of this chain
+// (Insert splits there), so what the backend held before is kept exactly
+// unless the tree changed shape meanwhile. A sibling that followed the
+// pending holder and succeeded does not protect it: the failed attempt's
+// removal wins, and the sibling's own learn (if not skipped as fresh)
+// restores it.
+
+// routeFeedback is what a job remembers of its tree decision for pending
+// routes and engine feedback. Written on the owner loop by pend before the
+// Forward; then read, and confirmed written, only by the Forward's hooks
+// (FirstByte and Done run on the same goroutine, or the same loop).
+type routeFeedback struct {
+	decided   bool // the owner loop decided with the tree; the fields below are set
+	backend   int  // Decision.Backend
+	matched   int  // Decision.MatchedBlocks: what backend held before
+	total     int  // Decision.TotalBlocks
+	pending   bool // a pending holder of the whole chain was inserted for backend
+	confirmed bool // backend's 2xx head arrived
+}
+
+// learnsRoutes reports whether j's answer teaches the tree: the conditions
+// of job.finish's learn. Any stage.
+func (j *job) learnsRoutes() bool {
+	return j.r.pol.kind == kindPrefix && len(j.keys) > 0 && j.d.prevID == "" &&
+		(j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+}
+
+// pend records d for feedback and inserts its backend as a pending holder
+// of j's chain. On the owner loop, in lookup, with the Match's now.
+func (j *job) pend(d Decision, now int64) {
+	if j.explain != nil || d.Backend < 0 || !j.learnsRoutes() {
+		return
+	}
+	j.fb = routeFeedback{decided: true, backend: d.Backend, matched: d.MatchedBlocks, total: d.TotalBlocks}
+	if d.MatchedBlocks >= len(j.keys) {
+		return // it holds the whole chain already: nothing would be pending
+	}
+	r := j.r
+	sh := r.shards[j.owner]
+	if err := sh.tree.Insert(j.keys, j.bounds, d.Backend, tree.Local, now); err != nil {
+		r.m.learnErrors.Inc() // beyond tree.Config.MaxBackends: as learn does
+		return
+	}
+	sh.known[d.Backend] = true
+	j.fb.pending = true
+	r.fb.pendingInserted.Inc()
+	sh.publish()
+}
+
+// confirm marks the pending holder confirmed when its backend answered
+// 2xx. Called from learnFrom (FirstByte's 2xx path). Any goroutine.
+func (j *job) confirm(backendID int) {
+	if j.fb.pending && backendID == j.fb.backend {
+		j.fb.confirmed = true
+	}
+}
+
+// settle ends j's pending route and reads the engine's feedback: called by
+// Hooks.Done with the outcome. Any goroutine (the proxy goroutine, or the
+// loop for ForwardOnLoop).
+func (j *job) settle(o backend.Outcome) {
+	if j.fb.pending && !j.fb.confirmed {
+		j.r.fb.pendingFailed.Inc()
+		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
+	}
+	j.feedback(o)
+}
+
+// demote removes backend's holder from j's chain beyond keep, on the owner
+// loop (posted), adding the holders removed to removed. A full mailbox
+// loses it, counted. Any goroutine.
+func (j *job) demote(backendID, keep int, removed *metrics.Counter) {
+	r := j.r
+	sh := r.shards[j.owner]
+	keys := j.keys
+	if !r.postTo(j.owner, func() {
+		removed.Add(sh.tree.Demote(keys, backendID, keep, r.now()))
+		sh.publish()
+	}) {
+		r.fb.demoteDropped.Inc()
+	}
+}

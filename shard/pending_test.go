@@ -1,0 +1,341 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tokenpool"
+)
+
+// heldCall is a Forward the test answers later, through its hooks.
+type heldCall struct {
+	cands []*backend.Backend
+	hdr   []reactor.Header
+	h     backend.Hooks
+}
+
+func (c heldCall) route(t *testing.T) (matched, total int, reason string) {
+	t.Helper()
+	for _, h := range c.hdr {
+		if h.Name == HeaderRoute {
+			return parseRoute(t, h.Value)
+		}
+	}
+	t.Fatal("no X-Saltus-Route")
+	return
+}
+
+// answer runs the hooks as a Forward whose answer came from b (nil: no
+// backend answered) with status, usage and ttfb.
+func (c heldCall) answer(b *backend.Backend, status int, usage string, ttfb time.Duration) {
+	if b != nil && c.h.FirstByte != nil {
+		c.h.FirstByte(b, status)
+	}
+	o := backend.Outcome{Backend: b, Status: status, TTFB: ttfb}
+	if usage != "" {
+		o.Usage = []byte(usage)
+	}
+	c.h.Done(o)
+}
+
+// holdUpstream is fakeUpstream whose Forward holds the call for the test
+// to answer, so that several requests are decided before any answers.
+type holdUpstream struct {
+	*fakeUpstream
+	held chan heldCall
+}
+
+func (u *holdUpstream) Forward(_ *reactor.Request, _ []byte, cands []*backend.Backend, _ backend.Sink, hdr []reactor.Header, h backend.Hooks) bool {
+	u.held <- heldCall{cands: slices.Clone(cands), hdr: slices.Clone(hdr), h: h}
+	return true
+}
+
+func (u *holdUpstream) ForwardOnLoop(_ int, req *reactor.Request, body []byte, cands []*backend.Backend, sink backend.LoopSink, hdr []reactor.Header, h backend.Hooks) bool {
+	return u.Forward(req, body, cands, sink, hdr, h)
+}
+
+type ttftSample struct {
+	backend, uncached int
+	ttfb              time.Duration
+}
+
+type holdEnv struct {
+	*env
+	hu *holdUpstream
+
+	mu    sync.Mutex
+	ttfts []ttftSample
+}
+
+func newHoldEnv(t *testing.T, loops, backends int) *holdEnv {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Pool.CacheBytes = 8 << 20
+	cfg.Tree.MaxBlocks = 100_000
+	cfg.MaintainInterval = time.Hour // no Maintain during the test
+	tok, tmpl := loadLlama3(t)
+	var enc tokenpool.Encoder = tok
+	e := &env{loops: newFakeLoops(loops, 4096), up: newFakeUpstream(backends)}
+	e.set = metrics.NewSet()
+	hu := &holdUpstream{fakeUpstream: e.up, held: make(chan heldCall, 64)}
+	r, err := newRouter(cfg, enc, tmpl, hu, e.up.state, e.loops.post, loops, slog.New(slog.DiscardHandler), e.set)
+	if err != nil {
+		e.loops.stop()
+		t.Fatal(err)
+	}
+	e.r = r
+	he := &holdEnv{env: e, hu: hu}
+	r.fb.observe = func(b *backend.Backend, uncached int, ttfb time.Duration) {
+		he.mu.Lock()
+		he.ttfts = append(he.ttfts, ttftSample{b.ID, uncached, ttfb})
+		he.mu.Unlock()
+	}
+	t.Cleanup(func() {
+		if err := r.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		e.loops.stop()
+	})
+	return he
+}
+
+// send serves body from loop and returns its held Forward.
+func (e *holdEnv) send(t *testing.T, loop int, body string) heldCall {
+	t.Helper()
+	x := newExchange(loop, "POST", "/v1/chat/completions", body)
+	for !e.loops.post(loop, func() { e.r.serve(x) }) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case c := <-e.hu.held:
+		return c
+	case <-x.done:
+		t.Fatalf("answered by the router: %d %s", x.status, x.body)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Forward within 10 s")
+	}
+	return heldCall{}
+}
+
+// explain returns the decision body would get now (no pending insert).
+func (e *holdEnv) explain(t *testing.T, body string) Decision {
+	t.Helper()
+	e.loops.settle(t) // removals posted to owners have run
+	d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (e *holdEnv) metric(t *testing.T, name string) string {
+	t.Helper()
+	var out bytes.Buffer
+	e.set.WritePrometheus(&out)
+	for line := range strings.Lines(out.String()) {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func TestPendingSiblingsFollow(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	body := chatBody("system", systemA, "user", "When should the lamp be lit?")
+	// Two requests of a new prefix, the second decided before the first
+	// answers, on another loop: it finds the pending holder.
+	c1 := e.send(t, 0, body)
+	m1, total, r1 := c1.route(t)
+	if m1 != 0 || r1 != ReasonHash {
+		t.Fatalf("first: %d/%d %s, want a cold hash decision", m1, total, r1)
+	}
+	c2 := e.send(t, 1, body)
+	m2, _, r2 := c2.route(t)
+	if c2.cands[0] != c1.cands[0] || r2 != ReasonTree || m2 != total {
+		t.Fatalf("sibling: backend %d %d/%d %s; want backend %d by the tree, all blocks", c2.cands[0].ID, m2, total, r2, c1.cands[0].ID)
+	}
+	c1.answer(c1.cands[0], 200, "", time.Millisecond)
+	c2.answer(c2.cands[0], 200, "", time.Millisecond)
+	if d := e.explain(t, body); d.Backend != c1.cands[0].ID || d.MatchedBlocks != total {
+		t.Fatalf("after both answered: %+v", d)
+	}
+	if got := e.metric(t, "saltus_route_pending_total"); got != "1" {
+		t.Errorf("pending_total %s, want 1 (the sibling found the chain held already)", got)
+	}
+	if got := e.metric(t, "saltus_route_pending_failed_total"); got != "0" {
+		t.Errorf("pending_failed_total %s, want 0", got)
+	}
+}
+
+func TestPendingFailedLeavesWhatWasHeld(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	first := chatBody("system", systemA, "user", "When should the lamp be lit?")
+	c := e.send(t, 0, first)
+	_, firstTotal, _ := c.route(t)
+	home := c.cands[0]
+	c.answer(home, 200, "", time.Millisecond)
+
+	// The same system prompt, another question: home holds a part.
+	second := chatBody("system", systemA, "user", "How often are Fresnel lenses cleaned, and with what?")
+	c = e.send(t, 1, second)
+	held, total, reason := c.route(t)
+	if c.cands[0] != home || reason != ReasonTree || held == 0 || held >= total || held > firstTotal {
+		t.Fatalf("second: backend %d %d/%d %s", c.cands[0].ID, held, total, reason)
+	}
+	if d := e.explain(t, second); d.Backend != home.ID || d.MatchedBlocks != total {
+		t.Fatalf("while pending: %+v, want backend %d holding %d", d, home.ID, total)
+	}
+	c.answer(home, 503, "", time.Millisecond)
+	if d := e.explain(t, second); d.Backend != home.ID || d.MatchedBlocks != held {
+		t.Fatalf("after the failure: %+v, want backend %d holding %d as before", d, home.ID, held)
+	}
+	if d := e.explain(t, first); d.Backend != home.ID || d.MatchedBlocks != firstTotal {
+		t.Fatalf("the first chain: %+v, want it whole on %d", d, home.ID)
+	}
+
+	// A new prefix whose attempt fails before any head: no holder left.
+	cold := chatBody("system", systemB, "user", "Something with leeks?")
+	c = e.send(t, 0, cold)
+	c.answer(nil, 502, "", 0)
+	if d := e.explain(t, cold); d.MatchedBlocks != 0 || d.Reason != ReasonHash {
+		t.Fatalf("after a failed cold attempt: %+v, want no holder", d)
+	}
+	for name, want := range map[string]string{
+		"saltus_route_pending_total":         "3",
+		"saltus_route_pending_failed_total":  "2",
+		"saltus_route_demote_dropped_total":  "0",
+		"saltus_route_pending_removed_total": "",
+	} {
+		if got := e.metric(t, name); want != "" && got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+	if got := e.metric(t, "saltus_route_pending_removed_total"); got == "0" || got == "" {
+		t.Errorf("pending_removed_total %q, want some holders", got)
+	}
+}
+
+func TestPendingRetryMovesTheRoute(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	body := chatBody("system", systemB, "user", "Dinner from eggs and spinach?")
+	c := e.send(t, 0, body)
+	_, total, _ := c.route(t)
+	if len(c.cands) < 2 {
+		t.Fatalf("candidates %v", c.cands)
+	}
+	// The first pick failed before its head; the second answered.
+	c.answer(c.cands[1], 200, "", time.Millisecond)
+	d := e.explain(t, body)
+	if d.Backend != c.cands[1].ID || d.MatchedBlocks != total {
+		t.Fatalf("after the retry: %+v, want backend %d holding %d", d, c.cands[1].ID, total)
+	}
+	if got := e.metric(t, "saltus_route_pending_failed_total"); got != "1" {
+		t.Errorf("pending_failed_total %s, want 1", got)
+	}
+}
+
+func TestFeedbackMetricsAndDemotion(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	body := chatBody("system", systemA, "user", "Which fog signal is used at night?")
+	usage := func(prompt, cached int) string {
+		return fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":%d}}`, prompt, cached)
+	}
+	c := e.send(t, 0, body)
+	_, total, _ := c.route(t)
+	home := c.cands[0]
+	prompt := total*16 + 5
+	c.answer(home, 200, usage(prompt, 0), 40*time.Millisecond)
+
+	// Predicted all blocks; the engine agrees (a block short, as vLLM).
+	c = e.send(t, 1, body)
+	if m, _, _ := c.route(t); m != total {
+		t.Fatalf("second: %d/%d", m, total)
+	}
+	c.answer(home, 200, usage(prompt, (total-1)*16), 5*time.Millisecond)
+	if d := e.explain(t, body); d.MatchedBlocks != total {
+		t.Fatalf("after an agreeing answer: %+v", d)
+	}
+
+	// Predicted all blocks; the engine reports none: demoted at once.
+	c = e.send(t, 0, body)
+	c.answer(home, 200, usage(prompt, 0), 30*time.Millisecond)
+	if d := e.explain(t, body); d.MatchedBlocks != 0 || d.Reason != ReasonHash {
+		t.Fatalf("after a contradiction: %+v, want no holder", d)
+	}
+
+	// Without usage the prefill model gets the predicted uncached count.
+	c = e.send(t, 1, body)
+	c.answer(home, 200, "", 20*time.Millisecond)
+	e.loops.settle(t)
+
+	pred := 2 * total * 16
+	for name, want := range map[string]string{
+		"saltus_route_predicted_cached_tokens_total":                           fmt.Sprint(pred),
+		"saltus_route_actual_cached_tokens_total":                              fmt.Sprint((total - 1) * 16),
+		`saltus_route_cache_predictions_total{predicted="miss",actual="miss"}`: "1",
+		`saltus_route_cache_predictions_total{predicted="hit",actual="hit"}`:   "1",
+		`saltus_route_cache_predictions_total{predicted="hit",actual="miss"}`:  "1",
+		`saltus_route_cache_predictions_total{predicted="miss",actual="hit"}`:  "0",
+		"saltus_route_contradicted_total":                                      "1",
+		"saltus_route_usage_absent_total":                                      "1",
+		"saltus_route_cached_error_blocks_count":                               "3",
+		"saltus_route_cached_error_blocks_sum":                                 fmt.Sprint(-1 - total),
+		`saltus_route_cached_error_blocks_bucket{le="-1"}`:                     "2",
+		`saltus_route_cached_error_blocks_bucket{le="0"}`:                      "3",
+	} {
+		if got := e.metric(t, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if got := e.metric(t, "saltus_route_demoted_total"); got == "0" || got == "" {
+		t.Errorf("demoted_total %q, want the holder's nodes", got)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	want := []ttftSample{
+		{home.ID, prompt, 40 * time.Millisecond},
+		{home.ID, prompt - (total-1)*16, 5 * time.Millisecond},
+		{home.ID, prompt, 30 * time.Millisecond},
+		{home.ID, total * 16, 20 * time.Millisecond}, // cold again after the demotion: predicted uncached all
+	}
+	if !slices.Equal(e.ttfts, want) {
+		t.Fatalf("ObserveTTFT calls %v, want %v", e.ttfts, want)
+	}
+}
+
+func TestPromptUsage(t *testing.T) {
+	t.Parallel()
+	f := func(u string, prompt, cached int, hasCached, ok bool) {
+		t.Helper()
+		p, c, hc, k := promptUsage([]byte(u))
+		if p != prompt || c != cached || hc != hasCached || k != ok {
+			t.Errorf("promptUsage(%q) = %d %d %v %v, want %d %d %v %v", u, p, c, hc, k, prompt, cached, hasCached, ok)
+		}
+	}
+	f(`{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}`, 100, 64, true, true)
+	f(`{"prompt_tokens":100,"prompt_tokens_details":null}`, 100, 0, false, true)
+	f(`{"prompt_tokens":100}`, 100, 0, false, true)
+	f(`{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":64}}`, 10, 10, true, true) // capped
+	f(`{"completion_tokens":1}`, 0, 0, false, false)
+	f(`{"prompt_tokens":-1}`, 0, 0, false, false)
+	f(`{"prompt_tokens":"x"}`, 0, 0, false, false)
+	f(`not json`, 0, 0, false, false)
+	f(``, 0, 0, false, false)
+	f(`{"prompt_tokens":1,"x":"`+strings.Repeat("y", 5000)+`"}`, 0, 0, false, false) // over the bound
+}
