@@ -52,6 +52,13 @@ type Hooks struct {
 	// then). A non-SSE body relayed as it arrives (chunked, or longer) is
 	// not shown.
 	Answer AnswerHook
+	// DropUsage: saltus asked for this streamed answer's usage
+	// (InjectIncludeUsage), its client did not. The usage chunk is
+	// removed from the SSE answer (it still reaches Outcome.Usage) and,
+	// with DropUsageNull (chat), a top-level "usage":null of the other
+	// chunks (usageopt.go says which vLLM versions add what). An event
+	// over the relay buffer (32 KiB) is passed through as is.
+	DropUsage, DropUsageNull bool
 }
 
 // Outcome is how one Forward ended.
@@ -540,9 +547,10 @@ func (p *proxy) relayStream(ctx context.Context, b *Backend, bs io.Reader, buf [
 // one waits in buf for the rest, and one longer than buf goes out in
 // pieces. The bytes the client gets are exactly the upstream's.
 func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []byte) {
-	n := 0           // buf[:n] holds bytes not yet written
-	partial := false // a piece of an over-long event went out
-	var last []byte  // a copy of the last event that mentioned "usage"
+	n := 0            // buf[:n] holds bytes not yet written
+	partial := false  // a piece of an over-long event went out
+	var last []byte   // a copy of the last event that mentioned "usage"
+	var cutBuf []byte // DropUsageNull's copy of an event without its "usage":null
 	show := p.hooks.Answer != nil
 	for {
 		if n == len(buf) {
@@ -561,6 +569,19 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 				break
 			}
 			ev := buf[off : off+e]
+			if p.hooks.DropUsage {
+				drop, cut := usageEvent(ev, p.hooks.DropUsageNull)
+				if drop {
+					last = append(last[:0], ev...)
+					off += e
+					partial = false
+					continue
+				}
+				if cut[1] > cut[0] {
+					ev = append(append(cutBuf[:0], ev[:cut[0]]...), ev[cut[1]:]...)
+					cutBuf = ev
+				}
+			}
 			if p.hooks.Usage && bytes.Contains(ev, usageKey) {
 				last = append(last[:0], ev...)
 			}
