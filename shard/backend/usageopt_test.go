@@ -2,6 +2,8 @@ package backend
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -161,4 +163,76 @@ func FuzzUsageEvent(f *testing.F) {
 			t.Fatalf("usage:null left in %q", out)
 		}
 	})
+}
+
+// fakeVLLM answers a streamed chat as vLLM does: with include_usage, a
+// usage chunk before [DONE] and, when oldChat (vLLM < 0.6), "usage":null
+// in every other chunk.
+func fakeVLLM(t *testing.T, oldChat bool) string {
+	return upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var p fastjson.Parser
+		v, err := p.ParseBytes(body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		inc := chat.Field(v, "stream_options", "include_usage") != nil && chat.Field(v, "stream_options", "include_usage").GetBool()
+		w.Header().Set("Content-Type", "text/event-stream")
+		tail := "}"
+		if inc && oldChat {
+			tail = `,"usage":null}`
+		}
+		for _, c := range []string{"a", "b"} {
+			io.WriteString(w, `data: {"id":"c","choices":[{"index":0,"delta":{"content":"`+c+`"}}]`+tail+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+		if inc {
+			io.WriteString(w, `data: {"id":"c","choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}}`+"\n\n")
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}).URL
+}
+
+// TestDropUsageStream: a client that did not ask for usage gets the same
+// bytes as without the injection, and Outcome.Usage has the engine's.
+func TestDropUsageStream(t *testing.T) {
+	t.Parallel()
+	run := func(url string, body []byte, h Hooks) (string, Outcome) {
+		s, _ := testSet(t, nil)
+		b := mustAdd(t, s, url)
+		sink, o := newSink(), newOutcome()
+		hk := o.hooks()
+		hk.DropUsage, hk.DropUsageNull, hk.Usage = h.DropUsage, h.DropUsageNull, h.Usage
+		s.Forward(chatReq(), body, []*Backend{b}, sink, nil, hk)
+		out := <-o.ch
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.body.String(), out
+	}
+	client := []byte(`{"model":"m","stream":true,"messages":[]}`)
+	injected, ok := InjectIncludeUsage(client)
+	if !ok {
+		t.Fatal("not injected")
+	}
+	for _, old := range []bool{false, true} {
+		url := fakeVLLM(t, old)
+		want, o0 := run(url, client, Hooks{Usage: true})
+		if o0.Usage != nil || bytes.Contains([]byte(want), []byte("usage")) {
+			t.Fatalf("without include_usage: %q, usage %s", want, o0.Usage)
+		}
+		got, o1 := run(url, injected, Hooks{DropUsage: true, DropUsageNull: true})
+		if got != want {
+			t.Errorf("old %v: client stream\n%q\nwant (byte-identical to no injection)\n%q", old, got, want)
+		}
+		if string(o1.Usage) != `{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}` {
+			t.Errorf("old %v: Outcome.Usage %s", old, o1.Usage)
+		}
+		// A client that asked keeps its usage chunk.
+		asked := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`)
+		kept, o2 := run(url, asked, Hooks{Usage: true})
+		if !bytes.Contains([]byte(kept), []byte(`"cached_tokens":8`)) || o2.Usage == nil {
+			t.Errorf("old %v: a client that asked lost its usage: %q", old, kept)
+		}
+	}
 }
