@@ -104,6 +104,12 @@ type Config struct {
 	// over it a request gets 503 with Retry-After (counted in
 	// saltus_shard_decode_queue_full_total). Default 32.
 	DecodeQueue int
+	// LearnFromUsage asks the engine for a streamed chat or completion's
+	// usage (stream_options.include_usage) when its client did not, and
+	// removes that usage chunk from the client's stream (usage.go): the
+	// engine's cached_tokens then reach Outcome.Usage for every streamed
+	// request. Default true.
+	LearnFromUsage bool
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -126,6 +132,7 @@ func DefaultConfig() Config {
 		OffloopBytes:     64 << 10,
 		DecodeWorkers:    2,
 		DecodeQueue:      32,
+		LearnFromUsage:   true, // what is cached is learned from streams too; the client sees its own stream
 	}
 }
 

@@ -135,6 +135,8 @@ type routerMetrics struct {
 	// large bodies decoded off the loop, and refused with a full queue.
 	refused                  [numScanKinds]*metrics.Counter
 	offloop, decodeQueueFull *metrics.Counter
+
+	usage usageMetrics // --learn-from-usage (usage.go)
 }
 
 func newRouterMetrics(set *metrics.Set) *routerMetrics {
@@ -156,6 +158,7 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 	}
 	m.offloop = set.NewCounter("saltus_shard_decode_offloop_total")
 	m.decodeQueueFull = set.NewCounter("saltus_shard_decode_queue_full_total")
+	m.usage = newUsageMetrics(set)
 	return m
 }
 

@@ -800,7 +800,8 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			}
 		}
 	}
-	r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h)
+	body := r.askUsage(j, &h) // streamed: never the loop path above
+	r.up.Forward(j.req, body, cands, j.x, hdr, h)
 }
 
 // learn records, on the owner loop, that backend now holds j's prefix

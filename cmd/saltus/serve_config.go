@@ -126,6 +126,14 @@ type serveConfig struct {
 	// LoadFactor (policy prefix): a backend with more than LoadFactor ×
 	// the median in-flight requests is skipped for the least loaded one.
 	LoadFactor float64 `yaml:"load-factor"`
+	// LearnFromUsage: ask the engine for a streamed request's usage
+	// (stream_options.include_usage) when the client did not, and remove
+	// that usage chunk before the client sees it.
+	LearnFromUsage bool `yaml:"learn-from-usage"`
+	// ScrapeInterval: how often each backend's engine /metrics is read
+	// (vLLM's waiting and running requests, KV usage); 0 = off. 1s when
+	// enabled.
+	ScrapeInterval duration `yaml:"scrape-interval"`
 	// GCHeapFloor: a pointer-free block that is never written (address
 	// space, not memory) and counts as live heap, so the garbage
 	// collector (GOGC=100) waits until about this much garbage beyond the
@@ -173,6 +181,8 @@ func defaultServeConfig() serveConfig {
 		MaxBlocks:          d.MaxBlocks,
 		RouteTTL:           duration(d.RouteTTL),
 		LoadFactor:         d.LoadFactor,
+		LearnFromUsage:     d.LearnFromUsage,
+		ScrapeInterval:     duration(d.ScrapeInterval),
 		TokenBudget:        byteSize(d.TokenBudget),
 		GCHeapFloor:        32 << 20,
 		LogFormat:          "text",
@@ -301,6 +311,9 @@ func (c serveConfig) Validate() error {
 	if c.UpstreamIO != "loop" && c.UpstreamIO != "goroutine" {
 		bad("upstream-io", `must be "loop" or "goroutine", got %q`, c.UpstreamIO)
 	}
+	if c.ScrapeInterval < 0 {
+		bad("scrape-interval", "must not be negative (0 = off), got %v", c.ScrapeInterval)
+	}
 	if c.MaxBlocks < 1 || c.MaxBlocks > maxMaxBlocks {
 		bad("max-blocks", "must be between 1 and %d, got %d", maxMaxBlocks, c.MaxBlocks)
 	}
@@ -332,7 +345,8 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
 		HealthDownInterval: c.HealthDownInterval.D(),
 		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
-		TokenBudget: int(c.TokenBudget),
+		TokenBudget:    int(c.TokenBudget),
+		LearnFromUsage: c.LearnFromUsage, ScrapeInterval: c.ScrapeInterval.D(),
 	}
 }
 
@@ -424,6 +438,9 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.GCHeapFloor, "gc-heap-floor", "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: "+
 		"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)")
 	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy prefix: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
+	fs.BoolVar(&v.LearnFromUsage, "learn-from-usage", v.LearnFromUsage, "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, "+
+		"to learn its cached tokens, and remove that usage chunk before the client sees it")
+	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage); 0: off; 1s recommended when enabled")
 	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
 	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")

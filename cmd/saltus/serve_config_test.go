@@ -88,7 +88,7 @@ log-format: json
 			"--first-byte-timeout", "4s", "--request-timeout", "1h", "--max-response-body", "1MiB", "--backend-header", "name",
 			"--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms", "--health-down-interval", "200ms",
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
-			"--load-factor", "1", "--gc-heap-floor", "1MiB", "--token-budget", "64KiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
+			"--load-factor", "1", "--learn-from-usage=false", "--scrape-interval", "1s", "--gc-heap-floor", "1MiB", "--token-budget", "64KiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
 			*c = serveConfig{
 				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok", AdminPprof: true,
@@ -100,7 +100,7 @@ log-format: json
 				RequestTimeout: duration(time.Hour), MaxResponseBody: 1 << 20, BackendHeader: "name",
 				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond),
 				HealthDownInterval: duration(200 * time.Millisecond), DrainTimeout: 0,
-				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
+				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, ScrapeInterval: duration(time.Second), GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
 				LogFormat: "json", LogLevel: "DEBUG",
 			}
 		}},
@@ -364,6 +364,8 @@ drain-timeout: 30s
 max-blocks: 1000000
 route-ttl: 1h
 load-factor: 2
+learn-from-usage: true
+scrape-interval: 0s
 gc-heap-floor: 32MiB
 token-budget: 128KiB
 log-format: text

@@ -82,6 +82,13 @@ type Config struct {
 	// client connection's event loop, no goroutine in the request path
 	// (loop.go). Streamed ones, and everything else, go through Forward.
 	LoopIO bool
+	// ScrapeInterval, when > 0, scrapes each backend's engine /metrics
+	// this often (scrape.go: vLLM's waiting and running requests and KV
+	// usage, for Backend.Engine; fresh for 3 intervals; each scrape
+	// bounded by the interval and 4 MiB). 0 = off. 1 s is the
+	// recommended value when enabled: vLLM refreshes its gauges about
+	// once per engine step, and a scrape costs it ~1 ms.
+	ScrapeInterval time.Duration
 }
 
 // DefaultConfig returns the defaults, each commented.
@@ -103,6 +110,7 @@ func DefaultConfig() Config {
 		MaxInFlight:        8192,  // proxy goroutines; ~8 KiB of stack and buffers each when idle-waiting
 		BackendHeader:      "url", // what saltus always did; "name" for untrusted clients
 		LoopIO:             true,  // 1.2–1.4× the goroutine path's req/s, a third less CPU per request (loop.go)
+		ScrapeInterval:     0,     // off: routing uses saltus's own in-flight counts; 1 s when enabled
 	}
 }
 
@@ -119,6 +127,9 @@ func (c *Config) Validate() error {
 	pos("IdleConnTimeout", c.IdleConnTimeout)
 	pos("HealthInterval", c.HealthInterval)
 	pos("HealthDownInterval", c.HealthDownInterval)
+	if c.ScrapeInterval < 0 {
+		errs = append(errs, fmt.Errorf("backend: ScrapeInterval must be >= 0 (0 = off), got %s", c.ScrapeInterval))
+	}
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("backend: RequestTimeout must be >= 0 (0 = no limit), got %s", c.RequestTimeout))
 	}

@@ -52,6 +52,13 @@ type Hooks struct {
 	// then). A non-SSE body relayed as it arrives (chunked, or longer) is
 	// not shown.
 	Answer AnswerHook
+	// DropUsage: saltus asked for this streamed answer's usage
+	// (InjectIncludeUsage), its client did not. The usage chunk is
+	// removed from the SSE answer (it still reaches Outcome.Usage) and,
+	// with DropUsageNull (chat), a top-level "usage":null of the other
+	// chunks (usageopt.go says which vLLM versions add what). An event
+	// over the relay buffer (32 KiB) is passed through as is.
+	DropUsage, DropUsageNull bool
 }
 
 // Outcome is how one Forward ended.
@@ -166,6 +173,20 @@ type proxy struct {
 
 	reqID string
 	o     Outcome
+	// held is the backend whose in-flight count this attempt holds; nil
+	// once released (release).
+	held *Backend
+}
+
+// release takes the current attempt off its backend's in-flight count,
+// once. A whole answer releases before the client can see it, so that a
+// client's next request never finds this one still in flight (the
+// bounded-load policies would skip the backend for it).
+func (p *proxy) release() {
+	if p.held != nil {
+		p.held.inFlight.Add(-1)
+		p.held = nil
+	}
 }
 
 func (p *proxy) run(ctx context.Context) {
@@ -217,6 +238,7 @@ func (p *proxy) run(ctx context.Context) {
 		}
 		freq.Header.SetHost(b.host)
 		b.inFlight.Add(1)
+		p.held = b
 		t0 := time.Now()
 		deadline, whole := t0.Add(s.cfg.FirstByteTimeout), false
 		if !reqDeadline.IsZero() && reqDeadline.Before(deadline) {
@@ -227,10 +249,10 @@ func (p *proxy) run(ctx context.Context) {
 			p.o.TTFB = time.Since(t0)
 			b.m.ttfb.Update(p.o.TTFB.Seconds())
 			p.relay(ctx, b, resp, reqDeadline)
-			b.inFlight.Add(-1)
+			p.release()
 			return
 		}
-		b.inFlight.Add(-1)
+		p.release()
 		if ctx.Err() != nil { // Close closed the connection
 			p.shutdown()
 			return
@@ -508,7 +530,9 @@ func (p *proxy) relayWhole(b *Backend, resp *fasthttp.Response, bs io.Reader, le
 		}
 		showWhole(p.hooks.Answer, b, p.o.Status, false, body)
 	}
-	p.sink.Respond(p.o.Status, p.answerHeaders(b, resp, false), body)
+	hdr := p.answerHeaders(b, resp, false)
+	p.release()
+	p.sink.Respond(p.o.Status, hdr, body)
 }
 
 // relayStream copies a non-SSE body as it arrives.
@@ -540,9 +564,10 @@ func (p *proxy) relayStream(ctx context.Context, b *Backend, bs io.Reader, buf [
 // one waits in buf for the rest, and one longer than buf goes out in
 // pieces. The bytes the client gets are exactly the upstream's.
 func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []byte) {
-	n := 0           // buf[:n] holds bytes not yet written
-	partial := false // a piece of an over-long event went out
-	var last []byte  // a copy of the last event that mentioned "usage"
+	n := 0            // buf[:n] holds bytes not yet written
+	partial := false  // a piece of an over-long event went out
+	var last []byte   // a copy of the last event that mentioned "usage"
+	var cutBuf []byte // DropUsageNull's copy of an event without its "usage":null
 	show := p.hooks.Answer != nil
 	for {
 		if n == len(buf) {
@@ -561,6 +586,19 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 				break
 			}
 			ev := buf[off : off+e]
+			if p.hooks.DropUsage {
+				drop, cut := usageEvent(ev, p.hooks.DropUsageNull)
+				if drop {
+					last = append(last[:0], ev...)
+					off += e
+					partial = false
+					continue
+				}
+				if cut[1] > cut[0] {
+					ev = append(append(cutBuf[:0], ev[:cut[0]]...), ev[cut[1]:]...)
+					cutBuf = ev
+				}
+			}
 			if p.hooks.Usage && bytes.Contains(ev, usageKey) {
 				last = append(last[:0], ev...)
 			}

@@ -10,6 +10,9 @@ import (
 
 // startProbeLocked starts b's probe goroutine in s.probes; Remove and
 // Close stop it through s.stops. s.mu held.
+//
+// With Config.ScrapeInterval it starts b's engine metrics scrape too
+// (scrape.go), stopped with the probe.
 func (s *Set) startProbeLocked(b *Backend) {
 	stop := make(chan struct{})
 	closed := false
@@ -38,6 +41,9 @@ func (s *Set) startProbeLocked(b *Backend) {
 			t.Reset(s.probeInterval(b))
 		}
 	})
+	if s.cfg.ScrapeInterval > 0 {
+		s.startScrapeLocked(b, stop)
+	}
 }
 
 // probeInterval is the wait before b's next probe: HealthInterval while

@@ -168,6 +168,9 @@ type Set struct {
 
 	// probeFn is probe; tests replace it before Start.
 	probeFn func(b *Backend, timeout time.Duration) bool
+	// scrapeFn is scrape, scrapes its counters by result (scrape.go).
+	scrapeFn func(b *Backend, timeout time.Duration) ([]byte, error)
+	scrapes  [numScrapeResults]*metrics.Counter
 
 	// The loop path (loop.go); set by UseLoops before the loops run,
 	// read-only after.
@@ -205,6 +208,10 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
 	}
 	s.probeFn = s.probe
+	s.scrapeFn = s.scrape
+	for i, r := range scrapeResults {
+		s.scrapes[i] = set.GetOrCreateCounter(`saltus_engine_scrapes_total{result="` + r + `"}`)
+	}
 	s.proxyWorkers = rules.NewWorkers(s.proxies, "backend-proxy", workerIdle)
 	s.watchWorkers = rules.NewWorkers(s.proxies, "backend-watch", workerIdle)
 	s.snap.Store(&snapshot{})

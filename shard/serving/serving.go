@@ -56,7 +56,9 @@ type Config struct {
 	MaxBlocks          int
 	RouteTTL           time.Duration
 	LoadFactor         float64
-	TokenBudget        int // tokenpool.Config.TokenBudget
+	TokenBudget        int           // tokenpool.Config.TokenBudget
+	LearnFromUsage     bool          // shard.Config.LearnFromUsage
+	ScrapeInterval     time.Duration // backend.Config.ScrapeInterval; 0 = off
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
@@ -85,6 +87,8 @@ func DefaultConfig() Config {
 		RouteTTL:           time.Hour,
 		LoadFactor:         2.0,
 		TokenBudget:        tokenpool.DefaultTokenBudget,
+		LearnFromUsage:     true,
+		ScrapeInterval:     0, // off; 1 s when enabled
 	}
 }
 
@@ -146,6 +150,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	bcfg.MaxRetries = cfg.MaxRetries
 	bcfg.HealthInterval = cfg.HealthInterval
 	bcfg.LoopIO = cfg.UpstreamIO == "loop"
+	bcfg.ScrapeInterval = cfg.ScrapeInterval
 	// reactor, backend and shard add their own component attribute.
 	bset, err := backend.NewSet(bcfg, logger, set)
 	if err != nil {
@@ -188,6 +193,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks
 	scfg.Tree.TTL = cfg.RouteTTL
 	scfg.Pool.TokenBudget = cfg.TokenBudget
+	scfg.LearnFromUsage = cfg.LearnFromUsage
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
 	if err != nil {
 		bset.Close()

@@ -1,0 +1,61 @@
+package shard
+
+import (
+	"fmt"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/shard/backend"
+)
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_usage_requested_total": "Streamed chat and completion requests whose client did not ask for usage and that saltus asked stream_options.include_usage for (--learn-from-usage), " +
+			"by result: usage (the engine's usage chunk was read, and removed from the client's stream), none (the stream ended without one).",
+	})
+}
+
+// usageMetrics count the requests askUsage changed, by what came back.
+type usageMetrics struct{ seen, none *metrics.Counter }
+
+func newUsageMetrics(set *metrics.Set) usageMetrics {
+	c := func(result string) *metrics.Counter {
+		return set.NewCounter(fmt.Sprintf("saltus_usage_requested_total{result=%q}", result))
+	}
+	return usageMetrics{seen: c("usage"), none: c("none")}
+}
+
+// askUsage returns the body to forward for j (Config.LearnFromUsage): for
+// a streamed chat or completion whose client did not ask for usage, its
+// body with stream_options.include_usage set (backend.InjectIncludeUsage,
+// one splice, at most backend.MaxInjectGrowth bytes more), with h set to
+// remove what that adds to the answer (Hooks.DropUsage) so the client's
+// stream is the one it would have got, and to count the outcome; else
+// j's body and h unchanged. Streamed requests take the goroutine path
+// (Forward) only, so this is its one caller. On the deciding loop.
+func (r *Router) askUsage(j *job, h *backend.Hooks) []byte {
+	body := j.req.Body
+	if !r.cfg.LearnFromUsage || !j.d.stream || j.d.includeUsage || (j.route != routeChat && j.route != routeCompletions) {
+		return body
+	}
+	out, ok := backend.InjectIncludeUsage(body)
+	if !ok {
+		return body
+	}
+	// vLLM's chat chunks gained "usage":null with include_usage before
+	// 0.6; its completion chunks have it either way (usageopt.go).
+	h.DropUsage, h.DropUsageNull = true, j.route == routeChat
+	done, m := h.Done, &r.m.usage
+	h.Done = func(o backend.Outcome) {
+		if o.Usage != nil {
+			m.seen.Inc()
+		} else {
+			m.none.Inc()
+		}
+		if done != nil {
+			done(o)
+		}
+	}
+	return out
+}
