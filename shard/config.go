@@ -104,6 +104,25 @@ type Config struct {
 	// over it a request gets 503 with Retry-After (counted in
 	// saltus_shard_decode_queue_full_total). Default 32.
 	DecodeQueue int
+
+	// Concurrency (prefix policy, cost.go): the requests a backend runs
+	// at once; in flight above it, the rest wait (the backend is
+	// queueing). Default 256, vLLM's --max-num-seqs on an A100.
+	Concurrency int
+	// QueueWait (prefix policy, cost.go): a backend whose estimated queue
+	// (prefill sent to it and not answered, plus requests waiting beyond
+	// Concurrency) is at least this is queueing. Default 200 ms.
+	QueueWait time.Duration
+	// SessionHeader (prefix policy): a request header naming a
+	// conversation (e.g. X-Session-ID); a session is pinned to the backend
+	// its first request went to while that backend is routable and not
+	// queueing (reason override). "" (the default): off.
+	SessionHeader string
+	// Sessions bounds the sessions remembered, split evenly across the
+	// shards, oldest evicted first. Default 100000. SessionTTL is how long
+	// an idle session stays pinned. Default 1 h.
+	Sessions   int
+	SessionTTL time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -126,6 +145,10 @@ func DefaultConfig() Config {
 		OffloopBytes:     64 << 10,
 		DecodeWorkers:    2,
 		DecodeQueue:      32,
+		Concurrency:      256,
+		QueueWait:        200 * time.Millisecond,
+		Sessions:         100_000,
+		SessionTTL:       time.Hour,
 	}
 }
 
@@ -166,6 +189,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shard: ExplainTimeout must be positive, got %v", c.ExplainTimeout))
 	}
 	errs = append(errs, checkRespConfig(c)...)
+	errs = append(errs, checkCostConfig(c)...)
 	if err := c.Body.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("shard: Body: %w", err))
 	}
