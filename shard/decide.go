@@ -112,12 +112,12 @@ type view struct {
 	// The prefix policy's inputs (cost.go): prefill tokens sent and not
 	// yet answered, the prefill model (base seconds, tokens per second;
 	// zero: the defaults) and the engine's own load when fresh (engine).
-	pending  int64
-	base     float64
-	rate     float64
-	engine   bool
-	waiting  int64
-	kvUsage  float64
+	pending int64
+	base    float64
+	rate    float64
+	engine  bool
+	waiting int64
+	kvUsage float64
 }
 
 // policyKind is Config.Policy, parsed.

@@ -170,7 +170,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
-		cfg:    cfg,
+		cfg: cfg,
 		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
 			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds()},
 		up:     up,
