@@ -59,13 +59,19 @@ type serveConfig struct {
 	Shards int `yaml:"shards"`
 	// PinShards: lock each event loop to an OS thread.
 	PinShards bool `yaml:"pin-shards"`
-	// Policy: the routing policy: prefix (the tree's longest cached
-	// prefix, else rendezvous hash of the first blocks, load bound
-	// load-factor × median), or a baseline that never uses the tree:
-	// round_robin, least_request (fewer in flight of two random
-	// backends) or consistent_hash (rendezvous hash of the first 4
-	// blocks, load bound 1.25 × average).
+	// Policy: the routing policy: prefix (the least estimated time to
+	// first token: queue plus prefill of the blocks a backend lacks), or
+	// ranvier (the tree's deepest holder, load bound load-factor ×
+	// median), or a baseline that never uses the tree: round_robin,
+	// least_request (fewer in flight of two random backends),
+	// consistent_hash (rendezvous hash of the first 4 blocks, load bound
+	// 1.25 × average) or body_hash (rendezvous hash of the body's first
+	// 512 bytes, no load term).
 	Policy string `yaml:"policy"`
+	// SessionHeader (policy prefix): a request header naming a session,
+	// pinned to its backend while that one is routable and not queueing;
+	// "" = off.
+	SessionHeader string `yaml:"session-header"`
 	// MaxBody: largest request body accepted (413 over it).
 	MaxBody byteSize `yaml:"max-body"`
 	// MaxBodyValues: most JSON values a chat or completion body may hold
@@ -123,7 +129,7 @@ type serveConfig struct {
 	MaxBlocks int `yaml:"max-blocks"`
 	// RouteTTL: a learned route expires when not refreshed for this long.
 	RouteTTL duration `yaml:"route-ttl"`
-	// LoadFactor (policy prefix): a backend with more than LoadFactor ×
+	// LoadFactor (policy ranvier): a backend with more than LoadFactor ×
 	// the median in-flight requests is skipped for the least loaded one.
 	LoadFactor float64 `yaml:"load-factor"`
 	// GCHeapFloor: a pointer-free block that is never written (address
@@ -153,6 +159,7 @@ func defaultServeConfig() serveConfig {
 		AdminListen:        "127.0.0.1:9180",
 		BlockSize:          d.BlockSize,
 		Policy:             d.Policy,
+		SessionHeader:      d.SessionHeader,
 		MaxBody:            byteSize(d.MaxBody),
 		MaxBodyValues:      d.MaxBodyValues,
 		MaxBodyDepth:       d.MaxBodyDepth,
@@ -332,7 +339,7 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
 		HealthDownInterval: c.HealthDownInterval.D(),
 		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
-		TokenBudget: int(c.TokenBudget),
+		TokenBudget: int(c.TokenBudget), SessionHeader: c.SessionHeader,
 	}
 }
 
@@ -397,9 +404,11 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
 	fs.IntVar(&v.Shards, "shards", v.Shards, "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS")
 	fs.BoolVar(&v.PinShards, "pin-shards", v.PinShards, "lock each event loop to its own OS thread")
-	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (longest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); "+
+	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (least estimated time to first token: queue wait plus prefill of the blocks a backend does not hold); "+
+		"ranvier (deepest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); "+
 		"baselines without the route table: round_robin, least_request (fewer in flight of two random backends), "+
-		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average)")
+		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average), body_hash (rendezvous hash of the body's first 512 bytes, no load term)")
+	fs.StringVar(&v.SessionHeader, "session-header", v.SessionHeader, "request `header` naming a session (e.g. X-Session-ID) that policy prefix pins to its backend while that one is routable and not queueing; empty: off")
 	fs.Var(&v.MaxBody, "max-body", "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413")
 	fs.IntVar(&v.MaxBodyValues, "max-body-values", v.MaxBodyValues, "most JSON `values` (objects, arrays, strings, numbers, literals) a chat or completion body may hold, counted before parsing; more get 413")
 	fs.IntVar(&v.MaxBodyDepth, "max-body-depth", v.MaxBodyDepth, "deepest nesting (`levels` of objects and arrays), 1–256, of a chat or completion body; deeper ones get 413")
@@ -423,7 +432,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
 	fs.Var(&v.GCHeapFloor, "gc-heap-floor", "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: "+
 		"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)")
-	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy prefix: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
+	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
 	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
 	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")

@@ -56,7 +56,8 @@ type Config struct {
 	MaxBlocks          int
 	RouteTTL           time.Duration
 	LoadFactor         float64
-	TokenBudget        int // tokenpool.Config.TokenBudget
+	TokenBudget        int    // tokenpool.Config.TokenBudget
+	SessionHeader      string // shard.Config.SessionHeader; "": off
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
@@ -183,6 +184,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.ChatTemplate = cfg.ChatTemplate
 	scfg.Policy = cfg.Policy
 	scfg.LoadFactor = cfg.LoadFactor
+	scfg.SessionHeader = cfg.SessionHeader
 	scfg.Body = shard.BodyLimits{MaxValues: cfg.MaxBodyValues, MaxDepth: cfg.MaxBodyDepth}
 	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks
