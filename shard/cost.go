@@ -24,8 +24,9 @@ import (
 //	est(b)     = base(b) + queue(b) + prefill(b)
 //
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
-// requests the router sent to b that have had no first byte yet (added
-// when sent, removed at the first byte or failure: job.addPending).
+// streamed requests the router sent to b that have had no first byte yet
+// (added when sent, removed at the first byte or failure:
+// pendingPrefill).
 // excess(b) is how many requests b makes wait beyond what it runs:
 // max(in-flight − Concurrency, 0), or the engine's own
 // vllm:num_requests_waiting when scraped and fresh (b.Engine()) if that
@@ -401,8 +402,11 @@ func appendCost(dst []byte, id int, ms float64, snap []*backend.Backend) []byte 
 	return append(dst, "ms"...)
 }
 
-// pendingPrefill is a forwarded request's share of its backend's
-// PendingPrefill: the predicted uncached tokens, added when it is sent
+// pendingPrefill is a forwarded streamed request's share of its backend's
+// PendingPrefill (a non-streamed answer's head comes only when its
+// generation ends, so its first byte says nothing of its prefill: it is
+// neither counted pending nor a sample of the fit; its load shows in the
+// in-flight count): the predicted uncached tokens, added when it is sent
 // (add), removed at its first byte (release, from Hooks.FirstByte) or at
 // its end without one (done, from Hooks.Done: a failure, a refusal, a
 // timeout), whichever comes first; FirstByte and Done run in order on

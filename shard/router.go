@@ -770,7 +770,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
 	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
-	j.pend.add(d, snap, r.cfg.BlockSize)
+	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+		j.pend.add(d, snap, r.cfg.BlockSize)
+	}
 	h := backend.Hooks{Done: func(o backend.Outcome) { j.pend.done(o); r.m.request(j.route, o.Status) }}
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(-1)

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/saltus-lb/saltus/reactor"
@@ -46,6 +47,26 @@ func TestRouterPrefixReceiptAndExplain(t *testing.T) {
 	}
 	if len(ranks) != 3 {
 		t.Fatalf("ranks %v", ranks)
+	}
+
+	// A streamed request unanswered (no hooks run) keeps its predicted
+	// uncached tokens pending on its backend, and Explain shows them.
+	e.up.status.Store(0)
+	stream := strings.Replace(chatBody("system", systemB, "user", "Stream it"), `{`, `{"stream":true,`, 1)
+	c = e.serve(t, newExchange(0, "POST", "/v1/chat/completions", stream))
+	matched, total, _ := parseRoute(t, c.header(HeaderRoute))
+	b := e.up.backends[c.candidates[0]]
+	if want := int64((total - matched) * 16); b.PendingPrefill() != want || want == 0 {
+		t.Fatalf("pending %d, want %d", b.PendingPrefill(), want)
+	}
+	d, err = e.r.Explain([]byte(body), "/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range d.Table {
+		if row.Backend == b.ID && (row.Pending != b.PendingPrefill() || row.QueueMS <= 0) {
+			t.Fatalf("row %+v, pending %d", row, b.PendingPrefill())
+		}
 	}
 }
 
