@@ -27,13 +27,13 @@ type Config struct {
 	Tree tree.Config
 	// Pool sizes the tokenizer pool. Default tokenpool.DefaultConfig().
 	Pool tokenpool.Config
-	// LoadFactor (prefix policy): a target whose in-flight count exceeds
+	// LoadFactor (ranvier policy): a target whose in-flight count exceeds
 	// LoadFactor × the median in-flight count of the routable backends
 	// (and LoadFloor) is skipped for the least loaded one. Default 2.0
 	// (DESIGN.md: diverting above 2× the median cost ~5 points of hit
 	// rate, bought 45 % P99).
 	LoadFactor float64
-	// LoadFloor (prefix policy) is the in-flight count a target may
+	// LoadFloor (ranvier policy) is the in-flight count a target may
 	// always have without being skipped, so that a nearly idle fleet
 	// (median 0 or 1) does not flap between backends on every request.
 	// Default 4.
@@ -53,12 +53,14 @@ type Config struct {
 	// the decode workers' share the loop's queue).
 	MailboxDepth int
 	// Policy is the routing policy, one of Policies(). Default "prefix"
-	// (PolicyPrefix): the tree's deepest routable holder, else the
-	// rendezvous hash of the first blocks, with LoadFactor's bound. The
-	// others are baselines for the benchmark and never use the tree:
-	// "round_robin", "least_request" (power of two choices) and
+	// (PolicyPrefix): the least estimated time to first token (cost.go).
+	// "ranvier": the tree's deepest routable holder, else the rendezvous
+	// hash of the first blocks, with LoadFactor's bound (prefix before
+	// issue 11). The others are baselines for the benchmark and never use
+	// the tree: "round_robin", "least_request" (power of two choices),
 	// "consistent_hash" (rendezvous hash of the first blocks, bounded
-	// load 1.25 × the average); policies.go states each rule.
+	// load 1.25 × the average) and "body_hash" (rendezvous hash of the
+	// body's first 512 bytes, cost.go); policies.go states each rule.
 	Policy string
 	// MaintainInterval is how often each shard's tree is cleaned up
 	// (tree.Maintain) and its gauges published. Default 1 s.

@@ -10,7 +10,8 @@ import (
 // Stage 7: the routing decision, a pure function of the tree's hits, the
 // request's keys and the backends' state (plus, for round_robin and
 // least_request, the deciding loop's cursor and random source in scratch).
-// This file holds the prefix policy; policies.go the others.
+// This file holds the ranvier policy and what the tree's policies share;
+// cost.go the prefix policy and body_hash; policies.go the others.
 
 // Routing policies, the values of Config.Policy.
 const (
@@ -79,13 +80,15 @@ type Decision struct {
 	TotalBlocks   int `json:"total_blocks"`
 	// Candidates are the backend IDs to try, in order (for a connect error
 	// before the first byte): Backend first, then, by policy, the next
-	// ones in rendezvous order (prefix, consistent_hash), in Set order
-	// (round_robin), or by load (least_request; prefix without keys).
+	// ones in rendezvous order (prefix, ranvier, consistent_hash,
+	// body_hash), in Set order (round_robin), or by load (least_request;
+	// prefix and ranvier without keys).
 	Candidates []int `json:"candidates"`
 	// Diverted: the reason's first pick was over the load bound and
-	// Backend is another one: the least loaded routable backend (prefix:
+	// Backend is another one: the least loaded routable backend (ranvier:
 	// bound LoadFactor × median in-flight), or the next in rendezvous
-	// order within the bound (consistent_hash). Preferred is that first
+	// order within the bound (consistent_hash); prefix: Backend holds
+	// less than the deepest holder (cost.go). Preferred is that first
 	// pick's ID (-1 when not diverted). Not in the contract's Decision;
 	// added fields only.
 	Diverted  bool `json:"diverted"`
