@@ -28,9 +28,16 @@ import (
 // (added when sent, removed at the first byte or failure:
 // pendingPrefill).
 // excess(b) is how many requests b makes wait beyond what it runs:
-// max(in-flight − Concurrency, 0), or the engine's own
-// vllm:num_requests_waiting when scraped and fresh (b.Engine()) if that
-// is more; each is priced as one request like this one, fully uncached.
+// max(in-flight − min(Concurrency, bound), 0), bound being ranvier's
+// LoadFactor × the median in-flight count of the routable backends (at
+// least LoadFloor): without a scrape, the engine's real concurrency is
+// unknown (vLLM runs up to --max-num-seqs, but a small KV cache holds
+// far fewer long prompts), so a backend far above its peers is taken to
+// make the surplus wait. Or the engine's own vllm:num_requests_waiting
+// when scraped and fresh (b.Engine()) if that is more. Each waiting
+// request is priced as one request like this one, fully uncached. (Not a
+// diversion to the least loaded, as in ranvier: it only makes the
+// backend queueing, so the cost comparison below decides.)
 //
 // b is queueing when a new request would wait before its prefill starts,
 // as far as the router can tell: queue(b) ≥ QueueWait (prefill already
@@ -119,11 +126,16 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		}
 	}
 	total := float64(len(keys) * p.blockSize)
+	s.loads = s.loads[:0]
+	for _, sc := range s.scores {
+		s.loads = append(s.loads, bs[sc.i].inFlight)
+	}
+	runs := min(p.concurrency, loadBound(p, s.loads))
 	anyHolder, m := false, 0
 	for _, sc := range s.scores {
 		i := sc.i
 		c := &s.costs[i]
-		estimate(p, &bs[i], c, total, len(keys))
+		estimate(p, &bs[i], c, total, len(keys), runs)
 		if c.held > 0 {
 			anyHolder = true
 			if deep < 0 || c.held > s.costs[deep].held {
@@ -218,13 +230,14 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 }
 
 // estimate fills c's terms for v (see the file's comment); total is the
-// request's tokens, blocks its blocks.
-func estimate(p policy, v *view, c *cost, total float64, blocks int) {
+// request's tokens, blocks its blocks, runs the in-flight count over
+// which requests wait.
+func estimate(p policy, v *view, c *cost, total float64, blocks int, runs int64) {
 	base, rate := v.base, v.rate
 	if rate <= 0 {
 		base, rate = backend.DefaultPrefillBase.Seconds(), backend.DefaultPrefillTokensPerSec
 	}
-	excess := max(v.inFlight-p.concurrency, 0)
+	excess := max(v.inFlight-runs, 0)
 	if v.engine {
 		excess = max(excess, v.waiting)
 	}

@@ -482,3 +482,40 @@ func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTre
 	s.cands = d.Candidates
 	return d
 }
+
+// Without a scrape, a backend far above its peers' in-flight counts
+// (ranvier's bound) makes its surplus wait: it is queueing, and its
+// holder's queue is priced.
+func TestCostRelativeOverload(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	for i := range bs {
+		bs[i].inFlight = 2
+	}
+	keys := randKeys(rand.New(rand.NewPCG(9, 9)), 8) // 128 tokens: a miss 16 ms
+	hits := []tree.Hit{{Backend: 3, Blocks: 8}}
+	s := newScratch()
+	s.explain = true
+	bs[3].inFlight = 4 // at the bound (max(2 × 2, 4)): not queueing
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || rowOf(t, d, 3).Queueing {
+		t.Fatalf("at the bound: %+v", d)
+	}
+	bs[3].inFlight = 10 // 6 over
+	d := decide(costPolicy, bs, hits, keys, true, &s)
+	r := rowOf(t, d, 3)
+	if !r.Queueing || !near(r.QueueMS, 6*(20+16)) || d.Backend == 3 || d.Reason != ReasonHash {
+		t.Fatalf("over the bound: %+v, row %+v", d, r)
+	}
+	if order := rendezvous(nil, bs, keys); d.Backend != firstOther(bs, order, 3) {
+		t.Fatalf("went to %d, not the next in order", d.Backend)
+	}
+}
+
+func firstOther(bs []view, order []scored, not int) int {
+	for _, sc := range order {
+		if bs[sc.i].id != not {
+			return bs[sc.i].id
+		}
+	}
+	return -1
+}
