@@ -424,9 +424,10 @@ func appendCost(dst []byte, id int, ms float64, snap []*backend.Backend) []byte 
 // its end without one (done, from Hooks.Done: a failure, a refusal, a
 // timeout), whichever comes first; FirstByte and Done run in order on
 // one goroutine. done also feeds the prefill model one sample: a 2xx
-// answered by the backend predicted, first try, whose TTFB counts the
-// prefill pending ahead of it when it was sent (it computed that too
-// before its first byte). The feedback branch may replace the predicted
+// answered by the backend predicted, first try, sent when no prefill was
+// pending ahead of it there (its TTFB is then its own prefill, not a
+// queue's: a fit on queued samples learns a slow rate, which makes every
+// backend look queueing). The feedback branch may replace the predicted
 // uncached count with the engine's own.
 type pendingPrefill struct {
 	b      *backend.Backend // nil: nothing added, or released
@@ -458,7 +459,7 @@ func (p *pendingPrefill) release() {
 
 func (p *pendingPrefill) done(o backend.Outcome) {
 	p.release()
-	if p.b != nil && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.TTFB > 0 {
-		p.b.ObserveTTFT(int(p.tokens+p.ahead), o.TTFB)
+	if p.b != nil && p.ahead == 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.TTFB > 0 {
+		p.b.ObserveTTFT(int(p.tokens), o.TTFB)
 	}
 }

@@ -405,6 +405,20 @@ func TestPendingPrefillAccounting(t *testing.T) {
 	if a.Prefill().Samples == 0 || a.PendingPrefill() != 0 {
 		t.Fatalf("not learned: %+v, pending %d", a.Prefill(), a.PendingPrefill())
 	}
+	// A request sent behind pending prefill is no sample: 8 of them
+	// would trigger a refit, and none happens.
+	before := a.Prefill()
+	var ahead pendingPrefill
+	ahead.add(Decision{Backend: 0, TotalBlocks: 100}, snap, 16)
+	for range 8 {
+		var o pendingPrefill
+		o.add(Decision{Backend: 0, TotalBlocks: 4}, snap, 16)
+		o.done(backend.Outcome{Backend: a, Status: 200, TTFB: 5 * time.Second})
+	}
+	ahead.done(backend.Outcome{Backend: a, Status: 500})
+	if a.Prefill() != before || a.PendingPrefill() != 0 {
+		t.Fatalf("queued samples were learned: %+v, was %+v", a.Prefill(), before)
+	}
 }
 
 // oldDecidePrefix is shard/decide.go's decidePrefix as it was before
