@@ -764,7 +764,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	// is not the first candidate after a retry.
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
-	// Only the prefix policy reads the tree, so only it teaches it.
+	// Only prefix and ranvier read the tree, so only they teach it.
 	routed := r.pol.kind.usesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
@@ -794,10 +794,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		if j.route == routeResponses {
 			lh.Answer = r.answerHook(loop)
 		}
-		lh.FirstByte = func(b *backend.Backend, status int) {
-			j.pend.release()
-			if learn && status >= 200 && status < 300 {
-				r.learnFrom(loop, j, b.ID)
+		if learn || j.pend.held {
+			lh.FirstByte = func(b *backend.Backend, status int) {
+				j.pend.release()
+				if learn && status >= 200 && status < 300 {
+					r.learnFrom(loop, j, b.ID)
+				}
 			}
 		}
 		if loop == cur {
@@ -809,10 +811,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			return
 		}
 	}
-	h.FirstByte = func(b *backend.Backend, status int) {
-		j.pend.release()
-		if learn && status >= 200 && status < 300 {
-			r.learn(j, b.ID)
+	if learn || j.pend.held {
+		h.FirstByte = func(b *backend.Backend, status int) {
+			j.pend.release()
+			if learn && status >= 200 && status < 300 {
+				r.learn(j, b.ID)
+			}
 		}
 	}
 	r.up.Forward(j.req, j.req.Body, cands, j.x, hdr, h)
