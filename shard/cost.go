@@ -56,6 +56,11 @@ import (
 //     not queueing (if all queue, the next that holds nothing). The order
 //     is the same in every replica, so a hot prefix spreads over the few
 //     backends its load needs, and pays its miss once per new holder.
+//     That newcomer's miss is counted twice in the comparison (not in
+//     est): once for this request, once for the blocks its copy evicts
+//     from a KV cache that is usually full, which a later request misses;
+//     so a copy is made only when the holders' queue exceeds about twice
+//     the miss, and a hot prefix does not thrash the fleet's caches.
 //   - no holder (a cold prefix): the first backend in rendezvous order
 //     that is not queueing; if all queue, every backend.
 //
@@ -79,6 +84,7 @@ type cost struct {
 	held                 int
 	base, queue, prefill float64
 	est                  float64
+	cmp                  float64 // est, plus a newcomer's miss again: what pick compares
 	queueing, eligible   bool
 	rank                 int // rendezvous rank; -1: not routable
 }
@@ -165,7 +171,9 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 			}
 		}
 		if next >= 0 {
-			s.costs[next].eligible = true
+			c := &s.costs[next]
+			c.eligible = true
+			c.cmp += c.prefill
 		}
 	default:
 		first := -1
@@ -245,21 +253,22 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, runs int64)
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
 	c.queue = float64(max(v.pending, 0))/rate + float64(excess)*(base+total/rate)
 	c.est = base + c.queue + c.prefill
+	c.cmp = c.est
 	c.queueing = c.queue >= p.queueWait || excess > 0 || (v.engine && v.kvUsage >= kvFull)
 }
 
-// pick returns the view index of the least estimate among the eligible,
+// pick returns the view index of the least cmp among the eligible,
 // near-ties to the first in rendezvous order. At least one is eligible.
 func pick(s *scratch) int {
 	best := -1
 	for _, sc := range s.scores {
-		if c := &s.costs[sc.i]; c.eligible && (best < 0 || c.est < s.costs[best].est) {
+		if c := &s.costs[sc.i]; c.eligible && (best < 0 || c.cmp < s.costs[best].cmp) {
 			best = sc.i
 		}
 	}
-	limit := s.costs[best].est + max(tieRel*s.costs[best].est, tieAbs)
+	limit := s.costs[best].cmp + max(tieRel*s.costs[best].cmp, tieAbs)
 	for _, sc := range s.scores { // rendezvous order: the first within the limit
-		if c := &s.costs[sc.i]; c.eligible && c.est <= limit {
+		if c := &s.costs[sc.i]; c.eligible && c.cmp <= limit {
 			return sc.i
 		}
 	}

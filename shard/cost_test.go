@@ -533,3 +533,23 @@ func firstOther(bs []view, order []scored, not int) int {
 	}
 	return -1
 }
+
+// A new holder's miss counts twice against a queueing holder: a queue
+// between one and two misses keeps the request on the holder.
+func TestCostNewHolderPaysTwice(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(10, 10)), 75) // 1,200 tokens: a miss 150 ms
+	order := rendezvous(nil, bs, keys)
+	h := order[0].i
+	hits := []tree.Hit{{Backend: bs[h].id, Blocks: 75}}
+	s := newScratch()
+	bs[h].pending = 2000 // 250 ms: queueing; est 270 ms against a newcomer's 170 (+150)
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h].id || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
+		t.Fatalf("1–2 misses of queue: %+v", d)
+	}
+	bs[h].pending = 2800 // 350 ms: more than two misses
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id {
+		t.Fatalf("over two misses: %+v", d)
+	}
+}
