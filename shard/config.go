@@ -27,13 +27,13 @@ type Config struct {
 	Tree tree.Config
 	// Pool sizes the tokenizer pool. Default tokenpool.DefaultConfig().
 	Pool tokenpool.Config
-	// LoadFactor (prefix policy): a target whose in-flight count exceeds
+	// LoadFactor (ranvier policy): a target whose in-flight count exceeds
 	// LoadFactor × the median in-flight count of the routable backends
 	// (and LoadFloor) is skipped for the least loaded one. Default 2.0
 	// (DESIGN.md: diverting above 2× the median cost ~5 points of hit
 	// rate, bought 45 % P99).
 	LoadFactor float64
-	// LoadFloor (prefix policy) is the in-flight count a target may
+	// LoadFloor (ranvier policy) is the in-flight count a target may
 	// always have without being skipped, so that a nearly idle fleet
 	// (median 0 or 1) does not flap between backends on every request.
 	// Default 4.
@@ -53,12 +53,14 @@ type Config struct {
 	// the decode workers' share the loop's queue).
 	MailboxDepth int
 	// Policy is the routing policy, one of Policies(). Default "prefix"
-	// (PolicyPrefix): the tree's deepest routable holder, else the
-	// rendezvous hash of the first blocks, with LoadFactor's bound. The
-	// others are baselines for the benchmark and never use the tree:
-	// "round_robin", "least_request" (power of two choices) and
+	// (PolicyPrefix): the least estimated time to first token (cost.go).
+	// "ranvier": the tree's deepest routable holder, else the rendezvous
+	// hash of the first blocks, with LoadFactor's bound (prefix before
+	// issue 11). The others are baselines for the benchmark and never use
+	// the tree: "round_robin", "least_request" (power of two choices),
 	// "consistent_hash" (rendezvous hash of the first blocks, bounded
-	// load 1.25 × the average); policies.go states each rule.
+	// load 1.25 × the average) and "body_hash" (rendezvous hash of the
+	// body's first 512 bytes, cost.go); policies.go states each rule.
 	Policy string
 	// MaintainInterval is how often each shard's tree is cleaned up
 	// (tree.Maintain) and its gauges published. Default 1 s.
@@ -110,6 +112,25 @@ type Config struct {
 	// engine's cached_tokens then reach Outcome.Usage for every streamed
 	// request. Default true.
 	LearnFromUsage bool
+
+	// Concurrency (prefix policy, cost.go): the requests a backend runs
+	// at once; in flight above it, the rest wait (the backend is
+	// queueing). Default 256, vLLM's --max-num-seqs on an A100.
+	Concurrency int
+	// QueueWait (prefix policy, cost.go): a backend whose estimated queue
+	// (prefill sent to it and not answered, plus requests waiting beyond
+	// Concurrency) is at least this is queueing. Default 200 ms.
+	QueueWait time.Duration
+	// SessionHeader (prefix policy): a request header naming a
+	// conversation (e.g. X-Session-ID); a session is pinned to the backend
+	// its first request went to while that backend is routable and not
+	// queueing (reason override). "" (the default): off.
+	SessionHeader string
+	// Sessions bounds the sessions remembered, split evenly across the
+	// shards, oldest evicted first. Default 100000. SessionTTL is how long
+	// an idle session stays pinned. Default 1 h.
+	Sessions   int
+	SessionTTL time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -133,6 +154,10 @@ func DefaultConfig() Config {
 		DecodeWorkers:    2,
 		DecodeQueue:      32,
 		LearnFromUsage:   true, // what is cached is learned from streams too; the client sees its own stream
+		Concurrency:      256,
+		QueueWait:        200 * time.Millisecond,
+		Sessions:         100_000,
+		SessionTTL:       time.Hour,
 	}
 }
 
@@ -173,6 +198,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shard: ExplainTimeout must be positive, got %v", c.ExplainTimeout))
 	}
 	errs = append(errs, checkRespConfig(c)...)
+	errs = append(errs, checkCostConfig(c)...)
 	if err := c.Body.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("shard: Body: %w", err))
 	}

@@ -10,13 +10,14 @@ import (
 // Stage 7: the routing decision, a pure function of the tree's hits, the
 // request's keys and the backends' state (plus, for round_robin and
 // least_request, the deciding loop's cursor and random source in scratch).
-// This file holds the prefix policy; policies.go the others.
+// This file holds the ranvier policy and what the tree's policies share;
+// cost.go the prefix policy and body_hash; policies.go the others.
 
 // Routing policies, the values of Config.Policy.
 const (
-	// PolicyPrefix: the deepest routable holder of the request's prefix in
-	// the tree, else the rendezvous hash of the first blocks; a pick above
-	// LoadFactor × the median in-flight count goes to the least loaded.
+	// PolicyPrefix: the least estimated time to first token (cost.go):
+	// queue wait plus the prefill of the blocks a backend does not hold,
+	// with the rules there for queueing backends, hot and cold prefixes.
 	PolicyPrefix = "prefix"
 	// PolicyRoundRobin: the routable backends in Set order, in turn.
 	PolicyRoundRobin = "round_robin"
@@ -26,12 +27,21 @@ const (
 	// PolicyConsistentHash: rendezvous hash of the first blocks with
 	// bounded load (Mirrokni et al.), no tree.
 	PolicyConsistentHash = "consistent_hash"
+	// PolicyBodyHash: rendezvous hash of the first 512 bytes of the
+	// request body, no load term (nginx's `hash $request_body
+	// consistent`), no tree.
+	PolicyBodyHash = "body_hash"
+	// PolicyRanvier: the deepest routable holder of the request's prefix
+	// in the tree (one per route), else the rendezvous hash of the first
+	// blocks; a pick above LoadFactor × the median in-flight count goes to
+	// the least loaded (Ranvier's rule; prefix before issue 11).
+	PolicyRanvier = "ranvier"
 )
 
 // Policies returns the valid Config.Policy values, the default first.
 // Any goroutine.
 func Policies() []string {
-	return []string{PolicyPrefix, PolicyRoundRobin, PolicyLeastRequest, PolicyConsistentHash}
+	return []string{PolicyPrefix, PolicyRoundRobin, PolicyLeastRequest, PolicyConsistentHash, PolicyBodyHash, PolicyRanvier}
 }
 
 // Route reasons, as X-Saltus-Route and saltus_route_decisions_total name
@@ -41,7 +51,8 @@ const (
 	ReasonTree = "tree"
 	// ReasonHash: no routable holder; rendezvous hash of the first blocks.
 	ReasonHash = "hash"
-	// ReasonOverride is reserved for a session header (a later issue).
+	// ReasonOverride: the request's session header (Config.SessionHeader)
+	// names a session pinned to a routable backend that is not queueing.
 	ReasonOverride = "override"
 	// ReasonFallback: routed without the tree (the owner's mailbox was
 	// full, or the request has no block key: shorter than a block, or a
@@ -54,6 +65,7 @@ const (
 	ReasonRoundRobin     = PolicyRoundRobin
 	ReasonLeastRequest   = PolicyLeastRequest
 	ReasonConsistentHash = PolicyConsistentHash
+	ReasonBodyHash       = PolicyBodyHash
 )
 
 // Decision is where a request goes and why.
@@ -68,26 +80,47 @@ type Decision struct {
 	TotalBlocks   int `json:"total_blocks"`
 	// Candidates are the backend IDs to try, in order (for a connect error
 	// before the first byte): Backend first, then, by policy, the next
-	// ones in rendezvous order (prefix, consistent_hash), in Set order
-	// (round_robin), or by load (least_request; prefix without keys).
+	// ones in rendezvous order (prefix, ranvier, consistent_hash,
+	// body_hash), in Set order (round_robin), or by load (least_request;
+	// prefix and ranvier without keys).
 	Candidates []int `json:"candidates"`
 	// Diverted: the reason's first pick was over the load bound and
-	// Backend is another one: the least loaded routable backend (prefix:
+	// Backend is another one: the least loaded routable backend (ranvier:
 	// bound LoadFactor × median in-flight), or the next in rendezvous
-	// order within the bound (consistent_hash). Preferred is that first
+	// order within the bound (consistent_hash); prefix: Backend holds
+	// less than the deepest holder (cost.go). Preferred is that first
 	// pick's ID (-1 when not diverted). Not in the contract's Decision;
 	// added fields only.
 	Diverted  bool `json:"diverted"`
 	Preferred int  `json:"preferred"`
+	// The prefix policy's estimates (cost.go), in milliseconds: EstMS is
+	// Backend's estimated time to first token, RunnerUp the routable
+	// backend with the next lowest estimate (-1: none) and RunnerUpMS its
+	// estimate. Table is every routable backend's terms, filled for
+	// Explain only.
+	EstMS      float64     `json:"est_ms"`
+	RunnerUp   int         `json:"runner_up"`
+	RunnerUpMS float64     `json:"runner_up_ms"`
+	Table      []Candidate `json:"table,omitempty"`
 }
 
 // view is one backend as the decision sees it, read once per decision.
 type view struct {
 	id       int
 	url      string
+	name     string
 	urlHash  uint64
 	inFlight int64
 	routable bool
+	// The prefix policy's inputs (cost.go): prefill tokens sent and not
+	// yet answered, the prefill model (base seconds, tokens per second;
+	// zero: the defaults) and the engine's own load when fresh (engine).
+	pending int64
+	base    float64
+	rate    float64
+	engine  bool
+	waiting int64
+	kvUsage float64
 }
 
 // policyKind is Config.Policy, parsed.
@@ -98,7 +131,12 @@ const (
 	kindRoundRobin
 	kindLeastRequest
 	kindConsistentHash
+	kindBodyHash
+	kindRanvier
 )
+
+// usesTree: the policy asks and teaches the tree.
+func (k policyKind) usesTree() bool { return k == kindPrefix || k == kindRanvier }
 
 // parsePolicy maps a Config.Policy name to its kind; false if unknown.
 func parsePolicy(name string) (policyKind, bool) {
@@ -109,9 +147,15 @@ func parsePolicy(name string) (policyKind, bool) {
 // policy holds the decision's knobs.
 type policy struct {
 	kind          policyKind
-	loadFactor    float64 // prefix only
-	loadFloor     int64   // prefix only
+	loadFactor    float64 // ranvier only
+	loadFloor     int64   // ranvier only
 	maxCandidates int
+	// prefix only (cost.go): tokens per block, the in-flight count over
+	// which a backend queues, the queue wait (seconds) over which it is
+	// queueing.
+	blockSize   int
+	concurrency int64
+	queueWait   float64
 }
 
 // scratch is reusable decision memory and the per-loop state of the
@@ -134,6 +178,12 @@ type scratch struct {
 	// rng is least_request's random source, one per loop (math/rand/v2's
 	// global functions would be shared state); nil for other policies.
 	rng *rand.Rand
+	// The prefix policy's (cost.go): per view, its terms; pin, the
+	// session's backend ID (-1: none), set by the caller per decision;
+	// explain: fill Decision.Table.
+	costs   []cost
+	pin     int
+	explain bool
 }
 
 type scored struct {
@@ -151,6 +201,14 @@ type scored struct {
 func decide(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
 	switch p.kind {
 	case kindPrefix:
+		if len(keys) > 0 {
+			return decideCost(p, bs, hits, keys, useTree, s)
+		}
+	case kindRanvier:
+	case kindBodyHash:
+		// The Router calls decideBodyHash with the body; here (tests,
+		// Explain without a body) the keys stand in for it.
+		return decideBodyHashKey(p, bs, keysHash(keys), len(keys), s)
 	case kindRoundRobin:
 		return decideRoundRobin(p, bs, len(keys), s)
 	case kindLeastRequest:
@@ -163,14 +221,15 @@ func decide(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s
 	default:
 		panic("BUG: unknown policy kind")
 	}
-	return decidePrefix(p, bs, hits, keys, useTree, s)
+	return decideRanvier(p, bs, hits, keys, useTree, s)
 }
 
-// decidePrefix is the prefix policy: the deepest routable holder, else the
-// rendezvous hash of the first blocks, else the least loaded; a pick above
-// loadBound goes to the least loaded.
-func decidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
-	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: len(keys)}
+// decideRanvier is the ranvier policy (and prefix's for a request without
+// keys): the deepest routable holder, else the rendezvous hash of the
+// first blocks, else the least loaded; a pick above loadBound goes to the
+// least loaded.
+func decideRanvier(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
+	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: len(keys)}
 	s.loads = s.loads[:0]
 	least := -1
 	for i := range bs {
@@ -260,6 +319,12 @@ func rendezvous(dst []scored, bs []view, keys []uint64) []scored {
 			dst = append(dst, scored{score: mix64(kh ^ bs[i].urlHash), i: i})
 		}
 	}
+	sortScores(dst, bs)
+	return dst
+}
+
+// sortScores sorts by score, highest first, a tie by lower id.
+func sortScores(dst []scored, bs []view) {
 	slices.SortFunc(dst, func(a, b scored) int {
 		switch {
 		case a.score > b.score:
@@ -269,7 +334,6 @@ func rendezvous(dst []scored, bs []view, keys []uint64) []scored {
 		}
 		return bs[a.i].id - bs[b.i].id
 	})
-	return dst
 }
 
 // appendByLoad appends routable backends not yet in cands, fewest in

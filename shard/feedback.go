@@ -199,7 +199,7 @@ func (j *job) feedback(o backend.Outcome) {
 			}
 		}
 	}
-	if o.TTFB > 0 {
+	if j.prefill.clean(o) { // streamed, first try, nothing pending ahead (cost.go)
 		m.observe(o.Backend, uncached, o.TTFB)
 	}
 }

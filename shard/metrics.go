@@ -109,7 +109,7 @@ func allowOnly(method, allowed string) string {
 
 // reasonNames index the decision counters.
 var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback,
-	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash, ReasonResponseID}
+	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash, ReasonResponseID, ReasonBodyHash}
 
 // ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
 // matched blocks / total blocks of a routed request with keys, under the

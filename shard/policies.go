@@ -16,7 +16,7 @@ import "math/rand/v2"
 // goes to the next routable one, so the routable ones share the requests
 // evenly. Candidates: the next routable ones in that order.
 func decideRoundRobin(p policy, bs []view, total int, s *scratch) Decision {
-	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: total}
+	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: total}
 	n, routable, target := len(bs), 0, -1
 	for k := range n {
 		i := (s.rr + k) % n
@@ -49,7 +49,7 @@ func decideRoundRobin(p policy, bs []view, total int, s *scratch) Decision {
 // routable backend serves alone. Candidates: the other routable backends,
 // fewest in flight first, then lower ID.
 func decideLeastRequest(p policy, bs []view, total int, s *scratch) Decision {
-	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: total}
+	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: total}
 	s.idx = s.idx[:0]
 	for i := range bs {
 		if bs[i].routable {
@@ -115,7 +115,7 @@ func hashCapacity(total int64, n int) int64 {
 // Preferred. Candidates: the walk goes on in rendezvous order after
 // Backend, then wraps to the ones skipped. keys must not be empty.
 func decideConsistentHash(p policy, bs []view, keys []uint64, s *scratch) Decision {
-	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: len(keys)}
+	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: len(keys)}
 	s.scores = rendezvous(s.scores[:0], bs, keys)
 	n := len(s.scores)
 	if n == 0 {

@@ -344,7 +344,7 @@ func (j *job) lookupByID() {
 	r.rs.hit.Inc()
 	// One candidate: any other backend answers 404 for this id.
 	d := Decision{Backend: id, URL: snap[i].URL, Reason: ReasonResponseID, TotalBlocks: len(j.keys),
-		Candidates: []int{id}, Preferred: -1}
+		Candidates: []int{id}, Preferred: -1, RunnerUp: -1}
 	j.finish(d, snap, j.idOwner)
 }
 

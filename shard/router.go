@@ -107,6 +107,7 @@ type shardState struct {
 	known map[int]bool // backend IDs inserted since their last removal
 	dec   decodeScratch
 	resp  *respTable // this shard's part of the response ids (respids.go)
+	sess  *respTable // sessions decided here → backend (cost.go); nil: no SessionHeader
 
 	// Any goroutine.
 	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
@@ -170,8 +171,9 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
-		cfg:    cfg,
-		pol:    policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates},
+		cfg: cfg,
+		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
+			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds()},
 		up:     up,
 		state:  state,
 		tmpl:   tmpl,
@@ -206,6 +208,10 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		// round_robin: loop i starts its cycle at backend i, so that the
 		// loops' first requests do not all go to backend 0.
 		sh.sc.rr = i
+		sh.sc.pin = -1
+		if cfg.SessionHeader != "" {
+			sh.sess = newRespTable((cfg.Sessions+loops-1)/loops, int64(cfg.SessionTTL))
+		}
 		if kind == kindLeastRequest {
 			// Seeded from the global source once, at construction; the
 			// loop then draws from its own, without a lock.
@@ -343,6 +349,7 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	j := &job{r: r, x: x, req: req, route: rt, loop: x.Loop()}
+	j.session = r.sessionOf(req)
 	if rt == routeResponseID {
 		j.d.prevID, _, _ = responsePathID(req.Path) // classify matched it
 		j.routeByID()
@@ -412,6 +419,12 @@ type job struct {
 	owner   int
 	idOwner int           // the shard of the response id named (respids.go)
 	explain chan Decision // Explain's answer; nil for a served request
+	// session is the request's Config.SessionHeader value ("" none);
+	// rawBody Explain's body (j.req is nil there); prefill the prefill
+	// accounting (cost.go).
+	session string
+	rawBody []byte
+	prefill pendingPrefill
 	// fresh: the tree already holds the whole chain for freshID, refreshed
 	// less than learnRefresh ago, so a 2xx from freshID has nothing to
 	// teach (see lookup).
@@ -635,7 +648,7 @@ func (j *job) dispatch() {
 		j.decideHere() // shorter than a block
 		return
 	}
-	if j.r.pol.kind != kindPrefix {
+	if !j.r.pol.kind.usesTree() {
 		// The other policies never use the tree: no owner lookup, no
 		// message to another loop; they decide here.
 		j.decideHere()
@@ -668,7 +681,7 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
-	d := decide(j.r.pol, sh.views, sh.hits, j.keys, true, &sh.sc)
+	d := j.decideWith(sh, sh.hits, true)
 	j.markFresh(d, sh.hits, now)
 	j.pend(d, now)
 	j.finish(d, snap, j.owner)
@@ -703,7 +716,7 @@ func (j *job) decideAt(cur int) {
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap)
 	rr := sh.sc.rr
-	d := decide(j.r.pol, sh.views, nil, j.keys, false, &sh.sc)
+	d := j.decideWith(sh, nil, false)
 	if j.explain != nil {
 		// Explain shows the turn the loop's next request would get, and
 		// leaves it to that request. (least_request's draw is not undone:
@@ -717,7 +730,11 @@ func (j *job) decideAt(cur int) {
 func (r *Router) views(dst []view, snap []*backend.Backend) []view {
 	for _, b := range snap {
 		inFlight, routable := r.state(b)
-		dst = append(dst, view{id: b.ID, url: b.URL, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable})
+		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable}
+		if r.pol.kind == kindPrefix {
+			costInputs(&v, b)
+		}
+		dst = append(dst, v)
 	}
 	return dst
 }
@@ -731,7 +748,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		j.explain <- d                            // buffered, one send per job
 		return
 	}
-	r.m.decided(d, r.pol.kind == kindPrefix)
+	r.m.decided(d, r.pol.kind.usesTree())
 	if d.Backend < 0 {
 		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: "no backend is available to serve the request"}, backend.RetryAfter)
@@ -741,22 +758,26 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	for _, id := range d.Candidates {
 		cands = append(cands, snap[indexOfBackend(snap, id)]) // decided from snap
 	}
-	var buf [32]byte
+	var buf [96]byte
 	route := strconv.AppendInt(buf[:0], int64(d.MatchedBlocks), 10)
 	route = append(route, '/')
 	route = strconv.AppendInt(route, int64(d.TotalBlocks), 10)
 	route = append(append(route, ' '), d.Reason...)
+	route = appendReceipt(route, d, snap)
 	// X-Saltus-Backend is set by Forward: the backend that answered, which
 	// is not the first candidate after a retry.
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
-	// Only the prefix policy reads the tree, so only it teaches it.
-	routed := r.pol.kind == kindPrefix && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	// Only prefix and ranvier read the tree, so only they teach it.
+	routed := r.pol.kind.usesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
 	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
-	h := backend.Hooks{Done: func(o backend.Outcome) { r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
+	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+		j.prefill.add(d, snap, r.cfg.BlockSize)
+	}
+	h := backend.Hooks{Done: func(o backend.Outcome) { j.prefill.done(o); r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(-1)
 	}
@@ -777,9 +798,10 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		if j.route == routeResponses {
 			lh.Answer = r.answerHook(loop)
 		}
-		if learn {
+		if learn || j.prefill.held {
 			lh.FirstByte = func(b *backend.Backend, status int) {
-				if status >= 200 && status < 300 {
+				j.prefill.release()
+				if learn && status >= 200 && status < 300 {
 					r.learnFrom(loop, j, b.ID)
 				}
 			}
@@ -793,9 +815,10 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			return
 		}
 	}
-	if learn {
+	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {
-			if status >= 200 && status < 300 {
+			j.prefill.release()
+			if learn && status >= 200 && status < 300 {
 				r.learn(j, b.ID)
 			}
 		}
@@ -955,15 +978,15 @@ func (r *Router) modelsWorker(ctx context.Context) {
 func (r *Router) Explain(body []byte, path string) (Decision, error) {
 	rt, _ := classify("POST", path)
 	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
-		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
 	}
-	j := &job{r: r, route: rt, explain: make(chan Decision, 1)}
+	j := &job{r: r, route: rt, explain: make(chan Decision, 1), rawBody: body}
 	if e := j.prepare(body, nil); e != nil {
-		return Decision{Backend: -1, Preferred: -1}, e
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {
-		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
 	}
 	t := time.NewTimer(r.cfg.ExplainTimeout)
 	defer t.Stop()
@@ -974,7 +997,7 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 		}
 		return d, nil
 	case <-t.C:
-		return Decision{Backend: -1, Preferred: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
 	}
 }
 

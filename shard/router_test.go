@@ -49,6 +49,7 @@ func parseRoute(t *testing.T, v string) (matched, total int, reason string) {
 	if !ok || !ok2 || err1 != nil || err2 != nil {
 		t.Fatalf("bad X-Saltus-Route %q", v)
 	}
+	reason, _, _ = strings.Cut(reason, " ") // the prefix policy's receipt follows
 	return matched, total, reason
 }
 
@@ -130,7 +131,7 @@ func TestRouterAffinity(t *testing.T) {
 
 func TestRouterLoadSkipLearnsServer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true})
+	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: PolicyRanvier})
 	body := chatBody("system", systemA, "user", "Tides today?")
 	c, _, total, _ := routed(t, e, 0, "/v1/chat/completions", body)
 	home := c.candidates[0]

@@ -59,13 +59,19 @@ type serveConfig struct {
 	Shards int `yaml:"shards"`
 	// PinShards: lock each event loop to an OS thread.
 	PinShards bool `yaml:"pin-shards"`
-	// Policy: the routing policy: prefix (the tree's longest cached
-	// prefix, else rendezvous hash of the first blocks, load bound
-	// load-factor × median), or a baseline that never uses the tree:
-	// round_robin, least_request (fewer in flight of two random
-	// backends) or consistent_hash (rendezvous hash of the first 4
-	// blocks, load bound 1.25 × average).
+	// Policy: the routing policy: prefix (the least estimated time to
+	// first token: queue plus prefill of the blocks a backend lacks), or
+	// ranvier (the tree's deepest holder, load bound load-factor ×
+	// median), or a baseline that never uses the tree: round_robin,
+	// least_request (fewer in flight of two random backends),
+	// consistent_hash (rendezvous hash of the first 4 blocks, load bound
+	// 1.25 × average) or body_hash (rendezvous hash of the body's first
+	// 512 bytes, no load term).
 	Policy string `yaml:"policy"`
+	// SessionHeader (policy prefix): a request header naming a session,
+	// pinned to its backend while that one is routable and not queueing;
+	// "" = off.
+	SessionHeader string `yaml:"session-header"`
 	// MaxBody: largest request body accepted (413 over it).
 	MaxBody byteSize `yaml:"max-body"`
 	// MaxBodyValues: most JSON values a chat or completion body may hold
@@ -123,7 +129,7 @@ type serveConfig struct {
 	MaxBlocks int `yaml:"max-blocks"`
 	// RouteTTL: a learned route expires when not refreshed for this long.
 	RouteTTL duration `yaml:"route-ttl"`
-	// LoadFactor (policy prefix): a backend with more than LoadFactor ×
+	// LoadFactor (policy ranvier): a backend with more than LoadFactor ×
 	// the median in-flight requests is skipped for the least loaded one.
 	LoadFactor float64 `yaml:"load-factor"`
 	// LearnFromUsage: ask the engine for a streamed request's usage
@@ -161,6 +167,7 @@ func defaultServeConfig() serveConfig {
 		AdminListen:        "127.0.0.1:9180",
 		BlockSize:          d.BlockSize,
 		Policy:             d.Policy,
+		SessionHeader:      d.SessionHeader,
 		MaxBody:            byteSize(d.MaxBody),
 		MaxBodyValues:      d.MaxBodyValues,
 		MaxBodyDepth:       d.MaxBodyDepth,
@@ -347,6 +354,7 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
 		TokenBudget:    int(c.TokenBudget),
 		LearnFromUsage: c.LearnFromUsage, ScrapeInterval: c.ScrapeInterval.D(),
+		SessionHeader: c.SessionHeader,
 	}
 }
 
@@ -411,9 +419,11 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
 	fs.IntVar(&v.Shards, "shards", v.Shards, "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS")
 	fs.BoolVar(&v.PinShards, "pin-shards", v.PinShards, "lock each event loop to its own OS thread")
-	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (longest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); "+
+	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (least estimated time to first token: queue wait plus prefill of the blocks a backend does not hold); "+
+		"ranvier (deepest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); "+
 		"baselines without the route table: round_robin, least_request (fewer in flight of two random backends), "+
-		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average)")
+		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average), body_hash (rendezvous hash of the body's first 512 bytes, no load term)")
+	fs.StringVar(&v.SessionHeader, "session-header", v.SessionHeader, "request `header` naming a session (e.g. X-Session-ID) that policy prefix pins to its backend while that one is routable and not queueing; empty: off")
 	fs.Var(&v.MaxBody, "max-body", "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413")
 	fs.IntVar(&v.MaxBodyValues, "max-body-values", v.MaxBodyValues, "most JSON `values` (objects, arrays, strings, numbers, literals) a chat or completion body may hold, counted before parsing; more get 413")
 	fs.IntVar(&v.MaxBodyDepth, "max-body-depth", v.MaxBodyDepth, "deepest nesting (`levels` of objects and arrays), 1–256, of a chat or completion body; deeper ones get 413")
@@ -437,7 +447,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
 	fs.Var(&v.GCHeapFloor, "gc-heap-floor", "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: "+
 		"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)")
-	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy prefix: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
+	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
 	fs.BoolVar(&v.LearnFromUsage, "learn-from-usage", v.LearnFromUsage, "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, "+
 		"to learn its cached tokens, and remove that usage chunk before the client sees it")
 	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage); 0: off; 1s recommended when enabled")

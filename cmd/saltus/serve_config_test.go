@@ -147,8 +147,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.BlockSize = 24 }, `config: block-size: must be a power of two between 1 and 1024, got 24`},
 		{func(c *serveConfig) { c.BlockSize = 2048 }, `config: block-size: must be a power of two between 1 and 1024, got 2048`},
 		{func(c *serveConfig) { c.Shards = -1 }, `config: shards: must be between 0 (GOMAXPROCS) and 1024, got -1`},
-		{func(c *serveConfig) { c.Policy = "round-robin" }, `config: policy: unknown policy "round-robin", want one of prefix, round_robin, least_request, consistent_hash`},
-		{func(c *serveConfig) { c.Policy = "" }, `config: policy: unknown policy "", want one of prefix, round_robin, least_request, consistent_hash`},
+		{func(c *serveConfig) { c.Policy = "round-robin" }, `config: policy: unknown policy "round-robin", want one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier`},
+		{func(c *serveConfig) { c.Policy = "" }, `config: policy: unknown policy "", want one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier`},
 		{func(c *serveConfig) { c.MaxBody = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
 		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
 		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
@@ -344,6 +344,7 @@ block-size: 16
 shards: 0
 pin-shards: false
 policy: prefix
+session-header: ""
 max-body: 16MiB
 max-body-values: 1100000
 max-body-depth: 64

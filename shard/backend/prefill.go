@@ -1,6 +1,9 @@
 package backend
 
 import (
+	"math"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -16,32 +19,154 @@ type PrefillModel struct {
 
 // Defaults of the prefill model until a backend has been observed: a
 // 13B model on an A100 (bench/vllmsim profile a100-13b: a 4,096-token miss
-// 515 ms, a hit 24 ms). TODO(issue 11): the policy's fit replaces these
-// once learned.
+// 515 ms, a hit 24 ms).
 const (
 	DefaultPrefillBase         = 20 * time.Millisecond
 	DefaultPrefillTokensPerSec = 8000
 )
 
-// prefillState is a backend's learned prefill model and the tokens of
-// its requests sent and not yet answered (their prefill still ahead of a
-// new request). Any goroutine.
-type prefillState struct {
-	pending atomic.Int64 // uncached prompt tokens of requests before their first byte
+// The fit. ObserveTTFT keeps the last prefillWindow (uncached tokens,
+// TTFB) samples in a ring; every prefillRefit samples, once at least
+// prefillMinSamples are in, it refits Tukey's resistant line on the
+// window: samples sorted by tokens, cut in thirds, the slope through the
+// (median tokens, median TTFB) points of the outer thirds, the intercept
+// the median of TTFB − slope × tokens. Each point is a median, so up to a
+// sixth of the window can be outliers (a request stuck behind another's
+// prefill, a GC pause) without moving the line much. A window whose token
+// counts do not spread (outer medians within prefillMinSpread tokens)
+// fits the base only, at the last known rate. The fit is clamped to
+// [prefillMinRate, prefillMaxRate] tokens/s and a base in [0,
+// prefillMaxBase]. Memory: the fixed ring, per backend.
+const (
+	prefillWindow     = 64
+	prefillRefit      = 8
+	prefillMinSamples = 16
+	prefillMinSpread  = 64
+	prefillMinRate    = 100
+	prefillMaxRate    = 1e7
+	prefillMaxBase    = 10 * time.Second
+)
+
+type prefillSample struct {
+	tokens float64
+	secs   float64
 }
 
-// Prefill returns the backend's prefill model: learned, or the defaults.
-// Any goroutine.
+// prefillState is a backend's learned prefill model and the tokens of
+// its requests sent and not yet answered (their prefill still ahead of a
+// new request). Any goroutine: ObserveTTFT takes mu with TryLock (a
+// sample that meets a concurrent one is dropped, counted in dropped, so
+// a loop never waits); Prefill reads model, an atomic pointer.
+type prefillState struct {
+	pending atomic.Int64 // uncached prompt tokens of requests before their first byte
+	model   atomic.Pointer[PrefillModel]
+	dropped atomic.Int64
+
+	mu      sync.Mutex
+	ring    [prefillWindow]prefillSample
+	n, next int // samples in ring, next slot
+	seen    int64
+	work    [prefillWindow]prefillSample // the fit's scratch
+	ys      [prefillWindow]float64
+}
+
+// Prefill returns the backend's prefill model: learned, or the defaults
+// (Samples 0). Any goroutine.
 func (b *Backend) Prefill() PrefillModel {
+	if m := b.prefill.model.Load(); m != nil {
+		return *m
+	}
 	return PrefillModel{Base: DefaultPrefillBase, TokensPerSec: DefaultPrefillTokensPerSec}
 }
 
 // ObserveTTFT feeds the prefill model one observation: a request whose
 // engine computed uncached prompt tokens (from the engine's own
 // usage.prompt_tokens_details.cached_tokens when known, else the
-// router's prediction) answered its first byte after ttfb. Any
-// goroutine. TODO(issue 11): the robust fit.
-func (b *Backend) ObserveTTFT(uncached int, ttfb time.Duration) {}
+// router's prediction; the router adds the prefill pending ahead of the
+// request when it was sent) answered its first byte after ttfb. Any
+// goroutine; never blocks.
+func (b *Backend) ObserveTTFT(uncached int, ttfb time.Duration) {
+	if uncached < 0 || ttfb <= 0 {
+		return
+	}
+	p := &b.prefill
+	if !p.mu.TryLock() {
+		p.dropped.Add(1)
+		return
+	}
+	defer p.mu.Unlock()
+	p.ring[p.next] = prefillSample{tokens: float64(uncached), secs: ttfb.Seconds()}
+	p.next = (p.next + 1) % prefillWindow
+	p.n = min(p.n+1, prefillWindow)
+	p.seen++
+	if p.n < prefillMinSamples || p.seen%prefillRefit != 0 {
+		return
+	}
+	prev := b.Prefill()
+	m := fitPrefill(p.ring[:p.n], p.work[:0], p.ys[:0], prev.TokensPerSec)
+	m.Samples = p.seen
+	p.model.Store(&m)
+}
+
+// fitPrefill is the resistant line over samples (see the constants);
+// work and ys are scratch of len(samples) capacity. rate is used when
+// the tokens do not spread.
+func fitPrefill(samples, work []prefillSample, ys []float64, rate float64) PrefillModel {
+	work = append(work, samples...)
+	slices.SortFunc(work, func(a, b prefillSample) int {
+		switch {
+		case a.tokens < b.tokens:
+			return -1
+		case a.tokens > b.tokens:
+			return 1
+		}
+		return 0
+	})
+	third := len(work) / 3
+	lx, ly := medians(work[:third], ys)
+	rx, ry := medians(work[len(work)-third:], ys)
+	if rx-lx >= prefillMinSpread && ry > ly {
+		rate = (rx - lx) / (ry - ly)
+	}
+	rate = min(max(rate, prefillMinRate), prefillMaxRate)
+	ys = ys[:0]
+	for _, s := range work {
+		ys = append(ys, s.secs-s.tokens/rate)
+	}
+	slices.Sort(ys)
+	base := time.Duration(median(ys) * float64(time.Second))
+	base = min(max(base, 0), prefillMaxBase)
+	return PrefillModel{Base: base, TokensPerSec: rate}
+}
+
+// medians returns the median tokens and the median seconds of s (ys is
+// scratch).
+func medians(s []prefillSample, ys []float64) (x, y float64) {
+	ys = ys[:0]
+	for _, v := range s {
+		ys = append(ys, v.tokens)
+	}
+	slices.Sort(ys)
+	x = median(ys)
+	ys = ys[:0]
+	for _, v := range s {
+		ys = append(ys, v.secs)
+	}
+	slices.Sort(ys)
+	return x, median(ys)
+}
+
+// median of sorted v; NaN if empty.
+func median(v []float64) float64 {
+	n := len(v)
+	switch {
+	case n == 0:
+		return math.NaN()
+	case n%2 == 1:
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
 
 // PendingPrefill is the uncached prompt tokens of b's requests that were
 // sent and have not had their first byte: prefill queued ahead of a new

@@ -59,6 +59,7 @@ type Config struct {
 	TokenBudget        int           // tokenpool.Config.TokenBudget
 	LearnFromUsage     bool          // shard.Config.LearnFromUsage
 	ScrapeInterval     time.Duration // backend.Config.ScrapeInterval; 0 = off
+	SessionHeader      string        // shard.Config.SessionHeader; "": off
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
@@ -188,6 +189,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.ChatTemplate = cfg.ChatTemplate
 	scfg.Policy = cfg.Policy
 	scfg.LoadFactor = cfg.LoadFactor
+	scfg.SessionHeader = cfg.SessionHeader
 	scfg.Body = shard.BodyLimits{MaxValues: cfg.MaxBodyValues, MaxDepth: cfg.MaxBodyDepth}
 	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
 	scfg.Tree.MaxBlocks = cfg.MaxBlocks

@@ -1,0 +1,563 @@
+package shard
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tree"
+)
+
+// costPolicy is prefix's, with the defaults' knobs.
+var costPolicy = policy{kind: kindPrefix, loadFactor: 2, loadFloor: 4, maxCandidates: 3,
+	blockSize: 16, concurrency: 256, queueWait: 0.2}
+
+func newScratch() scratch { return scratch{pin: -1} }
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// rowOf is id's row of d.Table.
+func rowOf(t *testing.T, d Decision, id int) Candidate {
+	t.Helper()
+	for _, c := range d.Table {
+		if c.Backend == id {
+			return c
+		}
+	}
+	t.Fatalf("no row for %d in %+v", id, d.Table)
+	return Candidate{}
+}
+
+// Each term of the estimate, through Explain's table.
+func TestCostEstimateTerms(t *testing.T) {
+	t.Parallel()
+	bs := fleet(3)
+	for i := range bs {
+		bs[i].base, bs[i].rate = 0.010, 1000
+	}
+	bs[0].pending = 500 // 0.5 s of prefill ahead
+	bs[1].inFlight = 4  // 2 above concurrency 2
+	bs[2].engine, bs[2].waiting, bs[2].kvUsage = true, 3, 0.5
+	p := costPolicy
+	p.concurrency = 2
+	keys := randKeys(rand.New(rand.NewPCG(1, 1)), 10)
+	hits := []tree.Hit{{Backend: 0, Blocks: 4}, {Backend: 1, Blocks: 20}} // 20 is capped at 10
+	s := newScratch()
+	s.explain = true
+	d := decide(p, bs, hits, keys, true, &s)
+	full := 10 * 16 / 1000.0 // a fully uncached request: 0.16 s
+	r0, r1, r2 := rowOf(t, d, 0), rowOf(t, d, 1), rowOf(t, d, 2)
+	if r0.Held != 4 || !near(r0.PrefillMS, 96) || !near(r0.QueueMS, 500) || !near(r0.EstMS, 606) || !r0.Queueing {
+		t.Errorf("pending: %+v", r0)
+	}
+	if r1.Held != 10 || !near(r1.PrefillMS, 0) || !near(r1.QueueMS, 2*(10+full*1e3)) || !r1.Queueing {
+		t.Errorf("in flight over concurrency: %+v", r1)
+	}
+	if r2.Held != 0 || !near(r2.PrefillMS, full*1e3) || !near(r2.QueueMS, 3*(10+full*1e3)) || !r2.Queueing || !near(r2.BaseMS, 10) {
+		t.Errorf("engine waiting: %+v", r2)
+	}
+	// All holders queue: the holders and the first non-holder in
+	// rendezvous order (2, the only one) compete on cost; 1 has the least.
+	if d.Backend != 1 || d.Reason != ReasonTree || d.MatchedBlocks != 10 || !near(d.EstMS, r1.EstMS) {
+		t.Errorf("decision %+v", d)
+	}
+	if d.RunnerUp != 0 || !near(d.RunnerUpMS, r0.EstMS) {
+		t.Errorf("runner-up %d %v", d.RunnerUp, d.RunnerUpMS)
+	}
+	// The KV cache nearly full makes an otherwise idle engine queue.
+	bs[2].waiting, bs[2].kvUsage = 0, 0.99
+	if d := decide(p, bs, hits, keys, true, &s); !rowOf(t, d, 2).Queueing || rowOf(t, d, 2).QueueMS != 0 {
+		t.Errorf("kv full: %+v", rowOf(t, d, 2))
+	}
+	// No learned model: the defaults.
+	bs[2] = fleet(3)[2]
+	d = decide(p, bs, hits, keys, true, &s)
+	want := backend.DefaultPrefillBase.Seconds()*1e3 + 160/float64(backend.DefaultPrefillTokensPerSec)*1e3
+	if r := rowOf(t, d, 2); !near(r.EstMS, want) || r.Queueing {
+		t.Errorf("defaults: %+v, want est %v", r, want)
+	}
+}
+
+// A holder that is not queueing is never skipped for one that holds
+// less, however much cheaper that one looks.
+func TestCostNotQueueingNeverSkipped(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 2) // 32 tokens: a miss costs 4 ms
+	bs[3].pending = 1500                             // 187 ms queued: not queueing (QueueWait 200 ms)
+	hits := []tree.Hit{{Backend: 3, Blocks: 2}, {Backend: 1, Blocks: 1}}
+	s := newScratch()
+	d := decide(costPolicy, bs, hits, keys, true, &s)
+	if d.Backend != 3 || d.Reason != ReasonTree || d.MatchedBlocks != 2 || d.Diverted {
+		t.Fatalf("decision %+v", d)
+	}
+	// Over QueueWait, 3 queues; 1 holds the next most and does not:
+	// 1 is the least holder that may serve, and it does.
+	bs[3].pending = 1700
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.MatchedBlocks != 1 || !d.Diverted || d.Preferred != 3 {
+		t.Fatalf("queueing deep holder: %+v", d)
+	}
+}
+
+// Near-ties go by rendezvous order, so replicas that see slightly
+// different loads agree.
+func TestCostNearTieRendezvous(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 3))
+	for range 200 {
+		bs := fleet(6)
+		keys := randKeys(r, 8)
+		var hits []tree.Hit
+		for i := range bs {
+			hits = append(hits, tree.Hit{Backend: i, Blocks: 8})
+		}
+		s := newScratch()
+		first := decide(costPolicy, bs, hits, keys, true, &s).Backend
+		// Replica B sees up to 1 ms more pending on each backend (within
+		// the 2 ms tolerance), different per backend.
+		for i := range bs {
+			bs[i].pending = int64(r.IntN(8))
+		}
+		if got := decide(costPolicy, bs, hits, keys, true, &s).Backend; got != first {
+			t.Fatalf("replicas disagree: %d and %d", first, got)
+		}
+		// The tie's winner is the first in rendezvous order.
+		if sc := rendezvous(nil, bs, keys); bs[sc[0].i].id != first {
+			t.Fatalf("tie went to %d, rendezvous first is %d", first, bs[sc[0].i].id)
+		}
+	}
+}
+
+// Cold prefixes follow rendezvous order: adding a backend moves about 1/N
+// of them, all to the new one; removing one moves only its own.
+func TestCostReplicationOrderStable(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	r := rand.New(rand.NewPCG(4, 4))
+	bs := fleet(9)
+	s := newScratch()
+	added, removed := 0, 0
+	for range n {
+		keys := randKeys(r, 6)
+		before := decide(costPolicy, bs[:8], nil, keys, true, &s).Backend
+		after := decide(costPolicy, bs, nil, keys, true, &s).Backend
+		if before != after {
+			added++
+			if after != 8 {
+				t.Fatalf("moved from %d to %d, not to the new backend", before, after)
+			}
+		}
+		less := slices.Clone(bs[:8])
+		less[2].routable = false
+		if got := decide(costPolicy, less, nil, keys, true, &s).Backend; got != before {
+			removed++
+			if before != 2 {
+				t.Fatalf("removing 2 moved a prefix of %d", before)
+			}
+		}
+	}
+	if added < n/9*8/10 || added > n/9*12/10 {
+		t.Fatalf("adding a 9th backend moved %d of %d, want ~%d", added, n, n/9)
+	}
+	if removed < n/8*8/10 || removed > n/8*12/10 {
+		t.Fatalf("removing one of 8 moved %d of %d, want ~%d", removed, n, n/8)
+	}
+}
+
+// A hot prefix: only when every holder queues is the next backend in
+// the prefix's rendezvous order added, and it is that one, not the
+// globally least loaded.
+func TestCostHotPrefixSpreadsInOrder(t *testing.T) {
+	t.Parallel()
+	bs := fleet(6)
+	keys := randKeys(rand.New(rand.NewPCG(5, 5)), 40) // 640 tokens: a miss 80 ms
+	order := rendezvous(nil, bs, keys)
+	h1 := order[0].i
+	next := order[1].i
+	hits := []tree.Hit{{Backend: bs[h1].id, Blocks: 40}}
+	// next carries some load, not enough to queue; the others are idle.
+	bs[next].pending = 200 // 25 ms
+	s := newScratch()
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h1].id {
+		t.Fatalf("an idle holder lost: %+v", d)
+	}
+	bs[h1].pending = 4000 // 500 ms: queueing
+	d := decide(costPolicy, bs, hits, keys, true, &s)
+	if d.Backend != bs[next].id || d.Reason != ReasonHash || !d.Diverted || d.Preferred != bs[h1].id {
+		t.Fatalf("hot prefix went to %+v, want the next in order %d", d, bs[next].id)
+	}
+	// Now two holders, one not queueing: no third is added.
+	hits = append(hits, tree.Hit{Backend: bs[next].id, Blocks: 40})
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[next].id || d.Reason != ReasonTree {
+		t.Fatalf("second holder: %+v", d)
+	}
+	// Both queue: the third in order joins, and requests go by cost.
+	bs[next].pending = 4000
+	third := order[2].i
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[third].id {
+		t.Fatalf("both holders queue: %+v, want %d", d, bs[third].id)
+	}
+	// A queueing holder cheaper than the newcomer's queue and miss keeps
+	// the request: 212 ms against 187 + 80 ms.
+	bs[h1].pending = 1700
+	bs[third].pending = 1500
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h1].id {
+		t.Fatalf("cheaper queueing holder: %+v", d)
+	}
+}
+
+// A cold prefix skips the queueing backends of its order when one that
+// is not exists; when all queue, the least estimate.
+func TestCostColdSkipsQueueing(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(6, 6)), 4)
+	order := rendezvous(nil, bs, keys)
+	s := newScratch()
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id || d.Reason != ReasonHash {
+		t.Fatalf("cold: %+v", d)
+	}
+	bs[order[0].i].pending = 4000
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[1].i].id {
+		t.Fatalf("cold, first queueing: %+v", d)
+	}
+	for i := range bs {
+		bs[i].pending = int64(4000 + 1000*i)
+	}
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != 0 {
+		t.Fatalf("all queueing: %+v, want the least (0)", d)
+	}
+	// Without the tree: the same choice, reason fallback.
+	if d := decide(costPolicy, bs, nil, keys, false, &s); d.Backend != 0 || d.Reason != ReasonFallback {
+		t.Fatalf("no tree: %+v", d)
+	}
+	// No keys: the least loaded.
+	bs[1].inFlight = -1
+	if d := decide(costPolicy, bs, nil, nil, false, &s); d.Backend != 1 || d.Reason != ReasonFallback {
+		t.Fatalf("no keys: %+v", d)
+	}
+	// None routable.
+	for i := range bs {
+		bs[i].routable = false
+	}
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
+		t.Fatalf("none routable: %+v", d)
+	}
+}
+
+func TestCostSessionPin(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(7, 7)), 4)
+	hits := []tree.Hit{{Backend: 1, Blocks: 4}}
+	s := newScratch()
+	s.pin = 3
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || d.Reason != ReasonOverride || d.MatchedBlocks != 0 || d.Diverted {
+		t.Fatalf("pinned: %+v", d)
+	}
+	bs[3].pending = 4000 // queueing: the pin does not hold
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.Reason != ReasonTree {
+		t.Fatalf("pinned to a queueing backend: %+v", d)
+	}
+	bs[3].pending, bs[3].routable = 0, false
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
+		t.Fatalf("pinned to an unroutable backend: %+v", d)
+	}
+	s.pin = 17 // gone
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
+		t.Fatalf("pinned to a removed backend: %+v", d)
+	}
+}
+
+// The session table is respTable: bounded, oldest evicted.
+func TestSessionTableBounded(t *testing.T) {
+	t.Parallel()
+	st := newRespTable(2, int64(time.Hour))
+	st.insert("a", 1, 0)
+	st.insert("b", 2, 1)
+	st.insert("a", 3, 2) // re-pinned
+	st.insert("c", 0, 3) // evicts b (a's first slot is stale)
+	if id, ok := st.lookup("a", 4); !ok || id != 3 {
+		t.Fatalf("a: %d %v", id, ok)
+	}
+	if _, ok := st.lookup("b", 4); ok {
+		t.Fatal("b survived eviction")
+	}
+}
+
+func TestBodyHash(t *testing.T) {
+	t.Parallel()
+	p := costPolicy
+	p.kind = kindBodyHash
+	bs := fleet(8)
+	long := strings.Repeat("x", 600)
+	s := newScratch()
+	d := decideBodyHash(p, bs, []byte(long+"tail one"), 5, &s)
+	if d.Reason != ReasonBodyHash || d.TotalBlocks != 5 || d.MatchedBlocks != 0 || len(d.Candidates) != 3 || d.Candidates[0] != d.Backend {
+		t.Fatalf("%+v", d)
+	}
+	// Only the first 512 bytes count; load does not.
+	bs[d.Backend].inFlight = 1000
+	s2 := newScratch()
+	if d2 := decideBodyHash(p, bs, []byte(long+"another tail"), 5, &s2); !slices.Equal(d2.Candidates, d.Candidates) {
+		t.Fatalf("same 512 bytes, different order: %v %v", d2.Candidates, d.Candidates)
+	}
+	spread := map[int]int{}
+	for i := range 800 {
+		body := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("y", i%400) + `z"}]}`)
+		spread[decideBodyHash(p, bs, body, 1, &s).Backend]++
+	}
+	for id, n := range spread {
+		if n < 50 || n > 150 || n%2 != 0 { // each body twice, on one backend
+			t.Fatalf("backend %d got %d of 800", id, n)
+		}
+	}
+	bs[d.Backend].routable = false
+	if d3 := decideBodyHash(p, bs, []byte(long), 5, &s); d3.Backend != d.Candidates[1] {
+		t.Fatalf("unroutable first: %+v, want %d", d3, d.Candidates[1])
+	}
+}
+
+// ranvier is exactly the prefix rule before issue 11 (oldDecidePrefix,
+// frozen below) on random fleets, loads and hits.
+func TestRanvierEqualsOldPrefix(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(8, 8))
+	for range 3000 {
+		bs := fleet(1 + r.IntN(8))
+		for i := range bs {
+			bs[i].inFlight = int64(r.IntN(12))
+			bs[i].routable = r.IntN(6) != 0
+		}
+		keys := randKeys(r, r.IntN(6))
+		var hits []tree.Hit
+		for range r.IntN(4) {
+			hits = append(hits, tree.Hit{Backend: r.IntN(10), Blocks: r.IntN(7)})
+		}
+		useTree := r.IntN(5) != 0
+		var s1, s2 scratch
+		got := decide(testPolicy, bs, hits, keys, useTree, &s1)
+		got.Candidates = slices.Clone(got.Candidates)
+		want := oldDecidePrefix(testPolicy, bs, hits, keys, useTree, &s2)
+		if got.Backend != want.Backend || got.Reason != want.Reason || got.MatchedBlocks != want.MatchedBlocks ||
+			got.TotalBlocks != want.TotalBlocks || got.Diverted != want.Diverted || got.Preferred != want.Preferred ||
+			!slices.Equal(got.Candidates, want.Candidates) || got.URL != want.URL {
+			t.Fatalf("ranvier %+v, old prefix %+v", got, want)
+		}
+	}
+}
+
+func TestRouteReceipt(t *testing.T) {
+	t.Parallel()
+	snap := []*backend.Backend{{ID: 0, Name: "backend-0"}, {ID: 2, Name: "gpu-a"}, {ID: 5}}
+	got := string(appendReceipt([]byte("12/14 tree"), Decision{Backend: 2, EstMS: 35.4, RunnerUp: 5, RunnerUpMS: 410}, snap))
+	if got != "12/14 tree gpu-a=35ms 5=410ms" {
+		t.Fatalf("receipt %q", got)
+	}
+	got = string(appendReceipt([]byte("0/3 hash"), Decision{Backend: 0, EstMS: 2.25, RunnerUp: -1}, snap))
+	if got != "0/3 hash backend-0=2.2ms" && got != "0/3 hash backend-0=2.3ms" {
+		t.Fatalf("receipt %q", got)
+	}
+	if got := string(appendReceipt([]byte("0/3 round_robin"), Decision{Backend: 0, RunnerUp: -1}, snap)); got != "0/3 round_robin" {
+		t.Fatalf("a baseline's receipt %q", got)
+	}
+}
+
+func TestPendingPrefillAccounting(t *testing.T) {
+	t.Parallel()
+	a, b := &backend.Backend{ID: 0}, &backend.Backend{ID: 1}
+	snap := []*backend.Backend{a, b}
+	d := Decision{Backend: 1, TotalBlocks: 10, MatchedBlocks: 4}
+	var p pendingPrefill
+	p.add(d, snap, 16)
+	if b.PendingPrefill() != 96 || a.PendingPrefill() != 0 {
+		t.Fatalf("added: %d %d", a.PendingPrefill(), b.PendingPrefill())
+	}
+	p.release()
+	p.done(backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond})
+	if b.PendingPrefill() != 0 {
+		t.Fatalf("released twice: %d", b.PendingPrefill())
+	}
+	// A failure before any first byte releases in done.
+	var q pendingPrefill
+	q.add(d, snap, 16)
+	q.done(backend.Outcome{Backend: b, Status: 502})
+	if b.PendingPrefill() != 0 {
+		t.Fatalf("failure: %d", b.PendingPrefill())
+	}
+	// A fully cached request adds nothing.
+	var z pendingPrefill
+	z.add(Decision{Backend: 0, TotalBlocks: 3, MatchedBlocks: 3}, snap, 16)
+	z.done(backend.Outcome{Backend: a, Status: 503})
+	if a.PendingPrefill() != 0 {
+		t.Fatalf("cached: %d", a.PendingPrefill())
+	}
+	// What Hooks.Done does with a clean sample and no usage in the answer
+	// (job.feedback): the predicted uncached count.
+	settle := func(p *pendingPrefill, o backend.Outcome) {
+		p.done(o)
+		if p.clean(o) {
+			o.Backend.ObserveTTFT(int(p.tokens), o.TTFB)
+		}
+	}
+	// Each 2xx first try feeds the prefill model: 20 samples fit it.
+	for i := range 24 {
+		var o pendingPrefill
+		o.add(Decision{Backend: 0, TotalBlocks: 4 + 8*i}, snap, 16)
+		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Duration(10+i) * time.Millisecond})
+	}
+	if a.Prefill().Samples == 0 || a.PendingPrefill() != 0 {
+		t.Fatalf("not learned: %+v, pending %d", a.Prefill(), a.PendingPrefill())
+	}
+	// A request sent behind pending prefill is no sample: 8 of them
+	// would trigger a refit, and none happens.
+	before := a.Prefill()
+	var ahead pendingPrefill
+	ahead.add(Decision{Backend: 0, TotalBlocks: 100}, snap, 16)
+	for range 8 {
+		var o pendingPrefill
+		o.add(Decision{Backend: 0, TotalBlocks: 4}, snap, 16)
+		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: 5 * time.Second})
+	}
+	ahead.done(backend.Outcome{Backend: a, Status: 500})
+	if a.Prefill() != before || a.PendingPrefill() != 0 {
+		t.Fatalf("queued samples were learned: %+v, was %+v", a.Prefill(), before)
+	}
+}
+
+// oldDecidePrefix is shard/decide.go's decidePrefix as it was before
+// issue 11, verbatim but for the name: ranvier must equal it.
+func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
+	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: len(keys)}
+	s.loads = s.loads[:0]
+	least := -1
+	for i := range bs {
+		if !bs[i].routable {
+			continue
+		}
+		s.loads = append(s.loads, bs[i].inFlight)
+		if least < 0 || bs[i].inFlight < bs[least].inFlight ||
+			(bs[i].inFlight == bs[least].inFlight && bs[i].id < bs[least].id) {
+			least = i
+		}
+	}
+	if least < 0 {
+		return d
+	}
+	target, matched := -1, 0
+	if useTree {
+		for _, h := range hits {
+			i := indexOf(bs, h.Backend)
+			if i < 0 || !bs[i].routable || h.Blocks <= 0 {
+				continue
+			}
+			if target < 0 || h.Blocks > matched ||
+				(h.Blocks == matched && (bs[i].inFlight < bs[target].inFlight ||
+					(bs[i].inFlight == bs[target].inFlight && bs[i].id < bs[target].id))) {
+				target, matched = i, h.Blocks
+			}
+		}
+	}
+	s.scores = s.scores[:0]
+	if len(keys) > 0 {
+		s.scores = rendezvous(s.scores, bs, keys)
+	}
+	switch {
+	case target >= 0:
+		d.Reason = ReasonTree
+	case len(s.scores) > 0:
+		target = s.scores[0].i
+		d.Reason = ReasonHash
+	default:
+		target = least
+		d.Reason = ReasonFallback
+	}
+	if !useTree {
+		d.Reason = ReasonFallback
+	}
+	if bs[target].inFlight > loadBound(p, s.loads) && target != least {
+		d.Diverted, d.Preferred = true, bs[target].id
+		target = least
+		matched = 0
+		for _, h := range hits {
+			if h.Backend == bs[target].id && useTree {
+				matched = h.Blocks
+			}
+		}
+	}
+	d.Backend, d.URL, d.MatchedBlocks = bs[target].id, bs[target].url, matched
+	n := min(p.maxCandidates, len(s.loads))
+	d.Candidates = append(s.cands[:0], d.Backend)
+	for _, sc := range s.scores {
+		if len(d.Candidates) >= n {
+			break
+		}
+		if sc.i != target {
+			d.Candidates = append(d.Candidates, bs[sc.i].id)
+		}
+	}
+	d.Candidates = appendByLoad(d.Candidates, bs, n)
+	s.cands = d.Candidates
+	return d
+}
+
+// Without a scrape, a backend far above its peers' in-flight counts
+// (ranvier's bound) makes its surplus wait: it is queueing, and its
+// holder's queue is priced.
+func TestCostRelativeOverload(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	for i := range bs {
+		bs[i].inFlight = 2
+	}
+	keys := randKeys(rand.New(rand.NewPCG(9, 9)), 8) // 128 tokens: a miss 16 ms
+	hits := []tree.Hit{{Backend: 3, Blocks: 8}}
+	s := newScratch()
+	s.explain = true
+	bs[3].inFlight = 4 // at the bound (max(2 × 2, 4)): not queueing
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || rowOf(t, d, 3).Queueing {
+		t.Fatalf("at the bound: %+v", d)
+	}
+	bs[3].inFlight = 10 // 6 over
+	d := decide(costPolicy, bs, hits, keys, true, &s)
+	r := rowOf(t, d, 3)
+	if !r.Queueing || !near(r.QueueMS, 6*(20+16)) || d.Backend == 3 || d.Reason != ReasonHash {
+		t.Fatalf("over the bound: %+v, row %+v", d, r)
+	}
+	if order := rendezvous(nil, bs, keys); d.Backend != firstOther(bs, order, 3) {
+		t.Fatalf("went to %d, not the next in order", d.Backend)
+	}
+}
+
+func firstOther(bs []view, order []scored, not int) int {
+	for _, sc := range order {
+		if bs[sc.i].id != not {
+			return bs[sc.i].id
+		}
+	}
+	return -1
+}
+
+// A new holder's miss counts twice against a queueing holder: a queue
+// between one and two misses keeps the request on the holder.
+func TestCostNewHolderPaysTwice(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(10, 10)), 75) // 1,200 tokens: a miss 150 ms
+	order := rendezvous(nil, bs, keys)
+	h := order[0].i
+	hits := []tree.Hit{{Backend: bs[h].id, Blocks: 75}}
+	s := newScratch()
+	bs[h].pending = 2000 // 250 ms: queueing; est 270 ms against a newcomer's 170 (+150)
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h].id || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
+		t.Fatalf("1–2 misses of queue: %+v", d)
+	}
+	bs[h].pending = 2800 // 350 ms: more than two misses
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id {
+		t.Fatalf("over two misses: %+v", d)
+	}
+}
