@@ -39,10 +39,14 @@ go build -o "$work/comparetable" ./bench/cmd/comparetable
 mkdir -p "$OUT"
 results=()
 for wl in ${WORKLOADS//,/ }; do
-  echo "policy-compare: $wl ($POLICIES, $DURATION at speedup $SPEEDUP) $(date -u +%H:%M:%S)" >&2
+  # The load average before and after each workload goes into its log:
+  # on a busy machine simulated times inflate (README: "Simulator and
+  # benchmark"), and this says whether a run was contended.
+  echo "policy-compare: $wl ($POLICIES, $DURATION at speedup $SPEEDUP) $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   "$work/saltus" bench --backends 8 --users 30 --workloads "$wl" --profile a100-13b \
     --tokenizer "$TOKENIZER" --policies "$POLICIES" --duration "$DURATION" --speedup "$SPEEDUP" \
     --overhead-pairs "$OVERHEAD_PAIRS" --out "$OUT/$wl" >"$OUT/$wl.log" 2>&1
+  echo "load average after $wl: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/$wl.log" >&2
   results+=("$OUT/$wl/results.json")
 done
 "$work/comparetable" --candidate "$CANDIDATE" "${results[@]}" | tee "$OUT/compare.md"
