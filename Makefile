@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test race vet lint fmt bench bench-serve fuzz-smoke check clean golden
+.PHONY: all build test race vet lint fmt bench bench-serve bench-policies fuzz-smoke check clean golden
 
 all: build
 
@@ -32,6 +32,9 @@ fmt:
 
 bench: ## every benchmark, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+bench-policies: ## issue 11's matrix: every policy × stress, multiturn, rag, hotspot, manydocs, unique on 8 sim engines (bench/policy-compare.sh; ~45 min)
+	bench/policy-compare.sh
 
 bench-serve: ## saltus vs nginx requests/s and --pin-shards, same run (bench/nginx-compare.sh; installs nginx if missing)
 	bench/nginx-compare.sh

@@ -57,6 +57,26 @@
 // top one takes 26 % of requests and the top five 56 %
 // (TestRAGPopularity). Tags: "hot" (ranks 1–5), "warm" (6–20), "cold".
 //
+// hotspot: one application's system prompt is most of the traffic. 80 %
+// of requests send one 2,000-token system prompt (the issue 11 table's
+// "one 2,000-word system prompt"), the rest one of 30 others of
+// 1,000–2,000 tokens (uniform, lengths fixed per seed), each then a unique
+// 16–64-token user turn. One engine cannot serve the hot prompt's load:
+// a router must give it several holders without scattering it over all.
+// Tags: "hot", "other".
+//
+// manydocs: more documents than the fleet's KV holds. 64 documents of
+// 2,000–4,000 tokens (about 192k tokens, 1.5× the KV of 8 a100-13b
+// engines of 16,384; TestManydocsExceedsFleet) with Zipf(0.8)
+// popularity, flatter than rag's: the top document takes 14 % of
+// requests, the top 8 46 %, the top 24 71 %, so the working set, not a
+// few hot documents, must fit, and where a router puts a document decides
+// what the engines evict. (rag's documents exceed the fleet too, but its
+// top five take 56 %.) The draw is by inverse CDF, as math/rand/v2's Zipf
+// needs s > 1. Each request is one document as the system message and a
+// unique 16–64-token question. Tags: "hot" (ranks 1–8), "warm" (9–24),
+// "cold".
+//
 // unique: the control. Every request is one user message of fresh text
 // whose first 7 words spell the request's number (user id and sequence,
 // scrambled per seed), so no two requests share their first 64 bytes or

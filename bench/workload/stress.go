@@ -54,6 +54,9 @@ const (
 	kindMultiturnSystem
 	kindRAGDoc
 	kindRAGLength
+	kindHotspotSystem
+	kindManydocsDoc
+	kindManydocsLength
 )
 
 const (
@@ -62,6 +65,8 @@ const (
 	userRAG
 	userUnique
 	userTrace
+	userHotspot
+	userManydocs
 )
 
 type stress struct {

@@ -134,6 +134,8 @@ var constructors = map[string]func(Options) (Workload, error){
 	"multiturn": newMultiturn,
 	"rag":       newRAG,
 	"unique":    newUnique,
+	"hotspot":   newHotspot,
+	"manydocs":  newManydocs,
 	"trace":     newTrace,
 }
 

@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-var synthetic = []string{"stress", "multiturn", "rag", "unique"}
+var synthetic = []string{"stress", "multiturn", "rag", "unique", "hotspot", "manydocs"}
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	if got, want := Names(), []string{"multiturn", "rag", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
+	if got, want := Names(), []string{"hotspot", "manydocs", "multiturn", "rag", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
 }
@@ -34,7 +34,7 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 	d := DefaultOptions()
-	f("bogus", d, `unknown workload "bogus"`, "valid: multiturn, rag, stress, trace, unique, trace:FILE")
+	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, multiturn, rag, stress, trace, unique, trace:FILE")
 	f("", d, `unknown workload ""`)
 	f("Stress", d, "unknown workload")
 	f("trace", d, "TraceFile is empty")
@@ -168,6 +168,8 @@ func TestDescribe(t *testing.T) {
 		"multiturn":      {"3-10 turns", "4 system prompts", "20%", "branch"},
 		"rag":            {"50 documents", "2000-8000 tokens", "Zipf(1.1)"},
 		"unique":         {"no shared prefix", "40% 4000-8000"},
+		"hotspot":        {"80% of requests behind one 2000-token system prompt", "30 others", "1000-2000 tokens"},
+		"manydocs":       {"64 documents", "2000-4000 tokens", "Zipf(0.8)"},
 		"trace:" + trace: {"trace: 2 requests from " + trace, "open-loop", "2.5s"},
 	}
 	for name, subs := range want {
@@ -191,10 +193,14 @@ func TestSharedTextsDivergeEarly(t *testing.T) {
 	s := mustNew(t, "stress", DefaultOptions()).(*stress)
 	m := mustNew(t, "multiturn", DefaultOptions()).(*multiturn)
 	r := mustNew(t, "rag", DefaultOptions()).(*rag)
+	h := mustNew(t, "hotspot", DefaultOptions()).(*hotspot)
+	d := mustNew(t, "manydocs", DefaultOptions()).(*manydocs)
 	pools := map[string][]*pooled{
 		"stress":    append(s.prefixes[:], s.categories[:]...),
 		"multiturn": m.systems[:],
 		"rag":       r.docs[:],
+		"hotspot":   append([]*pooled{h.hot}, h.others[:]...),
+		"manydocs":  d.docs[:],
 	}
 	for name, texts := range pools {
 		firsts := map[string]int{}

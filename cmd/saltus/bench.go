@@ -59,7 +59,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.backends, "backends", 8, "simulated engines to start per run, `count`")
 	fs.Var(&o.engines, "backend", "use this running engine `URL` instead of simulators (repeat); they are not restarted between policies")
 	fs.StringVar(&o.target, "target", "", "measure this running router `URL` instead of starting saltus per policy (one run per workload)")
-	fs.StringVar(&o.policies, "policies", "round_robin,least_request,consistent_hash,prefix", "routing `policies` to compare, in order, comma-separated: "+strings.Join(shard.Policies(), ", "))
+	fs.StringVar(&o.policies, "policies", "round_robin,least_request,consistent_hash,prefix", "routing `policies` to compare, in order, comma-separated, or all (every one saltus serve --policy takes): "+strings.Join(shard.Policies(), ", "))
 	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE")
 	fs.IntVar(&o.users, "users", 30, "closed-loop simulated users, `count`")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured `time` per policy and workload")
@@ -115,10 +115,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 		}
 		wls = append(wls, w)
 	}
-	var pols []string
-	for p := range strings.SplitSeq(o.policies, ",") {
-		pols = append(pols, strings.TrimSpace(p))
-	}
+	pols := benchPolicies(o.policies)
 	serve := serving.DefaultConfig()
 	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
 	serve.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
@@ -146,6 +143,19 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 		rc.TimeScale = 1 // real engines: real time
 	}
 	return rc, fleet, rc.Validate()
+}
+
+// benchPolicies splits --policies; "all" is every policy saltus serve
+// takes (shard.Policies: a policy added there is benchmarked too).
+func benchPolicies(flag string) []string {
+	if strings.TrimSpace(flag) == "all" {
+		return shard.Policies()
+	}
+	var pols []string
+	for p := range strings.SplitSeq(flag, ",") {
+		pols = append(pols, strings.TrimSpace(p))
+	}
+	return pols
 }
 
 func (o *benchOptions) setup() map[string]string {

@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/saltus-lb/saltus/shard"
 )
 
 func TestSimBenchDemoFlags(t *testing.T) {
@@ -29,6 +34,33 @@ func TestSimBenchDemoFlags(t *testing.T) {
 		code := run(tc.args, strings.NewReader(""), &out, &errb)
 		if code != tc.code || !strings.Contains(errb.String(), tc.err) {
 			t.Errorf("%v: code %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.err)
+		}
+	}
+}
+
+// TestBenchPolicies: --policies takes every policy saltus serve takes,
+// from shard.Policies (not a copy), and "all" names them all in order.
+func TestBenchPolicies(t *testing.T) {
+	t.Parallel()
+	all := shard.Policies()
+	if got := benchPolicies("all"); !slices.Equal(got, all) {
+		t.Errorf("all = %q, want %q", got, all)
+	}
+	if got := benchPolicies(" prefix , round_robin"); !slices.Equal(got, []string{"prefix", "round_robin"}) {
+		t.Errorf("split = %q", got)
+	}
+	for _, p := range append(all, "all") {
+		var o benchOptions
+		if code := parseBench("saltus bench", []string{"--policies", p, "--backends", "1"}, io.Discard, &o); code >= 0 {
+			t.Fatalf("--policies %s: parse exit %d", p, code)
+		}
+		rc, _, err := o.runConfig(nil, io.Discard, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Errorf("--policies %s: %v", p, err)
+			continue
+		}
+		if want := benchPolicies(p); !slices.Equal(rc.Policies, want) {
+			t.Errorf("--policies %s: runs %q, want %q", p, rc.Policies, want)
 		}
 	}
 }
