@@ -74,25 +74,12 @@ type manydocsUser struct {
 }
 
 func (u *manydocsUser) Next() (Request, bool) {
-	w, r := u.w, u.r
-	x := r.Float64()
-	rank := min(sort.SearchFloat64s(w.cdf[:], x), manydocsDocs-1)
-	tokens := manydocsQuestMin + r.IntN(manydocsQuestMax-manydocsQuestMin+1)
-	u.buf = appendText(u.buf[:0], r, w.size.units(tokens), nil, nil)
-	tag := "cold"
-	switch {
-	case rank < manydocsHotRanks:
-		tag = "hot"
-	case rank < manydocsWarmRanks:
-		tag = "warm"
-	}
-	return Request{
-		Messages:  []Message{{"system", w.docs[rank].text}, {"user", string(u.buf)}},
-		MaxTokens: w.opts.MaxTokens,
-		Model:     w.opts.Model,
-		Think:     w.opts.think(r),
-		Tag:       tag,
-	}, true
+	w := u.w
+	rank := min(sort.SearchFloat64s(w.cdf[:], u.r.Float64()), manydocsDocs-1)
+	var req Request
+	req, u.buf = docQuestion(&w.opts, w.size, u.r, u.buf, w.docs[rank].text, rank,
+		manydocsHotRanks, manydocsWarmRanks, manydocsQuestMin, manydocsQuestMax)
+	return req, true
 }
 
 // Reply is ignored: manydocs requests are single-turn.

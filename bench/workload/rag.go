@@ -55,24 +55,36 @@ type ragUser struct {
 }
 
 func (u *ragUser) Next() (Request, bool) {
-	w, r := u.w, u.r
+	w := u.w
 	rank := int(u.zipf.Uint64())
-	tokens := ragQuestMin + r.IntN(ragQuestMax-ragQuestMin+1)
-	u.buf = appendText(u.buf[:0], r, w.size.units(tokens), nil, nil)
+	var req Request
+	req, u.buf = docQuestion(&w.opts, w.size, u.r, u.buf, w.docs[rank].text, rank,
+		ragHotRanks, ragWarmRanks, ragQuestMin, ragQuestMax)
+	return req, true
+}
+
+// docQuestion is a document-question request (rag, manydocs): the
+// document of popularity rank as the system message, then a unique
+// question of questMin to questMax tokens drawn from r into buf (the
+// user's, returned for reuse); tagged hot below rank hot, warm below
+// warm, else cold.
+func docQuestion(opts *Options, size sizer, r *rand.Rand, buf []byte, doc string, rank, hot, warm, questMin, questMax int) (Request, []byte) {
+	tokens := questMin + r.IntN(questMax-questMin+1)
+	buf = appendText(buf[:0], r, size.units(tokens), nil, nil)
 	tag := "cold"
 	switch {
-	case rank < ragHotRanks:
+	case rank < hot:
 		tag = "hot"
-	case rank < ragWarmRanks:
+	case rank < warm:
 		tag = "warm"
 	}
 	return Request{
-		Messages:  []Message{{"system", w.docs[rank].text}, {"user", string(u.buf)}},
-		MaxTokens: w.opts.MaxTokens,
-		Model:     w.opts.Model,
-		Think:     w.opts.think(r),
+		Messages:  []Message{{"system", doc}, {"user", string(buf)}},
+		MaxTokens: opts.MaxTokens,
+		Model:     opts.Model,
+		Think:     opts.think(r),
 		Tag:       tag,
-	}, true
+	}, buf
 }
 
 // Reply is ignored: rag requests are single-turn.
