@@ -114,17 +114,7 @@ func (m *feedbackMetrics) observeError(blocks int) {
 }
 
 func (m *feedbackMetrics) writeMetrics(w io.Writer) {
-	const name = "saltus_route_cached_error_blocks"
-	metrics.WriteMetadataIfNeeded(w, name, "histogram")
-	var cum uint64
-	for i, ub := range errorBuckets {
-		cum += m.errBuckets[i].Load()
-		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", name, ub, cum)
-	}
-	cum += m.errBuckets[len(errorBuckets)].Load()
-	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", name, cum)
-	fmt.Fprintf(w, "%s_sum %d\n", name, m.errSum.Load())
-	fmt.Fprintf(w, "%s_count %d\n", name, cum)
+	writeHistogram(w, "saltus_route_cached_error_blocks", errorBuckets[:], m.errBuckets[:], float64(m.errSum.Load()))
 }
 
 // wantsUsage reports whether j's Forward should parse the answer's usage:

@@ -218,15 +218,21 @@ func (r *Router) writeMetrics(w io.Writer) {
 	for _, sh := range r.shards {
 		fmt.Fprintf(w, "saltus_shard_mailbox_depth{shard=\"%d\"} %d\n", sh.id, sh.mailbox.Load())
 	}
-	const name = "saltus_router_prefix_match_ratio"
+	writeHistogram(w, "saltus_router_prefix_match_ratio", ratioBuckets[:], m.ratio[:], float64(m.ratioSum.Load())/1e6)
+}
+
+// writeHistogram writes a Prometheus histogram from per-bucket counts:
+// counts[i] observations at most upper[i] (and above upper[i-1]), the last
+// count above every bound; sum is the observations' sum.
+func writeHistogram(w io.Writer, name string, upper []float64, counts []atomic.Uint64, sum float64) {
 	metrics.WriteMetadataIfNeeded(w, name, "histogram")
 	var cum uint64
-	for i, ub := range ratioBuckets {
-		cum += m.ratio[i].Load()
+	for i, ub := range upper {
+		cum += counts[i].Load()
 		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", name, ub, cum)
 	}
-	cum += m.ratio[len(ratioBuckets)].Load()
+	cum += counts[len(upper)].Load()
 	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", name, cum)
-	fmt.Fprintf(w, "%s_sum %g\n", name, float64(m.ratioSum.Load())/1e6)
+	fmt.Fprintf(w, "%s_sum %g\n", name, sum)
 	fmt.Fprintf(w, "%s_count %d\n", name, cum)
 }
