@@ -121,6 +121,36 @@ type Config struct {
 	// (prefill sent to it and not answered, plus requests waiting beyond
 	// Concurrency) is at least this is queueing. Default 200 ms.
 	QueueWait time.Duration
+	// LoadSlack (prefix policy, cost.go): a backend with at least
+	// (1 + LoadSlack) × the mean in-flight count of the routable backends
+	// (this request counted, rounded up, at least LoadFloor) queues:
+	// bounded-load hashing's capacity, so no backend runs far more than
+	// its share while others idle. Default 0.5 (Mirrokni et al.'s
+	// consistent hashing with bounded loads; 0.25 replicated documents
+	// that one engine served well: bench/results/issue11-cost).
+	LoadSlack float64
+	// LoadTokens (prefix policy, cost.go) prices one request in flight on
+	// a backend as this many prompt tokens of prefill: what one more
+	// request in the batch costs the requests there (decode steps grow
+	// with the batch), weighed against a miss. Default 500; measured on
+	// the simulator's a100-13b (bench/results/issue11-cost: 1000 moved
+	// conversations and hot-spot neighbours off busy holders, and lost
+	// their hits, for little balance).
+	LoadTokens int
+	// KVTokens (prefix policy, cost.go) is the engines' KV cache capacity
+	// in tokens (vLLM logs it at start: GPU blocks × block size). A miss
+	// on a backend evicts prefixes in use in proportion to its Footprint
+	// over KVTokens. 0 (the default): unknown, and the fullest
+	// footprint of the fleet stands for a full cache.
+	KVTokens int
+	// FootprintWindow (prefix policy, footprint.go): a prefix sent to a
+	// backend at least twice within it counts as in use there; unused for
+	// it, it is forgotten. Default 30 s.
+	FootprintWindow time.Duration
+	// Footprints bounds the (prefix, backend) pairs remembered, split
+	// evenly across the shards; over it a new pair is not recorded
+	// (saltus_route_footprint_full_total). Default 16384.
+	Footprints int
 	// SessionHeader (prefix policy): a request header naming a
 	// conversation (e.g. X-Session-ID); a session is pinned to the backend
 	// its first request went to while that backend is routable and not
@@ -156,6 +186,11 @@ func DefaultConfig() Config {
 		LearnFromUsage:   true, // what is cached is learned from streams too; the client sees its own stream
 		Concurrency:      256,
 		QueueWait:        200 * time.Millisecond,
+		LoadSlack:        0.5,
+		LoadTokens:       500,
+		KVTokens:         0, // unknown: relative to the fleet's fullest
+		FootprintWindow:  30 * time.Second,
+		Footprints:       16384,
 		Sessions:         100_000,
 		SessionTTL:       time.Hour,
 	}

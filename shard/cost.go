@@ -2,6 +2,8 @@ package shard
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,65 +12,85 @@ import (
 	"github.com/saltus-lb/saltus/tree"
 )
 
-// The prefix policy: the least estimated time to first token.
+// The prefix policy: the least estimated cost of answering, led by the
+// time to first token.
 //
 // For each routable backend b, with T the request's blocks, H(b) the
 // leading blocks the tree says b holds (its hit, capped at T), B the block
-// size in tokens, and base(b), rate(b) b's prefill model (b.Prefill():
-// learned from observed TTFTs, backend/prefill.go; the defaults until
-// learned):
+// size in tokens, n(b) its requests in flight, and base(b), rate(b) its
+// prefill model (b.Prefill(): learned from observed TTFTs,
+// backend/prefill.go; the defaults until learned; kept within fleetTrust
+// of the fleet's median, so one bad fit cannot price a backend out of
+// every decision and never learn again):
 //
 //	prefill(b) = (T − H(b)) × B / rate(b)            the tokens b must compute
 //	queue(b)   = pending(b) / rate(b)                prefill sent to b, not yet answered
-//	           + excess(b) × (base(b) + T × B / rate(b))
-//	est(b)     = base(b) + queue(b) + prefill(b)
+//	           + waiting(b) × (base(b) + T × B / rate(b))
+//	est(b)     = base(b) + queue(b) + prefill(b)     the estimated TTFT
+//	load(b)    = n(b) × (LoadTokens / rate(b) + prefill(b))
+//	evict(b)   = fill(b) × prefill(b)
+//	cost(b)    = est(b) + load(b) + evict(b)         what the choice compares
 //
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
-// streamed requests the router sent to b that have had no first byte yet
-// (added when sent, removed at the first byte or failure:
-// pendingPrefill).
-// excess(b) is how many requests b makes wait beyond what it runs:
-// max(in-flight − min(Concurrency, bound), 0), bound being ranvier's
-// LoadFactor × the median in-flight count of the routable backends (at
-// least LoadFloor): without a scrape, the engine's real concurrency is
-// unknown (vLLM runs up to --max-num-seqs, but a small KV cache holds
-// far fewer long prompts), so a backend far above its peers is taken to
-// make the surplus wait. Or the engine's own vllm:num_requests_waiting
-// when scraped and fresh (b.Engine()) if that is more. Each waiting
-// request is priced as one request like this one, fully uncached. (Not a
-// diversion to the least loaded, as in ranvier: it only makes the
-// backend queueing, so the cost comparison below decides.)
+// streamed requests sent to b that have had no first byte yet (added when
+// sent, removed at the first byte or failure: pendingPrefill). waiting(b)
+// is the engine's own vllm:num_requests_waiting when scraped and fresh
+// (b.Engine()), or the in-flight count above Concurrency if more; each is
+// priced as one request like this one, fully uncached.
 //
-// b is queueing when a new request would wait before its prefill starts,
-// as far as the router can tell: queue(b) ≥ QueueWait (prefill already
-// ahead of it), or excess(b) > 0 (in flight above Concurrency, or the
-// engine reports waiting requests), or the engine reports its KV cache at
-// least kvFull used (it preempts). With no scrape, the in-flight count
-// and the pending prefill alone decide.
+// load(b) is what the requests in flight on b and this one cost each
+// other: one more request in the batch makes every decode step longer
+// (Config.LoadTokens prices that as prompt tokens of prefill per request
+// in flight), and this request's prefill stalls each of them for its
+// length (chunked prefill shares the steps). A hit on a busy backend is
+// cheap; a long miss on a busy one is not.
+//
+// evict(b) prices the prefixes this request's miss pushes out of b's KV
+// cache, which later requests then miss: fill(b) is b.Footprint() (the
+// prompt tokens of the prefixes in use there, footprint.go) over
+// Config.KVTokens, or over the fleet's largest footprint when the
+// capacity is unknown, at most 1. A new or replicated long prefix thus
+// goes where the fewest prefixes in use would be evicted, and two hot
+// long prefixes do not share one engine's cache while another holds
+// nothing (measured on stress: they evicted each other and the requests
+// behind them waited seconds for KV room).
+//
+// b is queueing when a new request would wait, or b runs more than its
+// share: queue(b) ≥ QueueWait, waiting(b) > 0, the engine reports its
+// KV cache at least kvFull used, or n(b) is at the bounded-load capacity,
+// ⌈(1 + LoadSlack) × (Σn + 1) / N⌉ over the N routable backends (at least
+// LoadFloor).
 //
 // The choice:
 //   - some holder (H > 0) is not queueing: M is the most blocks such a
-//     holder holds; the backends holding at least M are eligible. A
-//     backend that is not queueing is never skipped for one that holds
-//     less.
-//   - every holder is queueing (a hot prefix): the holders, plus the next
-//     backend of the prefix's rendezvous order that holds nothing and is
-//     not queueing (if all queue, the next that holds nothing). The order
-//     is the same in every replica, so a hot prefix spreads over the few
-//     backends its load needs, and pays its miss once per new holder.
-//     That newcomer's miss is counted twice in the comparison (not in
-//     est): once for this request, once for the blocks its copy evicts
-//     from a KV cache that is usually full, which a later request misses;
-//     so a copy is made only when the holders' queue exceeds about twice
-//     the miss, and a hot prefix does not thrash the fleet's caches.
-//   - no holder (a cold prefix): the first backend in rendezvous order
-//     that is not queueing; if all queue, every backend.
+//     holder holds; the holders of M that are not queueing and the
+//     (queueing) holders of more than M are eligible, and the least cost
+//     among them wins. A backend that is not queueing is never skipped for
+//     one that holds less.
+//   - every holder is queueing (a hot prefix): the holders and one
+//     newcomer, chosen among the backends that hold nothing as a cold
+//     prefix's backend is (settle); the least cost wins, so a copy is made
+//     only when the holders' load outweighs the newcomer's miss, the
+//     stall it causes there and what it evicts, and requests then spread
+//     over the holders by cost. Holders not used age out of the tree
+//     (TTL) and out of the footprints (FootprintWindow), so the set
+//     shrinks when the prefix cools.
+//   - no holder (a cold prefix): settle among every backend.
 //
-// Among the eligible the least est wins; estimates within tieTolerance of
-// the least (tieRel of it, at least tieAbs) are a tie, won by the first
-// in rendezvous order, so replicas that see about the same loads agree. A
-// session pin (scratch.pin, Config.SessionHeader) wins over all that
-// while its backend is routable and not queueing.
+// settle: among the candidates that are not queueing (all of them if
+// every one is), the least cost sets a limit coldTie × LoadTokens /
+// rate(fleet median) above it (the price of coldTie requests in flight);
+// within it the prefix's home (the backend its group last went to,
+// footprint.go) wins, else the first in the prefix's rendezvous order. A
+// cold prefix so goes back where it was (its copy may have survived; if
+// not, the miss is the same anywhere, and the fleet's caches stay
+// partitioned, as a hash keeps them), and replicas that see about the
+// same loads agree, unless that backend is clearly busier.
+//
+// Among eligible holders, costs within tieRel of the least (at least
+// tieAbs) are a tie, won by the first in rendezvous order. A session pin
+// (scratch.pin, Config.SessionHeader) wins over all that while its
+// backend is routable and not queueing.
 
 // kvFull is the engine KV usage at which a backend counts as queueing.
 const kvFull = 0.98
@@ -84,9 +106,11 @@ type cost struct {
 	held                 int
 	base, queue, prefill float64
 	est                  float64
-	cmp                  float64 // est, plus a newcomer's miss again: what pick compares
+	load, evict          float64
+	cmp                  float64 // est + load + evict: what pick compares
 	queueing, eligible   bool
-	rank                 int // rendezvous rank; -1: not routable
+	newcomer             bool // holds nothing: a candidate for settle
+	rank                 int  // rendezvous rank; -1: not routable
 }
 
 // Candidate is one backend's row of Explain's table.
@@ -100,6 +124,10 @@ type Candidate struct {
 	QueueMS   float64 `json:"queue_ms"`
 	PrefillMS float64 `json:"prefill_ms"`
 	EstMS     float64 `json:"est_ms"`
+	Footprint int64   `json:"footprint_tokens"`
+	LoadMS    float64 `json:"load_ms"`
+	EvictMS   float64 `json:"evict_ms"`
+	CostMS    float64 `json:"cost_ms"`
 	Queueing  bool    `json:"queueing"`
 	Eligible  bool    `json:"eligible"`
 	Rank      int     `json:"rendezvous_rank"`
@@ -132,16 +160,25 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		}
 	}
 	total := float64(len(keys) * p.blockSize)
-	s.loads = s.loads[:0]
+	var sum int64
 	for _, sc := range s.scores {
-		s.loads = append(s.loads, bs[sc.i].inFlight)
+		sum += max(bs[sc.i].inFlight, 0)
 	}
-	runs := min(p.concurrency, loadBound(p, s.loads))
+	capn := loadCap(p, sum, len(s.scores))
+	fm := medianModel(bs, s)
+	coldSlack := coldTie * p.loadTokens / fm.rate
+	kv := p.kvTokens
+	if kv <= 0 {
+		for _, sc := range s.scores {
+			kv = max(kv, float64(bs[sc.i].foot))
+		}
+	}
+	kv = max(kv, total)
 	anyHolder, m := false, 0
 	for _, sc := range s.scores {
 		i := sc.i
 		c := &s.costs[i]
-		estimate(p, &bs[i], c, total, len(keys), runs)
+		estimate(p, &bs[i], c, total, len(keys), capn, kv, fm)
 		if c.held > 0 {
 			anyHolder = true
 			if deep < 0 || c.held > s.costs[deep].held {
@@ -156,39 +193,34 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 	switch {
 	case m > 0:
 		for _, sc := range s.scores {
-			s.costs[sc.i].eligible = s.costs[sc.i].held >= m
+			c := &s.costs[sc.i]
+			c.eligible = c.held > m || (c.held == m && !c.queueing)
 		}
 	case anyHolder:
-		next := -1
+		// Every holder queues: the holders, and one newcomer (a backend
+		// that holds nothing, chosen as a cold prefix's backend is).
 		for _, sc := range s.scores {
 			c := &s.costs[sc.i]
-			if c.held > 0 {
-				c.eligible = true
-			} else if !c.queueing && (next < 0 || s.costs[next].queueing) {
-				next = sc.i
-			} else if next < 0 {
-				next = sc.i
-			}
+			c.eligible = false
+			c.newcomer = c.held == 0
 		}
-		if next >= 0 {
-			c := &s.costs[next]
-			c.eligible = true
-			c.cmp += c.prefill
+		nc := settle(s, coldSlack)
+		for _, sc := range s.scores {
+			c := &s.costs[sc.i]
+			c.eligible = c.held > 0 || sc.i == nc
 		}
 	default:
-		first := -1
 		for _, sc := range s.scores {
-			if !s.costs[sc.i].queueing {
-				first = sc.i
-				break
-			}
-		}
-		for _, sc := range s.scores {
-			s.costs[sc.i].eligible = first < 0 || sc.i == first
+			s.costs[sc.i].newcomer = true
 		}
 	}
 
-	target := pick(s)
+	var target int
+	if anyHolder {
+		target = pick(s, 0)
+	} else {
+		target = settle(s, coldSlack)
+	}
 	reason := ReasonHash
 	if pin := indexOf(bs, s.pin); s.pin >= 0 && pin >= 0 && bs[pin].routable && !s.costs[pin].queueing {
 		target, reason = pin, ReasonOverride
@@ -231,42 +263,154 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 			c, v := s.costs[sc.i], &bs[sc.i]
 			d.Table = append(d.Table, Candidate{Backend: v.id, Name: v.name, Held: c.held, InFlight: v.inFlight,
 				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, PrefillMS: c.prefill * 1e3,
-				EstMS: c.est * 1e3, Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
+				EstMS: c.est * 1e3, Footprint: v.foot, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
+				Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
 		}
 	}
 	return d
 }
 
-// estimate fills c's terms for v (see the file's comment); total is the
-// request's tokens, blocks its blocks, runs the in-flight count over
-// which requests wait.
-func estimate(p policy, v *view, c *cost, total float64, blocks int, runs int64) {
-	base, rate := v.base, v.rate
-	if rate <= 0 {
-		base, rate = backend.DefaultPrefillBase.Seconds(), backend.DefaultPrefillTokensPerSec
-	}
-	excess := max(v.inFlight-runs, 0)
-	if v.engine {
-		excess = max(excess, v.waiting)
-	}
-	c.base = base
-	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
-	c.queue = float64(max(v.pending, 0))/rate + float64(excess)*(base+total/rate)
-	c.est = base + c.queue + c.prefill
-	c.cmp = c.est
-	c.queueing = c.queue >= p.queueWait || excess > 0 || (v.engine && v.kvUsage >= kvFull)
+// loadCap is the bounded-load capacity: the in-flight count a backend may
+// reach before it counts as queueing, (1 + slack) × the fleet's mean with
+// this request counted, rounded up, at least floor.
+func loadCap(p policy, sum int64, n int) int64 {
+	c := int64(math.Ceil((1 + p.loadSlack) * float64(sum+1) / float64(n)))
+	return max(c, p.loadFloor, 1)
 }
 
-// pick returns the view index of the least cmp among the eligible,
-// near-ties to the first in rendezvous order. At least one is eligible.
-func pick(s *scratch) int {
+// estimate fills c's terms for v (see the file's comment); total is the
+// request's tokens, blocks its blocks, capn the bounded-load capacity.
+func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64, kv float64, fm fleetModel) {
+	base, rate := modelOf(v)
+	// A backend's fit is trusted within a factor of fleetTrust of the
+	// fleet's median: a fit gone wrong (one slow sample too many) would
+	// otherwise price that backend out of every decision, and one that
+	// is never chosen never learns again.
+	rate = min(max(rate, fm.rate/fleetTrust), fm.rate*fleetTrust)
+	base = min(max(base, fm.base/fleetTrust), fm.base*fleetTrust)
+	var waiting int64
+	if v.engine {
+		waiting = max(v.waiting, 0)
+	}
+	if v.inFlight > p.concurrency {
+		waiting = max(waiting, v.inFlight-p.concurrency)
+	}
+	n := float64(max(v.inFlight, 0))
+	c.base = base
+	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
+	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate)
+	c.est = base + c.queue + c.prefill
+	fill := min(float64(max(v.foot, 0))/kv, 1)
+	c.load = (p.loadTokens/rate + c.prefill) * n
+	c.evict = fill * c.prefill
+	c.cmp = c.est + c.load + c.evict
+	c.queueing = c.queue >= p.queueWait || waiting > 0 || v.inFlight >= capn || (v.engine && v.kvUsage >= kvFull)
+}
+
+// coldTie is settle's slack in requests in flight: a cold prefix stays
+// with its home, or its rendezvous order, unless that costs more than
+// coldTie requests in flight over the cheapest (measured on manydocs and
+// unique, bench/results/issue11-*: 1.5 moved documents between engines
+// often; 4 kept them and unique's tail within least_request's).
+const coldTie = 4
+
+// settle chooses where a prefix that the chosen backend will not hold
+// goes (a cold prefix, or a hot prefix's new holder) among the newcomers
+// (cost.newcomer): those not queueing, or all of them if every one
+// queues. The least cost sets a limit, slack above it; within the limit
+// the prefix's home wins (s.home, the backend its group last went to:
+// its copy there may have survived, and if not, the miss costs the same
+// anywhere while the fleet's caches stay partitioned), else the first in
+// the prefix's rendezvous order, so replicas that see about the same
+// loads agree. It marks the candidates eligible and returns the choice,
+// -1 if there is no newcomer.
+func settle(s *scratch, slack float64) int {
+	free := false
+	for _, sc := range s.scores {
+		if c := &s.costs[sc.i]; c.newcomer && !c.queueing {
+			free = true
+			break
+		}
+	}
+	found := false
+	for _, sc := range s.scores {
+		c := &s.costs[sc.i]
+		c.eligible = c.newcomer && (!free || !c.queueing)
+		found = found || c.eligible
+	}
+	if !found {
+		return -1
+	}
+	if h := s.home; h >= 0 && h < len(s.costs) && s.costs[h].eligible {
+		best := pickBest(s)
+		if s.costs[h].cmp <= s.costs[best].cmp+max(tieRel*s.costs[best].cmp, tieAbs, slack) {
+			return h
+		}
+	}
+	return pick(s, slack)
+}
+
+// pickBest is the view index of the least cmp among the eligible (the
+// first in rendezvous order on equal costs). At least one is eligible.
+func pickBest(s *scratch) int {
 	best := -1
 	for _, sc := range s.scores {
 		if c := &s.costs[sc.i]; c.eligible && (best < 0 || c.cmp < s.costs[best].cmp) {
 			best = sc.i
 		}
 	}
-	limit := s.costs[best].cmp + max(tieRel*s.costs[best].cmp, tieAbs)
+	return best
+}
+
+// fleetTrust bounds how far one backend's prefill model may stray from
+// the fleet's median (a factor).
+const fleetTrust = 2
+
+// fleetModel is the median prefill model of the routable backends.
+type fleetModel struct{ base, rate float64 }
+
+// modelOf is v's prefill model, the defaults until learned.
+func modelOf(v *view) (base, rate float64) {
+	if v.rate <= 0 {
+		return backend.DefaultPrefillBase.Seconds(), backend.DefaultPrefillTokensPerSec
+	}
+	return v.base, v.rate
+}
+
+// medianModel is the median base and rate over s.scores' views (s.fl is
+// scratch).
+func medianModel(bs []view, s *scratch) fleetModel {
+	var fm fleetModel
+	s.fl = s.fl[:0]
+	for _, sc := range s.scores {
+		_, rate := modelOf(&bs[sc.i])
+		s.fl = append(s.fl, rate)
+	}
+	slices.Sort(s.fl)
+	fm.rate = median(s.fl)
+	s.fl = s.fl[:0]
+	for _, sc := range s.scores {
+		base, _ := modelOf(&bs[sc.i])
+		s.fl = append(s.fl, base)
+	}
+	slices.Sort(s.fl)
+	fm.base = median(s.fl)
+	return fm
+}
+
+// median of sorted v (not empty).
+func median(v []float64) float64 {
+	if n := len(v); n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// pick returns the view index of the least cmp among the eligible,
+// near-ties to the first in rendezvous order. At least one is eligible.
+func pick(s *scratch, slack float64) int {
+	best := pickBest(s)
+	limit := s.costs[best].cmp + max(tieRel*s.costs[best].cmp, tieAbs, slack)
 	for _, sc := range s.scores { // rendezvous order: the first within the limit
 		if c := &s.costs[sc.i]; c.eligible && c.cmp <= limit {
 			return sc.i
@@ -329,6 +473,21 @@ func checkCostConfig(c Config) []error {
 	if c.QueueWait <= 0 {
 		errs = append(errs, fmt.Errorf("shard: QueueWait must be positive, got %v", c.QueueWait))
 	}
+	if !(c.LoadSlack >= 0) || math.IsInf(c.LoadSlack, 0) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("shard: LoadSlack must be a finite number of at least 0, got %g", c.LoadSlack))
+	}
+	if c.LoadTokens < 0 {
+		errs = append(errs, fmt.Errorf("shard: LoadTokens must not be negative, got %d", c.LoadTokens))
+	}
+	if c.KVTokens < 0 {
+		errs = append(errs, fmt.Errorf("shard: KVTokens must not be negative (0 = unknown), got %d", c.KVTokens))
+	}
+	if c.FootprintWindow <= 0 {
+		errs = append(errs, fmt.Errorf("shard: FootprintWindow must be positive, got %v", c.FootprintWindow))
+	}
+	if c.Footprints <= 0 {
+		errs = append(errs, fmt.Errorf("shard: Footprints must be positive, got %d", c.Footprints))
+	}
 	if c.Sessions <= 0 {
 		errs = append(errs, fmt.Errorf("shard: Sessions must be positive, got %d", c.Sessions))
 	}
@@ -343,6 +502,7 @@ func costInputs(v *view, b *backend.Backend) {
 	m := b.Prefill()
 	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
 	v.pending = b.PendingPrefill()
+	v.foot = b.Footprint()
 	if e, ok := b.Engine(); ok {
 		v.engine, v.waiting, v.kvUsage = true, e.Waiting, e.KVUsage
 	}
@@ -371,14 +531,17 @@ func (j *job) decideWith(sh *shardState, hits []tree.Hit, useTree bool) Decision
 	}
 	sess := j.session != "" && sh.sess != nil
 	now := r.now()
-	sh.sc.pin, sh.sc.explain = -1, j.explain != nil
+	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, j.explain != nil, -1
+	if hits != nil || useTree {
+		sh.sc.home = sh.foot.home(j.keys, sh.views, now)
+	}
 	if sess {
 		if id, ok := sh.sess.lookup(j.session, now); ok {
 			sh.sc.pin = id
 		}
 	}
 	d := decide(r.pol, sh.views, hits, j.keys, useTree, &sh.sc)
-	sh.sc.pin, sh.sc.explain = -1, false
+	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, false, -1
 	if sess && d.Backend >= 0 && j.explain == nil {
 		sh.sess.insert(j.session, d.Backend, now)
 	}
@@ -429,7 +592,8 @@ func appendCost(dst []byte, id int, ms float64, snap []*backend.Backend) []byte 
 // generation ends, so its first byte says nothing of its prefill: it is
 // neither counted pending nor a sample of the fit; its load shows in the
 // in-flight count): the predicted uncached tokens, added when it is sent
-// (add), removed at its first byte (release, from Hooks.FirstByte) or at
+// (add), removed at its first event (release, from Hooks.FirstData: a
+// stream's head comes before its prefill) or at
 // its end without one (done, from Hooks.Done: a failure, a refusal, a
 // timeout), whichever comes first; FirstByte and Done run in order on
 // one goroutine. The prefill model learns from one kind of sample: a 2xx
@@ -472,5 +636,5 @@ func (p *pendingPrefill) done(o backend.Outcome) { p.release() }
 // (see pendingPrefill); job.feedback feeds it, with the engine's own
 // uncached count when the answer's usage has one.
 func (p *pendingPrefill) clean(o backend.Outcome) bool {
-	return p.b != nil && p.ahead == 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.TTFB > 0
+	return p.b != nil && p.ahead == 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
 }

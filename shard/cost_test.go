@@ -14,9 +14,9 @@ import (
 
 // costPolicy is prefix's, with the defaults' knobs.
 var costPolicy = policy{kind: kindPrefix, loadFactor: 2, loadFloor: 4, maxCandidates: 3,
-	blockSize: 16, concurrency: 256, queueWait: 0.2}
+	blockSize: 16, concurrency: 256, queueWait: 0.2, loadTokens: 500, loadSlack: 0.5}
 
-func newScratch() scratch { return scratch{pin: -1} }
+func newScratch() scratch { return scratch{pin: -1, home: -1} }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
@@ -60,12 +60,17 @@ func TestCostEstimateTerms(t *testing.T) {
 	if r2.Held != 0 || !near(r2.PrefillMS, full*1e3) || !near(r2.QueueMS, 3*(10+full*1e3)) || !r2.Queueing || !near(r2.BaseMS, 10) {
 		t.Errorf("engine waiting: %+v", r2)
 	}
-	// All holders queue: the holders and the first non-holder in
-	// rendezvous order (2, the only one) compete on cost; 1 has the least.
-	if d.Backend != 1 || d.Reason != ReasonTree || d.MatchedBlocks != 10 || !near(d.EstMS, r1.EstMS) {
+	// All holders queue: the holders and one newcomer (2, the only one)
+	// compete on cost = est + load + evict. 1's four requests in flight
+	// cost 4 × (500 tokens / 1000 tokens/s) = 2 s of load: 0 wins on its
+	// 606 ms, though 1's estimate (350 ms) is the least.
+	if !near(r1.LoadMS, 2000) || !near(r1.CostMS, 2350) || !near(r0.CostMS, 606) || !near(r2.CostMS, r2.EstMS) {
+		t.Errorf("load terms: %+v %+v %+v", r0, r1, r2)
+	}
+	if d.Backend != 0 || d.Reason != ReasonTree || d.MatchedBlocks != 4 || !near(d.EstMS, r0.EstMS) || !d.Diverted || d.Preferred != 1 {
 		t.Errorf("decision %+v", d)
 	}
-	if d.RunnerUp != 0 || !near(d.RunnerUpMS, r0.EstMS) {
+	if d.RunnerUp != 1 || !near(d.RunnerUpMS, r1.EstMS) {
 		t.Errorf("runner-up %d %v", d.RunnerUp, d.RunnerUpMS)
 	}
 	// The KV cache nearly full makes an otherwise idle engine queue.
@@ -73,9 +78,16 @@ func TestCostEstimateTerms(t *testing.T) {
 	if d := decide(p, bs, hits, keys, true, &s); !rowOf(t, d, 2).Queueing || rowOf(t, d, 2).QueueMS != 0 {
 		t.Errorf("kv full: %+v", rowOf(t, d, 2))
 	}
-	// No learned model: the defaults.
+	// No learned model: the defaults, kept within 2× of the fleet's
+	// median model (base 10 ms, 1000 tokens/s): 20 ms and 2000 tokens/s.
 	bs[2] = fleet(3)[2]
 	d = decide(p, bs, hits, keys, true, &s)
+	if r := rowOf(t, d, 2); !near(r.BaseMS, 20) || !near(r.PrefillMS, 80) || r.Queueing {
+		t.Errorf("defaults against a learned fleet: %+v", r)
+	}
+	// A whole fleet without a model: the defaults as they are.
+	fresh := fleet(3)
+	d = decide(p, fresh, nil, keys, true, &s)
 	want := backend.DefaultPrefillBase.Seconds()*1e3 + 160/float64(backend.DefaultPrefillTokensPerSec)*1e3
 	if r := rowOf(t, d, 2); !near(r.EstMS, want) || r.Queueing {
 		t.Errorf("defaults: %+v, want est %v", r, want)
@@ -401,14 +413,14 @@ func TestPendingPrefillAccounting(t *testing.T) {
 	settle := func(p *pendingPrefill, o backend.Outcome) {
 		p.done(o)
 		if p.clean(o) {
-			o.Backend.ObserveTTFT(int(p.tokens), o.TTFB)
+			o.Backend.ObserveTTFT(int(p.tokens), o.FirstData)
 		}
 	}
 	// Each 2xx first try feeds the prefill model: 20 samples fit it.
 	for i := range 24 {
 		var o pendingPrefill
 		o.add(Decision{Backend: 0, TotalBlocks: 4 + 8*i}, snap, 16)
-		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Duration(10+i) * time.Millisecond})
+		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Millisecond, FirstData: time.Duration(10+i) * time.Millisecond})
 	}
 	if a.Prefill().Samples == 0 || a.PendingPrefill() != 0 {
 		t.Fatalf("not learned: %+v, pending %d", a.Prefill(), a.PendingPrefill())
@@ -421,7 +433,7 @@ func TestPendingPrefillAccounting(t *testing.T) {
 	for range 8 {
 		var o pendingPrefill
 		o.add(Decision{Backend: 0, TotalBlocks: 4}, snap, 16)
-		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: 5 * time.Second})
+		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Millisecond, FirstData: 5 * time.Second})
 	}
 	ahead.done(backend.Outcome{Backend: a, Status: 500})
 	if a.Prefill() != before || a.PendingPrefill() != 0 {
@@ -505,10 +517,10 @@ func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTre
 	return d
 }
 
-// Without a scrape, a backend far above its peers' in-flight counts
-// (ranvier's bound) makes its surplus wait: it is queueing, and its
-// holder's queue is priced.
-func TestCostRelativeOverload(t *testing.T) {
+// Bounded load: a backend at (1 + LoadSlack) × the mean in-flight count
+// (this request counted) queues, so a prefix it holds may gain another
+// holder; below that it keeps its requests.
+func TestCostBoundedLoad(t *testing.T) {
 	t.Parallel()
 	bs := fleet(4)
 	for i := range bs {
@@ -518,15 +530,22 @@ func TestCostRelativeOverload(t *testing.T) {
 	hits := []tree.Hit{{Backend: 3, Blocks: 8}}
 	s := newScratch()
 	s.explain = true
-	bs[3].inFlight = 4 // at the bound (max(2 × 2, 4)): not queueing
+	bs[3].inFlight = 4 // capacity ⌈1.5 × 11 / 4⌉ = 5: not queueing
 	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || rowOf(t, d, 3).Queueing {
-		t.Fatalf("at the bound: %+v", d)
+		t.Fatalf("below the capacity: %+v", d)
 	}
-	bs[3].inFlight = 10 // 6 over
+	if got := loadCap(costPolicy, 10, 4); got != 5 {
+		t.Fatalf("loadCap(10, 4) = %d, want 5", got)
+	}
+	if got := loadCap(costPolicy, 0, 8); got != 4 {
+		t.Fatalf("loadCap(0, 8) = %d, want the floor 4", got)
+	}
+	bs[3].inFlight = 10 // capacity ⌈1.5 × 17 / 4⌉ = 7: queueing
 	d := decide(costPolicy, bs, hits, keys, true, &s)
 	r := rowOf(t, d, 3)
-	if !r.Queueing || !near(r.QueueMS, 6*(20+16)) || d.Backend == 3 || d.Reason != ReasonHash {
-		t.Fatalf("over the bound: %+v, row %+v", d, r)
+	// 3: 20 ms + 10 × 62.5 ms of load; a newcomer: 36 ms + 2 × (62.5 + 16).
+	if !r.Queueing || !near(r.LoadMS, 625) || d.Backend == 3 || d.Reason != ReasonHash {
+		t.Fatalf("over the capacity: %+v, row %+v", d, r)
 	}
 	if order := rendezvous(nil, bs, keys); d.Backend != firstOther(bs, order, 3) {
 		t.Fatalf("went to %d, not the next in order", d.Backend)
@@ -542,9 +561,11 @@ func firstOther(bs []view, order []scored, not int) int {
 	return -1
 }
 
-// A new holder's miss counts twice against a queueing holder: a queue
-// between one and two misses keeps the request on the holder.
-func TestCostNewHolderPaysTwice(t *testing.T) {
+// A new holder's miss is priced with what it evicts: on engines whose
+// caches are full of prefixes in use, a queue between one and two misses
+// keeps the request on the holder; on empty ones, a queue over one miss
+// moves it.
+func TestCostNewHolderPricesEviction(t *testing.T) {
 	t.Parallel()
 	bs := fleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(10, 10)), 75) // 1,200 tokens: a miss 150 ms
@@ -552,12 +573,28 @@ func TestCostNewHolderPaysTwice(t *testing.T) {
 	h := order[0].i
 	hits := []tree.Hit{{Backend: bs[h].id, Blocks: 75}}
 	s := newScratch()
-	bs[h].pending = 2000 // 250 ms: queueing; est 270 ms against a newcomer's 170 (+150)
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h].id || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
-		t.Fatalf("1–2 misses of queue: %+v", d)
+	p := costPolicy
+	p.kvTokens = 10000
+	bs[h].pending = 2000 // 250 ms: queueing; est 270 ms against a newcomer's 170
+	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id || !near(d.EstMS, 170) {
+		t.Fatalf("empty caches: %+v", d)
+	}
+	for i := range bs {
+		if i != h {
+			bs[i].foot = 10000 // full of prefixes in use: 170 + 150 ms
+		}
+	}
+	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
+		t.Fatalf("full caches, 1–2 misses of queue: %+v", d)
 	}
 	bs[h].pending = 2800 // 350 ms: more than two misses
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id {
-		t.Fatalf("over two misses: %+v", d)
+	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id {
+		t.Fatalf("full caches, over two misses: %+v", d)
+	}
+	// The newcomer's requests in flight pay its miss too: 2 of them make
+	// it 170 + 150 + 2 × (62.5 + 150) ms.
+	bs[order[1].i].inFlight, bs[order[2].i].inFlight, bs[order[3].i].inFlight = 2, 2, 2
+	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id {
+		t.Fatalf("busy newcomers: %+v", d)
 	}
 }

@@ -121,6 +121,7 @@ type view struct {
 	engine  bool
 	waiting int64
 	kvUsage float64
+	foot    int64 // b.Footprint(): prompt tokens of the prefixes in use there
 }
 
 // policyKind is Config.Policy, parsed.
@@ -156,6 +157,8 @@ type policy struct {
 	blockSize   int
 	concurrency int64
 	queueWait   float64
+	// prefix only (cost.go): Config.LoadTokens, LoadSlack, KVTokens.
+	loadTokens, loadSlack, kvTokens float64
 }
 
 // scratch is reusable decision memory and the per-loop state of the
@@ -181,7 +184,12 @@ type scratch struct {
 	// The prefix policy's (cost.go): per view, its terms; pin, the
 	// session's backend ID (-1: none), set by the caller per decision;
 	// explain: fill Decision.Table.
-	costs   []cost
+	costs []cost
+	fl    []float64 // medianModel's
+	// home is the view index of the backend the request's prefix group
+	// was last sent to (footprint.go), -1 if none: a cold prefix goes
+	// back there when it costs about the same (set by the caller).
+	home    int
 	pin     int
 	explain bool
 }

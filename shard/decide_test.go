@@ -21,7 +21,7 @@ func fleet(n int) []view {
 // testPolicy is ranvier's (the tests of this file are of the rule prefix
 // had before issue 11); cost_test.go's costPolicy is prefix's.
 var testPolicy = policy{kind: kindRanvier, loadFactor: 2, loadFloor: 4, maxCandidates: 3,
-	blockSize: 16, concurrency: 256, queueWait: 0.2}
+	blockSize: 16, concurrency: 256, queueWait: 0.2, loadTokens: 500, loadSlack: 0.5}
 
 func randKeys(r *rand.Rand, n int) []uint64 {
 	k := make([]uint64, n)

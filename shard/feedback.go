@@ -27,7 +27,8 @@ import (
 //     to what the engine reports (tree.Demote on the owner loop): the
 //     engine evicted what the tree believed it kept, so the tree's ages for
 //     that backend are not to be trusted for this prefix;
-//   - the backend's prefill model is fed ObserveTTFT(uncached, TTFB) with
+//   - the backend's prefill model is fed ObserveTTFT(uncached, FirstData:
+//     the first event of the stream, as its head comes at once) with
 //     the engine's own uncached count (prompt_tokens − cached_tokens), or
 //     the predicted one when the answer had no usage.
 
@@ -190,7 +191,7 @@ func (j *job) feedback(o backend.Outcome) {
 		}
 	}
 	if j.prefill.clean(o) { // streamed, first try, nothing pending ahead (cost.go)
-		m.observe(o.Backend, uncached, o.TTFB)
+		m.observe(o.Backend, uncached, o.FirstData) // the first event: the head comes before the prefill
 	}
 }
 

@@ -21,6 +21,7 @@ func init() {
 		"saltus_route_learned_total":                    "Routes learned: a backend's answer inserted the request's prefix into the route table.",
 		"saltus_route_learn_skipped_total":              "Learns skipped because the route table already held the whole prefix for the answering backend, refreshed within 1 s.",
 		"saltus_route_learn_dropped_total":              "Learns lost because the owner shard's mailbox was full.",
+		"saltus_route_footprint_full_total":             "Decisions not recorded in the footprint table (the prefixes each backend is busy with) because the shard's table was full.",
 		"saltus_route_learn_errors_total":               "Learns the route table refused (a backend id beyond its MaxBackends).",
 		"saltus_route_client_gone_total":                "Requests whose client left before they were routed (nothing forwarded).",
 		"saltus_shard_mailbox_overflow_total":           "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
@@ -130,6 +131,7 @@ type routerMetrics struct {
 	diverted  *metrics.Counter
 
 	overflow, learned, learnSkipped, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
+	footFull                                                                                *metrics.Counter
 
 	// Bodies refused by Config.Body's check, by scanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
@@ -149,6 +151,7 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		learnErrors:     set.NewCounter("saltus_route_learn_errors_total"),
 		completionsLost: set.NewCounter("saltus_shard_tokenizer_completions_lost_total"),
 		clientGone:      set.NewCounter("saltus_route_client_gone_total"),
+		footFull:        set.NewCounter("saltus_route_footprint_full_total"),
 	}
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))

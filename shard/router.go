@@ -106,8 +106,9 @@ type shardState struct {
 	sc    scratch
 	known map[int]bool // backend IDs inserted since their last removal
 	dec   decodeScratch
-	resp  *respTable // this shard's part of the response ids (respids.go)
-	sess  *respTable // sessions decided here → backend (cost.go); nil: no SessionHeader
+	resp  *respTable  // this shard's part of the response ids (respids.go)
+	foot  *footprints // the prefixes each backend is busy with (footprint.go); prefix policy only
+	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
 
 	// Any goroutine.
 	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
@@ -173,7 +174,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	r := &Router{
 		cfg: cfg,
 		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
-			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds()},
+			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds(),
+			loadTokens: float64(cfg.LoadTokens), loadSlack: cfg.LoadSlack, kvTokens: float64(cfg.KVTokens)},
 		up:     up,
 		state:  state,
 		tmpl:   tmpl,
@@ -204,7 +206,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			return nil, fmt.Errorf("shard: %w", err)
 		}
 		sh := &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{},
-			resp: newRespTable((cfg.ResponseIDs+loops-1)/loops, int64(cfg.ResponseIDTTL))}
+			resp: newRespTable((cfg.ResponseIDs+loops-1)/loops, int64(cfg.ResponseIDTTL)),
+			foot: newFootprints((cfg.Footprints+loops-1)/loops, int64(cfg.FootprintWindow))}
 		// round_robin: loop i starts its cycle at backend i, so that the
 		// loops' first requests do not all go to backend 0.
 		sh.sc.rr = i
@@ -684,6 +687,7 @@ func (j *job) lookup() {
 	d := j.decideWith(sh, sh.hits, true)
 	j.markFresh(d, sh.hits, now)
 	j.pend(d, now)
+	j.touchFootprint(sh, d, snap, now)
 	j.finish(d, snap, j.owner)
 }
 
@@ -817,11 +821,18 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	}
 	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {
-			j.prefill.release()
+			if !j.d.stream {
+				j.prefill.release()
+			}
 			if learn && status >= 200 && status < 300 {
 				r.learn(j, b.ID)
 			}
 		}
+	}
+	if j.prefill.held {
+		// A stream's head comes at once, its first event after the
+		// prefill: that ends the prefill pending there.
+		h.FirstData = j.prefill.release
 	}
 	body := r.askUsage(j, &h) // streamed: never the loop path above
 	r.up.Forward(j.req, body, cands, j.x, hdr, h)
@@ -928,6 +939,7 @@ func (r *Router) maintain(sh *shardState) {
 	}
 	sh.tree.Maintain(r.now(), r.cfg.MaintainBudget)
 	sh.resp.expire(r.now(), r.cfg.MaintainBudget)
+	sh.foot.sweep(r.now(), r.cfg.MaintainBudget)
 	r.publishResp(sh.id)
 	sh.publish()
 }

@@ -132,6 +132,15 @@ type serveConfig struct {
 	// LoadFactor (policy ranvier): a backend with more than LoadFactor ×
 	// the median in-flight requests is skipped for the least loaded one.
 	LoadFactor float64 `yaml:"load-factor"`
+	// LoadSlack (policy prefix): a backend with (1 + LoadSlack) × the
+	// mean in-flight requests queues (bounded load).
+	LoadSlack float64 `yaml:"load-slack"`
+	// LoadTokens (policy prefix): one request in flight on a backend costs
+	// as much as this many prompt tokens of prefill.
+	LoadTokens int `yaml:"load-tokens"`
+	// KVTokens (policy prefix): the engines' KV cache capacity in tokens;
+	// 0: unknown (relative to the fleet's fullest).
+	KVTokens int `yaml:"kv-tokens"`
 	// LearnFromUsage: ask the engine for a streamed request's usage
 	// (stream_options.include_usage) when the client did not, and remove
 	// that usage chunk before the client sees it.
@@ -188,6 +197,9 @@ func defaultServeConfig() serveConfig {
 		MaxBlocks:          d.MaxBlocks,
 		RouteTTL:           duration(d.RouteTTL),
 		LoadFactor:         d.LoadFactor,
+		LoadSlack:          d.LoadSlack,
+		LoadTokens:         d.LoadTokens,
+		KVTokens:           d.KVTokens,
 		LearnFromUsage:     d.LearnFromUsage,
 		ScrapeInterval:     duration(d.ScrapeInterval),
 		TokenBudget:        byteSize(d.TokenBudget),
@@ -327,6 +339,15 @@ func (c serveConfig) Validate() error {
 	if !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0) {
 		bad("load-factor", "must be a finite number of at least 1, got %v", c.LoadFactor)
 	}
+	if !(c.LoadSlack >= 0) || math.IsInf(c.LoadSlack, 0) {
+		bad("load-slack", "must be a finite number of at least 0, got %v", c.LoadSlack)
+	}
+	if c.LoadTokens < 0 {
+		bad("load-tokens", "must not be negative, got %d", c.LoadTokens)
+	}
+	if c.KVTokens < 0 {
+		bad("kv-tokens", "must not be negative (0 = unknown), got %d", c.KVTokens)
+	}
 	if c.TokenBudget < 1<<10 || c.TokenBudget > 1<<30 {
 		bad("token-budget", "must be between 1KiB and 1GiB, got %v", c.TokenBudget)
 	}
@@ -352,6 +373,7 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
 		HealthDownInterval: c.HealthDownInterval.D(),
 		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
+		LoadSlack: c.LoadSlack, LoadTokens: c.LoadTokens, KVTokens: c.KVTokens,
 		TokenBudget:    int(c.TokenBudget),
 		LearnFromUsage: c.LearnFromUsage, ScrapeInterval: c.ScrapeInterval.D(),
 		SessionHeader: c.SessionHeader,
@@ -448,6 +470,9 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.GCHeapFloor, "gc-heap-floor", "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: "+
 		"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)")
 	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
+	fs.Float64Var(&v.LoadSlack, "load-slack", v.LoadSlack, "bounded load of policy prefix: a backend with (1 + `slack`) × the mean in-flight count (at least 4) counts as queueing, so a prefix it holds may gain another holder; at least 0")
+	fs.IntVar(&v.LoadTokens, "load-tokens", v.LoadTokens, "policy prefix: one request in flight on a backend costs as much as this many prompt `tokens` of prefill (decode steps grow with the batch)")
+	fs.IntVar(&v.KVTokens, "kv-tokens", v.KVTokens, "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; 0: unknown, relative to the fleet's fullest")
 	fs.BoolVar(&v.LearnFromUsage, "learn-from-usage", v.LearnFromUsage, "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, "+
 		"to learn its cached tokens, and remove that usage chunk before the client sees it")
 	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage); 0: off; 1s recommended when enabled")

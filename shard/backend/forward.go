@@ -36,6 +36,12 @@ type Hooks struct {
 	// backend's response head arrived (status known), before anything is
 	// written to the sink. It does not run when no backend answered.
 	FirstByte func(b *Backend, status int)
+	// FirstData runs once, on the proxy goroutine, when the first bytes of
+	// a streamed body (SSE or not) arrived: an engine sends a stream's
+	// head at once and its first event after the prefill (vLLM, the
+	// simulator), so this, not FirstByte, ends the prefill. Not for
+	// answers read whole.
+	FirstData func()
 	// Done runs exactly once per Forward at the very end with the outcome:
 	// on the proxy goroutine (the loop for ForwardOnLoop), or inside
 	// Forward before it returns false.
@@ -72,6 +78,10 @@ type Outcome struct {
 	// FirstByteTimeout, or RequestTimeout passed.
 	ClientGone, UpstreamDied, TimedOut bool
 	TTFB, Total                        time.Duration // TTFB: request sent → head (last attempt)
+	// FirstData: request sent → the first bytes of a streamed body (last
+	// attempt): the time to first token. 0 for answers read whole, and
+	// when no body byte came.
+	FirstData time.Duration
 	// Usage (only with Hooks.Usage) is the raw "usage" object of the JSON body, or of the last
 	// SSE data event that had a non-null one; nil if none was seen.
 	Usage []byte
@@ -176,6 +186,21 @@ type proxy struct {
 	// held is the backend whose in-flight count this attempt holds; nil
 	// once released (release).
 	held *Backend
+	t0   time.Time // the last attempt's send
+	data bool      // the first body bytes arrived (gotData)
+}
+
+// gotData records the first bytes of a streamed body: Outcome.FirstData
+// and Hooks.FirstData, once.
+func (p *proxy) gotData() {
+	if p.data {
+		return
+	}
+	p.data = true
+	p.o.FirstData = time.Since(p.t0)
+	if p.hooks.FirstData != nil {
+		p.hooks.FirstData()
+	}
 }
 
 // release takes the current attempt off its backend's in-flight count,
@@ -240,6 +265,7 @@ func (p *proxy) run(ctx context.Context) {
 		b.inFlight.Add(1)
 		p.held = b
 		t0 := time.Now()
+		p.t0 = t0
 		deadline, whole := t0.Add(s.cfg.FirstByteTimeout), false
 		if !reqDeadline.IsZero() && reqDeadline.Before(deadline) {
 			deadline, whole = reqDeadline, true
@@ -540,6 +566,7 @@ func (p *proxy) relayStream(ctx context.Context, b *Backend, bs io.Reader, buf [
 	for {
 		n, err := bs.Read(buf)
 		if n > 0 {
+			p.gotData()
 			if p.sink.Write(buf[:n]) != nil || p.sink.Flush() != nil {
 				p.clientGone()
 				return
@@ -578,6 +605,9 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 			n, partial = 0, true
 		}
 		m, err := bs.Read(buf[n:])
+		if m > 0 {
+			p.gotData()
+		}
 		n += m
 		off := 0
 		for {

@@ -178,3 +178,13 @@ func (b *Backend) PendingPrefill() int64 { return b.prefill.pending.Load() }
 // removes them on its first byte or failure, on every exit path. Any
 // goroutine.
 func (b *Backend) AddPendingPrefill(n int64) { b.prefill.pending.Add(n) }
+
+// Footprint is the router's estimate of the prompt tokens b's KV cache
+// keeps for prefixes in use: the sum, over the prefixes the router sent
+// to b at least twice within the footprint window, of their longest
+// prompt (shard/footprint.go keeps the table; the prefix policy reads
+// the sum). Any goroutine.
+func (b *Backend) Footprint() int64 { return b.footprint.Load() }
+
+// AddFootprint adds n (negative: removes) to Footprint. Any goroutine.
+func (b *Backend) AddFootprint(n int64) { b.footprint.Add(n) }

@@ -47,8 +47,9 @@ type Backend struct {
 	// breaker tripped, so the fast schedule starts at once.
 	wake chan struct{}
 
-	engine  engineState  // the engine's own load, when scraped (engine.go)
-	prefill prefillState // the learned prefill model and the prefill pending (prefill.go)
+	engine    engineState  // the engine's own load, when scraped (engine.go)
+	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
+	footprint atomic.Int64 // Footprint (prefill.go)
 
 	m backendMetrics
 }

@@ -56,6 +56,9 @@ type Config struct {
 	MaxBlocks          int
 	RouteTTL           time.Duration
 	LoadFactor         float64
+	LoadSlack          float64       // shard.Config.LoadSlack
+	LoadTokens         int           // shard.Config.LoadTokens
+	KVTokens           int           // shard.Config.KVTokens; 0: unknown
 	TokenBudget        int           // tokenpool.Config.TokenBudget
 	LearnFromUsage     bool          // shard.Config.LearnFromUsage
 	ScrapeInterval     time.Duration // backend.Config.ScrapeInterval; 0 = off
@@ -87,6 +90,9 @@ func DefaultConfig() Config {
 		MaxBlocks:          1_000_000,
 		RouteTTL:           time.Hour,
 		LoadFactor:         2.0,
+		LoadSlack:          shard.DefaultConfig().LoadSlack,
+		LoadTokens:         shard.DefaultConfig().LoadTokens,
+		KVTokens:           0,
 		TokenBudget:        tokenpool.DefaultTokenBudget,
 		LearnFromUsage:     true,
 		ScrapeInterval:     0, // off; 1 s when enabled
@@ -189,6 +195,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.ChatTemplate = cfg.ChatTemplate
 	scfg.Policy = cfg.Policy
 	scfg.LoadFactor = cfg.LoadFactor
+	scfg.LoadSlack, scfg.LoadTokens, scfg.KVTokens = cfg.LoadSlack, cfg.LoadTokens, cfg.KVTokens
 	scfg.SessionHeader = cfg.SessionHeader
 	scfg.Body = shard.BodyLimits{MaxValues: cfg.MaxBodyValues, MaxDepth: cfg.MaxBodyDepth}
 	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given

@@ -1,0 +1,92 @@
+package shard
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/saltus-lb/saltus/shard/backend"
+)
+
+// A group counts on a backend from its second use within the window, at
+// its longest prompt; it leaves the sum when swept after the window, and
+// a new group is refused when the table is full.
+func TestFootprints(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(21, 21))
+	a, b := &backend.Backend{ID: 0}, &backend.Backend{ID: 1}
+	win := int64(time.Second)
+	f := newFootprints(2, win)
+	doc := randKeys(r, 100)
+	if !f.touch(doc, a, 1600, 0) || a.Footprint() != 0 {
+		t.Fatalf("one use counts: %d", a.Footprint())
+	}
+	f.touch(doc[:50], a, 800, 10) // a shorter cut of the same prefix
+	if a.Footprint() != 1600 {
+		t.Fatalf("second use: %d, want 1600", a.Footprint())
+	}
+	longer := append(doc[:100:100], randKeys(r, 10)...)
+	f.touch(longer, a, 1760, 20)
+	if a.Footprint() != 1760 {
+		t.Fatalf("a longer prompt: %d, want 1760", a.Footprint())
+	}
+	f.touch(doc, b, 1600, 30)
+	if b.Footprint() != 0 || len(f.m) != 2 {
+		t.Fatalf("b: %d, entries %d", b.Footprint(), len(f.m))
+	}
+	if f.touch(randKeys(r, 8), a, 128, 40) {
+		t.Fatal("a third pair fits a table of 2")
+	}
+	// The home is the backend the group went to last.
+	bs := fleet(2)
+	if h := f.home(doc, bs, 50); h != 1 {
+		t.Fatalf("home %d, want 1", h)
+	}
+	if h := f.home(randKeys(r, 8), bs, 50); h != -1 {
+		t.Fatalf("home of an unknown group %d", h)
+	}
+	if h := f.home(doc, bs, 30+win+1); h != -1 {
+		t.Fatalf("home past the window %d", h)
+	}
+	// Unused for a window: a fresh start (one use does not count) and,
+	// swept, gone.
+	f.touch(doc, a, 1600, 20+win+1)
+	if a.Footprint() != 0 {
+		t.Fatalf("reuse after the window: %d", a.Footprint())
+	}
+	f.sweep(20+3*win, 100)
+	if a.Footprint() != 0 || b.Footprint() != 0 || len(f.m) != 0 {
+		t.Fatalf("after the sweep: %d %d, entries %d", a.Footprint(), b.Footprint(), len(f.m))
+	}
+	f.touch(doc, a, 1600, 0)
+	f.touch(doc, a, 1600, 1)
+	f.drop()
+	if a.Footprint() != 0 || len(f.m) != 0 {
+		t.Fatalf("after drop: %d", a.Footprint())
+	}
+}
+
+// A cold prefix goes home when home costs about the same as the
+// cheapest, and to the cheapest when home is clearly busier.
+func TestCostColdGoesHome(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(22, 22)), 20)
+	order := rendezvous(nil, bs, keys)
+	home := order[3].i // last in rendezvous order
+	s := newScratch()
+	s.home = home
+	bs[home].inFlight = 2 // 2 × 62.5 ms of load: within coldTie (4) requests
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[home].id {
+		t.Fatalf("home within the slack: %+v", d)
+	}
+	bs[home].inFlight = 4 // 4 requests more than the idle ones, and its fair share
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id {
+		t.Fatalf("busy home: %+v, want the first in order %d", d, bs[order[0].i].id)
+	}
+	s.home = -1
+	bs[home].inFlight = 0
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id {
+		t.Fatalf("no home: %+v", d)
+	}
+}
