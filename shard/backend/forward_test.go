@@ -664,3 +664,48 @@ func TestForwardAllConnsBusy(t *testing.T) {
 	close(release)
 	o1.wait(t)
 }
+
+// A stream's head comes before its prefill, its first event after:
+// FirstData runs once, after FirstByte and only when body bytes came, and
+// Outcome.FirstData (the time to first token) is at least TTFB.
+func TestForwardFirstData(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush() // the head alone, as vLLM sends it
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n")
+	})
+	s, _ := testSet(t, nil)
+	b := mustAdd(t, s, srv.URL)
+	sink, o := newSink(), newOutcome()
+	head := make(chan struct{})
+	var firstData atomic.Int32
+	h := o.hooks()
+	h.FirstByte = func(*Backend, int) { close(head) }
+	h.FirstData = func() { firstData.Add(1) }
+	s.Forward(chatReq(), []byte(`{"stream":true}`), []*Backend{b}, sink, nil, h)
+	select {
+	case <-head:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no head")
+	}
+	if n := firstData.Load(); n != 0 {
+		t.Fatalf("FirstData ran %d times before any body byte", n)
+	}
+	close(release)
+	x := o.wait(t)
+	sink.wait(t)
+	if n := firstData.Load(); n != 1 {
+		t.Fatalf("FirstData ran %d times, want 1", n)
+	}
+	if x.FirstData <= 0 || x.FirstData < x.TTFB {
+		t.Fatalf("FirstData %v, TTFB %v", x.FirstData, x.TTFB)
+	}
+}
