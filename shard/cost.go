@@ -380,22 +380,19 @@ func modelOf(v *view) (base, rate float64) {
 // medianModel is the median base and rate over s.scores' views (s.fl is
 // scratch).
 func medianModel(bs []view, s *scratch) fleetModel {
-	var fm fleetModel
+	return fleetModel{base: s.medianOf(bs, 0), rate: s.medianOf(bs, 1)}
+}
+
+// medianOf is the median of the prefill model's term k (0: base, 1:
+// rate) over s.scores' views.
+func (s *scratch) medianOf(bs []view, k int) float64 {
 	s.fl = s.fl[:0]
 	for _, sc := range s.scores {
-		_, rate := modelOf(&bs[sc.i])
-		s.fl = append(s.fl, rate)
+		base, rate := modelOf(&bs[sc.i])
+		s.fl = append(s.fl, [2]float64{base, rate}[k])
 	}
 	slices.Sort(s.fl)
-	fm.rate = median(s.fl)
-	s.fl = s.fl[:0]
-	for _, sc := range s.scores {
-		base, _ := modelOf(&bs[sc.i])
-		s.fl = append(s.fl, base)
-	}
-	slices.Sort(s.fl)
-	fm.base = median(s.fl)
-	return fm
+	return median(s.fl)
 }
 
 // median of sorted v (not empty).
