@@ -48,8 +48,8 @@ import (
 // evict(b) prices the prefixes this request's miss pushes out of b's KV
 // cache, which later requests then miss: fill(b) is b.Footprint() (the
 // prompt tokens of the prefixes in use there, footprint.go) over
-// Config.KVTokens, or over the fleet's largest footprint when the
-// capacity is unknown, at most 1. A new or replicated long prefix thus
+// the engine's KV capacity (vllm:cache_config_info, when scraped), else
+// Config.KVTokens, else the fleet's largest footprint, at most 1. A new or replicated long prefix thus
 // goes where the fewest prefixes in use would be evicted, and two hot
 // long prefixes do not share one engine's cache while another holds
 // nothing (measured on stress: they evicted each other and the requests
@@ -300,6 +300,9 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
 	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate)
 	c.est = base + c.queue + c.prefill
+	if v.kvCap > 0 {
+		kv = float64(v.kvCap) // the engine's own, scraped
+	}
 	fill := min(float64(max(v.foot, 0))/kv, 1)
 	c.load = (p.loadTokens/rate + c.prefill) * n
 	c.evict = fill * c.prefill
@@ -501,7 +504,7 @@ func costInputs(v *view, b *backend.Backend) {
 	v.pending = b.PendingPrefill()
 	v.foot = b.Footprint()
 	if e, ok := b.Engine(); ok {
-		v.engine, v.waiting, v.kvUsage = true, e.Waiting, e.KVUsage
+		v.engine, v.waiting, v.kvUsage, v.kvCap = true, e.Waiting, e.KVUsage, e.KVTokens
 	}
 }
 

@@ -587,6 +587,14 @@ func TestCostNewHolderPricesEviction(t *testing.T) {
 	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
 		t.Fatalf("full caches, 1–2 misses of queue: %+v", d)
 	}
+	// The engines' own capacity (scraped) stands for Config.KVTokens.
+	p.kvTokens = 0
+	for i := range bs {
+		bs[i].kvCap = 10000
+	}
+	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id {
+		t.Fatalf("full caches by the engines' capacity: %+v", d)
+	}
 	bs[h].pending = 2800 // 350 ms: more than two misses
 	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id {
 		t.Fatalf("full caches, over two misses: %+v", d)

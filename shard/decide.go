@@ -122,6 +122,7 @@ type view struct {
 	waiting int64
 	kvUsage float64
 	foot    int64 // b.Footprint(): prompt tokens of the prefixes in use there
+	kvCap   int64 // the engine's KV capacity in tokens when scraped; 0: unknown
 }
 
 // policyKind is Config.Policy, parsed.

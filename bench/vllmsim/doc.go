@@ -52,7 +52,9 @@
 // prompt tokens), vllm:prompt_tokens_total, vllm:generation_tokens_total,
 // vllm:request_success_total, vllm:num_preemptions_total (always 0) and
 // the histogram vllm:time_to_first_token_seconds (vLLM's buckets,
-// simulated seconds), each with a model_name label as vLLM's; and
+// simulated seconds), each with a model_name label as vLLM's;
+// vllm:cache_config_info (value 1, labels block_size and num_gpu_blocks,
+// as vLLM exports its cache config); and
 // vllmsim_rejected_total (waiting queue full) and
 // vllmsim_injected_failures_total. Errors are OpenAI error bodies
 // ({"error":{"message","type","param","code"}}, reactor.ErrorBody).

@@ -89,6 +89,10 @@ func New(cfg Config, logger *slog.Logger) (*Sim, error) {
 	s.set.NewGauge("vllm:num_requests_running"+label, func() float64 { return float64(s.eng.nRunning.Load()) })
 	s.set.NewGauge("vllm:num_requests_waiting"+label, func() float64 { return float64(s.eng.nWaiting.Load()) })
 	s.set.NewGauge("vllm:kv_cache_usage_perc"+label, func() float64 { return math.Float64frombits(s.eng.usage.Load()) })
+	// vLLM's cache config as an info metric (labels, value 1): routers
+	// read the KV capacity from it.
+	s.set.NewGauge(fmt.Sprintf(`vllm:cache_config_info{model_name=%q,block_size="%d",num_gpu_blocks="%d"}`,
+		cfg.Model, cfg.BlockSize, cfg.KVTokens/cfg.BlockSize), func() float64 { return 1 })
 	s.rejected = s.set.NewCounter("vllmsim_rejected_total" + label) // waiting queue full
 	s.store = newRespStore(cfg.ResponseStore, cfg.ResponseStoreBytes, s.set, label)
 	s.injected = s.set.NewCounter("vllmsim_injected_failures_total" + label)

@@ -13,6 +13,9 @@ type EngineLoad struct {
 	Waiting int64   // requests queued in the engine, not yet scheduled
 	Running int64   // requests the engine is running (prefill or decode)
 	KVUsage float64 // fraction of the KV cache in use, 0 to 1
+	// KVTokens is the KV cache's capacity in tokens (vllm:cache_config_info:
+	// num_gpu_blocks × block_size, summed over its series); 0: not served.
+	KVTokens int64
 	// At is when the values were read; Until is when they go stale
 	// (Engine reports nothing after it).
 	At, Until time.Time

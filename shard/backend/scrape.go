@@ -130,14 +130,39 @@ var (
 	nameRunning = []byte("vllm:num_requests_running")
 	nameKV      = []byte("vllm:kv_cache_usage_perc")
 	nameKVOld   = []byte("vllm:gpu_cache_usage_perc")
+	nameCache   = []byte("vllm:cache_config_info")
+	labelBlocks = []byte(`num_gpu_blocks="`)
+	labelBlock  = []byte(`block_size="`)
 )
+
+// intLabel is the value of the integer label that starts with key (its
+// name, '=' and the opening quote) in line; -1 if absent or not a
+// non-negative integer that fits 32 bits.
+func intLabel(line, key []byte) int64 {
+	i := bytes.Index(line, key)
+	if i < 0 {
+		return -1
+	}
+	v := line[i+len(key):]
+	j := bytes.IndexByte(v, '"')
+	if j < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(string(v[:j]), 10, 32)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
 
 // ParseEngineMetrics reads an engine's load from its Prometheus text
 // exposition: vllm:num_requests_waiting and vllm:num_requests_running
 // summed over their series (one per model_name, or per engine of a
 // data-parallel server), vllm:kv_cache_usage_perc (else
 // vllm:gpu_cache_usage_perc) averaged over its series (a fraction of each
-// engine's cache) and clamped to [0, 1]. Counts are rounded, negative
+// engine's cache) and clamped to [0, 1], and the KV capacity from
+// vllm:cache_config_info's num_gpu_blocks × block_size labels (summed;
+// 0 when absent or malformed). Counts are rounded, negative
 // values read as 0. ok is false when waiting or running is missing, or a
 // sample of these names is not a finite number. At and Until are left
 // zero. Any goroutine.
@@ -153,6 +178,12 @@ func ParseEngineMetrics(text []byte) (l EngineLoad, ok bool) {
 		}
 		name, val, found := promSample(line)
 		if !found {
+			continue
+		}
+		if bytes.Equal(name, nameCache) {
+			if blocks, size := intLabel(line, labelBlocks), intLabel(line, labelBlock); blocks >= 0 && size > 0 {
+				l.KVTokens = min(l.KVTokens+blocks*size, math.MaxInt32)
+			}
 			continue
 		}
 		var sum *float64

@@ -52,8 +52,8 @@ func TestParseEngineMetricsSim(t *testing.T) {
 		}
 		return l
 	}
-	if l := scrape(); l.Waiting != 0 || l.Running != 0 || l.KVUsage != 0 {
-		t.Fatalf("idle: %+v", l)
+	if l := scrape(); l.Waiting != 0 || l.Running != 0 || l.KVUsage != 0 || l.KVTokens != int64(s.Config().KVTokens) {
+		t.Fatalf("idle: %+v, want KVTokens %d", l, s.Config().KVTokens)
 	}
 	// A streamed request that generates for a long while: running 1.
 	done := make(chan struct{})

@@ -42,6 +42,14 @@ vllm:prompt_tokens_total{engine="0",model_name="m"} 1234.0
 vllm:num_requests_waiting{engine="1",model_name="m"} 2
 vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75
 `, EngineLoad{Waiting: 9, Running: 4, KVUsage: 0.5}, true)
+	// The KV capacity from the cache config's info metric (vLLM exports
+	// every CacheConfig field as a label); summed over engines; absent or
+	// malformed labels give 0.
+	info := `vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="1024",prefix_caching_hash_algo="builtin"} 1.0` + "\n"
+	f(vllm+info, EngineLoad{Waiting: 7, Running: 3, KVUsage: 0.25, KVTokens: 16384}, true)
+	f(vllm+info+strings.Replace(info, `engine="0"`, `engine="1"`, 1), EngineLoad{Waiting: 7, Running: 3, KVUsage: 0.25, KVTokens: 32768}, true)
+	f(vllm+`vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1`+"\n", EngineLoad{Waiting: 7, Running: 3, KVUsage: 0.25}, true)
+	f(vllm+`vllm:cache_config_info{num_gpu_blocks="1024"} 1`+"\n", EngineLoad{Waiting: 7, Running: 3, KVUsage: 0.25}, true)
 	// vLLM's old name; the new one wins when both are there.
 	f("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.5\n", EngineLoad{Running: 1, KVUsage: 0.5}, true)
 	f("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.5\nvllm:kv_cache_usage_perc 0.1\n", EngineLoad{Running: 1, KVUsage: 0.1}, true)
