@@ -120,14 +120,6 @@ func (f *footprints) sweep(now int64, budget int) {
 	}
 }
 
-// drop removes every entry (the router stops). Loop only.
-func (f *footprints) drop() {
-	for k, e := range f.m {
-		f.uncount(e)
-		delete(f.m, k)
-	}
-}
-
 // touchFootprint records d in the owner shard's footprints (prefix policy,
 // a routed request). On the owner loop, in lookup.
 func (j *job) touchFootprint(sh *shardState, d Decision, snap []*backend.Backend, now int64) {

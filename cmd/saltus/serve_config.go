@@ -472,7 +472,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
 	fs.Float64Var(&v.LoadSlack, "load-slack", v.LoadSlack, "bounded load of policy prefix: a backend with (1 + `slack`) × the mean in-flight count (at least 4) counts as queueing, so a prefix it holds may gain another holder; at least 0")
 	fs.IntVar(&v.LoadTokens, "load-tokens", v.LoadTokens, "policy prefix: one request in flight on a backend costs as much as this many prompt `tokens` of prefill (decode steps grow with the batch)")
-	fs.IntVar(&v.KVTokens, "kv-tokens", v.KVTokens, "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; 0: unknown, relative to the fleet's fullest")
+	fs.IntVar(&v.KVTokens, "kv-tokens", v.KVTokens, "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; a scraped vllm:cache_config_info wins; 0: unknown, relative to the fleet's fullest")
 	fs.BoolVar(&v.LearnFromUsage, "learn-from-usage", v.LearnFromUsage, "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, "+
 		"to learn its cached tokens, and remove that usage chunk before the client sees it")
 	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage); 0: off; 1s recommended when enabled")
