@@ -39,6 +39,11 @@ type benchOptions struct {
 	sim           vllmsim.Config
 	simf          simFlags
 	shards        int
+	// The prefix policy's knobs and the engine scrape of each saltus
+	// started (serving.Config's): to tune and compare them.
+	scrape     time.Duration
+	loadSlack  float64
+	loadTokens int
 }
 
 type multiFlag []string
@@ -68,6 +73,10 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
+	d := serving.DefaultConfig()
+	fs.DurationVar(&o.scrape, "scrape-interval", 0, "real `time` between saltus's scrapes of each engine's /metrics (waiting requests, KV usage and capacity: policy prefix's inputs); 0: off, as saltus serve's default")
+	fs.Float64Var(&o.loadSlack, "load-slack", d.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
+	fs.IntVar(&o.loadTokens, "load-tokens", d.LoadTokens, "saltus serve --load-tokens of each saltus started (policy prefix: prompt `tokens` one request in flight costs)")
 	addSimFlags(fs, &o.sim, &o.simf)
 }
 
@@ -119,6 +128,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	serve := serving.DefaultConfig()
 	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
 	serve.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
+	serve.ScrapeInterval, serve.LoadSlack, serve.LoadTokens = o.scrape, o.loadSlack, o.loadTokens
 	for _, p := range pols {
 		if !slices.Contains(shard.Policies(), p) {
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
