@@ -150,7 +150,7 @@ func parsePolicy(name string) (policyKind, bool) {
 type policy struct {
 	kind          policyKind
 	loadFactor    float64 // ranvier only
-	loadFloor     int64   // ranvier only
+	loadFloor     int64   // ranvier and prefix
 	maxCandidates int
 	// prefix only (cost.go): tokens per block, the in-flight count over
 	// which a backend queues, the queue wait (seconds) over which it is
