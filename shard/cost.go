@@ -26,6 +26,7 @@ import (
 //	prefill(b) = (T − H(b)) × B / rate(b)            the tokens b must compute
 //	queue(b)   = pending(b) / rate(b)                prefill sent to b, not yet answered
 //	           + waiting(b) × (base(b) + T × B / rate(b))
+//	           + slot(b)                             the wait for a running slot
 //	est(b)     = base(b) + queue(b) + prefill(b)     the estimated TTFT
 //	load(b)    = n(b) × (LoadTokens / rate(b) + prefill(b))
 //	evict(b)   = fill(b) × prefill(b)
@@ -35,8 +36,19 @@ import (
 // streamed requests sent to b that have had no first byte yet (added when
 // sent, removed at the first byte or failure: pendingPrefill). waiting(b)
 // is the engine's own vllm:num_requests_waiting when scraped and fresh
-// (b.Engine()), or the in-flight count above Concurrency if more; each is
-// priced as one request like this one, fully uncached.
+// (b.Engine()), or the in-flight count above S(b) if more; each is
+// priced as one request like this one, fully uncached. S(b), the requests
+// b runs at once, is the engine's limit learned from the scrape (b.Slots:
+// what it runs while it reports requests waiting, vLLM's --max-num-seqs or
+// its KV room) or Concurrency. When n(b) ≥ S(b) or requests wait, this
+// request waits for a slot too: slot(b) = (waiting(b) + 1) × service(b) /
+// R(b), service(b) being how long b takes to answer a request whole
+// (b.Service, a running average of its 2xx answers) and R(b) the requests
+// it runs (the engine's running count while it reports requests waiting,
+// for a slot or for KV room, else S(b)): one of them ends every
+// service/R on average. On engines of 4 slots (the issue's third-party
+// simulator), a hot prefix's holders that all run 4 then price a wait of
+// most of a decode, not a prefill, and a newcomer takes the request.
 //
 // load(b) is what the requests in flight on b and this one cost each
 // other: one more request in the batch makes every decode step longer
@@ -56,7 +68,7 @@ import (
 // behind them waited seconds for KV room).
 //
 // b is queueing when a new request would wait, or b runs more than its
-// share: queue(b) ≥ QueueWait, waiting(b) > 0, the engine reports its
+// share: queue(b) ≥ QueueWait, n(b) ≥ S(b), waiting(b) > 0, the engine reports its
 // KV cache at least kvFull used, or n(b) is at the bounded-load capacity,
 // ⌈(1 + LoadSlack) × (Σn + 1) / N⌉ over the N routable backends (at least
 // LoadFloor).
@@ -106,6 +118,7 @@ const (
 type cost struct {
 	held                 int
 	base, queue, prefill float64
+	slotWait             float64 // part of queue: the wait for a running slot
 	est                  float64
 	load, evict          float64
 	cmp                  float64 // est + load + evict: what pick compares
@@ -123,6 +136,9 @@ type Candidate struct {
 	Pending   int64   `json:"pending_prefill_tokens"`
 	BaseMS    float64 `json:"base_ms"`
 	QueueMS   float64 `json:"queue_ms"`
+	SlotWait  float64 `json:"slot_wait_ms"`
+	Slots     int64   `json:"slots"`
+	ServiceMS float64 `json:"service_ms"`
 	PrefillMS float64 `json:"prefill_ms"`
 	EstMS     float64 `json:"est_ms"`
 	Footprint int64   `json:"footprint_tokens"`
@@ -263,7 +279,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		for _, sc := range s.scores {
 			c, v := s.costs[sc.i], &bs[sc.i]
 			d.Table = append(d.Table, Candidate{Backend: v.id, Name: v.name, Held: c.held, InFlight: v.inFlight,
-				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, PrefillMS: c.prefill * 1e3,
+				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, SlotWait: c.slotWait * 1e3, Slots: v.slots, ServiceMS: v.service * 1e3, PrefillMS: c.prefill * 1e3,
 				EstMS: c.est * 1e3, Footprint: v.foot, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
 				Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
 		}
@@ -289,17 +305,30 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	// is never chosen never learns again.
 	rate = min(max(rate, fm.rate/fleetTrust), fm.rate*fleetTrust)
 	base = min(max(base, fm.base/fleetTrust), fm.base*fleetTrust)
+	slots := p.concurrency
+	if v.slots > 0 {
+		slots = min(slots, v.slots)
+	}
 	var waiting int64
 	if v.engine {
 		waiting = max(v.waiting, 0)
 	}
-	if v.inFlight > p.concurrency {
-		waiting = max(waiting, v.inFlight-p.concurrency)
+	if v.inFlight > slots {
+		waiting = max(waiting, v.inFlight-slots)
+	}
+	full := v.inFlight >= slots || waiting > 0 // this request would wait for a slot
+	runs := slots                              // how many answers free a slot as they end
+	if v.engine && v.waiting > 0 && v.running > 0 {
+		runs = min(runs, v.running) // the engine's own, while requests wait there
+	}
+	c.slotWait = 0
+	if full && v.service > 0 {
+		c.slotWait = float64(waiting+1) * v.service / float64(runs)
 	}
 	n := float64(max(v.inFlight, 0))
 	c.base = base
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
-	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate)
+	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait
 	c.est = base + c.queue + c.prefill
 	if v.kvCap > 0 {
 		kv = float64(v.kvCap) // the engine's own, scraped
@@ -308,7 +337,7 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.load = (p.loadTokens/rate + c.prefill) * n
 	c.evict = fill * c.prefill
 	c.cmp = c.est + c.load + c.evict
-	c.queueing = c.queue >= p.queueWait || waiting > 0 || v.inFlight >= capn || (v.engine && v.kvUsage >= kvFull)
+	c.queueing = c.queue >= p.queueWait || full || v.inFlight >= capn || (v.engine && v.kvUsage >= kvFull)
 }
 
 // coldTie is settle's slack in requests in flight: a cold prefix stays
@@ -508,8 +537,9 @@ func costInputs(v *view, b *backend.Backend) {
 	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
 	v.pending = b.PendingPrefill()
 	v.foot = b.Footprint()
+	v.slots, v.service = b.Slots(), b.Service().Seconds()
 	if e, ok := b.Engine(); ok {
-		v.engine, v.waiting, v.kvUsage, v.kvCap = true, e.Waiting, e.KVUsage, e.KVTokens
+		v.engine, v.waiting, v.running, v.kvUsage, v.kvCap = true, e.Waiting, e.Running, e.KVUsage, e.KVTokens
 	}
 }
 

@@ -606,3 +606,47 @@ func TestCostNewHolderPricesEviction(t *testing.T) {
 		t.Fatalf("busy newcomers: %+v", d)
 	}
 }
+
+// An engine that runs all it can (its learned slot limit) prices the wait
+// for a slot, (waiting + 1) × service / running, not a prefill: a hot
+// prefix's holders at their limit then lose the request to a newcomer's
+// miss, as on engines of 4 slots they must (a fifth request waits most of
+// a whole answer there). Unlearned, the same holder keeps it.
+func TestCostSlotWait(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(11, 11)), 160) // 2,560 tokens: a miss 320 ms
+	hits := []tree.Hit{{Backend: 2, Blocks: 160}}
+	for i := range bs {
+		bs[i].inFlight = 2
+		bs[i].service = 4 // seconds an answer holds a slot
+	}
+	bs[2].inFlight = 4
+	s := newScratch()
+	s.explain = true
+	// Unknown limit (256): the holder at 4 is below the bounded-load
+	// capacity ⌈1.5 × 11 / 4⌉ = 5 and keeps its prefix.
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 2 || rowOf(t, d, 2).SlotWait != 0 {
+		t.Fatalf("no limit known: %+v", d)
+	}
+	for i := range bs {
+		bs[i].slots = 4
+	}
+	d := decide(costPolicy, bs, hits, keys, true, &s)
+	r := rowOf(t, d, 2)
+	// 2: 1,020 ms + 250 ms of load; a newcomer: 340 ms + 2 × (62.5 + 320).
+	if !r.Queueing || !near(r.SlotWait, 1000) || r.Slots != 4 || d.Backend == 2 {
+		t.Fatalf("holder at its limit of 4: %+v, row %+v", d, r)
+	}
+	// The engine's own count, while requests wait there: 2 waiting of 4
+	// running, so 3 answers must end first: 3 s.
+	bs[2].inFlight, bs[2].engine, bs[2].waiting, bs[2].running = 6, true, 2, 4
+	if r := rowOf(t, decide(costPolicy, bs, hits, keys, true, &s), 2); !near(r.SlotWait, 3000) {
+		t.Fatalf("2 waiting: slot wait %v ms, want 3000", r.SlotWait)
+	}
+	// Below its limit a backend waits for nothing.
+	bs[2].inFlight, bs[2].engine, bs[2].waiting = 3, false, 0
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 2 || rowOf(t, d, 2).SlotWait != 0 {
+		t.Fatalf("below the limit: %+v", d)
+	}
+}

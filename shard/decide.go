@@ -120,9 +120,12 @@ type view struct {
 	rate    float64
 	engine  bool
 	waiting int64
+	running int64
 	kvUsage float64
-	foot    int64 // b.Footprint(): prompt tokens of the prefixes in use there
-	kvCap   int64 // the engine's KV capacity in tokens when scraped; 0: unknown
+	foot    int64   // b.Footprint(): prompt tokens of the prefixes in use there
+	kvCap   int64   // the engine's KV capacity in tokens when scraped; 0: unknown
+	slots   int64   // b.Slots(): the engine's learned running limit; 0: unknown
+	service float64 // b.Service() in seconds: how long an answer holds a slot; 0: unknown
 }
 
 // policyKind is Config.Policy, parsed.

@@ -94,6 +94,9 @@ func (j *job) settle(o backend.Outcome) {
 		j.r.fb.pendingFailed.Inc()
 		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
 	}
+	if o.Backend != nil && o.Err == nil && o.Retries == 0 && o.Status >= 200 && o.Status < 300 {
+		o.Backend.ObserveService(o.Total) // how long an answer holds a slot (cost.go's slot wait)
+	}
 	j.feedback(o)
 }
 

@@ -74,7 +74,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
 	d := serving.DefaultConfig()
-	fs.DurationVar(&o.scrape, "scrape-interval", 0, "real `time` between saltus's scrapes of each engine's /metrics (waiting requests, KV usage and capacity: policy prefix's inputs); 0: off, as saltus serve's default")
+	fs.DurationVar(&o.scrape, "scrape-interval", -1, "real `time` between saltus's scrapes of each engine's /metrics (waiting and running requests, KV usage and capacity: policy prefix's inputs); 0: off; -1: 1 s of simulated time (1s / --speedup, at least 10ms), as saltus serve's default of 1s on real engines")
 	fs.Float64Var(&o.loadSlack, "load-slack", d.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
 	fs.IntVar(&o.loadTokens, "load-tokens", d.LoadTokens, "saltus serve --load-tokens of each saltus started (policy prefix: prompt `tokens` one request in flight costs)")
 	addSimFlags(fs, &o.sim, &o.simf)
@@ -128,7 +128,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	serve := serving.DefaultConfig()
 	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
 	serve.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
-	serve.ScrapeInterval, serve.LoadSlack, serve.LoadTokens = o.scrape, o.loadSlack, o.loadTokens
+	serve.ScrapeInterval, serve.LoadSlack, serve.LoadTokens = o.scrapeInterval(), o.loadSlack, o.loadTokens
 	for _, p := range pols {
 		if !slices.Contains(shard.Policies(), p) {
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
@@ -168,6 +168,19 @@ func benchPolicies(flag string) []string {
 	return pols
 }
 
+// scrapeInterval is --scrape-interval in real time: -1 is saltus serve's
+// default of 1 s in simulated time.
+func (o *benchOptions) scrapeInterval() time.Duration {
+	if o.scrape >= 0 {
+		return o.scrape
+	}
+	sp := o.sim.Speedup
+	if len(o.engines) > 0 || sp <= 0 {
+		sp = 1 // running engines keep real time
+	}
+	return max(time.Duration(float64(time.Second)/sp), 10*time.Millisecond)
+}
+
 func (o *benchOptions) setup() map[string]string {
 	m := map[string]string{
 		"engines":          fmt.Sprint(o.backends),
@@ -179,6 +192,13 @@ func (o *benchOptions) setup() map[string]string {
 		"speedup":          fmt.Sprintf("%g (times in the tables are simulated: measured × speedup)", o.sim.Speedup),
 		"tokenizer":        "byte-block (4 bytes a token)",
 		"time per request": "TTFT and latency as the client saw them",
+		"engine scrape":    "off",
+	}
+	if iv := o.scrapeInterval(); iv > 0 && o.target == "" {
+		m["engine scrape"] = "every " + iv.String() + " (real time) by each saltus started"
+	}
+	if o.target != "" {
+		delete(m, "engine scrape")
 	}
 	if o.sim.Tokenizer != "" {
 		m["tokenizer"] = o.sim.Tokenizer

@@ -146,8 +146,8 @@ type serveConfig struct {
 	// that usage chunk before the client sees it.
 	LearnFromUsage bool `yaml:"learn-from-usage"`
 	// ScrapeInterval: how often each backend's engine /metrics is read
-	// (vLLM's waiting and running requests, KV usage); 0 = off. 1s when
-	// enabled.
+	// (vLLM's waiting and running requests, KV usage and capacity: the
+	// prefix policy's view of each engine's queue); 0 = off. Default 1s.
 	ScrapeInterval duration `yaml:"scrape-interval"`
 	// GCHeapFloor: a pointer-free block that is never written (address
 	// space, not memory) and counts as live heap, so the garbage
@@ -475,7 +475,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.IntVar(&v.KVTokens, "kv-tokens", v.KVTokens, "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; a scraped vllm:cache_config_info wins; 0: unknown, relative to the fleet's fullest")
 	fs.BoolVar(&v.LearnFromUsage, "learn-from-usage", v.LearnFromUsage, "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, "+
 		"to learn its cached tokens, and remove that usage chunk before the client sees it")
-	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage); 0: off; 1s recommended when enabled")
+	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage and capacity: policy prefix learns each engine's running limit and prices the wait for a slot); 0: off (an engine without /metrics costs one failed GET per interval, counted)")
 	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
 	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")

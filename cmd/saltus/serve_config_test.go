@@ -369,7 +369,7 @@ load-slack: 0.5
 load-tokens: 500
 kv-tokens: 0
 learn-from-usage: true
-scrape-interval: 0s
+scrape-interval: 1s
 gc-heap-floor: 32MiB
 token-budget: 128KiB
 log-format: text

@@ -95,7 +95,7 @@ func DefaultConfig() Config {
 		KVTokens:           0,
 		TokenBudget:        tokenpool.DefaultTokenBudget,
 		LearnFromUsage:     true,
-		ScrapeInterval:     0, // off; 1 s when enabled
+		ScrapeInterval:     time.Second, // the prefix policy's waiting, running and KV inputs; 0: off
 	}
 }
 
