@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// TestLearnSlots: the running limit is learned from scrapes that show
-// requests waiting, at once with the KV cache under half used, after
-// slotsSeen agreeing scrapes below slotsKVRoom, never with the cache
-// (nearly) full; running more clears it.
+// TestLearnSlots: the running limit is learned once slotsSeen scrapes
+// show the engine at the most it was ever seen running while requests
+// wait, with KV room; not from requests waiting below that count (they
+// came between two scheduler steps) nor on a (nearly) full cache; running
+// more clears it.
 func TestLearnSlots(t *testing.T) {
 	t.Parallel()
 	s, _ := testSet(t, nil)
@@ -17,36 +18,32 @@ func TestLearnSlots(t *testing.T) {
 		b.SetEngine(EngineLoad{Running: running, Waiting: waiting, KVUsage: kv, Until: time.Now().Add(time.Hour)})
 	}
 	set(4, 0, 0.1)
+	for range slotsSeen - 1 {
+		set(4, 3, 0.2)
+	}
 	if got := b.Slots(); got != 0 {
-		t.Fatalf("nothing waiting: slots %d, want 0", got)
+		t.Fatalf("%d scrapes at the limit: slots %d, want 0 yet", slotsSeen-1, got)
 	}
 	set(4, 3, 0.2)
 	if got := b.Slots(); got != 4 {
-		t.Fatalf("waiting, cache a fifth used: slots %d, want 4", got)
+		t.Fatalf("%d scrapes at the limit: slots %d, want 4", slotsSeen, got)
 	}
 	set(5, 0, 0.2)
 	if got := b.Slots(); got != 0 {
 		t.Fatalf("running 5 over 4: slots %d, want cleared", got)
 	}
-	// KV-bound: a full cache teaches nothing; a fairly full one only
-	// once slotsSeen scrapes agree.
 	for range 10 {
-		set(3, 2, 0.95)
+		set(3, 2, 0.2) // below the most seen (5): between two steps
+		set(5, 2, 0.95)
 	}
 	if got := b.Slots(); got != 0 {
-		t.Fatalf("waiting on a full cache: slots %d, want 0", got)
-	}
-	for i := range slotsSeen - 1 {
-		set(int64(3+i%2), 1, 0.7) // varying: KV room, not a limit
-	}
-	if got := b.Slots(); got != 0 {
-		t.Fatalf("varying counts: slots %d, want 0", got)
+		t.Fatalf("waiting below the most seen, or on a full cache: slots %d, want 0", got)
 	}
 	for range slotsSeen {
-		set(6, 1, 0.7)
+		set(5, 1, 0.7)
 	}
-	if got := b.Slots(); got != 6 {
-		t.Fatalf("%d agreeing scrapes: slots %d, want 6", slotsSeen, got)
+	if got := b.Slots(); got != 5 {
+		t.Fatalf("%d scrapes at 5 with room: slots %d, want 5", slotsSeen, got)
 	}
 }
 
