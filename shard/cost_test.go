@@ -73,11 +73,20 @@ func TestCostEstimateTerms(t *testing.T) {
 	if d.RunnerUp != 1 || !near(d.RunnerUpMS, r1.EstMS) {
 		t.Errorf("runner-up %d %v", d.RunnerUp, d.RunnerUpMS)
 	}
-	// The KV cache nearly full makes an otherwise idle engine queue.
-	bs[2].waiting, bs[2].kvUsage = 0, 0.99
-	if d := decide(p, bs, hits, keys, true, &s); !rowOf(t, d, 2).Queueing || rowOf(t, d, 2).QueueMS != 0 {
-		t.Errorf("kv full: %+v", rowOf(t, d, 2))
+	// The KV cache nearly full, one request waiting (170 ms, under
+	// QueueWait): priced, but an engine kept waiting for KV room does not
+	// queue by itself (slotBound)...
+	bs[2].waiting, bs[2].kvUsage = 1, 0.99
+	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 2); r.Queueing || !near(r.QueueMS, 10+full*1e3) {
+		t.Errorf("kv full: %+v", r)
 	}
+	// ...while one whose slot limit is learned does: that request waits
+	// for a slot.
+	bs[2].slots = 4
+	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 2); !r.Queueing || r.Slots != 4 {
+		t.Errorf("waiting for a slot: %+v", r)
+	}
+	bs[2].slots = 0
 	// No learned model: the defaults, kept within 2× of the fleet's
 	// median model (base 10 ms, 1000 tokens/s): 20 ms and 2000 tokens/s.
 	bs[2] = fleet(3)[2]
