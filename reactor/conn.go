@@ -11,7 +11,12 @@ import (
 
 // maxPipeline bounds the exchanges of one connection that are open at
 // once; past it the loop stops parsing that connection until one ends.
-const maxPipeline = 64
+// Their answers are what a client that pipelines and never reads can make
+// saltus hold beyond MaxOutboundBytes (each answer read whole is held
+// until its turn): 8 keeps that to 8 answers, and no LLM client
+// pipelines (the SDKs and load generators send one request per
+// connection at a time).
+const maxPipeline = 8
 
 // conn is one client connection: gnet's Conn context.
 type conn struct {
@@ -35,7 +40,7 @@ type conn struct {
 	closeQueued bool      // gc.Close called; OnClose follows
 	linger      bool      // a framing error: see closeSent
 	lingerUntil time.Time // set when the sending side was shut
-	paused      bool      // parsing stopped at maxPipeline
+	paused      bool      // parsing stopped: maxPipeline exchanges open, or answers owed over MaxOutboundBytes (canParse)
 	sentCont    bool      // 100 Continue sent for the request being read
 	headStart   time.Time // first byte of an incomplete head; zero if none
 	lastActive  time.Time // last read or answer end
@@ -63,6 +68,13 @@ func (c *conn) onTraffic(now time.Time) {
 		return
 	}
 	for !c.closing && !c.closed {
+		if !c.paused && !c.canParse() {
+			c.paused = true
+			if len(c.queue) < maxPipeline {
+				s.m.readPaused.Inc()
+				c.ls.held[c] = struct{}{}
+			}
+		}
 		if c.paused {
 			// gnet keeps reading into its inbound buffer; bound it.
 			if c.gc.InboundBuffered()+len(c.in) > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
@@ -130,9 +142,27 @@ func (c *conn) onTraffic(now time.Time) {
 		}
 		s.h.Serve(x)
 		c.afterServe(x)
-		if len(c.queue) >= maxPipeline {
-			c.paused = true
-		}
+	}
+}
+
+// canParse: the connection may frame another request. Not with
+// maxPipeline exchanges open, nor while the answers it owes the client
+// (gnet's outbound buffer and the bytes parked behind the head) exceed
+// MaxOutboundBytes: a client that sends and never reads then makes
+// saltus hold at most that, plus the answers of the requests already
+// open, until it drains (resume) or stalls for IdleTimeout (sweep closes
+// it, saltus_reactor_timeouts_total{kind="write_stall"}). Loop only.
+func (c *conn) canParse() bool {
+	return len(c.queue) < maxPipeline &&
+		int64(c.gc.OutboundBuffered())+c.parked.Load() <= int64(c.s.cfg.MaxOutboundBytes)
+}
+
+// resume parses again a paused connection that canParse. Loop only.
+func (c *conn) resume() {
+	if c.paused && !c.closed && c.canParse() {
+		c.paused = false
+		delete(c.ls.held, c)
+		_ = c.gc.Wake(nil) // resumes parsing in OnTraffic; fails only when closing
 	}
 }
 
@@ -272,10 +302,7 @@ func (c *conn) endHead() {
 		c.closeWhenSent()
 		return
 	}
-	if c.paused && len(c.queue) < maxPipeline {
-		c.paused = false
-		_ = c.gc.Wake(nil) // resumes parsing in OnTraffic; fails only when closing
-	}
+	c.resume()
 }
 
 // retire stops counting x as open. Loop only.
@@ -332,7 +359,9 @@ func (c *conn) refresh() {
 	}
 	if c.closing && len(c.queue) == 0 && out == 0 {
 		c.closeSent()
+		return
 	}
+	c.resume()
 }
 
 // sweep enforces the timeouts; run on the loop for each of its connections
@@ -395,6 +424,7 @@ func (c *conn) onClose() {
 		return
 	}
 	c.closed = true
+	delete(c.ls.held, c)
 	close(c.gone)
 	var hooks []func()
 	for _, x := range c.queue {

@@ -49,7 +49,12 @@
 // queued bytes plus gnet's outbound buffer exceed MaxOutboundBytes, or, for
 // a later exchange, while the bytes parked behind the head do. So a
 // connection holds at most about 2×MaxOutboundBytes plus one Write (and
-// one Respond per pipelined exchange, which never blocks). gnet's
+// one Respond per pipelined exchange, which never blocks). The loop stops
+// parsing a connection's requests while the answers it owes exceed
+// MaxOutboundBytes, or maxPipeline (8) exchanges are open
+// (saltus_reactor_read_paused_total), and resumes within 50 ms of the
+// client draining; a client that never reads is closed after IdleTimeout
+// without progress. gnet's
 // AsyncWrite is not used: its callback fires when the bytes reach gnet's
 // outbound buffer, not the socket, so it cannot bound anything; and gnet
 // reports no "outbound drained" event, so a blocked Write asks the loop to

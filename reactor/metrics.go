@@ -25,6 +25,7 @@ func init() {
 		"saltus_reactor_poster_dropped_total":       "Messages to a loop dropped because the server had stopped (the tokenizer's completions, upstream dial results).",
 		"saltus_reactor_mailbox_posts_total":        "Messages posted to a loop's mailbox.",
 		"saltus_reactor_mailbox_wakes_total":        "Mailbox posts that had to wake an idle loop (an eventfd write through gnet Execute); the rest run as the loop leaves a callback.",
+		"saltus_reactor_read_paused_total":          "Times a client connection stopped being read because the answers it owes the client exceed MaxOutboundBytes (it resumes when they drain, closes after IdleTimeout of no progress).",
 		"saltus_upstream_conns":                     "Upstream (backend) connections open on the event loops.",
 		"saltus_upstream_dials_total":               "Upstream connections dialed by the event loops.",
 		"saltus_upstream_dial_errors_total":         "Upstream dials by the event loops that failed.",
@@ -41,6 +42,7 @@ type serverMetrics struct {
 	mailboxFull, outboundWaits, posterDropped      *metrics.Counter
 	mailboxPosts, mailboxWakes                     *metrics.Counter
 	upDials, upDialErrors                          *metrics.Counter
+	readPaused                                     *metrics.Counter
 }
 
 func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
@@ -72,6 +74,7 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 		mailboxWakes:     set.GetOrCreateCounter("saltus_reactor_mailbox_wakes_total"),
 		upDials:          set.GetOrCreateCounter("saltus_upstream_dials_total"),
 		upDialErrors:     set.GetOrCreateCounter("saltus_upstream_dial_errors_total"),
+		readPaused:       set.GetOrCreateCounter("saltus_reactor_read_paused_total"),
 	}
 }
 

@@ -69,6 +69,7 @@ type loopState struct {
 	sweepQueued atomic.Bool // a sweep is queued: at most one at a time, even if the loop lags
 
 	conns     map[*conn]struct{} // owned by the loop
+	held      map[*conn]struct{} // paused for the answers they owe (conn.canParse): looked at every tickEvery; owned by the loop
 	sweep     func(context.Context) error
 	lastSweep time.Time // of the connections; owned by the loop
 	scratch   []byte    // RespondLoop's answer buffer; owned by the loop
@@ -229,11 +230,14 @@ func (s *Server) loopOf(el gnet.EventLoop) *loopState {
 		for i := range s.loops {
 			ls := s.loops[i].Load()
 			if ls == nil {
-				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{}), mbox: queue.NewLockFreeQueue()}
+				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{}), held: make(map[*conn]struct{}), mbox: queue.NewLockFreeQueue()}
 				nls.wake = newWake(nls)
 				nls.sweep = func(context.Context) error {
 					nls.sweepQueued.Store(false)
 					now := time.Now()
+					for c := range nls.held {
+						c.refresh() // resumes it once its client drained
+					}
 					if now.Sub(nls.lastSweep) >= s.tick()-s.tickEvery()/2 {
 						nls.lastSweep = now
 						s.sweepLoop(nls, now)
@@ -336,13 +340,11 @@ func (s *Server) tick() time.Duration {
 	return min(max(min(s.cfg.HeaderTimeout, s.cfg.IdleTimeout)/10, 10*time.Millisecond), time.Second)
 }
 
-// tickEvery is the ticker's period: tick, or upstreamTick when an OnSweep
-// hook needs a finer one (connections are still swept every tick).
+// tickEvery is the ticker's period, at most upstreamTick: the OnSweep hook
+// and the connections paused for the answers they owe (loopState.held)
+// need a finer one than tick (connections are still swept every tick).
 func (s *Server) tickEvery() time.Duration {
-	if s.sweepHook != nil {
-		return min(s.tick(), upstreamTick)
-	}
-	return s.tick()
+	return min(s.tick(), upstreamTick)
 }
 
 // StopAccepting is drain step 1: connections that arrive from now on are

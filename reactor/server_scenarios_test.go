@@ -542,6 +542,37 @@ func TestPipelineBound(t *testing.T) {
 	}
 }
 
+// A client that pipelines requests and never reads their answers stops
+// being read once the answers it owes pass MaxOutboundBytes: it cannot
+// make saltus hold its answers without bound (issue 16: 17 → 551 MB of
+// RSS before). Reading them all resumes it, in order.
+func TestUnreadAnswersStopReading(t *testing.T) {
+	t.Parallel()
+	s, h, set := startServer(t, func(c *Config) { c.MaxOutboundBytes = 256 << 10 })
+	nc, br := dial(t, s)
+	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+	const n, size = 400, 64 << 10 // 25 MiB if every one were answered
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "GET /blob?n=%d HTTP/1.1\r\nHost: x\r\n\r\n", size+i)
+	}
+	send(t, nc, b.String())
+	waitCounter(t, set, "saltus_reactor_read_paused_total")
+	// What is served while paused: the kernel's socket buffers (a few
+	// MiB on loopback), MaxOutboundBytes, maxPipeline parked answers.
+	if got := h.blobs.Load(); got >= 200 {
+		t.Fatalf("%d of %d answers made while the client reads nothing", got, n)
+	}
+	for i := range n {
+		if r := read(t, br, "GET"); r.status != 200 || len(r.body) != size+i {
+			t.Fatalf("answer %d: %d, %d bytes", i, r.status, len(r.body))
+		}
+	}
+	if got := h.blobs.Load(); got != n {
+		t.Fatalf("served %d, want %d", got, n)
+	}
+}
+
 func TestWriteStallClosed(t *testing.T) {
 	t.Parallel()
 	s, h, set := startServer(t, func(c *Config) {

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 //	/stream?n=N&gate=1  the same, each chunk after the test sends on next
 //	/hold          200 once the test closes release (or the client leaves)
 //	/big?n=N       N bytes streamed in 64 KiB writes from another goroutine; counts in written
+//	/blob?n=N      N bytes answered whole in Serve; counts in blobs
 //	/gone          never answers; closes goneSeen when Gone closes
 //	/post?loop=i   answers from a function Posted to loop i, with the loop index seen
 //
@@ -41,6 +42,7 @@ type testHandler struct {
 	s        *Server
 	wg       sync.WaitGroup // the handler's goroutines
 	written  atomic.Int64
+	blobs    atomic.Int64
 	bigErr   chan error
 	goneSeen chan struct{}
 	served   chan string
@@ -166,6 +168,9 @@ func (h *testHandler) Serve(x *Exchange) {
 			}
 			h.bigErr <- x.End()
 		})
+	case "/blob":
+		h.blobs.Add(1)
+		x.Respond(200, nil, bytes.Repeat([]byte("b"), arg("n")))
 	case "/abort":
 		h.goAnswer(func() {
 			_ = x.WriteHeader(200, []Header{{"Content-Length", "100"}})
