@@ -99,6 +99,9 @@ type serveConfig struct {
 	// answer included); 504 before the head, an SSE error event after.
 	// 0 = no limit.
 	RequestTimeout duration `yaml:"request-timeout"`
+	// StreamIdleTimeout: a streamed answer whose backend sends nothing
+	// this long after its head ends with an SSE error event, counted.
+	StreamIdleTimeout duration `yaml:"stream-idle-timeout"`
 	// ResponseTimeout: deprecated alias of FirstByteTimeout (which it was
 	// until issue 15); a warning says so. Never printed by --dry-run.
 	ResponseTimeout duration `yaml:"response-timeout,omitempty"`
@@ -187,6 +190,7 @@ func defaultServeConfig() serveConfig {
 		ConnectTimeout:     duration(d.ConnectTimeout),
 		FirstByteTimeout:   duration(d.FirstByteTimeout),
 		RequestTimeout:     duration(d.RequestTimeout),
+		StreamIdleTimeout:  duration(d.StreamIdleTimeout),
 		MaxResponseBody:    byteSize(d.MaxResponseBody),
 		BackendHeader:      d.BackendHeader,
 		MaxRetries:         d.MaxRetries,
@@ -301,6 +305,7 @@ func (c serveConfig) Validate() error {
 		{"idle-timeout", c.IdleTimeout},
 		{"connect-timeout", c.ConnectTimeout},
 		{"first-byte-timeout", c.FirstByteTimeout},
+		{"stream-idle-timeout", c.StreamIdleTimeout},
 		{"health-interval", c.HealthInterval},
 		{"health-down-interval", c.HealthDownInterval},
 		{"route-ttl", c.RouteTTL},
@@ -369,7 +374,7 @@ func (c serveConfig) servingConfig() serving.Config {
 		MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
 		HeaderTimeout: c.HeaderTimeout.D(), IdleTimeout: c.IdleTimeout.D(),
 		ConnectTimeout: c.ConnectTimeout.D(), FirstByteTimeout: c.FirstByteTimeout.D(),
-		RequestTimeout: c.RequestTimeout.D(), MaxResponseBody: int(c.MaxResponseBody), BackendHeader: c.BackendHeader,
+		RequestTimeout: c.RequestTimeout.D(), StreamIdleTimeout: c.StreamIdleTimeout.D(), MaxResponseBody: int(c.MaxResponseBody), BackendHeader: c.BackendHeader,
 		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
 		HealthDownInterval: c.HealthDownInterval.D(),
 		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
@@ -456,6 +461,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.ConnectTimeout, "connect-timeout", "`duration` to connect to a backend before trying the next one")
 	fs.Var(&v.FirstByteTimeout, "first-byte-timeout", "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it, not retried. "+
 		"A non-streamed answer's head comes only when its generation ends (vLLM), so this bounds non-streamed generations")
+	fs.Var(&v.StreamIdleTimeout, "stream-idle-timeout", "`duration` a streamed answer's backend may send nothing after its head: then an SSE error event ends it (counted, saltus_upstream_errors_total{kind=\"stream_idle\"})")
 	fs.Var(&v.RequestTimeout, "request-timeout", "`duration` a whole request may take, retries and streamed answer included: 504 before the response head, an SSE error event after; 0: no limit")
 	fs.Var(&v.ResponseTimeout, "response-timeout", "deprecated alias of --first-byte-timeout (`duration`); prints a warning")
 	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered on the loop path (--upstream-io loop), 1KiB–1GiB; larger ones get 502")

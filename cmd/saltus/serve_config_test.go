@@ -355,6 +355,7 @@ idle-timeout: 1m
 connect-timeout: 2s
 first-byte-timeout: 10m
 request-timeout: 0s
+stream-idle-timeout: 2m
 max-response-body: 8MiB
 backend-header: url
 max-retries: 2

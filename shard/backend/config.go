@@ -26,6 +26,13 @@ type Config struct {
 	// the head the client gets 504; after the head a streamed answer ends
 	// with an SSE error event (or is cut, for other bodies).
 	RequestTimeout time.Duration
+	// StreamIdleTimeout ends a streamed answer (SSE or not) whose backend
+	// sent nothing for this long after its head: the client gets an SSE
+	// error event naming it (other bodies are cut), the upstream
+	// connection is closed, and it is counted
+	// (saltus_upstream_errors_total{kind="stream_idle"}). It is checked
+	// to within an eighth of itself.
+	StreamIdleTimeout time.Duration
 	// MaxResponseBody bounds a response body the loop path buffers (its
 	// answers are whole, non-streamed); a longer one is answered 502 and
 	// counted (saltus_upstream_body_too_large_total). The goroutine path
@@ -97,6 +104,7 @@ func DefaultConfig() Config {
 		ConnectTimeout:     2 * time.Second,  // a LAN connect takes < 1 ms; 2 s covers a busy accept queue
 		FirstByteTimeout:   10 * time.Minute, // the OpenAI SDKs' own default timeout: a non-streamed head waits for the whole generation (issue 15; 60 s cut long answers)
 		RequestTimeout:     0,                // no limit, as vLLM itself has none; the client's timeout decides
+		StreamIdleTimeout:  2 * time.Minute,  // vLLM sends a stream's head at once and its first event after the queue and the prefill: minutes only when badly overloaded (nginx's proxy_read_timeout is 60 s)
 		MaxResponseBody:    8 << 20,          // a non-streamed LLM answer is a few KiB to a few hundred KiB
 		IdleConnTimeout:    4 * time.Second,  // below uvicorn's (vLLM's server) 5 s keep-alive, so we close first instead of meeting a closed connection
 		MaxConnsPerBackend: 1024,             // one connection per in-flight request; vLLM batches up to 256 sequences by default
@@ -125,6 +133,7 @@ func (c *Config) Validate() error {
 	pos("ConnectTimeout", c.ConnectTimeout)
 	pos("FirstByteTimeout", c.FirstByteTimeout)
 	pos("IdleConnTimeout", c.IdleConnTimeout)
+	pos("StreamIdleTimeout", c.StreamIdleTimeout)
 	pos("HealthInterval", c.HealthInterval)
 	pos("HealthDownInterval", c.HealthDownInterval)
 	if c.ScrapeInterval < 0 {

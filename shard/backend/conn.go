@@ -2,6 +2,7 @@ package backend
 
 import (
 	"net"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 )
@@ -20,6 +21,39 @@ type trackedConn struct {
 	net.Conn
 	laddr connAddr
 	set   *Set
+	// read is the bytes read so far, sentAt its value when the latest
+	// request began to be written: a connection that had answered before
+	// (sentAt > 0) and broke with nothing read since is a pooled one the
+	// server had closed (stale); a fresh one that breaks is the backend's
+	// doing, not the pool's.
+	read, sentAt atomic.Int64
+	writing      atomic.Bool // a request's bytes are being written: set by Write, cleared by Read
+}
+
+// Read counts what it reads (stale).
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.writing.Store(false)
+	if n > 0 {
+		c.read.Add(int64(n))
+	}
+	return n, err
+}
+
+// Write marks where a request began (stale).
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if !c.writing.Swap(true) {
+		c.sentAt.Store(c.read.Load())
+	}
+	return c.Conn.Write(p)
+}
+
+// stale reports whether the connection broke as a pooled connection the
+// server had closed does: it had answered before, and nothing of the
+// current answer was read.
+func (c *trackedConn) stale() bool {
+	at := c.sentAt.Load()
+	return at > 0 && c.read.Load() == at
 }
 
 type connAddr struct {

@@ -63,7 +63,7 @@
 // Metrics (in the Set's *metrics.Set): saltus_backend_in_flight{backend},
 // saltus_backend_requests_total{backend,code} (the status the client got
 // for that backend, 504 included), saltus_upstream_errors_total{backend,
-// kind=connect|timeout|reset|midstream}, saltus_retries_total,
+// kind=connect|timeout|reset|midstream|stream_idle}, saltus_retries_total,
 // saltus_backend_ttfb_seconds{backend} and
 // saltus_backend_request_duration_seconds{backend} (Prometheus
 // histograms with le buckets from 1 ms to 10 min, metrics.go; Update takes

@@ -188,6 +188,7 @@ type proxy struct {
 	held *Backend
 	t0   time.Time // the last attempt's send
 	data bool      // the first body bytes arrived (gotData)
+	idle idleDeadline
 }
 
 // gotData records the first bytes of a streamed body: Outcome.FirstData
@@ -237,6 +238,7 @@ func (p *proxy) run(ctx context.Context) {
 	defer fasthttp.ReleaseResponse(resp)
 	resp.Header.SetNoDefaultContentType(true)
 	p.buildRequest(freq)
+	freq.SetUserValue(respKey{}, resp)
 
 	var reqDeadline time.Time // zero: no RequestTimeout
 	if s.cfg.RequestTimeout > 0 {
@@ -390,13 +392,29 @@ func classify(err error) (errKind, bool) {
 }
 
 // retryStaleConn is the HostClient's RetryIfErr: one more attempt on the
-// same backend when the connection broke before the head, the sign of a
-// pooled keep-alive connection the server had just closed. The timeout is
-// not reset.
-func retryStaleConn(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	return false, attempts < 2 && (errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+// same backend when a pooled keep-alive connection the server had just
+// closed broke before the head (trackedConn.stale: it had answered
+// before, nothing of this answer came). A fresh connection that breaks
+// is not retried here: the backend reset a POST it may have begun to
+// work on, and only Forward's own retries, bounded by MaxRetries, may
+// send it again (fasthttp's retry had sent every POST twice to a
+// backend that resets). The timeout is not reset.
+func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	if attempts >= 2 || !(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return false, false
+	}
+	resp, _ := req.UserValue(respKey{}).(*fasthttp.Response)
+	if resp == nil {
+		return false, false
+	}
+	c := connOf(resp)
+	return false, c != nil && c.stale()
 }
+
+// respKey is the user value of a forwarded request that holds its
+// response, whose connection retryStaleConn looks at.
+type respKey struct{}
 
 // buildRequest fills freq from the client's request: method, path and
 // query as sent, headers minus hop-by-hop ones (and Host, Content-Length,
@@ -461,10 +479,16 @@ func (p *proxy) answerHeaders(b *Backend, resp *fasthttp.Response, keepLength bo
 // dropAnswerHeader reports whether an upstream's header stays out of the
 // answer: hop-by-hop ones (conn is the upstream's Connection header),
 // Content-Length unless keepLength (the reactor frames the answer), and
-// X-Saltus-Backend (ours to set).
+// every X-Saltus-* header: saltus sets its own (X-Saltus-Backend,
+// X-Saltus-Route); an upstream's, a lying backend's or another saltus's,
+// would read as this one's.
 func dropAnswerHeader(name, conn string, keepLength bool) bool {
-	return hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) || equalFold(name, "X-Saltus-Backend")
+	return hopByHop(name, conn) || (!keepLength && equalFold(name, "Content-Length")) ||
+		(len(name) >= len(saltusPrefix) && equalFold(name[:len(saltusPrefix)], saltusPrefix))
 }
+
+// saltusPrefix begins the names of saltus's own answer headers.
+const saltusPrefix = "X-Saltus-"
 
 // relay sends the answer whose head is in resp to the sink.
 // reqDeadline (zero: none) is RequestTimeout's: it bounds the reads of a
@@ -491,11 +515,11 @@ func (p *proxy) relay(ctx context.Context, b *Backend, resp *fasthttp.Response, 
 		p.relayWhole(b, resp, bs, length)
 		return
 	}
-	// A streamed body: the head's deadline gives way to the request's
-	// (none without RequestTimeout), and the client is watched.
-	if c := connOf(resp); c != nil {
-		_ = c.SetReadDeadline(reqDeadline) // fails only on a closed connection, which the next Read reports
-	}
+	// A streamed body: the head's deadline gives way to the stream's idle
+	// deadline, and the request's (none without RequestTimeout), and the
+	// client is watched.
+	p.idle = idleDeadline{c: connOf(resp), every: s.cfg.StreamIdleTimeout, until: reqDeadline}
+	p.idle.extend(time.Now())
 	closer, _ := bs.(fasthttp.ReadCloserWithError)
 	done := make(chan struct{})
 	defer close(done)
@@ -566,6 +590,7 @@ func (p *proxy) relayStream(ctx context.Context, b *Backend, bs io.Reader, buf [
 	for {
 		n, err := bs.Read(buf)
 		if n > 0 {
+			p.idle.extend(time.Now())
 			p.gotData()
 			if p.sink.Write(buf[:n]) != nil || p.sink.Flush() != nil {
 				p.clientGone()
@@ -584,6 +609,35 @@ func (p *proxy) relayStream(ctx context.Context, b *Backend, bs io.Reader, buf [
 			return
 		}
 	}
+}
+
+// idleDeadline is a streamed body's read deadline: every after the last
+// bytes (StreamIdleTimeout), or until (RequestTimeout's; zero: none),
+// whichever comes first. extend moves it only when an eighth of every
+// has passed since it last did, so a fast stream does not reset a timer
+// on each read.
+type idleDeadline struct {
+	c         *trackedConn
+	every     time.Duration
+	until, at time.Time // at: the deadline set
+	set       time.Time // when it was last moved
+}
+
+func (d *idleDeadline) extend(now time.Time) {
+	if d.c == nil || (!d.set.IsZero() && now.Sub(d.set) < d.every/8) {
+		return
+	}
+	d.set, d.at = now, now.Add(d.every)
+	if !d.until.IsZero() && d.until.Before(d.at) {
+		d.at = d.until
+	}
+	_ = d.c.SetReadDeadline(d.at) // fails only on a closed connection, which the next Read reports
+}
+
+// idled reports whether a read that timed out met the idle deadline, not
+// the request's.
+func (d *idleDeadline) idled() bool {
+	return d.c != nil && (d.until.IsZero() || d.at.Before(d.until))
 }
 
 // relaySSE relays an SSE body event by event: each complete event (ended
@@ -606,6 +660,7 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 		}
 		m, err := bs.Read(buf[n:])
 		if m > 0 {
+			p.idle.extend(time.Now())
 			p.gotData()
 		}
 		n += m
@@ -658,12 +713,15 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 				p.sink.Abort()
 				return
 			}
-			p.died(b, err)
 			ev := sseErrorEvent
 			if kind, _ := classify(err); kind == kindTimeout {
 				p.o.TimedOut = true
 				ev = sseTimeoutEvent(p.s.cfg.RequestTimeout)
+				if p.idle.idled() {
+					ev = sseIdleEvent(p.s.cfg.StreamIdleTimeout)
+				}
 			}
+			p.died(b, err)
 			// The unsent partial event is dropped; one already partly sent
 			// is ended first, so the error event stands on its own.
 			if partial {
@@ -690,6 +748,13 @@ var sseErrorEvent = []byte("event: error\ndata: " +
 // sseTimeoutEvent ends an SSE answer cut by the request timeout d.
 func sseTimeoutEvent(d time.Duration) []byte {
 	msg := fmt.Sprintf("the request took longer than the request timeout (%s)", d)
+	return []byte("event: error\ndata: " + string(errorBody(fasthttp.StatusGatewayTimeout, msg, "timeout_error", "gateway_timeout")) + "\n\n")
+}
+
+// sseIdleEvent ends an SSE answer whose backend sent nothing for the
+// stream idle timeout d.
+func sseIdleEvent(d time.Duration) []byte {
+	msg := fmt.Sprintf("no data from the backend for %s (the stream idle timeout)", d)
 	return []byte("event: error\ndata: " + string(errorBody(fasthttp.StatusGatewayTimeout, msg, "timeout_error", "gateway_timeout")) + "\n\n")
 }
 
@@ -727,6 +792,12 @@ func (p *proxy) stopped(ctx context.Context) bool {
 }
 
 func (p *proxy) died(b *Backend, err error) {
+	if kind, _ := classify(err); kind == kindTimeout && p.idle.idled() {
+		b.m.errs[kindStreamIdle].Inc()
+		p.o.UpstreamDied, p.o.TimedOut = true, true
+		p.o.Err = fmt.Errorf("backend %s: no data for %s (the stream idle timeout): %w", b.URL, p.s.cfg.StreamIdleTimeout, err)
+		return
+	}
 	b.m.errs[kindMidstream].Inc()
 	p.o.UpstreamDied, p.o.Err = true, fmt.Errorf("backend %s: mid-stream: %w", b.URL, err)
 }

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -707,5 +708,61 @@ func TestForwardFirstData(t *testing.T) {
 	}
 	if x.FirstData <= 0 || x.FirstData < x.TTFB {
 		t.Fatalf("FirstData %v, TTFB %v", x.FirstData, x.TTFB)
+	}
+}
+
+// TestForwardStaleConnRetried: on the goroutine path, a pooled
+// connection the upstream closes with the next request unanswered is
+// retried once on a fresh connection of the same backend, not counted as
+// a retry; a fresh connection the upstream resets is not retried there
+// (each send of a POST may be a whole generation): the request goes to
+// the next candidate.
+func TestForwardStaleConnRetried(t *testing.T) {
+	t.Parallel()
+	var resets atomic.Int64
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		for i := 0; ; i++ {
+			if _, _, ok := readReq(br); !ok {
+				return
+			}
+			if n == 1 && i == 1 {
+				return // the second request on the first connection: closed unanswered
+			}
+			answerOK(c, n, `{}`)
+		}
+	})
+	reset := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		if _, _, ok := readReq(br); ok {
+			resets.Add(1)
+		}
+	})
+	s, ms := testSet(t, func(c *Config) { c.IdleConnTimeout = time.Minute })
+	b := mustAdd(t, s, up.url())
+	r := mustAdd(t, s, reset.url())
+	for i := range 3 {
+		sink, o := newSink(), newOutcome()
+		if !s.Forward(chatReq(), []byte(`{}`), []*Backend{b}, sink, nil, o.hooks()) {
+			t.Fatal("Forward refused")
+		}
+		x := o.wait(t)
+		sink.wait(t)
+		if sink.status != 200 || x.Retries != 0 {
+			t.Fatalf("request %d: %d, outcome %+v", i, sink.status, x)
+		}
+		if want := map[int]string{0: "1", 1: "2", 2: "2"}[i]; sink.header("X-Up") != want {
+			t.Errorf("request %d served by connection %s, want %s", i, sink.header("X-Up"), want)
+		}
+	}
+	sink, o := newSink(), newOutcome()
+	if !s.Forward(chatReq(), []byte(`{}`), []*Backend{r, b}, sink, nil, o.hooks()) {
+		t.Fatal("Forward refused")
+	}
+	x := o.wait(t)
+	sink.wait(t)
+	if sink.status != 200 || x.Retries != 1 || resets.Load() != 1 {
+		t.Errorf("after a reset: %d, %d retries, %d sends to the resetting backend; want 200, 1, 1", sink.status, x.Retries, resets.Load())
+	}
+	if n := counter(ms, "saltus_retries_total"); n != 1 {
+		t.Errorf("retries_total = %d, want 1", n)
 	}
 }

@@ -121,10 +121,11 @@ const (
 	kindTimeout
 	kindReset
 	kindMidstream
+	kindStreamIdle
 	numErrKinds
 )
 
-var errKindNames = [numErrKinds]string{"connect", "timeout", "reset", "midstream"}
+var errKindNames = [numErrKinds]string{"connect", "timeout", "reset", "midstream", "stream_idle"}
 
 func (k errKind) String() string { return errKindNames[k] }
 

@@ -47,6 +47,7 @@ type Config struct {
 	ConnectTimeout     time.Duration
 	FirstByteTimeout   time.Duration
 	RequestTimeout     time.Duration // 0 = no limit
+	StreamIdleTimeout  time.Duration // backend.Config.StreamIdleTimeout
 	MaxResponseBody    int
 	BackendHeader      string // "url", "name" or "none" (backend.Config.BackendHeader)
 	MaxRetries         int
@@ -81,6 +82,7 @@ func DefaultConfig() Config {
 		IdleTimeout:        60 * time.Second,
 		ConnectTimeout:     2 * time.Second,
 		FirstByteTimeout:   10 * time.Minute,
+		StreamIdleTimeout:  backend.DefaultConfig().StreamIdleTimeout,
 		MaxResponseBody:    8 << 20,
 		BackendHeader:      "url",
 		MaxRetries:         2,
@@ -151,6 +153,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	bcfg.ConnectTimeout = cfg.ConnectTimeout
 	bcfg.FirstByteTimeout = cfg.FirstByteTimeout
 	bcfg.RequestTimeout = cfg.RequestTimeout
+	bcfg.StreamIdleTimeout = cfg.StreamIdleTimeout
 	bcfg.MaxResponseBody = cfg.MaxResponseBody
 	bcfg.BackendHeader = cfg.BackendHeader
 	bcfg.HealthDownInterval = cfg.HealthDownInterval

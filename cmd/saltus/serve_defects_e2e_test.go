@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// End-to-end tests of the transport defects issue 16 lists, each
+// reproduced black-box first (see serve_e2e_test.go for the harness).
+
+// TestServeDropsUpstreamSaltusHeaders: an upstream's own X-Saltus-*
+// headers (a lying backend, or another saltus) never reach the client
+// beside saltus's, streamed or not, on either upstream path.
+func TestServeDropsUpstreamSaltusHeaders(t *testing.T) {
+	t.Parallel()
+	liar := func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Saltus-Route", "99/99 evil")
+		w.Header().Set("X-Saltus-Backend", "evil")
+		w.Header().Set("X-Saltus-Anything", "evil")
+		u.chat(w, r)
+	}
+	for _, mode := range upstreamModes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstreamFunc(t, "a", liar)
+			s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.UpstreamIO = "", mode })
+			for _, stream := range []bool{false, true} {
+				a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hi."))
+				if a.status != 200 {
+					t.Fatalf("stream %v: %d %s", stream, a.status, a.body)
+				}
+				for name, vals := range a.header {
+					if strings.HasPrefix(strings.ToLower(name), "x-saltus-") && (len(vals) != 1 || vals[0] == "evil" || strings.Contains(vals[0], "evil")) {
+						t.Errorf("stream %v: %s: %q reached the client", stream, name, vals)
+					}
+				}
+				if _, ok := a.header["X-Saltus-Anything"]; ok {
+					t.Errorf("stream %v: the upstream's X-Saltus-Anything reached the client", stream)
+				}
+				if a.backend != up.srv.URL || strings.HasPrefix(a.route, "99/99") || a.route == "" {
+					t.Errorf("stream %v: X-Saltus-Backend %q, X-Saltus-Route %q; want saltus's own", stream, a.backend, a.route)
+				}
+			}
+		})
+	}
+}
+
+// TestServeResetSendsAtMostRetries: backends that reset every connection
+// as the request arrives get, together, at most 1 + --max-retries sends
+// of a POST, streamed or not: each send is a whole generation on an
+// engine (the stream path sent 6 for --max-retries 2, fasthttp's
+// stale-connection retry firing on fresh connections).
+func TestServeResetSendsAtMostRetries(t *testing.T) {
+	t.Parallel()
+	for _, mode := range upstreamModes {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", mode, stream), func(t *testing.T) {
+				t.Parallel()
+				ups := []*upstream{newUpstreamFunc(t, "r1", resetter), newUpstreamFunc(t, "r2", resetter), newUpstreamFunc(t, "r3", resetter)}
+				s := startServeWith(t, ups, func(c *serveConfig) {
+					c.Tokenizer, c.UpstreamIO = "", mode
+					c.MaxRetries = 2
+				})
+				a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Anyone?"))
+				if a.status != 502 {
+					t.Fatalf("%d %s, want 502", a.status, a.body)
+				}
+				var sends int64
+				for _, u := range ups {
+					sends += u.calls.Load()
+				}
+				if sends != 3 {
+					t.Errorf("%d sends of one POST, want 3 (1 + --max-retries 2)", sends)
+				}
+			})
+		}
+	}
+}
+
+// TestServeStreamIdleTimeout: a backend that sends a stream's head and
+// one event, then goes silent, does not hold the client forever: after
+// --stream-idle-timeout without a byte the client gets an SSE error
+// event naming it, the stream ends, and the timeout is counted.
+func TestServeStreamIdleTimeout(t *testing.T) {
+	t.Parallel()
+	const idle = 300 * time.Millisecond
+	silent := func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"tok\":0}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-u.done:
+		}
+	}
+	up := newUpstreamFunc(t, "a", silent)
+	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.StreamIdleTimeout = duration(idle)
+	})
+	start := time.Now()
+	a := s.chat(t, chatJSON(true, "system", sysA, "user", "Then nothing."))
+	if el := time.Since(start); el < idle {
+		t.Errorf("ended after %v, before the idle timeout %v", el, idle)
+	}
+	if a.status != 200 || !strings.HasPrefix(a.body, "data: {\"tok\":0}\n\nevent: error\ndata: ") ||
+		!strings.Contains(a.body, "no data from the backend for 300ms (the stream idle timeout)") || strings.Contains(a.body, "[DONE]") {
+		t.Errorf("%d %q, want the first event, then an SSE error event naming the stream idle timeout", a.status, a.body)
+	}
+	if n := s.metric(t, `saltus_upstream_errors_total{backend="`+up.srv.URL+`",kind="stream_idle"}`); n != 1 {
+		t.Errorf("stream idle timeouts counted %v, want 1", n)
+	}
+}
