@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Requests/s of saltus vs nginx as a plain round-robin reverse proxy, in the
-# same run, on loopback: 4 KB non-streamed chat requests to an instant
-# upstream over 32 keep-alive connections (`make bench-serve`).
+# same run, on loopback: 4 KB chat requests to an instant upstream over 32
+# keep-alive connections (`make bench-serve`), in two modes (MODES):
+# whole answers (non-streamed JSON) and streamed answers (SSE: EVENTS
+# content events, each its own flushed chunk at the upstream, then usage
+# and [DONE]: what LLM clients send and read).
 #
 # Every process is separate: the upstream (bench/cmd/upstream), saltus
 # (bin/saltus serve, byte-block mode: no tokenizer), nginx, and the load
@@ -16,6 +19,8 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3s}
 CONNS=${CONNS:-32}
 SHARDS=${SHARDS:-2}
+MODES=${MODES:-whole stream}
+EVENTS=${EVENTS:-16}
 UP=127.0.0.1:18101 SAL=127.0.0.1:18180 SAL_PIN=127.0.0.1:18181 NGX=127.0.0.1:18190
 
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
@@ -39,7 +44,7 @@ go build -o "$work/saltus" ./cmd/saltus
 go build -o "$work/upstream" ./bench/cmd/upstream
 go build -o "$work/loadgen" ./bench/cmd/loadgen
 
-"$work/upstream" --listen $UP >/dev/null & pids+=($!)
+"$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn & pids+=($!)
 SAL_PID=$!
 "$work/saltus" serve --listen $SAL_PIN --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --pin-shards --log-level warn & pids+=($!)
@@ -88,22 +93,13 @@ cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$
 run() {
   local t=$1; shift
   local c0; c0=$(cpu "$@")
-  local out; out=$("$work/loadgen" --target "$t" --conns "$CONNS" --duration "$DURATION" --json)
+  local out; out=$("$work/loadgen" --target "$t" --conns "$CONNS" --duration "$DURATION" $STREAM --json)
   local c1; c1=$(cpu "$@")
   python3 -c 'import json,sys,os; d=json.loads(sys.argv[1]); d["cpu_us"]=(int(sys.argv[2])*1e6/os.sysconf("SC_CLK_TCK"))/max(d["requests"],1); print(json.dumps(d,separators=(",",":")))' "$out" $((c1 - c0))
 }
-for t in "$SAL $SAL_PID" "$NGX $NGX_PIDS" "$SAL_PIN $SAL_PIN_PID"; do run $t >/dev/null; done # warm-up
-
-declare -A results
-for r in $(seq "$ROUNDS"); do
-  for name in saltus nginx saltus-pin; do
-    case $name in saltus) t="$SAL $SAL_PID" ;; nginx) t="$NGX $NGX_PIDS" ;; saltus-pin) t="$SAL_PIN $SAL_PIN_PID" ;; esac
-    results[$name]+="$(run $t) "
-    echo "round $r $name: $(echo "${results[$name]}" | awk '{print $NF}')" >&2
-  done
-done
-
-python3 - "${results[saltus]}" "${results[nginx]}" "${results[saltus-pin]}" <<'PY'
+# table SALTUS NGINX SALTUS_PIN: the markdown table of one mode's runs.
+table() {
+python3 - "$@" <<'PY'
 import json, statistics, sys
 names = ["saltus", "nginx", "saltus --pin-shards"]
 runs = [[json.loads(x) for x in arg.split()] for arg in sys.argv[1:]]
@@ -117,3 +113,25 @@ print("|---|--:|--:|--:|--:|--:|--:|")
 for n, rs in zip(names, runs):
     print(f"| {n} | {med(rs,'rps'):.0f} | {med(rs,'rps')/ngx:.2f}x | {paired(rs):.2f}x | {med(rs,'cpu_us'):.1f} | {med(rs,'p50_us'):.0f} | {med(rs,'p99_us'):.0f} |")
 PY
+}
+
+for mode in $MODES; do
+  case $mode in
+  whole) STREAM="" title="whole answers (non-streamed JSON)" ;;
+  stream) STREAM="--stream" title="streamed answers ($EVENTS SSE events, each its own chunk)" ;;
+  *) echo "nginx-compare: unknown mode $mode (whole, stream)" >&2; exit 2 ;;
+  esac
+  for t in "$SAL $SAL_PID" "$NGX $NGX_PIDS" "$SAL_PIN $SAL_PIN_PID"; do run $t >/dev/null; done # warm-up
+  declare -A results=()
+  for r in $(seq "$ROUNDS"); do
+    for name in saltus nginx saltus-pin; do
+      case $name in saltus) t="$SAL $SAL_PID" ;; nginx) t="$NGX $NGX_PIDS" ;; saltus-pin) t="$SAL_PIN $SAL_PIN_PID" ;; esac
+      results[$name]+="$(run $t) "
+      echo "$mode round $r $name: $(echo "${results[$name]}" | awk '{print $NF}')" >&2
+    done
+  done
+  echo "## $title"
+  echo
+  table "${results[saltus]}" "${results[nginx]}" "${results[saltus-pin]}"
+  echo
+done

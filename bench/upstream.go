@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -28,12 +29,20 @@ var (
 	instantSSE  = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n" +
 		"data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n" +
 		"data: [DONE]\n\n")
+	sseEvent   = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n")
+	sseTail    = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":16,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n")
 	modelsJSON = []byte(`{"object":"list","data":[{"id":"bench","object":"model","owned_by":"saltus-bench"}]}`)
 )
 
 // StartUpstream starts an instant engine on addr ("127.0.0.1:0" picks a
 // port).
-func StartUpstream(addr string) (*Upstream, error) {
+func StartUpstream(addr string) (*Upstream, error) { return StartUpstreamEvents(addr, 0) }
+
+// StartUpstreamEvents is StartUpstream whose streamed answers, with
+// events > 0, are that many content events, each written and flushed on
+// its own (one chunk each, as an engine sends a token), then the usage
+// event and [DONE]; 0 sends the three events of instantSSE in one body.
+func StartUpstreamEvents(addr string, events int) (*Upstream, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -41,7 +50,26 @@ func StartUpstream(addr string) (*Upstream, error) {
 	u := &Upstream{Addr: ln.Addr().String(), ln: ln, g: rules.NewGroup(context.Background())}
 	// A short idle-worker sweep lets Close's goroutines end soon after
 	// Shutdown (the sweeper sleeps this long between looks).
-	u.srv = &fasthttp.Server{Handler: handleInstant, Name: "saltus-bench-upstream", MaxIdleWorkerDuration: 100 * time.Millisecond}
+	h := handleInstant
+	if events > 0 {
+		h = func(ctx *fasthttp.RequestCtx) {
+			if ctx.IsPost() && streamRequested(ctx.PostBody()) {
+				ctx.SetContentType("text/event-stream")
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					for range events {
+						_, _ = w.Write(sseEvent)
+						if w.Flush() != nil {
+							return
+						}
+					}
+					_, _ = w.Write(sseTail)
+				})
+				return
+			}
+			handleInstant(ctx)
+		}
+	}
+	u.srv = &fasthttp.Server{Handler: h, Name: "saltus-bench-upstream", MaxIdleWorkerDuration: 100 * time.Millisecond}
 	u.g.Go("bench.upstream", func(context.Context) { _ = u.srv.Serve(ln) }) // returns when Close shuts it down
 	return u, nil
 }

@@ -17,8 +17,9 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8101", "host:port to listen on")
+	events := flag.Int("sse-events", 0, "streamed answers: this many content events, each its own flushed chunk, then usage and [DONE] (0: three events in one body)")
 	flag.Parse()
-	up, err := bench.StartUpstream(*listen)
+	up, err := bench.StartUpstreamEvents(*listen, *events)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "upstream:", err)
 		os.Exit(1)
