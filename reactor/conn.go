@@ -153,8 +153,7 @@ func (c *conn) onTraffic(now time.Time) {
 // open, until it drains (resume) or stalls for IdleTimeout (sweep closes
 // it, saltus_reactor_timeouts_total{kind="write_stall"}). Loop only.
 func (c *conn) canParse() bool {
-	return len(c.queue) < maxPipeline &&
-		int64(c.gc.OutboundBuffered())+c.parked.Load() <= int64(c.s.cfg.MaxOutboundBytes)
+	return len(c.queue) < maxPipeline && c.owed() <= int64(c.s.cfg.MaxOutboundBytes)
 }
 
 // resume parses again a paused connection that canParse. Loop only.

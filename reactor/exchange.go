@@ -209,7 +209,12 @@ func (x *Exchange) WriteHeader(status int, hdr []Header) error {
 	if !x.state.CompareAndSwap(stateNew, stateStreaming) {
 		return errAnswered
 	}
-	b := make([]byte, 0, 128+32*len(hdr))
+	return x.post(x.appendStreamHead(make([]byte, 0, 128+32*len(hdr)), status, hdr), false, false)
+}
+
+// appendStreamHead appends a streamed answer's head to b and sets the
+// framing (WriteHeader's).
+func (x *Exchange) appendStreamHead(b []byte, status int, hdr []Header) []byte {
 	b = appendStatusLine(b, status)
 	b, cl := appendHeaders(b, hdr)
 	switch {
@@ -228,8 +233,7 @@ func (x *Exchange) WriteHeader(status int, hdr []Header) error {
 		b = x.appendConnection(b)
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	}
-	b = append(b, "\r\n"...)
-	return x.post(b, false, false)
+	return append(b, "\r\n"...)
 }
 
 // Write sends p (copied) as the next part of a streamed answer, one chunk
@@ -246,17 +250,19 @@ func (x *Exchange) Write(p []byte) error {
 	if err := x.waitRoom(); err != nil {
 		return err
 	}
-	var b []byte
-	if x.frame == frameChunked {
-		b = make([]byte, 0, len(p)+20)
-		b = strconv.AppendUint(b, uint64(len(p)), 16)
-		b = append(b, "\r\n"...)
-		b = append(b, p...)
-		b = append(b, "\r\n"...)
-	} else {
-		b = append([]byte(nil), p...)
+	return x.post(x.appendFrame(make([]byte, 0, len(p)+20), p), false, false)
+}
+
+// appendFrame appends p to b as one piece of the body: a chunk when the
+// answer is chunked.
+func (x *Exchange) appendFrame(b, p []byte) []byte {
+	if x.frame != frameChunked {
+		return append(b, p...)
 	}
-	return x.post(b, false, false)
+	b = strconv.AppendUint(b, uint64(len(p)), 16)
+	b = append(b, "\r\n"...)
+	b = append(b, p...)
+	return append(b, "\r\n"...)
 }
 
 // Flush does nothing: every Write goes to the connection at once. Any

@@ -640,75 +640,31 @@ func (d *idleDeadline) idled() bool {
 	return d.c != nil && (d.until.IsZero() || d.at.Before(d.until))
 }
 
-// relaySSE relays an SSE body event by event: each complete event (ended
-// by a blank line) is one Write and Flush as soon as it is in; a partial
-// one waits in buf for the rest, and one longer than buf goes out in
-// pieces. The bytes the client gets are exactly the upstream's.
+// relaySSE relays an SSE body event by event through an sseRelay: each
+// complete event is one Write and Flush as soon as it is in.
 func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []byte) {
-	n := 0            // buf[:n] holds bytes not yet written
-	partial := false  // a piece of an over-long event went out
-	var last []byte   // a copy of the last event that mentioned "usage"
-	var cutBuf []byte // DropUsageNull's copy of an event without its "usage":null
-	show := p.hooks.Answer != nil
+	r := newSSERelay(&p.hooks, b, p.o.Status)
 	for {
-		if n == len(buf) {
-			if p.write(buf[:n]) != nil {
-				p.clientGone()
-				return
-			}
-			n, partial = 0, true
-		}
-		m, err := bs.Read(buf[n:])
+		m, err := bs.Read(buf)
 		if m > 0 {
 			p.idle.extend(time.Now())
 			p.gotData()
-		}
-		n += m
-		off := 0
-		for {
-			e := sseEventEnd(buf[off:n])
-			if e < 0 {
-				break
-			}
-			ev := buf[off : off+e]
-			if p.hooks.DropUsage {
-				drop, cut := usageEvent(ev, p.hooks.DropUsageNull)
-				if drop {
-					last = append(last[:0], ev...)
-					off += e
-					partial = false
-					continue
-				}
-				if cut[1] > cut[0] {
-					ev = append(append(cutBuf[:0], ev[:cut[0]]...), ev[cut[1]:]...)
-					cutBuf = ev
-				}
-			}
-			if p.hooks.Usage && bytes.Contains(ev, usageKey) {
-				last = append(last[:0], ev...)
-			}
-			if show {
-				show = p.hooks.Answer(b, p.o.Status, true, ev)
-			}
-			if p.write(ev) != nil {
+			if r.feed(buf[:m], p.write) != nil {
 				p.clientGone()
 				return
 			}
-			off += e
-			partial = false
 		}
-		n = copy(buf, buf[off:n])
 		if err == io.EOF {
-			if n > 0 && p.write(buf[:n]) != nil {
+			if r.flush(p.write) != nil {
 				p.clientGone()
 				return
 			}
-			p.o.Usage = sseUsage(last)
+			p.o.Usage = r.usage()
 			p.end()
 			return
 		}
 		if err != nil {
-			p.o.Usage = sseUsage(last)
+			p.o.Usage = r.usage()
 			if p.stopped(ctx) {
 				p.sink.Abort()
 				return
@@ -722,12 +678,7 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 				}
 			}
 			p.died(b, err)
-			// The unsent partial event is dropped; one already partly sent
-			// is ended first, so the error event stands on its own.
-			if partial {
-				_ = p.sink.Write([]byte("\n\n")) // a gone client shows in the next call
-			}
-			if p.sink.Write(ev) != nil || p.sink.Flush() != nil || p.sink.End() != nil {
+			if p.sink.Write(r.errorEvent(ev)) != nil || p.sink.Flush() != nil || p.sink.End() != nil {
 				p.o.ClientGone = gone(p.sink)
 			}
 			return
