@@ -309,7 +309,7 @@ func (j *job) run() {
 		j.lookup()
 	case stageForward:
 		f := &j.fwd
-		j.r.up.ForwardOnLoop(f.loop, j.req, j.req.Body, f.cands, f.sink, f.hdr, f.hooks)
+		j.r.up.ForwardOnLoop(f.loop, j.req, f.body, f.cands, f.sink, f.hdr, f.hooks)
 	case stageByID:
 		j.lookupByID()
 	default:
@@ -453,6 +453,7 @@ type job struct {
 		cands []*backend.Backend
 		sink  backend.LoopSink
 		hdr   []reactor.Header
+		body  []byte // j.req.Body, or askUsage's copy
 		hooks backend.Hooks
 	}
 }
@@ -787,8 +788,10 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	}
 	// A refused Forward (proxy pool full) answers 503 itself and reports
 	// it through Hooks.Done like any other outcome, so it is counted there.
-	if ls, ok := j.x.(backend.LoopSink); ok && routed && !j.d.stream && r.up.LoopIO() {
-		// The loop path: the upstream I/O on the client connection's loop.
+	chatLike := j.route == routeChat || j.route == routeCompletions || j.route == routeResponses
+	if ls, ok := j.x.(backend.LoopSink); ok && chatLike && r.up.LoopIO() {
+		// The loop path: the upstream I/O on the client connection's loop,
+		// whatever the policy, streamed (event by event) or not.
 		// Decided on another (the owner shard's): one more hop back, a
 		// post, and if that loop's mailbox is full the goroutine path.
 		loop := ls.Loop()
@@ -804,17 +807,23 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		}
 		if learn || j.prefill.held {
 			lh.FirstByte = func(b *backend.Backend, status int) {
-				j.prefill.release()
+				if !j.d.stream {
+					j.prefill.release()
+				}
 				if learn && status >= 200 && status < 300 {
 					r.learnFrom(loop, j, b.ID)
 				}
 			}
 		}
+		if j.prefill.held && j.d.stream {
+			lh.FirstData = j.prefill.release // as below
+		}
+		body := r.askUsage(j, &lh)
 		if loop == cur {
-			r.up.ForwardOnLoop(loop, j.req, j.req.Body, cands, ls, hdr, lh)
+			r.up.ForwardOnLoop(loop, j.req, body, cands, ls, hdr, lh)
 			return
 		}
-		j.fwd.loop, j.fwd.cands, j.fwd.sink, j.fwd.hdr, j.fwd.hooks = loop, cands, ls, hdr, lh
+		j.fwd.loop, j.fwd.cands, j.fwd.sink, j.fwd.hdr, j.fwd.hooks, j.fwd.body = loop, cands, ls, hdr, lh, body
 		if j.post(loop, stageForward) {
 			return
 		}
@@ -834,7 +843,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		// prefill: that ends the prefill pending there.
 		h.FirstData = j.prefill.release
 	}
-	body := r.askUsage(j, &h) // streamed: never the loop path above
+	body := r.askUsage(j, &h)
 	r.up.Forward(j.req, body, cands, j.x, hdr, h)
 }
 

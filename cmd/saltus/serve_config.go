@@ -467,7 +467,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered on the loop path (--upstream-io loop), 1KiB–1GiB; larger ones get 502")
 	fs.StringVar(&v.BackendHeader, "backend-header", v.BackendHeader, "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)")
 	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
-	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "`mode` of the backend I/O for non-streamed chat and completion requests: loop (on the client's event loop, no goroutine) or goroutine (a proxy goroutine with fasthttp); streamed requests always use a goroutine")
+	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "`mode` of the backend I/O for chat, completion and responses requests, streamed or not: loop (on the client's event loop, no goroutine) or goroutine (a proxy goroutine with fasthttp); other paths always use a goroutine")
 	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each healthy backend; 3 failed probes in a row mark it down")
 	fs.Var(&v.HealthDownInterval, "health-down-interval", "`duration` between health probes of a backend that is down or whose breaker tripped; one good probe (or one answered request) brings it back")
 	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")

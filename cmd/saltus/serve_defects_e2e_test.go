@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -98,21 +99,63 @@ func TestServeStreamIdleTimeout(t *testing.T) {
 		case <-u.done:
 		}
 	}
-	up := newUpstreamFunc(t, "a", silent)
-	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) {
-		c.Tokenizer = ""
-		c.StreamIdleTimeout = duration(idle)
-	})
-	start := time.Now()
-	a := s.chat(t, chatJSON(true, "system", sysA, "user", "Then nothing."))
-	if el := time.Since(start); el < idle {
-		t.Errorf("ended after %v, before the idle timeout %v", el, idle)
+	for _, mode := range upstreamModes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstreamFunc(t, "a", silent)
+			s := startServeWith(t, []*upstream{up}, func(c *serveConfig) {
+				c.Tokenizer, c.UpstreamIO = "", mode
+				c.StreamIdleTimeout = duration(idle)
+			})
+			start := time.Now()
+			a := s.chat(t, chatJSON(true, "system", sysA, "user", "Then nothing."))
+			if el := time.Since(start); el < idle {
+				t.Errorf("ended after %v, before the idle timeout %v", el, idle)
+			}
+			if a.status != 200 || !strings.HasPrefix(a.body, "data: {\"tok\":0}\n\nevent: error\ndata: ") ||
+				!strings.Contains(a.body, "no data from the backend for 300ms (the stream idle timeout)") || strings.Contains(a.body, "[DONE]") {
+				t.Errorf("%d %q, want the first event, then an SSE error event naming the stream idle timeout", a.status, a.body)
+			}
+			series := `saltus_upstream_errors_total{backend="` + up.srv.URL + `",kind="stream_idle"}`
+			waitFor(t, func() bool { return s.metric(t, series) == 1 })
+		})
 	}
-	if a.status != 200 || !strings.HasPrefix(a.body, "data: {\"tok\":0}\n\nevent: error\ndata: ") ||
-		!strings.Contains(a.body, "no data from the backend for 300ms (the stream idle timeout)") || strings.Contains(a.body, "[DONE]") {
-		t.Errorf("%d %q, want the first event, then an SSE error event naming the stream idle timeout", a.status, a.body)
+}
+
+// TestServeStreamClientNeverReads: a client that asks for a stream and
+// never reads it cannot make saltus buffer without bound. On the loop
+// path the stream ends once 4 MiB are owed to the client (counted,
+// saltus_stream_overflow_total) and the upstream connection is closed,
+// which stops the engine; on the goroutine path the relay stops reading
+// the upstream (TCP backpressure).
+func TestServeStreamClientNeverReads(t *testing.T) {
+	t.Parallel()
+	ended := make(chan error, 1)
+	flood := func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		ev := []byte("data: " + strings.Repeat("x", 1000) + "\n\n")
+		for range 256 << 10 { // 256 MiB, if nothing stopped it
+			if _, err := w.Write(ev); err != nil {
+				ended <- err
+				return
+			}
+		}
+		ended <- nil
 	}
-	if n := s.metric(t, `saltus_upstream_errors_total{backend="`+up.srv.URL+`",kind="stream_idle"}`); n != 1 {
-		t.Errorf("stream idle timeouts counted %v, want 1", n)
+	up := newUpstreamFunc(t, "a", flood)
+	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer = "" })
+	c := dialRaw(t, s.addr)
+	_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+	body := chatJSON(true, "system", sysA, "user", "Flood me.")
+	c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the upstream sent 256 MiB to a client that reads nothing")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream was not stopped")
 	}
+	waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
 }

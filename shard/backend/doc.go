@@ -41,12 +41,15 @@
 // connection, closes them all.
 //
 // The loop path ([Set.ForwardOnLoop], loop.go; Config.LoopIO, serve
-// --upstream-io): for routed non-streamed requests the upstream I/O runs
-// on the client connection's event loop over the reactor's upstream
-// connections (reactor.Server.DialUpstream), per (loop, backend) keep-alive
-// pools, the response parsed incrementally (respparse.go) and buffered
-// whole up to MaxResponseBody (over it: 502, saltus_upstream_body_too_large_total),
-// then answered with one RespondLoop. It keeps Forward's behaviour:
+// --upstream-io): for chat, completion and responses requests, streamed
+// or not, the upstream I/O runs on the client connection's event loop
+// over the reactor's upstream connections (reactor.Server.DialUpstream),
+// per (loop, backend) keep-alive pools, the response parsed incrementally
+// (respparse.go); an SSE answer relayed event by event as it comes
+// (loopstream.go, through the sseRelay Forward uses too), any other
+// buffered whole up to MaxResponseBody (over it: 502,
+// saltus_upstream_body_too_large_total), then answered with one
+// RespondLoop. It keeps Forward's behaviour:
 // candidates, retries, the stale-connection retry, 502/503/504 bodies,
 // the breaker, in-flight counts, metrics, hooks (run on the loop). It
 // differs in two ways: a client that leaves closes the upstream

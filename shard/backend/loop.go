@@ -55,6 +55,11 @@ type LoopSink interface {
 	Loop() int
 	RespondLoop(status int, hdr []reactor.Header, body []byte)
 	SetGoneHook(fn func())
+	// A streamed answer on the loop (loopstream.go): each write returns
+	// the bytes the client's connection owes.
+	WriteHeaderLoop(status int, hdr []reactor.Header) (int64, error)
+	WriteLoop(p []byte) (int64, error)
+	EndLoop() error
 }
 
 var _ LoopSink = (*reactor.Exchange)(nil)
@@ -151,6 +156,7 @@ type loopReq struct {
 	lastErr  error
 	tried    []string // "backend X: reason" per failed attempt, the 502's message
 	o        Outcome
+	st       *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
 }
 
 // sample is one request's histogram values (and its status code when
@@ -168,9 +174,9 @@ const maxSamples = 4096
 // ForwardOnLoop is Forward with the upstream I/O on loop loop, the loop of
 // the client's connection (sink.Loop()): the same answers, retries,
 // timeouts, breaker results, in-flight counts, metrics and hooks, with the
-// hooks run on the loop. The body is buffered whole (up to MaxResponseBody)
-// and answered with one RespondLoop, so streamed (SSE) answers belong on
-// Forward, which relays them event by event with backpressure. The client
+// hooks run on the loop. An SSE answer is relayed event by event as it
+// comes (loopstream.go); any other body is buffered whole (up to
+// MaxResponseBody) and answered with one RespondLoop. The client
 // leaving closes the upstream connection at once, head or not. Without
 // UseLoops, or for a sink of another loop, it is Forward. When it ends it
 // releases req's body (reactor.Request.ReleaseBody): the caller keeps no
@@ -402,7 +408,13 @@ func (c *upConn) OnUpstreamData(_ *reactor.Upstream, data []byte) int {
 	}
 	n, err := c.p.feed(data)
 	now := time.Now()
-	if err == nil && !lr.headSeen && c.p.headDone() && !lr.head(c, now) {
+	if err == nil && !lr.headSeen && c.p.headDone() {
+		if !lr.head(c, now) || (wantsStream(c) && !lr.startStream(c, now)) {
+			return len(data)
+		}
+	}
+	if lr.st != nil {
+		lr.streamData(c, n, len(data), err, now)
 		return len(data)
 	}
 	switch {
@@ -441,6 +453,10 @@ func (c *upConn) OnUpstreamClose(_ *reactor.Upstream, err error) {
 		lr.failed(&dialError{err: err}, kindConnect, true)
 	case c.p.eof() == nil:
 		if !lr.headSeen && !lr.head(c, now) {
+			return
+		}
+		if lr.st != nil {
+			lr.streamData(c, 0, 0, nil, now) // a stream delimited by the close: done
 			return
 		}
 		lr.complete(c, false, now) // a body delimited by the close
@@ -526,6 +542,10 @@ func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string) []reactor.Hea
 // server had just closed, as retryStaleConn); before the head, the next
 // candidate; after it, 502 (504 for a timeout).
 func (lr *loopReq) broken(c *upConn, err error, now time.Time) {
+	if lr.st != nil {
+		lr.streamFailed(err, kindMidstream, sseErrorEvent, now)
+		return
+	}
 	started := c.p.started()
 	c.kill()
 	lr.c = nil
@@ -588,6 +608,10 @@ func (lr *loopReq) failed(err error, kind errKind, breaker bool) {
 
 // timeout: the deadline passed (no head, or a body gone silent): 504.
 func (lr *loopReq) timeout(now time.Time) {
+	if lr.st != nil {
+		lr.streamTimeout(now)
+		return
+	}
 	b := lr.b
 	if lr.c != nil {
 		lr.c.kill()
@@ -631,6 +655,11 @@ func (lr *loopReq) clientGone() {
 
 // shutdown answers 503: the Set is closing.
 func (lr *loopReq) shutdown() {
+	if lr.st != nil {
+		lr.o.Err = ErrClosed
+		lr.streamFailed(ErrClosed, kindMidstream, sseShutdownEvent, time.Now())
+		return
+	}
 	if lr.c != nil {
 		lr.c.kill()
 		lr.c = nil

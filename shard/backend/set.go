@@ -182,7 +182,9 @@ type Set struct {
 	samples      chan []sample
 	// bodyTooLarge counts loop-path answers over MaxResponseBody;
 	// samplesDropped, metric samples lost to a full flusher queue.
-	bodyTooLarge, samplesDropped *metrics.Counter
+	// streamOverflow, streams ended because the client did not read
+	// (loopstream.go).
+	bodyTooLarge, samplesDropped, streamOverflow *metrics.Counter
 }
 
 // NewSet returns an empty Set. logger and set may be nil.
@@ -208,6 +210,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 
 		bodyTooLarge:   set.GetOrCreateCounter("saltus_upstream_body_too_large_total"),
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
+		streamOverflow: set.GetOrCreateCounter("saltus_stream_overflow_total"),
 	}
 	s.probeFn = s.probe
 	s.scrapeFn = s.scrape

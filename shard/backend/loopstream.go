@@ -1,0 +1,181 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Streamed answers on the loop path. An answer whose head says
+// text/event-stream is relayed event by event as its bytes arrive,
+// through the same sseRelay as Forward's, on the loop that owns both the
+// client's and the upstream's connection: the parser de-chunks each read
+// into Body, the relay cuts it into events, and each event is one chunk
+// written to the client at once (reactor.Exchange.WriteLoop: no message,
+// no allocation). The keep-alive upstream connection goes back to its
+// pool when the stream ends.
+//
+// Backpressure: a loop cannot wait for a slow client, and gnet 2.9.7
+// cannot stop reading one connection (no pause: its reads go on into
+// its inbound buffer whatever the handler returns), so the bound is the
+// client's: once the answers its connection owes exceed maxStreamOwed
+// (the client reads slower than the engine generates, for long), the
+// stream ends with an SSE error event, the upstream connection is closed
+// (the engine stops generating), and it is counted
+// (saltus_stream_overflow_total). A token stream is a few KiB/s; a
+// client that lets 4 MiB of one pile up has stopped reading.
+//
+// A stream silent for StreamIdleTimeout after its head ends with an SSE
+// error event naming it; RequestTimeout, when set, bounds it whole; an
+// upstream that dies mid-stream ends it with an error event, never a
+// fabricated [DONE]; the client leaving closes the upstream at once.
+
+// maxStreamOwed bounds the answer bytes a streamed answer on the loop
+// path may leave owed to a client that does not read.
+const maxStreamOwed = 4 << 20
+
+// errStreamOverflow: the client let maxStreamOwed of a stream pile up.
+var errStreamOverflow = errors.New("the client did not read the stream: over 4 MiB owed")
+
+// loopStream is a streamed answer's state on the loop path.
+type loopStream struct {
+	r    sseRelay
+	data bool // the first body bytes arrived
+}
+
+// wantsStream reports whether the answer whose head c's parser holds is
+// relayed as it comes: an SSE body.
+func wantsStream(c *upConn) bool {
+	return !c.p.noBody && isSSE([]byte(c.p.CT))
+}
+
+// startStream sends the stream's head to the client; false if the client
+// left (lr is done).
+func (lr *loopReq) startStream(c *upConn, now time.Time) bool {
+	lr.st = &loopStream{r: newSSERelay(&lr.hooks, lr.b, c.p.Status)}
+	if _, err := lr.sink.WriteHeaderLoop(c.p.Status, lr.answerHeaders(c.p.Header, c.p.Conn)); err != nil {
+		lr.clientGone()
+		return false
+	}
+	lr.setIdle(now)
+	return true
+}
+
+// setIdle sets the deadline StreamIdleTimeout after now, unless the
+// request's own comes first.
+func (lr *loopReq) setIdle(now time.Time) {
+	lr.deadline = now.Add(lr.s.cfg.StreamIdleTimeout)
+	if !lr.reqEnd.IsZero() && lr.reqEnd.Before(lr.deadline) {
+		lr.deadline = lr.reqEnd
+	}
+}
+
+// streamData relays what the parser de-chunked from a read of c, then
+// ends the stream if the answer is complete or broken (perr). used of
+// the read's total bytes were the answer's.
+func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.Time) {
+	st := lr.st
+	if len(c.p.Body) > 0 {
+		if !st.data {
+			st.data = true
+			lr.o.FirstData = now.Sub(lr.t0)
+			if lr.hooks.FirstData != nil {
+				lr.hooks.FirstData()
+			}
+		}
+		err := st.r.feed(c.p.Body, lr.emit)
+		c.p.Body = c.p.Body[:0]
+		switch {
+		case errors.Is(err, errStreamOverflow):
+			lr.s.streamOverflow.Inc()
+			lr.streamFailed(err, kindMidstream, sseOverflowEvent, now)
+			return
+		case err != nil:
+			lr.clientGone()
+			return
+		}
+		lr.setIdle(now)
+	}
+	switch {
+	case perr != nil:
+		lr.streamFailed(perr, kindMidstream, sseErrorEvent, now)
+	case c.p.done():
+		lr.streamEnd(c, c.p.keepAlive() && used == total, now)
+	}
+}
+
+// emit writes one event (or piece) to the client.
+func (lr *loopReq) emit(ev []byte) error {
+	owed, err := lr.sink.WriteLoop(ev)
+	switch {
+	case err != nil:
+		return errClientGone
+	case owed > maxStreamOwed:
+		return errStreamOverflow
+	}
+	return nil
+}
+
+// streamEnd ends a stream whose answer came whole: the rest relayed, the
+// connection back to its pool (reuse) or closed, the client's answer
+// ended.
+func (lr *loopReq) streamEnd(c *upConn, reuse bool, now time.Time) {
+	st := lr.st
+	if st.r.flush(lr.emit) != nil {
+		lr.clientGone()
+		return
+	}
+	lr.o.Usage = st.r.usage()
+	lr.c = nil
+	c.release(reuse, now)
+	if lr.b != nil {
+		lr.b.inFlight.Add(-1)
+		lr.b = nil
+	}
+	if lr.sink.EndLoop() != nil {
+		lr.o.ClientGone, lr.o.Err = true, errClientGone
+	}
+	lr.finish(now)
+}
+
+// streamFailed ends a stream whose upstream failed (or whose client
+// overflowed): counted as kind, the upstream connection closed, ev (an
+// SSE error event) and the end sent to the client.
+func (lr *loopReq) streamFailed(err error, kind errKind, ev []byte, now time.Time) {
+	if lr.c != nil {
+		lr.c.kill()
+		lr.c = nil
+	}
+	if b := lr.o.Backend; b != nil && !errors.Is(err, errStreamOverflow) && !errors.Is(err, ErrClosed) {
+		b.m.errs[kind].Inc()
+	}
+	lr.o.UpstreamDied = !errors.Is(err, errStreamOverflow) && !errors.Is(err, ErrClosed)
+	lr.o.Err = fmt.Errorf("backend %s: mid-stream: %w", lr.o.Backend.URL, err)
+	lr.o.Usage = lr.st.r.usage()
+	if _, werr := lr.sink.WriteLoop(lr.st.r.errorEvent(ev)); werr != nil || lr.sink.EndLoop() != nil {
+		lr.o.ClientGone = gone(lr.sink)
+	}
+	lr.finish(now)
+}
+
+// streamTimeout ends a stream whose deadline passed: the idle timeout,
+// or the request's.
+func (lr *loopReq) streamTimeout(now time.Time) {
+	lr.o.TimedOut = true
+	if !lr.reqEnd.IsZero() && !now.Before(lr.reqEnd) {
+		lr.streamFailed(fasthttp.ErrTimeout, kindMidstream, sseTimeoutEvent(lr.s.cfg.RequestTimeout), now)
+		return
+	}
+	lr.streamFailed(fmt.Errorf("no data for %s (the stream idle timeout): %w", lr.s.cfg.StreamIdleTimeout, fasthttp.ErrTimeout),
+		kindStreamIdle, sseIdleEvent(lr.s.cfg.StreamIdleTimeout), now)
+}
+
+// sseShutdownEvent ends a stream cut by the Set's Close.
+var sseShutdownEvent = []byte("event: error\ndata: " +
+	string(errorBody(fasthttp.StatusServiceUnavailable, "the load balancer is shutting down", "server_error", "service_unavailable")) + "\n\n")
+
+// sseOverflowEvent ends a stream its client did not read.
+var sseOverflowEvent = []byte("event: error\ndata: " +
+	string(errorBody(fasthttp.StatusServiceUnavailable, "the stream was ended: the client did not read it (over 4 MiB owed)", "server_error", "client_too_slow")) + "\n\n")
