@@ -117,3 +117,20 @@ func (r *sseRelay) errorEvent(ev []byte) []byte {
 	}
 	return ev
 }
+
+// sseBodyUsage returns the usage object of the last SSE event of a whole
+// body that mentions it, or nil.
+func sseBodyUsage(body []byte) []byte {
+	var last []byte
+	for len(body) > 0 {
+		e := sseEventEnd(body)
+		if e < 0 {
+			e = len(body)
+		}
+		if ev := body[:e]; bytes.Contains(ev, usageKey) {
+			last = ev
+		}
+		body = body[e:]
+	}
+	return sseUsage(last)
+}
