@@ -1,0 +1,544 @@
+package shard
+
+// A request's way through the router: the job and its stages (decode,
+// tokenize, lookup, decide, forward, learn), each on the loop that owns
+// what it touches (see the package doc).
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tokenpool"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/tree"
+)
+
+// Stages a job is posted for (job.post): one method value per job runs
+// them all, instead of a closure per hop.
+const (
+	stageLookup  uint8 = iota + 1 // j.lookup on the owner loop
+	stageForward                  // the loop path's Forward on the client's loop
+	stageByID                     // j.lookupByID on the response id's shard
+)
+
+// post is postTo for the job's next stage: it runs j.run on loop i. The
+// job is on one loop at a time, so one stage is posted at a time. Any
+// goroutine (a loop).
+func (j *job) post(i int, stage uint8) bool {
+	if j.runFn == nil {
+		j.runFn = j.run
+	}
+	j.stage, j.postedTo = stage, i
+	return j.r.postCounted(i, j.runFn) // run takes it off the count
+}
+
+// run runs the stage j was posted for. On the loop it was posted to.
+func (j *job) run() {
+	j.r.shards[j.postedTo].mailbox.Add(-1)
+	switch j.stage {
+	case stageLookup:
+		j.lookup()
+	case stageForward:
+		f := &j.fwd
+		j.r.up.ForwardOnLoop(f.loop, j.req, f.body, f.cands, f.sink, f.hdr, f.hooks)
+	case stageByID:
+		j.lookupByID()
+	default:
+		panic(fmt.Sprintf("BUG: shard: job posted for stage %d", j.stage))
+	}
+}
+
+// job is one request on its way through stages 2 to 9. It belongs to one
+// loop at a time: the connection's (decode, render, tokenize, keys), then
+// the owner's (lookup, decision, Forward), then the proxy goroutine's
+// hooks read keys and bounds, which no one writes any more.
+type job struct {
+	r       *Router
+	x       exchange // nil for Explain
+	req     *reactor.Request
+	route   routeID
+	loop    int // the loop that decodes and tokenizes
+	d       request
+	texts   []string // the segments to tokenize
+	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
+	keys    []uint64 // the request's own (never a loop's scratch)
+	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
+	bounds  []int    // message ends, in blocks
+	owner   int
+	idOwner int           // the shard of the response id named (respids.go)
+	explain chan Decision // Explain's answer; nil for a served request
+	// session is the request's Config.SessionHeader value ("" none);
+	// rawBody Explain's body (j.req is nil there); prefill the prefill
+	// accounting (cost.go).
+	session string
+	rawBody []byte
+	prefill pendingPrefill
+	// fresh: the tree already holds the whole chain for freshID, refreshed
+	// less than learnRefresh ago, so a 2xx from freshID has nothing to
+	// teach (see lookup).
+	fresh   bool
+	freshID int
+	fb      routeFeedback // the tree decision, for pending routes and feedback (pending.go)
+
+	// Room for the common case, so that a request is one allocation
+	// rather than several: the keys of a prompt up to 64 blocks, its
+	// message bounds, its candidates, its X-Saltus-Route header.
+	keyArr   [64]uint64
+	boundArr [8]int
+	candArr  [4]*backend.Backend
+	hdrArr   [1]reactor.Header
+
+	// Posting (job.post): the stage, the loop it went to, j.run as a
+	// func made once, and what the forward stage forwards.
+	stage    uint8
+	postedTo int
+	runFn    func()
+	fwd      struct {
+		loop  int
+		cands []*backend.Backend
+		sink  backend.LoopSink
+		hdr   []reactor.Header
+		body  []byte // j.req.Body, or askUsage's copy
+		hooks backend.Hooks
+	}
+}
+
+// prepare runs stages 2 and 3: check the body's structure
+// (Config.Body), decode it, render a chat. With ds (on the loop that
+// serves the request) the messages, texts and msgEnd are views into ds
+// until keyed or own; without (Explain, a decode worker) they are the
+// job's own.
+func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
+	k := kindChat
+	switch j.route {
+	case routeCompletions:
+		k = kindCompletion
+	case routeResponses:
+		k = kindResponses
+	}
+	lim := j.r.cfg.Body
+	// On the loop, a body (at most OffloopBytes) too short to hold more
+	// than MaxValues values is parsed first and checked after: its depth
+	// from the parsed value, the scan only for a refusal's message. That
+	// keeps the scan (~400 ns for a 4 KB chat) off the common request.
+	// fastjson lets a few RFC violations pass that the scan refuses
+	// (`01`, `\x`, `nan`): small bodies pass them as they did before.
+	lazy := ds != nil && (len(body)+1)/2 <= lim.MaxValues
+	if !lazy {
+		values, e, why := lim.check(body)
+		if e != nil {
+			j.r.m.refused[why].Inc()
+			return e
+		}
+		if ds == nil {
+			// Off the loop (decode worker, Explain): bodies up to the
+			// limit parse at most MaxValues values at once between them.
+			j.r.budget.acquire(values)
+			defer j.r.budget.release(values)
+		}
+	}
+	var e *apiError
+	if ds != nil {
+		if ds.p == nil {
+			ds.p = new(fastjson.Parser)
+		}
+		defer ds.trim(len(body)) // after the views are taken: they keep what they view
+		v, err := ds.p.ParseBytes(body)
+		if lazy && (err != nil || deeper(v, lim.MaxDepth)) {
+			if _, ce, why := lim.check(body); ce != nil {
+				j.r.m.refused[why].Inc()
+				return ce
+			}
+		}
+		if err != nil {
+			return badRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
+		}
+		e = decodeValue(&j.d, k, v, &ds.sc)
+	} else {
+		e = decode(&j.d, k, body)
+	}
+	if e != nil {
+		return e
+	}
+	switch {
+	case j.d.kind == kindChat || j.d.kind == kindResponses:
+		var (
+			segs []chat.Segment
+			err  error
+		)
+		if ds != nil {
+			segs, err = ds.sc.Render(j.r.tmpl, j.d.msgs, j.d.opt)
+		} else {
+			segs, err = j.r.tmpl.Render(nil, j.d.msgs, j.d.opt)
+		}
+		if err != nil {
+			return badRequest("messages", "%v", err)
+		}
+		if ds != nil {
+			j.texts, j.msgEnd = ds.texts[:0], ds.msgEnd[:0]
+		}
+		for _, s := range segs {
+			j.texts = append(j.texts, s.Text)
+			j.msgEnd = append(j.msgEnd, s.MsgEnd >= 0)
+		}
+		if ds != nil {
+			ds.texts, ds.msgEnd = j.texts, j.msgEnd
+		}
+	case !j.d.hasIDs:
+		j.texts = []string{j.d.prompt}
+		j.msgEnd = []bool{false} // the whole prompt is the chain's end anyway
+	}
+	return nil
+}
+
+func (j *job) seedModel() string {
+	if j.r.cfg.Model != "" {
+		return j.r.cfg.Model
+	}
+	return j.d.model
+}
+
+// tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
+func (j *job) tokenize() {
+	if j.d.hasIDs {
+		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
+		j.dispatch()
+		return
+	}
+	sh := j.r.shards[j.loop]
+	var done func(tokenpool.Result) // byte-block mode: never called, so not made
+	if sh.tok.HasEncoder() {
+		done = j.tokenized
+	}
+	if sh.tok.Tokenize(&sh.res, j.texts, done) {
+		j.keyed(&sh.res)
+		return
+	}
+	j.own() // the loop serves other requests before the completion
+}
+
+// own replaces the job's views into the loop's decodeScratch by copies;
+// a job decoded off the loop holds no views (owned). Loop only.
+func (j *job) own() {
+	if j.owned {
+		return
+	}
+	texts := make([]string, len(j.texts))
+	for i, t := range j.texts {
+		texts[i] = strings.Clone(t)
+	}
+	j.texts, j.msgEnd, j.d.msgs = texts, slices.Clone(j.msgEnd), nil
+}
+
+// tokenized is the pool's completion, on j.loop.
+func (j *job) tokenized(res tokenpool.Result) { j.keyed(&res) }
+
+// keyed computes the block keys and message boundaries, then dispatches.
+// Loop only.
+func (j *job) keyed(res *tokenpool.Result) {
+	bs := j.r.cfg.BlockSize
+	j.bounds = j.boundArr[:0]
+	switch {
+	case res.Reason == tokenpool.ReasonNone && !res.Cut.On:
+		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res.IDs, bs)
+		for i, e := range res.Ends {
+			if j.msgEnd[i] && e/bs > 0 {
+				j.bounds = append(j.bounds, e/bs)
+			}
+		}
+	case res.Reason == tokenpool.ReasonNone:
+		// Over the token budget: token blocks up to the cut, byte
+		// blocks from there; boundaries of the messages that end
+		// before the cut in tokens, of the others in bytes after it.
+		c := res.Cut
+		var nTok int
+		j.keys, nTok = tokenpool.TailKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res, j.texts, bs)
+		for i, e := range res.Ends[:c.Seg] {
+			if j.msgEnd[i] && e/bs > 0 {
+				j.bounds = append(j.bounds, e/bs)
+			}
+		}
+		n := -c.Off
+		for i := c.Seg; i < len(j.texts); i++ {
+			n += len(j.texts[i])
+			if j.msgEnd[i] && n/tokenpool.ByteBlockBytes > 0 {
+				j.bounds = append(j.bounds, nTok+n/tokenpool.ByteBlockBytes)
+			}
+		}
+	default:
+		// No tokenizer, or this request bailed out: keys of 64-byte
+		// blocks of the rendered text, boundaries where messages end.
+		j.keys = tokenpool.ByteBlockKeys(j.keyArr[:0], tokenpool.ByteBlockSeed(j.seedModel()), j.texts...)
+		n := 0
+		for i, t := range j.texts {
+			n += len(t)
+			if j.msgEnd[i] && n/tokenpool.ByteBlockBytes > 0 {
+				j.bounds = append(j.bounds, n/tokenpool.ByteBlockBytes)
+			}
+		}
+	}
+	// The keys are the job's own; the texts (views, see prepare) are
+	// needed no more.
+	j.texts, j.msgEnd, j.d.msgs = nil, nil, nil
+	j.dispatch()
+}
+
+// dispatch sends the lookup to the owner shard (stage 6). Loop only.
+func (j *job) dispatch() {
+	if j.x != nil && gone(j.x) {
+		j.r.m.clientGone.Inc()
+		return
+	}
+	if j.d.prevID != "" {
+		j.routeByID() // under every policy: only that backend has it
+		return
+	}
+	if len(j.keys) == 0 {
+		j.decideHere() // shorter than a block
+		return
+	}
+	if !j.r.pol.kind.usesTree() {
+		// The other policies never use the tree: no owner lookup, no
+		// message to another loop; they decide here.
+		j.decideHere()
+		return
+	}
+	j.owner = int(j.keys[0] % uint64(len(j.r.shards)))
+	if j.owner == j.loop {
+		j.lookup()
+		return
+	}
+	if !j.post(j.owner, stageLookup) {
+		j.decideHere()
+	}
+}
+
+func gone(x exchange) bool {
+	select {
+	case <-x.Gone():
+		return true
+	default:
+		return false
+	}
+}
+
+// lookup matches the keys in the owner's tree and decides (stage 7). On
+// the owner loop.
+func (j *job) lookup() {
+	sh := j.r.shards[j.owner]
+	now := j.r.now()
+	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
+	snap := j.r.up.Snapshot()
+	sh.views = j.r.views(sh.views[:0], snap)
+	d := j.decideWith(sh, sh.hits, true)
+	j.markFresh(d, sh.hits, now)
+	j.pend(d, now)
+	j.touchFootprint(sh, d, snap, now)
+	j.finish(d, snap, j.owner)
+}
+
+// learnRefresh bounds how stale a route may be and still skip its learn:
+// a hot prefix is re-inserted (its holder's TTL clock refreshed) about
+// once per learnRefresh instead of once per request, which on another
+// loop than the owner's saves a cross-loop message per request.
+const learnRefresh = time.Second
+
+// markFresh records whether d's backend holds all of j's blocks in the
+// tree, refreshed within learnRefresh (and within half the route TTL).
+// On the owner loop, with the hits Match returned at now.
+func (j *job) markFresh(d Decision, hits []tree.Hit, now int64) {
+	refresh := min(int64(learnRefresh), int64(j.r.cfg.Tree.TTL/2))
+	for _, h := range hits {
+		if h.Backend == d.Backend && h.Blocks == len(j.keys) && h.Origin == tree.Local && now-h.Used < refresh {
+			j.fresh, j.freshID = true, d.Backend
+			return
+		}
+	}
+}
+
+// decideHere decides without the tree, on j.loop: the prefix policy's
+// fallback, and every decision of the other policies.
+func (j *job) decideHere() { j.decideAt(j.loop) }
+
+// decideAt is decideHere on loop cur, with its shard's scratch.
+func (j *job) decideAt(cur int) {
+	sh := j.r.shards[cur]
+	snap := j.r.up.Snapshot()
+	sh.views = j.r.views(sh.views[:0], snap)
+	rr := sh.sc.rr
+	d := j.decideWith(sh, nil, false)
+	if j.explain != nil {
+		// Explain shows the turn the loop's next request would get, and
+		// leaves it to that request. (least_request's draw is not undone:
+		// Explain shows one draw, the next request draws afresh.)
+		sh.sc.rr = rr
+	}
+	j.finish(d, snap, cur)
+}
+
+// views reads every backend's state once.
+func (r *Router) views(dst []view, snap []*backend.Backend) []view {
+	for _, b := range snap {
+		inFlight, routable := r.state(b)
+		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable}
+		if r.pol.kind == kindPrefix {
+			costInputs(&v, b)
+		}
+		dst = append(dst, v)
+	}
+	return dst
+}
+
+// finish forwards the request as decided (stage 8), or hands the decision
+// to Explain. On the loop that decided (cur).
+func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
+	r := j.r
+	if j.explain != nil {
+		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
+		j.explain <- d                            // buffered, one send per job
+		return
+	}
+	r.m.decided(d, r.pol.kind.usesTree())
+	if d.Backend < 0 {
+		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
+			msg: "no backend is available to serve the request"}, backend.RetryAfter)
+		return
+	}
+	cands := j.candArr[:0]
+	for _, id := range d.Candidates {
+		cands = append(cands, snap[indexOfBackend(snap, id)]) // decided from snap
+	}
+	var buf [96]byte
+	route := strconv.AppendInt(buf[:0], int64(d.MatchedBlocks), 10)
+	route = append(route, '/')
+	route = strconv.AppendInt(route, int64(d.TotalBlocks), 10)
+	route = append(append(route, ' '), d.Reason...)
+	route = appendReceipt(route, d, snap)
+	// X-Saltus-Backend is set by Forward: the backend that answered, which
+	// is not the first candidate after a retry.
+	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
+	hdr := j.hdrArr[:]
+	// Only prefix and ranvier read the tree, so only they teach it.
+	routed := r.pol.kind.usesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	// A prompt shorter than a block teaches nothing; nor does one that
+	// names a previous response: the engine prepends history saltus does
+	// not see, so its keys are not the prefix the backend now holds.
+	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
+	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+		j.prefill.add(d, snap, r.cfg.BlockSize)
+	}
+	h := backend.Hooks{Done: func(o backend.Outcome) { j.prefill.done(o); r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
+	if j.route == routeResponses {
+		h.Answer = r.answerHook(-1)
+	}
+	// A refused Forward (proxy pool full) answers 503 itself and reports
+	// it through Hooks.Done like any other outcome, so it is counted there.
+	chatLike := j.route == routeChat || j.route == routeCompletions || j.route == routeResponses
+	if ls, ok := j.x.(backend.LoopSink); ok && chatLike && r.up.LoopIO() {
+		// The loop path: the upstream I/O on the client connection's loop,
+		// whatever the policy, streamed (event by event) or not.
+		// Decided on another (the owner shard's): one more hop back, a
+		// post, and if that loop's mailbox is full the goroutine path.
+		loop := ls.Loop()
+		// FirstByte runs on that loop here: a learn for a prefix that
+		// loop owns is applied at once. Posted, it could run after the
+		// client's next request, whose lookup runs inline on the same
+		// loop (gnet runs posted tasks after the batch's socket events);
+		// a learn posted to another owner is queued there before the
+		// client even has its answer, so the next lookup finds it.
+		lh := h
+		if j.route == routeResponses {
+			lh.Answer = r.answerHook(loop)
+		}
+		if learn || j.prefill.held {
+			lh.FirstByte = func(b *backend.Backend, status int) {
+				if !j.d.stream {
+					j.prefill.release()
+				}
+				if learn && status >= 200 && status < 300 {
+					r.learnFrom(loop, j, b.ID)
+				}
+			}
+		}
+		if j.prefill.held && j.d.stream {
+			lh.FirstData = j.prefill.release // as below
+		}
+		body := r.askUsage(j, &lh)
+		if loop == cur {
+			r.up.ForwardOnLoop(loop, j.req, body, cands, ls, hdr, lh)
+			return
+		}
+		j.fwd.loop, j.fwd.cands, j.fwd.sink, j.fwd.hdr, j.fwd.hooks, j.fwd.body = loop, cands, ls, hdr, lh, body
+		if j.post(loop, stageForward) {
+			return
+		}
+	}
+	if learn || j.prefill.held {
+		h.FirstByte = func(b *backend.Backend, status int) {
+			if !j.d.stream {
+				j.prefill.release()
+			}
+			if learn && status >= 200 && status < 300 {
+				r.learn(j, b.ID)
+			}
+		}
+	}
+	if j.prefill.held {
+		// A stream's head comes at once, its first event after the
+		// prefill: that ends the prefill pending there.
+		h.FirstData = j.prefill.release
+	}
+	body := r.askUsage(j, &h)
+	r.up.Forward(j.req, body, cands, j.x, hdr, h)
+}
+
+// learn records, on the owner loop, that backend now holds j's prefix
+// (stage 9). Any goroutine (FirstByte's proxy goroutine).
+//
+// It learns the backend that actually answered, not the first pick: a
+// diverted (or retried) request was prefilled on the backend that served
+// it, so that is where its blocks now are. Ranvier learns the original
+// target instead, to keep a prefix's home stable across a load spike; here
+// the tree keeps several holders per node (tree.Config.MaxHolders), so the
+// original holder stays where it was, the diverted one is added beside it,
+// and the next decision picks among them by depth, then in-flight count:
+// the hot prefix is replicated, not moved. Learning the first pick would
+// record blocks that no backend holds.
+func (r *Router) learn(j *job, backendID int) { r.learnFrom(-1, j, backendID) }
+
+// learnFrom is learn called on loop `on` (-1: not on a loop): on the owner
+// loop it inserts at once, elsewhere it posts to the owner.
+func (r *Router) learnFrom(on int, j *job, backendID int) {
+	j.confirm(backendID)
+	if j.fresh && backendID == j.freshID {
+		r.m.learnSkipped.Inc()
+		return
+	}
+	sh := r.shards[j.owner]
+	insert := func() {
+		if err := sh.tree.Insert(j.keys, j.bounds, backendID, tree.Local, r.now()); err != nil {
+			// Only a backend ID beyond tree.Config.MaxBackends: not
+			// learnable, the request was served all the same.
+			r.m.learnErrors.Inc()
+			return
+		}
+		sh.known[backendID] = true
+		r.m.learned.Inc()
+		sh.publish()
+	}
+	if on == j.owner {
+		insert()
+		return
+	}
+	if !r.postTo(j.owner, insert) {
+		r.m.learnDropped.Inc()
+	}
+}
+
