@@ -541,4 +541,3 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 		r.m.learnDropped.Inc()
 	}
 }
-
