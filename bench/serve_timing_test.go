@@ -13,10 +13,11 @@ import (
 const llama3 = "../tokenpool/testdata/models/llama3/tokenizer.json.gz"
 
 // benchFleet starts an instant upstream and a saltus over it (Llama-3
-// tokenizer, 2 shards).
+// tokenizer, 2 shards); the upstream's streamed answers are 16 events,
+// each its own chunk.
 func benchFleet(b *testing.B, mutate func(*serving.Config)) (*Upstream, *Saltus) {
 	b.Helper()
-	up, err := StartUpstream("127.0.0.1:0")
+	up, err := StartUpstreamEvents("127.0.0.1:0", 16)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,16 +43,28 @@ func benchFleet(b *testing.B, mutate func(*serving.Config)) (*Upstream, *Saltus)
 	return up, s
 }
 
-// BenchmarkAddedLatency: one connection, 4 KB chat requests (non-streamed,
-// warm tokenizer cache: the same body every time), alternating a request
-// straight to the instant upstream and one through saltus. Reports the
-// p50 and p99 of each and the p50 saltus adds (target ≤ 150 µs).
+// BenchmarkAddedLatency: one connection, 4 KB chat requests, whole
+// (non-streamed) and streamed (16 SSE events, each its own chunk: the
+// latency is to the last byte), warm tokenizer cache (the same body every
+// time), alternating a request straight to the instant upstream and one
+// through saltus. Reports the p50 and p99 of each and the p50 saltus adds
+// (target ≤ 150 µs).
 func BenchmarkAddedLatency(b *testing.B) {
+	for _, stream := range []bool{false, true} {
+		name := "whole"
+		if stream {
+			name = "stream"
+		}
+		b.Run(name, func(b *testing.B) { benchAddedLatency(b, stream) })
+	}
+}
+
+func benchAddedLatency(b *testing.B, stream bool) {
 	up, s := benchFleet(b, nil)
 	ctx := context.Background()
 	measure := func(target string, n int) []time.Duration {
 		res, err := Load(ctx, LoadConfig{Target: target, Conns: 1, Duration: time.Minute, Requests: n,
-			Request: ChatRequest(target, 4096, false)})
+			Request: ChatRequest(target, 4096, stream)})
 		if err != nil || res.Non2xx > 0 {
 			b.Fatalf("%s: %v %v", target, err, res)
 		}
