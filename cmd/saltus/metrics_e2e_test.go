@@ -35,7 +35,9 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	}
 	// The loop path hands a status code it has not counted before to a
 	// flusher, which creates its counter: wait for it.
-	waitFor(t, func() bool { return strings.Contains(s.adm(t, "GET", "/metrics", "").body, "saltus_backend_requests_total{") })
+	waitFor(t, func() bool {
+		return strings.Contains(s.adm(t, "GET", "/metrics", "").body, "saltus_backend_requests_total{")
+	})
 	a := s.adm(t, "GET", "/metrics", "")
 	if a.status != 200 || a.header.Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" {
 		t.Fatalf("/metrics: %d %q", a.status, a.header.Get("Content-Type"))
