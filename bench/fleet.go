@@ -8,14 +8,14 @@ import (
 	"net/url"
 
 	"github.com/saltus-lb/saltus/bench/vllmsim"
-	"github.com/saltus-lb/saltus/shard/serving"
+	"github.com/saltus-lb/saltus/dataplane"
 )
 
 // LocalFleet runs simulated engines and saltus in this process: every run
 // gets fresh (cold) engines and a fresh router.
 type LocalFleet struct {
 	Sim    vllmsim.Config // each engine's config
-	Serve  serving.Config // the router's; Listen, Backends and Policy are set per run
+	Serve  dataplane.Config // the router's; Listen, Backends and Policy are set per run
 	Logger *slog.Logger   // may be nil
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/saltus-lb/saltus/shard/serving"
+	"github.com/saltus-lb/saltus/dataplane"
 )
 
 // Saltus is a saltus serving path running in this process (no admin
@@ -15,17 +15,17 @@ import (
 type Saltus struct {
 	Addr    string // host:port of the data plane
 	Metrics *metrics.Set
-	path    *serving.Path
+	path    *dataplane.Path
 }
 
 // StartSaltus builds and starts a serving path from cfg (cfg.Listen
 // "127.0.0.1:0" picks a port). logger may be nil (discarded).
-func StartSaltus(cfg serving.Config, logger *slog.Logger) (*Saltus, error) {
+func StartSaltus(cfg dataplane.Config, logger *slog.Logger) (*Saltus, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	set := metrics.NewSet()
-	p, err := serving.Build(cfg, logger, set)
+	p, err := dataplane.Build(cfg, logger, set)
 	if err != nil {
 		return nil, err
 	}

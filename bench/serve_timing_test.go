@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/saltus-lb/saltus/shard/serving"
+	"github.com/saltus-lb/saltus/dataplane"
 )
 
 const llama3 = "../tokenpool/testdata/models/llama3/tokenizer.json.gz"
@@ -15,14 +15,14 @@ const llama3 = "../tokenpool/testdata/models/llama3/tokenizer.json.gz"
 // benchFleet starts an instant upstream and a saltus over it (Llama-3
 // tokenizer, 2 shards); the upstream's streamed answers are 16 events,
 // each its own chunk.
-func benchFleet(b *testing.B, mutate func(*serving.Config)) (*Upstream, *Saltus) {
+func benchFleet(b *testing.B, mutate func(*dataplane.Config)) (*Upstream, *Saltus) {
 	b.Helper()
 	up, err := StartUpstreamEvents("127.0.0.1:0", 16)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = up.Close(context.Background()) })
-	cfg := serving.DefaultConfig()
+	cfg := dataplane.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Backends = []string{"http://" + up.Addr}
 	cfg.Tokenizer = llama3

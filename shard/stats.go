@@ -29,7 +29,7 @@ type ShardStats struct {
 	Mailbox   int64 `json:"mailbox"`
 }
 
-// RouteStats returns a RouteStats (typed any, as shard/admin's Routes
+// RouteStats returns a RouteStats (typed any, as admin's Routes
 // interface wants). Any goroutine.
 func (r *Router) RouteStats() any { return r.routeStats() }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/bench/workload"
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/shard/serving"
+	"github.com/saltus-lb/saltus/dataplane"
 )
 
 // benchOptions is `saltus bench`'s configuration.
@@ -40,7 +40,7 @@ type benchOptions struct {
 	simf          simFlags
 	shards        int
 	// The prefix policy's knobs and the engine scrape of each saltus
-	// started (serving.Config's): to tune and compare them.
+	// started (dataplane.Config's): to tune and compare them.
 	scrape     time.Duration
 	loadSlack  float64
 	loadTokens int
@@ -73,7 +73,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
-	d := serving.DefaultConfig()
+	d := dataplane.DefaultConfig()
 	fs.DurationVar(&o.scrape, "scrape-interval", -1, "real `time` between saltus's scrapes of each engine's /metrics (waiting and running requests, KV usage and capacity: policy prefix's inputs); 0: off; -1: 1 s of simulated time (1s / --speedup, at least 10ms), as saltus serve's default of 1s on real engines")
 	fs.Float64Var(&o.loadSlack, "load-slack", d.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
 	fs.IntVar(&o.loadTokens, "load-tokens", d.LoadTokens, "saltus serve --load-tokens of each saltus started (policy prefix: prompt `tokens` one request in flight costs)")
@@ -125,7 +125,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 		wls = append(wls, w)
 	}
 	pols := benchPolicies(o.policies)
-	serve := serving.DefaultConfig()
+	serve := dataplane.DefaultConfig()
 	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
 	serve.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
 	serve.ScrapeInterval, serve.LoadSlack, serve.LoadTokens = o.scrapeInterval(), o.loadSlack, o.loadTokens

@@ -21,8 +21,8 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/shard/admin"
-	"github.com/saltus-lb/saltus/shard/serving"
+	"github.com/saltus-lb/saltus/admin"
+	"github.com/saltus-lb/saltus/dataplane"
 )
 
 // dataPlane is the serving path as the lifecycle drives it;
@@ -66,11 +66,11 @@ type servingPath struct {
 	close func(ctx context.Context) error
 }
 
-// buildDataPlane builds the serving path from cfg (shard/serving) and the
+// buildDataPlane builds the serving path from cfg (dataplane) and the
 // adapters the lifecycle and the admin listener use. Nothing listens when
 // it returns: the lifecycle starts the admin listener, then data.Start().
 func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*servingPath, error) {
-	p, err := serving.Build(cfg.servingConfig(), logger, set)
+	p, err := dataplane.Build(cfg.servingConfig(), logger, set)
 	if err != nil {
 		return nil, err
 	}

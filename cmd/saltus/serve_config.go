@@ -19,9 +19,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/shard/backend"
-	"github.com/saltus-lb/saltus/shard/serving"
+	"github.com/saltus-lb/saltus/dataplane"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -170,10 +170,10 @@ type serveConfig struct {
 }
 
 // defaultServeConfig returns the defaults: the serving path's from
-// serving.DefaultConfig, plus the keys only serve has. The flags' help and
+// dataplane.DefaultConfig, plus the keys only serve has. The flags' help and
 // saltus.example.yaml show the same values (a test checks the file).
 func defaultServeConfig() serveConfig {
-	d := serving.DefaultConfig()
+	d := dataplane.DefaultConfig()
 	return serveConfig{
 		Listen:             d.Listen,
 		AdminListen:        "127.0.0.1:9180",
@@ -247,7 +247,7 @@ func (c serveConfig) Validate() error {
 	}
 	names := map[string]int{}
 	for i, nu := range c.Backends {
-		name, u := serving.SplitBackend(nu)
+		name, u := dataplane.SplitBackend(nu)
 		if name != "" || strings.HasPrefix(nu, "=") {
 			if err := backend.CheckName(name); err != nil {
 				bad(fmt.Sprintf("backends[%d]", i), "%v", err)
@@ -258,7 +258,7 @@ func (c serveConfig) Validate() error {
 		}
 		if err := admin.CheckBackendURL(u); err != nil {
 			bad(fmt.Sprintf("backends[%d]", i), "%v", err)
-		} else if j := slices.IndexFunc(c.Backends[:i], func(o string) bool { _, ou := serving.SplitBackend(o); return ou == u }); j >= 0 {
+		} else if j := slices.IndexFunc(c.Backends[:i], func(o string) bool { _, ou := dataplane.SplitBackend(o); return ou == u }); j >= 0 {
 			bad(fmt.Sprintf("backends[%d]", i), "%q repeats backends[%d]", u, j)
 		}
 	}
@@ -365,9 +365,9 @@ func (c serveConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// servingConfig maps the serving keys onto serving.Config.
-func (c serveConfig) servingConfig() serving.Config {
-	return serving.Config{
+// servingConfig maps the serving keys onto dataplane.Config.
+func (c serveConfig) servingConfig() dataplane.Config {
+	return dataplane.Config{
 		Listen: c.Listen, Backends: c.Backends, Tokenizer: c.Tokenizer, ChatTemplate: c.ChatTemplate,
 		BlockSize: c.BlockSize, Shards: c.Shards, PinShards: c.PinShards, Policy: c.Policy,
 		MaxBody: int(c.MaxBody), MaxBodyValues: c.MaxBodyValues, MaxBodyDepth: c.MaxBodyDepth,

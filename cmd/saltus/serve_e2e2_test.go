@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/admin"
 )
 
 // More end-to-end tests of `saltus serve` (see serve_e2e_test.go for the

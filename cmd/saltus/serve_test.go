@@ -23,7 +23,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/rules/leakcheck"
-	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/admin"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }

@@ -1,9 +1,9 @@
-// Package serving builds saltus's serving path from one Config: the
+// Package dataplane builds saltus's serving path from one Config: the
 // tokenizer and chat template, the backend set, the reactor and the
 // router, wired together, plus the views the admin listener needs. Both
 // `saltus serve` and the benchmark (which runs saltus in-process, a
 // router per policy) build it here.
-package serving
+package dataplane
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/shard/admin"
+	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
