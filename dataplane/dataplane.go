@@ -3,6 +3,12 @@
 // router, wired together, plus the views the admin listener needs. Both
 // `saltus serve` and the benchmark (which runs saltus in-process, a
 // router per policy) build it here.
+//
+// Concurrency: a Path holds no state of its own once built; what it wires
+// keeps its owners (the reactor's loops own their connections and the
+// router's shards, the backend set its proxy goroutines and probes; see
+// each package). Build, Start and Close run on the caller's goroutine,
+// never on a loop.
 package dataplane
 
 import (

@@ -1,6 +1,7 @@
 // Package httplex holds the HTTP/1.1 lexical checks that both of saltus's
 // HTTP parsers use: the reactor's request parser and the backend's
-// response parser on the event loops.
+// response parser on the event loops. Pure functions without state: any
+// goroutine.
 package httplex
 
 // IsToken reports whether s is a non-empty RFC 9110 token (a header name,
