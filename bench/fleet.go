@@ -14,9 +14,9 @@ import (
 // LocalFleet runs simulated engines and saltus in this process: every run
 // gets fresh (cold) engines and a fresh router.
 type LocalFleet struct {
-	Sim    vllmsim.Config // each engine's config
+	Sim    vllmsim.Config   // each engine's config
 	Serve  dataplane.Config // the router's; Listen, Backends and Policy are set per run
-	Logger *slog.Logger   // may be nil
+	Logger *slog.Logger     // may be nil
 }
 
 type closers []func(context.Context) error

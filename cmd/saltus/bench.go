@@ -19,8 +19,8 @@ import (
 	"github.com/saltus-lb/saltus/bench"
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/bench/workload"
-	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/shard"
 )
 
 // benchOptions is `saltus bench`'s configuration.

@@ -17,12 +17,12 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/admin"
+	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/admin"
-	"github.com/saltus-lb/saltus/dataplane"
 )
 
 // dataPlane is the serving path as the lifecycle drives it;

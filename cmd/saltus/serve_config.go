@@ -18,10 +18,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/admin"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/shard/backend"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 )
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/saltus-lb/saltus/rules/leakcheck"
 	"github.com/saltus-lb/saltus/admin"
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
