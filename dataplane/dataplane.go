@@ -213,6 +213,9 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	scfg.Pool.TokenBudget = cfg.TokenBudget
 	scfg.LearnFromUsage = cfg.LearnFromUsage
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
+	if err == nil {
+		router.UsePoster(srv.Poster)
+	}
 	if err != nil {
 		bset.Close()
 		return nil, err

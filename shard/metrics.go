@@ -26,7 +26,7 @@ func init() {
 		"saltus_route_client_gone_total":                "Requests whose client left before they were routed (nothing forwarded).",
 		"saltus_shard_mailbox_overflow_total":           "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
 		"saltus_shard_mailbox_depth":                    "Messages queued in each shard's mailbox, by shard.",
-		"saltus_shard_tokenizer_completions_lost_total": "Tokenizer completions dropped because their loop's mailbox stayed full for 1 s, or the router had closed (the request gets no answer until its client leaves).",
+		"saltus_shard_tokenizer_completions_lost_total": "Tokenizer completions dropped: the router had closed, or (only without the reactor's unrefused posts, in tests) their loop's mailbox stayed full for 1 s; the request gets no answer until its client leaves.",
 		"saltus_request_body_refused_total":             "Chat and completion bodies refused before they were decoded, by reason: too_many_values (over --max-body-values, 413), too_deep (over --max-body-depth, 413), invalid_json (400).",
 		"saltus_shard_decode_offloop_total":             "Bodies over 64 KiB decoded and rendered on a decode worker instead of their event loop.",
 		"saltus_shard_decode_queue_full_total":          "Large bodies refused with 503 because the decode workers' queue was full.",

@@ -72,6 +72,7 @@ type Router struct {
 	tmpl   *chat.Renderer // never nil: the none rendering when none is given
 	pool   *tokenpool.Pool
 	post   func(loop int, fn func()) bool
+	posts  []func(func()) // UsePoster's, per loop; nil: completions go through post
 	shards []*shardState
 	logger *slog.Logger
 	m      *routerMetrics
@@ -231,15 +232,30 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	return r, nil
 }
 
-// postCompletion hands a tokenizer completion to loop i. The pool needs
-// every completion to run exactly once, so a full mailbox is retried here,
-// on the worker that posts (never a loop), for up to a second: the
-// worker stalls, which is the backpressure the full loop asks for. After
-// that, or once the Router is closed, the completion is dropped and
-// counted: its request gets no answer until its client leaves. The
-// reactor's MailboxSize is meant to keep this from happening (Config's
-// MailboxDepth).
+// UsePoster gives the Router the reactor's unrefused posts
+// (reactor.Server.Poster) for the completions of its off-loop work (the
+// tokenizer's, the decode workers'), which are bounded where they start
+// (tokenpool's MaxInFlight per shard, the decode budget) and must each
+// run exactly once. Call it before the loops serve. Any goroutine.
+func (r *Router) UsePoster(poster func(loop int) func(func())) {
+	r.posts = make([]func(func()), len(r.shards))
+	for i := range r.posts {
+		r.posts[i] = poster(i)
+	}
+}
+
+// postCompletion hands a completion of off-loop work to loop i, exactly
+// once: through UsePoster's post, which never refuses while the loops
+// run. Without one (tests with their own post), a full mailbox is
+// retried on the worker that posts (never a loop) for up to a second,
+// then the completion is dropped and counted
+// (saltus_shard_tokenizer_completions_lost_total): its request gets no answer
+// until its client leaves.
 func (r *Router) postCompletion(i int, fn func()) {
+	if r.posts != nil {
+		r.posts[i](fn)
+		return
+	}
 	deadline := time.Now().Add(time.Second)
 	for !r.post(i, fn) {
 		if r.closed.Load() || time.Now().After(deadline) {
