@@ -268,19 +268,19 @@ func (j *job) keyed(res *tokenpool.Result) {
 		n := -c.Off
 		for i := c.Seg; i < len(j.texts); i++ {
 			n += len(j.texts[i])
-			if j.msgEnd[i] && n/tokenpool.ByteBlockBytes > 0 {
-				j.bounds = append(j.bounds, nTok+n/tokenpool.ByteBlockBytes)
+			if j.msgEnd[i] && n/tree.ByteBlockBytes > 0 {
+				j.bounds = append(j.bounds, nTok+n/tree.ByteBlockBytes)
 			}
 		}
 	default:
 		// No tokenizer, or this request bailed out: keys of 64-byte
 		// blocks of the rendered text, boundaries where messages end.
-		j.keys = tokenpool.ByteBlockKeys(j.keyArr[:0], tokenpool.ByteBlockSeed(j.seedModel()), j.texts...)
+		j.keys = tree.ByteBlockKeys(j.keyArr[:0], tree.ByteBlockSeed(j.seedModel()), j.texts...)
 		n := 0
 		for i, t := range j.texts {
 			n += len(t)
-			if j.msgEnd[i] && n/tokenpool.ByteBlockBytes > 0 {
-				j.bounds = append(j.bounds, n/tokenpool.ByteBlockBytes)
+			if j.msgEnd[i] && n/tree.ByteBlockBytes > 0 {
+				j.bounds = append(j.bounds, n/tree.ByteBlockBytes)
 			}
 		}
 	}

@@ -181,7 +181,7 @@ func lastSafe(s string, i int) int {
 
 // TailKeys appends to dst the keys of a request cut by the budget (r.Cut.On
 // with r.Reason ReasonNone): the token keys, tree.BlockKeys(dst, seed,
-// r.IDs, blockSize), then byte-block keys (see ByteBlockKeys) of the text
+// r.IDs, blockSize), then byte-block keys (see tree.ByteBlockKeys) of the text
 // from the cut on, segs[r.Cut.Seg][r.Cut.Off:] and the segments after it,
 // chained to the token keys and to the ids of their partial last block, so
 // that every key still names its whole prefix. It returns the extended
@@ -196,26 +196,26 @@ func TailKeys(dst []uint64, seed uint64, r *Result, segs []string, blockSize int
 	}
 	// A distinct chain from here on: the tail's first key differs from
 	// any token key of the same prefix.
-	st ^= byteBlockDomain
+	st ^= tree.ByteBlockDomain
 	if rest := r.IDs[nTok*blockSize:]; len(rest) > 0 {
 		var one [1]uint64
 		st = tree.ContinueSeed(tree.BlockKeys(one[:0], st, rest, len(rest))[0])
 	}
 	tail := segs[r.Cut.Seg:]
 	first := tail[0][r.Cut.Off:]
-	// ByteBlockKeys over first, then the rest, without building a slice.
+	// tree.ByteBlockKeys over first, then the rest, without building a slice.
 	dst = byteBlockKeys2(dst, st, first, tail[1:])
 	return dst, nTok
 }
 
-// byteBlockKeys2 is ByteBlockKeys(dst, seed, append([]string{first},
+// byteBlockKeys2 is tree.ByteBlockKeys(dst, seed, append([]string{first},
 // rest...)...) without the allocation.
 func byteBlockKeys2(dst []uint64, seed uint64, first string, rest []string) []uint64 {
-	var h byteHasher
-	h.init(dst, seed)
-	h.write(first)
+	var h tree.ByteHasher
+	h.Init(dst, seed)
+	h.Write(first)
 	for _, s := range rest {
-		h.write(s)
+		h.Write(s)
 	}
-	return h.finish()
+	return h.Finish()
 }

@@ -18,7 +18,7 @@
 //  3. the loop itself, for at most Config.LocalMaxBytes of missing text,
 //     if it wins the pool's single local permit (try only, never wait);
 //  4. give up: the Result's Reason says why, and the caller keys the
-//     request with [ByteBlockKeys] over its rendered text. A job over
+//     request with tree.ByteBlockKeys over its rendered text. A job over
 //     Config.MaxJobBytes gives up at once.
 //
 // Before that, a request whose text costs more than Config.TokenBudget
@@ -35,7 +35,7 @@
 //
 // Without a tokenizer the pool runs in byte-block mode: every request gets
 // ReasonNoTokenizer and is keyed by 64-byte blocks of its rendered text
-// ([ByteBlockKeys], whose scheme byteblock.go documents).
+// (tree.ByteBlockKeys, whose scheme tree/bytekeys.go documents).
 //
 // # Concurrency
 //

@@ -32,7 +32,7 @@ func ExampleShard_Tokenize() {
 	model := "meta-llama/Meta-Llama-3-8B-Instruct"
 	keys := func(r tokenpool.Result, segs []string) []uint64 {
 		if r.Reason != tokenpool.ReasonNone {
-			return tokenpool.ByteBlockKeys(nil, tokenpool.ByteBlockSeed(model), segs...)
+			return tree.ByteBlockKeys(nil, tree.ByteBlockSeed(model), segs...)
 		}
 		return tree.BlockKeys(nil, tree.ModelSeed(model), r.IDs, tree.DefaultBlockSize)
 	}

@@ -31,7 +31,7 @@ type Result struct {
 	// space (stage 9 learns a key at each).
 	Ends []int
 	// Reason is ReasonNone, or why there are no ids: then the caller keys
-	// the request with ByteBlockKeys over its rendered text.
+	// the request with tree.ByteBlockKeys over its rendered text.
 	Reason Reason
 	// Path says where the misses were tokenized (for X-Saltus-Route and
 	// tests).

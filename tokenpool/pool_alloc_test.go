@@ -3,6 +3,7 @@
 package tokenpool
 
 import (
+	"github.com/saltus-lb/saltus/tree"
 	"strings"
 	"testing"
 )
@@ -30,10 +31,10 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	keys := make([]uint64, 0, 1024)
 	text := strings.Repeat("x", 40000)
-	seed := ByteBlockSeed("m")
+	seed := tree.ByteBlockSeed("m")
 	if n := testing.AllocsPerRun(100, func() {
-		keys = ByteBlockKeys(keys[:0], seed, chatSegs...)
-		keys = ByteBlockKeys(keys[:0], seed, text)
+		keys = tree.ByteBlockKeys(keys[:0], seed, chatSegs...)
+		keys = tree.ByteBlockKeys(keys[:0], seed, text)
 	}); n != 0 {
 		t.Errorf("ByteBlockKeys: %v allocs per run, want 0", n)
 	}

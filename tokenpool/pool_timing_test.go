@@ -3,6 +3,7 @@ package tokenpool
 import (
 	"context"
 	"fmt"
+	"github.com/saltus-lb/saltus/tree"
 	"strings"
 	"testing"
 )
@@ -100,7 +101,7 @@ func BenchmarkEncodeTurn(b *testing.B) {
 }
 
 func BenchmarkByteBlockKeys(b *testing.B) {
-	seed := ByteBlockSeed("m")
+	seed := tree.ByteBlockSeed("m")
 	for _, n := range []int{1 << 10, 16 << 10, 256 << 10} {
 		text := strings.Repeat("0123456789abcdef", n/16)
 		b.Run(fmt.Sprintf("one/%dKiB", n>>10), func(b *testing.B) {
@@ -108,7 +109,7 @@ func BenchmarkByteBlockKeys(b *testing.B) {
 			b.SetBytes(int64(n))
 			b.ReportAllocs()
 			for b.Loop() {
-				keys = ByteBlockKeys(keys[:0], seed, text)
+				keys = tree.ByteBlockKeys(keys[:0], seed, text)
 			}
 		})
 	}
@@ -117,7 +118,7 @@ func BenchmarkByteBlockKeys(b *testing.B) {
 		b.SetBytes(textBytes(chatSegs))
 		b.ReportAllocs()
 		for b.Loop() {
-			keys = ByteBlockKeys(keys[:0], seed, chatSegs...)
+			keys = tree.ByteBlockKeys(keys[:0], seed, chatSegs...)
 		}
 	})
 }

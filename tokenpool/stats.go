@@ -32,7 +32,7 @@ func init() {
 }
 
 // Reason says why a request has no token ids: the caller keys it with
-// [ByteBlockKeys] instead.
+// tree.ByteBlockKeys instead.
 type Reason uint8
 
 const (

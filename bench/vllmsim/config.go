@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/tree"
 )
 
 // Profile is an engine's timing and capacity: one model on one GPU. Step
@@ -172,9 +172,9 @@ func (c Config) Validate() error {
 	}
 	if c.BlockSize < 1 || c.BlockSize > maxBlockSize || c.BlockSize&(c.BlockSize-1) != 0 {
 		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.BlockSize)
-	} else if c.Tokenizer == "" && c.BlockSize != tokenpool.ByteBlockBytes/4 {
+	} else if c.Tokenizer == "" && c.BlockSize != tree.ByteBlockBytes/4 {
 		bad("block-size", "must be %d without a tokenizer (byte-block mode: a block is %d bytes of text, 4 bytes a token), got %d",
-			tokenpool.ByteBlockBytes/4, tokenpool.ByteBlockBytes, c.BlockSize)
+			tree.ByteBlockBytes/4, tree.ByteBlockBytes, c.BlockSize)
 	}
 	if c.KVTokens < c.BlockSize || c.KVTokens > maxKVTokens {
 		bad("kv-tokens", "must be between one block (%d) and %d, got %d", c.BlockSize, maxKVTokens, c.KVTokens)

@@ -73,7 +73,7 @@
 // Without a tokenizer (byte-block mode) messages render with template
 // none, and the rendered text counts one token per 4 bytes, rounded up
 // (/tokenize shows each 4 bytes as a little-endian id, the last
-// zero-padded). Its blocks are tokenpool.ByteBlockKeys: 64-byte blocks of
+// zero-padded). Its blocks are tree.ByteBlockKeys: 64-byte blocks of
 // the text, 16 such tokens each, the very blocks `saltus serve` keys in
 // byte-block mode, so the router's predicted blocks and the engine's
 // cached blocks are the same ones. BlockSize must then be 16.

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 
-	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 	"github.com/saltus-lb/saltus/tree"
@@ -20,7 +19,7 @@ type prompter struct {
 	tok       *tokenizer.Tokenizer // nil: byte-block mode
 	tmpl      *chat.Renderer       // chat.None without a tokenizer
 	tokenSeed uint64               // tree.ModelSeed(model): token-id chains
-	byteSeed  uint64               // tokenpool.ByteBlockSeed(model): byte-block chains
+	byteSeed  uint64               // tree.ByteBlockSeed(model): byte-block chains
 	blockSize int
 }
 
@@ -28,7 +27,7 @@ type prompter struct {
 // does (chat.Load: the template named, or detected, or none with a
 // warning).
 func newPrompter(cfg Config, logger *slog.Logger) (*prompter, error) {
-	p := &prompter{tokenSeed: tree.ModelSeed(cfg.Model), byteSeed: tokenpool.ByteBlockSeed(cfg.Model), blockSize: cfg.BlockSize}
+	p := &prompter{tokenSeed: tree.ModelSeed(cfg.Model), byteSeed: tree.ByteBlockSeed(cfg.Model), blockSize: cfg.BlockSize}
 	if cfg.Tokenizer == "" {
 		if cfg.ChatTemplate != "" && cfg.ChatTemplate != chat.None {
 			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", cfg.ChatTemplate)
@@ -120,7 +119,7 @@ func (p *prompter) encode(r *request, wantIDs bool) (tokenized, *apiError) {
 }
 
 // byteBlocks is byte-block mode: the rendered text read as one token per
-// 4 bytes (the last one zero-padded), keyed by tokenpool.ByteBlockKeys
+// 4 bytes (the last one zero-padded), keyed by tree.ByteBlockKeys
 // (64-byte blocks of the text, 16 pseudo-tokens each), exactly as
 // `saltus serve` keys it without a tokenizer.
 func (p *prompter) byteBlocks(texts []string, wantIDs bool) tokenized {
@@ -128,7 +127,7 @@ func (p *prompter) byteBlocks(texts []string, wantIDs bool) tokenized {
 	for _, s := range texts {
 		n += len(s)
 	}
-	t := tokenized{n: (n + 3) / 4, keys: tokenpool.ByteBlockKeys(nil, p.byteSeed, texts...)}
+	t := tokenized{n: (n + 3) / 4, keys: tree.ByteBlockKeys(nil, p.byteSeed, texts...)}
 	h := fnv.New64a()
 	for _, s := range texts {
 		h.Write([]byte(s)) // never fails

@@ -1,4 +1,4 @@
-package tokenpool
+package tree
 
 import (
 	"encoding/binary"
@@ -6,19 +6,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/saltus-lb/saltus/tree"
 )
 
 // packRef is the scheme's definition, written plainly: the whole text as
-// little-endian pseudo-ids, keyed in one tree.BlockKeys call.
+// little-endian pseudo-ids, keyed in one BlockKeys call.
 func packRef(seed uint64, text string) []uint64 {
 	b := []byte(text)
 	ids := make([]int32, len(b)/4)
 	for i := range ids {
 		ids[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
 	}
-	return tree.BlockKeys(nil, seed, ids, 16)
+	return BlockKeys(nil, seed, ids, 16)
 }
 
 func TestByteBlockKeysMatchesDefinition(t *testing.T) {
@@ -56,7 +54,7 @@ func TestByteBlockKeysMatchesDefinition(t *testing.T) {
 func TestByteBlockKeysProperties(t *testing.T) {
 	t.Parallel()
 	m := "meta-llama/Meta-Llama-3-8B-Instruct"
-	if ByteBlockSeed(m) == tree.ModelSeed(m) {
+	if ByteBlockSeed(m) == ModelSeed(m) {
 		t.Fatal("byte-block seed equals the token seed")
 	}
 	seed := ByteBlockSeed(m)

@@ -1,11 +1,8 @@
-package tokenpool
+package tree
 
 import (
-	"encoding/binary"
 	"math/bits"
 	"unsafe"
-
-	"github.com/saltus-lb/saltus/tree"
 )
 
 // Byte-block mode: what the router keys on when it has no token ids, either
@@ -15,9 +12,9 @@ import (
 //
 // The scheme: the rendered text (the concatenation of a request's segments)
 // is read as pseudo-ids, pseudo-id k being bytes 4k..4k+3 as a little-endian
-// uint32, and keyed with tree.BlockKeys in blocks of 16 pseudo-ids, so one
+// uint32, and keyed with BlockKeys in blocks of 16 pseudo-ids, so one
 // block is 64 bytes of text and its hash is the hash of exactly those bytes.
-// The seed is [ByteBlockSeed], not tree.ModelSeed, so byte-block chains do
+// The seed is [ByteBlockSeed], not ModelSeed, so byte-block chains do
 // not share keys with token chains of the same model. As in token mode a
 // key names its whole prefix, and the partial last block (under 64 bytes)
 // has no key. Byte blocks do not match what an engine caches (its blocks
@@ -29,50 +26,51 @@ import (
 // text: 16 pseudo-ids of 4 bytes.
 const ByteBlockBytes = 64
 
-// byteBlockDomain separates byte-block seeds from token seeds (an arbitrary
-// odd constant; part of the wire format, like tree's).
-const byteBlockDomain = 0xb7e1_5162_8aed_2a6b
+// ByteBlockDomain separates byte-block seeds from token seeds (an arbitrary
+// odd constant; part of the wire format, like ModelSeed's): XORed into a
+// seed, it starts a byte-block chain.
+const ByteBlockDomain = 0xb7e1_5162_8aed_2a6b
 
 // ByteBlockSeed returns the seed of a model's byte-block chains:
-// tree.ModelSeed(model) XOR a fixed constant, so it differs from the model's
+// ModelSeed(model) XOR a fixed constant, so it differs from the model's
 // token-mode seed. Any goroutine.
-func ByteBlockSeed(model string) uint64 { return tree.ModelSeed(model) ^ byteBlockDomain }
+func ByteBlockSeed(model string) uint64 { return ModelSeed(model) ^ ByteBlockDomain }
 
-// chunkIDs is how many pseudo-ids ByteBlockKeys hashes per tree.BlockKeys
+// chunkIDs is how many pseudo-ids ByteBlockKeys hashes per BlockKeys
 // call: 4 KiB of text in a stack buffer; chunks chain through
-// tree.ContinueSeed, so the keys do not depend on it.
+// ContinueSeed, so the keys do not depend on it.
 const chunkIDs = 1024
 
-// littleEndian: int32s in memory are their little-endian bytes, so text
-// copied into an []int32 is already its pseudo-ids.
-var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+// On a little-endian machine (keys.go's littleEndian) int32s in memory
+// are their little-endian bytes, so text copied into an []int32 is
+// already its pseudo-ids.
 
 // ByteBlockKeys appends to dst the byte-block keys of the concatenation of
 // text (for a chat request: its rendered segments, in order), one per full
 // 64-byte block, and returns the extended slice. The keys equal
-// tree.BlockKeys(dst, seed, pseudo-ids, 16) over the packed text (see the
+// BlockKeys(dst, seed, pseudo-ids, 16) over the packed text (see the
 // scheme above). It allocates only if dst lacks capacity. Any goroutine.
 func ByteBlockKeys(dst []uint64, seed uint64, text ...string) []uint64 {
-	var h byteHasher
-	h.init(dst, seed)
+	var h ByteHasher
+	h.Init(dst, seed)
 	for _, s := range text {
-		h.write(s)
+		h.Write(s)
 	}
-	return h.finish()
+	return h.Finish()
 }
 
-// byteHasher is ByteBlockKeys as a stream of strings, for callers whose
+// ByteHasher is ByteBlockKeys as a stream of strings, for callers whose
 // text is not one slice (TailKeys). Its buffer is on the caller's stack.
-type byteHasher struct {
+type ByteHasher struct {
 	buf  [chunkIDs]int32
 	nb   int // bytes in buf
 	seed uint64
 	dst  []uint64
 }
 
-func (h *byteHasher) init(dst []uint64, seed uint64) { h.dst, h.seed, h.nb = dst, seed, 0 }
+func (h *ByteHasher) Init(dst []uint64, seed uint64) { h.dst, h.seed, h.nb = dst, seed, 0 }
 
-func (h *byteHasher) write(s string) {
+func (h *ByteHasher) Write(s string) {
 	// The buffer's bytes, written by copy: packing text into pseudo-ids
 	// is a memmove. Packing 4 bytes at a time in Go ran at ~2 GB/s on
 	// 16 KiB here, this at ~8 GB/s (BenchmarkByteBlockKeys). Only this
@@ -85,13 +83,13 @@ func (h *byteHasher) write(s string) {
 		s = s[k:]
 		if h.nb == len(b) {
 			h.dst = hashChunk(h.dst, h.seed, h.buf[:])
-			h.seed, h.nb = tree.ContinueSeed(h.dst[len(h.dst)-1]), 0
+			h.seed, h.nb = ContinueSeed(h.dst[len(h.dst)-1]), 0
 		}
 	}
 }
 
 // finish returns dst with the keys of every full block written.
-func (h *byteHasher) finish() []uint64 {
+func (h *ByteHasher) Finish() []uint64 {
 	// The partial block, and a partial pseudo-id, have no key.
 	return hashChunk(h.dst, h.seed, h.buf[:h.nb/4])
 }
@@ -102,5 +100,5 @@ func hashChunk(dst []uint64, seed uint64, ids []int32) []uint64 {
 			ids[i] = int32(bits.ReverseBytes32(uint32(id)))
 		}
 	}
-	return tree.BlockKeys(dst, seed, ids, ByteBlockBytes/4)
+	return BlockKeys(dst, seed, ids, ByteBlockBytes/4)
 }
