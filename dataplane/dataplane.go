@@ -215,6 +215,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
 	if err == nil {
 		router.UsePoster(srv.Poster)
+		srv.OnSweep(router.Tick) // each loop's one tick: the loop path's deadlines, the shard's maintenance
 	}
 	if err != nil {
 		bset.Close()

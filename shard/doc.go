@@ -59,12 +59,13 @@
 //     hot path; each loop cycles (or draws) on its own.
 //   - The backend list is backend.Set's immutable snapshot; in-flight
 //     counts and health are its atomics, read once per decision.
-//   - Tree maintenance: one goroutine ("shard.maintain") posts, every
-//     MaintainInterval, one bounded step (MaintainBudget slots of
-//     tree.Maintain, backends removed from the Set forgotten, gauges
-//     published) to each loop, at most one outstanding per loop. A ticker
-//     rather than work on each request: the cost is off the request path
-//     and independent of traffic.
+//   - Each loop's one tick (Router.Tick, run by the reactor's OnSweep
+//     every 50 ms on that loop) drives the loop path's deadlines and idle
+//     upstream connections (backend.Set.Tick) and, every
+//     MaintainInterval, the shard's maintenance step (MaintainBudget slots
+//     of tree.Maintain, backends removed from the Set forgotten, gauges
+//     published): no goroutine and no message of its own, off the request
+//     path and independent of traffic.
 //   - GET /v1/models waits on the network, so it is queued (bounded,
 //     overflow 503) to two goroutines of the Router's rules.Group.
 //   - A chat or completion body over Config.OffloopBytes is decoded and

@@ -29,7 +29,8 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 type fakeLoops struct {
 	qs      []chan func()
 	group   *rules.Group
-	refused atomic.Int64 // posts refused by a full queue
+	refused atomic.Int64                         // posts refused by a full queue
+	tick    atomic.Pointer[func(int, time.Time)] // run on each loop every 5 ms, as the reactor's OnSweep
 }
 
 func newFakeLoops(n, queue int) *fakeLoops {
@@ -38,10 +39,16 @@ func newFakeLoops(n, queue int) *fakeLoops {
 		q := make(chan func(), queue)
 		l.qs = append(l.qs, q)
 		l.group.Go(fmt.Sprintf("test.loop/%d", i), func(ctx context.Context) {
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
 			for {
 				select {
 				case fn := <-q:
 					fn()
+				case now := <-t.C:
+					if tick := l.tick.Load(); tick != nil {
+						(*tick)(i, now)
+					}
 				case <-ctx.Done():
 					return
 				}
@@ -190,6 +197,8 @@ func (u *fakeUpstream) state(b *backend.Backend) (int64, bool) {
 
 func (u *fakeUpstream) Snapshot() []*backend.Backend { return *u.snap.Load() }
 
+func (u *fakeUpstream) Tick(int, time.Time) {}
+
 func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool {
 	if u.quiet.Load() {
 		return true
@@ -326,6 +335,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.r = r
+	tick := r.Tick
+	e.loops.tick.Store(&tick)
 	t.Cleanup(func() {
 		if err := r.Close(context.Background()); err != nil {
 			t.Error(err)

@@ -37,6 +37,9 @@ type upstream interface {
 	LoopIO() bool
 	ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool
 	Models(ctx context.Context) ([]byte, error)
+	// Tick: the loop path's deadlines and idle connections, on each loop's
+	// tick (backend.Set.Tick).
+	Tick(loop int, now time.Time)
 }
 
 // backendState reads a backend's in-flight count and routability; a field
@@ -110,7 +113,7 @@ type shardState struct {
 
 	// Any goroutine.
 	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
-	maintaining atomic.Bool  // a maintenance step is posted
+	maintained  time.Time    // the last maintenance step; owned by the loop
 	nodes       atomic.Int64 // tree gauges, published by the loop
 	blocks      atomic.Int64
 	evictions   atomic.Int64
@@ -222,7 +225,6 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	set.RegisterMetricsWriter(r.writeMetrics)
 	set.RegisterMetricsWriter(r.rs.writeMetrics)
-	r.group.Go("shard.maintain", r.maintainLoop)
 	for i := range modelsWorkers {
 		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
 	}
@@ -393,25 +395,19 @@ func (sh *shardState) publish() {
 	sh.evictions.Store(int64(ev))
 }
 
-// maintainLoop posts a bounded maintenance step to every loop each
-// MaintainInterval (at most one outstanding per loop).
-func (r *Router) maintainLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.MaintainInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, sh := range r.shards {
-			if sh.maintaining.Swap(true) {
-				continue
-			}
-			if !r.postTo(sh.id, func() { r.maintain(sh) }) {
-				sh.maintaining.Store(false)
-			}
-		}
+// Tick is loop's tick: the reactor runs it on each loop every 50 ms
+// (reactor.Server.OnSweep). It drives the loop path's deadlines and idle
+// upstream connections, and each MaintainInterval the shard's
+// maintenance step: no goroutine of its own, no message. Loop only
+// (loop's).
+func (r *Router) Tick(loop int, now time.Time) {
+	r.up.Tick(loop, now)
+	if loop < 0 || loop >= len(r.shards) {
+		return
+	}
+	if sh := r.shards[loop]; now.Sub(sh.maintained) >= r.cfg.MaintainInterval {
+		sh.maintained = now
+		r.maintain(sh)
 	}
 }
 
@@ -427,7 +423,6 @@ func indexOfBackend(snap []*backend.Backend, id int) int {
 // maintain is one maintenance step on sh's loop: forget removed backends,
 // clean up at most MaintainBudget tree slots, publish the gauges.
 func (r *Router) maintain(sh *shardState) {
-	defer sh.maintaining.Store(false)
 	snap := r.up.Snapshot()
 	for id := range sh.known {
 		if indexOfBackend(snap, id) < 0 {

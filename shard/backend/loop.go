@@ -42,7 +42,6 @@ type Loops interface {
 	Loops() int
 	DialUpstream(loop int, addr string, timeout time.Duration, h reactor.UpstreamHandler) (*reactor.Upstream, error)
 	Post(loop int, fn func()) bool
-	OnSweep(fn func(loop int, now time.Time))
 	Running() bool
 }
 
@@ -70,8 +69,8 @@ var errClosedBeforeHead = errors.New("the upstream closed the connection before 
 
 // UseLoops attaches the reactor's loops: from then on ForwardOnLoop works
 // (if Config.LoopIO is set, LoopIO reports true). Call it once, after
-// NewSet and before the loops start (it sets their sweep hook). Any
-// goroutine.
+// NewSet and before the loops start; each loop must then call Tick
+// every ~50 ms (the Router's tick does). Any goroutine.
 func (s *Set) UseLoops(l Loops) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,7 +83,6 @@ func (s *Set) UseLoops(l Loops) {
 		s.lstates = append(s.lstates, &loopState{s: s, idx: i, pools: map[*Backend]*connPool{}, active: map[*loopReq]struct{}{}})
 	}
 	s.lp = l
-	l.OnSweep(s.sweep)
 	s.samples = make(chan []sample, 4*n)
 	if s.spawn(s.watchWorkers, s.flushSamples) {
 		return
@@ -696,9 +694,11 @@ func (lr *loopReq) finish(now time.Time) {
 	lr.req.ReleaseBody()
 }
 
-// sweep is the reactor's per-loop sweep hook: deadlines, clients gone,
-// idle connections, the metrics batch. Loop only.
-func (s *Set) sweep(loop int, now time.Time) {
+// Tick is the loop path's share of its loop's tick (the Router's,
+// driven by reactor.Server.OnSweep every 50 ms): deadlines, clients gone,
+// idle connections, the metrics batch. Whoever calls UseLoops must call
+// it on each loop. Loop only (loop's).
+func (s *Set) Tick(loop int, now time.Time) {
 	if loop >= len(s.lstates) {
 		return
 	}

@@ -48,6 +48,7 @@ func newLoopEnv(t *testing.T, edit func(*Config)) *loopEnv {
 	}
 	e.srv = srv
 	s.UseLoops(srv)
+	srv.OnSweep(s.Tick)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
