@@ -112,11 +112,11 @@ type shardState struct {
 	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
 
 	// Any goroutine.
-	mailbox     atomic.Int64 // posted to this loop by the Router, not yet run
-	maintained  time.Time    // the last maintenance step; owned by the loop
-	nodes       atomic.Int64 // tree gauges, published by the loop
-	blocks      atomic.Int64
-	evictions   atomic.Int64
+	mailbox    atomic.Int64 // posted to this loop by the Router, not yet run
+	maintained time.Time    // the last maintenance step; owned by the loop
+	nodes      atomic.Int64 // tree gauges, published by the loop
+	blocks     atomic.Int64
+	evictions  atomic.Int64
 }
 
 // decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
