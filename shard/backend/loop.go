@@ -217,7 +217,7 @@ func (lr *loopReq) attempt(now time.Time) {
 	lr.b = b
 	b.inFlight.Add(1)
 	lr.t0 = now
-	lr.setDeadline(now)
+	lr.setDeadline(now, lr.s.cfg.FirstByteTimeout)
 	lr.stale = false
 	c, err := lr.ls.conn(b, false)
 	if err != nil {
@@ -227,10 +227,11 @@ func (lr *loopReq) attempt(now time.Time) {
 	lr.use(c)
 }
 
-// setDeadline sets the current deadline FirstByteTimeout after now,
-// unless the request's own (RequestTimeout) comes first.
-func (lr *loopReq) setDeadline(now time.Time) {
-	lr.deadline = now.Add(lr.s.cfg.FirstByteTimeout)
+// setDeadline sets the current deadline d after now (FirstByteTimeout,
+// or StreamIdleTimeout once a stream flows), unless the request's own
+// (RequestTimeout) comes first.
+func (lr *loopReq) setDeadline(now time.Time, d time.Duration) {
+	lr.deadline = now.Add(d)
 	if !lr.reqEnd.IsZero() && lr.reqEnd.Before(lr.deadline) {
 		lr.deadline = lr.reqEnd
 	}
@@ -409,7 +410,7 @@ func (c *upConn) OnUpstreamData(_ *reactor.Upstream, data []byte) int {
 	case lr.headSeen:
 		// The body is on its way: FirstByteTimeout now bounds the
 		// silence between two reads (RequestTimeout the whole).
-		lr.setDeadline(now)
+		lr.setDeadline(now, lr.s.cfg.FirstByteTimeout)
 	}
 	return len(data)
 }

@@ -59,17 +59,8 @@ func (lr *loopReq) startStream(c *upConn, now time.Time) bool {
 		lr.clientGone()
 		return false
 	}
-	lr.setIdle(now)
+	lr.setDeadline(now, lr.s.cfg.StreamIdleTimeout)
 	return true
-}
-
-// setIdle sets the deadline StreamIdleTimeout after now, unless the
-// request's own comes first.
-func (lr *loopReq) setIdle(now time.Time) {
-	lr.deadline = now.Add(lr.s.cfg.StreamIdleTimeout)
-	if !lr.reqEnd.IsZero() && lr.reqEnd.Before(lr.deadline) {
-		lr.deadline = lr.reqEnd
-	}
 }
 
 // streamData relays what the parser de-chunked from a read of c, then
@@ -96,7 +87,7 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 			lr.clientGone()
 			return
 		}
-		lr.setIdle(now)
+		lr.setDeadline(now, lr.s.cfg.StreamIdleTimeout)
 	}
 	switch {
 	case perr != nil:
