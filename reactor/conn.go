@@ -117,7 +117,7 @@ func (c *conn) onTraffic(now time.Time) {
 				c.headStart = time.Time{}
 				if c.prog.expect100 && !c.sentCont && len(c.queue) == 0 {
 					c.sentCont = true
-					_, _ = c.gc.Write(continue100) // a failed write closes the conn; OnClose follows
+					c.send(continue100)
 				}
 			}
 			return
@@ -240,7 +240,7 @@ func (c *conn) deliver(x *Exchange, b []byte, last, abort bool) {
 	}
 	if len(c.queue) > 0 && c.queue[0] == x {
 		if len(b) > 0 {
-			_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+			c.send(b)
 			c.written += n
 		}
 		c.outbound.Store(int64(c.gc.OutboundBuffered()))
@@ -279,7 +279,7 @@ func (c *conn) endHead() {
 		h := c.queue[0]
 		var moved int64
 		for _, b := range h.out {
-			_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+			c.send(b)
 			moved += int64(len(b))
 			c.written += int64(len(b))
 		}
@@ -316,7 +316,7 @@ func (c *conn) retire(x *Exchange) {
 // later refresh (gnet's close writes what it can without waiting and
 // drops the rest). Loop only.
 func (c *conn) closeWhenSent() {
-	if c.gc.OutboundBuffered() == 0 {
+	if c.gc.OutboundBuffered() == 0 && c.corkedBytes() == 0 {
 		c.closeSent()
 	}
 }
@@ -411,6 +411,9 @@ func (c *conn) sweep(now time.Time) {
 
 // close closes the connection; OnClose does the bookkeeping. Loop only.
 func (c *conn) close() {
+	if c.ls.corked == c {
+		c.ls.flushCork() // what it was answered goes first
+	}
 	if !c.closed && !c.closeQueued {
 		c.closeQueued = true
 		_ = c.gc.Close() // queued on the loop; fails only when already closing

@@ -157,7 +157,7 @@ func (x *Exchange) RespondLoop(status int, hdr []Header, body []byte) {
 		// socket does not take), no allocation.
 		ls := c.ls
 		b := appendAnswer(ls.scratch[:0], x.req, x.closing(), status, hdr, body)
-		_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+		c.send(b)
 		c.written += int64(len(b))
 		if cap(b) <= maxScratch {
 			ls.scratch = b[:0]

@@ -73,6 +73,11 @@ type loopState struct {
 	sweep     func(context.Context) error
 	lastSweep time.Time // of the connections; owned by the loop
 	scratch   []byte    // RespondLoop's answer buffer; owned by the loop
+
+	// Write coalescing (cork.go); owned by the loop.
+	corking bool   // inside an upstream traffic callback
+	corked  *conn  // the connection whose bytes cbuf holds; nil: none
+	cbuf    []byte // corked bytes, at most maxCork
 }
 
 // NewServer checks cfg and returns a server; Start starts it.

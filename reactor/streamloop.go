@@ -5,7 +5,8 @@ package reactor
 // Write and End for a caller that runs on x.Loop(). They deliver at once,
 // without a message, and never block: instead of waiting for room as
 // Write does, each returns the bytes the connection then owes its client
-// (gnet's outbound buffer and the bytes parked behind the head), and the
+// (gnet's outbound buffer, the loop's cork buffer and the bytes parked
+// behind the head), and the
 // caller applies its own bound (a loop cannot wait for a client to read).
 // The head exchange's bytes are framed in the loop's scratch buffer and
 // handed to gnet, which copies what the socket does not take: no
@@ -74,5 +75,5 @@ func (c *conn) owed() int64 {
 	if c.closed {
 		return 0
 	}
-	return int64(c.gc.OutboundBuffered()) + c.parked.Load()
+	return int64(c.gc.OutboundBuffered()+c.corkedBytes()) + c.parked.Load()
 }

@@ -178,7 +178,9 @@ func (s *Server) upTraffic(u *Upstream, gc gnet.Conn) {
 		return
 	}
 	buf, _ := gc.Peek(-1) // the whole buffer; err only when n > buffered
+	u.ls.cork()           // what this read answers goes out in one write (cork.go)
 	n := u.h.OnUpstreamData(u, buf)
+	u.ls.uncork()
 	if n > 0 {
 		_, _ = gc.Discard(n) // at most what Peek saw
 	}

@@ -637,3 +637,42 @@ func TestLoopRequestTimeout(t *testing.T) {
 		t.Errorf("over MaxResponseBody: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestLoopStreamOneRead: a streamed answer that arrives in one upstream
+// read (head, events and end together) goes out whole, through the
+// loop's write coalescing (reactor/cork.go), to a keep-alive client
+// twice in a row and then to one that asked to close: the last gets
+// every byte before the close.
+func TestLoopStreamOneRead(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	events := "data: {\"n\":1}\n\ndata: {\"n\":2}\n\ndata: [DONE]\n\n"
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		for {
+			if _, _, ok := readReq(br); !ok {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(events), events)
+		}
+	})
+	e.use(mustAdd(t, e.s, up.url()))
+	c := e.dial(t)
+	for i := range 3 {
+		if i < 2 {
+			c.send(t, `{"stream":true}`)
+		} else {
+			const body = `{"stream":true}`
+			fmt.Fprintf(c.nc, "POST /v1/chat/completions HTTP/1.1\r\nHost: lb\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+		resp, body := c.read(t)
+		if resp.StatusCode != 200 || body != events || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("answer %d: %d %v %q", i, resp.StatusCode, resp.Header, body)
+		}
+		if o := e.outcome(t); o.Err != nil || o.Status != 200 {
+			t.Fatalf("outcome %d: %+v", i, o)
+		}
+	}
+	if n, err := c.br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("after the closing answer: %d bytes, %v; want EOF", n, err)
+	}
+}

@@ -68,7 +68,8 @@ func (r *sseRelay) events(buf []byte, emit func([]byte) error) (int, error) {
 		}
 		ev := buf[off : off+e]
 		off += e
-		if r.hooks.DropUsage {
+		has := bytes.Contains(ev, usageKey) // one scan serves both hooks
+		if r.hooks.DropUsage && has {
 			drop, cut := usageEvent(ev, r.hooks.DropUsageNull)
 			if drop {
 				r.last = append(r.last[:0], ev...)
@@ -78,9 +79,10 @@ func (r *sseRelay) events(buf []byte, emit func([]byte) error) (int, error) {
 			if cut[1] > cut[0] {
 				ev = append(append(r.cut[:0], ev[:cut[0]]...), ev[cut[1]:]...)
 				r.cut = ev
+				has = bytes.Contains(ev, usageKey)
 			}
 		}
-		if r.hooks.Usage && bytes.Contains(ev, usageKey) {
+		if r.hooks.Usage && has {
 			r.last = append(r.last[:0], ev...)
 		}
 		if r.show {

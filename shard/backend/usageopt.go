@@ -166,11 +166,20 @@ func skipWS(b []byte, i int) int {
 
 // skipString returns the offset past the string opening at b[i], or -1.
 func skipString(b []byte, i int) int {
+	// The closing quote is the first one after i not escaped, that is not
+	// preceded by an odd run of backslashes; IndexByte jumps the text
+	// between quotes (a prompt is mostly such text).
 	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
 			return j + 1
 		}
 	}
