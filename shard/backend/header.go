@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/saltus-lb/saltus/internal/httplex"
@@ -42,13 +43,27 @@ func isSSE(ct []byte) bool {
 // in CRLF, LF or CR; a CR at the very end of p waits for more input (it
 // may be half of a CRLF).
 func sseEventEnd(p []byte) int {
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c != '\n' && c != '\r' {
-			continue
+	// Line ends are found with vectorized scans (an event is mostly one
+	// JSON line), not a loop over each byte: nl is the next LF at or
+	// after i (len(p): none), found once per LF, and a CR is looked for
+	// only before it, so each byte is scanned at most twice.
+	nl := -1
+	for i := 0; i < len(p); {
+		if nl < i {
+			nl = len(p)
+			if n := bytes.IndexByte(p[i:], '\n'); n >= 0 {
+				nl = i + n
+			}
+		}
+		if r := bytes.IndexByte(p[i:nl], '\r'); r >= 0 {
+			i += r
+		} else if nl < len(p) {
+			i = nl
+		} else {
+			return -1
 		}
 		j := i + 1 // start of the next line
-		if c == '\r' {
+		if p[i] == '\r' {
 			if j == len(p) {
 				return -1
 			}
@@ -70,7 +85,7 @@ func sseEventEnd(p []byte) int {
 				return j + 1
 			}
 		}
-		i = j - 1
+		i = j
 	}
 	return -1
 }

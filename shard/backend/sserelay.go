@@ -61,14 +61,23 @@ func (r *sseRelay) feed(data []byte, emit func([]byte) error) error {
 // events relays buf's complete events and returns the bytes they took.
 func (r *sseRelay) events(buf []byte, emit func([]byte) error) (int, error) {
 	off := 0
+	key := -1 // the next "usage" in buf at or after off; len(buf): none
 	for {
 		e := sseEventEnd(buf[off:])
 		if e < 0 {
 			return off, nil
 		}
 		ev := buf[off : off+e]
+		// One scan of buf finds the key for every event before it (it
+		// holds no line end, so it never spans two events).
+		if key < off {
+			key = len(buf)
+			if k := bytes.Index(buf[off:], usageKey); k >= 0 {
+				key = off + k
+			}
+		}
+		has := key < off+e
 		off += e
-		has := bytes.Contains(ev, usageKey) // one scan serves both hooks
 		if r.hooks.DropUsage && has {
 			drop, cut := usageEvent(ev, r.hooks.DropUsageNull)
 			if drop {
