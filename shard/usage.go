@@ -39,7 +39,7 @@ func (r *Router) askUsage(j *job, h *backend.Hooks) []byte {
 	if !r.cfg.LearnFromUsage || !j.d.stream || j.d.includeUsage || (j.route != routeChat && j.route != routeCompletions) {
 		return body
 	}
-	out, ok := backend.InjectIncludeUsage(body)
+	out, ok := backend.InjectIncludeUsage(j.req.SpareBody(len(body)+backend.MaxInjectGrowth), body)
 	if !ok {
 		return body
 	}

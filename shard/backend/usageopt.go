@@ -42,8 +42,9 @@ const MaxInjectGrowth = len(includeUsageMember) + 1
 // when include_usage is already true, or body is not a JSON object with
 // an object or null stream_options (nothing to do, or the engine will
 // refuse it anyway). It does not validate the rest of body: call it on a
-// body that parsed. The result is a new slice; body is not modified.
-func InjectIncludeUsage(body []byte) ([]byte, bool) {
+// body that parsed. The result is written into dst's buffer (a new one if
+// it is too small; dst may be nil); body is not modified.
+func InjectIncludeUsage(dst, body []byte) ([]byte, bool) {
 	open := skipWS(body, 0)
 	if open >= len(body) || body[open] != '{' {
 		return body, false
@@ -57,11 +58,11 @@ func InjectIncludeUsage(body []byte) ([]byte, bool) {
 		if !emptyObject(body, open) {
 			ins += ","
 		}
-		return splice(body, open+1, open+1, ins), true
+		return splice(dst, body, open+1, open+1, ins), true
 	}
 	switch body[m.val] {
 	case 'n': // null: as absent
-		return splice(body, m.val, m.end, `{"include_usage":true}`), true
+		return splice(dst, body, m.val, m.end, `{"include_usage":true}`), true
 	case '{':
 	default:
 		return body, false
@@ -75,17 +76,21 @@ func InjectIncludeUsage(body []byte) ([]byte, bool) {
 		if !emptyObject(body, m.val) {
 			ins += ","
 		}
-		return splice(body, m.val+1, m.val+1, ins), true
+		return splice(dst, body, m.val+1, m.val+1, ins), true
 	}
 	if string(body[iu.val:iu.end]) == "true" {
 		return body, false
 	}
-	return splice(body, iu.val, iu.end, "true"), true
+	return splice(dst, body, iu.val, iu.end, "true"), true
 }
 
-// splice returns a new slice: b[:i] + s + b[j:].
-func splice(b []byte, i, j int, s string) []byte {
-	out := make([]byte, 0, len(b)-(j-i)+len(s))
+// splice returns b[:i] + s + b[j:], appended to dst[:0] (a new slice if
+// dst is too small).
+func splice(dst, b []byte, i, j int, s string) []byte {
+	out := dst[:0]
+	if n := len(b) - (j - i) + len(s); cap(out) < n {
+		out = make([]byte, 0, n)
+	}
 	out = append(out, b[:i]...)
 	out = append(out, s...)
 	return append(out, b[j:]...)

@@ -14,7 +14,7 @@ import (
 func TestInjectIncludeUsage(t *testing.T) {
 	f := func(in, want string, wantOK bool) {
 		t.Helper()
-		got, ok := InjectIncludeUsage([]byte(in))
+		got, ok := InjectIncludeUsage(nil, []byte(in))
 		if ok != wantOK || string(got) != want {
 			t.Errorf("InjectIncludeUsage(%s)\n = %s, %v\nwant %s, %v", in, got, ok, want, wantOK)
 		}
@@ -56,7 +56,7 @@ func FuzzInjectIncludeUsage(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		orig := bytes.Clone(in)
-		out, ok := InjectIncludeUsage(in)
+		out, ok := InjectIncludeUsage(make([]byte, 0, len(in)+MaxInjectGrowth), in)
 		if !bytes.Equal(in, orig) {
 			t.Fatal("input modified")
 		}
@@ -211,7 +211,7 @@ func TestDropUsageStream(t *testing.T) {
 		return sink.body.String(), out
 	}
 	client := []byte(`{"model":"m","stream":true,"messages":[]}`)
-	injected, ok := InjectIncludeUsage(client)
+	injected, ok := InjectIncludeUsage(nil, client)
 	if !ok {
 		t.Fatal("not injected")
 	}
