@@ -517,7 +517,12 @@ func (r *Router) learn(j *job, backendID int) { r.learnFrom(-1, j, backendID) }
 // loop it inserts at once, elsewhere it posts to the owner.
 func (r *Router) learnFrom(on int, j *job, backendID int) {
 	j.confirm(backendID)
-	if j.fresh && backendID == j.freshID {
+	// Nothing to teach, so no message to the owner: the tree holds the
+	// whole chain for this backend, refreshed lately (fresh), or since
+	// the decision (its pending route, inserted then, now confirmed; it
+	// stays unless settle removes it). A remote request so makes two
+	// cross-loop hops (lookup, forward), not three.
+	if (j.fresh && backendID == j.freshID) || (j.fb.pending && backendID == j.fb.backend) {
 		r.m.learnSkipped.Inc()
 		return
 	}
