@@ -24,6 +24,7 @@ func init() {
 		"saltus_reactor_outbound_waits_total":       "Times a streamed answer waited because the client connection's outbound bytes reached their bound (the upstream read is paused).",
 		"saltus_reactor_poster_dropped_total":       "Messages to a loop dropped because the server had stopped (the tokenizer's completions, upstream dial results).",
 		"saltus_reactor_mailbox_posts_total":        "Messages posted to a loop's mailbox.",
+		"saltus_reactor_mailbox_depth":              "Messages posted to each loop's mailbox and not run yet, by loop (at most reactor.Config.MailboxSize, 4,096; over it a post is refused and counted in saltus_reactor_mailbox_full_total).",
 		"saltus_reactor_mailbox_wakes_total":        "Mailbox posts that had to wake an idle loop (an eventfd write through gnet Execute); the rest run as the loop leaves a callback.",
 		"saltus_reactor_read_paused_total":          "Times a client connection stopped being read because the answers it owes the client exceed MaxOutboundBytes (it resumes when they drain, closes after IdleTimeout of no progress).",
 		"saltus_upstream_conns":                     "Upstream (backend) connections open on the event loops.",
@@ -49,6 +50,14 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 	set.GetOrCreateGauge("saltus_reactor_connections_open", func() float64 { return float64(s.conns.Load()) })
 	set.GetOrCreateGauge("saltus_reactor_exchanges_open", func() float64 { return float64(s.open.Load()) })
 	set.GetOrCreateGauge("saltus_upstream_conns", func() float64 { return float64(s.upConns.Load()) })
+	for i := range s.loops {
+		set.GetOrCreateGauge(fmt.Sprintf(`saltus_reactor_mailbox_depth{loop="%d"}`, i), func() float64 {
+			if ls := s.loops[i].Load(); ls != nil {
+				return float64(ls.mail.Load())
+			}
+			return 0
+		})
+	}
 	fe := func(code int) *metrics.Counter {
 		return set.GetOrCreateCounter(fmt.Sprintf(`saltus_reactor_framing_errors_total{code="%d"}`, code))
 	}

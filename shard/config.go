@@ -44,14 +44,6 @@ type Config struct {
 	// MaxRetries + 1: the Set tries at most that many, and no more than
 	// it is given. Default 3 (backend.DefaultConfig's MaxRetries is 2).
 	MaxCandidates int
-	// MailboxDepth bounds, per owner shard, the messages other goroutines
-	// have posted to it (lookups, learns, maintenance) that have not run
-	// yet. Over it a lookup routes without the tree (reason fallback) and
-	// a learn is dropped, both counted. Default 1024. The reactor's
-	// MailboxSize must exceed MailboxDepth + Pool.MaxInFlight +
-	// DecodeQueue + DecodeWorkers (the tokenizer pool's completions and
-	// the decode workers' share the loop's queue).
-	MailboxDepth int
 	// Policy is the routing policy, one of Policies(). Default "prefix"
 	// (PolicyPrefix): the least estimated time to first token (cost.go).
 	// "ranvier": the tree's deepest routable holder, else the rendezvous
@@ -173,7 +165,6 @@ func DefaultConfig() Config {
 		LoadFactor:       2.0,
 		LoadFloor:        4,
 		MaxCandidates:    3,
-		MailboxDepth:     1024,
 		Policy:           PolicyPrefix,
 		MaintainInterval: time.Second,
 		MaintainBudget:   4096,
@@ -217,9 +208,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxCandidates < 1 {
 		errs = append(errs, fmt.Errorf("shard: MaxCandidates must be at least 1, got %d", c.MaxCandidates))
-	}
-	if c.MailboxDepth <= 0 {
-		errs = append(errs, fmt.Errorf("shard: MailboxDepth must be positive, got %d", c.MailboxDepth))
 	}
 	if _, ok := parsePolicy(c.Policy); !ok {
 		errs = append(errs, fmt.Errorf("shard: Policy must be one of %s, got %q", strings.Join(Policies(), ", "), c.Policy))

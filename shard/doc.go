@@ -46,9 +46,9 @@
 //
 //   - Each shard's tree, tokenizer shard and scratch memory are owned by
 //     its event loop; every message to another shard goes through the
-//     reactor's post function, bounded per owner by Config.MailboxDepth
-//     (over it: a lookup routes without the tree, reason fallback; a learn
-//     is dropped; both counted). Messages carry the request's own key
+//     reactor's post function, whose one bound is the loop's mailbox
+//     (reactor.Config.MailboxSize; when full: a lookup routes without the
+//     tree, reason fallback; a learn is dropped; both counted). Messages carry the request's own key
 //     slices (allocated per request, never written after dispatch), never
 //     pointers into connection buffers.
 //   - A job (one request in flight) belongs to one goroutine at a time:

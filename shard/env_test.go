@@ -283,7 +283,6 @@ func loadLlama3(t testing.TB) (*tokenizer.Tokenizer, *chat.Renderer) {
 type envOpts struct {
 	loops, backends int
 	tokenizer       bool // the llama3 tokenizer and template; else byte-block mode and none
-	mailboxDepth    int
 	queue           int           // per fake loop
 	maintain        time.Duration // MaintainInterval; default 10 ms
 	policy          string        // Config.Policy; default prefix
@@ -309,9 +308,6 @@ func newEnv(t testing.TB, o envOpts) *env {
 		cfg.Pool.TokenBudget = o.tokenBudget
 	}
 	cfg.Tree.MaxBlocks = 100_000
-	if o.mailboxDepth > 0 {
-		cfg.MailboxDepth = o.mailboxDepth
-	}
 	if o.policy != "" {
 		cfg.Policy = o.policy
 	}

@@ -36,12 +36,11 @@ func (j *job) post(i int, stage uint8) bool {
 		j.runFn = j.run
 	}
 	j.stage, j.postedTo = stage, i
-	return j.r.postCounted(i, j.runFn) // run takes it off the count
+	return j.r.postTo(i, j.runFn)
 }
 
 // run runs the stage j was posted for. On the loop it was posted to.
 func (j *job) run() {
-	j.r.shards[j.postedTo].mailbox.Add(-1)
 	switch j.stage {
 	case stageLookup:
 		j.lookup()

@@ -25,7 +25,6 @@ func init() {
 		"saltus_route_learn_errors_total":               "Learns the route table refused (a backend id beyond its MaxBackends).",
 		"saltus_route_client_gone_total":                "Requests whose client left before they were routed (nothing forwarded).",
 		"saltus_shard_mailbox_overflow_total":           "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
-		"saltus_shard_mailbox_depth":                    "Messages queued in each shard's mailbox, by shard.",
 		"saltus_shard_tokenizer_completions_lost_total": "Tokenizer completions dropped: the router had closed, or (only without the reactor's unrefused posts, in tests) their loop's mailbox stayed full for 1 s; the request gets no answer until its client leaves.",
 		"saltus_request_body_refused_total":             "Chat and completion bodies refused before they were decoded, by reason: too_many_values (over --max-body-values, 413), too_deep (over --max-body-depth, 413), invalid_json (400).",
 		"saltus_shard_decode_offloop_total":             "Bodies over 64 KiB decoded and rendered on a decode worker instead of their event loop.",
@@ -217,10 +216,6 @@ func (r *Router) writeMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "saltus_tree_blocks", uint64(blocks))
 	metrics.WriteCounterUint64(w, "saltus_tree_evictions_total", uint64(evictions))
 	metrics.WriteGaugeUint64(w, "saltus_shard_decode_queue_depth", uint64(len(r.decodes)))
-	metrics.WriteMetadataIfNeeded(w, "saltus_shard_mailbox_depth", "gauge")
-	for _, sh := range r.shards {
-		fmt.Fprintf(w, "saltus_shard_mailbox_depth{shard=\"%d\"} %d\n", sh.id, sh.mailbox.Load())
-	}
 	writeHistogram(w, "saltus_router_prefix_match_ratio", ratioBuckets[:], m.ratio[:], float64(m.ratioSum.Load())/1e6)
 }
 

@@ -112,7 +112,6 @@ type shardState struct {
 	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
 
 	// Any goroutine.
-	mailbox    atomic.Int64 // posted to this loop by the Router, not yet run
 	maintained time.Time    // the last maintenance step; owned by the loop
 	nodes      atomic.Int64 // tree gauges, published by the loop
 	blocks     atomic.Int64
@@ -274,23 +273,12 @@ func (r *Router) postCompletion(i int, fn func()) {
 	}
 }
 
-// postTo posts fn to loop i within the MailboxDepth bound; false (counted)
-// when over it or when post refuses. Any goroutine.
+// postTo posts fn to loop i; false (counted as overflow) when post
+// refuses: the loop's mailbox is full (its one bound, the reactor's
+// MailboxSize, counted there too as saltus_reactor_mailbox_full_total) or
+// the loops stopped. Any goroutine.
 func (r *Router) postTo(i int, fn func()) bool {
-	sh := r.shards[i]
-	return r.postCounted(i, func() {
-		sh.mailbox.Add(-1)
-		fn()
-	})
-}
-
-// postCounted posts fn to loop i, counted in shard i's mailbox; fn must
-// take itself off the count when it runs. False (counted as overflow)
-// over MailboxDepth or when post refuses. Any goroutine.
-func (r *Router) postCounted(i int, fn func()) bool {
-	sh := r.shards[i]
-	if sh.mailbox.Add(1) > int64(r.cfg.MailboxDepth) || !r.post(i, fn) {
-		sh.mailbox.Add(-1)
+	if !r.post(i, fn) {
 		r.m.overflow.Inc()
 		return false
 	}

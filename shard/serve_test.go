@@ -166,10 +166,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := DefaultConfig()
-	c.BlockSize, c.LoadFactor, c.MailboxDepth, c.Policy, c.MaxCandidates = 0, 0.5, 0, "random", 0
+	c.BlockSize, c.LoadFactor, c.Policy, c.MaxCandidates = 0, 0.5, "random", 0
 	c.Body.MaxDepth, c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = MaxScanDepth+1, -1, 0, 0
 	err := c.Validate()
-	for _, field := range []string{"BlockSize", "LoadFactor", "MailboxDepth", "Policy", "MaxCandidates",
+	for _, field := range []string{"BlockSize", "LoadFactor", "Policy", "MaxCandidates",
 		"Body: MaxDepth", "OffloopBytes", "DecodeWorkers", "DecodeQueue"} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Fatalf("error %v does not name %s", err, field)

@@ -14,7 +14,7 @@ type RouteStats struct {
 	// already held the whole prefix for that backend, freshly refreshed.
 	LearnSkipped uint64 `json:"learn_skipped"`
 	// MailboxOverflow counts lookups routed without the tree and learns
-	// dropped because an owner's mailbox was over MailboxDepth.
+	// dropped because an owner loop's mailbox was full.
 	MailboxOverflow uint64 `json:"mailbox_overflow"`
 	LearnDropped    uint64 `json:"learn_dropped"`
 }
@@ -26,7 +26,6 @@ type ShardStats struct {
 	Nodes     int64 `json:"nodes"`
 	Blocks    int64 `json:"blocks"`
 	Evictions int64 `json:"evictions"`
-	Mailbox   int64 `json:"mailbox"`
 }
 
 // RouteStats returns a RouteStats (typed any, as admin's Routes
@@ -37,7 +36,7 @@ func (r *Router) routeStats() RouteStats {
 	s := RouteStats{Decisions: map[string]int64{}}
 	for _, sh := range r.shards {
 		ss := ShardStats{Shard: sh.id, Nodes: sh.nodes.Load(), Blocks: sh.blocks.Load(),
-			Evictions: sh.evictions.Load(), Mailbox: sh.mailbox.Load()}
+			Evictions: sh.evictions.Load()}
 		s.Nodes += ss.Nodes
 		s.Blocks += ss.Blocks
 		s.Evictions += ss.Evictions
