@@ -19,7 +19,7 @@ func init() {
 		"saltus_route_diverted_total":                   "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
 		"saltus_router_prefix_match_ratio":              "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
 		"saltus_route_learned_total":                    "Routes learned: a backend's answer inserted the request's prefix into the route table.",
-		"saltus_route_learn_skipped_total":              "Learns skipped because the route table already held the whole prefix for the answering backend, refreshed within 1 s.",
+		"saltus_route_learn_skipped_total":              "2xx answers with nothing to teach, so no message to the owner shard: the route table already held the whole prefix for the answering backend, refreshed within 1 s, or the decision had recorded it (a pending route, now confirmed).",
 		"saltus_route_learn_dropped_total":              "Learns lost because the owner shard's mailbox was full.",
 		"saltus_route_footprint_full_total":             "Decisions not recorded in the footprint table (the prefixes each backend is busy with) because the shard's table was full.",
 		"saltus_route_learn_errors_total":               "Learns the route table refused (a backend id beyond its MaxBackends).",

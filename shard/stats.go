@@ -11,7 +11,8 @@ type RouteStats struct {
 	Diverted  uint64           `json:"diverted"`
 	Learned   uint64           `json:"learned"`
 	// LearnSkipped counts 2xx answers not learned because the tree
-	// already held the whole prefix for that backend, freshly refreshed.
+	// already held the whole prefix for that backend, freshly refreshed,
+	// or the decision had recorded it (a pending route, now confirmed).
 	LearnSkipped uint64 `json:"learn_skipped"`
 	// MailboxOverflow counts lookups routed without the tree and learns
 	// dropped because an owner loop's mailbox was full.
