@@ -282,7 +282,7 @@ func loadLlama3(t testing.TB) (*tokenizer.Tokenizer, *chat.Renderer) {
 
 type envOpts struct {
 	loops, backends int
-	tokenizer       bool // the llama3 tokenizer and template; else byte-block mode and none
+	tokenizer       bool          // the llama3 tokenizer and template; else byte-block mode and none
 	queue           int           // per fake loop
 	maintain        time.Duration // MaintainInterval; default 10 ms
 	policy          string        // Config.Policy; default prefix
