@@ -3,6 +3,13 @@
 // This file stays thin: it parses the subcommand and its flags, builds the
 // component configs and runs them. Subcommands land with their issues; today
 // there are `serve`, `sim`, `bench`, `demo`, `tokenize` and `version`.
+//
+// Goroutines: main's own runs the subcommand and waits for it; `serve`
+// starts the data plane (dataplane.Start: the reactor's event loops, each
+// owning its connections and shard) and the admin listener, then waits for
+// a signal and drains them in order (serve.go's lifecycle, which owns the
+// process state). Every other goroutine belongs to the package that
+// starts it, in a rules.Group, and ends with it.
 package main
 
 import (
