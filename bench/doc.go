@@ -12,9 +12,9 @@
 //
 // Every goroutine runs in a rules.Group and ends with its call: Load's
 // connections (one goroutine each, owning its connection and its own
-// latency samples, merged after they stop), Drive's simulated users (one
-// each, owning its user's conversation state; samples go back through a
-// channel to the caller), and StartUpstream's server (until Close). The
-// caller owns every result value; nothing here is shared after a call
-// returns.
+// latency samples, merged under a mutex as it stops; the answer count is
+// shared under that mutex), Drive's simulated users (one each, owning its
+// user's conversation state; each sample appended under a mutex), and
+// StartUpstream's server (until Close). The caller owns every result
+// value; nothing here is shared after a call returns.
 package bench
