@@ -15,7 +15,7 @@ import (
 // gets fresh (cold) engines and a fresh router.
 type LocalFleet struct {
 	Sim    vllmsim.Config   // each engine's config
-	Serve  dataplane.Config // the router's; Listen, Backends and Policy are set per run
+	Serve  dataplane.Config // the router's; Reactor.Listen, Backends and Router.Policy are set per run
 	Logger *slog.Logger     // may be nil
 }
 
@@ -53,7 +53,7 @@ func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
 // StartRouter starts saltus with policy over backends on a loopback port.
 func (f *LocalFleet) StartRouter(policy string, backends []string) (string, Closer, error) {
 	cfg := f.Serve
-	cfg.Listen, cfg.Backends, cfg.Policy = "127.0.0.1:0", backends, policy
+	cfg.Reactor.Listen, cfg.Backends, cfg.Router.Policy = "127.0.0.1:0", backends, policy
 	s, err := StartSaltus(cfg, f.Logger)
 	if err != nil {
 		return "", nil, err

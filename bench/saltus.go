@@ -18,8 +18,8 @@ type Saltus struct {
 	path    *dataplane.Path
 }
 
-// StartSaltus builds and starts a serving path from cfg (cfg.Listen
-// "127.0.0.1:0" picks a port). logger may be nil (discarded).
+// StartSaltus builds and starts a serving path from cfg
+// (cfg.Reactor.Listen "127.0.0.1:0" picks a port). logger may be nil (discarded).
 func StartSaltus(cfg dataplane.Config, logger *slog.Logger) (*Saltus, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -23,11 +23,11 @@ func benchFleet(b *testing.B, mutate func(*dataplane.Config)) (*Upstream, *Saltu
 	}
 	b.Cleanup(func() { _ = up.Close(context.Background()) })
 	cfg := dataplane.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg.Reactor.Listen = "127.0.0.1:0"
 	cfg.Backends = []string{"http://" + up.Addr}
 	cfg.Tokenizer = llama3
-	cfg.Shards = 2
-	cfg.HealthInterval = time.Hour
+	cfg.Reactor.Loops = 2
+	cfg.Backend.HealthInterval = time.Hour
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -26,85 +26,38 @@ import (
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/backend"
-	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
 
-// Config is what the serving path needs; `saltus serve` fills it from its
-// flags and YAML (cmd/saltus documents each key), the benchmark from its
-// own. Zero values are not defaults: start from DefaultConfig.
+// Config is the serving path's configuration: each component's own
+// Config, whose DefaultConfig comments every default and whose Validate
+// names every bad field, and the few settings only the wiring has.
+// `saltus serve` maps its flags and YAML keys straight onto these fields
+// (cmd/saltus/serve_config.go), the benchmark sets them in code; there is
+// no third copy of them. Zero values are not defaults: start from
+// DefaultConfig.
 type Config struct {
-	Listen             string
-	Backends           []string // "url" or "name=url"
-	Tokenizer          string   // "" = byte-block mode
-	ChatTemplate       string   // "" = detect from tokenizer_config.json
-	BlockSize          int
-	Shards             int // 0 = GOMAXPROCS
-	PinShards          bool
-	Policy             string
-	MaxBody            int
-	MaxBodyValues      int // JSON values a chat or completion body may hold (shard.BodyLimits)
-	MaxBodyDepth       int // nesting depth it may have
-	MaxHeader          int
-	MaxConns           int
-	HeaderTimeout      time.Duration
-	IdleTimeout        time.Duration
-	ConnectTimeout     time.Duration
-	FirstByteTimeout   time.Duration
-	RequestTimeout     time.Duration // 0 = no limit
-	StreamIdleTimeout  time.Duration // backend.Config.StreamIdleTimeout
-	MaxResponseBody    int
-	BackendHeader      string // "url", "name" or "none" (backend.Config.BackendHeader)
-	MaxRetries         int
-	UpstreamIO         string // "loop" or "goroutine": where non-streamed routed requests do their backend I/O
-	HealthInterval     time.Duration
-	HealthDownInterval time.Duration
-	MaxBlocks          int
-	RouteTTL           time.Duration
-	LoadFactor         float64
-	LoadSlack          float64       // shard.Config.LoadSlack
-	LoadTokens         int           // shard.Config.LoadTokens
-	KVTokens           int           // shard.Config.KVTokens; 0: unknown
-	TokenBudget        int           // tokenpool.Config.TokenBudget
-	LearnFromUsage     bool          // shard.Config.LearnFromUsage
-	ScrapeInterval     time.Duration // backend.Config.ScrapeInterval; 0 = off
-	SessionHeader      string        // shard.Config.SessionHeader; "": off
+	Reactor reactor.Config // the listener and the event loops (Loops is --shards)
+	Backend backend.Config // the upstream transport, health checks, engine scrape
+	// Router is the routing policy, route table and tokenizer pool.
+	// Build sets its MaxCandidates to Backend.MaxRetries + 1 (the set
+	// tries no more candidates than it is given); its ChatTemplate names
+	// the template Build loads with the tokenizer.
+	Router    shard.Config
+	Backends  []string // "url" or "name=url", added by Build
+	Tokenizer string   // a HuggingFace tokenizer.json (or its directory, or .json.gz); "" = byte-block mode
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
-// them): no backends, byte-block mode, shards = GOMAXPROCS.
+// them): the components' own, no backends, byte-block mode, and one
+// difference: the engines' /metrics are scraped every second (the prefix
+// policy's waiting, running and KV inputs; backend.DefaultConfig leaves
+// the scrape off for code that routes without them).
 func DefaultConfig() Config {
-	return Config{
-		Listen:             "127.0.0.1:8080",
-		BlockSize:          16, // vLLM's default KV block size
-		Policy:             "prefix",
-		MaxBody:            16 << 20,
-		MaxBodyValues:      shard.DefaultBodyLimits().MaxValues,
-		MaxBodyDepth:       shard.DefaultBodyLimits().MaxDepth,
-		MaxHeader:          64 << 10,
-		MaxConns:           10000,
-		HeaderTimeout:      10 * time.Second,
-		IdleTimeout:        60 * time.Second,
-		ConnectTimeout:     2 * time.Second,
-		FirstByteTimeout:   10 * time.Minute,
-		StreamIdleTimeout:  backend.DefaultConfig().StreamIdleTimeout,
-		MaxResponseBody:    8 << 20,
-		BackendHeader:      "url",
-		MaxRetries:         2,
-		UpstreamIO:         "loop",
-		HealthInterval:     5 * time.Second,
-		HealthDownInterval: time.Second,
-		MaxBlocks:          1_000_000,
-		RouteTTL:           time.Hour,
-		LoadFactor:         2.0,
-		LoadSlack:          shard.DefaultConfig().LoadSlack,
-		LoadTokens:         shard.DefaultConfig().LoadTokens,
-		KVTokens:           0,
-		TokenBudget:        tokenpool.DefaultTokenBudget,
-		LearnFromUsage:     true,
-		ScrapeInterval:     time.Second, // the prefix policy's waiting, running and KV inputs; 0: off
-	}
+	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig()}
+	c.Backend.ScrapeInterval = time.Second
+	return c
 }
 
 // Path is a built serving path. Nothing listens until Data.Start.
@@ -137,7 +90,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		if tok, err = tokenizer.Load(cfg.Tokenizer); err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
-		r, name, warn, err := chat.Load(tok, cfg.Tokenizer, cfg.ChatTemplate)
+		r, name, warn, err := chat.Load(tok, cfg.Tokenizer, cfg.Router.ChatTemplate)
 		if err != nil {
 			return nil, fmt.Errorf("chat-template: %w", err)
 		}
@@ -149,26 +102,14 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	} else {
 		// Without a tokenizer there are no special tokens to render: the
 		// router keys the `none` rendering in byte-block mode.
-		if cfg.ChatTemplate != "" && cfg.ChatTemplate != chat.None {
-			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", cfg.ChatTemplate)
+		if ct := cfg.Router.ChatTemplate; ct != "" && ct != chat.None {
+			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", ct)
 		}
 		logger.Info("no tokenizer: byte-block mode (64-byte blocks of the rendered prompt)")
 	}
 
-	bcfg := backend.DefaultConfig()
-	bcfg.ConnectTimeout = cfg.ConnectTimeout
-	bcfg.FirstByteTimeout = cfg.FirstByteTimeout
-	bcfg.RequestTimeout = cfg.RequestTimeout
-	bcfg.StreamIdleTimeout = cfg.StreamIdleTimeout
-	bcfg.MaxResponseBody = cfg.MaxResponseBody
-	bcfg.BackendHeader = cfg.BackendHeader
-	bcfg.HealthDownInterval = cfg.HealthDownInterval
-	bcfg.MaxRetries = cfg.MaxRetries
-	bcfg.HealthInterval = cfg.HealthInterval
-	bcfg.LoopIO = cfg.UpstreamIO == "loop"
-	bcfg.ScrapeInterval = cfg.ScrapeInterval
 	// reactor, backend and shard add their own component attribute.
-	bset, err := backend.NewSet(bcfg, logger, set)
+	bset, err := backend.NewSet(cfg.Backend, logger, set)
 	if err != nil {
 		return nil, err
 	}
@@ -180,38 +121,18 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		}
 	}
 
-	rcfg := reactor.DefaultConfig()
-	rcfg.Listen = cfg.Listen
-	rcfg.Loops = cfg.Shards
-	rcfg.LockOSThread = cfg.PinShards
-	rcfg.MaxHeaderBytes = cfg.MaxHeader
-	rcfg.MaxBodyBytes = cfg.MaxBody
-	rcfg.HeaderTimeout = cfg.HeaderTimeout
-	rcfg.IdleTimeout = cfg.IdleTimeout
-	rcfg.MaxConns = cfg.MaxConns
 	// The server needs its handler and the router needs the server's
 	// loops: the handler is set before Start, which publishes it.
 	h := &lateHandler{}
-	srv, err := reactor.NewServer(rcfg, h, logger, set)
+	srv, err := reactor.NewServer(cfg.Reactor, h, logger, set)
 	if err != nil {
 		bset.Close()
 		return nil, err
 	}
 	bset.UseLoops(srv)
 
-	scfg := shard.DefaultConfig()
-	scfg.BlockSize = cfg.BlockSize
-	scfg.ChatTemplate = cfg.ChatTemplate
-	scfg.Policy = cfg.Policy
-	scfg.LoadFactor = cfg.LoadFactor
-	scfg.LoadSlack, scfg.LoadTokens, scfg.KVTokens = cfg.LoadSlack, cfg.LoadTokens, cfg.KVTokens
-	scfg.SessionHeader = cfg.SessionHeader
-	scfg.Body = shard.BodyLimits{MaxValues: cfg.MaxBodyValues, MaxDepth: cfg.MaxBodyDepth}
-	scfg.MaxCandidates = cfg.MaxRetries + 1 // the Set tries no more than it is given
-	scfg.Tree.MaxBlocks = cfg.MaxBlocks
-	scfg.Tree.TTL = cfg.RouteTTL
-	scfg.Pool.TokenBudget = cfg.TokenBudget
-	scfg.LearnFromUsage = cfg.LearnFromUsage
+	scfg := cfg.Router
+	scfg.MaxCandidates = cfg.Backend.MaxRetries + 1 // the Set tries no more than it is given
 	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Loops(), logger, set)
 	if err == nil {
 		router.UsePoster(srv.Poster)

@@ -75,8 +75,8 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
 	d := dataplane.DefaultConfig()
 	fs.DurationVar(&o.scrape, "scrape-interval", -1, "real `time` between saltus's scrapes of each engine's /metrics (waiting and running requests, KV usage and capacity: policy prefix's inputs); 0: off; -1: 1 s of simulated time (1s / --speedup, at least 10ms), as saltus serve's default of 1s on real engines")
-	fs.Float64Var(&o.loadSlack, "load-slack", d.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
-	fs.IntVar(&o.loadTokens, "load-tokens", d.LoadTokens, "saltus serve --load-tokens of each saltus started (policy prefix: prompt `tokens` one request in flight costs)")
+	fs.Float64Var(&o.loadSlack, "load-slack", d.Router.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
+	fs.IntVar(&o.loadTokens, "load-tokens", d.Router.LoadTokens, "saltus serve --load-tokens of each saltus started (policy prefix: prompt `tokens` one request in flight costs)")
 	addSimFlags(fs, &o.sim, &o.simf)
 }
 
@@ -126,9 +126,9 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	}
 	pols := benchPolicies(o.policies)
 	serve := dataplane.DefaultConfig()
-	serve.Tokenizer, serve.ChatTemplate, serve.BlockSize, serve.Shards = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
-	serve.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
-	serve.ScrapeInterval, serve.LoadSlack, serve.LoadTokens = o.scrapeInterval(), o.loadSlack, o.loadTokens
+	serve.Tokenizer, serve.Router.ChatTemplate, serve.Router.BlockSize, serve.Reactor.Loops = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
+	serve.Backend.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
+	serve.Backend.ScrapeInterval, serve.Router.LoadSlack, serve.Router.LoadTokens = o.scrapeInterval(), o.loadSlack, o.loadTokens
 	for _, p := range pols {
 		if !slices.Contains(shard.Policies(), p) {
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))

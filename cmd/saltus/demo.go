@@ -62,7 +62,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeWithin(engines)
 	serve := lf.Serve
-	serve.Listen, serve.Backends, serve.Policy = demoListen, urls, "prefix"
+	serve.Reactor.Listen, serve.Backends, serve.Router.Policy = demoListen, urls, "prefix"
 	s, err := bench.StartSaltus(serve, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus demo: cannot serve on %s: %v\n", demoListen, err)

@@ -169,48 +169,60 @@ type serveConfig struct {
 	LogLevel string `yaml:"log-level"`
 }
 
-// defaultServeConfig returns the defaults: the serving path's from
-// dataplane.DefaultConfig, plus the keys only serve has. The flags' help and
-// saltus.example.yaml show the same values (a test checks the file).
+// defaultServeConfig returns the defaults: the components' own, read from
+// dataplane.DefaultConfig (each component's DefaultConfig comments them),
+// plus the keys only serve has. The flags' help and saltus.example.yaml
+// show the same values (a test checks the file).
 func defaultServeConfig() serveConfig {
 	d := dataplane.DefaultConfig()
+	rc, bc, sc := d.Reactor, d.Backend, d.Router
 	return serveConfig{
-		Listen:             d.Listen,
+		Listen:             rc.Listen,
 		AdminListen:        "127.0.0.1:9180",
-		BlockSize:          d.BlockSize,
-		Policy:             d.Policy,
-		SessionHeader:      d.SessionHeader,
-		MaxBody:            byteSize(d.MaxBody),
-		MaxBodyValues:      d.MaxBodyValues,
-		MaxBodyDepth:       d.MaxBodyDepth,
-		MaxHeader:          byteSize(d.MaxHeader),
-		MaxConns:           d.MaxConns,
-		HeaderTimeout:      duration(d.HeaderTimeout),
-		IdleTimeout:        duration(d.IdleTimeout),
-		ConnectTimeout:     duration(d.ConnectTimeout),
-		FirstByteTimeout:   duration(d.FirstByteTimeout),
-		RequestTimeout:     duration(d.RequestTimeout),
-		StreamIdleTimeout:  duration(d.StreamIdleTimeout),
-		MaxResponseBody:    byteSize(d.MaxResponseBody),
-		BackendHeader:      d.BackendHeader,
-		MaxRetries:         d.MaxRetries,
-		UpstreamIO:         d.UpstreamIO,
-		HealthInterval:     duration(d.HealthInterval),
-		HealthDownInterval: duration(d.HealthDownInterval),
+		BlockSize:          sc.BlockSize,
+		Shards:             rc.Loops,
+		PinShards:          rc.LockOSThread,
+		Policy:             sc.Policy,
+		SessionHeader:      sc.SessionHeader,
+		MaxBody:            byteSize(rc.MaxBodyBytes),
+		MaxBodyValues:      sc.Body.MaxValues,
+		MaxBodyDepth:       sc.Body.MaxDepth,
+		MaxHeader:          byteSize(rc.MaxHeaderBytes),
+		MaxConns:           rc.MaxConns,
+		HeaderTimeout:      duration(rc.HeaderTimeout),
+		IdleTimeout:        duration(rc.IdleTimeout),
+		ConnectTimeout:     duration(bc.ConnectTimeout),
+		FirstByteTimeout:   duration(bc.FirstByteTimeout),
+		RequestTimeout:     duration(bc.RequestTimeout),
+		StreamIdleTimeout:  duration(bc.StreamIdleTimeout),
+		MaxResponseBody:    byteSize(bc.MaxResponseBody),
+		BackendHeader:      bc.BackendHeader,
+		MaxRetries:         bc.MaxRetries,
+		UpstreamIO:         upstreamIO(bc.LoopIO),
+		HealthInterval:     duration(bc.HealthInterval),
+		HealthDownInterval: duration(bc.HealthDownInterval),
 		DrainTimeout:       duration(30 * time.Second),
-		MaxBlocks:          d.MaxBlocks,
-		RouteTTL:           duration(d.RouteTTL),
-		LoadFactor:         d.LoadFactor,
-		LoadSlack:          d.LoadSlack,
-		LoadTokens:         d.LoadTokens,
-		KVTokens:           d.KVTokens,
-		LearnFromUsage:     d.LearnFromUsage,
-		ScrapeInterval:     duration(d.ScrapeInterval),
-		TokenBudget:        byteSize(d.TokenBudget),
+		MaxBlocks:          sc.Tree.MaxBlocks,
+		RouteTTL:           duration(sc.Tree.TTL),
+		LoadFactor:         sc.LoadFactor,
+		LoadSlack:          sc.LoadSlack,
+		LoadTokens:         sc.LoadTokens,
+		KVTokens:           sc.KVTokens,
+		LearnFromUsage:     sc.LearnFromUsage,
+		ScrapeInterval:     duration(bc.ScrapeInterval),
+		TokenBudget:        byteSize(sc.Pool.TokenBudget),
 		GCHeapFloor:        32 << 20,
 		LogFormat:          "text",
 		LogLevel:           "info",
 	}
+}
+
+// upstreamIO names backend.Config.LoopIO as the upstream-io key does.
+func upstreamIO(loop bool) string {
+	if loop {
+		return "loop"
+	}
+	return "goroutine"
 }
 
 // Bounds Validate enforces.
@@ -365,24 +377,33 @@ func (c serveConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// servingConfig maps the serving keys onto dataplane.Config.
+// servingConfig maps the serving keys straight onto the components'
+// configs (dataplane.Config holds them; the keys serve does not set keep
+// the components' defaults).
 func (c serveConfig) servingConfig() dataplane.Config {
-	return dataplane.Config{
-		Listen: c.Listen, Backends: c.Backends, Tokenizer: c.Tokenizer, ChatTemplate: c.ChatTemplate,
-		BlockSize: c.BlockSize, Shards: c.Shards, PinShards: c.PinShards, Policy: c.Policy,
-		MaxBody: int(c.MaxBody), MaxBodyValues: c.MaxBodyValues, MaxBodyDepth: c.MaxBodyDepth,
-		MaxHeader: int(c.MaxHeader), MaxConns: c.MaxConns,
-		HeaderTimeout: c.HeaderTimeout.D(), IdleTimeout: c.IdleTimeout.D(),
-		ConnectTimeout: c.ConnectTimeout.D(), FirstByteTimeout: c.FirstByteTimeout.D(),
-		RequestTimeout: c.RequestTimeout.D(), StreamIdleTimeout: c.StreamIdleTimeout.D(), MaxResponseBody: int(c.MaxResponseBody), BackendHeader: c.BackendHeader,
-		MaxRetries: c.MaxRetries, UpstreamIO: c.UpstreamIO, HealthInterval: c.HealthInterval.D(),
-		HealthDownInterval: c.HealthDownInterval.D(),
-		MaxBlocks:          c.MaxBlocks, RouteTTL: c.RouteTTL.D(), LoadFactor: c.LoadFactor,
-		LoadSlack: c.LoadSlack, LoadTokens: c.LoadTokens, KVTokens: c.KVTokens,
-		TokenBudget:    int(c.TokenBudget),
-		LearnFromUsage: c.LearnFromUsage, ScrapeInterval: c.ScrapeInterval.D(),
-		SessionHeader: c.SessionHeader,
-	}
+	d := dataplane.DefaultConfig()
+	d.Backends, d.Tokenizer = c.Backends, c.Tokenizer
+
+	rc := &d.Reactor
+	rc.Listen, rc.Loops, rc.LockOSThread = c.Listen, c.Shards, c.PinShards
+	rc.MaxBodyBytes, rc.MaxHeaderBytes, rc.MaxConns = int(c.MaxBody), int(c.MaxHeader), c.MaxConns
+	rc.HeaderTimeout, rc.IdleTimeout = c.HeaderTimeout.D(), c.IdleTimeout.D()
+
+	bc := &d.Backend
+	bc.ConnectTimeout, bc.FirstByteTimeout = c.ConnectTimeout.D(), c.FirstByteTimeout.D()
+	bc.RequestTimeout, bc.StreamIdleTimeout = c.RequestTimeout.D(), c.StreamIdleTimeout.D()
+	bc.MaxResponseBody, bc.BackendHeader, bc.MaxRetries = int(c.MaxResponseBody), c.BackendHeader, c.MaxRetries
+	bc.LoopIO = c.UpstreamIO == "loop"
+	bc.HealthInterval, bc.HealthDownInterval = c.HealthInterval.D(), c.HealthDownInterval.D()
+	bc.ScrapeInterval = c.ScrapeInterval.D()
+
+	sc := &d.Router
+	sc.BlockSize, sc.ChatTemplate, sc.Policy, sc.SessionHeader = c.BlockSize, c.ChatTemplate, c.Policy, c.SessionHeader
+	sc.Body = shard.BodyLimits{MaxValues: c.MaxBodyValues, MaxDepth: c.MaxBodyDepth}
+	sc.Tree.MaxBlocks, sc.Tree.TTL = c.MaxBlocks, c.RouteTTL.D()
+	sc.LoadFactor, sc.LoadSlack, sc.LoadTokens, sc.KVTokens = c.LoadFactor, c.LoadSlack, c.LoadTokens, c.KVTokens
+	sc.Pool.TokenBudget, sc.LearnFromUsage = int(c.TokenBudget), c.LearnFromUsage
+	return d
 }
 
 // adminConfig maps the admin keys onto admin.Config; ready is the data

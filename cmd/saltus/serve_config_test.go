@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/saltus-lb/saltus/dataplane"
 )
 
 // writeFile writes a config file into a test's temp dir.
@@ -583,5 +585,42 @@ func TestResponseTimeoutAlias(t *testing.T) {
 				t.Errorf("dry-run output has response-timeout (%v):\n%s", err, y.String())
 			}
 		})
+	}
+}
+
+// TestEveryServingKeyReachesItsComponent: each key but serve's own,
+// changed alone, changes the components' configs servingConfig builds
+// (no key is silently dropped), and the defaults map onto the
+// components' defaults unchanged (one layer of defaults).
+func TestEveryServingKeyReachesItsComponent(t *testing.T) {
+	serveOnly := map[string]bool{"admin-listen": true, "admin-token": true, "admin-pprof": true,
+		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
+		"response-timeout": true} // resolved into first-byte-timeout before the mapping
+	def := defaultServeConfig()
+	base := def.servingConfig()
+	if want := dataplane.DefaultConfig(); !reflect.DeepEqual(base, want) {
+		t.Fatalf("the defaults do not map onto the components' defaults:\n got %+v\nwant %+v", base, want)
+	}
+	for _, f := range configFields() {
+		c := def
+		v := reflect.ValueOf(&c).Elem().Field(f.index)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "-changed")
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + int64(time.Second))
+		case reflect.Float64:
+			v.SetFloat(v.Float() + 0.5)
+		case reflect.Slice:
+			v.Set(reflect.Append(v, reflect.ValueOf("http://changed:1")))
+		default:
+			t.Fatalf("%s: kind %s not covered", f.key, v.Kind())
+		}
+		changed := !reflect.DeepEqual(c.servingConfig(), base)
+		if changed == serveOnly[f.key] {
+			t.Errorf("%s: changes the components' configs: %v, want %v", f.key, changed, !serveOnly[f.key])
+		}
 	}
 }
