@@ -24,13 +24,20 @@ type Upstream struct {
 	g    *rules.Group
 }
 
+// The instant engine's answers carry usage without
+// prompt_tokens_details.cached_tokens, as vLLM's do by default (it reports
+// them only with --enable-prompt-tokens-details), streamed or not: a
+// claim of 0 cached tokens for the prompt every request repeats would
+// contradict the router's prediction on every answer, and make it demote
+// the holder each time (shard/feedback.go): a test of routing on a lying
+// engine, not of the transport this engine measures.
 var (
 	instantJSON = []byte(`{"id":"cmpl-bench","object":"chat.completion","model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":1,"total_tokens":1001}}`)
 	instantSSE  = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n" +
-		"data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n" +
+		"data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":1}}\n\n" +
 		"data: [DONE]\n\n")
 	sseEvent   = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n")
-	sseTail    = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":16,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n")
+	sseTail    = []byte("data: {\"id\":\"cmpl-bench\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":16}}\n\ndata: [DONE]\n\n")
 	modelsJSON = []byte(`{"object":"list","data":[{"id":"bench","object":"model","owned_by":"saltus-bench"}]}`)
 )
 
