@@ -97,6 +97,10 @@
 // [Server.OnSweep] runs a hook on every loop each 50 ms for their
 // deadlines; [Exchange.RespondLoop] answers on the loop without a message;
 // [Exchange.SetGoneHook] tells the loop at once when the client leaves.
+// While OnUpstreamData runs, what it answers to client connections is
+// held in the loop's cork buffer (at most 64 KiB, one connection at a
+// time) and written with one write when it returns (cork.go): the
+// events of one upstream read reach the client in one syscall.
 //
 // # Measured (2 shared cores, Go 1.26, see reactor_timing_test.go)
 //

@@ -13,8 +13,10 @@ import (
 // through the same sseRelay as Forward's, on the loop that owns both the
 // client's and the upstream's connection: the parser de-chunks each read
 // into Body, the relay cuts it into events, and each event is one chunk
-// written to the client at once (reactor.Exchange.WriteLoop: no message,
-// no allocation). The keep-alive upstream connection goes back to its
+// handed to the client's connection at once (reactor.Exchange.WriteLoop:
+// no message, no allocation); the events of one upstream read leave in
+// one write (the reactor corks the loop's writes during the read:
+// reactor/cork.go). The keep-alive upstream connection goes back to its
 // pool when the stream ends.
 //
 // Backpressure: a loop cannot wait for a slow client, and gnet 2.9.7
