@@ -670,10 +670,7 @@ func (p *proxy) relaySSE(ctx context.Context, b *Backend, bs io.Reader, buf []by
 			ev := sseErrorEvent
 			if kind, _ := classify(err); kind == kindTimeout {
 				p.o.TimedOut = true
-				ev = sseTimeoutEvent(p.s.cfg.RequestTimeout)
-				if p.idle.idled() {
-					ev = sseIdleEvent(p.s.cfg.StreamIdleTimeout)
-				}
+				_, ev, _ = p.s.cfg.streamTimeout(p.idle.idled())
 			}
 			p.died(b, err)
 			if p.sink.Write(r.errorEvent(ev)) != nil || p.sink.Flush() != nil || p.sink.End() != nil {
@@ -736,9 +733,10 @@ func (p *proxy) stopped(ctx context.Context) bool {
 
 func (p *proxy) died(b *Backend, err error) {
 	if kind, _ := classify(err); kind == kindTimeout && p.idle.idled() {
-		b.m.errs[kindStreamIdle].Inc()
+		kind, _, ierr := p.s.cfg.streamTimeout(true)
+		b.m.errs[kind].Inc()
 		p.o.UpstreamDied, p.o.TimedOut = true, true
-		p.o.Err = fmt.Errorf("backend %s: no data for %s (the stream idle timeout): %w", b.URL, p.s.cfg.StreamIdleTimeout, err)
+		p.o.Err = fmt.Errorf("backend %s: %w", b.URL, ierr)
 		return
 	}
 	b.m.errs[kindMidstream].Inc()

@@ -157,12 +157,8 @@ func (lr *loopReq) streamFailed(err error, kind errKind, ev []byte, now time.Tim
 // or the request's.
 func (lr *loopReq) streamTimeout(now time.Time) {
 	lr.o.TimedOut = true
-	if !lr.reqEnd.IsZero() && !now.Before(lr.reqEnd) {
-		lr.streamFailed(fasthttp.ErrTimeout, kindMidstream, sseTimeoutEvent(lr.s.cfg.RequestTimeout), now)
-		return
-	}
-	lr.streamFailed(fmt.Errorf("no data for %s (the stream idle timeout): %w", lr.s.cfg.StreamIdleTimeout, fasthttp.ErrTimeout),
-		kindStreamIdle, sseIdleEvent(lr.s.cfg.StreamIdleTimeout), now)
+	kind, ev, err := lr.s.cfg.streamTimeout(lr.reqEnd.IsZero() || now.Before(lr.reqEnd))
+	lr.streamFailed(err, kind, ev, now)
 }
 
 // sseShutdownEvent ends a stream cut by the Set's Close.

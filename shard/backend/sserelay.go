@@ -1,6 +1,11 @@
 package backend
 
-import "bytes"
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/valyala/fasthttp"
+)
 
 // sseRelay is the one SSE relay both transports use (Forward's proxy
 // goroutine, relaySSE; the loop path, loopstream.go): it splits a body
@@ -144,4 +149,16 @@ func sseBodyUsage(body []byte) []byte {
 		body = body[e:]
 	}
 	return sseUsage(last)
+}
+
+// streamTimeout is how either transport ends a stream past a deadline:
+// the stream idle timeout (idle: the backend sent nothing for
+// StreamIdleTimeout) or the request timeout; the kind counted, the SSE
+// error event the client gets, and the outcome's error.
+func (c *Config) streamTimeout(idle bool) (errKind, []byte, error) {
+	if idle {
+		return kindStreamIdle, sseIdleEvent(c.StreamIdleTimeout),
+			fmt.Errorf("no data for %s (the stream idle timeout): %w", c.StreamIdleTimeout, fasthttp.ErrTimeout)
+	}
+	return kindMidstream, sseTimeoutEvent(c.RequestTimeout), fasthttp.ErrTimeout
 }
