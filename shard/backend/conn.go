@@ -49,11 +49,23 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 }
 
 // stale reports whether the connection broke as a pooled connection the
-// server had closed does: it had answered before, and nothing of the
-// current answer was read.
-func (c *trackedConn) stale() bool {
+// server had closed does (it had answered before, and nothing of the
+// current answer was read), so that staleRetry allows one more send,
+// unless used.
+func (c *trackedConn) stale(used bool) bool {
 	at := c.sentAt.Load()
-	return at > 0 && c.read.Load() == at
+	return staleRetry(at > 0, c.read.Load() != at, used)
+}
+
+// staleRetry is the stale-connection rule of both transports: one more
+// send, on a fresh connection to the same backend, when a pooled
+// keep-alive connection that had answered before broke before any byte
+// of this answer came (the server closed it while it sat idle), unless
+// that one retry was used. A fresh connection that breaks is the
+// backend's doing: only the candidate retries (MaxRetries) may send the
+// request again.
+func staleRetry(answeredBefore, gotAnswerBytes, used bool) bool {
+	return answeredBefore && !gotAnswerBytes && !used
 }
 
 type connAddr struct {

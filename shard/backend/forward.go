@@ -398,7 +398,7 @@ func classify(err error) (errKind, bool) {
 // send it again (fasthttp's retry had sent every POST twice to a
 // backend that resets). The timeout is not reset.
 func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	if attempts >= 2 || !(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
+	if !(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		return false, false
 	}
@@ -407,7 +407,7 @@ func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeou
 		return false, false
 	}
 	c := connOf(resp)
-	return false, c != nil && c.stale()
+	return false, c != nil && c.stale(attempts >= 2)
 }
 
 // respKey is the user value of a forwarded request that holds its

@@ -553,7 +553,7 @@ func (lr *loopReq) broken(c *upConn, err error, now time.Time) {
 		lr.finish(now)
 		return
 	}
-	if !started && c.served > 0 && !lr.stale {
+	if staleRetry(c.served > 0, started, lr.stale) {
 		lr.stale = true
 		fc, ferr := lr.ls.conn(lr.b, true)
 		if ferr == nil {
