@@ -50,13 +50,22 @@
 // buffered whole up to MaxResponseBody (over it: 502,
 // saltus_upstream_body_too_large_total), then answered with one
 // RespondLoop. It keeps Forward's behaviour:
-// candidates, retries, the stale-connection retry, 502/503/504 bodies,
-// the breaker, in-flight counts, metrics, hooks (run on the loop). It
-// differs in two ways: a client that leaves closes the upstream
+// candidates, retries, 502/503/504 bodies, the breaker, in-flight
+// counts, metrics, hooks (run on the loop), and shares its code where
+// the two would otherwise be written twice: the SSE relay (sseRelay),
+// the stale-connection rule (staleRetry), a stream's deadlines
+// (Config.streamTimeout), the error bodies and answer headers. It
+// differs in three ways: a client that leaves closes the upstream
 // connection at once, head or not (the reactor tells the loop, and the
-// sweep checks every 50 ms); and a loop whose share of MaxConnsPerBackend
+// sweep checks every 50 ms); a loop whose share of MaxConnsPerBackend
 // is busy tries the next candidate at once instead of waiting up to
-// ConnectTimeout. Its histograms and newly seen status codes are written
+// ConnectTimeout; and a stream whose client does not read is ended at
+// 4 MiB owed (a loop cannot wait, and gnet cannot pause one
+// connection's reads) where the proxy goroutine waits for the client
+// (the reactor's outbound bound) up to its write-stall timeout. The
+// goroutine path stays for the other paths (embeddings, files, audio:
+// bodies of any size and type, relayed with that backpressure) and for
+// --upstream-io goroutine. Its histograms and newly seen status codes are written
 // by a goroutine ("backend-loop-metrics") a sweep later, since their
 // updates take a mutex.
 //
