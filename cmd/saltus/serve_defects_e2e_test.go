@@ -159,3 +159,59 @@ func TestServeStreamClientNeverReads(t *testing.T) {
 	}
 	waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
 }
+
+// TestServeTwoHopsPerRequest: a conversation that grows each turn,
+// served from both loops' connections, makes at most two cross-loop
+// messages per request (to the owner loop: lookup and decision; back to
+// the connection's loop: forward), none when the connection's loop owns
+// the prompt: the 2xx confirms the route the decision recorded, with no
+// third message to the owner. Byte-block mode: no tokenizer completions
+// share the count.
+func TestServeTwoHopsPerRequest(t *testing.T) {
+	t.Parallel()
+	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
+		c.Tokenizer, c.Shards = "", 2
+	})
+	// Two keep-alive connections: the reactor spreads them over its two
+	// loops, so one of them is not the owner's.
+	clients := []*http.Client{
+		{Transport: &http.Transport{MaxConnsPerHost: 1}},
+		{Transport: &http.Transport{MaxConnsPerHost: 1}},
+	}
+	for _, c := range clients {
+		defer c.CloseIdleConnections()
+	}
+	posts := func() float64 { return s.metrics(t)["saltus_reactor_mailbox_posts_total"] }
+	served := func() float64 { return s.metrics(t)[`saltus_requests_total{route="chat",code="200"}`] }
+	msgs := `{"role":"system","content":"` + strings.Repeat("You are a careful assistant for lighthouse keepers. ", 8) + `"}`
+	remote := 0
+	for turn := range 8 {
+		msgs += fmt.Sprintf(`,{"role":"user","content":"turn %d: %s"},{"role":"assistant","content":"answer %d"}`, turn, strings.Repeat("more words ", 10), turn)
+		before := posts()
+		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[%s,{"role":"user","content":"next?"}]}`, turn%2 == 0, msgs)
+		resp, err := clients[turn%2].Post("http://"+s.addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn %d: %d", turn, resp.StatusCode)
+		}
+		// The request is counted when it ends, after its hooks ran.
+		deadline := time.Now().Add(10 * time.Second)
+		for served() < float64(turn+1) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		switch d := posts() - before; d {
+		case 0:
+		case 2:
+			remote++
+		default:
+			t.Fatalf("turn %d: %v cross-loop messages, want 0 (the owner's connection) or 2", turn, d)
+		}
+	}
+	if remote == 0 {
+		t.Fatal("no request came from the other loop's connection: the test did not cover a remote owner")
+	}
+}
