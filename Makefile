@@ -36,8 +36,9 @@ bench: ## every benchmark, with allocations
 bench-policies: ## issue 11's matrix: every policy × stress, multiturn, rag, hotspot, manydocs, unique on 8 sim engines (bench/policy-compare.sh; ~45 min)
 	bench/policy-compare.sh
 
-bench-serve: ## saltus vs nginx requests/s and --pin-shards, same run (bench/nginx-compare.sh; installs nginx if missing)
+bench-serve: ## saltus vs nginx requests/s (whole and streamed) and --pin-shards, same run (bench/nginx-compare.sh; installs nginx if missing); added latency (bench/added-latency.sh)
 	bench/nginx-compare.sh
+	bench/added-latency.sh
 	$(GO) test -run '^$$' -bench 'AddedLatency|Relay' -benchtime 5x ./bench
 
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
