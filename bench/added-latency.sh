@@ -14,18 +14,7 @@ EVENTS=${EVENTS:-16}
 STREAM=${STREAM:-1}
 UP=127.0.0.1:18401 SAL=127.0.0.1:18480
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-go build -o "$work/saltus" ./cmd/saltus
-go build -o "$work/upstream" ./bench/cmd/upstream
-go build -o "$work/loadgen" ./bench/cmd/loadgen
+. bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
 flag=""; [ "$STREAM" = 1 ] && flag="--stream"
