@@ -45,10 +45,13 @@ func (c *conn) corkedBytes() int {
 // cork starts holding client writes. Loop only.
 func (ls *loopState) cork() { ls.corking = true }
 
-// uncork writes what is held and stops holding. Loop only.
+// uncork stops holding and writes what is held. Holding stops first: a
+// write that fails closes its connection, and whatever that close's hooks
+// answer on other connections goes out at once instead of waiting in the
+// buffer for the next upstream read. Loop only.
 func (ls *loopState) uncork() {
-	ls.flushCork()
 	ls.corking = false
+	ls.flushCork()
 }
 
 // flushCork writes the corked connection's bytes with one write, then
