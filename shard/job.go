@@ -526,7 +526,15 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 		return
 	}
 	sh := r.shards[j.owner]
+	// A retry that another backend answered: the same message removes the
+	// decided backend's pending holder (and settle does not post it again).
+	fail := j.fb.pending && !j.fb.confirmed && backendID != j.fb.backend
+	failed, keep := j.fb.backend, j.fb.matched
 	insert := func() {
+		defer sh.publish()
+		if fail {
+			r.fb.pendingRemoved.Add(sh.tree.Demote(j.keys, failed, keep, r.now()))
+		}
 		if err := sh.tree.Insert(j.keys, j.bounds, backendID, tree.Local, r.now()); err != nil {
 			// Only a backend ID beyond tree.Config.MaxBackends: not
 			// learnable, the request was served all the same.
@@ -535,13 +543,16 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 		}
 		sh.known[backendID] = true
 		r.m.learned.Inc()
-		sh.publish()
 	}
-	if on == j.owner {
+	switch {
+	case on == j.owner:
 		insert()
-		return
-	}
-	if !r.postTo(j.owner, insert) {
+	case !r.postTo(j.owner, insert):
 		r.m.learnDropped.Inc()
+		return // settle still tries to remove the pending holder
+	}
+	if fail {
+		j.fb.removed = true
+		r.fb.pendingFailed.Inc()
 	}
 }

@@ -16,12 +16,13 @@ import (
 // The pending holder is an ordinary Local holder learned at decision time;
 // what makes it pending is that the job remembers it (routeFeedback) and
 // the attempt settles it:
-//   - the decided backend answers 2xx (FirstByte): confirmed. The learn that
-//     follows is today's learn (an insert that refreshes it, or its skip),
-//     so the common success case costs no extra cross-loop message.
-//   - another backend answers 2xx after a retry: today's learn records it,
-//     and the pending holder is removed beyond what the decided backend held
-//     before the decision (Decision.MatchedBlocks), as on a failure.
+//   - the decided backend answers 2xx (FirstByte): confirmed where it is,
+//     with no message to the owner (the learn is skipped: the decision
+//     inserted the chain), so a remote request makes two cross-loop hops.
+//   - another backend answers 2xx after a retry: one message to the owner
+//     both learns it and removes the pending holder beyond what the decided
+//     backend held before the decision (Decision.MatchedBlocks), as on a
+//     failure.
 //   - no 2xx at all (connect error, 4xx/5xx, timeout, client gone before
 //     the head, proxy refused): Done removes the pending holder beyond
 //     MatchedBlocks with tree.Demote, posted to the owner loop (one message,
@@ -47,6 +48,7 @@ type routeFeedback struct {
 	total     int  // Decision.TotalBlocks
 	pending   bool // a pending holder of the whole chain was inserted for backend
 	confirmed bool // backend's 2xx head arrived
+	removed   bool // the learn of another backend's 2xx removed the pending holder
 }
 
 // learnsRoutes reports whether j's answer teaches the tree: the conditions
@@ -90,7 +92,7 @@ func (j *job) confirm(backendID int) {
 // Hooks.Done with the outcome. Any goroutine (the proxy goroutine, or the
 // loop for ForwardOnLoop).
 func (j *job) settle(o backend.Outcome) {
-	if j.fb.pending && !j.fb.confirmed {
+	if j.fb.pending && !j.fb.confirmed && !j.fb.removed {
 		j.r.fb.pendingFailed.Inc()
 		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
 	}

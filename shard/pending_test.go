@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,6 +84,7 @@ type holdEnv struct {
 
 	mu    sync.Mutex
 	ttfts []ttftSample
+	posts atomic.Int64 // the Router's messages to loops
 }
 
 func newHoldEnv(t *testing.T, loops, backends int) *holdEnv {
@@ -96,13 +98,20 @@ func newHoldEnv(t *testing.T, loops, backends int) *holdEnv {
 	e := &env{loops: newFakeLoops(loops, 4096), up: newFakeUpstream(backends)}
 	e.set = metrics.NewSet()
 	hu := &holdUpstream{fakeUpstream: e.up, held: make(chan heldCall, 64)}
-	r, err := newRouter(cfg, enc, tmpl, hu, e.up.state, e.loops.post, loops, slog.New(slog.DiscardHandler), e.set)
+	he := &holdEnv{env: e, hu: hu}
+	post := func(i int, fn func()) bool {
+		ok := e.loops.post(i, fn)
+		if ok {
+			he.posts.Add(1)
+		}
+		return ok
+	}
+	r, err := newRouter(cfg, enc, tmpl, hu, e.up.state, post, loops, slog.New(slog.DiscardHandler), e.set)
 	if err != nil {
 		e.loops.stop()
 		t.Fatal(err)
 	}
 	e.r = r
-	he := &holdEnv{env: e, hu: hu}
 	r.fb.observe = func(b *backend.Backend, uncached int, ttfb time.Duration) {
 		he.mu.Lock()
 		he.ttfts = append(he.ttfts, ttftSample{b.ID, uncached, ttfb})
@@ -245,8 +254,14 @@ func TestPendingRetryMovesTheRoute(t *testing.T) {
 	if len(c.cands) < 2 {
 		t.Fatalf("candidates %v", c.cands)
 	}
-	// The first pick failed before its head; the second answered.
+	// The first pick failed before its head; the second answered: one
+	// message to the owner learns the second and removes the first's
+	// pending holder.
+	before := e.posts.Load()
 	c.answer(c.cands[1], 200, "", time.Millisecond)
+	if n := e.posts.Load() - before; n != 1 {
+		t.Errorf("%d messages to the owner for the retried answer, want 1", n)
+	}
 	d := e.explain(t, body)
 	if d.Backend != c.cands[1].ID || d.MatchedBlocks != total {
 		t.Fatalf("after the retry: %+v, want backend %d holding %d", d, c.cands[1].ID, total)
