@@ -29,12 +29,14 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 type fakeLoops struct {
 	qs      []chan func()
 	group   *rules.Group
+	stopped chan struct{}                        // closed by stop: posters drop
 	refused atomic.Int64                         // posts refused by a full queue
+	waited  atomic.Int64                         // poster calls that found the queue full and waited
 	tick    atomic.Pointer[func(int, time.Time)] // run on each loop every 5 ms, as the reactor's OnSweep
 }
 
 func newFakeLoops(n, queue int) *fakeLoops {
-	l := &fakeLoops{group: rules.NewGroup(context.Background())}
+	l := &fakeLoops{group: rules.NewGroup(context.Background()), stopped: make(chan struct{})}
 	for i := range n {
 		q := make(chan func(), queue)
 		l.qs = append(l.qs, q)
@@ -68,6 +70,24 @@ func (l *fakeLoops) post(i int, fn func()) bool {
 	}
 }
 
+// poster is loop i's unrefused post, as reactor.Server.Poster: it waits
+// for room in the queue (counted in waited when it has to), and drops fn
+// once the loops stopped.
+func (l *fakeLoops) poster(i int) func(func()) {
+	return func(fn func()) {
+		select {
+		case l.qs[i] <- fn:
+			return
+		default:
+			l.waited.Add(1)
+		}
+		select {
+		case l.qs[i] <- fn:
+		case <-l.stopped:
+		}
+	}
+}
+
 // run runs fn on loop i and waits for it.
 func (l *fakeLoops) run(t testing.TB, i int, fn func()) {
 	t.Helper()
@@ -94,6 +114,7 @@ func (l *fakeLoops) settle(t testing.TB) {
 }
 
 func (l *fakeLoops) stop() {
+	close(l.stopped)
 	l.group.Stop()
 	_ = l.group.Wait(context.Background()) // the loops return at once
 }
@@ -325,7 +346,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		enc, tmpl = tok, tm
 	}
 	e := &env{loops: newFakeLoops(o.loops, o.queue), up: newFakeUpstream(o.backends), set: metrics.NewSet()}
-	r, err := newRouter(cfg, enc, tmpl, e.up, e.up.state, e.loops.post, o.loops, slog.New(slog.DiscardHandler), e.set)
+	r, err := newRouter(cfg, enc, tmpl, e.up, e.up.state, e.loops.post, e.loops.poster, o.loops, slog.New(slog.DiscardHandler), e.set)
 	if err != nil {
 		e.loops.stop()
 		t.Fatal(err)

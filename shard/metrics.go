@@ -14,30 +14,29 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_requests_total":                         "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, other, models, unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
-		"saltus_route_decisions_total":                  "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
-		"saltus_route_diverted_total":                   "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
-		"saltus_router_prefix_match_ratio":              "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
-		"saltus_route_learned_total":                    "Routes learned: a backend's answer inserted the request's prefix into the route table.",
-		"saltus_route_learn_skipped_total":              "2xx answers with nothing to teach, so no message to the owner shard: the route table already held the whole prefix for the answering backend, refreshed within 1 s, or the decision had recorded it (a pending route, now confirmed).",
-		"saltus_route_learn_dropped_total":              "Learns lost because the owner shard's mailbox was full.",
-		"saltus_route_footprint_full_total":             "Decisions not recorded in the footprint table (the prefixes each backend is busy with) because the shard's table was full.",
-		"saltus_route_learn_errors_total":               "Learns the route table refused (a backend id beyond its MaxBackends).",
-		"saltus_route_client_gone_total":                "Requests whose client left before they were routed (nothing forwarded).",
-		"saltus_shard_mailbox_overflow_total":           "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
-		"saltus_shard_tokenizer_completions_lost_total": "Tokenizer completions dropped: the router had closed, or (only without the reactor's unrefused posts, in tests) their loop's mailbox stayed full for 1 s; the request gets no answer until its client leaves.",
-		"saltus_request_body_refused_total":             "Chat and completion bodies refused before they were decoded, by reason: too_many_values (over --max-body-values, 413), too_deep (over --max-body-depth, 413), invalid_json (400).",
-		"saltus_shard_decode_offloop_total":             "Bodies over 64 KiB decoded and rendered on a decode worker instead of their event loop.",
-		"saltus_shard_decode_queue_full_total":          "Large bodies refused with 503 because the decode workers' queue was full.",
-		"saltus_shard_decode_queue_depth":               "Large bodies waiting for a decode worker.",
-		"saltus_responses_ids":                          "Response ids the router remembers (id to the backend that made it), summed over shards.",
-		"saltus_responses_ids_evictions_total":          "Response ids forgotten because their shard's part of the table was full (oldest first).",
-		"saltus_responses_ids_expired_total":            "Response ids forgotten after their TTL.",
-		"saltus_responses_ids_dropped_total":            "Response ids not remembered because their owner shard's mailbox was full.",
-		"saltus_responses_id_lookups_total":             "Requests naming a response id (previous_response_id, /v1/responses/{id}), by result: hit (sent to its backend), unknown, unroutable (its backend is gone or not routable).",
-		"saltus_tree_nodes":                             "Nodes of the route table, summed over shards.",
-		"saltus_tree_blocks":                            "Blocks (16-token edges, or 64-byte blocks without a tokenizer) the route table holds, summed over shards.",
-		"saltus_tree_evictions_total":                   "Route table nodes removed (LRU under its block bound, TTL expiry, backend removal), summed over shards.",
+		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, other, models, unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
+		"saltus_route_decisions_total":         "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
+		"saltus_route_diverted_total":          "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
+		"saltus_router_prefix_match_ratio":     "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
+		"saltus_route_learned_total":           "Routes learned: a backend's answer inserted the request's prefix into the route table.",
+		"saltus_route_learn_skipped_total":     "2xx answers with nothing to teach, so no message to the owner shard: the route table already held the whole prefix for the answering backend, refreshed within 1 s, or the decision had recorded it (a pending route, now confirmed).",
+		"saltus_route_learn_dropped_total":     "Learns lost because the owner shard's mailbox was full.",
+		"saltus_route_footprint_full_total":    "Decisions not recorded in the footprint table (the prefixes each backend is busy with) because the shard's table was full.",
+		"saltus_route_learn_errors_total":      "Learns the route table refused (a backend id beyond its MaxBackends).",
+		"saltus_route_client_gone_total":       "Requests whose client left before they were routed (nothing forwarded).",
+		"saltus_shard_mailbox_overflow_total":  "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
+		"saltus_request_body_refused_total":    "Chat and completion bodies refused before they were decoded, by reason: too_many_values (over --max-body-values, 413), too_deep (over --max-body-depth, 413), invalid_json (400).",
+		"saltus_shard_decode_offloop_total":    "Bodies over 64 KiB decoded and rendered on a decode worker instead of their event loop.",
+		"saltus_shard_decode_queue_full_total": "Large bodies refused with 503 because the decode workers' queue was full.",
+		"saltus_shard_decode_queue_depth":      "Large bodies waiting for a decode worker.",
+		"saltus_responses_ids":                 "Response ids the router remembers (id to the backend that made it), summed over shards.",
+		"saltus_responses_ids_evictions_total": "Response ids forgotten because their shard's part of the table was full (oldest first).",
+		"saltus_responses_ids_expired_total":   "Response ids forgotten after their TTL.",
+		"saltus_responses_ids_dropped_total":   "Response ids not remembered because their owner shard's mailbox was full.",
+		"saltus_responses_id_lookups_total":    "Requests naming a response id (previous_response_id, /v1/responses/{id}), by result: hit (sent to its backend), unknown, unroutable (its backend is gone or not routable).",
+		"saltus_tree_nodes":                    "Nodes of the route table, summed over shards.",
+		"saltus_tree_blocks":                   "Blocks (16-token edges, or 64-byte blocks without a tokenizer) the route table holds, summed over shards.",
+		"saltus_tree_evictions_total":          "Route table nodes removed (LRU under its block bound, TTL expiry, backend removal), summed over shards.",
 	})
 }
 
@@ -129,8 +128,8 @@ type routerMetrics struct {
 	ratioSum  atomic.Uint64 // float64 bits are not addable: sum in millionths
 	diverted  *metrics.Counter
 
-	overflow, learned, learnSkipped, learnDropped, learnErrors, completionsLost, clientGone *metrics.Counter
-	footFull                                                                                *metrics.Counter
+	overflow, learned, learnSkipped, learnDropped, learnErrors, clientGone *metrics.Counter
+	footFull                                                               *metrics.Counter
 
 	// Bodies refused by Config.Body's check, by scanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
@@ -142,15 +141,14 @@ type routerMetrics struct {
 
 func newRouterMetrics(set *metrics.Set) *routerMetrics {
 	m := &routerMetrics{
-		diverted:        set.NewCounter("saltus_route_diverted_total"),
-		overflow:        set.NewCounter("saltus_shard_mailbox_overflow_total"),
-		learned:         set.NewCounter("saltus_route_learned_total"),
-		learnSkipped:    set.NewCounter("saltus_route_learn_skipped_total"),
-		learnDropped:    set.NewCounter("saltus_route_learn_dropped_total"),
-		learnErrors:     set.NewCounter("saltus_route_learn_errors_total"),
-		completionsLost: set.NewCounter("saltus_shard_tokenizer_completions_lost_total"),
-		clientGone:      set.NewCounter("saltus_route_client_gone_total"),
-		footFull:        set.NewCounter("saltus_route_footprint_full_total"),
+		diverted:     set.NewCounter("saltus_route_diverted_total"),
+		overflow:     set.NewCounter("saltus_shard_mailbox_overflow_total"),
+		learned:      set.NewCounter("saltus_route_learned_total"),
+		learnSkipped: set.NewCounter("saltus_route_learn_skipped_total"),
+		learnDropped: set.NewCounter("saltus_route_learn_dropped_total"),
+		learnErrors:  set.NewCounter("saltus_route_learn_errors_total"),
+		clientGone:   set.NewCounter("saltus_route_client_gone_total"),
+		footFull:     set.NewCounter("saltus_route_footprint_full_total"),
 	}
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))

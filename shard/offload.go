@@ -14,7 +14,7 @@ import (
 // rendered on one of Config.DecodeWorkers goroutines, so that its loop
 // serves its other connections meanwhile (a 28 MB body of 1 M messages
 // held a loop for 11.7 s before). The job then goes back to its loop as a
-// tokenizer completion does (postCompletion) and carries on from stage 4;
+// tokenizer completion does (through NewRouter's poster) and carries on from stage 4;
 // what it decoded is its own (decode copies out of the parser; the parser
 // is dropped), so nothing it holds views a loop's scratch.
 
@@ -68,7 +68,7 @@ func (r *Router) decodeOff(j *job) {
 		return
 	}
 	j.owned = true
-	r.postCompletion(j.loop, j.tokenize)
+	r.posts[j.loop](j.tokenize)
 }
 
 // valueBudget bounds the JSON values being parsed off the loops at once

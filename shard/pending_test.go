@@ -106,7 +106,7 @@ func newHoldEnv(t *testing.T, loops, backends int) *holdEnv {
 		}
 		return ok
 	}
-	r, err := newRouter(cfg, enc, tmpl, hu, e.up.state, post, loops, slog.New(slog.DiscardHandler), e.set)
+	r, err := newRouter(cfg, enc, tmpl, hu, e.up.state, post, e.loops.poster, loops, slog.New(slog.DiscardHandler), e.set)
 	if err != nil {
 		e.loops.stop()
 		t.Fatal(err)

@@ -75,7 +75,7 @@ type Router struct {
 	tmpl   *chat.Renderer // never nil: the none rendering when none is given
 	pool   *tokenpool.Pool
 	post   func(loop int, fn func()) bool
-	posts  []func(func()) // UsePoster's, per loop; nil: completions go through post
+	posts  []func(func()) // per loop: NewRouter's poster, for off-loop completions
 	shards []*shardState
 	logger *slog.Logger
 	m      *routerMetrics
@@ -84,10 +84,9 @@ type Router struct {
 	group  *rules.Group
 	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
 
-	models      chan exchange // bounded queue of GET /v1/models
-	rr          atomic.Uint32 // Explain's round-robin loop cursor
-	closed      atomic.Bool
-	lastLossLog atomic.Int64 // unix nanoseconds of the last completion-loss log
+	models chan exchange // bounded queue of GET /v1/models
+	rr     atomic.Uint32 // Explain's round-robin loop cursor
+	closed atomic.Bool
 
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
 	budget     valueBudget                // values being parsed off the loop (offload.go)
@@ -129,13 +128,16 @@ type decodeScratch struct {
 }
 
 // NewRouter builds a Router over loops event loops. post(i, fn) runs fn on
-// loop i (the reactor's bounded Server.Post); tok nil selects byte-block
-// mode; tmpl nil renders chats with the none template. set receives the
-// Router's metrics and the tokenizer pool's (a Set of its own: metrics
-// cannot be unregistered). The maintenance goroutine starts here; Close
-// stops it. Any goroutine.
+// loop i (the reactor's bounded Server.Post: the messages between shards);
+// poster(i) is loop i's unrefused post (reactor.Server.Poster), for the
+// completions of off-loop work (the tokenizer's, the decode workers'),
+// which are bounded where they start (tokenpool's MaxInFlight per shard,
+// the decode budget) and must each run exactly once; tok nil selects
+// byte-block mode; tmpl nil renders chats with the none template. set
+// receives the Router's metrics and the tokenizer pool's (a Set of its
+// own: metrics cannot be unregistered). Any goroutine.
 func NewRouter(cfg Config, tok *tokenizer.Tokenizer, tmpl *chat.Renderer,
-	backends *backend.Set, post func(loop int, fn func()) bool, loops int,
+	backends *backend.Set, post func(loop int, fn func()) bool, poster func(loop int) func(func()), loops int,
 	logger *slog.Logger, set *metrics.Set) (*Router, error) {
 	if backends == nil {
 		return nil, errors.New("shard: backends is nil")
@@ -144,19 +146,19 @@ func NewRouter(cfg Config, tok *tokenizer.Tokenizer, tmpl *chat.Renderer,
 	if tok != nil {
 		enc = tok // a nil *Tokenizer must stay a nil interface
 	}
-	return newRouter(cfg, enc, tmpl, backends, liveState, post, loops, logger, set)
+	return newRouter(cfg, enc, tmpl, backends, liveState, post, poster, loops, logger, set)
 }
 
 func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstream, state backendState,
-	post func(loop int, fn func()) bool, loops int, logger *slog.Logger, set *metrics.Set) (*Router, error) {
+	post func(loop int, fn func()) bool, poster func(loop int) func(func()), loops int, logger *slog.Logger, set *metrics.Set) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if loops <= 0 {
 		return nil, fmt.Errorf("shard: loops must be positive, got %d", loops)
 	}
-	if post == nil {
-		return nil, errors.New("shard: post is nil")
+	if post == nil || poster == nil {
+		return nil, errors.New("shard: post or poster is nil")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -190,11 +192,11 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	r.decodes = make(chan *job, cfg.DecodeQueue)
 	r.budget.init(cfg.Body.MaxValues)
-	posts := make([]func(func()), loops)
+	r.posts = make([]func(func()), loops)
 	for i := range loops {
-		posts[i] = func(fn func()) { r.postCompletion(i, fn) }
+		r.posts[i] = poster(i)
 	}
-	pool, err := tokenpool.New(cfg.Pool, enc, posts, set)
+	pool, err := tokenpool.New(cfg.Pool, enc, r.posts, set)
 	if err != nil {
 		return nil, fmt.Errorf("shard: cannot start the tokenizer pool: %w", err)
 	}
@@ -231,46 +233,6 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		r.group.Go(fmt.Sprintf("shard.decode/%d", i), r.decodeWorker)
 	}
 	return r, nil
-}
-
-// UsePoster gives the Router the reactor's unrefused posts
-// (reactor.Server.Poster) for the completions of its off-loop work (the
-// tokenizer's, the decode workers'), which are bounded where they start
-// (tokenpool's MaxInFlight per shard, the decode budget) and must each
-// run exactly once. Call it before the loops serve. Any goroutine.
-func (r *Router) UsePoster(poster func(loop int) func(func())) {
-	r.posts = make([]func(func()), len(r.shards))
-	for i := range r.posts {
-		r.posts[i] = poster(i)
-	}
-}
-
-// postCompletion hands a completion of off-loop work to loop i, exactly
-// once: through UsePoster's post, which never refuses while the loops
-// run. Without one (tests with their own post), a full mailbox is
-// retried on the worker that posts (never a loop) for up to a second,
-// then the completion is dropped and counted
-// (saltus_shard_tokenizer_completions_lost_total): its request gets no answer
-// until its client leaves.
-func (r *Router) postCompletion(i int, fn func()) {
-	if r.posts != nil {
-		r.posts[i](fn)
-		return
-	}
-	deadline := time.Now().Add(time.Second)
-	for !r.post(i, fn) {
-		if r.closed.Load() || time.Now().After(deadline) {
-			n := r.m.completionsLost.Get()
-			r.m.completionsLost.Inc()
-			if n == 0 || time.Since(time.Unix(0, r.lastLossLog.Load())) > 10*time.Second {
-				// Throttled: the counter has every loss.
-				r.lastLossLog.Store(time.Now().UnixNano())
-				r.logger.Error("tokenizer completion dropped: the loop's mailbox stayed full", "loop", i, "total", n+1)
-			}
-			return
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
 }
 
 // postTo posts fn to loop i; false (counted as overflow) when post
