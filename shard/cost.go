@@ -575,7 +575,7 @@ func (r *Router) sessionOf(req *reactor.Request) string {
 // deciding without the tree): the requests of a conversation share their
 // first block, so they meet on one shard; one that does not is pinned
 // separately on each shard it meets, each bounded. Loop only.
-func (j *job) decideWith(sh *shardState, hits []tree.Hit, useTree bool) Decision {
+func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) Decision {
 	r := j.r
 	if r.pol.kind == kindBodyHash {
 		return decideBodyHash(r.pol, sh.views, j.body(), len(j.keys), &sh.sc)

@@ -44,13 +44,16 @@
 //
 // # Concurrency
 //
-//   - Each shard's tree, tokenizer shard and scratch memory are owned by
-//     its event loop; every message to another shard goes through the
-//     reactor's post function, whose one bound is the loop's mailbox
+//   - One Shard per event loop, owned by that loop: its tree, tokenizer
+//     shard, decode and render scratch, footprints, response ids and
+//     sessions, and its handles: the loop's part of the backend set (the
+//     loop path's upstream connections), its post and poster, and its tick
+//     (Router.Tick, from the reactor's sweep). Every message to another
+//     shard goes through its post, whose one bound is the loop's mailbox
 //     (reactor.Config.MailboxSize; when full: a lookup routes without the
-//     tree, reason fallback; a learn is dropped; both counted). Messages carry the request's own key
-//     slices (allocated per request, never written after dispatch), never
-//     pointers into connection buffers.
+//     tree, reason fallback; a learn is dropped; both counted). Messages
+//     carry the request's own key slices (allocated per request, never
+//     written after dispatch), never pointers into connection buffers.
 //   - A job (one request in flight) belongs to one goroutine at a time:
 //     the connection's loop, then the owner's loop, then the proxy
 //     goroutine's hooks, which only read it.

@@ -218,7 +218,16 @@ func (u *fakeUpstream) state(b *backend.Backend) (int64, bool) {
 
 func (u *fakeUpstream) Snapshot() []*backend.Backend { return *u.snap.Load() }
 
-func (u *fakeUpstream) Tick(int, time.Time) {}
+// Loop is loop i's part of the fake: its ForwardOnLoop is Forward.
+func (u *fakeUpstream) Loop(int) upstreamLoop { return fakeLoop{u} }
+
+type fakeLoop struct{ u *fakeUpstream }
+
+func (l fakeLoop) ForwardOnLoop(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool {
+	return l.u.Forward(req, body, candidates, sink, extraHdr, h)
+}
+
+func (fakeLoop) Tick(time.Time) {}
 
 func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool {
 	if u.quiet.Load() {
@@ -262,10 +271,6 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 }
 
 func (u *fakeUpstream) LoopIO() bool { return false }
-
-func (u *fakeUpstream) ForwardOnLoop(_ int, req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool {
-	return u.Forward(req, body, candidates, sink, extraHdr, h)
-}
 
 func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) {
 	if u.modelsErr != nil {

@@ -122,7 +122,7 @@ func (f *footprints) sweep(now int64, budget int) {
 
 // touchFootprint records d in the owner shard's footprints (prefix policy,
 // a routed request). On the owner loop, in lookup.
-func (j *job) touchFootprint(sh *shardState, d Decision, snap []*backend.Backend, now int64) {
+func (j *job) touchFootprint(sh *Shard, d Decision, snap []*backend.Backend, now int64) {
 	if j.explain != nil || d.Backend < 0 || j.r.pol.kind != kindPrefix || len(j.keys) == 0 {
 		return
 	}

@@ -46,7 +46,7 @@ func (j *job) run() {
 		j.lookup()
 	case stageForward:
 		f := &j.fwd
-		j.r.up.ForwardOnLoop(f.loop, j.req, f.body, f.cands, f.sink, f.hdr, f.hooks)
+		j.r.shards[f.loop].up.ForwardOnLoop(j.req, f.body, f.cands, f.sink, f.hdr, f.hooks)
 	case stageByID:
 		j.lookupByID()
 	default:
@@ -471,7 +471,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		}
 		body := r.askUsage(j, &lh)
 		if loop == cur {
-			r.up.ForwardOnLoop(loop, j.req, body, cands, ls, hdr, lh)
+			r.shards[loop].up.ForwardOnLoop(j.req, body, cands, ls, hdr, lh)
 			return
 		}
 		j.fwd.loop, j.fwd.cands, j.fwd.sink, j.fwd.hdr, j.fwd.hooks, j.fwd.body = loop, cands, ls, hdr, lh, body

@@ -68,7 +68,7 @@ func (r *Router) decodeOff(j *job) {
 		return
 	}
 	j.owned = true
-	r.posts[j.loop](j.tokenize)
+	r.shards[j.loop].poster(j.tokenize)
 }
 
 // valueBudget bounds the JSON values being parsed off the loops at once

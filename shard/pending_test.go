@@ -69,9 +69,16 @@ func (u *holdUpstream) Forward(_ *reactor.Request, _ []byte, cands []*backend.Ba
 	return true
 }
 
-func (u *holdUpstream) ForwardOnLoop(_ int, req *reactor.Request, body []byte, cands []*backend.Backend, sink backend.LoopSink, hdr []reactor.Header, h backend.Hooks) bool {
-	return u.Forward(req, body, cands, sink, hdr, h)
+// Loop: the held Forward on every loop (LoopIO is false here: unused).
+func (u *holdUpstream) Loop(int) upstreamLoop { return heldLoop{u} }
+
+type heldLoop struct{ u *holdUpstream }
+
+func (l heldLoop) ForwardOnLoop(req *reactor.Request, body []byte, cands []*backend.Backend, sink backend.LoopSink, hdr []reactor.Header, h backend.Hooks) bool {
+	return l.u.Forward(req, body, cands, sink, hdr, h)
 }
+
+func (heldLoop) Tick(time.Time) {}
 
 type ttftSample struct {
 	backend, uncached int

@@ -33,14 +33,25 @@ type exchange interface {
 type upstream interface {
 	Snapshot() []*backend.Backend
 	Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool
-	// LoopIO and ForwardOnLoop: the loop path (backend/loop.go).
+	// LoopIO: whether the loop path (backend/loop.go) is on.
 	LoopIO() bool
-	ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool
 	Models(ctx context.Context) ([]byte, error)
-	// Tick: the loop path's deadlines and idle connections, on each loop's
-	// tick (backend.Set.Tick).
-	Tick(loop int, now time.Time)
+	// Loop is loop i's part of the set: its Shard keeps it.
+	Loop(i int) upstreamLoop
 }
+
+// upstreamLoop is one loop's part of the backend set (backend.Loop): the
+// loop path's Forward on that loop, and its share of the loop's tick
+// (deadlines, idle connections).
+type upstreamLoop interface {
+	ForwardOnLoop(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool
+	Tick(now time.Time)
+}
+
+// setUpstream is a *backend.Set as the Router's upstream.
+type setUpstream struct{ *backend.Set }
+
+func (s setUpstream) Loop(i int) upstreamLoop { return s.Set.Loop(i) }
 
 // backendState reads a backend's in-flight count and routability; a field
 // of the Router so that tests can give fake backends a load.
@@ -74,9 +85,7 @@ type Router struct {
 	state  backendState
 	tmpl   *chat.Renderer // never nil: the none rendering when none is given
 	pool   *tokenpool.Pool
-	post   func(loop int, fn func()) bool
-	posts  []func(func()) // per loop: NewRouter's poster, for off-loop completions
-	shards []*shardState
+	shards []*Shard // one per loop
 	logger *slog.Logger
 	m      *routerMetrics
 	fb     *feedbackMetrics // pending routes and engine feedback (feedback.go)
@@ -93,9 +102,18 @@ type Router struct {
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
 }
 
-// shardState is one loop's part of the Router.
-type shardState struct {
-	id int
+// Shard is one event loop's part of the Router, one value per loop: that
+// loop's part of the route table (tree), its tokenizer shard (tok), its
+// decode and render scratch (dec, res), its footprints, response ids and
+// sessions, and its handles: up, the loop's part of the backend set (the
+// upstream connections its loop path uses), post and poster, to send it
+// work (bounded, and unrefused for completions), and tick, driven by the
+// reactor's sweep. What it holds is owned by its loop, unless marked.
+type Shard struct {
+	id     int
+	up     upstreamLoop
+	post   func(fn func()) bool // the loop's bounded mailbox (reactor.Server.Post)
+	poster func(fn func())      // the loop's unrefused post (reactor.Server.Poster)
 
 	// Owned by the loop.
 	tree  *tree.Tree
@@ -146,7 +164,7 @@ func NewRouter(cfg Config, tok *tokenizer.Tokenizer, tmpl *chat.Renderer,
 	if tok != nil {
 		enc = tok // a nil *Tokenizer must stay a nil interface
 	}
-	return newRouter(cfg, enc, tmpl, backends, liveState, post, poster, loops, logger, set)
+	return newRouter(cfg, enc, tmpl, setUpstream{backends}, liveState, post, poster, loops, logger, set)
 }
 
 func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstream, state backendState,
@@ -181,7 +199,6 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		up:     up,
 		state:  state,
 		tmpl:   tmpl,
-		post:   post,
 		logger: logger.With("component", "shard"),
 		m:      newRouterMetrics(set),
 		fb:     newFeedbackMetrics(set),
@@ -192,11 +209,11 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	r.decodes = make(chan *job, cfg.DecodeQueue)
 	r.budget.init(cfg.Body.MaxValues)
-	r.posts = make([]func(func()), loops)
+	posts := make([]func(func()), loops)
 	for i := range loops {
-		r.posts[i] = poster(i)
+		posts[i] = poster(i)
 	}
-	pool, err := tokenpool.New(cfg.Pool, enc, r.posts, set)
+	pool, err := tokenpool.New(cfg.Pool, enc, posts, set)
 	if err != nil {
 		return nil, fmt.Errorf("shard: cannot start the tokenizer pool: %w", err)
 	}
@@ -207,7 +224,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			_ = pool.Close(context.Background()) // nothing was submitted: returns at once
 			return nil, fmt.Errorf("shard: %w", err)
 		}
-		sh := &shardState{id: i, tree: t, tok: pool.Shard(i), known: map[int]bool{},
+		sh := &Shard{id: i, up: up.Loop(i), post: func(fn func()) bool { return post(i, fn) }, poster: posts[i],
+			tree: t, tok: pool.Shard(i), known: map[int]bool{},
 			resp: newRespTable((cfg.ResponseIDs+loops-1)/loops, int64(cfg.ResponseIDTTL)),
 			foot: newFootprints((cfg.Footprints+loops-1)/loops, int64(cfg.FootprintWindow))}
 		// round_robin: loop i starts its cycle at backend i, so that the
@@ -240,7 +258,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 // MailboxSize, counted there too as saltus_reactor_mailbox_full_total) or
 // the loops stopped. Any goroutine.
 func (r *Router) postTo(i int, fn func()) bool {
-	if !r.post(i, fn) {
+	if !r.shards[i].post(fn) {
 		r.m.overflow.Inc()
 		return false
 	}
@@ -334,7 +352,7 @@ const retryAfter = "1"
 func (r *Router) OwnAnswer(status int) { r.m.request(routeNone, status) }
 
 // publish copies the tree's gauges to atomics. Loop only.
-func (sh *shardState) publish() {
+func (sh *Shard) publish() {
 	s := sh.tree.Stats()
 	sh.nodes.Store(int64(s.Nodes))
 	sh.blocks.Store(int64(s.Blocks))
@@ -351,11 +369,12 @@ func (sh *shardState) publish() {
 // maintenance step: no goroutine of its own, no message. Loop only
 // (loop's).
 func (r *Router) Tick(loop int, now time.Time) {
-	r.up.Tick(loop, now)
 	if loop < 0 || loop >= len(r.shards) {
 		return
 	}
-	if sh := r.shards[loop]; now.Sub(sh.maintained) >= r.cfg.MaintainInterval {
+	sh := r.shards[loop]
+	sh.up.Tick(now)
+	if now.Sub(sh.maintained) >= r.cfg.MaintainInterval {
 		sh.maintained = now
 		r.maintain(sh)
 	}
@@ -372,7 +391,7 @@ func indexOfBackend(snap []*backend.Backend, id int) int {
 
 // maintain is one maintenance step on sh's loop: forget removed backends,
 // clean up at most MaintainBudget tree slots, publish the gauges.
-func (r *Router) maintain(sh *shardState) {
+func (r *Router) maintain(sh *Shard) {
 	snap := r.up.Snapshot()
 	for id := range sh.known {
 		if indexOfBackend(snap, id) < 0 {
