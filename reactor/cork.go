@@ -14,8 +14,8 @@ package reactor
 // never holds more than maxCork and a large whole answer is not copied
 // twice. Owned by the loop.
 
-// maxCork bounds the cork buffer; it is kept across callbacks up to this
-// capacity.
+// maxCork bounds the bytes the cork buffer holds (its capacity, kept
+// across callbacks, is at most about twice that: append's growth).
 const maxCork = 64 << 10
 
 // send hands b, an answer's bytes for c's client, to gnet, or holds it in
