@@ -102,7 +102,7 @@ log-format: json
 				RequestTimeout: duration(time.Hour), StreamIdleTimeout: duration(5 * time.Second), MaxResponseBody: 1 << 20, BackendHeader: "name",
 				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond),
 				HealthDownInterval: duration(200 * time.Millisecond), DrainTimeout: 0,
-				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, LoadSlack: 0.5, LoadTokens: 500, ScrapeInterval: duration(time.Second), GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
+				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, LoadSlack: 1, LoadTokens: 500, ScrapeInterval: duration(time.Second), GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
 				LogFormat: "json", LogLevel: "DEBUG",
 			}
 		}},
@@ -368,7 +368,7 @@ drain-timeout: 30s
 max-blocks: 1000000
 route-ttl: 1h
 load-factor: 2
-load-slack: 0.5
+load-slack: 1
 load-tokens: 500
 kv-tokens: 0
 learn-from-usage: true
