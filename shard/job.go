@@ -35,7 +35,7 @@ func (j *job) post(i int, stage uint8) bool {
 	if j.runFn == nil {
 		j.runFn = j.run
 	}
-	j.stage, j.postedTo = stage, i
+	j.stage = stage
 	return j.r.postTo(i, j.runFn)
 }
 
@@ -94,12 +94,11 @@ type job struct {
 	candArr  [4]*backend.Backend
 	hdrArr   [1]reactor.Header
 
-	// Posting (job.post): the stage, the loop it went to, j.run as a
-	// func made once, and what the forward stage forwards.
-	stage    uint8
-	postedTo int
-	runFn    func()
-	fwd      struct {
+	// Posting (job.post): the stage, j.run as a func made once, and what
+	// the forward stage forwards.
+	stage uint8
+	runFn func()
+	fwd   struct {
 		loop  int
 		cands []*backend.Backend
 		sink  backend.LoopSink
