@@ -27,6 +27,7 @@ import (
 //	queue(b)   = pending(b) / rate(b)                prefill sent to b, not yet answered
 //	           + waiting(b) × (base(b) + T × B / rate(b))
 //	           + slot(b)                             the wait for a running slot
+//	           + kv(b)                               the wait for KV room (kvWait)
 //	est(b)     = base(b) + queue(b) + prefill(b)     the estimated TTFT
 //	load(b)    = n(b) × (LoadTokens / rate(b) + prefill(b))
 //	evict(b)   = fill(b) × prefill(b)
@@ -130,6 +131,7 @@ type cost struct {
 	held                 int
 	base, queue, prefill float64
 	slotWait             float64 // part of queue: the wait for a running slot
+	kvWait               float64 // part of queue: the wait for KV room
 	est                  float64
 	load, evict          float64
 	cmp                  float64 // est + load + evict: what pick compares
@@ -148,6 +150,7 @@ type Candidate struct {
 	BaseMS    float64 `json:"base_ms"`
 	QueueMS   float64 `json:"queue_ms"`
 	SlotWait  float64 `json:"slot_wait_ms"`
+	KVWait    float64 `json:"kv_wait_ms"`
 	Slots     int64   `json:"slots"`
 	ServiceMS float64 `json:"service_ms"`
 	PrefillMS float64 `json:"prefill_ms"`
@@ -290,7 +293,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		for _, sc := range s.scores {
 			c, v := s.costs[sc.i], &bs[sc.i]
 			d.Table = append(d.Table, Candidate{Backend: v.id, Name: v.name, Held: c.held, InFlight: v.inFlight,
-				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, SlotWait: c.slotWait * 1e3, Slots: v.slots, ServiceMS: v.service * 1e3, PrefillMS: c.prefill * 1e3,
+				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, SlotWait: c.slotWait * 1e3, KVWait: c.kvWait * 1e3, Slots: v.slots, ServiceMS: v.service * 1e3, PrefillMS: c.prefill * 1e3,
 				EstMS: c.est * 1e3, Footprint: v.foot, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
 				Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
 		}
@@ -344,7 +347,8 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	n := float64(max(v.inFlight, 0))
 	c.base = base
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
-	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait
+	c.kvWait = kvWait(p, v, blocks-c.held)
+	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
 	if v.kvCap > 0 {
 		kv = float64(v.kvCap) // the engine's own, scraped
@@ -354,6 +358,32 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.evict = fill * c.prefill
 	c.cmp = c.est + c.load + c.evict
 	c.queueing = c.queue >= p.queueWait || full || v.inFlight >= capn
+}
+
+// kvWait is how long a request whose blocks b does not hold (missing
+// blocks) waits at b's engine for KV room: an engine admits a request
+// only when every block it will use fits beside the blocks its running
+// requests pin (vLLM reserves them; nothing is preempted), so a miss
+// sent to an engine whose cache is pinned full waits until enough of its
+// running requests end. From the scrape (fresh only): pinned tokens
+// U = kvUsage × kvCap, running requests R; over = U + missing − kvCap;
+// each running request frees U/R tokens on average when it ends, and one
+// ends every service/R, so the wait is ⌈over / (U/R)⌉ × service / R, at
+// most one whole service. 0 when the engine is not scraped, its capacity
+// or service time is unknown, or the blocks fit.
+func kvWait(p policy, v *view, missing int) float64 {
+	if !v.engine || v.kvCap <= 0 || v.running <= 0 || v.service <= 0 || missing <= 0 {
+		return 0
+	}
+	capT := float64(v.kvCap)
+	used := min(max(v.kvUsage, 0), 1) * capT
+	over := used + float64(missing*p.blockSize) - capT
+	if over <= 0 {
+		return 0
+	}
+	r := float64(v.running)
+	ends := min(math.Ceil(over/max(used/r, 1)), r)
+	return ends * v.service / r
 }
 
 // coldTie is settle's slack in requests in flight: a cold prefix stays

@@ -103,6 +103,52 @@ func TestCostEstimateTerms(t *testing.T) {
 	}
 }
 
+// KV room: a miss sent to an engine whose cache its running requests pin
+// waits for enough of them to end; a hit, whose blocks are there, does
+// not.
+func TestCostKVWait(t *testing.T) {
+	t.Parallel()
+	bs := fleet(2)
+	for i := range bs {
+		bs[i].base, bs[i].rate, bs[i].service = 0.010, 1000, 4
+		bs[i].engine, bs[i].kvCap, bs[i].running = true, 16000, 4
+	}
+	bs[0].kvUsage = 0.95 // 15,200 pinned: 3,800 per running request
+	bs[1].kvUsage = 0.25 // 4,000 pinned: room for 12,000
+	p := costPolicy
+	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 250) // 4,000 tokens
+	s := newScratch()
+	s.explain = true
+	d := decide(p, bs, nil, keys, true, &s)
+	// 0: 15,200 + 4,000 − 16,000 = 3,200 over, one request's 3,800 frees
+	// it: one end, 4 s / 4 = 1 s.
+	if r := rowOf(t, d, 0); !near(r.KVWait, 1000) || !r.Queueing {
+		t.Errorf("kv full: %+v", r)
+	}
+	if r := rowOf(t, d, 1); r.KVWait != 0 || r.Queueing {
+		t.Errorf("kv room: %+v", r)
+	}
+	if d.Backend != 1 {
+		t.Errorf("a cold prefix went to %d, whose cache is pinned full", d.Backend)
+	}
+	// More over than the running requests pin: at most one whole service.
+	bs[0].kvUsage = 1
+	if r := rowOf(t, decide(p, bs, nil, randKeys(rand.New(rand.NewPCG(3, 3)), 2000), true, &s), 0); !near(r.KVWait, 4000) {
+		t.Errorf("kv over capacity: %+v", r)
+	}
+	// A holder of the whole prompt needs no room.
+	bs[0].kvUsage = 0.95
+	hits := []tree.Hit{{Backend: 0, Blocks: 250}}
+	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); r.KVWait != 0 {
+		t.Errorf("hit: %+v", r)
+	}
+	// Not scraped: nothing known, nothing priced.
+	bs[0].engine = false
+	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); r.KVWait != 0 {
+		t.Errorf("not scraped: %+v", r)
+	}
+}
+
 // A holder that is not queueing is never skipped for one that holds
 // less, however much cheaper that one looks.
 func TestCostNotQueueingNeverSkipped(t *testing.T) {
