@@ -70,7 +70,11 @@ import (
 //
 // b is queueing when a new request would wait, or b runs more than its
 // share: queue(b) ≥ QueueWait, n(b) ≥ S(b), requests wait at an engine
-// whose slot limit is learned (slotBound), or n(b) is at the bounded-load capacity,
+// whose slot limit is learned (slotBound), this request would wait there
+// for KV room (kv(b) > 0: the wait cannot be told well from the scrape,
+// since requests that start together end together; measured on
+// manydocs, 30 s runs, P99 TTFT 1,020 and 1,119 ms against 1,688 and
+// 1,233 when only the priced wait counted), or n(b) is at the bounded-load capacity,
 // ⌈(1 + LoadSlack) × (Σn + 1) / N⌉ over the N routable backends (at least
 // LoadFloor).
 //
@@ -235,7 +239,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 			c.eligible = false
 			c.newcomer = c.held == 0
 		}
-		nc := settle(s, coldSlack)
+		nc := settle(s, coldSlack, p.queueWait)
 		for _, sc := range s.scores {
 			c := &s.costs[sc.i]
 			c.eligible = c.held > 0 || sc.i == nc
@@ -248,9 +252,9 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 
 	var target int
 	if anyHolder {
-		target = pick(s, 0)
+		target = pick(s, 0, p.queueWait)
 	} else {
-		target = settle(s, coldSlack)
+		target = settle(s, coldSlack, p.queueWait)
 	}
 	reason := ReasonHash
 	if pin := indexOf(bs, s.pin); s.pin >= 0 && pin >= 0 && bs[pin].routable && !s.costs[pin].queueing {
@@ -347,7 +351,7 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	n := float64(max(v.inFlight, 0))
 	c.base = base
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
-	c.kvWait = kvWait(p, v, blocks-c.held)
+	c.kvWait = kvWait(p, v, blocks-c.held, v.waiting, total)
 	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
 	if v.kvCap > 0 {
@@ -357,27 +361,35 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.load = (p.loadTokens/rate + c.prefill) * n
 	c.evict = fill * c.prefill
 	c.cmp = c.est + c.load + c.evict
-	c.queueing = c.queue >= p.queueWait || full || v.inFlight >= capn
+	c.queueing = c.queue >= p.queueWait || full || v.inFlight >= capn || c.kvWait > 0
 }
 
 // kvWait is how long a request whose blocks b does not hold (missing
 // blocks) waits at b's engine for KV room: an engine admits a request
 // only when every block it will use fits beside the blocks its running
-// requests pin (vLLM reserves them; nothing is preempted), so a miss
-// sent to an engine whose cache is pinned full waits until enough of its
-// running requests end. From the scrape (fresh only): pinned tokens
-// U = kvUsage × kvCap, running requests R; over = U + missing − kvCap;
-// each running request frees U/R tokens on average when it ends, and one
-// ends every service/R, so the wait is ⌈over / (U/R)⌉ × service / R, at
-// most one whole service. 0 when the engine is not scraped, its capacity
-// or service time is unknown, or the blocks fit.
-func kvWait(p policy, v *view, missing int) float64 {
-	if !v.engine || v.kvCap <= 0 || v.running <= 0 || v.service <= 0 || missing <= 0 {
+// requests pin (vLLM reserves them; nothing is preempted), first come
+// first served, so a request waits behind those waiting already, and a
+// miss sent to an engine whose cache is pinned full waits until enough
+// of its running requests end. From the scrape (fresh only): pinned
+// tokens U = kvUsage × kvCap, running requests R, waiting requests W,
+// each priced as this request fully uncached (total tokens, as queue(b)
+// prices them); over = U + W × total + missing − kvCap; each running
+// request frees U/R tokens on average when it ends, and one ends every
+// service/R, so the wait is ⌈over / (U/R)⌉ × service / R, at most one
+// whole service. 0 when the engine is not scraped, its capacity or
+// service time is unknown, or the blocks fit. On manydocs, whose
+// documents overflow the fleet's KV, a hit sent to an engine where a
+// miss waited for room waited seconds behind it (30 s runs: the ten
+// slowest first tokens, 1.6–3.7 s, were on two engines, hits among
+// them).
+func kvWait(p policy, v *view, missing int, waiting int64, total float64) float64 {
+	if !v.engine || v.kvCap <= 0 || v.running <= 0 || v.service <= 0 {
 		return 0
 	}
 	capT := float64(v.kvCap)
 	used := min(max(v.kvUsage, 0), 1) * capT
-	over := used + float64(missing*p.blockSize) - capT
+	ahead := max(float64(max(waiting, 0))*total, float64(max(v.pending, 0)))
+	over := used + ahead + float64(max(missing, 0)*p.blockSize) - capT
 	if over <= 0 {
 		return 0
 	}
@@ -407,7 +419,7 @@ const coldTie = 4
 // the prefix's rendezvous order, so replicas that see about the same
 // loads agree. It marks the candidates eligible and returns the choice,
 // -1 if there is no newcomer.
-func settle(s *scratch, slack float64) int {
+func settle(s *scratch, slack, wait float64) int {
 	free := false
 	for _, sc := range s.scores {
 		if c := &s.costs[sc.i]; c.newcomer && !c.queueing {
@@ -426,11 +438,11 @@ func settle(s *scratch, slack float64) int {
 	}
 	if h := s.home; h >= 0 && h < len(s.costs) && s.costs[h].eligible {
 		best := pickBest(s)
-		if s.costs[h].cmp <= s.costs[best].cmp+max(tieRel*s.costs[best].cmp, tieAbs, slack) {
+		if within(s, h, best, slack, wait) {
 			return h
 		}
 	}
-	return pick(s, slack)
+	return pick(s, slack, wait)
 }
 
 // pickBest is the view index of the least cmp among the eligible (the
@@ -488,15 +500,26 @@ func median(v []float64) float64 {
 
 // pick returns the view index of the least cmp among the eligible,
 // near-ties to the first in rendezvous order. At least one is eligible.
-func pick(s *scratch, slack float64) int {
+func pick(s *scratch, slack, wait float64) int {
 	best := pickBest(s)
-	limit := s.costs[best].cmp + max(tieRel*s.costs[best].cmp, tieAbs, slack)
 	for _, sc := range s.scores { // rendezvous order: the first within the limit
-		if c := &s.costs[sc.i]; c.eligible && c.cmp <= limit {
+		if s.costs[sc.i].eligible && within(s, sc.i, best, slack, wait) {
 			return sc.i
 		}
 	}
 	return best
+}
+
+// within: candidate i may be preferred to best, the least cost: its
+// cost is within slack of best's (at least the near-tie tolerance), and
+// it does not make the request wait more than wait (QueueWait) longer
+// than best would. The slack is for what a partitioned cache saves
+// later, and must not buy a wait now: on manydocs, documents went home
+// to an engine whose KV room its running requests held, and waited
+// seconds there (the slack is coldTie requests of the document's miss).
+func within(s *scratch, i, best int, slack, wait float64) bool {
+	c, b := &s.costs[i], &s.costs[best]
+	return c.cmp <= b.cmp+max(tieRel*b.cmp, tieAbs, slack) && c.queue <= b.queue+wait
 }
 
 // bodyHashBytes is how much of the body body_hash hashes (nginx users

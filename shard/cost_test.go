@@ -142,6 +142,13 @@ func TestCostKVWait(t *testing.T) {
 	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); r.KVWait != 0 {
 		t.Errorf("hit: %+v", r)
 	}
+	// ...unless a request waits there (priced as this one, uncached):
+	// first come, first served, the hit waits behind it for its room.
+	bs[0].waiting = 1
+	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
+		t.Errorf("hit behind a waiting request: %+v", r)
+	}
+	bs[0].waiting = 0
 	// Not scraped: nothing known, nothing priced.
 	bs[0].engine = false
 	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); r.KVWait != 0 {
@@ -313,6 +320,49 @@ func TestCostColdSkipsQueueing(t *testing.T) {
 	}
 	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
 		t.Fatalf("none routable: %+v", d)
+	}
+}
+
+// The slack that keeps a cold prefix home (or in its rendezvous order)
+// buys cache partitioning, never a wait: a backend whose queue is more
+// than QueueWait longer than the least cost's is passed over, though its
+// cost is within the slack.
+func TestCostSlackBuysNoWait(t *testing.T) {
+	t.Parallel()
+	bs := fleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(7, 7)), 4) // 64 tokens
+	order := rendezvous(nil, bs, keys)
+	for i := range bs {
+		bs[i].base, bs[i].rate = 0.010, 10000
+		bs[i].pending, bs[i].inFlight = 2000, 3 // queue 0.2 s: every one queues
+	}
+	first := &bs[order[0].i]
+	first.inFlight = 0
+	s := newScratch()
+	s.explain = true
+	// first: queue 0.3 s, no load; cost 0.316 s, the others' 0.385
+	// (0.2 s of queue, 3 × 56.4 ms of load): first is the least.
+	first.pending = 3000
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != first.id {
+		t.Fatalf("first in order, least cost: %+v", d.Table)
+	}
+	// first: queue 0.5 s, cost 0.516 s, within the slack (4 × 564
+	// tokens = 0.226 s) of the others' 0.385, but 0.3 s more wait.
+	first.pending = 5000
+	d := decide(costPolicy, bs, nil, keys, true, &s)
+	if d.Backend != bs[order[1].i].id {
+		t.Fatalf("a wait bought by the slack: chose %d, want %d: %+v", d.Backend, bs[order[1].i].id, d.Table)
+	}
+	// Home is held to the same rule.
+	s.home = order[0].i
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[1].i].id {
+		t.Fatalf("home bought a wait: %+v", d)
+	}
+	// 0.15 s more wait, and one request in flight: cost 0.422 s, within
+	// the slack of the others' 0.385, home wins.
+	first.pending, first.inFlight = 3500, 1
+	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != first.id {
+		t.Fatalf("home within the wait: %+v", d)
 	}
 }
 
