@@ -382,9 +382,9 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 // miss waited for room waited seconds behind it (30 s runs: the ten
 // slowest first tokens, 1.6–3.7 s, were on two engines, hits among
 // them). The prefill sent and not answered (pending(b)) is not added:
-// what of it the engine admitted is in U already, and counted twice it
-// made holders of rag's long documents queue (60 s runs, token hit ratio
-// 0.721 with it, 0.724 without; manydocs P99 TTFT 1,594 and 1,209 ms).
+// what of it the engine admitted is in U already, and would count twice
+// (60 s runs, with it and without: rag token hit ratio 0.721 and 0.724,
+// manydocs P99 TTFT 1,594 and 1,209 ms; within the runs' noise).
 func kvWait(p policy, v *view, missing int, waiting int64, total float64) float64 {
 	if !v.engine || v.kvCap <= 0 || v.running <= 0 || v.service <= 0 {
 		return 0
