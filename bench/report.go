@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,6 +52,42 @@ func (r *Report) WriteFiles(dir string) ([]string, error) {
 		return paths, fmt.Errorf("plots: %w", err)
 	}
 	return append(paths, pngs...), nil
+}
+
+// sampleLine is one line of samples.jsonl: a request and its run.
+type sampleLine struct {
+	Workload string `json:"workload"`
+	Policy   string `json:"policy"`
+	Sample
+}
+
+// WriteSamples writes every request of every run into dir/samples.jsonl,
+// one JSON object per line (the run's workload and policy, then the
+// Sample's fields: sent at, TTFT and latency in nanoseconds of simulated
+// time, tokens, backend, class tag, error), in run order, and returns its
+// path. For looking into a tail: which requests were slow, where they
+// went, whether they hit.
+func (r *Report) WriteSamples(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "samples.jsonl")
+	return path, writeFile(path, func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		enc := json.NewEncoder(bw)
+		for i, ss := range r.Samples {
+			var wl, pol string
+			if i < len(r.Runs) {
+				wl, pol = r.Runs[i].Workload, r.Runs[i].Policy
+			}
+			for _, s := range ss {
+				if err := enc.Encode(sampleLine{Workload: wl, Policy: pol, Sample: s}); err != nil {
+					return err
+				}
+			}
+		}
+		return bw.Flush()
+	})
 }
 
 func writeFile(path string, fill func(io.Writer) error) error {

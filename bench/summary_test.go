@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -100,5 +101,31 @@ func TestReportFiles(t *testing.T) {
 		if !strings.Contains(string(md), s) {
 			t.Fatalf("report.md lacks %q:\n%s", s, md)
 		}
+	}
+
+	// samples.jsonl: one line per request, in run order, with its run.
+	sp, err := rep.WriteSamples(dir)
+	if err != nil || filepath.Base(sp) != "samples.jsonl" {
+		t.Fatalf("samples: %s %v", sp, err)
+	}
+	b, err := os.ReadFile(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 100 {
+		t.Fatalf("%d lines, want 100", len(lines))
+	}
+	var last struct {
+		Workload, Policy string
+		TTFT             int64 `json:"ttft_ns"`
+		Cached           int   `json:"cached_tokens"`
+		Backend          string
+	}
+	if err := json.Unmarshal([]byte(lines[99]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Workload != "stress" || last.Policy != "prefix" || last.TTFT != int64(59*ms) || last.Cached != 500 || last.Backend != "http://127.0.0.1:8002" {
+		t.Fatalf("last line %s: %+v", lines[99], last)
 	}
 }

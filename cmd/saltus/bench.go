@@ -35,6 +35,7 @@ type benchOptions struct {
 	out           string
 	quick         bool
 	overheadPairs int
+	samples       bool
 	wl            workload.Options
 	sim           vllmsim.Config
 	simf          simFlags
@@ -71,6 +72,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.StringVar(&o.out, "out", "bench-results", "`directory` for report.md, results.json and the PNG plots")
 	fs.BoolVar(&o.quick, "quick", false, "a run of about a minute: 4 engines, 16 users, 12 s per policy, --speedup 10 (flags given still win)")
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
+	fs.BoolVar(&o.samples, "samples", false, "also write samples.jsonl into --out: one JSON line per request (workload, policy, sent at, TTFT, latency, tokens, cached tokens, backend, class, error; simulated time)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
 	d := dataplane.DefaultConfig()
@@ -262,6 +264,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		rep.Command = "saltus bench " + strings.Join(args, " ")
 		rep.Setup = o.setup()
 		paths, werr := rep.WriteFiles(o.out)
+		if werr == nil && o.samples {
+			var sp string
+			sp, werr = rep.WriteSamples(o.out)
+			paths = append(paths, sp)
+		}
 		if werr != nil {
 			fmt.Fprintf(stderr, "saltus bench: writing the report: %v\n", werr)
 			return 1
