@@ -72,9 +72,10 @@ import (
 // share: queue(b) ≥ QueueWait, n(b) ≥ S(b), requests wait at an engine
 // whose slot limit is learned (slotBound), this request would wait there
 // for KV room (kv(b) > 0: the wait cannot be told well from the scrape,
-// since requests that start together end together; measured on
-// manydocs, 30 s runs, P99 TTFT 1,020 and 1,119 ms against 1,688 and
-// 1,233 when only the priced wait counted), or n(b) is at the bounded-load capacity,
+// since requests that start together end together; on manydocs, 30 s
+// runs, P99 TTFT 1,020 and 1,119 ms against 1,688 and 1,233 when only
+// the priced wait counted, which 60 s runs did not confirm: 1,209 to
+// 1,644 ms), or n(b) is at the bounded-load capacity,
 // ⌈(1 + LoadSlack) × (Σn + 1) / N⌉ over the N routable backends (at least
 // LoadFloor).
 //
@@ -515,10 +516,9 @@ func pick(s *scratch, slack, wait float64) int {
 // within: candidate i may be preferred to best, the least cost: its
 // cost is within slack of best's (at least the near-tie tolerance), and
 // it does not make the request wait more than wait (QueueWait) longer
-// than best would. The slack is for what a partitioned cache saves
-// later, and must not buy a wait now: on manydocs, documents went home
-// to an engine whose KV room its running requests held, and waited
-// seconds there (the slack is coldTie requests of the document's miss).
+// than best would. The slack (coldTie requests of the miss) is for
+// what a partitioned cache saves later, and must not buy a wait now of
+// up to that many prefills at home.
 func within(s *scratch, i, best int, slack, wait float64) bool {
 	c, b := &s.costs[i], &s.costs[best]
 	return c.cmp <= b.cmp+max(tieRel*b.cmp, tieAbs, slack) && c.queue <= b.queue+wait
