@@ -352,7 +352,7 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	n := float64(max(v.inFlight, 0))
 	c.base = base
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
-	c.kvWait = kvWait(p, v, blocks-c.held, v.waiting, total)
+	c.kvWait = kvWait(p, v, blocks-c.held, total)
 	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
 	if v.kvCap > 0 {
@@ -386,13 +386,13 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 // what of it the engine admitted is in U already, and would count twice
 // (60 s runs, with it and without: rag token hit ratio 0.721 and 0.724,
 // manydocs P99 TTFT 1,594 and 1,209 ms; within the runs' noise).
-func kvWait(p policy, v *view, missing int, waiting int64, total float64) float64 {
+func kvWait(p policy, v *view, missing int, total float64) float64 {
 	if !v.engine || v.kvCap <= 0 || v.running <= 0 || v.service <= 0 {
 		return 0
 	}
 	capT := float64(v.kvCap)
 	used := min(max(v.kvUsage, 0), 1) * capT
-	over := used + float64(max(waiting, 0))*total + float64(max(missing, 0)*p.blockSize) - capT
+	over := used + float64(max(v.waiting, 0))*total + float64(max(missing, 0)*p.blockSize) - capT
 	if over <= 0 {
 		return 0
 	}
