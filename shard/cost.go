@@ -253,6 +253,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 
 	var target int
 	if anyHolder {
+		roomOnly(s)
 		target = pick(s, 0, p.queueWait)
 	} else {
 		target = settle(s, coldSlack, p.queueWait)
@@ -304,6 +305,28 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		}
 	}
 	return d
+}
+
+// roomOnly leaves out the eligible candidates that would wait for KV room
+// when another eligible one would not. Such a wait is not priced well
+// enough to be traded against a miss: it lasts until enough running
+// requests end, and requests that start together end together.
+func roomOnly(s *scratch) {
+	room := false
+	for _, sc := range s.scores {
+		if c := &s.costs[sc.i]; c.eligible && c.kvWait == 0 {
+			room = true
+			break
+		}
+	}
+	if !room {
+		return
+	}
+	for _, sc := range s.scores {
+		if c := &s.costs[sc.i]; c.kvWait > 0 {
+			c.eligible = false
+		}
+	}
 }
 
 // loadCap is the bounded-load capacity: the in-flight count a backend may
@@ -365,38 +388,50 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.queueing = c.queue >= p.queueWait || full || v.inFlight >= capn || c.kvWait > 0
 }
 
-// kvWait is how long a request whose blocks b does not hold (missing
-// blocks) waits at b's engine for KV room: an engine admits a request
-// only when every block it will use fits beside the blocks its running
-// requests pin (vLLM reserves them; nothing is preempted), first come
-// first served, so a request waits behind those waiting already, and a
-// miss sent to an engine whose cache is pinned full waits until enough
-// of its running requests end. From the scrape (fresh only): pinned
-// tokens U = kvUsage × kvCap, running requests R, waiting requests W,
-// each priced as this request fully uncached (total tokens, as queue(b)
-// prices them); over = U + W × total + missing − kvCap; each running
-// request frees U/R tokens on average when it ends, and one ends every
-// service/R, so the wait is ⌈over / (U/R)⌉ × service / R, at most one
-// whole service. 0 when the engine is not scraped, its capacity or
-// service time is unknown, or the blocks fit. On manydocs, whose
-// documents overflow the fleet's KV, a hit sent to an engine where a
-// miss waited for room waited seconds behind it (30 s runs: the ten
-// slowest first tokens, 1.6–3.7 s, were on two engines, hits among
-// them). The prefill sent and not answered (pending(b)) is not added:
-// what of it the engine admitted is in U already, and would count twice
-// (60 s runs, with it and without: rag token hit ratio 0.721 and 0.724,
-// manydocs P99 TTFT 1,594 and 1,209 ms; within the runs' noise).
+// kvWait is how long a request waits at b's engine for KV room: an
+// engine admits a request only when every block it will use, cached or
+// not, fits beside the blocks its running requests pin (vLLM reserves
+// them; nothing is preempted), first come first served, so a request
+// waits behind those waiting already, and one sent to an engine whose
+// cache is pinned full waits until enough of its running requests end.
+// The pinned tokens U are the larger of the router's own account
+// (b.Pinned, footprint.go: its requests in flight there, waiting ones
+// included, exact at once) and the scrape's when fresh (kvUsage × kvCap,
+// plus W waiting requests each priced as this one, fully uncached, as
+// queue(b) prices them: other routers' requests show there). This
+// request needs room for its whole prompt (total), or only for its
+// blocks b does not hold (missing) when a request of its group is in
+// flight there and pins the rest (view.shared). With R the requests
+// running (the engine's count or the router's in flight, the larger),
+// over = U + need − capacity; each running request frees U/R tokens on
+// average when it ends, and one ends every service/R, so the wait is
+// ⌈over / (U/R)⌉ × service / R, at most one whole service. The capacity
+// is the engine's (vllm:cache_config_info) else Config.KVTokens. 0 when
+// the capacity or service time is unknown, nothing runs, or the blocks
+// fit. On manydocs, whose documents overflow the fleet's KV, the slowest
+// first tokens (2-3 s, hits among them) waited for room behind a request
+// that was sent while the engine ran four other documents.
 func kvWait(p policy, v *view, missing int, total float64) float64 {
-	if !v.engine || v.kvCap <= 0 || v.running <= 0 || v.service <= 0 {
-		return 0
-	}
 	capT := float64(v.kvCap)
-	used := min(max(v.kvUsage, 0), 1) * capT
-	over := used + float64(max(v.waiting, 0))*total + float64(max(missing, 0)*p.blockSize) - capT
-	if over <= 0 {
+	if capT <= 0 {
+		capT = p.kvTokens
+	}
+	if capT <= 0 || v.service <= 0 {
 		return 0
 	}
-	r := float64(v.running)
+	used, r := float64(max(v.pinned, 0)), float64(max(v.inFlight, 0))
+	if v.engine && v.kvCap > 0 {
+		used = max(used, min(max(v.kvUsage, 0), 1)*capT+float64(max(v.waiting, 0))*total)
+		r = max(r, float64(v.running))
+	}
+	need := total
+	if v.shared {
+		need = float64(max(missing, 0) * p.blockSize)
+	}
+	over := used + need - capT
+	if over <= 0 || r <= 0 {
+		return 0
+	}
 	ends := min(math.Ceil(over/max(used/r, 1)), r)
 	return ends * v.service / r
 }
@@ -607,7 +642,7 @@ func costInputs(v *view, b *backend.Backend) {
 	m := b.Prefill()
 	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
 	v.pending = b.PendingPrefill()
-	v.foot = b.Footprint()
+	v.foot, v.pinned = b.Footprint(), b.Pinned()
 	v.slots, v.service = b.Slots(), b.Service().Seconds()
 	if e, ok := b.Engine(); ok {
 		v.engine, v.waiting, v.running, v.kvUsage, v.kvCap = true, e.Waiting, e.Running, e.KVUsage, e.KVTokens
@@ -640,6 +675,7 @@ func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) Decision {
 	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, j.explain != nil, -1
 	if hits != nil || useTree {
 		sh.sc.home = sh.foot.home(j.keys, sh.views, now)
+		sh.foot.busy(j.keys, sh.views)
 	}
 	if sess {
 		if id, ok := sh.sess.lookup(j.session, now); ok {

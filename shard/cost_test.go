@@ -136,11 +136,22 @@ func TestCostKVWait(t *testing.T) {
 	if r := rowOf(t, decide(p, bs, nil, randKeys(rand.New(rand.NewPCG(3, 3)), 2000), true, &s), 0); !near(r.KVWait, 4000) {
 		t.Errorf("kv over capacity: %+v", r)
 	}
-	// A holder of the whole prompt needs no room.
+	// A holder of the whole prompt needs room for all of it when none of
+	// its group's requests runs there (its blocks are cached, not pinned)...
 	bs[0].kvUsage = 0.95
 	hits := []tree.Hit{{Backend: 0, Blocks: 250}}
+	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
+		t.Errorf("hit, nothing of its group running: %+v", r)
+	}
+	// A newcomer with room takes it, though the holder's priced wait (1 s)
+	// is less than the newcomer's miss (4 s): the wait is not trusted.
+	if d := decide(p, bs, hits, keys, true, &s); d.Backend != 1 || !d.Diverted {
+		t.Errorf("holder waiting for room kept the request: %+v", d)
+	}
+	// ...and none when one does, which pins them.
+	bs[0].shared = true
 	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); r.KVWait != 0 {
-		t.Errorf("hit: %+v", r)
+		t.Errorf("hit beside its group: %+v", r)
 	}
 	// ...unless a request waits there (priced as this one, uncached):
 	// first come, first served, the hit waits behind it for its room.
@@ -148,11 +159,23 @@ func TestCostKVWait(t *testing.T) {
 	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
 		t.Errorf("hit behind a waiting request: %+v", r)
 	}
-	bs[0].waiting = 0
-	// Not scraped: nothing known, nothing priced.
-	bs[0].engine = false
+	bs[0].waiting, bs[0].shared = 0, false
+	// Not scraped, capacity unknown: nothing known, nothing priced.
+	bs[0].engine, bs[0].kvCap = false, 0
+	bs[0].pinned, bs[0].inFlight = 15200, 4
 	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); r.KVWait != 0 {
-		t.Errorf("not scraped: %+v", r)
+		t.Errorf("capacity unknown: %+v", r)
+	}
+	// Not scraped, capacity configured: the router's own account of what
+	// its requests in flight pin prices it as the scrape did.
+	p.kvTokens = 16000
+	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); !near(r.KVWait, 1000) || !r.Queueing {
+		t.Errorf("own account: %+v", r)
+	}
+	// Scraped, the own account wins when larger (sent since the scrape).
+	bs[0].engine, bs[0].kvCap, bs[0].kvUsage = true, 16000, 0.25
+	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); !near(r.KVWait, 1000) {
+		t.Errorf("own account over a stale scrape: %+v", r)
 	}
 }
 

@@ -126,6 +126,8 @@ type view struct {
 	kvCap   int64   // the engine's KV capacity in tokens when scraped; 0: unknown
 	slots   int64   // b.Slots(): the engine's learned running limit; 0: unknown
 	service float64 // b.Service() in seconds: how long an answer holds a slot; 0: unknown
+	pinned  int64   // b.Pinned(): KV tokens the router's requests in flight there pin
+	shared  bool    // a request of this request's group is in flight there (footprint.go)
 }
 
 // policyKind is Config.Policy, parsed.

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"sync/atomic"
+
 	"github.com/saltus-lb/saltus/shard/backend"
 )
 
@@ -24,10 +26,25 @@ import (
 // prefix) do not, as an engine evicts them first. Entries unused for a
 // window are dropped by the shard's maintenance, their tokens subtracted.
 //
+// The same entries keep the account of what the router's requests in
+// flight pin in each engine's KV cache (backend.Pinned): vLLM admits a
+// request only when all its blocks, cached or not, fit beside the blocks
+// of the requests it runs, and requests of one group on one engine share
+// their leading blocks. The first request of a group in flight on a
+// backend pins its whole prompt as the group's base, which stays counted
+// until the group's last request there ends; each later one pins only its
+// tail, the blocks past what the tree says the backend holds. The prefix
+// policy prices the wait for KV room from it (cost.go, kvWait): the
+// scrape is a second old and misses what was sent since (manydocs, 60 s
+// runs: the slowest first tokens waited 2-3 s for room on an engine to
+// which a fifth document had been sent while four ran).
+//
 // # Concurrency
 //
 // A footprints table is owned by its shard's loop (touch from lookup,
-// sweep from maintenance); the sums are atomics on the backends.
+// sweep from maintenance); the sums are atomics on the backends. An
+// entry's pin state is an atomic: a request acquires it on the owner loop
+// and releases it when it ends, on whatever goroutine ends it.
 
 // footKey is one group on one backend.
 type footKey struct {
@@ -41,7 +58,66 @@ type footEntry struct {
 	last    int64            // the router clock of the last use
 	uses    uint32
 	counted bool // tokens are in b's Footprint
+	// pin: the group's requests in flight on b (the bits from pinShift
+	// up) and the base tokens they pin there while any is (below).
+	pin atomic.Uint64
 }
+
+const (
+	pinShift = 40
+	pinMask  = 1<<pinShift - 1
+)
+
+// pinned is one request's share of its backend's Pinned: the entry of
+// its group there and the tail tokens it added beside the group's base.
+type pinned struct {
+	e   *footEntry
+	own int64
+}
+
+// acquire counts a request of e's group, of total tokens, tail of them
+// past what e.b holds, in flight on e.b: the first of the group there
+// pins total as the group's base, the others their tail. Owner loop.
+func (p *pinned) acquire(e *footEntry, total, tail int64) {
+	total = min(max(total, 0), pinMask)
+	tail = min(max(tail, 0), total)
+	for {
+		old := e.pin.Load()
+		nw, own, add := old+1<<pinShift, tail, tail
+		if old>>pinShift == 0 {
+			nw, own, add = 1<<pinShift|uint64(total), 0, total
+		}
+		if e.pin.CompareAndSwap(old, nw) {
+			p.e, p.own = e, own
+			e.b.AddPinned(add)
+			return
+		}
+	}
+}
+
+// release ends what acquire counted; the group's base goes with its last
+// request. Any goroutine, once per acquire (a second call does nothing).
+func (p *pinned) release() {
+	e := p.e
+	if e == nil {
+		return
+	}
+	p.e = nil
+	for {
+		old := e.pin.Load()
+		nw, sub := old-1<<pinShift, p.own
+		if old>>pinShift <= 1 {
+			nw, sub = 0, p.own+int64(old&pinMask)
+		}
+		if e.pin.CompareAndSwap(old, nw) {
+			e.b.AddPinned(-sub)
+			return
+		}
+	}
+}
+
+// busy reports whether a request of e's group is in flight on e.b.
+func (e *footEntry) busy() bool { return e.pin.Load()>>pinShift > 0 }
 
 // footprints is one shard's table, bounded by max entries: over it a new
 // group is not recorded (counted by the caller) until maintenance drops
@@ -63,21 +139,22 @@ func group(keys []uint64) uint64 {
 }
 
 // touch records that a prompt of tokens tokens in keys' group was sent to
-// b at now. It reports false when the table is full and the group new.
-// Loop only (the owner's).
-func (f *footprints) touch(keys []uint64, b *backend.Backend, tokens int64, now int64) bool {
+// b at now, and returns its entry; nil when the table is full and the
+// group new. Loop only (the owner's).
+func (f *footprints) touch(keys []uint64, b *backend.Backend, tokens int64, now int64) *footEntry {
 	k := footKey{group: group(keys), backend: b.ID}
 	e := f.m[k]
+	if e != nil && e.b != b { // the ID was reused by a new backend
+		f.uncount(e) // requests in flight release the old entry
+		e = nil
+		delete(f.m, k)
+	}
 	if e == nil {
 		if len(f.m) >= f.max {
-			return false
+			return nil
 		}
 		e = &footEntry{b: b}
 		f.m[k] = e
-	}
-	if e.b != b { // the ID was reused by a new backend
-		f.uncount(e)
-		*e = footEntry{b: b}
 	}
 	if e.uses > 0 && now-e.last > f.window {
 		f.uncount(e) // a fresh start: the engine has likely evicted it
@@ -95,7 +172,7 @@ func (f *footprints) touch(keys []uint64, b *backend.Backend, tokens int64, now 
 		e.counted = true
 		b.AddFootprint(e.tokens)
 	}
-	return true
+	return e
 }
 
 func (f *footprints) uncount(e *footEntry) {
@@ -105,7 +182,9 @@ func (f *footprints) uncount(e *footEntry) {
 	}
 }
 
-// sweep drops the entries unused for a window, at most budget of them
+// sweep drops the entries unused for a window with no request in flight
+// (a request longer than the window keeps its group's entry, so that the
+// group's next request there shares its base), at most budget of them
 // examined. Loop only.
 func (f *footprints) sweep(now int64, budget int) {
 	for k, e := range f.m {
@@ -113,7 +192,7 @@ func (f *footprints) sweep(now int64, budget int) {
 			return
 		}
 		budget--
-		if now-e.last > f.window {
+		if now-e.last > f.window && !e.busy() {
 			f.uncount(e)
 			delete(f.m, k)
 		}
@@ -130,8 +209,27 @@ func (j *job) touchFootprint(sh *Shard, d Decision, snap []*backend.Backend, now
 	if i < 0 {
 		return
 	}
-	if !sh.foot.touch(j.keys, snap[i], int64(len(j.keys)*j.r.cfg.BlockSize), now) {
+	bs := int64(j.r.cfg.BlockSize)
+	e := sh.foot.touch(j.keys, snap[i], int64(len(j.keys))*bs, now)
+	if e == nil {
 		j.r.m.footFull.Inc()
+		return
+	}
+	j.pin.acquire(e, int64(len(j.keys))*bs, int64(d.TotalBlocks-d.MatchedBlocks)*bs)
+}
+
+// busy marks the views on which a request of keys' group is in flight
+// (view.shared): a request there shares the blocks the tree says it
+// holds. Loop only (the owner's).
+func (f *footprints) busy(keys []uint64, bs []view) {
+	if len(keys) == 0 || len(f.m) == 0 {
+		return
+	}
+	g := group(keys)
+	for i := range bs {
+		if e := f.m[footKey{group: g, backend: bs[i].id}]; e != nil && e.busy() {
+			bs[i].shared = true
+		}
 	}
 }
 

@@ -18,7 +18,7 @@ func TestFootprints(t *testing.T) {
 	win := int64(time.Second)
 	f := newFootprints(2, win)
 	doc := randKeys(r, 100)
-	if !f.touch(doc, a, 1600, 0) || a.Footprint() != 0 {
+	if f.touch(doc, a, 1600, 0) == nil || a.Footprint() != 0 {
 		t.Fatalf("one use counts: %d", a.Footprint())
 	}
 	f.touch(doc[:50], a, 800, 10) // a shorter cut of the same prefix
@@ -34,7 +34,7 @@ func TestFootprints(t *testing.T) {
 	if b.Footprint() != 0 || len(f.m) != 2 {
 		t.Fatalf("b: %d, entries %d", b.Footprint(), len(f.m))
 	}
-	if f.touch(randKeys(r, 8), a, 128, 40) {
+	if f.touch(randKeys(r, 8), a, 128, 40) != nil {
 		t.Fatal("a third pair fits a table of 2")
 	}
 	// The home is the backend the group went to last.
@@ -82,5 +82,49 @@ func TestCostColdGoesHome(t *testing.T) {
 	bs[home].inFlight = 0
 	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id {
 		t.Fatalf("no home: %+v", d)
+	}
+}
+
+// The pinned account: the first request of a group on a backend pins its
+// whole prompt as the group's base, the others their tails; the base goes
+// with the group's last request, whatever order they end in.
+func TestPinnedAccount(t *testing.T) {
+	t.Parallel()
+	f := newFootprints(8, int64(time.Minute))
+	b := &backend.Backend{ID: 0}
+	doc := randKeys(rand.New(rand.NewPCG(4, 4)), 200)
+	var first, second, third pinned
+	first.acquire(f.touch(doc, b, 3200, 0), 3200, 3200)
+	second.acquire(f.touch(doc, b, 3264, 1), 3264, 64)
+	third.acquire(f.touch(doc, b, 3216, 2), 3216, 16)
+	if got := b.Pinned(); got != 3200+64+16 {
+		t.Fatalf("pinned %d, want %d", got, 3200+64+16)
+	}
+	first.release()
+	first.release() // once per acquire
+	if got := b.Pinned(); got != 3200+64+16 {
+		t.Fatalf("after the first ended: pinned %d, want the base and the tails still in flight, %d", got, 3200+64+16)
+	}
+	second.release()
+	third.release()
+	if got := b.Pinned(); got != 0 {
+		t.Fatalf("all ended: pinned %d", got)
+	}
+	// A group in flight keeps its entry past the window.
+	first.acquire(f.touch(doc, b, 3200, 10), 3200, 0)
+	f.sweep(10+int64(2*time.Minute), 100)
+	if len(f.m) != 1 {
+		t.Fatalf("swept an entry in flight")
+	}
+	var v [1]view
+	v[0].id = b.ID
+	f.busy(doc, v[:])
+	if !v[0].shared {
+		t.Errorf("busy: group in flight not marked")
+	}
+	first.release()
+	f.sweep(10+int64(2*time.Minute), 100)
+	if len(f.m) != 0 || b.Pinned() != 0 {
+		t.Fatalf("after the end: entries %d, pinned %d", len(f.m), b.Pinned())
 	}
 }

@@ -79,6 +79,7 @@ type job struct {
 	session string
 	rawBody []byte
 	prefill pendingPrefill
+	pin     pinned // the KV tokens it pins on its backend (footprint.go)
 	// fresh: the tree already holds the whole chain for freshID, refreshed
 	// less than learnRefresh ago, so a 2xx from freshID has nothing to
 	// teach (see lookup).
@@ -432,7 +433,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
-	h := backend.Hooks{Done: func(o backend.Outcome) { j.prefill.done(o); r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
+	h := backend.Hooks{Done: func(o backend.Outcome) { j.prefill.done(o); j.pin.release(); r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(-1)
 	}

@@ -188,3 +188,13 @@ func (b *Backend) Footprint() int64 { return b.footprint.Load() }
 
 // AddFootprint adds n (negative: removes) to Footprint. Any goroutine.
 func (b *Backend) AddFootprint(n int64) { b.footprint.Add(n) }
+
+// Pinned is the router's estimate of the KV tokens b's engine keeps for
+// the requests the router has in flight there (running or waiting): an
+// engine admits a request only when all its blocks fit beside those
+// (shard/footprint.go keeps the account; the prefix policy prices the
+// wait for room with it). Any goroutine.
+func (b *Backend) Pinned() int64 { return b.pinned.Load() }
+
+// AddPinned adds n (negative: removes) to Pinned. Any goroutine.
+func (b *Backend) AddPinned(n int64) { b.pinned.Add(n) }

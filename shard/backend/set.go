@@ -50,6 +50,7 @@ type Backend struct {
 	engine    engineState  // the engine's own load, when scraped (engine.go)
 	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
 	footprint atomic.Int64 // Footprint (prefill.go)
+	pinned    atomic.Int64 // Pinned (prefill.go)
 
 	m backendMetrics
 }
