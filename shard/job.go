@@ -433,7 +433,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
-	h := backend.Hooks{Done: func(o backend.Outcome) { j.prefill.done(o); j.pin.release(); r.m.request(j.route, o.Status); j.settle(o) }, Usage: j.wantsUsage()}
+	h := backend.Hooks{Done: func(o backend.Outcome) {
+		j.prefill.done(o)
+		j.pin.release()
+		r.m.request(j.route, o.Status)
+		j.settle(o)
+	}, Usage: j.wantsUsage()}
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(-1)
 	}
