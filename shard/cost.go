@@ -161,6 +161,7 @@ type Candidate struct {
 	PrefillMS float64 `json:"prefill_ms"`
 	EstMS     float64 `json:"est_ms"`
 	Footprint int64   `json:"footprint_tokens"`
+	Pinned    int64   `json:"pinned_tokens"`
 	LoadMS    float64 `json:"load_ms"`
 	EvictMS   float64 `json:"evict_ms"`
 	CostMS    float64 `json:"cost_ms"`
@@ -300,7 +301,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 			c, v := s.costs[sc.i], &bs[sc.i]
 			d.Table = append(d.Table, Candidate{Backend: v.id, Name: v.name, Held: c.held, InFlight: v.inFlight,
 				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, SlotWait: c.slotWait * 1e3, KVWait: c.kvWait * 1e3, Slots: v.slots, ServiceMS: v.service * 1e3, PrefillMS: c.prefill * 1e3,
-				EstMS: c.est * 1e3, Footprint: v.foot, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
+				EstMS: c.est * 1e3, Footprint: v.foot, Pinned: v.pinned, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
 				Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
 		}
 	}
