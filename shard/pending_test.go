@@ -368,3 +368,44 @@ func TestPromptUsage(t *testing.T) {
 	f(``, 0, 0, false, false)
 	f(`{"prompt_tokens":1,"x":"`+strings.Repeat("y", 5000)+`"}`, 0, 0, false, false) // over the bound
 }
+
+// The KV a backend's requests in flight pin (footprint.go): the first of
+// a group pins its whole prompt, a sibling its tail; the base goes with
+// the group's last request, and a failed attempt releases what it added.
+func TestPinnedFollowsRequests(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	first := chatBody("system", systemA, "user", "When should the lamp be lit?")
+	c1 := e.send(t, 0, first)
+	_, total1, _ := c1.route(t)
+	home := c1.cands[0]
+	if got, want := home.Pinned(), int64(total1*16); got != want {
+		t.Fatalf("first in flight: pinned %d, want %d", got, want)
+	}
+	second := chatBody("system", systemA, "user", "How often are Fresnel lenses cleaned, and with what?")
+	c2 := e.send(t, 1, second)
+	held2, total2, _ := c2.route(t)
+	if c2.cands[0] != home || held2 == 0 {
+		t.Fatalf("sibling went to %d holding %d", c2.cands[0].ID, held2)
+	}
+	both := int64(total1*16 + (total2-held2)*16)
+	if got := home.Pinned(); got != both {
+		t.Fatalf("siblings in flight: pinned %d, want %d", got, both)
+	}
+	c1.answer(home, 200, "", time.Millisecond)
+	if got := home.Pinned(); got != both {
+		t.Fatalf("first answered, sibling in flight: pinned %d, want the base kept, %d", got, both)
+	}
+	c2.answer(home, 503, "", time.Millisecond)
+	if got := home.Pinned(); got != 0 {
+		t.Fatalf("all ended: pinned %d", got)
+	}
+	cold := chatBody("system", systemB, "user", "Something with leeks?")
+	c := e.send(t, 0, cold)
+	c.answer(nil, 502, "", 0)
+	for _, b := range e.up.backends {
+		if b.Pinned() != 0 {
+			t.Fatalf("backend %d: pinned %d after a failed attempt", b.ID, b.Pinned())
+		}
+	}
+}

@@ -30,6 +30,9 @@ func TestRouterPrefixReceiptAndExplain(t *testing.T) {
 		if p := b.PendingPrefill(); p != 0 {
 			t.Fatalf("backend %d still has %d pending tokens", b.ID, p)
 		}
+		if p := b.Pinned(); p != 0 {
+			t.Fatalf("backend %d still has %d pinned tokens after the answer", b.ID, p)
+		}
 	}
 	d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
 	if err != nil || d.Reason != ReasonTree || len(d.Table) != 3 || d.RunnerUp < 0 || d.EstMS <= 0 || d.EstMS > d.RunnerUpMS {
@@ -59,12 +62,16 @@ func TestRouterPrefixReceiptAndExplain(t *testing.T) {
 	if want := int64((total - matched) * 16); b.PendingPrefill() != want || want == 0 {
 		t.Fatalf("pending %d, want %d", b.PendingPrefill(), want)
 	}
+	// ...and pins its whole prompt there (the first of its group).
+	if want := int64(total * 16); b.Pinned() != want {
+		t.Fatalf("pinned %d, want %d", b.Pinned(), want)
+	}
 	d, err = e.r.Explain([]byte(body), "/v1/chat/completions")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, row := range d.Table {
-		if row.Backend == b.ID && (row.Pending != b.PendingPrefill() || row.QueueMS <= 0) {
+		if row.Backend == b.ID && (row.Pending != b.PendingPrefill() || row.Pinned != b.Pinned() || row.QueueMS <= 0) {
 			t.Fatalf("row %+v, pending %d", row, b.PendingPrefill())
 		}
 	}
