@@ -73,6 +73,9 @@
 // since the engines serve /v1 at their root.
 //
 // Metrics (in the Set's *metrics.Set): saltus_backend_in_flight{backend},
+// the prefix policy's per-backend inputs saltus_backend_pending_prefill_tokens,
+// saltus_backend_footprint_tokens and saltus_backend_kv_pinned_tokens
+// {backend} (gauges, the router's own counts),
 // saltus_backend_requests_total{backend,code} (the status the client got
 // for that backend, 504 included), saltus_upstream_errors_total{backend,
 // kind=connect|timeout|reset|midstream|stream_idle}, saltus_retries_total,

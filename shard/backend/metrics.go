@@ -17,6 +17,9 @@ var latencyBuckets = []float64{
 func init() {
 	promtext.Describe(map[string]string{
 		"saltus_backend_in_flight":                  "Requests in flight to each backend (sent, not finished).",
+		"saltus_backend_pending_prefill_tokens":     "Predicted uncached prompt tokens of the streamed requests sent to each backend that have had no first event yet (policy prefix's queue term).",
+		"saltus_backend_footprint_tokens":           "Prompt tokens of the prefixes in use on each backend, as the router counts them (policy prefix's eviction term).",
+		"saltus_backend_kv_pinned_tokens":           "KV tokens the router's requests in flight pin on each backend's engine, as the router counts them (policy prefix's wait for KV room).",
 		"saltus_backend_requests_total":             "Answers relayed for each backend, by the HTTP status code the client got (504 included; other: outside 100..599).",
 		"saltus_upstream_errors_total":              "Failed sends to each backend, by kind (connect, timeout, reset, midstream).",
 		"saltus_backend_breaker_trips_total":        "Times each backend's passive circuit breaker tripped (consecutive connect errors and 5xx).",

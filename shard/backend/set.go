@@ -108,10 +108,13 @@ func (s *Set) label(b *Backend) string {
 type backendMetrics struct {
 	lbl          string // the backend label value, quoted
 	inFlightName string
-	codes        [600]atomic.Pointer[metrics.Counter] // by status code; [0] for codes outside 100..599
-	errs         [numErrKinds]*metrics.Counter
-	trips        *metrics.Counter
-	ttfb, total  *metrics.PrometheusHistogram // latencyBuckets (metrics.go)
+	// the prefix policy's inputs, as gauges (prefill.go): pending
+	// prefill, footprint and pinned tokens
+	policyNames [3]string
+	codes       [600]atomic.Pointer[metrics.Counter] // by status code; [0] for codes outside 100..599
+	errs        [numErrKinds]*metrics.Counter
+	trips       *metrics.Counter
+	ttfb, total *metrics.PrometheusHistogram // latencyBuckets (metrics.go)
 }
 
 // errKind labels saltus_upstream_errors_total.
@@ -340,6 +343,13 @@ func (s *Set) registerMetricsLocked(b *Backend) {
 	// A URL removed and added again gets a new gauge bound to the new
 	// Backend; Remove unregisters the old one.
 	s.ms.GetOrCreateGauge(b.m.inFlightName, func() float64 { return float64(b.inFlight.Load()) })
+	for i, g := range [...]struct {
+		name string
+		f    func() int64
+	}{{"saltus_backend_pending_prefill_tokens", b.PendingPrefill}, {"saltus_backend_footprint_tokens", b.Footprint}, {"saltus_backend_kv_pinned_tokens", b.Pinned}} {
+		b.m.policyNames[i] = g.name + "{backend=" + lbl + "}"
+		s.ms.GetOrCreateGauge(b.m.policyNames[i], func() float64 { return float64(g.f()) })
+	}
 	for k := range numErrKinds {
 		b.m.errs[k] = s.ms.GetOrCreateCounter("saltus_upstream_errors_total{backend=" + lbl + ",kind=\"" + k.String() + "\"}")
 	}
@@ -429,6 +439,9 @@ func (s *Set) Remove(id int) error {
 	b.hc.CloseIdleConnections()
 	b.ctl.CloseIdleConnections()
 	s.ms.UnregisterMetric(b.m.inFlightName)
+	for _, n := range b.m.policyNames {
+		s.ms.UnregisterMetric(n)
+	}
 	s.logger.Info("backend removed", "id", id, "url", b.URL, "in_flight", b.InFlight())
 	return nil
 }

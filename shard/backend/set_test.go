@@ -83,8 +83,16 @@ func TestAddRemoveDrain(t *testing.T) {
 	}
 	var out strings.Builder
 	ms.WritePrometheus(&out)
-	if n := strings.Count(out.String(), `saltus_backend_in_flight{backend="http://127.0.0.1:9001"}`); n != 1 {
-		t.Errorf("in-flight gauge for the re-added URL appears %d times:\n%s", n, out.String())
+	for _, g := range []string{"in_flight", "pending_prefill_tokens", "footprint_tokens", "kv_pinned_tokens"} {
+		if n := strings.Count(out.String(), `saltus_backend_`+g+`{backend="http://127.0.0.1:9001"}`); n != 1 {
+			t.Errorf("%s gauge for the re-added URL appears %d times:\n%s", g, n, out.String())
+		}
+	}
+	c.AddPinned(4096)
+	out.Reset()
+	ms.WritePrometheus(&out)
+	if !strings.Contains(out.String(), `saltus_backend_kv_pinned_tokens{backend="http://127.0.0.1:9001"} 4096`) {
+		t.Errorf("pinned gauge does not read the backend's count:\n%s", out.String())
 	}
 }
 
