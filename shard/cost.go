@@ -679,8 +679,7 @@ func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) Decision {
 	now := r.now()
 	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, j.explain != nil, -1
 	if hits != nil || useTree {
-		sh.sc.home = sh.foot.home(j.keys, sh.views, now)
-		sh.foot.busy(j.keys, sh.views)
+		sh.sc.home = sh.foot.scan(j.keys, sh.views, now)
 	}
 	if sess {
 		if id, ok := sh.sess.lookup(j.session, now); ok {

@@ -218,30 +218,23 @@ func (j *job) touchFootprint(sh *Shard, d Decision, snap []*backend.Backend, now
 	j.pin.acquire(e, int64(len(j.keys))*bs, int64(d.TotalBlocks-d.MatchedBlocks)*bs)
 }
 
-// busy marks the views on which a request of keys' group is in flight
-// (view.shared): a request there shares the blocks the tree says it
-// holds. Loop only (the owner's).
-func (f *footprints) busy(keys []uint64, bs []view) {
-	if len(keys) == 0 || len(f.m) == 0 {
-		return
-	}
-	g := group(keys)
-	for i := range bs {
-		if e := f.m[footKey{group: g, backend: bs[i].id}]; e != nil && e.busy() {
-			bs[i].shared = true
-		}
-	}
-}
-
-// home is the index in bs of the backend keys' group was last sent to
-// within the window, or -1. Loop only (the owner's).
-func (f *footprints) home(keys []uint64, bs []view, now int64) int {
+// scan reads keys' group on every view in one pass: it marks the views
+// on which a request of the group is in flight (view.shared: a request
+// there shares the blocks the tree says it holds) and returns the home,
+// the index in bs of the backend the group was last sent to within the
+// window, or -1. Loop only (the owner's).
+func (f *footprints) scan(keys []uint64, bs []view, now int64) int {
 	if len(keys) == 0 || len(f.m) == 0 {
 		return -1
 	}
 	g, h, last := group(keys), -1, int64(0)
 	for i := range bs {
-		if e := f.m[footKey{group: g, backend: bs[i].id}]; e != nil && now-e.last <= f.window && (h < 0 || e.last > last) {
+		e := f.m[footKey{group: g, backend: bs[i].id}]
+		if e == nil {
+			continue
+		}
+		bs[i].shared = e.busy()
+		if now-e.last <= f.window && (h < 0 || e.last > last) {
 			h, last = i, e.last
 		}
 	}

@@ -39,13 +39,13 @@ func TestFootprints(t *testing.T) {
 	}
 	// The home is the backend the group went to last.
 	bs := fleet(2)
-	if h := f.home(doc, bs, 50); h != 1 {
+	if h := f.scan(doc, bs, 50); h != 1 {
 		t.Fatalf("home %d, want 1", h)
 	}
-	if h := f.home(randKeys(r, 8), bs, 50); h != -1 {
+	if h := f.scan(randKeys(r, 8), bs, 50); h != -1 {
 		t.Fatalf("home of an unknown group %d", h)
 	}
-	if h := f.home(doc, bs, 30+win+1); h != -1 {
+	if h := f.scan(doc, bs, 30+win+1); h != -1 {
 		t.Fatalf("home past the window %d", h)
 	}
 	// Unused for a window: a fresh start (one use does not count) and,
@@ -118,9 +118,9 @@ func TestPinnedAccount(t *testing.T) {
 	}
 	var v [1]view
 	v[0].id = b.ID
-	f.busy(doc, v[:])
+	f.scan(doc, v[:], 10)
 	if !v[0].shared {
-		t.Errorf("busy: group in flight not marked")
+		t.Errorf("scan: group in flight not marked")
 	}
 	first.release()
 	f.sweep(10+int64(2*time.Minute), 100)
