@@ -519,6 +519,12 @@ func TestMetrics(t *testing.T) {
 	s := startSim(t, func(c *Config) { c.Model = "org/Model-7B" })
 	complete(t, s, "/v1/completions", prompt(text("m", 400), 3))
 	complete(t, s, "/v1/completions", prompt(text("m", 400), 3))
+	// The answer can reach the client before the engine's step that
+	// finished it publishes its counts: wait for that step.
+	idle := func() bool { st := s.Stats(); return st.Running == 0 && st.KVUsage == 0 }
+	for deadline := time.Now().Add(10 * time.Second); !idle() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	for name, want := range map[string]float64{
 		"vllm:num_requests_running":              0,
 		"vllm:num_requests_waiting":              0,
