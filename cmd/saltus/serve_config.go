@@ -105,8 +105,8 @@ type serveConfig struct {
 	// ResponseTimeout: deprecated alias of FirstByteTimeout (which it was
 	// until issue 15); a warning says so. Never printed by --dry-run.
 	ResponseTimeout duration `yaml:"response-timeout,omitempty"`
-	// MaxResponseBody: largest non-streamed answer buffered on the loop
-	// path (upstream-io loop); 502 over it.
+	// MaxResponseBody: largest non-streamed answer buffered whole; a
+	// larger one is relayed as it comes (backend/spill.go).
 	MaxResponseBody byteSize `yaml:"max-response-body"`
 	// BackendHeader: how clients see a backend in X-Saltus-Backend and in
 	// error messages: url, name (URLs expose the internal network) or
@@ -485,7 +485,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.StreamIdleTimeout, "stream-idle-timeout", "`duration` a streamed answer's backend may send nothing after its head: then an SSE error event ends it (counted, saltus_upstream_errors_total{kind=\"stream_idle\"})")
 	fs.Var(&v.RequestTimeout, "request-timeout", "`duration` a whole request may take, retries and streamed answer included: 504 before the response head, an SSE error event after; 0: no limit")
 	fs.Var(&v.ResponseTimeout, "response-timeout", "deprecated alias of --first-byte-timeout (`duration`); prints a warning")
-	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered on the loop path (--upstream-io loop), 1KiB–1GiB; larger ones get 502")
+	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered whole, 1KiB–1GiB; larger ones are relayed as they come (their usage is not read)")
 	fs.StringVar(&v.BackendHeader, "backend-header", v.BackendHeader, "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)")
 	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
 	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "`mode` of the backend I/O for chat, completion and responses requests, streamed or not: loop (on the client's event loop, no goroutine) or goroutine (a proxy goroutine with fasthttp); other paths always use a goroutine")

@@ -33,10 +33,12 @@ type Config struct {
 	// (saltus_upstream_errors_total{kind="stream_idle"}). It is checked
 	// to within an eighth of itself.
 	StreamIdleTimeout time.Duration
-	// MaxResponseBody bounds a response body the loop path buffers (its
-	// answers are whole, non-streamed); a longer one is answered 502 and
-	// counted (saltus_upstream_body_too_large_total). The goroutine path
-	// relays bodies as they come and needs no bound.
+	// MaxResponseBody bounds a non-streamed answer the loop path buffers
+	// whole; a longer one is relayed as it comes instead (spilled,
+	// spill.go: its hooks see no body), and counted
+	// (saltus_upstream_body_spilled_total). It is also what a spilled
+	// answer may leave owed to a client that does not read (at least
+	// 4 MiB) before it is cut.
 	MaxResponseBody int
 	// IdleConnTimeout closes a pooled keep-alive connection idle this long.
 	IdleConnTimeout time.Duration

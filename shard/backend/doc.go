@@ -47,8 +47,8 @@
 // per (loop, backend) keep-alive pools, the response parsed incrementally
 // (respparse.go); an SSE answer relayed event by event as it comes
 // (loopstream.go, through the sseRelay Forward uses too), any other
-// buffered whole up to MaxResponseBody (over it: 502,
-// saltus_upstream_body_too_large_total), then answered with one
+// buffered whole up to MaxResponseBody (over it: relayed as it comes,
+// spill.go), then answered with one
 // RespondLoop. It keeps Forward's behaviour:
 // candidates, retries, 502/503/504 bodies, the breaker, in-flight
 // counts, metrics, hooks (run on the loop), and shares its code where

@@ -393,6 +393,17 @@ func (c *upConn) OnUpstreamData(_ *reactor.Upstream, data []byte) int {
 	}
 	n, err := c.p.feed(data)
 	now := time.Now()
+	if errors.Is(err, errBodyTooLarge) && lr.st == nil {
+		// Over the buffer: the rest is relayed as it comes (spill).
+		if !lr.headSeen && !lr.head(c, now) {
+			return len(data)
+		}
+		if !lr.startSpill(c, now) {
+			return len(data)
+		}
+		m, ferr := c.p.feed(data[n:])
+		n, err = n+m, ferr
+	}
 	if err == nil && !lr.headSeen && c.p.headDone() {
 		if !lr.head(c, now) || (wantsStream(c) && !lr.startStream(c, now)) {
 			return len(data)
@@ -495,19 +506,21 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 		lr.b.inFlight.Add(-1)
 		lr.b = nil
 	}
-	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn), body)
+	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn, false), body)
 	lr.finish(now)
 }
 
-// answerHeaders is proxy.answerHeaders for a parsed head: the upstream's
-// headers minus hop-by-hop ones and Content-Length, plus X-Request-ID if
-// it sent none, X-Saltus-Backend and the caller's extra headers. It
-// filters ph in place (the parser left room for the additions).
-func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string) []reactor.Header {
+// answerHeaders is the answer's head for a parsed upstream head: the
+// upstream's headers minus hop-by-hop ones, X-Saltus-* ones and
+// Content-Length (unless keepLength: the reactor frames the answer),
+// plus X-Request-ID if it sent none, X-Saltus-Backend and the caller's
+// extra headers. It filters ph in place (the parser left room for the
+// additions).
+func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string, keepLength bool) []reactor.Header {
 	hdr := ph[:0]
 	haveID := false
 	for _, h := range ph {
-		if dropAnswerHeader(h.Name, conn, false) {
+		if dropAnswerHeader(h.Name, conn, keepLength) {
 			continue
 		}
 		haveID = haveID || equalFold(h.Name, "X-Request-ID")
@@ -536,14 +549,6 @@ func (lr *loopReq) broken(c *upConn, err error, now time.Time) {
 	lr.c = nil
 	if !lr.headSeen && c.p.headDone() && !lr.head(c, now) {
 		return // the head parsed in the read that failed; the client left meanwhile
-	}
-	if errors.Is(err, errBodyTooLarge) {
-		lr.s.bodyTooLarge.Inc()
-		limit := lr.s.cfg.MaxResponseBody
-		lr.o.Err, lr.o.Status = fmt.Errorf("backend %s: %w (over %d bytes)", lr.b.URL, err, limit), fasthttp.StatusBadGateway
-		lr.respondError(lr.o.Status, fmt.Sprintf("upstream answer over %d bytes (the limit of a non-streamed answer)", limit), "server_error", "bad_gateway")
-		lr.finish(now)
-		return
 	}
 	if lr.headSeen {
 		lr.b.m.errs[kindMidstream].Inc()

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"bufio"
 	"context"
 	"fmt"
@@ -450,26 +451,98 @@ func TestLoopFramings(t *testing.T) {
 	}
 }
 
-// TestLoopBodyTooLarge: an answer over MaxResponseBody is 502, counted.
-func TestLoopBodyTooLarge(t *testing.T) {
+// TestLoopSpill: an answer over MaxResponseBody is not refused: it is
+// relayed as it comes (spill.go), whole and byte for byte, with the
+// upstream's Content-Length when it sent one, counted; the connection
+// is reused after it. One whose upstream dies inside the spilled body
+// reaches the client cut short (an unexpected EOF), not as a success.
+func TestLoopSpill(t *testing.T) {
 	t.Parallel()
-	e := newLoopEnv(t, nil)
-	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
-		readReq(br)
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", DefaultConfig().MaxResponseBody+1)
-		io.Copy(io.Discard, br)
+	const bound = 4 << 10
+	big := strings.Repeat("0123456789abcdef", 3<<10) // 48 KiB, 12× the bound
+	chunked := func(s string) string {
+		var b strings.Builder
+		for len(s) > 0 {
+			n := min(len(s), 5000)
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", n, s[:n])
+			s = s[n:]
+		}
+		return b.String() + "0\r\n\r\n"
+	}
+	for _, tc := range []struct {
+		name, answer string
+		length       int64 // the client's Content-Length; -1: chunked
+		reuse        bool
+	}{
+		{"content-length", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(big), big), int64(len(big)), true},
+		{"chunked", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(big), -1, true},
+		{"close-delimited", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + big, -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newLoopEnv(t, func(c *Config) { c.MaxResponseBody = bound })
+			up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+				for {
+					if _, _, ok := readReq(br); !ok {
+						return
+					}
+					// In pieces, so that the spill starts mid-body.
+					for a := tc.answer; len(a) > 0; {
+						k := min(len(a), 3000)
+						if _, err := io.WriteString(c, a[:k]); err != nil {
+							return
+						}
+						a = a[k:]
+					}
+					if !tc.reuse {
+						return
+					}
+				}
+			})
+			e.use(mustAdd(t, e.s, up.url()))
+			c := e.dial(t)
+			for i := range 2 {
+				c.send(t, "{}")
+				resp, body := c.read(t)
+				o := e.outcome(t)
+				if resp.StatusCode != 200 || body != big || resp.ContentLength != tc.length || o.Err != nil || o.Status != 200 {
+					t.Fatalf("request %d: %d, %d bytes, Content-Length %d, outcome %+v", i, resp.StatusCode, len(body), resp.ContentLength, o)
+				}
+			}
+			if n := counter(e.ms, "saltus_upstream_body_spilled_total"); n != 2 {
+				t.Errorf("spilled = %d, want 2", n)
+			}
+			if want := int32(2 - btoi(tc.reuse)); up.accepted.Load() != want {
+				t.Errorf("upstream connections = %d, want %d", up.accepted.Load(), want)
+			}
+		})
+	}
+	t.Run("dies mid-body", func(t *testing.T) {
+		t.Parallel()
+		e := newLoopEnv(t, func(c *Config) { c.MaxResponseBody = bound })
+		up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+			readReq(br)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(big), big[:len(big)/2])
+		})
+		b := mustAdd(t, e.s, up.url())
+		e.use(b)
+		c := e.dial(t)
+		c.send(t, "{}")
+		resp, err := http.ReadResponse(c.br, &http.Request{Method: "POST"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !errors.Is(err, io.ErrUnexpectedEOF) || len(got) != len(big)/2 {
+			t.Fatalf("%d, %d bytes, %v; want 200, %d bytes, unexpected EOF", resp.StatusCode, len(got), err, len(big)/2)
+		}
+		if o := e.outcome(t); !o.UpstreamDied || o.Err == nil {
+			t.Errorf("outcome %+v", o)
+		}
+		if b.InFlight() != 0 {
+			t.Errorf("in flight %d", b.InFlight())
+		}
 	})
-	e.use(mustAdd(t, e.s, up.url()))
-	c := e.dial(t)
-	c.send(t, "{}")
-	resp, body := c.read(t)
-	o := e.outcome(t)
-	if resp.StatusCode != 502 || !strings.Contains(body, "bad_gateway") || o.Status != 502 || o.Err == nil {
-		t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
-	}
-	if n := counter(e.ms, "saltus_upstream_body_too_large_total"); n != 1 {
-		t.Errorf("body_too_large = %d", n)
-	}
 }
 
 // TestLoopMidBodyDeath: the upstream dies inside a Content-Length body:
@@ -598,7 +671,7 @@ func counterValue(set *metrics.Set, name string) string {
 
 // TestLoopRequestTimeout: RequestTimeout ends a request whose body
 // trickles in (each read well within FirstByteTimeout) with a 504 naming
-// it; MaxResponseBody is the configured bound of a buffered answer.
+// it; an answer over the configured MaxResponseBody still arrives whole.
 func TestLoopRequestTimeout(t *testing.T) {
 	t.Parallel()
 	e := newLoopEnv(t, func(c *Config) {
@@ -613,7 +686,7 @@ func TestLoopRequestTimeout(t *testing.T) {
 			close(closed)
 			return
 		}
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", 4<<10+1)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", 4<<10+1, strings.Repeat("x", 4<<10+1))
 		io.Copy(io.Discard, br)
 	})
 	e.use(mustAdd(t, e.s, up.url()))
@@ -633,8 +706,8 @@ func TestLoopRequestTimeout(t *testing.T) {
 	}
 	c.send(t, "{}")
 	resp, body = c.read(t)
-	if o := e.outcome(t); resp.StatusCode != 502 || !strings.Contains(body, "over 4096 bytes") || o.Status != 502 {
-		t.Errorf("over MaxResponseBody: %d %s", resp.StatusCode, body)
+	if o := e.outcome(t); resp.StatusCode != 200 || len(body) != 4<<10+1 || o.Err != nil {
+		t.Errorf("over MaxResponseBody: %d, %d bytes, outcome %+v", resp.StatusCode, len(body), o)
 	}
 }
 

@@ -41,10 +41,12 @@ const maxStreamOwed = 4 << 20
 // errStreamOverflow: the client let maxStreamOwed of a stream pile up.
 var errStreamOverflow = errors.New("the client did not read the stream: over 4 MiB owed")
 
-// loopStream is a streamed answer's state on the loop path.
+// loopStream is a streamed answer's state on the loop path: an SSE
+// stream, or a spilled whole answer (raw).
 type loopStream struct {
 	r    sseRelay
 	data bool // the first body bytes arrived
+	raw  bool // a spilled body (spill.go): relayed as it comes, not cut into events
 }
 
 // wantsStream reports whether the answer whose head c's parser holds is
@@ -57,7 +59,8 @@ func wantsStream(c *upConn) bool {
 // left (lr is done).
 func (lr *loopReq) startStream(c *upConn, now time.Time) bool {
 	lr.st = &loopStream{r: newSSERelay(&lr.hooks, lr.b, c.p.Status)}
-	if _, err := lr.sink.WriteHeaderLoop(c.p.Status, lr.answerHeaders(c.p.Header, c.p.Conn)); err != nil {
+	c.p.spill = true // streamData drains each read
+	if _, err := lr.sink.WriteHeaderLoop(c.p.Status, lr.answerHeaders(c.p.Header, c.p.Conn, false)); err != nil {
 		lr.clientGone()
 		return false
 	}
@@ -78,7 +81,12 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 				lr.hooks.FirstData()
 			}
 		}
-		err := st.r.feed(c.p.Body, lr.emit)
+		var err error
+		if st.raw {
+			err = lr.emitSpill(c.p.Body)
+		} else {
+			err = st.r.feed(c.p.Body, lr.emit)
+		}
 		c.p.Body = c.p.Body[:0]
 		switch {
 		case errors.Is(err, errStreamOverflow):
@@ -89,7 +97,11 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 			lr.clientGone()
 			return
 		}
-		lr.setDeadline(now, lr.s.cfg.StreamIdleTimeout)
+		if st.raw {
+			lr.setDeadline(now, lr.s.cfg.FirstByteTimeout) // as a buffered body's reads
+		} else {
+			lr.setDeadline(now, lr.s.cfg.StreamIdleTimeout)
+		}
 	}
 	switch {
 	case perr != nil:
@@ -116,11 +128,13 @@ func (lr *loopReq) emit(ev []byte) error {
 // ended.
 func (lr *loopReq) streamEnd(c *upConn, reuse bool, now time.Time) {
 	st := lr.st
-	if st.r.flush(lr.emit) != nil {
-		lr.clientGone()
-		return
+	if !st.raw {
+		if st.r.flush(lr.emit) != nil {
+			lr.clientGone()
+			return
+		}
+		lr.o.Usage = st.r.usage()
 	}
-	lr.o.Usage = st.r.usage()
 	lr.c = nil
 	c.release(reuse, now)
 	if lr.b != nil {
@@ -146,9 +160,17 @@ func (lr *loopReq) streamFailed(err error, kind errKind, ev []byte, now time.Tim
 	}
 	lr.o.UpstreamDied = !errors.Is(err, errStreamOverflow) && !errors.Is(err, ErrClosed)
 	lr.o.Err = fmt.Errorf("backend %s: mid-stream: %w", lr.o.Backend.URL, err)
-	lr.o.Usage = lr.st.r.usage()
-	if _, werr := lr.sink.WriteLoop(lr.st.r.errorEvent(ev)); werr != nil || lr.sink.EndLoop() != nil {
-		lr.o.ClientGone = gone(lr.sink)
+	switch {
+	case lr.st.raw:
+		// A body has no error event: the connection closes short of the
+		// length (or of the last chunk), which every client reads as
+		// a failed answer.
+		lr.sink.Abort()
+	default:
+		lr.o.Usage = lr.st.r.usage()
+		if _, werr := lr.sink.WriteLoop(lr.st.r.errorEvent(ev)); werr != nil || lr.sink.EndLoop() != nil {
+			lr.o.ClientGone = gone(lr.sink)
+		}
 	}
 	lr.finish(now)
 }

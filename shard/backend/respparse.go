@@ -23,7 +23,8 @@ import (
 // Owned by one goroutine (the upstream connection's loop).
 type respParser struct {
 	maxHead int  // bytes of one head, through its blank line
-	maxBody int  // de-chunked body bytes
+	maxBody int  // de-chunked body bytes, unless spill
+	spill   bool // the caller drains Body after each feed: no bound
 	noBody  bool // the request was HEAD
 	spare   int  // extra capacity of Header for the caller
 
@@ -76,8 +77,9 @@ const (
 // line.
 const maxChunkLine = 4096
 
-// Parser errors. errBodyTooLarge is counted apart (the upstream answered,
-// the answer is just too big for the loop path's buffer).
+// Parser errors. errBodyTooLarge is not final: the parser stopped before
+// the body bytes over the bound, and the caller may set spill (it drains
+// Body after each feed from then on) and feed the rest.
 var (
 	errHeadTooLarge    = errors.New("upstream response head too large")
 	errBodyTooLarge    = errors.New("upstream response body too large for the loop path")
@@ -156,7 +158,7 @@ func (p *respParser) step(data []byte) (int, error) {
 		return p.stepHead(data)
 	case psLength:
 		n := int(min(int64(len(data)), p.remain))
-		if len(p.Body)+n > p.maxBody {
+		if !p.spill && len(p.Body)+n > p.maxBody {
 			return 0, errBodyTooLarge
 		}
 		p.Body = append(p.Body, data[:n]...)
@@ -178,10 +180,10 @@ func (p *respParser) step(data []byte) (int, error) {
 			p.state = psTrailer
 			return n, nil
 		}
-		if int64(len(p.Body))+size > int64(p.maxBody) {
-			return n, errBodyTooLarge
-		}
 		p.remain, p.state = size, psChunkData
+		if !p.spill && int64(len(p.Body))+size > int64(p.maxBody) {
+			return n, errBodyTooLarge // resumable: the chunk's data comes next
+		}
 		return n, nil
 	case psChunkData:
 		n := int(min(int64(len(data)), p.remain))
@@ -206,7 +208,7 @@ func (p *respParser) step(data []byte) (int, error) {
 		}
 		return n, nil
 	case psUntilClose:
-		if len(p.Body)+len(data) > p.maxBody {
+		if !p.spill && len(p.Body)+len(data) > p.maxBody {
 			return 0, errBodyTooLarge
 		}
 		p.Body = append(p.Body, data...)
@@ -445,9 +447,9 @@ func (p *respParser) parseHead(h string) error {
 		} else {
 			p.mode, p.state = bodyClose, psUntilClose
 		}
-	case cl > int64(p.maxBody):
-		p.mode, p.state = bodyLength, psLength
-		return errBodyTooLarge
+	case cl > int64(p.maxBody) && !p.spill:
+		p.mode, p.state, p.remain = bodyLength, psLength, cl
+		return errBodyTooLarge // resumable, as step's
 	case cl == 0:
 		p.mode, p.state = bodyLength, psDone
 	case cl > 0:

@@ -184,11 +184,11 @@ type Set struct {
 	lstates      []*loopState // one per loop, each owned by its loop
 	perLoopConns int          // MaxConnsPerBackend's share per loop
 	samples      chan []sample
-	// bodyTooLarge counts loop-path answers over MaxResponseBody;
+	// bodySpilled counts answers over MaxResponseBody (spill.go);
 	// samplesDropped, metric samples lost to a full flusher queue.
 	// streamOverflow, streams ended because the client did not read
 	// (loopstream.go).
-	bodyTooLarge, samplesDropped, streamOverflow *metrics.Counter
+	bodySpilled, samplesDropped, streamOverflow *metrics.Counter
 }
 
 // NewSet returns an empty Set. logger and set may be nil.
@@ -212,7 +212,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
 
-		bodyTooLarge:   set.GetOrCreateCounter("saltus_upstream_body_too_large_total"),
+		bodySpilled:    set.GetOrCreateCounter("saltus_upstream_body_spilled_total"),
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
 		streamOverflow: set.GetOrCreateCounter("saltus_stream_overflow_total"),
 	}
