@@ -6,7 +6,7 @@
 //
 // Concurrency: a Path holds no state of its own once built; what it wires
 // keeps its owners (the reactor's loops own their connections and the
-// router's shards, the backend set its proxy goroutines and probes; see
+// router's shards and the backend set's upstream connections, the backend set its probes; see
 // each package). Build, Start and Close run on the caller's goroutine,
 // never on a loop.
 package dataplane

@@ -16,12 +16,12 @@
 // lookup to the owner shard (first key mod loops), which matches the keys
 // in its tree, decides (decide.go, a pure function: deepest routable
 // holder; else rendezvous hash of the first blocks; bounded load) and
-// calls backend.Set.Forward with X-Saltus-Backend and X-Saltus-Route
-// (backend.Set.ForwardOnLoop for non-streamed chat and completion
-// requests when the Set's LoopIO is on: decided on another loop than the
-// connection's, the request is posted back to that loop first, or, if
-// its mailbox is full, goes through Forward).
-// When the answer's head is 2xx (Hooks.FirstByte, on the proxy goroutine)
+// calls backend.Set.ForwardOnLoop on the connection's loop with
+// X-Saltus-Route (decided on another loop, the request is posted back
+// to the connection's loop first, unrefused: it was admitted and
+// bounded where it came in, and must run once), for every route and
+// policy, streamed or not.
+// When the answer's head is 2xx (Hooks.FirstByte, on that loop)
 // the keys are inserted on the owner shard with the backend that answered
 // (stage 9; Router.learn says why that one). The decided backend was
 // already inserted as a pending holder when the decision was made, so

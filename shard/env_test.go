@@ -150,12 +150,15 @@ func (x *fakeExchange) Respond(status int, hdr []reactor.Header, body []byte) {
 	x.status, x.hdr, x.body = status, hdr, body
 	close(x.done)
 }
-func (x *fakeExchange) WriteHeader(int, []reactor.Header) error { return nil }
-func (x *fakeExchange) Write([]byte) error                      { return nil }
-func (x *fakeExchange) Flush() error                            { return nil }
-func (x *fakeExchange) End() error                              { return nil }
-func (x *fakeExchange) Abort()                                  {}
-func (x *fakeExchange) Gone() <-chan struct{}                   { return x.gone }
+func (x *fakeExchange) RespondLoop(status int, hdr []reactor.Header, body []byte) {
+	x.Respond(status, hdr, body)
+}
+func (x *fakeExchange) SetGoneHook(func())                                   {}
+func (x *fakeExchange) WriteHeaderLoop(int, []reactor.Header) (int64, error) { return 0, nil }
+func (x *fakeExchange) WriteLoop([]byte) (int64, error)                      { return 0, nil }
+func (x *fakeExchange) EndLoop() error                                       { return nil }
+func (x *fakeExchange) Abort()                                               {}
+func (x *fakeExchange) Gone() <-chan struct{}                                { return x.gone }
 
 func (x *fakeExchange) header(name string) string {
 	for _, h := range x.hdr {
@@ -168,7 +171,7 @@ func (x *fakeExchange) header(name string) string {
 
 // forwardCall is one recorded Forward.
 type forwardCall struct {
-	x          backend.Sink
+	x          backend.LoopSink
 	candidates []int
 	extra      []reactor.Header
 	served     int // the backend that answered (FirstByte's)
@@ -229,13 +232,13 @@ func (l fakeLoop) ForwardOnLoop(req *reactor.Request, body []byte, candidates []
 
 func (fakeLoop) Tick(time.Time) {}
 
-func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool {
+func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool {
 	if u.quiet.Load() {
 		return true
 	}
 	if u.refuse.Load() {
 		// As the real Forward: answer 503 and report it through Done.
-		sink.Respond(503, nil, nil)
+		sink.RespondLoop(503, nil, nil)
 		h.Done(backend.Outcome{Status: 503})
 		return false
 	}
@@ -269,8 +272,6 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	u.calls <- c
 	return true
 }
-
-func (u *fakeUpstream) LoopIO() bool { return false }
 
 func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) {
 	if u.modelsErr != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // Feedback from the engine (issue 11). A routed chat or completions
-// request asks its Forward for the answer's usage object (Hooks.Usage:
+// request asks its forward for the answer's usage object (Hooks.Usage:
 // the non-streamed body, or a stream's usage chunk); Done reads
 // usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens and
 // compares them with the tree's prediction for the backend that answered
@@ -118,7 +118,7 @@ func (m *feedbackMetrics) writeMetrics(w io.Writer) {
 	writeHistogram(w, "saltus_route_cached_error_blocks", errorBuckets[:], m.errBuckets[:], float64(m.errSum.Load()))
 }
 
-// wantsUsage reports whether j's Forward should parse the answer's usage:
+// wantsUsage reports whether j's forward should parse the answer's usage:
 // routed chat and completions requests (a Responses answer's usage has
 // another shape). Any stage.
 func (j *job) wantsUsage() bool {

@@ -46,7 +46,7 @@ func (j *job) run() {
 		j.lookup()
 	case stageForward:
 		f := &j.fwd
-		j.r.shards[f.loop].up.ForwardOnLoop(j.req, f.body, f.cands, f.sink, f.hdr, f.hooks)
+		j.r.shards[j.x.Loop()].up.ForwardOnLoop(j.req, f.body, f.cands, j.x, f.hdr, f.hooks)
 	case stageByID:
 		j.lookupByID()
 	default:
@@ -56,8 +56,8 @@ func (j *job) run() {
 
 // job is one request on its way through stages 2 to 9. It belongs to one
 // loop at a time: the connection's (decode, render, tokenize, keys), then
-// the owner's (lookup, decision, Forward), then the proxy goroutine's
-// hooks read keys and bounds, which no one writes any more.
+// the owner's (lookup, decision), then the connection's again (forward),
+// whose hooks read keys and bounds, which no one writes any more.
 type job struct {
 	r       *Router
 	x       exchange // nil for Explain
@@ -99,10 +99,8 @@ type job struct {
 	// the forward stage forwards.
 	stage uint8
 	runFn func()
-	fwd   struct {
-		loop  int
+	fwd   struct { // stageForward's
 		cands []*backend.Backend
-		sink  backend.LoopSink
 		hdr   []reactor.Header
 		body  []byte // j.req.Body, or askUsage's copy
 		hooks backend.Hooks
@@ -420,7 +418,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	route = strconv.AppendInt(route, int64(d.TotalBlocks), 10)
 	route = append(append(route, ' '), d.Reason...)
 	route = appendReceipt(route, d, snap)
-	// X-Saltus-Backend is set by Forward: the backend that answered, which
+	// X-Saltus-Backend is set by ForwardOnLoop: the backend that answered, which
 	// is not the first candidate after a retry.
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
@@ -439,50 +437,20 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		r.m.request(j.route, o.Status)
 		j.settle(o)
 	}, Usage: j.wantsUsage()}
+	// A refused ForwardOnLoop (MaxInFlight) answers 503 itself and
+	// reports it through Hooks.Done like any other outcome, so it is
+	// counted there. The upstream I/O runs on the client connection's
+	// loop, whatever the route and the policy, streamed (event by event)
+	// or not.
+	loop := j.x.Loop()
+	// FirstByte runs on that loop: a learn for a prefix that loop owns is
+	// applied at once. Posted, it could run after the client's next
+	// request, whose lookup runs inline on the same loop (gnet runs
+	// posted tasks after the batch's socket events); a learn posted to
+	// another owner is queued there before the client even has its
+	// answer, so the next lookup finds it.
 	if j.route == routeResponses {
-		h.Answer = r.answerHook(-1)
-	}
-	// A refused Forward (proxy pool full) answers 503 itself and reports
-	// it through Hooks.Done like any other outcome, so it is counted there.
-	chatLike := j.route == routeChat || j.route == routeCompletions || j.route == routeResponses
-	if ls, ok := j.x.(backend.LoopSink); ok && chatLike && r.up.LoopIO() {
-		// The loop path: the upstream I/O on the client connection's loop,
-		// whatever the policy, streamed (event by event) or not.
-		// Decided on another (the owner shard's): one more hop back, a
-		// post, and if that loop's mailbox is full the goroutine path.
-		loop := ls.Loop()
-		// FirstByte runs on that loop here: a learn for a prefix that
-		// loop owns is applied at once. Posted, it could run after the
-		// client's next request, whose lookup runs inline on the same
-		// loop (gnet runs posted tasks after the batch's socket events);
-		// a learn posted to another owner is queued there before the
-		// client even has its answer, so the next lookup finds it.
-		lh := h
-		if j.route == routeResponses {
-			lh.Answer = r.answerHook(loop)
-		}
-		if learn || j.prefill.held {
-			lh.FirstByte = func(b *backend.Backend, status int) {
-				if !j.d.stream {
-					j.prefill.release()
-				}
-				if learn && status >= 200 && status < 300 {
-					r.learnFrom(loop, j, b.ID)
-				}
-			}
-		}
-		if j.prefill.held && j.d.stream {
-			lh.FirstData = j.prefill.release // as below
-		}
-		body := r.askUsage(j, &lh)
-		if loop == cur {
-			r.shards[loop].up.ForwardOnLoop(j.req, body, cands, ls, hdr, lh)
-			return
-		}
-		j.fwd.loop, j.fwd.cands, j.fwd.sink, j.fwd.hdr, j.fwd.hooks, j.fwd.body = loop, cands, ls, hdr, lh, body
-		if j.post(loop, stageForward) {
-			return
-		}
+		h.Answer = r.answerHook(loop)
 	}
 	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {
@@ -490,21 +458,35 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 				j.prefill.release()
 			}
 			if learn && status >= 200 && status < 300 {
-				r.learn(j, b.ID)
+				r.learnFrom(loop, j, b.ID)
 			}
 		}
 	}
-	if j.prefill.held {
+	if j.prefill.held && j.d.stream {
 		// A stream's head comes at once, its first event after the
 		// prefill: that ends the prefill pending there.
 		h.FirstData = j.prefill.release
 	}
 	body := r.askUsage(j, &h)
-	r.up.Forward(j.req, body, cands, j.x, hdr, h)
+	if loop == cur {
+		r.shards[loop].up.ForwardOnLoop(j.req, body, cands, j.x, hdr, h)
+		return
+	}
+	// Decided on another loop (the owner shard's): the second and last
+	// hop, back to the client's loop. Its post is unrefused (Poster):
+	// the request was admitted and bounded where it came in (MaxInFlight,
+	// the connection's pipeline), and its forward must run exactly once.
+	j.fwd.cands, j.fwd.hdr, j.fwd.hooks, j.fwd.body = cands, hdr, h, body
+	j.stage = stageForward
+	if j.runFn == nil {
+		j.runFn = j.run
+	}
+	r.shards[loop].poster(j.runFn)
 }
 
-// learn records, on the owner loop, that backend now holds j's prefix
-// (stage 9). Any goroutine (FirstByte's proxy goroutine).
+// learnFrom records, on the owner loop, that backend now holds j's prefix
+// (stage 9). It runs in FirstByte, on loop `on` (the client's): on the
+// owner loop it inserts at once, elsewhere it posts to the owner.
 //
 // It learns the backend that actually answered, not the first pick: a
 // diverted (or retried) request was prefilled on the backend that served
@@ -515,10 +497,6 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 // and the next decision picks among them by depth, then in-flight count:
 // the hot prefix is replicated, not moved. Learning the first pick would
 // record blocks that no backend holds.
-func (r *Router) learn(j *job, backendID int) { r.learnFrom(-1, j, backendID) }
-
-// learnFrom is learn called on loop `on` (-1: not on a loop): on the owner
-// loop it inserts at once, elsewhere it posts to the owner.
 func (r *Router) learnFrom(on int, j *job, backendID int) {
 	j.confirm(backendID)
 	// Nothing to teach, so no message to the owner: the tree holds the

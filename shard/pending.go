@@ -39,8 +39,8 @@ import (
 
 // routeFeedback is what a job remembers of its tree decision for pending
 // routes and engine feedback. Written on the owner loop by pend before the
-// Forward; then read, and confirmed written, only by the Forward's hooks
-// (FirstByte and Done run on the same goroutine, or the same loop).
+// forward; then read, and confirmed written, only by the forward's hooks
+// (FirstByte and Done run on the client connection's loop).
 type routeFeedback struct {
 	decided   bool // the owner loop decided with the tree; the fields below are set
 	backend   int  // Decision.Backend
@@ -89,8 +89,7 @@ func (j *job) confirm(backendID int) {
 }
 
 // settle ends j's pending route and reads the engine's feedback: called by
-// Hooks.Done with the outcome. Any goroutine (the proxy goroutine, or the
-// loop for ForwardOnLoop).
+// Hooks.Done with the outcome, on the client connection's loop.
 func (j *job) settle(o backend.Outcome) {
 	if j.fb.pending && !j.fb.confirmed && !j.fb.removed {
 		j.r.fb.pendingFailed.Inc()

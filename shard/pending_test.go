@@ -64,12 +64,12 @@ type holdUpstream struct {
 	held chan heldCall
 }
 
-func (u *holdUpstream) Forward(_ *reactor.Request, _ []byte, cands []*backend.Backend, _ backend.Sink, hdr []reactor.Header, h backend.Hooks) bool {
+func (u *holdUpstream) Forward(_ *reactor.Request, _ []byte, cands []*backend.Backend, _ backend.LoopSink, hdr []reactor.Header, h backend.Hooks) bool {
 	u.held <- heldCall{cands: slices.Clone(cands), hdr: slices.Clone(hdr), h: h}
 	return true
 }
 
-// Loop: the held Forward on every loop (LoopIO is false here: unused).
+// Loop: the held Forward on every loop.
 func (u *holdUpstream) Loop(int) upstreamLoop { return heldLoop{u} }
 
 type heldLoop struct{ u *holdUpstream }

@@ -24,24 +24,22 @@ import (
 // exchange is what the Router calls of a *reactor.Exchange; tests use a
 // fake.
 type exchange interface {
-	backend.Sink
+	backend.LoopSink
 	Request() *reactor.Request
-	Loop() int
+	// Respond answers from any goroutine (the Router's own answers).
+	Respond(status int, hdr []reactor.Header, body []byte)
 }
 
 // upstream is what the Router calls of a *backend.Set; tests use a fake.
 type upstream interface {
 	Snapshot() []*backend.Backend
-	Forward(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.Sink, extraHdr []reactor.Header, h backend.Hooks) bool
-	// LoopIO: whether the loop path (backend/loop.go) is on.
-	LoopIO() bool
 	Models(ctx context.Context) ([]byte, error)
 	// Loop is loop i's part of the set: its Shard keeps it.
 	Loop(i int) upstreamLoop
 }
 
 // upstreamLoop is one loop's part of the backend set (backend.Loop): the
-// loop path's Forward on that loop, and its share of the loop's tick
+// loop path (ForwardOnLoop) on that loop, and its share of the loop's tick
 // (deadlines, idle connections).
 type upstreamLoop interface {
 	ForwardOnLoop(req *reactor.Request, body []byte, candidates []*backend.Backend, sink backend.LoopSink, extraHdr []reactor.Header, h backend.Hooks) bool

@@ -32,8 +32,7 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 // one splice, at most backend.MaxInjectGrowth bytes more), with h set to
 // remove what that adds to the answer (Hooks.DropUsage) so the client's
 // stream is the one it would have got, and to count the outcome; else
-// j's body and h unchanged. Streamed requests take either path
-// (Forward) only, so this is its one caller. On the deciding loop.
+// j's body and h unchanged. On the deciding loop.
 func (r *Router) askUsage(j *job, h *backend.Hooks) []byte {
 	body := j.req.Body
 	if !r.cfg.LearnFromUsage || !j.d.stream || j.d.includeUsage || (j.route != routeChat && j.route != routeCompletions) {

@@ -35,7 +35,7 @@ func usageUpstream(t *testing.T, name string) *upstream {
 // both upstream paths of non-streamed answers.
 func TestServeEngineFeedback(t *testing.T) {
 	t.Parallel()
-	for _, io := range []string{"loop", "goroutine"} {
+	for _, io := range []string{"loop"} {
 		t.Run(io, func(t *testing.T) {
 			t.Parallel()
 			testEngineFeedback(t, io)

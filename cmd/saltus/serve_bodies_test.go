@@ -24,7 +24,7 @@ func TestServeBodiesStayTheirs(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"sha":"%s","n":%d}`, hex.EncodeToString(sum[:]), len(b))
 	})
-	for _, mode := range []string{"loop", "goroutine"} {
+	for _, mode := range []string{"loop"} {
 		t.Run(mode, func(t *testing.T) {
 			// Two dead backends beside the live one: requests hashed to
 			// them are retried, their bodies sent again.

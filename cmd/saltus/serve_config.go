@@ -115,11 +115,10 @@ type serveConfig struct {
 	// MaxRetries: further backends tried when one fails before its first
 	// byte.
 	MaxRetries int `yaml:"max-retries"`
-	// UpstreamIO: where non-streamed chat and completion requests talk to
-	// the backend: "loop" (on the client connection's event loop) or
-	// "goroutine" (a proxy goroutine with fasthttp). Streamed ones always
-	// take a goroutine.
-	UpstreamIO string `yaml:"upstream-io"`
+	// UpstreamIO: deprecated: every request talks to its backend on the
+	// client connection's event loop ("loop", the only value accepted;
+	// the goroutine path was removed). Never printed by --dry-run.
+	UpstreamIO string `yaml:"upstream-io,omitempty"`
 	// HealthInterval: time between health probes of each healthy backend.
 	HealthInterval duration `yaml:"health-interval"`
 	// HealthDownInterval: time between health probes of a backend that is
@@ -198,7 +197,6 @@ func defaultServeConfig() serveConfig {
 		MaxResponseBody:    byteSize(bc.MaxResponseBody),
 		BackendHeader:      bc.BackendHeader,
 		MaxRetries:         bc.MaxRetries,
-		UpstreamIO:         upstreamIO(bc.LoopIO),
 		HealthInterval:     duration(bc.HealthInterval),
 		HealthDownInterval: duration(bc.HealthDownInterval),
 		DrainTimeout:       duration(30 * time.Second),
@@ -215,14 +213,6 @@ func defaultServeConfig() serveConfig {
 		LogFormat:          "text",
 		LogLevel:           "info",
 	}
-}
-
-// upstreamIO names backend.Config.LoopIO as the upstream-io key does.
-func upstreamIO(loop bool) string {
-	if loop {
-		return "loop"
-	}
-	return "goroutine"
 }
 
 // Bounds Validate enforces.
@@ -344,8 +334,8 @@ func (c serveConfig) Validate() error {
 	if c.MaxRetries < 0 || c.MaxRetries > maxRetries {
 		bad("max-retries", "must be between 0 and %d, got %d", maxRetries, c.MaxRetries)
 	}
-	if c.UpstreamIO != "loop" && c.UpstreamIO != "goroutine" {
-		bad("upstream-io", `must be "loop" or "goroutine", got %q`, c.UpstreamIO)
+	if c.UpstreamIO != "" && c.UpstreamIO != "loop" {
+		bad("upstream-io", `was removed: every request takes the loop path (drop the key), got %q`, c.UpstreamIO)
 	}
 	if c.ScrapeInterval < 0 {
 		bad("scrape-interval", "must not be negative (0 = off), got %v", c.ScrapeInterval)
@@ -393,7 +383,6 @@ func (c serveConfig) servingConfig() dataplane.Config {
 	bc.ConnectTimeout, bc.FirstByteTimeout = c.ConnectTimeout.D(), c.FirstByteTimeout.D()
 	bc.RequestTimeout, bc.StreamIdleTimeout = c.RequestTimeout.D(), c.StreamIdleTimeout.D()
 	bc.MaxResponseBody, bc.BackendHeader, bc.MaxRetries = int(c.MaxResponseBody), c.BackendHeader, c.MaxRetries
-	bc.LoopIO = c.UpstreamIO == "loop"
 	bc.HealthInterval, bc.HealthDownInterval = c.HealthInterval.D(), c.HealthDownInterval.D()
 	bc.ScrapeInterval = c.ScrapeInterval.D()
 
@@ -488,7 +477,7 @@ func newServeFlags(out io.Writer) *serveFlags {
 	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered whole, 1KiB–1GiB; larger ones are relayed as they come (their usage is not read)")
 	fs.StringVar(&v.BackendHeader, "backend-header", v.BackendHeader, "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)")
 	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
-	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "`mode` of the backend I/O for chat, completion and responses requests, streamed or not: loop (on the client's event loop, no goroutine) or goroutine (a proxy goroutine with fasthttp); other paths always use a goroutine")
+	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "deprecated, `mode` loop only: every request talks to its backend on the client connection's event loop")
 	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each healthy backend; 3 failed probes in a row mark it down")
 	fs.Var(&v.HealthDownInterval, "health-down-interval", "`duration` between health probes of a backend that is down or whose breaker tripped; one good probe (or one answered request) brings it back")
 	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")

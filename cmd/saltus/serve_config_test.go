@@ -88,7 +88,7 @@ log-format: json
 			"--max-body", "2MB", "--max-body-values", "1000", "--max-body-depth", "8", "--max-header", "1KiB", "--max-conns", "7",
 			"--header-timeout", "1s", "--idle-timeout", "2s", "--connect-timeout", "3s",
 			"--first-byte-timeout", "4s", "--request-timeout", "1h", "--stream-idle-timeout", "5s", "--max-response-body", "1MiB", "--backend-header", "name",
-			"--max-retries", "0", "--upstream-io", "goroutine", "--health-interval", "500ms", "--health-down-interval", "200ms",
+			"--max-retries", "0", "--health-interval", "500ms", "--health-down-interval", "200ms",
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
 			"--load-factor", "1", "--learn-from-usage=false", "--scrape-interval", "1s", "--gc-heap-floor", "1MiB", "--token-budget", "64KiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
@@ -100,7 +100,7 @@ log-format: json
 				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
 				ConnectTimeout: duration(3 * time.Second), FirstByteTimeout: duration(4 * time.Second),
 				RequestTimeout: duration(time.Hour), StreamIdleTimeout: duration(5 * time.Second), MaxResponseBody: 1 << 20, BackendHeader: "name",
-				MaxRetries: 0, UpstreamIO: "goroutine", HealthInterval: duration(500 * time.Millisecond),
+				MaxRetries: 0, HealthInterval: duration(500 * time.Millisecond),
 				HealthDownInterval: duration(200 * time.Millisecond), DrainTimeout: 0,
 				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, LoadSlack: 1, LoadTokens: 500, ScrapeInterval: duration(time.Second), GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
 				LogFormat: "json", LogLevel: "DEBUG",
@@ -176,7 +176,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.RouteTTL = 0 }, `config: route-ttl: must be positive, got 0s`},
 		{func(c *serveConfig) { c.DrainTimeout = duration(-time.Second) }, `config: drain-timeout: must not be negative (0 = do not wait), got -1s`},
 		{func(c *serveConfig) { c.MaxRetries = 11 }, `config: max-retries: must be between 0 and 10, got 11`},
-		{func(c *serveConfig) { c.UpstreamIO = "epoll" }, `config: upstream-io: must be "loop" or "goroutine", got "epoll"`},
+		{func(c *serveConfig) { c.UpstreamIO = "epoll" }, `config: upstream-io: was removed: every request takes the loop path (drop the key), got "epoll"`},
 		{func(c *serveConfig) { c.MaxBlocks = 0 }, `config: max-blocks: must be between 1 and 2147483646, got 0`},
 		{func(c *serveConfig) { c.LoadFactor = 0.5 }, `config: load-factor: must be a finite number of at least 1, got 0.5`},
 		{func(c *serveConfig) { c.LoadFactor = math.NaN() }, `config: load-factor: must be a finite number of at least 1, got NaN`},
@@ -282,8 +282,8 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cf := range configFields() {
-		if cf.key == "response-timeout" {
-			continue // the deprecated alias: not shown
+		if cf.key == "response-timeout" || cf.key == "upstream-io" {
+			continue // deprecated: not shown
 		}
 		if !bytes.Contains(data, []byte("\n"+cf.key+":")) {
 			t.Errorf("saltus.example.yaml lacks the key %q", cf.key)
@@ -361,7 +361,6 @@ stream-idle-timeout: 2m
 max-response-body: 8MiB
 backend-header: url
 max-retries: 2
-upstream-io: loop
 health-interval: 5s
 health-down-interval: 1s
 drain-timeout: 30s
@@ -595,7 +594,8 @@ func TestResponseTimeoutAlias(t *testing.T) {
 func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 	serveOnly := map[string]bool{"admin-listen": true, "admin-token": true, "admin-pprof": true,
 		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
-		"response-timeout": true} // resolved into first-byte-timeout before the mapping
+		"response-timeout": true, // resolved into first-byte-timeout before the mapping
+		"upstream-io":      true} // deprecated: loop is the only path
 	def := defaultServeConfig()
 	base := def.servingConfig()
 	if want := dataplane.DefaultConfig(); !reflect.DeepEqual(base, want) {

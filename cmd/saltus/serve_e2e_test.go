@@ -425,11 +425,11 @@ func TestServePolicies(t *testing.T) {
 	})
 }
 
-// TestServeUpstreamIO: both --upstream-io modes serve non-streamed and
-// streamed requests; only "loop" makes upstream connections on the event
-// loops (streamed requests take a proxy goroutine either way).
+// TestServeUpstreamIO: non-streamed and streamed requests are served
+// over upstream connections on the event loops (the only upstream path;
+// --upstream-io loop is still accepted).
 func TestServeUpstreamIO(t *testing.T) {
-	for _, mode := range []string{"loop", "goroutine"} {
+	for _, mode := range []string{"loop"} {
 		t.Run(mode, func(t *testing.T) {
 			ups := []*upstream{newUpstream(t, "a")}
 			s := startServeWith(t, ups, func(c *serveConfig) { c.UpstreamIO = mode })

@@ -139,7 +139,7 @@ func answerID(t *testing.T, a answer) string {
 // a response (previous_response_id, GET/DELETE/cancel by id) goes to the
 // engine that holds it, streamed or not, on both upstream paths.
 func TestServeResponses(t *testing.T) {
-	for _, mode := range []string{"loop", "goroutine"} {
+	for _, mode := range []string{"loop"} {
 		t.Run(mode, func(t *testing.T) {
 			engines := []*respEngine{newRespEngine(t, "a"), newRespEngine(t, "b"), newRespEngine(t, "c")}
 			ups := []*upstream{engines[0].upstream, engines[1].upstream, engines[2].upstream}

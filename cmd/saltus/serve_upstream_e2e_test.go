@@ -12,7 +12,7 @@ import (
 // timeouts, the 502 that says what each backend did, Retry-After, backend
 // names in place of URLs, and /v1/models with no backend.
 
-var upstreamModes = []string{"loop", "goroutine"}
+var upstreamModes = []string{"loop"}
 
 // TestServeSlowNonStreamed: a non-streamed answer, whose head vLLM sends
 // only when the generation ends, succeeds under the default timeouts

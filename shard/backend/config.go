@@ -21,7 +21,7 @@ type Config struct {
 	// sends a JSON answer's head with its body), so this bounds a
 	// non-streamed generation: the default is long (issue 15).
 	FirstByteTimeout time.Duration
-	// RequestTimeout bounds a whole request, from Forward to the last
+	// RequestTimeout bounds a whole request, from ForwardOnLoop to the last
 	// byte of the answer, retries included; 0 = no limit. Past it before
 	// the head the client gets 504; after the head a streamed answer ends
 	// with an SSE error event (or is cut, for other bodies).
@@ -77,20 +77,14 @@ type Config struct {
 	// count) trip a backend's breaker:
 	// not healthy until a probe succeeds. 0 disables the breaker.
 	BreakerFails int
-	// MaxInFlight bounds the requests in flight of the whole Set (proxy
-	// goroutines and loop-path requests together); a Forward over it is
-	// answered 503 at once.
+	// MaxInFlight bounds the requests in flight of the whole Set; a
+	// request over it is answered 503 at once.
 	MaxInFlight int
 	// BackendHeader is how a client sees the backend of an answer:
 	// "url" (X-Saltus-Backend and saltus's error messages give its URL),
 	// "name" (its name instead: a URL exposes the internal network), or
 	// "none" (no X-Saltus-Backend; error messages give names).
 	BackendHeader string
-	// LoopIO sends routed non-streamed requests through ForwardOnLoop
-	// (once UseLoops attached the reactor): the upstream I/O on the
-	// client connection's event loop, no goroutine in the request path
-	// (loop.go). Streamed ones, and everything else, go through Forward.
-	LoopIO bool
 	// ScrapeInterval, when > 0, scrapes each backend's engine /metrics
 	// this often (scrape.go: vLLM's waiting and running requests and KV
 	// usage, for Backend.Engine; fresh for 3 intervals; each scrape
@@ -117,9 +111,8 @@ func DefaultConfig() Config {
 		HealthFailsDown:    3,
 		HealthOKUp:         1, // issue 15: 2 probes 5 s apart meant 9.4 s of 503s after an outage
 		BreakerFails:       5,
-		MaxInFlight:        8192,  // proxy goroutines; ~8 KiB of stack and buffers each when idle-waiting
+		MaxInFlight:        8192,  // requests; each holds its body, a parser and an upstream connection
 		BackendHeader:      "url", // what saltus always did; "name" for untrusted clients
-		LoopIO:             true,  // 1.2–1.4× the goroutine path's req/s, a third less CPU per request (loop.go)
 		ScrapeInterval:     0,     // off: routing uses saltus's own in-flight counts; 1 s when enabled
 	}
 }

@@ -1,19 +1,43 @@
 // Package backend is the upstream side of the serving path (DESIGN.md
 // stage 8): the registry of backends (a [Set]), their health, and
-// [Set.Forward], which proxies one request to a backend with fasthttp and
-// relays the answer, SSE event by SSE event, to a [Sink] (the reactor's
-// exchange).
+// [Set.ForwardOnLoop], the one upstream transport: it proxies a request
+// to a backend on the event loop of the client's connection and relays
+// the answer to that connection, for every route and every policy,
+// streamed or not.
 //
-// Each backend has one fasthttp.HostClient for requests: keep-alive
-// connections, pooled, bounded by MaxConnsPerBackend (a request finding
-// them all busy waits up to ConnectTimeout, then tries the next
-// candidate), dialed with ConnectTimeout, idle ones closed after
-// IdleConnTimeout; and a second one of 4 connections for probes and
-// /v1/models, so that a saturated backend still answers its probes.
-// Response bodies are streamed, never buffered whole (except known-length ones up to 256 KiB, answered with
-// one Respond). A request's memory is bounded by one 32 KiB relay buffer
-// and fasthttp's 16 KiB read buffer: Sink.Write blocking (a slow client)
-// stops the upstream reads, and TCP flow control then stops the backend.
+// The transport (loop.go): per (loop, backend) a pool of keep-alive
+// upstream connections (reactor.Server.DialUpstream), used LIFO, bounded
+// by MaxConnsPerBackend divided among the loops (a loop whose share is
+// busy tries the next candidate at once), dialed within ConnectTimeout,
+// idle ones closed after IdleConnTimeout; the request written from the
+// client's (hop-by-hop headers dropped, X-Request-ID propagated or
+// generated); the response parsed incrementally (respparse.go). One
+// attempt state machine: connect, send, head, body; before the head a
+// failure goes to the next candidate, at most MaxRetries more sends
+// (and one more send on a fresh connection when a pooled one the server
+// had closed breaks before any byte: staleRetry); breaker accounting on
+// every head and failure; no candidate answering is a 502 listing each
+// backend tried and why, with Retry-After; no head within
+// FirstByteTimeout, or RequestTimeout passed, a 504.
+//
+// Answers: an SSE answer is relayed event by event as it comes
+// (loopstream.go, sserelay.go: the usage chunk saltus asked for removed
+// when the client did not ask, usageopt.go); a stream silent for
+// StreamIdleTimeout ends with an SSE error event, as does one whose
+// upstream dies (never a fabricated [DONE]). Any other answer is
+// buffered whole up to MaxResponseBody and answered with one write;
+// a longer one is relayed as it comes (spill.go). A client that leaves
+// closes the upstream connection at once, head or not (the reactor's
+// gone hook, and the sweep every 50 ms): the only way an engine learns
+// that nobody reads its generation.
+//
+// Backpressure: gnet cannot stop reading one connection, so a loop
+// cannot pause an upstream for a slow client; instead a stream ends once
+// its client owes 4 MiB, and a spilled answer once it owes
+// MaxResponseBody (at least 4 MiB), the upstream closed and counted
+// (saltus_stream_overflow_total). The reactor's own outbound bound
+// (MaxOutboundBytes) stops reading a client's requests while its answers
+// wait.
 //
 // Health: an active probe per backend GETs HealthPath every
 // HealthInterval while it is healthy, every HealthDownInterval (1 s)
@@ -23,51 +47,14 @@
 // BreakerFails connect errors or 5xx answers in a row, probes at once,
 // and keeps the backend unhealthy until one probe succeeds (so without
 // Start, a tripped backend stays tripped). Draining backends are healthy
-// but not routable.
+// but not routable. Probes, /v1/models and the engine scrape use a
+// fasthttp.HostClient of 4 connections per backend (ctl), apart from the
+// requests' connections, so a saturated backend still answers them.
 //
-// Timeouts: FirstByteTimeout bounds the wait for a response head (for a
-// non-streamed answer, the whole generation: 10 m by default),
-// RequestTimeout (off by default) the whole request. Answers saltus
-// makes itself name backends as Config.BackendHeader says (URL or name);
-// 502 (nothing answered: each backend tried and why) and 503 carry
-// Retry-After: 1.
-//
-// Cancellation: once the head has arrived, a client that leaves (Sink.Gone)
-// closes the upstream connection at once: the only way an engine can
-// learn that nobody reads the generation any more. Before the head, fasthttp keeps the connection to
-// itself, so a client that leaves is noticed when the head arrives (at
-// once for a streamed answer: vLLM sends the head first) or when
-// FirstByteTimeout passes. Close, which needs no particular
-// connection, closes them all.
-//
-// The loop path ([Set.ForwardOnLoop], loop.go; Config.LoopIO, serve
-// --upstream-io): for chat, completion and responses requests, streamed
-// or not, the upstream I/O runs on the client connection's event loop
-// over the reactor's upstream connections (reactor.Server.DialUpstream),
-// per (loop, backend) keep-alive pools, the response parsed incrementally
-// (respparse.go); an SSE answer relayed event by event as it comes
-// (loopstream.go, through the sseRelay Forward uses too), any other
-// buffered whole up to MaxResponseBody (over it: relayed as it comes,
-// spill.go), then answered with one
-// RespondLoop. It keeps Forward's behaviour:
-// candidates, retries, 502/503/504 bodies, the breaker, in-flight
-// counts, metrics, hooks (run on the loop), and shares its code where
-// the two would otherwise be written twice: the SSE relay (sseRelay),
-// the stale-connection rule (staleRetry), a stream's deadlines
-// (Config.streamTimeout), the error bodies and answer headers. It
-// differs in three ways: a client that leaves closes the upstream
-// connection at once, head or not (the reactor tells the loop, and the
-// sweep checks every 50 ms); a loop whose share of MaxConnsPerBackend
-// is busy tries the next candidate at once instead of waiting up to
-// ConnectTimeout; and a stream whose client does not read is ended at
-// 4 MiB owed (a loop cannot wait, and gnet cannot pause one
-// connection's reads) where the proxy goroutine waits for the client
-// (the reactor's outbound bound) up to its write-stall timeout. The
-// goroutine path stays for the other paths (embeddings, files, audio:
-// bodies of any size and type, relayed with that backpressure) and for
-// --upstream-io goroutine. Its histograms and newly seen status codes are written
-// by a goroutine ("backend-loop-metrics") a sweep later, since their
-// updates take a mutex.
+// Answers saltus makes itself name backends as Config.BackendHeader says
+// (URL or name). The loop path's histograms and newly seen status codes
+// are written by a goroutine ("backend-loop-metrics") a sweep later,
+// since their updates take a mutex.
 //
 // Backend URLs are http://host:port only: a base path prefix is rejected,
 // since the engines serve /v1 at their root.
@@ -83,23 +70,22 @@
 // saltus_backend_request_duration_seconds{backend} (Prometheus
 // histograms with le buckets from 1 ms to 10 min, metrics.go; Update takes
 // a mutex, fine off the event loops),
-// saltus_backend_breaker_trips_total{backend}, saltus_proxy_in_flight and
-// saltus_backend_overload_total (Forwards refused over MaxInFlight).
+// saltus_backend_breaker_trips_total{backend}, saltus_proxy_in_flight (requests in
+// flight on the loop path) and saltus_backend_overload_total (requests
+// refused over MaxInFlight).
 //
 // # Concurrency
 //
 // A Set and its Backends are safe for concurrent use: the backend list is
 // an immutable snapshot behind an atomic.Pointer (Add, Remove and Drain
 // build and swap a new one under a mutex), per-backend state is atomics.
-// Forward never blocks, so an event loop may call it; the answer is
-// written from its proxy goroutine. The loop path's state (pools,
-// connections, requests) is owned by its loop and touched only from that
-// loop's callbacks; Close posts to each loop and waits. Every goroutine starts through a
-// rules.Group: proxy goroutines (at most MaxInFlight) and their watchers
-// (one per streamed answer, closing the upstream when the client leaves)
-// in the Set's own group, joined by Close; probes in the group given to
-// Start; Models' fetches in a group of their own, joined before it
-// returns. The one exception is fasthttp's own idle-connection cleaner
-// (HostClient.connsCleaner), which exits once its client has no
+// The loop path's state (pools, connections, requests) is owned by its
+// loop and touched only from that loop's callbacks; ForwardOnLoop runs on
+// the client's loop, and so do its hooks; Close posts to each loop and
+// waits. Every goroutine starts through a rules.Group: the metrics
+// flusher in the Set's own group, joined by Close; probes in the group
+// given to Start; Models' fetches in a group of their own, joined before
+// it returns. The one exception is fasthttp's own idle-connection
+// cleaner (HostClient.connsCleaner), which exits once its client has no
 // connections left.
 package backend

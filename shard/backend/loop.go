@@ -11,20 +11,22 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 )
 
-// The loop path: ForwardOnLoop does the upstream I/O of a non-streamed
-// request on the event loop that owns the client's connection, as nginx
-// and Envoy do, with no goroutine in the request path. When it came in,
-// it cut saltus's CPU per request from 39 µs (the goroutine path: loop →
-// proxy goroutine → Go netpoller → back to the loop) to 26 µs; the
-// README's Performance section has the current numbers (`make
-// bench-serve`).
+// The loop path, the only upstream transport: ForwardOnLoop does the
+// upstream I/O of a request on the event loop that owns the client's
+// connection, as nginx and Envoy do, with no goroutine in the request
+// path. When it came in, it cut saltus's CPU per request from 39 µs (the
+// goroutine path it replaced: loop → proxy goroutine with fasthttp → Go
+// netpoller → back to the loop) to 26 µs; the README's Performance
+// section has the current numbers (`make bench-serve`).
 //
 // Per (loop, backend) a pool of keep-alive upstream connections
 // (reactor.Upstream), used LIFO, bounded by MaxConnsPerBackend divided
 // among the loops, closed after IdleConnTimeout idle or within one sweep
 // of the backend's removal. The request is serialized once per backend
-// tried; the response is parsed incrementally (respParser) and buffered
-// whole, up to Config.MaxResponseBody, then answered with one RespondLoop.
+// tried; the response is parsed incrementally (respParser): an SSE
+// answer relayed as it comes (loopstream.go), any other buffered whole,
+// up to Config.MaxResponseBody, then answered with one RespondLoop (over
+// it, relayed as it comes: spill.go).
 //
 // Everything here is owned by one loop: a loopState, its pools, its
 // upConns and its loopReqs are only touched from that loop's callbacks
@@ -45,11 +47,14 @@ type Loops interface {
 	Running() bool
 }
 
-// LoopSink is a Sink that the loop path answers on its own loop;
-// *reactor.Exchange satisfies it.
+// LoopSink is where an answer goes: a client's exchange, answered on its
+// own loop; *reactor.Exchange satisfies it.
 type LoopSink interface {
-	Sink
 	Loop() int
+	// Gone is closed when the client's connection is.
+	Gone() <-chan struct{}
+	// Abort closes the client's connection without finishing the answer.
+	Abort()
 	RespondLoop(status int, hdr []reactor.Header, body []byte)
 	SetGoneHook(fn func())
 	// A streamed answer on the loop (loopstream.go): each write returns
@@ -89,10 +94,6 @@ func (s *Set) UseLoops(l Loops) {
 	}
 	panic("BUG: backend.Set.UseLoops after Close")
 }
-
-// LoopIO reports whether routed non-streamed requests should go through
-// ForwardOnLoop: Config.LoopIO is set and UseLoops ran. Any goroutine.
-func (s *Set) LoopIO() bool { return s.cfg.LoopIO && s.lp != nil }
 
 // loopState is one loop's part of the loop path. Owned by that loop.
 type loopState struct {
@@ -160,15 +161,15 @@ type loopReq struct {
 // timeouts, breaker results, in-flight counts, metrics and hooks, with the
 // hooks run on the loop. An SSE answer is relayed event by event as it
 // comes (loopstream.go); any other body is buffered whole (up to
-// MaxResponseBody) and answered with one RespondLoop. The client
-// leaving closes the upstream connection at once, head or not. Without
-// UseLoops, or for a sink of another loop, it is Forward. When it ends it
+// MaxResponseBody, spill.go) and answered with one RespondLoop. The client
+// leaving closes the upstream connection at once, head or not. UseLoops
+// must have run, and sink must be loop's. When it ends it
 // releases req's body (reactor.Request.ReleaseBody): the caller keeps no
 // use of req.Body (or of body, when body is req.Body). Loop only (loop
 // loop's).
 func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*Backend, sink LoopSink, extraHdr []reactor.Header, h Hooks) bool {
 	if s.lp == nil || loop < 0 || loop >= len(s.lstates) || sink.Loop() != loop {
-		return s.Forward(req, body, candidates, sink, extraHdr, h)
+		panic(fmt.Sprintf("BUG: backend.ForwardOnLoop on loop %d for a sink of loop %d (UseLoops ran: %v)", loop, sink.Loop(), s.lp != nil))
 	}
 	ls := s.lstates[loop]
 	var refuse error
@@ -276,7 +277,7 @@ func (ls *loopState) newRequestID() string {
 // maxScratch bounds the per-loop request buffer kept between requests.
 const maxScratch = 256 << 10
 
-// appendWire serializes the request for b, as Forward's buildRequest
+// appendWire serializes the request for b, as fasthttp's client did
 // does: method, path and query as sent, Host, the client's headers minus
 // hop-by-hop ones (and Host, Content-Length, Expect, X-Request-ID, which
 // are ours), X-Request-ID, Content-Length, the body.

@@ -1,9 +1,9 @@
 package backend
 
 import (
-	"errors"
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,16 +30,12 @@ type loopEnv struct {
 	rms   *metrics.Set // the reactor's
 	cands atomic.Pointer[[]*Backend]
 	outs  chan Outcome
+	hooks func(*Hooks) // edits each request's hooks; set before the first request
 }
 
 func newLoopEnv(t *testing.T, edit func(*Config)) *loopEnv {
 	t.Helper()
-	s, ms := testSet(t, func(c *Config) {
-		c.LoopIO = true
-		if edit != nil {
-			edit(c)
-		}
-	})
+	s, ms := testSet(t, edit)
 	e := &loopEnv{s: s, ms: ms, rms: metrics.NewSet(), outs: make(chan Outcome, 64)}
 	rc := reactor.DefaultConfig()
 	rc.Listen, rc.Loops = "127.0.0.1:0", 2
@@ -65,8 +61,11 @@ func (e *loopEnv) use(bs ...*Backend) { e.cands.Store(&bs) }
 
 func (e *loopEnv) Serve(x *reactor.Exchange) {
 	r := x.Request()
-	e.s.ForwardOnLoop(x.Loop(), r, r.Body, *e.cands.Load(), x, []reactor.Header{{Name: "X-Extra", Value: "1"}},
-		Hooks{Done: func(o Outcome) { e.outs <- o }, Usage: true})
+	h := Hooks{Done: func(o Outcome) { e.outs <- o }, Usage: true}
+	if e.hooks != nil {
+		e.hooks(&h)
+	}
+	e.s.ForwardOnLoop(x.Loop(), r, r.Body, *e.cands.Load(), x, []reactor.Header{{Name: "X-Extra", Value: "1"}}, h)
 }
 
 func (e *loopEnv) outcome(t *testing.T) Outcome {

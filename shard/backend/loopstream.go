@@ -10,7 +10,7 @@ import (
 
 // Streamed answers on the loop path. An answer whose head says
 // text/event-stream is relayed event by event as its bytes arrive,
-// through the same sseRelay as Forward's, on the loop that owns both the
+// through the sseRelay (sserelay.go), on the loop that owns both the
 // client's and the upstream's connection: the parser de-chunks each read
 // into Body, the relay cuts it into events, and each event is one chunk
 // handed to the client's connection at once (reactor.Exchange.WriteLoop:

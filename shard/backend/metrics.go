@@ -27,7 +27,7 @@ func init() {
 		"saltus_backend_request_duration_seconds":   "Time from a request's first send to each backend to the end of its answer (retries included), in seconds.",
 		"saltus_retries_total":                      "Sends to a further candidate backend after a failure before the first byte.",
 		"saltus_backend_overload_total":             "Requests refused (503) because the backend set had its maximum of requests in flight.",
-		"saltus_proxy_in_flight":                    "Requests in flight through the backend set, both upstream paths (bounded by its MaxInFlight).",
+		"saltus_proxy_in_flight":                    "Requests in flight through the backend set (bounded by its MaxInFlight).",
 		"saltus_upstream_body_spilled_total":        "Non-streamed answers over --max-response-body, relayed as they came instead of buffered whole.",
 		"saltus_stream_overflow_total":              "Streamed answers ended because the client did not read them (over 4 MiB owed); the upstream connection is closed.",
 		"saltus_backend_loop_samples_dropped_total": "Latency and status samples of the loop path dropped because the metrics flusher's queue was full.",

@@ -31,8 +31,7 @@ type Backend struct {
 	Name string // given to AddNamed, else "backend-<ID>"; unique in the Set
 
 	host string               // host:port, the Host header and the dial address
-	hc   *fasthttp.HostClient // requests
-	ctl  *fasthttp.HostClient // probes and /v1/models: a backend whose request connections are all busy still answers them
+	ctl  *fasthttp.HostClient // probes and /v1/models (requests go through the loop path, loop.go)
 
 	inFlight atomic.Int64 // requests sent and not yet finished
 	up       atomic.Bool  // active probes' verdict (starts true)
@@ -158,14 +157,13 @@ type Set struct {
 	// (never waits, so an event loop may call it), Close takes it
 	// exclusively to set closed.
 	gate    sync.RWMutex
-	proxies *rules.Group // proxy and watcher goroutines, joined by Close
-	// proxyWorkers and watchWorkers run proxies and stream watchers on
-	// reused goroutines of proxies (rules.Workers says why).
-	proxyWorkers, watchWorkers *rules.Workers
-	inFlight                   atomic.Int64 // proxy goroutines running (bounded by cfg.MaxInFlight)
-	closed                     atomic.Bool
-	idPrefix                   string // random per Set: generated X-Request-IDs are prefix-seq
-	idSeq                      atomic.Uint64
+	proxies *rules.Group // the loop path's metrics flusher, joined by Close
+	// watchWorkers runs it on a reused goroutine of proxies (rules.Workers
+	// says why).
+	watchWorkers *rules.Workers
+	inFlight     atomic.Int64 // requests in flight on the loop path (bounded by cfg.MaxInFlight)
+	closed       atomic.Bool
+	idPrefix     string // random per Set: generated X-Request-IDs are prefix-loop-seq (loop.go)
 
 	connMu sync.Mutex                // guards conns
 	conns  map[*trackedConn]struct{} // every open upstream connection
@@ -221,7 +219,6 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 	for i, r := range scrapeResults {
 		s.scrapes[i] = set.GetOrCreateCounter(`saltus_engine_scrapes_total{result="` + r + `"}`)
 	}
-	s.proxyWorkers = rules.NewWorkers(s.proxies, "backend-proxy", workerIdle)
 	s.watchWorkers = rules.NewWorkers(s.proxies, "backend-watch", workerIdle)
 	s.snap.Store(&snapshot{})
 	var rnd [8]byte
@@ -325,7 +322,6 @@ func (s *Set) AddNamed(name, rawURL string) (*Backend, error) {
 	b := &Backend{ID: s.nextID, URL: norm, Name: name, host: hostport, wake: make(chan struct{}, 1)}
 	s.nextID++
 	b.up.Store(true)
-	b.hc = s.newHostClient(hostport, s.cfg.MaxConnsPerBackend)
 	b.ctl = s.newHostClient(hostport, ctlConns)
 	s.registerMetricsLocked(b)
 	next := &snapshot{all: append(slices.Clip(old.all), b)}
@@ -401,19 +397,14 @@ func (s *Set) newHostClient(hostport string, maxConns int) *fasthttp.HostClient 
 			s.connMu.Unlock()
 			return tc, nil
 		},
-		MaxConns:            maxConns,
-		MaxIdleConnDuration: s.cfg.IdleConnTimeout,
-		MaxConnWaitTimeout:  connect,
-		// Two attempts on the same backend, only for a pooled connection
-		// the server had closed (RetryIfErr says which errors); everything
-		// else is ours to retry on the next candidate.
-		MaxIdemponentCallAttempts: 2,
-		RetryIfErr:                retryStaleConn,
-		NoDefaultUserAgentHeader:  true,
-		DisablePathNormalizing:    true,
-		StreamResponseBody:        true,
-		ReadBufferSize:            16 << 10, // also bounds the response head
-		WriteBufferSize:           16 << 10,
+		MaxConns:                 maxConns,
+		MaxIdleConnDuration:      s.cfg.IdleConnTimeout,
+		MaxConnWaitTimeout:       connect,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		StreamResponseBody:       true,     // the scrape bounds what it reads
+		ReadBufferSize:           16 << 10, // also bounds the response head
+		WriteBufferSize:          16 << 10,
 	}
 }
 
@@ -436,7 +427,6 @@ func (s *Set) Remove(id int) error {
 		stop()
 		delete(s.stops, id)
 	}
-	b.hc.CloseIdleConnections()
 	b.ctl.CloseIdleConnections()
 	s.ms.UnregisterMetric(b.m.inFlightName)
 	for _, n := range b.m.policyNames {
@@ -512,11 +502,10 @@ func (s *Set) Close() {
 	s.closeLoops()
 	s.proxies.Stop()
 	for _, b := range s.snap.Load().all {
-		b.hc.CloseIdleConnections()
 		b.ctl.CloseIdleConnections()
 	}
-	// Streams end through their watchers (the group's context); requests
-	// waiting for a head only when their connection closes.
+	// Probes and /v1/models calls waiting for an answer end when their
+	// connection closes.
 	s.connMu.Lock()
 	open := make([]*trackedConn, 0, len(s.conns))
 	for c := range s.conns {
@@ -545,12 +534,4 @@ func (s *Set) spawn(w *rules.Workers, fn func(ctx context.Context)) bool {
 	}
 	w.Go(fn)
 	return true
-}
-
-// newRequestID returns the next generated X-Request-ID, prefix-seq, in
-// one allocation. Any goroutine.
-func (s *Set) newRequestID() string {
-	var buf [64]byte
-	b := append(buf[:0], s.idPrefix...)
-	return string(strconv.AppendUint(b, s.idSeq.Add(1), 10))
 }

@@ -143,15 +143,19 @@ func TestPassiveBreaker(t *testing.T) {
 	}
 }
 
-// The breaker trips on real connect errors through Forward.
+// The breaker trips on real connect errors through the loop path.
 func TestBreakerTripsOnConnectErrors(t *testing.T) {
 	t.Parallel()
-	s, _ := testSet(t, func(c *Config) { c.BreakerFails = 2; c.MaxRetries = 0 })
-	b := mustAdd(t, s, closedPort(t))
+	e := newLoopEnv(t, func(c *Config) { c.BreakerFails = 2; c.MaxRetries = 0 })
+	b := mustAdd(t, e.s, closedPort(t))
+	e.use(b)
+	c := e.dial(t)
 	for range 2 {
-		sink := newSink()
-		s.Forward(chatReq(), nil, []*Backend{b}, sink, nil, Hooks{})
-		sink.wait(t)
+		c.send(t, "{}")
+		if resp, body := c.read(t); resp.StatusCode != 502 {
+			t.Fatalf("%d %s, want 502", resp.StatusCode, body)
+		}
+		e.outcome(t)
 	}
 	if b.Healthy() {
 		t.Error("two connect errors in a row did not trip the breaker")

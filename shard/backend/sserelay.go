@@ -7,8 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// sseRelay is the one SSE relay both transports use (Forward's proxy
-// goroutine, relaySSE; the loop path, loopstream.go): it splits a body
+// sseRelay is the loop path's SSE relay (loopstream.go): it splits a body
 // into events as its bytes arrive, however the reads cut them, and
 // decides what of each reaches the client (Hooks.DropUsage,
 // DropUsageNull) and what the hooks see (Usage, Answer). Complete events
@@ -16,8 +15,7 @@ import (
 // incomplete tail is kept (pend), and an event longer than relayBufSize
 // goes out in pieces (same bytes, earlier flush), so a relay holds at
 // most relayBufSize. The bytes the client gets are exactly the
-// upstream's, minus what DropUsage removes. Owned by its request's
-// driver (the proxy goroutine, or the loop).
+// upstream's, minus what DropUsage removes. Owned by its request's loop.
 type sseRelay struct {
 	hooks   *Hooks
 	b       *Backend

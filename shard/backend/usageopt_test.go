@@ -199,16 +199,13 @@ func fakeVLLM(t *testing.T, oldChat bool) string {
 func TestDropUsageStream(t *testing.T) {
 	t.Parallel()
 	run := func(url string, body []byte, h Hooks) (string, Outcome) {
-		s, _ := testSet(t, nil)
-		b := mustAdd(t, s, url)
-		sink, o := newSink(), newOutcome()
-		hk := o.hooks()
-		hk.DropUsage, hk.DropUsageNull, hk.Usage = h.DropUsage, h.DropUsageNull, h.Usage
-		s.Forward(chatReq(), body, []*Backend{b}, sink, nil, hk)
-		out := <-o.ch
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
-		return sink.body.String(), out
+		e := newLoopEnv(t, nil)
+		e.use(mustAdd(t, e.s, url))
+		e.hooks = func(hk *Hooks) { hk.DropUsage, hk.DropUsageNull, hk.Usage = h.DropUsage, h.DropUsageNull, h.Usage }
+		c := e.dial(t)
+		c.send(t, string(body))
+		_, got := c.read(t)
+		return got, e.outcome(t)
 	}
 	client := []byte(`{"model":"m","stream":true,"messages":[]}`)
 	injected, ok := InjectIncludeUsage(nil, client)
