@@ -30,7 +30,7 @@ type loopEnv struct {
 	rms   *metrics.Set // the reactor's
 	cands atomic.Pointer[[]*Backend]
 	outs  chan Outcome
-	hooks func(*Hooks) // edits each request's hooks; set before the first request
+	hooks atomic.Pointer[func(*Hooks)] // edits each request's hooks (read on the loops)
 }
 
 func newLoopEnv(t *testing.T, edit func(*Config)) *loopEnv {
@@ -62,8 +62,8 @@ func (e *loopEnv) use(bs ...*Backend) { e.cands.Store(&bs) }
 func (e *loopEnv) Serve(x *reactor.Exchange) {
 	r := x.Request()
 	h := Hooks{Done: func(o Outcome) { e.outs <- o }, Usage: true}
-	if e.hooks != nil {
-		e.hooks(&h)
+	if edit := e.hooks.Load(); edit != nil {
+		(*edit)(&h)
 	}
 	e.s.ForwardOnLoop(x.Loop(), r, r.Body, *e.cands.Load(), x, []reactor.Header{{Name: "X-Extra", Value: "1"}}, h)
 }

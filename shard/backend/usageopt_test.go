@@ -201,7 +201,8 @@ func TestDropUsageStream(t *testing.T) {
 	run := func(url string, body []byte, h Hooks) (string, Outcome) {
 		e := newLoopEnv(t, nil)
 		e.use(mustAdd(t, e.s, url))
-		e.hooks = func(hk *Hooks) { hk.DropUsage, hk.DropUsageNull, hk.Usage = h.DropUsage, h.DropUsageNull, h.Usage }
+		edit := func(hk *Hooks) { hk.DropUsage, hk.DropUsageNull, hk.Usage = h.DropUsage, h.DropUsageNull, h.Usage }
+		e.hooks.Store(&edit)
 		c := e.dial(t)
 		c.send(t, string(body))
 		_, got := c.read(t)
