@@ -11,17 +11,35 @@ import (
 // offsets), then signals the close if the response is not done, and
 // returns a printable summary of the result.
 func parseAll(resp []byte, cuts []int, noBody bool) (string, error) {
-	p := newRespParser(1024, 4096)
+	return parseWith(resp, cuts, noBody, 4096, false)
+}
+
+// parseWith parses resp fed in the pieces cuts makes, with body bound
+// maxBody; with spill, a body over it is drained as the loop path's
+// spill does (spill set at errBodyTooLarge, Body taken after each feed).
+func parseWith(resp []byte, cuts []int, noBody bool, maxBody int, spill bool) (string, error) {
+	p := newRespParser(1024, maxBody)
 	p.reset(noBody, 0)
 	prev, used := 0, 0
 	var err error
+	var body []byte
 	for _, c := range append(cuts, len(resp)) {
 		if c < prev || c > len(resp) || err != nil || p.done() {
 			continue
 		}
 		var n int
 		n, err = p.feed(resp[prev:c])
+		if spill && errors.Is(err, errBodyTooLarge) && !p.spill {
+			p.spill = true
+			var m int
+			m, err = p.feed(resp[prev+n : c])
+			n += m
+		}
 		used += n
+		if p.spill {
+			body = append(body, p.Body...)
+			p.Body = p.Body[:0]
+		}
 		if !p.done() && err == nil && n != c-prev {
 			return "", fmt.Errorf("consumed %d of %d before the end", n, c-prev)
 		}
@@ -33,7 +51,10 @@ func parseAll(resp []byte, cuts []int, noBody bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d %v %q ka=%v used=%d", p.Status, p.Header, p.Body, p.keepAlive(), used), nil
+	if !p.spill {
+		body = p.Body
+	}
+	return fmt.Sprintf("%d %v %q ka=%v used=%d", p.Status, p.Header, body, p.keepAlive(), used), nil
 }
 
 func TestRespParser(t *testing.T) {
@@ -118,6 +139,13 @@ func FuzzRespParser(f *testing.F) {
 		one, oerr := parseAll(resp, bytewise, noBody)
 		if (werr == nil) != (serr == nil) || (werr == nil) != (oerr == nil) || whole != split || whole != one {
 			t.Fatalf("whole: %s %v\nsplit at %v: %s %v\nbytewise: %s %v", whole, werr, cuts, split, serr, one, oerr)
+		}
+		// Spilled (a bound of 3 bytes, drained as the loop path does), the
+		// body and the rest are those of an unbounded parse.
+		big, berr := parseWith(resp, cuts, noBody, 1<<20, false)
+		spilled, perr := parseWith(resp, cuts, noBody, 3, true)
+		if (berr == nil) != (perr == nil) || big != spilled {
+			t.Fatalf("unbounded: %s %v\nspilled at %v: %s %v", big, berr, cuts, spilled, perr)
 		}
 	})
 }
