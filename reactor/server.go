@@ -300,7 +300,8 @@ func (s *Server) Post(loop int, fn func()) bool {
 // Poster returns a function that runs its argument on loop loop, for a
 // caller that bounds its own posts: tokenpool.New's posts (the pool posts
 // at most MaxInFlight completions per shard, and must never lose one while
-// the loops run). Unlike Post it is not counted against MailboxSize and
+// the loops run), and the router's forward hop back to a request's
+// connection loop (one per request admitted, which must run once). Unlike Post it is not counted against MailboxSize and
 // never refuses while the server runs; after Shutdown it drops (counted in
 // saltus_reactor_poster_dropped_total): the loop's requests are gone with
 // it. It panics for a loop out of range (a wiring bug). The returned

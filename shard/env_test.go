@@ -322,6 +322,7 @@ type env struct {
 	up    *fakeUpstream
 	r     *Router
 	set   *metrics.Set
+	hops  atomic.Int64 // the Router's own posts to a loop (post and poster): its cross-loop messages
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -352,7 +353,12 @@ func newEnv(t testing.TB, o envOpts) *env {
 		enc, tmpl = tok, tm
 	}
 	e := &env{loops: newFakeLoops(o.loops, o.queue), up: newFakeUpstream(o.backends), set: metrics.NewSet()}
-	r, err := newRouter(cfg, enc, tmpl, e.up, e.up.state, e.loops.post, e.loops.poster, o.loops, slog.New(slog.DiscardHandler), e.set)
+	post := func(i int, fn func()) bool { e.hops.Add(1); return e.loops.post(i, fn) }
+	poster := func(i int) func(func()) {
+		p := e.loops.poster(i)
+		return func(fn func()) { e.hops.Add(1); p(fn) }
+	}
+	r, err := newRouter(cfg, enc, tmpl, e.up, e.up.state, post, poster, o.loops, slog.New(slog.DiscardHandler), e.set)
 	if err != nil {
 		e.loops.stop()
 		t.Fatal(err)
