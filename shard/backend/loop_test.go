@@ -405,6 +405,29 @@ func TestLoopSlowHead504(t *testing.T) {
 	}
 }
 
+// answerEach is a rawUpstream script: answer to each request read, written
+// in pieces of piece bytes; the connection is closed after the first
+// answer unless reuse.
+func answerEach(answer string, piece int, reuse bool) func(c net.Conn, br *bufio.Reader, n int) {
+	return func(c net.Conn, br *bufio.Reader, _ int) {
+		for {
+			if _, _, ok := readReq(br); !ok {
+				return
+			}
+			for a := answer; len(a) > 0; {
+				k := min(len(a), piece)
+				if _, err := io.WriteString(c, a[:k]); err != nil {
+					return
+				}
+				a = a[k:]
+			}
+			if !reuse {
+				return
+			}
+		}
+	}
+}
+
 // TestLoopFramings: chunked (with a 1xx before it and a trailer) and
 // close-delimited answers arrive whole, with Content-Length; only the
 // chunked one's connection is reused.
@@ -422,17 +445,7 @@ func TestLoopFramings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newLoopEnv(t, nil)
-			up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
-				for {
-					if _, _, ok := readReq(br); !ok {
-						return
-					}
-					io.WriteString(c, tc.answer)
-					if !tc.reuse {
-						return
-					}
-				}
-			})
+			up := newRawUpstream(t, answerEach(tc.answer, len(tc.answer), tc.reuse))
 			e.use(mustAdd(t, e.s, up.url()))
 			c := e.dial(t)
 			for i := range 2 {
@@ -480,24 +493,8 @@ func TestLoopSpill(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newLoopEnv(t, func(c *Config) { c.MaxResponseBody = bound })
-			up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
-				for {
-					if _, _, ok := readReq(br); !ok {
-						return
-					}
-					// In pieces, so that the spill starts mid-body.
-					for a := tc.answer; len(a) > 0; {
-						k := min(len(a), 3000)
-						if _, err := io.WriteString(c, a[:k]); err != nil {
-							return
-						}
-						a = a[k:]
-					}
-					if !tc.reuse {
-						return
-					}
-				}
-			})
+			// In pieces, so that the spill starts mid-body.
+			up := newRawUpstream(t, answerEach(tc.answer, 3000, tc.reuse))
 			e.use(mustAdd(t, e.s, up.url()))
 			c := e.dial(t)
 			for i := range 2 {
