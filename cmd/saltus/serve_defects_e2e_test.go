@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,11 +125,10 @@ func TestServeStreamIdleTimeout(t *testing.T) {
 }
 
 // TestServeStreamClientNeverReads: a client that asks for a stream and
-// never reads it cannot make saltus buffer without bound. On the loop
-// path the stream ends once 4 MiB are owed to the client (counted,
+// never reads it cannot make saltus buffer without bound: the stream
+// ends once 4 MiB are owed to the client (counted,
 // saltus_stream_overflow_total) and the upstream connection is closed,
-// which stops the engine; on the goroutine path the relay stops reading
-// the upstream (TCP backpressure).
+// which stops the engine.
 func TestServeStreamClientNeverReads(t *testing.T) {
 	t.Parallel()
 	ended := make(chan error, 1)
@@ -158,6 +159,47 @@ func TestServeStreamClientNeverReads(t *testing.T) {
 		t.Fatal("the upstream was not stopped")
 	}
 	waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
+}
+
+// TestServeSpillClientNeverReads: a whole answer over
+// --max-response-body is relayed as it comes (spilled); to a client that
+// never reads it, it is cut once --max-response-body (at least 4 MiB) is
+// owed: counted (saltus_stream_overflow_total), the upstream closed.
+func TestServeSpillClientNeverReads(t *testing.T) {
+	t.Parallel()
+	ended := make(chan error, 1)
+	const total = 256 << 20 // 256 MiB, if nothing stopped it
+	flood := func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(total))
+		piece := bytes.Repeat([]byte("x"), 64<<10)
+		for sent := 0; sent < total; sent += len(piece) {
+			if _, err := w.Write(piece); err != nil {
+				ended <- err
+				return
+			}
+		}
+		ended <- nil
+	}
+	up := newUpstreamFunc(t, "a", flood)
+	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.MaxResponseBody = "", 1<<20 })
+	c := dialRaw(t, s.addr)
+	_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+	body := chatJSON(false, "system", sysA, "user", "Flood me.")
+	c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the upstream sent 256 MiB to a client that reads nothing")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream was not stopped")
+	}
+	waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
+	if n := s.metric(t, "saltus_upstream_body_spilled_total"); n != 1 {
+		t.Errorf("spilled %v, want 1", n)
+	}
 }
 
 // TestServeTwoHopsPerRequest: a conversation that grows each turn,

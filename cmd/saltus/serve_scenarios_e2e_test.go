@@ -169,3 +169,38 @@ func TestServeUpstreamScenarios(t *testing.T) {
 		}
 	}
 }
+
+// TestServeUpstreamRefused: the scenario table's first row, a backend
+// that refuses the connection: with no retry left, 502 naming it and
+// why, with Retry-After; with one, the next backend answers, and the
+// refused one got nothing. Whole and streamed alike.
+func TestServeUpstreamRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String()
+	ln.Close()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			s := startServeWith(t, nil, func(c *serveConfig) { c.Tokenizer, c.MaxRetries = "", 0 }, refused)
+			a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hello?"))
+			if a.status != 502 || !strings.Contains(a.body, "no backend answered (1 tried)") || !strings.Contains(a.body, "connection refused") ||
+				a.header.Get("Retry-After") != "1" {
+				t.Errorf("%d %v %.300q", a.status, a.header, a.body)
+			}
+			up := newUpstream(t, "b")
+			s2 := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.MaxRetries, c.Policy = "", 1, "round_robin" }, refused)
+			for i := range 4 { // round robin: the refused backend is first for half of them
+				if a := s2.chat(t, chatJSON(stream, "system", sysA, "user", fmt.Sprintf("Hello %d?", i))); a.status != 200 || a.backend != up.srv.URL {
+					t.Errorf("with a retry, request %d: %d from %q %.200q", i, a.status, a.backend, a.body)
+				}
+			}
+			if n := up.calls.Load(); n != 4 {
+				t.Errorf("the live backend got %d requests, want 4", n)
+			}
+		})
+	}
+}
