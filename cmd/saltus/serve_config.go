@@ -88,7 +88,7 @@ type serveKey struct {
 }
 
 // serveKeys are the configuration's keys, in the order --help and
-// --dry-run list them.
+// --dry-run list them. Never modified.
 var serveKeys = []serveKey{
 	{key: "listen", bind: func(c *serveConfig) value { return strV{&c.Reactor.Listen} },
 		help: "`host:port` of the OpenAI-compatible API; port 0 picks a free one"},
@@ -184,12 +184,12 @@ var serveKeys = []serveKey{
 		help: "log `level`: debug, info, warn or error"},
 }
 
-func init() {
-	for i := range serveKeys {
-		if serveKeys[i].flag == "" {
-			serveKeys[i].flag = serveKeys[i].key
-		}
+// flagName is k's flag: its key unless it says otherwise.
+func (k serveKey) flagName() string {
+	if k.flag != "" {
+		return k.flag
 	}
+	return k.key
 }
 
 // Bounds Validate enforces.
@@ -375,7 +375,7 @@ func newServeFlags(out io.Writer, cfg *serveConfig) *serveFlags {
 	fs := f.fs
 	fs.SetOutput(out)
 	for _, k := range serveKeys {
-		fs.Var(k.bind(cfg), k.flag, k.help)
+		fs.Var(k.bind(cfg), k.flagName(), k.help)
 	}
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "load and validate the configuration, print it as YAML and exit")
@@ -400,7 +400,7 @@ Flags:
 `)
 	names := []string{"config", "dry-run"}
 	for _, k := range serveKeys {
-		names = append(names, k.flag)
+		names = append(names, k.flagName())
 	}
 	printFlags(w, f.fs, names)
 }
@@ -493,7 +493,7 @@ func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
 		if !ok {
 			hint := ""
 			for _, c := range byKey {
-				if c.flag == k.Value {
+				if c.flagName() == k.Value {
 					hint = fmt.Sprintf(" (the key is %q)", c.key)
 				}
 			}

@@ -297,9 +297,9 @@ func TestEveryKeyHasFlag(t *testing.T) {
 	f := newServeFlags(io.Discard, nil)
 	keys := map[string]bool{"config": true, "dry-run": true}
 	for _, cf := range serveKeys {
-		keys[cf.flag] = true
-		if f.fs.Lookup(cf.flag) == nil {
-			t.Errorf("key %q has no flag --%s", cf.key, cf.flag)
+		keys[cf.flagName()] = true
+		if f.fs.Lookup(cf.flagName()) == nil {
+			t.Errorf("key %q has no flag --%s", cf.key, cf.flagName())
 		}
 	}
 	var help bytes.Buffer
