@@ -220,7 +220,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		panic("BUG: " + err.Error())
 	}
 	set := metrics.NewSet()
-	floor := heapFloor(int64(cfg.GCHeapFloor), set)
+	floor := heapFloor(cfg.GCHeapFloor, set)
 	defer runtime.KeepAlive(floor)
 	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
@@ -282,7 +282,7 @@ func serveWith(cfg serveConfig, sp *servingPath, set *metrics.Set, logger *slog.
 		admin:        adm,
 		data:         sp.data,
 		closeRest:    sp.close,
-		drainTimeout: cfg.DrainTimeout.D(),
+		drainTimeout: cfg.DrainTimeout,
 		logger:       l,
 	}.run(signals)
 }

@@ -25,7 +25,7 @@ func TestServeAdminAPI(t *testing.T) {
 	all := append(slices.Clone(ups), added)
 	s := startServeWith(t, ups, func(c *serveConfig) {
 		c.Tokenizer = ""
-		c.AdminToken = token
+		c.Admin.BearerToken = token
 	})
 	byURL := func(url string) *upstream {
 		for _, u := range all {

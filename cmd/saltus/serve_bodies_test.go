@@ -31,7 +31,7 @@ func TestServeBodiesStayTheirs(t *testing.T) {
 			s := startServeWith(t, []*upstream{echo}, func(c *serveConfig) {
 				c.Tokenizer = ""
 				c.UpstreamIO = mode
-				c.MaxRetries = 2
+				c.Backend.MaxRetries = 2
 			}, deadPort(t), deadPort(t))
 			const clients, each = 8, 60
 			var wg sync.WaitGroup

@@ -16,7 +16,7 @@ import (
 // past the cut; a short request sent right behind it is served too.
 func TestServeTokenBudget(t *testing.T) {
 	ups := []*upstream{newUpstream(t, "a")}
-	s := startServeWith(t, ups, func(c *serveConfig) { c.Shards = 1 })
+	s := startServeWith(t, ups, func(c *serveConfig) { c.Reactor.Loops = 1 })
 	metric := func(re string) int {
 		t.Helper()
 		var m bytes.Buffer

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,194 +24,172 @@ import (
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
-// serveConfig is everything `saltus serve` is configured with. Each field
-// is a YAML key of the --config file and a flag of the same name (the
-// list `backends` is the repeatable flag --backend). Precedence: the
-// defaults, then the file, then the flags actually given. It is immutable
-// once validated; buildDataPlane maps it onto the components' configs.
+// serveConfig is everything `saltus serve` is configured with: the
+// components' own configs, which the keys of serveKeys set directly (no
+// copies: each component's DefaultConfig comments its defaults and its
+// Validate names its fields), and the few settings only serve has. Each
+// key is a YAML key of the --config file and a flag of the same name
+// (the list `backends` is the repeatable flag --backend). Precedence: the
+// defaults, then the file, then the flags actually given. It is
+// immutable once validated.
 type serveConfig struct {
-	// Listen: host:port of the OpenAI-compatible API (the data plane).
-	Listen string `yaml:"listen"`
-	// AdminListen: host:port of the admin listener (metrics, probes, API).
-	AdminListen string `yaml:"admin-listen"`
-	// AdminToken: bearer token the admin API requires (all but /health);
-	// "" = no auth.
-	AdminToken string `yaml:"admin-token"`
-	// AdminPprof: serve Go's runtime profiles under /debug/pprof/ on the
-	// admin listener (behind the token).
-	AdminPprof bool `yaml:"admin-pprof"`
-	// Backends: http://host:port of each inference engine at start, or
-	// name=http://host:port to name it (default names: backend-<id>);
-	// more can be added through the admin API.
-	Backends []string `yaml:"backends"`
-	// Tokenizer: path of a HuggingFace tokenizer.json (or a directory or
-	// .json.gz); "" = byte-block mode.
-	Tokenizer string `yaml:"tokenizer"`
-	// ChatTemplate: built-in chat template by name; "" = detect from the
-	// tokenizer_config.json next to the tokenizer.
-	ChatTemplate string `yaml:"chat-template"`
-	// BlockSize: tokens per route-table block; match the engine's KV block
-	// size (vLLM: 16).
-	BlockSize int `yaml:"block-size"`
-	// Shards: event loops, each owning a part of the route table;
-	// 0 = GOMAXPROCS.
-	Shards int `yaml:"shards"`
-	// PinShards: lock each event loop to an OS thread.
-	PinShards bool `yaml:"pin-shards"`
-	// Policy: the routing policy: prefix (the least estimated time to
-	// first token: queue plus prefill of the blocks a backend lacks), or
-	// ranvier (the tree's deepest holder, load bound load-factor ×
-	// median), or a baseline that never uses the tree: round_robin,
-	// least_request (fewer in flight of two random backends),
-	// consistent_hash (rendezvous hash of the first 4 blocks, load bound
-	// 1.25 × average) or body_hash (rendezvous hash of the body's first
-	// 512 bytes, no load term).
-	Policy string `yaml:"policy"`
-	// SessionHeader (policy prefix): a request header naming a session,
-	// pinned to its backend while that one is routable and not queueing;
-	// "" = off.
-	SessionHeader string `yaml:"session-header"`
-	// MaxBody: largest request body accepted (413 over it).
-	MaxBody byteSize `yaml:"max-body"`
-	// MaxBodyValues: most JSON values a chat or completion body may hold
-	// (413 over it), counted before it is parsed.
-	MaxBodyValues int `yaml:"max-body-values"`
-	// MaxBodyDepth: deepest nesting of objects and arrays in such a body
-	// (413 over it).
-	MaxBodyDepth int `yaml:"max-body-depth"`
-	// MaxHeader: largest request head accepted (431 over it).
-	MaxHeader byteSize `yaml:"max-header"`
-	// MaxConns: most open client connections (503 and close over it).
-	MaxConns int `yaml:"max-conns"`
-	// HeaderTimeout: time a client has to send a request head.
-	HeaderTimeout duration `yaml:"header-timeout"`
-	// IdleTimeout: keep-alive time of an idle client connection.
-	IdleTimeout duration `yaml:"idle-timeout"`
-	// ConnectTimeout: time to connect to a backend.
-	ConnectTimeout duration `yaml:"connect-timeout"`
-	// FirstByteTimeout: time from sending a request to a backend to its
-	// response head (time to first byte); 504 over it. A non-streamed
-	// answer's head comes only when its generation ends (vLLM), so this
-	// bounds non-streamed generations: 10m, the OpenAI SDKs' own timeout.
-	FirstByteTimeout duration `yaml:"first-byte-timeout"`
-	// RequestTimeout: limit on a whole request (retries and the streamed
-	// answer included); 504 before the head, an SSE error event after.
-	// 0 = no limit.
-	RequestTimeout duration `yaml:"request-timeout"`
-	// StreamIdleTimeout: a streamed answer whose backend sends nothing
-	// this long after its head ends with an SSE error event, counted.
-	StreamIdleTimeout duration `yaml:"stream-idle-timeout"`
-	// ResponseTimeout: deprecated alias of FirstByteTimeout (which it was
-	// until issue 15); a warning says so. Never printed by --dry-run.
-	ResponseTimeout duration `yaml:"response-timeout,omitempty"`
-	// MaxResponseBody: largest non-streamed answer buffered whole; a
-	// larger one is relayed as it comes (backend/spill.go).
-	MaxResponseBody byteSize `yaml:"max-response-body"`
-	// BackendHeader: how clients see a backend in X-Saltus-Backend and in
-	// error messages: url, name (URLs expose the internal network) or
-	// none (no header; names in messages).
-	BackendHeader string `yaml:"backend-header"`
-	// MaxRetries: further backends tried when one fails before its first
-	// byte.
-	MaxRetries int `yaml:"max-retries"`
-	// UpstreamIO: deprecated: every request talks to its backend on the
-	// client connection's event loop ("loop", the only value accepted;
-	// the goroutine path was removed). Never printed by --dry-run.
-	UpstreamIO string `yaml:"upstream-io,omitempty"`
-	// HealthInterval: time between health probes of each healthy backend.
-	HealthInterval duration `yaml:"health-interval"`
-	// HealthDownInterval: time between health probes of a backend that is
-	// down (or whose breaker tripped); one good probe brings it back.
-	HealthDownInterval duration `yaml:"health-down-interval"`
+	// The serving path: Reactor (listener, loops, request limits),
+	// Backend (upstream transport, health, scrape), Router (policy,
+	// route table, tokenizer pool), Backends and Tokenizer.
+	dataplane.Config
+	// Admin is the admin listener's (its Ready and MaxBodyBytes are set
+	// by adminConfig).
+	Admin admin.Config
 	// DrainTimeout: on SIGTERM/SIGINT, how long requests in flight may
 	// still run.
-	DrainTimeout duration `yaml:"drain-timeout"`
-	// MaxBlocks: route-table capacity in blocks, per shard.
-	MaxBlocks int `yaml:"max-blocks"`
-	// RouteTTL: a learned route expires when not refreshed for this long.
-	RouteTTL duration `yaml:"route-ttl"`
-	// LoadFactor (policy ranvier): a backend with more than LoadFactor ×
-	// the median in-flight requests is skipped for the least loaded one.
-	LoadFactor float64 `yaml:"load-factor"`
-	// LoadSlack (policy prefix): a backend with (1 + LoadSlack) × the
-	// mean in-flight requests queues (bounded load).
-	LoadSlack float64 `yaml:"load-slack"`
-	// LoadTokens (policy prefix): one request in flight on a backend costs
-	// as much as this many prompt tokens of prefill.
-	LoadTokens int `yaml:"load-tokens"`
-	// KVTokens (policy prefix): the engines' KV cache capacity in tokens;
-	// 0: unknown (relative to the fleet's fullest).
-	KVTokens int `yaml:"kv-tokens"`
-	// LearnFromUsage: ask the engine for a streamed request's usage
-	// (stream_options.include_usage) when the client did not, and remove
-	// that usage chunk before the client sees it.
-	LearnFromUsage bool `yaml:"learn-from-usage"`
-	// ScrapeInterval: how often each backend's engine /metrics is read
-	// (vLLM's waiting and running requests, KV usage and capacity: the
-	// prefix policy's view of each engine's queue); 0 = off. Default 1s.
-	ScrapeInterval duration `yaml:"scrape-interval"`
+	DrainTimeout time.Duration
 	// GCHeapFloor: a pointer-free block that is never written (address
 	// space, not memory) and counts as live heap, so the garbage
 	// collector (GOGC=100) waits until about this much garbage beyond the
 	// live heap has piled up; 0 = none (Go's own 4 MiB minimum). A
 	// router's live heap is small and its garbage is per request, so
 	// without one it collects dozens of times a second under load.
-	GCHeapFloor byteSize `yaml:"gc-heap-floor"`
-	// TokenBudget: the most tokenizer work one request may cause, in
-	// bytes of prose (a byte of a long run of one letter counts 32); text
-	// past it is keyed as byte blocks.
-	TokenBudget byteSize `yaml:"token-budget"`
-	// LogFormat: text or json.
-	LogFormat string `yaml:"log-format"`
-	// LogLevel: debug, info, warn or error.
-	LogLevel string `yaml:"log-level"`
+	GCHeapFloor int64
+	// LogFormat: text or json. LogLevel: debug, info, warn or error.
+	LogFormat, LogLevel string
+	// ResponseTimeout: deprecated alias of Backend.FirstByteTimeout
+	// (which it was until issue 15); a warning says so.
+	ResponseTimeout time.Duration
+	// UpstreamIO: deprecated: every request talks to its backend on the
+	// client connection's event loop ("loop", the only value accepted;
+	// the goroutine path was removed).
+	UpstreamIO string
 }
 
-// defaultServeConfig returns the defaults: the components' own, read from
-// dataplane.DefaultConfig (each component's DefaultConfig comments them),
-// plus the keys only serve has. The flags' help and saltus.example.yaml
-// show the same values (a test checks the file).
+// defaultServeConfig returns the defaults: the components' own
+// (dataplane.DefaultConfig, admin.DefaultConfig), plus the keys only
+// serve has. The flags' help and saltus.example.yaml show the same
+// values (a test checks the file).
 func defaultServeConfig() serveConfig {
-	d := dataplane.DefaultConfig()
-	rc, bc, sc := d.Reactor, d.Backend, d.Router
 	return serveConfig{
-		Listen:             rc.Listen,
-		AdminListen:        "127.0.0.1:9180",
-		BlockSize:          sc.BlockSize,
-		Shards:             rc.Loops,
-		PinShards:          rc.LockOSThread,
-		Policy:             sc.Policy,
-		SessionHeader:      sc.SessionHeader,
-		MaxBody:            byteSize(rc.MaxBodyBytes),
-		MaxBodyValues:      sc.Body.MaxValues,
-		MaxBodyDepth:       sc.Body.MaxDepth,
-		MaxHeader:          byteSize(rc.MaxHeaderBytes),
-		MaxConns:           rc.MaxConns,
-		HeaderTimeout:      duration(rc.HeaderTimeout),
-		IdleTimeout:        duration(rc.IdleTimeout),
-		ConnectTimeout:     duration(bc.ConnectTimeout),
-		FirstByteTimeout:   duration(bc.FirstByteTimeout),
-		RequestTimeout:     duration(bc.RequestTimeout),
-		StreamIdleTimeout:  duration(bc.StreamIdleTimeout),
-		MaxResponseBody:    byteSize(bc.MaxResponseBody),
-		BackendHeader:      bc.BackendHeader,
-		MaxRetries:         bc.MaxRetries,
-		HealthInterval:     duration(bc.HealthInterval),
-		HealthDownInterval: duration(bc.HealthDownInterval),
-		DrainTimeout:       duration(30 * time.Second),
-		MaxBlocks:          sc.Tree.MaxBlocks,
-		RouteTTL:           duration(sc.Tree.TTL),
-		LoadFactor:         sc.LoadFactor,
-		LoadSlack:          sc.LoadSlack,
-		LoadTokens:         sc.LoadTokens,
-		KVTokens:           sc.KVTokens,
-		LearnFromUsage:     sc.LearnFromUsage,
-		ScrapeInterval:     duration(bc.ScrapeInterval),
-		TokenBudget:        byteSize(sc.Pool.TokenBudget),
-		GCHeapFloor:        32 << 20,
-		LogFormat:          "text",
-		LogLevel:           "info",
+		Config:       dataplane.DefaultConfig(),
+		Admin:        admin.DefaultConfig(),
+		DrainTimeout: 30 * time.Second,
+		GCHeapFloor:  32 << 20,
+		LogFormat:    "text",
+		LogLevel:     "info",
 	}
+}
+
+// serveKey is one key of the configuration: its YAML key, its flag (the
+// key unless said), the field it sets, and the flag's help. A deprecated
+// key is accepted but neither printed by --dry-run nor shown in
+// saltus.example.yaml.
+type serveKey struct {
+	key, flag  string
+	deprecated bool
+	bind       func(c *serveConfig) value
+	help       string
+}
+
+// serveKeys are the configuration's keys, in the order --help and
+// --dry-run list them. Never modified.
+var serveKeys = []serveKey{
+	{key: "listen", bind: func(c *serveConfig) value { return strV{&c.Reactor.Listen} },
+		help: "`host:port` of the OpenAI-compatible API; port 0 picks a free one"},
+	{key: "admin-listen", bind: func(c *serveConfig) value { return strV{&c.Admin.Listen} },
+		help: "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*"},
+	{key: "admin-token", bind: func(c *serveConfig) value { return strV{&c.Admin.BearerToken} },
+		help: "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)"},
+	{key: "admin-pprof", bind: func(c *serveConfig) value { return boolV{&c.Admin.Pprof} },
+		help: "serve Go's runtime profiles (CPU, heap, goroutines, trace) under /debug/pprof/ on the admin listener, behind --admin-token"},
+	{key: "backends", flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
+		help: "backend `URL` http://host:port, or name=http://host:port to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
+	{key: "tokenizer", bind: func(c *serveConfig) value { return strV{&c.Tokenizer} },
+		help: "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)"},
+	{key: "chat-template", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplate} },
+		help: "chat template `name` (" + strings.Join(chatpkg.Names(), ", ") + "); empty: detect from tokenizer_config.json next to --tokenizer"},
+	{key: "block-size", bind: func(c *serveConfig) value { return intV{&c.Router.BlockSize} },
+		help: "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)"},
+	{key: "shards", bind: func(c *serveConfig) value { return intV{&c.Reactor.Loops} },
+		help: "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS"},
+	{key: "pin-shards", bind: func(c *serveConfig) value { return boolV{&c.Reactor.LockOSThread} },
+		help: "lock each event loop to its own OS thread"},
+	{key: "policy", bind: func(c *serveConfig) value { return strV{&c.Router.Policy} },
+		help: "routing `policy`: prefix (least estimated time to first token: queue wait plus prefill of the blocks a backend does not hold); " +
+			"ranvier (deepest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); " +
+			"baselines without the route table: round_robin, least_request (fewer in flight of two random backends), " +
+			"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average), body_hash (rendezvous hash of the body's first 512 bytes, no load term)"},
+	{key: "session-header", bind: func(c *serveConfig) value { return strV{&c.Router.SessionHeader} },
+		help: "request `header` naming a session (e.g. X-Session-ID) that policy prefix pins to its backend while that one is routable and not queueing; empty: off"},
+	{key: "max-body", bind: func(c *serveConfig) value { return sizeV{&c.Reactor.MaxBodyBytes} },
+		help: "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413"},
+	{key: "max-body-values", bind: func(c *serveConfig) value { return intV{&c.Router.Body.MaxValues} },
+		help: "most JSON `values` (objects, arrays, strings, numbers, literals) a chat or completion body may hold, counted before parsing; more get 413"},
+	{key: "max-body-depth", bind: func(c *serveConfig) value { return intV{&c.Router.Body.MaxDepth} },
+		help: "deepest nesting (`levels` of objects and arrays), 1–256, of a chat or completion body; deeper ones get 413"},
+	{key: "max-header", bind: func(c *serveConfig) value { return sizeV{&c.Reactor.MaxHeaderBytes} },
+		help: "largest request head (`size`), 1KiB–1MiB; larger ones get 431"},
+	{key: "max-conns", bind: func(c *serveConfig) value { return intV{&c.Reactor.MaxConns} },
+		help: "most open client `connections`; over it a new one gets 503 and is closed"},
+	{key: "header-timeout", bind: func(c *serveConfig) value { return durV{&c.Reactor.HeaderTimeout} },
+		help: "`duration` a client has to send a request head (e.g. 10s) before the connection is closed"},
+	{key: "idle-timeout", bind: func(c *serveConfig) value { return durV{&c.Reactor.IdleTimeout} },
+		help: "`duration` an idle keep-alive client connection stays open"},
+	{key: "connect-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.ConnectTimeout} },
+		help: "`duration` to connect to a backend before trying the next one"},
+	{key: "first-byte-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.FirstByteTimeout} },
+		help: "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it, not retried. " +
+			"A non-streamed answer's head comes only when its generation ends (vLLM), so this bounds non-streamed generations"},
+	{key: "request-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.RequestTimeout} },
+		help: "`duration` a whole request may take, retries and streamed answer included: 504 before the response head, an SSE error event after; 0: no limit"},
+	{key: "stream-idle-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.StreamIdleTimeout} },
+		help: "`duration` a streamed answer's backend may send nothing after its head: then an SSE error event ends it (counted, saltus_upstream_errors_total{kind=\"stream_idle\"})"},
+	{key: "response-timeout", deprecated: true, bind: func(c *serveConfig) value { return durV{&c.ResponseTimeout} },
+		help: "deprecated alias of --first-byte-timeout (`duration`); prints a warning"},
+	{key: "max-response-body", bind: func(c *serveConfig) value { return sizeV{&c.Backend.MaxResponseBody} },
+		help: "largest non-streamed answer (`size`) buffered whole, 1KiB–1GiB; larger ones are relayed as they come (their usage is not read)"},
+	{key: "backend-header", bind: func(c *serveConfig) value { return strV{&c.Backend.BackendHeader} },
+		help: "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)"},
+	{key: "max-retries", bind: func(c *serveConfig) value { return intV{&c.Backend.MaxRetries} },
+		help: "further `backends` tried, 0–10, when one fails before its first byte"},
+	{key: "upstream-io", deprecated: true, bind: func(c *serveConfig) value { return strV{&c.UpstreamIO} },
+		help: "deprecated, `mode` loop only: every request talks to its backend on the client connection's event loop"},
+	{key: "health-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.HealthInterval} },
+		help: "`duration` between health probes (GET /health) of each healthy backend; 3 failed probes in a row mark it down"},
+	{key: "health-down-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.HealthDownInterval} },
+		help: "`duration` between health probes of a backend that is down or whose breaker tripped; one good probe (or one answered request) brings it back"},
+	{key: "drain-timeout", bind: func(c *serveConfig) value { return durV{&c.DrainTimeout} },
+		help: "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait"},
+	{key: "max-blocks", bind: func(c *serveConfig) value { return intV{&c.Router.Tree.MaxBlocks} },
+		help: "route-table capacity in `blocks` per shard; least recently used routes go first"},
+	{key: "route-ttl", bind: func(c *serveConfig) value { return durV{&c.Router.Tree.TTL} },
+		help: "`duration` after which a learned route not used again expires"},
+	{key: "load-factor", bind: func(c *serveConfig) value { return floatV{&c.Router.LoadFactor} },
+		help: "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1"},
+	{key: "load-slack", bind: func(c *serveConfig) value { return floatV{&c.Router.LoadSlack} },
+		help: "bounded load of policy prefix: a backend with (1 + `slack`) × the mean in-flight count (at least 4) counts as queueing, so a prefix it holds may gain another holder; at least 0"},
+	{key: "load-tokens", bind: func(c *serveConfig) value { return intV{&c.Router.LoadTokens} },
+		help: "policy prefix: one request in flight on a backend costs as much as this many prompt `tokens` of prefill (decode steps grow with the batch)"},
+	{key: "kv-tokens", bind: func(c *serveConfig) value { return intV{&c.Router.KVTokens} },
+		help: "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; a scraped vllm:cache_config_info wins; 0: unknown, relative to the fleet's fullest"},
+	{key: "learn-from-usage", bind: func(c *serveConfig) value { return boolV{&c.Router.LearnFromUsage} },
+		help: "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, " +
+			"to learn its cached tokens, and remove that usage chunk before the client sees it"},
+	{key: "scrape-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.ScrapeInterval} },
+		help: "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage and capacity: policy prefix learns each engine's running limit and prices the wait for a slot); 0: off (an engine without /metrics costs one failed GET per interval, counted)"},
+	{key: "gc-heap-floor", bind: func(c *serveConfig) value { return size64V{&c.GCHeapFloor} },
+		help: "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: " +
+			"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)"},
+	{key: "token-budget", bind: func(c *serveConfig) value { return sizeV{&c.Router.Pool.TokenBudget} },
+		help: "most tokenizer work one request may cause (`size` of prose: B, KiB, MiB; a byte of a run of 64+ bytes of one class, e.g. one repeated letter, counts 32), 1KiB–1GiB; text past it is keyed as 64-byte blocks"},
+	{key: "log-format", bind: func(c *serveConfig) value { return strV{&c.LogFormat} },
+		help: "log `format`: text or json (to stderr)"},
+	{key: "log-level", bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
+		help: "log `level`: debug, info, warn or error"},
+}
+
+// flagName is k's flag: its key unless it says otherwise.
+func (k serveKey) flagName() string {
+	if k.flag != "" {
+		return k.flag
+	}
+	return k.key
 }
 
 // Bounds Validate enforces.
@@ -236,13 +213,13 @@ func (c serveConfig) Validate() error {
 			bad(key, "want host:port with a port number in [0, 65535], got %q", v)
 		}
 	}
-	checkAddr("listen", c.Listen)
-	checkAddr("admin-listen", c.AdminListen)
-	if c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
-		bad("admin-listen", "must differ from listen, both are %q", c.Listen)
+	checkAddr("listen", c.Reactor.Listen)
+	checkAddr("admin-listen", c.Admin.Listen)
+	if c.Reactor.Listen == c.Admin.Listen && !strings.HasSuffix(c.Reactor.Listen, ":0") {
+		bad("admin-listen", "must differ from listen, both are %q", c.Reactor.Listen)
 	}
-	for i := 0; i < len(c.AdminToken); i++ {
-		if b := c.AdminToken[i]; b <= ' ' || b >= 0x7f {
+	for i := 0; i < len(c.Admin.BearerToken); i++ {
+		if b := c.Admin.BearerToken[i]; b <= ' ' || b >= 0x7f {
 			bad("admin-token", "must be printable ASCII without spaces (byte %d is %#x)", i, b)
 			break
 		}
@@ -269,94 +246,94 @@ func (c serveConfig) Validate() error {
 			bad("tokenizer", "cannot read it: %v", err)
 		}
 	}
-	if c.ChatTemplate != "" && !slices.Contains(chatpkg.Names(), c.ChatTemplate) {
-		bad("chat-template", "unknown template %q, want one of %s (or empty: detect from the tokenizer)", c.ChatTemplate, strings.Join(chatpkg.Names(), ", "))
+	if c.Router.ChatTemplate != "" && !slices.Contains(chatpkg.Names(), c.Router.ChatTemplate) {
+		bad("chat-template", "unknown template %q, want one of %s (or empty: detect from the tokenizer)", c.Router.ChatTemplate, strings.Join(chatpkg.Names(), ", "))
 	}
-	if c.BlockSize < 1 || c.BlockSize > maxBlockSize || c.BlockSize&(c.BlockSize-1) != 0 {
-		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.BlockSize)
+	if c.Router.BlockSize < 1 || c.Router.BlockSize > maxBlockSize || c.Router.BlockSize&(c.Router.BlockSize-1) != 0 {
+		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.Router.BlockSize)
 	}
-	if c.Shards < 0 || c.Shards > maxShards {
-		bad("shards", "must be between 0 (GOMAXPROCS) and %d, got %d", maxShards, c.Shards)
+	if c.Reactor.Loops < 0 || c.Reactor.Loops > maxShards {
+		bad("shards", "must be between 0 (GOMAXPROCS) and %d, got %d", maxShards, c.Reactor.Loops)
 	}
-	if !slices.Contains(shard.Policies(), c.Policy) {
-		bad("policy", "unknown policy %q, want one of %s", c.Policy, strings.Join(shard.Policies(), ", "))
+	if !slices.Contains(shard.Policies(), c.Router.Policy) {
+		bad("policy", "unknown policy %q, want one of %s", c.Router.Policy, strings.Join(shard.Policies(), ", "))
 	}
-	if c.MaxBody < 1<<10 || c.MaxBody > 1<<30 {
-		bad("max-body", "must be between 1KiB and 1GiB, got %v", c.MaxBody)
+	if c.Reactor.MaxBodyBytes < 1<<10 || c.Reactor.MaxBodyBytes > 1<<30 {
+		bad("max-body", "must be between 1KiB and 1GiB, got %v", byteSize(c.Reactor.MaxBodyBytes))
 	}
-	if c.MaxBodyValues < 1 {
-		bad("max-body-values", "must be at least 1, got %d", c.MaxBodyValues)
+	if c.Router.Body.MaxValues < 1 {
+		bad("max-body-values", "must be at least 1, got %d", c.Router.Body.MaxValues)
 	}
-	if c.MaxBodyDepth < 1 || c.MaxBodyDepth > shard.MaxScanDepth {
-		bad("max-body-depth", "must be between 1 and %d, got %d", shard.MaxScanDepth, c.MaxBodyDepth)
+	if c.Router.Body.MaxDepth < 1 || c.Router.Body.MaxDepth > shard.MaxScanDepth {
+		bad("max-body-depth", "must be between 1 and %d, got %d", shard.MaxScanDepth, c.Router.Body.MaxDepth)
 	}
 	if c.GCHeapFloor < 0 || c.GCHeapFloor > 4<<30 {
-		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", c.GCHeapFloor)
+		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", byteSize(c.GCHeapFloor))
 	}
-	if c.MaxHeader < 1<<10 || c.MaxHeader > 1<<20 {
-		bad("max-header", "must be between 1KiB and 1MiB, got %v", c.MaxHeader)
+	if c.Reactor.MaxHeaderBytes < 1<<10 || c.Reactor.MaxHeaderBytes > 1<<20 {
+		bad("max-header", "must be between 1KiB and 1MiB, got %v", byteSize(c.Reactor.MaxHeaderBytes))
 	}
-	if c.MaxConns < 1 {
-		bad("max-conns", "must be at least 1, got %d", c.MaxConns)
+	if c.Reactor.MaxConns < 1 {
+		bad("max-conns", "must be at least 1, got %d", c.Reactor.MaxConns)
 	}
 	for _, d := range []struct {
 		key string
-		v   duration
+		v   time.Duration
 	}{
-		{"header-timeout", c.HeaderTimeout},
-		{"idle-timeout", c.IdleTimeout},
-		{"connect-timeout", c.ConnectTimeout},
-		{"first-byte-timeout", c.FirstByteTimeout},
-		{"stream-idle-timeout", c.StreamIdleTimeout},
-		{"health-interval", c.HealthInterval},
-		{"health-down-interval", c.HealthDownInterval},
-		{"route-ttl", c.RouteTTL},
+		{"header-timeout", c.Reactor.HeaderTimeout},
+		{"idle-timeout", c.Reactor.IdleTimeout},
+		{"connect-timeout", c.Backend.ConnectTimeout},
+		{"first-byte-timeout", c.Backend.FirstByteTimeout},
+		{"stream-idle-timeout", c.Backend.StreamIdleTimeout},
+		{"health-interval", c.Backend.HealthInterval},
+		{"health-down-interval", c.Backend.HealthDownInterval},
+		{"route-ttl", c.Router.Tree.TTL},
 	} {
 		if d.v <= 0 {
-			bad(d.key, "must be positive, got %v", d.v)
+			bad(d.key, "must be positive, got %v", duration(d.v))
 		}
 	}
-	if c.RequestTimeout < 0 {
-		bad("request-timeout", "must not be negative (0 = no limit), got %v", c.RequestTimeout)
+	if c.Backend.RequestTimeout < 0 {
+		bad("request-timeout", "must not be negative (0 = no limit), got %v", duration(c.Backend.RequestTimeout))
 	}
 	if c.ResponseTimeout != 0 {
 		bad("response-timeout", "BUG: the deprecated alias was not resolved")
 	}
-	if c.MaxResponseBody < 1<<10 || c.MaxResponseBody > 1<<30 {
-		bad("max-response-body", "must be between 1KiB and 1GiB, got %v", c.MaxResponseBody)
+	if c.Backend.MaxResponseBody < 1<<10 || c.Backend.MaxResponseBody > 1<<30 {
+		bad("max-response-body", "must be between 1KiB and 1GiB, got %v", byteSize(c.Backend.MaxResponseBody))
 	}
-	if c.BackendHeader != "url" && c.BackendHeader != "name" && c.BackendHeader != "none" {
-		bad("backend-header", `must be "url", "name" or "none", got %q`, c.BackendHeader)
+	if c.Backend.BackendHeader != "url" && c.Backend.BackendHeader != "name" && c.Backend.BackendHeader != "none" {
+		bad("backend-header", `must be "url", "name" or "none", got %q`, c.Backend.BackendHeader)
 	}
 	if c.DrainTimeout < 0 {
-		bad("drain-timeout", "must not be negative (0 = do not wait), got %v", c.DrainTimeout)
+		bad("drain-timeout", "must not be negative (0 = do not wait), got %v", duration(c.DrainTimeout))
 	}
-	if c.MaxRetries < 0 || c.MaxRetries > maxRetries {
-		bad("max-retries", "must be between 0 and %d, got %d", maxRetries, c.MaxRetries)
+	if c.Backend.MaxRetries < 0 || c.Backend.MaxRetries > maxRetries {
+		bad("max-retries", "must be between 0 and %d, got %d", maxRetries, c.Backend.MaxRetries)
 	}
 	if c.UpstreamIO != "" && c.UpstreamIO != "loop" {
 		bad("upstream-io", `was removed: every request takes the loop path (drop the key), got %q`, c.UpstreamIO)
 	}
-	if c.ScrapeInterval < 0 {
-		bad("scrape-interval", "must not be negative (0 = off), got %v", c.ScrapeInterval)
+	if c.Backend.ScrapeInterval < 0 {
+		bad("scrape-interval", "must not be negative (0 = off), got %v", duration(c.Backend.ScrapeInterval))
 	}
-	if c.MaxBlocks < 1 || c.MaxBlocks > maxMaxBlocks {
-		bad("max-blocks", "must be between 1 and %d, got %d", maxMaxBlocks, c.MaxBlocks)
+	if c.Router.Tree.MaxBlocks < 1 || c.Router.Tree.MaxBlocks > maxMaxBlocks {
+		bad("max-blocks", "must be between 1 and %d, got %d", maxMaxBlocks, c.Router.Tree.MaxBlocks)
 	}
-	if !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0) {
-		bad("load-factor", "must be a finite number of at least 1, got %v", c.LoadFactor)
+	if !(c.Router.LoadFactor >= 1) || math.IsInf(c.Router.LoadFactor, 0) {
+		bad("load-factor", "must be a finite number of at least 1, got %v", c.Router.LoadFactor)
 	}
-	if !(c.LoadSlack >= 0) || math.IsInf(c.LoadSlack, 0) {
-		bad("load-slack", "must be a finite number of at least 0, got %v", c.LoadSlack)
+	if !(c.Router.LoadSlack >= 0) || math.IsInf(c.Router.LoadSlack, 0) {
+		bad("load-slack", "must be a finite number of at least 0, got %v", c.Router.LoadSlack)
 	}
-	if c.LoadTokens < 0 {
-		bad("load-tokens", "must not be negative, got %d", c.LoadTokens)
+	if c.Router.LoadTokens < 0 {
+		bad("load-tokens", "must not be negative, got %d", c.Router.LoadTokens)
 	}
-	if c.KVTokens < 0 {
-		bad("kv-tokens", "must not be negative (0 = unknown), got %d", c.KVTokens)
+	if c.Router.KVTokens < 0 {
+		bad("kv-tokens", "must not be negative (0 = unknown), got %d", c.Router.KVTokens)
 	}
-	if c.TokenBudget < 1<<10 || c.TokenBudget > 1<<30 {
-		bad("token-budget", "must be between 1KiB and 1GiB, got %v", c.TokenBudget)
+	if c.Router.Pool.TokenBudget < 1<<10 || c.Router.Pool.TokenBudget > 1<<30 {
+		bad("token-budget", "must be between 1KiB and 1GiB, got %v", byteSize(c.Router.Pool.TokenBudget))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", `must be "text" or "json", got %q`, c.LogFormat)
@@ -367,73 +344,20 @@ func (c serveConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// servingConfig maps the serving keys straight onto the components'
-// configs (dataplane.Config holds them; the keys serve does not set keep
-// the components' defaults).
-func (c serveConfig) servingConfig() dataplane.Config {
-	d := dataplane.DefaultConfig()
-	d.Backends, d.Tokenizer = c.Backends, c.Tokenizer
+// servingConfig is the serving path's config: the keys set it directly.
+func (c serveConfig) servingConfig() dataplane.Config { return c.Config }
 
-	rc := &d.Reactor
-	rc.Listen, rc.Loops, rc.LockOSThread = c.Listen, c.Shards, c.PinShards
-	rc.MaxBodyBytes, rc.MaxHeaderBytes, rc.MaxConns = int(c.MaxBody), int(c.MaxHeader), c.MaxConns
-	rc.HeaderTimeout, rc.IdleTimeout = c.HeaderTimeout.D(), c.IdleTimeout.D()
-
-	bc := &d.Backend
-	bc.ConnectTimeout, bc.FirstByteTimeout = c.ConnectTimeout.D(), c.FirstByteTimeout.D()
-	bc.RequestTimeout, bc.StreamIdleTimeout = c.RequestTimeout.D(), c.StreamIdleTimeout.D()
-	bc.MaxResponseBody, bc.BackendHeader, bc.MaxRetries = int(c.MaxResponseBody), c.BackendHeader, c.MaxRetries
-	bc.HealthInterval, bc.HealthDownInterval = c.HealthInterval.D(), c.HealthDownInterval.D()
-	bc.ScrapeInterval = c.ScrapeInterval.D()
-
-	sc := &d.Router
-	sc.BlockSize, sc.ChatTemplate, sc.Policy, sc.SessionHeader = c.BlockSize, c.ChatTemplate, c.Policy, c.SessionHeader
-	sc.Body = shard.BodyLimits{MaxValues: c.MaxBodyValues, MaxDepth: c.MaxBodyDepth}
-	sc.Tree.MaxBlocks, sc.Tree.TTL = c.MaxBlocks, c.RouteTTL.D()
-	sc.LoadFactor, sc.LoadSlack, sc.LoadTokens, sc.KVTokens = c.LoadFactor, c.LoadSlack, c.LoadTokens, c.KVTokens
-	sc.Pool.TokenBudget, sc.LearnFromUsage = int(c.TokenBudget), c.LearnFromUsage
-	return d
-}
-
-// adminConfig maps the admin keys onto admin.Config; ready is the data
-// plane's readiness (nil: a routable backend in the admin's list).
+// adminConfig is the admin listener's config; ready is the data plane's
+// readiness (nil: a routable backend in the admin's list).
 func (c serveConfig) adminConfig(ready func() error) admin.Config {
-	ac := admin.DefaultConfig()
-	ac.Listen = c.AdminListen
-	ac.BearerToken = c.AdminToken
-	ac.Pprof = c.AdminPprof
+	ac := c.Admin
 	ac.Ready = ready
-	ac.MaxBodyBytes = int64(c.MaxBody) // /admin/explain takes what the API takes
+	ac.MaxBodyBytes = int64(c.Reactor.MaxBodyBytes) // /admin/explain takes what the API takes
 	return ac
 }
 
-// configField is one key of serveConfig: its YAML key, flag name and
-// field index.
-type configField struct {
-	key, flag string
-	index     int
-}
-
-// configFields lists serveConfig's keys in declaration order.
-func configFields() []configField {
-	t := reflect.TypeFor[serveConfig]()
-	fields := make([]configField, t.NumField())
-	for i := range fields {
-		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if key == "" {
-			panic("BUG: serveConfig." + t.Field(i).Name + " has no yaml tag")
-		}
-		fl := key
-		if key == "backends" {
-			fl = "backend" // repeatable: --backend A --backend B
-		}
-		fields[i] = configField{key, fl, i}
-	}
-	return fields
-}
-
-// serveFlags holds the serve command's flag set: the config's keys bound
-// to a serveConfig of their own, and --config and --dry-run.
+// serveFlags is the serve command's flag set: every key's flag, bound to
+// a serveConfig, and --config and --dry-run.
 type serveFlags struct {
 	fs         *flag.FlagSet
 	values     serveConfig // what the flags set, over the defaults
@@ -441,59 +365,18 @@ type serveFlags struct {
 	dryRun     bool
 }
 
-func newServeFlags(out io.Writer) *serveFlags {
+// newServeFlags binds the keys' flags to cfg (nil: a serveConfig of the
+// flag set's own, over the defaults).
+func newServeFlags(out io.Writer, cfg *serveConfig) *serveFlags {
 	f := &serveFlags{fs: flag.NewFlagSet("serve", flag.ContinueOnError), values: defaultServeConfig()}
-	fs, v := f.fs, &f.values
+	if cfg == nil {
+		cfg = &f.values
+	}
+	fs := f.fs
 	fs.SetOutput(out)
-	fs.StringVar(&v.Listen, "listen", v.Listen, "`host:port` of the OpenAI-compatible API; port 0 picks a free one")
-	fs.StringVar(&v.AdminListen, "admin-listen", v.AdminListen, "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*")
-	fs.StringVar(&v.AdminToken, "admin-token", v.AdminToken, "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)")
-	fs.BoolVar(&v.AdminPprof, "admin-pprof", v.AdminPprof, "serve Go's runtime profiles (CPU, heap, goroutines, trace) under /debug/pprof/ on the admin listener, behind --admin-token")
-	fs.Var((*stringList)(&v.Backends), "backend", "backend `URL` http://host:port, or name=http://host:port to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends")
-	fs.StringVar(&v.Tokenizer, "tokenizer", v.Tokenizer, "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)")
-	fs.StringVar(&v.ChatTemplate, "chat-template", v.ChatTemplate, "chat template `name` ("+strings.Join(chatpkg.Names(), ", ")+"); empty: detect from tokenizer_config.json next to --tokenizer")
-	fs.Var(&v.TokenBudget, "token-budget", "most tokenizer work one request may cause (`size` of prose: B, KiB, MiB; a byte of a run of 64+ bytes of one class, e.g. one repeated letter, counts 32), 1KiB–1GiB; text past it is keyed as 64-byte blocks")
-	fs.IntVar(&v.BlockSize, "block-size", v.BlockSize, "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)")
-	fs.IntVar(&v.Shards, "shards", v.Shards, "`count` of event loops (shards), each owning a part of the route table; 0: GOMAXPROCS")
-	fs.BoolVar(&v.PinShards, "pin-shards", v.PinShards, "lock each event loop to its own OS thread")
-	fs.StringVar(&v.Policy, "policy", v.Policy, "routing `policy`: prefix (least estimated time to first token: queue wait plus prefill of the blocks a backend does not hold); "+
-		"ranvier (deepest cached prefix, else rendezvous hash of the first blocks; load bound --load-factor × median); "+
-		"baselines without the route table: round_robin, least_request (fewer in flight of two random backends), "+
-		"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average), body_hash (rendezvous hash of the body's first 512 bytes, no load term)")
-	fs.StringVar(&v.SessionHeader, "session-header", v.SessionHeader, "request `header` naming a session (e.g. X-Session-ID) that policy prefix pins to its backend while that one is routable and not queueing; empty: off")
-	fs.Var(&v.MaxBody, "max-body", "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413")
-	fs.IntVar(&v.MaxBodyValues, "max-body-values", v.MaxBodyValues, "most JSON `values` (objects, arrays, strings, numbers, literals) a chat or completion body may hold, counted before parsing; more get 413")
-	fs.IntVar(&v.MaxBodyDepth, "max-body-depth", v.MaxBodyDepth, "deepest nesting (`levels` of objects and arrays), 1–256, of a chat or completion body; deeper ones get 413")
-	fs.Var(&v.MaxHeader, "max-header", "largest request head (`size`), 1KiB–1MiB; larger ones get 431")
-	fs.IntVar(&v.MaxConns, "max-conns", v.MaxConns, "most open client `connections`; over it a new one gets 503 and is closed")
-	fs.Var(&v.HeaderTimeout, "header-timeout", "`duration` a client has to send a request head (e.g. 10s) before the connection is closed")
-	fs.Var(&v.IdleTimeout, "idle-timeout", "`duration` an idle keep-alive client connection stays open")
-	fs.Var(&v.ConnectTimeout, "connect-timeout", "`duration` to connect to a backend before trying the next one")
-	fs.Var(&v.FirstByteTimeout, "first-byte-timeout", "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it, not retried. "+
-		"A non-streamed answer's head comes only when its generation ends (vLLM), so this bounds non-streamed generations")
-	fs.Var(&v.StreamIdleTimeout, "stream-idle-timeout", "`duration` a streamed answer's backend may send nothing after its head: then an SSE error event ends it (counted, saltus_upstream_errors_total{kind=\"stream_idle\"})")
-	fs.Var(&v.RequestTimeout, "request-timeout", "`duration` a whole request may take, retries and streamed answer included: 504 before the response head, an SSE error event after; 0: no limit")
-	fs.Var(&v.ResponseTimeout, "response-timeout", "deprecated alias of --first-byte-timeout (`duration`); prints a warning")
-	fs.Var(&v.MaxResponseBody, "max-response-body", "largest non-streamed answer (`size`) buffered whole, 1KiB–1GiB; larger ones are relayed as they come (their usage is not read)")
-	fs.StringVar(&v.BackendHeader, "backend-header", v.BackendHeader, "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)")
-	fs.IntVar(&v.MaxRetries, "max-retries", v.MaxRetries, "further `backends` tried, 0–10, when one fails before its first byte")
-	fs.StringVar(&v.UpstreamIO, "upstream-io", v.UpstreamIO, "deprecated, `mode` loop only: every request talks to its backend on the client connection's event loop")
-	fs.Var(&v.HealthInterval, "health-interval", "`duration` between health probes (GET /health) of each healthy backend; 3 failed probes in a row mark it down")
-	fs.Var(&v.HealthDownInterval, "health-down-interval", "`duration` between health probes of a backend that is down or whose breaker tripped; one good probe (or one answered request) brings it back")
-	fs.Var(&v.DrainTimeout, "drain-timeout", "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait")
-	fs.IntVar(&v.MaxBlocks, "max-blocks", v.MaxBlocks, "route-table capacity in `blocks` per shard; least recently used routes go first")
-	fs.Var(&v.RouteTTL, "route-ttl", "`duration` after which a learned route not used again expires")
-	fs.Var(&v.GCHeapFloor, "gc-heap-floor", "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: "+
-		"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)")
-	fs.Float64Var(&v.LoadFactor, "load-factor", v.LoadFactor, "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1")
-	fs.Float64Var(&v.LoadSlack, "load-slack", v.LoadSlack, "bounded load of policy prefix: a backend with (1 + `slack`) × the mean in-flight count (at least 4) counts as queueing, so a prefix it holds may gain another holder; at least 0")
-	fs.IntVar(&v.LoadTokens, "load-tokens", v.LoadTokens, "policy prefix: one request in flight on a backend costs as much as this many prompt `tokens` of prefill (decode steps grow with the batch)")
-	fs.IntVar(&v.KVTokens, "kv-tokens", v.KVTokens, "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; a scraped vllm:cache_config_info wins; 0: unknown, relative to the fleet's fullest")
-	fs.BoolVar(&v.LearnFromUsage, "learn-from-usage", v.LearnFromUsage, "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, "+
-		"to learn its cached tokens, and remove that usage chunk before the client sees it")
-	fs.Var(&v.ScrapeInterval, "scrape-interval", "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage and capacity: policy prefix learns each engine's running limit and prices the wait for a slot); 0: off (an engine without /metrics costs one failed GET per interval, counted)")
-	fs.StringVar(&v.LogFormat, "log-format", v.LogFormat, "log `format`: text or json (to stderr)")
-	fs.StringVar(&v.LogLevel, "log-level", v.LogLevel, "log `level`: debug, info, warn or error")
+	for _, k := range serveKeys {
+		fs.Var(k.bind(cfg), k.flagName(), k.help)
+	}
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "load and validate the configuration, print it as YAML and exit")
 	fs.Usage = func() { f.usage(fs.Output()) }
@@ -516,8 +399,8 @@ given. Durations take a unit (500ms, 10s, 1h); sizes take B, KiB, MiB, GiB
 Flags:
 `)
 	names := []string{"config", "dry-run"}
-	for _, cf := range configFields() {
-		names = append(names, cf.flag)
+	for _, k := range serveKeys {
+		names = append(names, k.flagName())
 	}
 	printFlags(w, f.fs, names)
 }
@@ -529,7 +412,7 @@ var errUsage = errors.New("usage")
 // flags given over it, then validates. It returns flag.ErrHelp for -h,
 // errUsage for a flag error (already reported on out).
 func loadServeConfig(args []string, out io.Writer) (cfg serveConfig, dryRun bool, err error) {
-	f := newServeFlags(out)
+	f := newServeFlags(out, nil)
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, false, err
@@ -549,28 +432,22 @@ func loadServeConfig(args []string, out io.Writer) (cfg serveConfig, dryRun bool
 			return cfg, false, err
 		}
 	}
-	// Only the flags actually given override the file.
-	byFlag := map[string]int{}
-	for _, cf := range configFields() {
-		byFlag[cf.flag] = cf.index
+	// Only the flags actually given override the file: the same
+	// arguments, parsed again onto cfg (they parsed once: no error).
+	if err := newServeFlags(io.Discard, &cfg).fs.Parse(args); err != nil {
+		return cfg, false, fmt.Errorf("BUG: flags parsed twice disagree: %v", err)
 	}
-	dst, src := reflect.ValueOf(&cfg).Elem(), reflect.ValueOf(&f.values).Elem()
 	given := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) {
-		given[fl.Name] = true
-		if i, ok := byFlag[fl.Name]; ok {
-			dst.Field(i).Set(src.Field(i))
-		}
-	})
+	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	if given["response-timeout"] {
 		if given["first-byte-timeout"] {
 			return cfg, false, errors.New("config: response-timeout: deprecated alias of first-byte-timeout; give only first-byte-timeout")
 		}
-		cfg.FirstByteTimeout = cfg.ResponseTimeout
+		cfg.Backend.FirstByteTimeout = cfg.ResponseTimeout
 		cfg.ResponseTimeout = 1 // the warning below; any non-zero value
 	}
 	if cfg.ResponseTimeout != 0 {
-		fmt.Fprintf(out, "saltus serve: warning: response-timeout is deprecated: use first-byte-timeout (set to %v); request-timeout bounds a whole request\n", cfg.FirstByteTimeout)
+		fmt.Fprintf(out, "saltus serve: warning: response-timeout is deprecated: use first-byte-timeout (set to %v); request-timeout bounds a whole request\n", duration(cfg.Backend.FirstByteTimeout))
 		cfg.ResponseTimeout = 0
 	}
 	return cfg, f.dryRun, cfg.Validate()
@@ -604,11 +481,10 @@ func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
 	if root.Kind != yaml.MappingNode {
 		return fmt.Errorf("config %s: line %d: want a mapping of keys (listen, backends, ...) to values", name, root.Line)
 	}
-	byKey := map[string]configField{}
-	for _, cf := range configFields() {
-		byKey[cf.key] = cf
+	byKey := map[string]serveKey{}
+	for _, k := range serveKeys {
+		byKey[k.key] = k
 	}
-	v := reflect.ValueOf(cfg).Elem()
 	seen := map[string]int{}
 	var errs []error
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -617,7 +493,7 @@ func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
 		if !ok {
 			hint := ""
 			for _, c := range byKey {
-				if c.flag == k.Value {
+				if c.flagName() == k.Value {
 					hint = fmt.Sprintf(" (the key is %q)", c.key)
 				}
 			}
@@ -629,7 +505,7 @@ func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
 			continue
 		}
 		seen[k.Value] = k.Line
-		if err := val.Decode(v.Field(cf.index).Addr().Interface()); err != nil {
+		if err := cf.bind(cfg).decode(val); err != nil {
 			errs = append(errs, fmt.Errorf("config %s: line %d: %s: %v", name, val.Line, cf.key, cleanYAMLError(err)))
 		}
 	}
@@ -639,7 +515,7 @@ func decodeServeYAML(name string, data []byte, cfg *serveConfig) error {
 		if _, both := seen["first-byte-timeout"]; both {
 			errs = append(errs, fmt.Errorf("config %s: line %d: response-timeout: deprecated alias of first-byte-timeout; give only first-byte-timeout", name, line))
 		} else {
-			cfg.FirstByteTimeout = cfg.ResponseTimeout
+			cfg.Backend.FirstByteTimeout = cfg.ResponseTimeout
 			if cfg.ResponseTimeout == 0 {
 				cfg.ResponseTimeout = 1 // the warning; first-byte-timeout's Validate names the 0
 			}
@@ -665,19 +541,27 @@ func cleanYAMLError(err error) string {
 }
 
 // writeEffective prints cfg as a YAML config file that loads back to the
-// same values (the admin token is redacted).
+// same values (the admin token is redacted; deprecated keys are left out).
 func writeEffective(w io.Writer, cfg serveConfig) error {
-	if cfg.AdminToken != "" {
-		cfg.AdminToken = "REDACTED"
+	if cfg.Admin.BearerToken != "" {
+		cfg.Admin.BearerToken = "REDACTED"
 	}
-	if cfg.Backends == nil {
-		cfg.Backends = []string{} // "[]", not "null"
+	doc := &yaml.Node{Kind: yaml.MappingNode}
+	for _, k := range serveKeys {
+		if k.deprecated {
+			continue
+		}
+		var v yaml.Node
+		if err := v.Encode(k.bind(&cfg).yaml()); err != nil {
+			return err
+		}
+		doc.Content = append(doc.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k.key}, &v)
 	}
 	var buf bytes.Buffer
 	buf.WriteString("# saltus serve: effective configuration (defaults, then --config, then flags)\n")
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(cfg); err != nil {
+	if err := enc.Encode(doc); err != nil {
 		return err
 	}
 	if err := enc.Close(); err != nil {

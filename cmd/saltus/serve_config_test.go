@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,39 +47,39 @@ log-format: json
 		{"empty file", "\n", nil, func(*serveConfig) {}},
 		{"comments only", "# nothing\n", nil, func(*serveConfig) {}},
 		{"file", file, nil, func(c *serveConfig) {
-			c.Listen = "0.0.0.0:8000"
+			c.Reactor.Listen = "0.0.0.0:8000"
 			c.Backends = []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"}
-			c.BlockSize = 32
-			c.MaxBody = 1 << 20
-			c.DrainTimeout = duration(45 * time.Second)
-			c.LoadFactor = 1.5
+			c.Router.BlockSize = 32
+			c.Reactor.MaxBodyBytes = 1 << 20
+			c.DrainTimeout = 45 * time.Second
+			c.Router.LoadFactor = 1.5
 			c.LogFormat = "json"
 		}},
 		{"flags over file", file, []string{"--block-size", "64", "--max-body=512KiB", "--log-format", "text", "--pin-shards"}, func(c *serveConfig) {
-			c.Listen = "0.0.0.0:8000"
+			c.Reactor.Listen = "0.0.0.0:8000"
 			c.Backends = []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"}
-			c.BlockSize = 64
-			c.MaxBody = 512 << 10
-			c.DrainTimeout = duration(45 * time.Second)
-			c.LoadFactor = 1.5
+			c.Router.BlockSize = 64
+			c.Reactor.MaxBodyBytes = 512 << 10
+			c.DrainTimeout = 45 * time.Second
+			c.Router.LoadFactor = 1.5
 			c.LogFormat = "text"
-			c.PinShards = true
+			c.Reactor.LockOSThread = true
 		}},
 		// A flag given with the default's value still wins over the file:
 		// what counts is that it was given (flag.Visit), not its value.
 		{"flag equal to default", file, []string{"--block-size=16", "--drain-timeout", "30s", "--listen", "127.0.0.1:8080"}, func(c *serveConfig) {
 			c.Backends = []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"}
-			c.MaxBody = 1 << 20
-			c.LoadFactor = 1.5
+			c.Reactor.MaxBodyBytes = 1 << 20
+			c.Router.LoadFactor = 1.5
 			c.LogFormat = "json"
 		}},
 		{"backend flags replace the file's", file, []string{"--backend", "http://b:1", "--backend=http://c:2,http://d:3"}, func(c *serveConfig) {
-			c.Listen = "0.0.0.0:8000"
+			c.Reactor.Listen = "0.0.0.0:8000"
 			c.Backends = []string{"http://b:1", "http://c:2", "http://d:3"}
-			c.BlockSize = 32
-			c.MaxBody = 1 << 20
-			c.DrainTimeout = duration(45 * time.Second)
-			c.LoadFactor = 1.5
+			c.Router.BlockSize = 32
+			c.Reactor.MaxBodyBytes = 1 << 20
+			c.DrainTimeout = 45 * time.Second
+			c.Router.LoadFactor = 1.5
 			c.LogFormat = "json"
 		}},
 		{"every flag", "", []string{
@@ -92,19 +93,17 @@ log-format: json
 			"--drain-timeout", "0s", "--max-blocks", "5", "--route-ttl", "90m",
 			"--load-factor", "1", "--learn-from-usage=false", "--scrape-interval", "1s", "--gc-heap-floor", "1MiB", "--token-budget", "64KiB", "--admin-pprof", "--log-format", "json", "--log-level", "DEBUG",
 		}, func(c *serveConfig) {
-			*c = serveConfig{
-				Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: "tok", AdminPprof: true,
-				Backends: []string{"http://[::1]:9"}, Tokenizer: ".", ChatTemplate: "qwen3",
-				BlockSize: 1, Shards: 3, PinShards: true, Policy: "least_request",
-				MaxBody: 2e6, MaxBodyValues: 1000, MaxBodyDepth: 8, MaxHeader: 1 << 10, MaxConns: 7,
-				HeaderTimeout: duration(time.Second), IdleTimeout: duration(2 * time.Second),
-				ConnectTimeout: duration(3 * time.Second), FirstByteTimeout: duration(4 * time.Second),
-				RequestTimeout: duration(time.Hour), StreamIdleTimeout: duration(5 * time.Second), MaxResponseBody: 1 << 20, BackendHeader: "name",
-				MaxRetries: 0, HealthInterval: duration(500 * time.Millisecond),
-				HealthDownInterval: duration(200 * time.Millisecond), DrainTimeout: 0,
-				MaxBlocks: 5, RouteTTL: duration(90 * time.Minute), LoadFactor: 1, LoadSlack: 1, LoadTokens: 500, ScrapeInterval: duration(time.Second), GCHeapFloor: 1 << 20, TokenBudget: 64 << 10,
-				LogFormat: "json", LogLevel: "DEBUG",
-			}
+			c.Reactor.Listen, c.Admin.Listen, c.Admin.BearerToken, c.Admin.Pprof = "127.0.0.1:0", "127.0.0.1:0", "tok", true
+			c.Backends, c.Tokenizer, c.Router.ChatTemplate = []string{"http://[::1]:9"}, ".", "qwen3"
+			c.Router.BlockSize, c.Reactor.Loops, c.Reactor.LockOSThread, c.Router.Policy = 1, 3, true, "least_request"
+			c.Reactor.MaxBodyBytes, c.Router.Body.MaxValues, c.Router.Body.MaxDepth, c.Reactor.MaxHeaderBytes, c.Reactor.MaxConns = 2e6, 1000, 8, 1<<10, 7
+			c.Reactor.HeaderTimeout, c.Reactor.IdleTimeout = time.Second, 2*time.Second
+			c.Backend.ConnectTimeout, c.Backend.FirstByteTimeout = 3*time.Second, 4*time.Second
+			c.Backend.RequestTimeout, c.Backend.StreamIdleTimeout, c.Backend.MaxResponseBody, c.Backend.BackendHeader = time.Hour, 5*time.Second, 1<<20, "name"
+			c.Backend.MaxRetries, c.Backend.HealthInterval, c.Backend.HealthDownInterval, c.DrainTimeout = 0, 500*time.Millisecond, 200*time.Millisecond, 0
+			c.Router.Tree.MaxBlocks, c.Router.Tree.TTL, c.Router.LoadFactor, c.Router.LearnFromUsage = 5, 90*time.Minute, 1, false
+			c.Backend.ScrapeInterval, c.GCHeapFloor, c.Router.Pool.TokenBudget = time.Second, 1<<20, 64<<10
+			c.LogFormat, c.LogLevel = "json", "DEBUG"
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,56 +134,56 @@ func TestServeConfigValidate(t *testing.T) {
 		mut  func(*serveConfig)
 		want string
 	}{
-		{func(c *serveConfig) { c.Listen = "8080" }, `config: listen: want host:port, got "8080"`},
-		{func(c *serveConfig) { c.Listen = "h:99999" }, `config: listen: want host:port with a port number in [0, 65535], got "h:99999"`},
-		{func(c *serveConfig) { c.AdminListen = "" }, `config: admin-listen: want host:port, got ""`},
-		{func(c *serveConfig) { c.AdminListen = c.Listen }, `config: admin-listen: must differ from listen, both are "127.0.0.1:8080"`},
-		{func(c *serveConfig) { c.AdminToken = "a\tb" }, `config: admin-token: must be printable ASCII without spaces (byte 1 is 0x9)`},
+		{func(c *serveConfig) { c.Reactor.Listen = "8080" }, `config: listen: want host:port, got "8080"`},
+		{func(c *serveConfig) { c.Reactor.Listen = "h:99999" }, `config: listen: want host:port with a port number in [0, 65535], got "h:99999"`},
+		{func(c *serveConfig) { c.Admin.Listen = "" }, `config: admin-listen: want host:port, got ""`},
+		{func(c *serveConfig) { c.Admin.Listen = c.Reactor.Listen }, `config: admin-listen: must differ from listen, both are "127.0.0.1:8080"`},
+		{func(c *serveConfig) { c.Admin.BearerToken = "a\tb" }, `config: admin-token: must be printable ASCII without spaces (byte 1 is 0x9)`},
 		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "a:1"} }, `config: backends[1]: want http://host:port, got "a:1": scheme must be http`},
 		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "http://a:1"} }, `config: backends[1]: "http://a:1" repeats backends[0]`},
 		{func(c *serveConfig) { c.Backends = []string{"http://a"} }, `config: backends[0]: want http://host:port, got "http://a": address a: missing port in address`},
 		{func(c *serveConfig) { c.Tokenizer = "/nonexistent/tokenizer.json" }, `config: tokenizer: cannot read it: stat /nonexistent/tokenizer.json: no such file or directory`},
-		{func(c *serveConfig) { c.ChatTemplate = "llama4" }, `config: chat-template: unknown template "llama4", want one of llama3, chatml, qwen3, mistral, llama2, none (or empty: detect from the tokenizer)`},
-		{func(c *serveConfig) { c.BlockSize = 0 }, `config: block-size: must be a power of two between 1 and 1024, got 0`},
-		{func(c *serveConfig) { c.BlockSize = 24 }, `config: block-size: must be a power of two between 1 and 1024, got 24`},
-		{func(c *serveConfig) { c.BlockSize = 2048 }, `config: block-size: must be a power of two between 1 and 1024, got 2048`},
-		{func(c *serveConfig) { c.Shards = -1 }, `config: shards: must be between 0 (GOMAXPROCS) and 1024, got -1`},
-		{func(c *serveConfig) { c.Policy = "round-robin" }, `config: policy: unknown policy "round-robin", want one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier`},
-		{func(c *serveConfig) { c.Policy = "" }, `config: policy: unknown policy "", want one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier`},
-		{func(c *serveConfig) { c.MaxBody = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
-		{func(c *serveConfig) { c.MaxBody = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
-		{func(c *serveConfig) { c.MaxHeader = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
-		{func(c *serveConfig) { c.MaxBodyValues = 0 }, `config: max-body-values: must be at least 1, got 0`},
-		{func(c *serveConfig) { c.MaxBodyDepth = 300 }, `config: max-body-depth: must be between 1 and 256, got 300`},
+		{func(c *serveConfig) { c.Router.ChatTemplate = "llama4" }, `config: chat-template: unknown template "llama4", want one of llama3, chatml, qwen3, mistral, llama2, none (or empty: detect from the tokenizer)`},
+		{func(c *serveConfig) { c.Router.BlockSize = 0 }, `config: block-size: must be a power of two between 1 and 1024, got 0`},
+		{func(c *serveConfig) { c.Router.BlockSize = 24 }, `config: block-size: must be a power of two between 1 and 1024, got 24`},
+		{func(c *serveConfig) { c.Router.BlockSize = 2048 }, `config: block-size: must be a power of two between 1 and 1024, got 2048`},
+		{func(c *serveConfig) { c.Reactor.Loops = -1 }, `config: shards: must be between 0 (GOMAXPROCS) and 1024, got -1`},
+		{func(c *serveConfig) { c.Router.Policy = "round-robin" }, `config: policy: unknown policy "round-robin", want one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier`},
+		{func(c *serveConfig) { c.Router.Policy = "" }, `config: policy: unknown policy "", want one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier`},
+		{func(c *serveConfig) { c.Reactor.MaxBodyBytes = 1000 }, `config: max-body: must be between 1KiB and 1GiB, got 1000B`},
+		{func(c *serveConfig) { c.Reactor.MaxBodyBytes = 2 << 30 }, `config: max-body: must be between 1KiB and 1GiB, got 2GiB`},
+		{func(c *serveConfig) { c.Reactor.MaxHeaderBytes = 2 << 20 }, `config: max-header: must be between 1KiB and 1MiB, got 2MiB`},
+		{func(c *serveConfig) { c.Router.Body.MaxValues = 0 }, `config: max-body-values: must be at least 1, got 0`},
+		{func(c *serveConfig) { c.Router.Body.MaxDepth = 300 }, `config: max-body-depth: must be between 1 and 256, got 300`},
 		{func(c *serveConfig) { c.GCHeapFloor = 5 << 30 }, `config: gc-heap-floor: must be between 0 and 4GiB, got 5GiB`},
-		{func(c *serveConfig) { c.TokenBudget = 100 }, `config: token-budget: must be between 1KiB and 1GiB, got 100B`},
-		{func(c *serveConfig) { c.MaxConns = 0 }, `config: max-conns: must be at least 1, got 0`},
-		{func(c *serveConfig) { c.HeaderTimeout = 0 }, `config: header-timeout: must be positive, got 0s`},
-		{func(c *serveConfig) { c.IdleTimeout = -1 }, `config: idle-timeout: must be positive, got -1ns`},
-		{func(c *serveConfig) { c.ConnectTimeout = 0 }, `config: connect-timeout: must be positive, got 0s`},
-		{func(c *serveConfig) { c.FirstByteTimeout = 0 }, `config: first-byte-timeout: must be positive, got 0s`},
-		{func(c *serveConfig) { c.HealthInterval = 0 }, `config: health-interval: must be positive, got 0s`},
-		{func(c *serveConfig) { c.HealthDownInterval = 0 }, `config: health-down-interval: must be positive, got 0s`},
-		{func(c *serveConfig) { c.RequestTimeout = duration(-time.Second) }, `config: request-timeout: must not be negative (0 = no limit), got -1s`},
-		{func(c *serveConfig) { c.MaxResponseBody = 100 }, `config: max-response-body: must be between 1KiB and 1GiB, got 100B`},
-		{func(c *serveConfig) { c.BackendHeader = "ip" }, `config: backend-header: must be "url", "name" or "none", got "ip"`},
+		{func(c *serveConfig) { c.Router.Pool.TokenBudget = 100 }, `config: token-budget: must be between 1KiB and 1GiB, got 100B`},
+		{func(c *serveConfig) { c.Reactor.MaxConns = 0 }, `config: max-conns: must be at least 1, got 0`},
+		{func(c *serveConfig) { c.Reactor.HeaderTimeout = 0 }, `config: header-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.Reactor.IdleTimeout = -1 }, `config: idle-timeout: must be positive, got -1ns`},
+		{func(c *serveConfig) { c.Backend.ConnectTimeout = 0 }, `config: connect-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.Backend.FirstByteTimeout = 0 }, `config: first-byte-timeout: must be positive, got 0s`},
+		{func(c *serveConfig) { c.Backend.HealthInterval = 0 }, `config: health-interval: must be positive, got 0s`},
+		{func(c *serveConfig) { c.Backend.HealthDownInterval = 0 }, `config: health-down-interval: must be positive, got 0s`},
+		{func(c *serveConfig) { c.Backend.RequestTimeout = -time.Second }, `config: request-timeout: must not be negative (0 = no limit), got -1s`},
+		{func(c *serveConfig) { c.Backend.MaxResponseBody = 100 }, `config: max-response-body: must be between 1KiB and 1GiB, got 100B`},
+		{func(c *serveConfig) { c.Backend.BackendHeader = "ip" }, `config: backend-header: must be "url", "name" or "none", got "ip"`},
 		{func(c *serveConfig) { c.Backends = []string{"a=http://h:1", "a=http://h:2"} }, `config: backends[1]: the name "a" repeats backends[0]'s`},
 		{func(c *serveConfig) { c.Backends = []string{"a=http://h:1", "b=http://h:1"} }, `config: backends[1]: "http://h:1" repeats backends[0]`},
 		{func(c *serveConfig) { c.Backends = []string{"=http://h:1"} }, `config: backends[0]: backend: name "" must be 1 to 64 characters`},
 		{func(c *serveConfig) { c.Backends = []string{"a b=http://h:1"} }, `config: backends[0]: backend: name "a b": only letters, digits, '.', '_' and '-' are allowed`},
 		{func(c *serveConfig) { c.Backends = []string{"backend-7=http://h:1"} }, `config: backends[0]: backend: name "backend-7" is reserved (backend-<id> names the backends without a name)`},
-		{func(c *serveConfig) { c.RouteTTL = 0 }, `config: route-ttl: must be positive, got 0s`},
-		{func(c *serveConfig) { c.DrainTimeout = duration(-time.Second) }, `config: drain-timeout: must not be negative (0 = do not wait), got -1s`},
-		{func(c *serveConfig) { c.MaxRetries = 11 }, `config: max-retries: must be between 0 and 10, got 11`},
+		{func(c *serveConfig) { c.Router.Tree.TTL = 0 }, `config: route-ttl: must be positive, got 0s`},
+		{func(c *serveConfig) { c.DrainTimeout = -time.Second }, `config: drain-timeout: must not be negative (0 = do not wait), got -1s`},
+		{func(c *serveConfig) { c.Backend.MaxRetries = 11 }, `config: max-retries: must be between 0 and 10, got 11`},
 		{func(c *serveConfig) { c.UpstreamIO = "epoll" }, `config: upstream-io: was removed: every request takes the loop path (drop the key), got "epoll"`},
-		{func(c *serveConfig) { c.MaxBlocks = 0 }, `config: max-blocks: must be between 1 and 2147483646, got 0`},
-		{func(c *serveConfig) { c.LoadFactor = 0.5 }, `config: load-factor: must be a finite number of at least 1, got 0.5`},
-		{func(c *serveConfig) { c.LoadFactor = math.NaN() }, `config: load-factor: must be a finite number of at least 1, got NaN`},
-		{func(c *serveConfig) { c.LoadFactor = math.Inf(1) }, `config: load-factor: must be a finite number of at least 1, got +Inf`},
+		{func(c *serveConfig) { c.Router.Tree.MaxBlocks = 0 }, `config: max-blocks: must be between 1 and 2147483646, got 0`},
+		{func(c *serveConfig) { c.Router.LoadFactor = 0.5 }, `config: load-factor: must be a finite number of at least 1, got 0.5`},
+		{func(c *serveConfig) { c.Router.LoadFactor = math.NaN() }, `config: load-factor: must be a finite number of at least 1, got NaN`},
+		{func(c *serveConfig) { c.Router.LoadFactor = math.Inf(1) }, `config: load-factor: must be a finite number of at least 1, got +Inf`},
 		{func(c *serveConfig) { c.LogFormat = "logfmt" }, `config: log-format: must be "text" or "json", got "logfmt"`},
 		{func(c *serveConfig) { c.LogLevel = "loud" }, `config: log-level: want debug, info, warn or error, got "loud"`},
 		// Every invalid key is reported, one line each.
-		{func(c *serveConfig) { c.BlockSize, c.MaxConns = 3, -5 },
+		{func(c *serveConfig) { c.Router.BlockSize, c.Reactor.MaxConns = 3, -5 },
 			"config: block-size: must be a power of two between 1 and 1024, got 3\nconfig: max-conns: must be at least 1, got -5"},
 	} {
 		c := defaultServeConfig()
@@ -195,7 +194,7 @@ func TestServeConfigValidate(t *testing.T) {
 	}
 	// Both listeners on port 0 is fine (tests).
 	c := defaultServeConfig()
-	c.Listen, c.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	c.Reactor.Listen, c.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	if err := c.Validate(); err != nil {
 		t.Errorf("both on port 0: %v", err)
 	}
@@ -229,8 +228,8 @@ func TestServeYAMLErrors(t *testing.T) {
 	// Decoding mentions only what it changed: a failed key keeps its value.
 	cfg := defaultServeConfig()
 	_ = decodeServeYAML("F", []byte("block-size: x\nshards: 4\n"), &cfg)
-	if cfg.BlockSize != 16 || cfg.Shards != 4 {
-		t.Errorf("after a partial decode: block-size %d shards %d, want 16 4", cfg.BlockSize, cfg.Shards)
+	if cfg.Router.BlockSize != 16 || cfg.Reactor.Loops != 4 {
+		t.Errorf("after a partial decode: block-size %d shards %d, want 16 4", cfg.Router.BlockSize, cfg.Reactor.Loops)
 	}
 }
 
@@ -281,7 +280,7 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cf := range configFields() {
+	for _, cf := range serveKeys {
 		if cf.key == "response-timeout" || cf.key == "upstream-io" {
 			continue // deprecated: not shown
 		}
@@ -295,12 +294,12 @@ func TestExampleConfig(t *testing.T) {
 // and --dry-run) a key, and the help shows each with a default.
 func TestEveryKeyHasFlag(t *testing.T) {
 	t.Parallel()
-	f := newServeFlags(io.Discard)
+	f := newServeFlags(io.Discard, nil)
 	keys := map[string]bool{"config": true, "dry-run": true}
-	for _, cf := range configFields() {
-		keys[cf.flag] = true
-		if f.fs.Lookup(cf.flag) == nil {
-			t.Errorf("key %q has no flag --%s", cf.key, cf.flag)
+	for _, cf := range serveKeys {
+		keys[cf.flagName()] = true
+		if f.fs.Lookup(cf.flagName()) == nil {
+			t.Errorf("key %q has no flag --%s", cf.key, cf.flagName())
 		}
 	}
 	var help bytes.Buffer
@@ -409,7 +408,7 @@ func TestDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig, _, _ := loadServeConfig(args[1:], io.Discard)
-	orig.AdminToken = "REDACTED"
+	orig.Admin.BearerToken = "REDACTED"
 	if !reflect.DeepEqual(back, orig) {
 		t.Errorf("dry-run output loads back as\n%+v\nwant\n%+v", back, orig)
 	}
@@ -525,8 +524,8 @@ func FuzzServeYAML(f *testing.F) {
 		if err := decodeServeYAML("F", out.Bytes(), &back); err != nil {
 			t.Fatalf("dry-run output does not decode: %v\n%s", err, out.String())
 		}
-		if cfg.AdminToken != "" {
-			cfg.AdminToken = "REDACTED"
+		if cfg.Admin.BearerToken != "" {
+			cfg.Admin.BearerToken = "REDACTED"
 		}
 		if cfg.Backends == nil {
 			cfg.Backends = []string{}
@@ -574,9 +573,9 @@ func TestResponseTimeoutAlias(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.FirstByteTimeout.D() != tc.want || got.ResponseTimeout != 0 || out.String() != tc.warn {
+			if got.Backend.FirstByteTimeout != tc.want || got.ResponseTimeout != 0 || out.String() != tc.warn {
 				t.Errorf("first-byte-timeout %v (want %v), response-timeout %v (want 0), output %q (want %q)",
-					got.FirstByteTimeout, tc.want, got.ResponseTimeout, out.String(), tc.warn)
+					got.Backend.FirstByteTimeout, tc.want, got.ResponseTimeout, out.String(), tc.warn)
 			}
 			// --dry-run never prints the alias.
 			var y bytes.Buffer
@@ -601,22 +600,32 @@ func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 	if want := dataplane.DefaultConfig(); !reflect.DeepEqual(base, want) {
 		t.Fatalf("the defaults do not map onto the components' defaults:\n got %+v\nwant %+v", base, want)
 	}
-	for _, f := range configFields() {
+	for _, f := range serveKeys {
 		c := def
-		v := reflect.ValueOf(&c).Elem().Field(f.index)
-		switch v.Kind() {
-		case reflect.String:
-			v.SetString(v.String() + "-changed")
-		case reflect.Bool:
-			v.SetBool(!v.Bool())
-		case reflect.Int, reflect.Int64:
-			v.SetInt(v.Int() + int64(time.Second))
-		case reflect.Float64:
-			v.SetFloat(v.Float() + 0.5)
-		case reflect.Slice:
-			v.Set(reflect.Append(v, reflect.ValueOf("http://changed:1")))
+		v := f.bind(&c)
+		var err error
+		switch x := v.(type) {
+		case strV:
+			err = v.Set(v.String() + "-changed")
+		case boolV:
+			err = v.Set(strconv.FormatBool(!*x.p))
+		case intV:
+			err = v.Set(strconv.Itoa(*x.p + 1))
+		case floatV:
+			err = v.Set(strconv.FormatFloat(*x.p+0.5, 'g', -1, 64))
+		case durV:
+			err = v.Set((*x.p + time.Second).String())
+		case sizeV:
+			err = v.Set(strconv.Itoa(*x.p + 1024))
+		case size64V:
+			err = v.Set(strconv.FormatInt(*x.p+1024, 10))
+		case listV:
+			err = v.Set("http://changed:1")
 		default:
-			t.Fatalf("%s: kind %s not covered", f.key, v.Kind())
+			t.Fatalf("%s: value %T not covered", f.key, v)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f.key, err)
 		}
 		changed := !reflect.DeepEqual(c.servingConfig(), base)
 		if changed == serveOnly[f.key] {

@@ -115,9 +115,9 @@ func TestServeLargeBodyDoesNotStallItsLoop(t *testing.T) {
 	})
 	s := startServeWith(t, []*upstream{ok}, func(c *serveConfig) {
 		c.Tokenizer = ""
-		c.Shards = 1
-		c.MaxBody = 32 << 20
-		c.MaxBodyValues = 4_000_000
+		c.Reactor.Loops = 1
+		c.Reactor.MaxBodyBytes = 32 << 20
+		c.Router.Body.MaxValues = 4_000_000
 	})
 	var b strings.Builder
 	b.WriteString(`{"model":"m","messages":[`)

@@ -66,7 +66,7 @@ func TestServeResetSendsAtMostRetries(t *testing.T) {
 				ups := []*upstream{newUpstreamFunc(t, "r1", resetter), newUpstreamFunc(t, "r2", resetter), newUpstreamFunc(t, "r3", resetter)}
 				s := startServeWith(t, ups, func(c *serveConfig) {
 					c.Tokenizer, c.UpstreamIO = "", mode
-					c.MaxRetries = 2
+					c.Backend.MaxRetries = 2
 				})
 				a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Anyone?"))
 				if a.status != 502 {
@@ -107,7 +107,7 @@ func TestServeStreamIdleTimeout(t *testing.T) {
 			up := newUpstreamFunc(t, "a", silent)
 			s := startServeWith(t, []*upstream{up}, func(c *serveConfig) {
 				c.Tokenizer, c.UpstreamIO = "", mode
-				c.StreamIdleTimeout = duration(idle)
+				c.Backend.StreamIdleTimeout = idle
 			})
 			start := time.Now()
 			a := s.chat(t, chatJSON(true, "system", sysA, "user", "Then nothing."))
@@ -212,7 +212,7 @@ func TestServeSpillClientNeverReads(t *testing.T) {
 func TestServeTwoHopsPerRequest(t *testing.T) {
 	t.Parallel()
 	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
-		c.Tokenizer, c.Shards = "", 2
+		c.Tokenizer, c.Reactor.Loops = "", 2
 	})
 	// Two keep-alive connections: the reactor spreads them over its two
 	// loops, so one of them is not the owner's.

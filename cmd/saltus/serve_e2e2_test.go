@@ -154,8 +154,8 @@ func (s *served) chat(t *testing.T, body string, hdr ...string) answer {
 func (s *served) adm(t *testing.T, method, path, body string) answer {
 	t.Helper()
 	var hdr []string
-	if s.cfg.AdminToken != "" {
-		hdr = []string{"Authorization", "Bearer " + s.cfg.AdminToken}
+	if s.cfg.Admin.BearerToken != "" {
+		hdr = []string{"Authorization", "Bearer " + s.cfg.Admin.BearerToken}
 	}
 	return do(t, method, "http://"+s.admin+path, body, hdr...)
 }
@@ -362,7 +362,7 @@ func TestServeDrain(t *testing.T) {
 		u := newUpstreamFunc(t, "a", h.post)
 		s := startServeWith(t, []*upstream{u}, func(c *serveConfig) {
 			c.Tokenizer = "" // byte-block mode: routing is not the point
-			c.DrainTimeout = duration(30 * time.Second)
+			c.DrainTimeout = 30 * time.Second
 		})
 		if a := do(t, "GET", "http://"+s.admin+"/ready", ""); a.status != 200 {
 			t.Fatalf("/ready before the drain: %d %q", a.status, a.body)
@@ -407,7 +407,7 @@ func TestServeDrain(t *testing.T) {
 		const drain = time.Second
 		s := startServeWith(t, []*upstream{u}, func(c *serveConfig) {
 			c.Tokenizer = ""
-			c.DrainTimeout = duration(drain)
+			c.DrainTimeout = drain
 		})
 		_, br := startStream(t, s)
 		start := time.Now()
@@ -488,7 +488,7 @@ func TestServeUpstreamErrors(t *testing.T) {
 		const timeout = time.Second
 		s := startServeWith(t, ups, func(c *serveConfig) {
 			c.Tokenizer = ""
-			c.FirstByteTimeout = duration(timeout)
+			c.Backend.FirstByteTimeout = timeout
 		})
 		start := time.Now()
 		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Slow?"))
@@ -551,7 +551,7 @@ func TestServeMaxRetries(t *testing.T) {
 	for _, retries := range []int{0, 4} {
 		s := startServeWith(t, nil, func(c *serveConfig) {
 			c.Tokenizer = ""
-			c.MaxRetries = retries
+			c.Backend.MaxRetries = retries
 		}, dead...)
 		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
 		want := fmt.Sprintf("no backend answered (%d tried)", retries+1)
@@ -571,9 +571,9 @@ func TestServeLimits(t *testing.T) {
 	const timeout = time.Second
 	s := startServeWith(t, []*upstream{newUpstream(t, "a")}, func(c *serveConfig) {
 		c.Tokenizer = ""
-		c.MaxBody = 1 << 10
-		c.HeaderTimeout = duration(timeout)
-		c.IdleTimeout = duration(timeout)
+		c.Reactor.MaxBodyBytes = 1 << 10
+		c.Reactor.HeaderTimeout = timeout
+		c.Reactor.IdleTimeout = timeout
 	})
 	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<10) + `"}]}`
@@ -672,7 +672,7 @@ func TestServeMaxConns(t *testing.T) {
 	t.Parallel()
 	s := startServeWith(t, []*upstream{newUpstream(t, "a")}, func(c *serveConfig) {
 		c.Tokenizer = ""
-		c.MaxConns = 2
+		c.Reactor.MaxConns = 2
 	})
 	get := "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
 	var conns []*rawConn

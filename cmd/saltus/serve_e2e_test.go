@@ -149,11 +149,11 @@ func startServe(t *testing.T, ups []*upstream, extra ...string) string {
 func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra ...string) *served {
 	t.Helper()
 	cfg := defaultServeConfig()
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Reactor.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Tokenizer = "../../tokenpool/testdata/models/llama3/tokenizer.json.gz"
-	cfg.Shards = 2
-	cfg.DrainTimeout = duration(5 * time.Second)
-	cfg.HealthInterval = duration(time.Hour) // probes would race the assertions
+	cfg.Reactor.Loops = 2
+	cfg.DrainTimeout = 5 * time.Second
+	cfg.Backend.HealthInterval = time.Hour // probes would race the assertions
 	for _, u := range ups {
 		cfg.Backends = append(cfg.Backends, u.srv.URL)
 	}
@@ -391,7 +391,7 @@ func TestServePolicies(t *testing.T) {
 	body := chatJSON(false, "system", sysA, "user", "Port of Rotterdam?")
 	t.Run("round_robin", func(t *testing.T) {
 		// One loop: one cursor, so the cycle is exact.
-		addr := startServeWith(t, ups, func(c *serveConfig) { c.Policy, c.Shards = "round_robin", 1 }).addr
+		addr := startServeWith(t, ups, func(c *serveConfig) { c.Router.Policy, c.Reactor.Loops = "round_robin", 1 }).addr
 		var got []string
 		for range 6 {
 			a := post(t, addr, "/v1/chat/completions", body)
@@ -408,7 +408,7 @@ func TestServePolicies(t *testing.T) {
 		}
 	})
 	t.Run("consistent_hash", func(t *testing.T) {
-		addr := startServeWith(t, ups, func(c *serveConfig) { c.Policy = "consistent_hash" }).addr
+		addr := startServeWith(t, ups, func(c *serveConfig) { c.Router.Policy = "consistent_hash" }).addr
 		first := post(t, addr, "/v1/chat/completions", body)
 		for i := range 4 {
 			a := post(t, addr, "/v1/chat/completions", body)
@@ -418,7 +418,7 @@ func TestServePolicies(t *testing.T) {
 		}
 	})
 	t.Run("least_request", func(t *testing.T) {
-		addr := startServeWith(t, ups, func(c *serveConfig) { c.Policy = "least_request" }).addr
+		addr := startServeWith(t, ups, func(c *serveConfig) { c.Router.Policy = "least_request" }).addr
 		if a := post(t, addr, "/v1/chat/completions", body); a.status != 200 || a.backend == "" || !strings.HasSuffix(a.route, " least_request") {
 			t.Fatalf("%d on %q route %q", a.status, a.backend, a.route)
 		}
@@ -437,7 +437,7 @@ func TestServeOneTransport(t *testing.T) {
 		t.Run(pol, func(t *testing.T) {
 			t.Parallel()
 			ups := []*upstream{newUpstream(t, "a")}
-			s := startServeWith(t, ups, func(c *serveConfig) { c.Tokenizer, c.Policy, c.Shards = "", pol, 2 })
+			s := startServeWith(t, ups, func(c *serveConfig) { c.Tokenizer, c.Router.Policy, c.Reactor.Loops = "", pol, 2 })
 			for i := range 3 {
 				for _, r := range []struct{ path, body, want string }{
 					{"/v1/chat/completions", chatJSON(false, "system", sysA, "user", fmt.Sprintf("Q%d", i)), `"served_by":"a"`},

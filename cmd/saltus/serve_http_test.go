@@ -184,8 +184,8 @@ func TestServeOwnAnswers(t *testing.T) {
 	t.Parallel()
 	s := startServeWith(t, []*upstream{newUpstream(t, "a")}, func(c *serveConfig) {
 		c.Tokenizer = ""
-		c.MaxBody = 1 << 10
-		c.MaxHeader = 1 << 10
+		c.Reactor.MaxBodyBytes = 1 << 10
+		c.Reactor.MaxHeaderBytes = 1 << 10
 	})
 	seen := map[string]bool{}
 	for _, c := range ownAnswers {
@@ -261,7 +261,7 @@ func TestServeOwn503(t *testing.T) {
 	t.Parallel()
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
-		c.MaxConns = 1
+		c.Reactor.MaxConns = 1
 	})
 	held := dialRaw(t, s.addr)
 	held.send(t, rawPost("/v1/chat/completions", idLine("mine")))

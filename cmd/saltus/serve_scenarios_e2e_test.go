@@ -137,10 +137,10 @@ func TestServeUpstreamScenarios(t *testing.T) {
 					}
 					up := newUpstreamFunc(t, "a", hijacked(sc.act))
 					s := startServeWith(t, []*upstream{up}, func(c *serveConfig) {
-						c.Tokenizer, c.UpstreamIO, c.MaxRetries = "", mode, 0
-						c.FirstByteTimeout = duration(500 * time.Millisecond)
-						c.StreamIdleTimeout = duration(300 * time.Millisecond)
-						c.MaxResponseBody = 1 << 20
+						c.Tokenizer, c.UpstreamIO, c.Backend.MaxRetries = "", mode, 0
+						c.Backend.FirstByteTimeout = 500 * time.Millisecond
+						c.Backend.StreamIdleTimeout = 300 * time.Millisecond
+						c.Backend.MaxResponseBody = 1 << 20
 					})
 					a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hello?"))
 					if a.status != w.status {

@@ -534,8 +534,8 @@ func (b *listBackends) Drain(int) error  { return admin.ErrNotFound }
 func TestServeWith(t *testing.T) {
 	t.Parallel()
 	cfg := defaultServeConfig()
-	cfg.Listen, cfg.AdminListen, cfg.AdminToken = "127.0.0.1:0", "127.0.0.1:0", "tok"
-	cfg.DrainTimeout = duration(time.Second)
+	cfg.Reactor.Listen, cfg.Admin.Listen, cfg.Admin.BearerToken = "127.0.0.1:0", "127.0.0.1:0", "tok"
+	cfg.DrainTimeout = time.Second
 	rec := &recorder{}
 	data := &fakeData{rec: rec}
 	closed := make(chan struct{})

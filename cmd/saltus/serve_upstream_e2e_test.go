@@ -31,11 +31,11 @@ func TestServeSlowNonStreamed(t *testing.T) {
 			ups := []*upstream{newUpstreamFunc(t, "a", h.post)}
 			old := startServeWith(t, ups, func(c *serveConfig) {
 				c.Tokenizer, c.UpstreamIO = "", mode
-				c.FirstByteTimeout = duration(200 * time.Millisecond)
+				c.Backend.FirstByteTimeout = 200 * time.Millisecond
 			})
 			nu := startServeWith(t, ups, func(c *serveConfig) { c.Tokenizer, c.UpstreamIO = "", mode })
-			if d := defaultServeConfig(); nu.cfg.FirstByteTimeout != d.FirstByteTimeout || nu.cfg.RequestTimeout != 0 {
-				t.Fatalf("new: first-byte %v, request %v; want the defaults", nu.cfg.FirstByteTimeout, nu.cfg.RequestTimeout)
+			if d := defaultServeConfig(); nu.cfg.Backend.FirstByteTimeout != d.Backend.FirstByteTimeout || nu.cfg.Backend.RequestTimeout != 0 {
+				t.Fatalf("new: first-byte %v, request %v; want the defaults", nu.cfg.Backend.FirstByteTimeout, nu.cfg.Backend.RequestTimeout)
 			}
 			body := chatJSON(false, "system", sysA, "user", "Write a long essay.")
 			got := make(chan answer, 1)
@@ -71,7 +71,7 @@ func TestServeRequestTimeout(t *testing.T) {
 			ups := []*upstream{newUpstreamFunc(t, "a", h.post), newUpstreamFunc(t, "b", h.post)}
 			s := startServeWith(t, ups, func(c *serveConfig) {
 				c.Tokenizer, c.UpstreamIO = "", mode
-				c.RequestTimeout = duration(limit)
+				c.Backend.RequestTimeout = limit
 			})
 			start := time.Now()
 			a := s.chat(t, chatJSON(false, "system", sysA, "user", "Slow?"))
@@ -99,7 +99,7 @@ func TestServeRequestTimeout(t *testing.T) {
 		ups := []*upstream{newUpstreamFunc(t, "a", h.post)}
 		s := startServeWith(t, ups, func(c *serveConfig) {
 			c.Tokenizer = ""
-			c.RequestTimeout = duration(limit)
+			c.Backend.RequestTimeout = limit
 		})
 		a := s.chat(t, chatJSON(true, "system", sysA, "user", "Stream slowly."))
 		want := "data: {\"tok\":0,\"by\":\"a\"}\n\nevent: error\ndata: "
@@ -132,7 +132,7 @@ func TestServeNoBackendAnswered(t *testing.T) {
 				reset := newUpstreamFunc(t, "r", resetter)
 				dead1, dead2 := deadPort(t), deadPort(t)
 				s := startServeWith(t, nil, func(c *serveConfig) {
-					c.Tokenizer, c.UpstreamIO, c.BackendHeader = "", mode, header
+					c.Tokenizer, c.UpstreamIO, c.Backend.BackendHeader = "", mode, header
 					c.Backends = []string{"dead-1=" + dead1, dead2, "crashy=" + reset.srv.URL}
 				})
 				a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
@@ -179,7 +179,7 @@ func TestServeBackendHeader(t *testing.T) {
 				t.Parallel()
 				up := newUpstream(t, "a")
 				s := startServeWith(t, nil, func(c *serveConfig) {
-					c.Tokenizer, c.UpstreamIO, c.BackendHeader = "", mode, tc.header
+					c.Tokenizer, c.UpstreamIO, c.Backend.BackendHeader = "", mode, tc.header
 					c.Backends = []string{tc.named + up.srv.URL}
 				})
 				want := tc.want

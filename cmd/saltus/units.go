@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"strconv"
@@ -14,9 +15,6 @@ import (
 // duration is a time.Duration that flags and YAML read and write as Go
 // duration text ("10s", "1h0m0s"); yaml.v3 alone would write nanoseconds.
 type duration time.Duration
-
-// D returns d as a time.Duration.
-func (d duration) D() time.Duration { return time.Duration(d) }
 
 // String writes Go duration text without zero tails: "1m", "1h", "1h30m"
 // rather than "1m0s", "1h0m0s", "1h30m0s".
@@ -147,4 +145,131 @@ func (l *stringList) Set(s string) error {
 		}
 	}
 	return nil
+}
+
+// value is one configuration key's field, as its flag sets it and as the
+// YAML file sets it (decode) and --dry-run writes it (yaml).
+type value interface {
+	flag.Value
+	decode(n *yaml.Node) error
+	yaml() any
+}
+
+// The values of the component configs' field types.
+type (
+	strV    struct{ p *string }
+	intV    struct{ p *int }
+	boolV   struct{ p *bool }
+	floatV  struct{ p *float64 }
+	durV    struct{ p *time.Duration } // Go duration text ("10s")
+	sizeV   struct{ p *int }           // a byteSize ("16MiB")
+	size64V struct{ p *int64 }
+	listV   struct { // the repeatable --backend: its first use replaces the file's list
+		p   *[]string
+		set *bool // a flag set's own: Set ran
+	}
+)
+
+func (v strV) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+func (v strV) Set(s string) error           { *v.p = s; return nil }
+func (v strV) decode(n *yaml.Node) error    { return n.Decode(v.p) }
+func (v strV) yaml() any                    { return *v.p }
+func (v intV) String() string               { return strconv.Itoa(deref(v.p)) }
+func (v intV) decode(n *yaml.Node) error    { return n.Decode(v.p) }
+func (v intV) yaml() any                    { return *v.p }
+func (v boolV) String() string              { return strconv.FormatBool(deref(v.p)) }
+func (v boolV) IsBoolFlag() bool            { return true }
+func (v boolV) decode(n *yaml.Node) error   { return n.Decode(v.p) }
+func (v boolV) yaml() any                   { return *v.p }
+func (v floatV) String() string             { return strconv.FormatFloat(deref(v.p), 'g', -1, 64) }
+func (v floatV) decode(n *yaml.Node) error  { return n.Decode(v.p) }
+func (v floatV) yaml() any                  { return *v.p }
+func (v durV) String() string               { return duration(deref(v.p)).String() }
+func (v durV) yaml() any                    { return v.String() }
+func (v sizeV) String() string              { return byteSize(deref(v.p)).String() }
+func (v sizeV) yaml() any                   { return v.String() }
+func (v size64V) String() string            { return byteSize(deref(v.p)).String() }
+func (v size64V) yaml() any                 { return v.String() }
+func (v listV) String() string              { return strings.Join(deref(v.p), ",") }
+func (v listV) yaml() any                   { return append([]string{}, *v.p...) } // [], not null
+func (v listV) decode(n *yaml.Node) error   { return n.Decode(v.p) }
+func (v size64V) decode(n *yaml.Node) error { return decodeVia(n, (*byteSize)(v.p)) }
+func (v durV) decode(n *yaml.Node) error    { return decodeVia(n, (*duration)(v.p)) }
+
+// deref is *p, or the zero value for a nil p (flag.isZeroValue calls
+// String on a zero Value).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func decodeVia(n *yaml.Node, u yaml.Unmarshaler) error { return u.UnmarshalYAML(n) }
+
+func (v intV) Set(s string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 0, strconv.IntSize)
+	if err != nil {
+		return errors.New("want an integer")
+	}
+	*v.p = int(n)
+	return nil
+}
+
+func (v boolV) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*v.p = b
+	return nil
+}
+
+func (v floatV) Set(s string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return errors.New("want a number")
+	}
+	*v.p = f
+	return nil
+}
+
+func (v durV) Set(s string) error { return (*duration)(v.p).Set(s) }
+
+func (v size64V) Set(s string) error { return (*byteSize)(v.p).Set(s) }
+
+// sizeV's sizes fit an int: the keys' bounds (Validate) are at most 1GiB.
+func (v sizeV) Set(s string) error {
+	b, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	if int64(b) > math.MaxInt32 {
+		return fmt.Errorf("size %q is too large", s)
+	}
+	*v.p = int(b)
+	return nil
+}
+
+func (v sizeV) decode(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return errors.New("want a size like 16MiB, 512KiB or 65536 (bytes)")
+	}
+	return v.Set(n.Value)
+}
+
+// Set adds s's comma-separated values to the list; the first Set of a
+// flag set replaces what the file gave.
+func (v listV) Set(s string) error {
+	if !*v.set {
+		*v.set = true
+		*v.p = nil
+	}
+	return (*stringList)(v.p).Set(s)
 }
