@@ -183,7 +183,7 @@ func TestServeSpillClientNeverReads(t *testing.T) {
 		ended <- nil
 	}
 	up := newUpstreamFunc(t, "a", flood)
-	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.MaxResponseBody = "", 1<<20 })
+	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.Backend.MaxResponseBody = "", 1<<20 })
 	c := dialRaw(t, s.addr)
 	_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
 	body := chatJSON(false, "system", sysA, "user", "Flood me.")

@@ -185,14 +185,14 @@ func TestServeUpstreamRefused(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			t.Parallel()
-			s := startServeWith(t, nil, func(c *serveConfig) { c.Tokenizer, c.MaxRetries = "", 0 }, refused)
+			s := startServeWith(t, nil, func(c *serveConfig) { c.Tokenizer, c.Backend.MaxRetries = "", 0 }, refused)
 			a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hello?"))
 			if a.status != 502 || !strings.Contains(a.body, "no backend answered (1 tried)") || !strings.Contains(a.body, "connection refused") ||
 				a.header.Get("Retry-After") != "1" {
 				t.Errorf("%d %v %.300q", a.status, a.header, a.body)
 			}
 			up := newUpstream(t, "b")
-			s2 := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.MaxRetries, c.Policy = "", 1, "round_robin" }, refused)
+			s2 := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.Backend.MaxRetries, c.Router.Policy = "", 1, "round_robin" }, refused)
 			for i := range 4 { // round robin: the refused backend is first for half of them
 				if a := s2.chat(t, chatJSON(stream, "system", sysA, "user", fmt.Sprintf("Hello %d?", i))); a.status != 200 || a.backend != up.srv.URL {
 					t.Errorf("with a retry, request %d: %d from %q %.200q", i, a.status, a.backend, a.body)
