@@ -8,8 +8,11 @@
 #
 # Every process is separate: the upstream (bench/cmd/upstream), saltus
 # (bin/saltus serve, byte-block mode: no tokenizer), nginx, and the load
-# generator (bench/cmd/loadgen). Runs alternate saltus, nginx, saltus
-# --pin-shards, ROUNDS times; the table gives medians: req/s, the ratio to
+# generator (bench/cmd/loadgen). Runs alternate saltus (its default
+# policy, prefix), nginx, saltus --pin-shards and saltus --policy
+# round_robin (the work nginx does: the transport against nginx's, without
+# the prefix policy's decode, keys, route table and usage feedback),
+# ROUNDS times; the table gives medians: req/s, the ratio to
 # nginx (of medians, and the median of each round's ratio), and the
 # proxy's CPU time per request (user+system, from /proc). nginx is
 # installed with apt-get where missing (root or passwordless sudo needed).
@@ -21,7 +24,7 @@ CONNS=${CONNS:-32}
 SHARDS=${SHARDS:-2}
 MODES=${MODES:-whole stream}
 EVENTS=${EVENTS:-16}
-UP=127.0.0.1:18101 SAL=127.0.0.1:18180 SAL_PIN=127.0.0.1:18181 NGX=127.0.0.1:18190
+UP=127.0.0.1:18101 SAL=127.0.0.1:18180 SAL_PIN=127.0.0.1:18181 SAL_RR=127.0.0.1:18182 NGX=127.0.0.1:18190
 
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   echo "nginx is missing: installing it with apt-get" >&2
@@ -37,6 +40,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 SAL_PID=$!
 "$work/saltus" serve --listen $SAL_PIN --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --pin-shards --log-level warn & pids+=($!)
 SAL_PIN_PID=$!
+"$work/saltus" serve --listen $SAL_RR --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --policy round_robin --log-level warn & pids+=($!)
+SAL_RR_PID=$!
 mkdir -p "$work/tmp"
 cat >"$work/nginx.conf" <<CONF
 worker_processes $SHARDS;
@@ -67,7 +72,7 @@ CONF
 "$NGINX" -c "$work/nginx.conf" -e "$work/error.log"
 
 # Wait until all three answer.
-for t in $SAL $SAL_PIN $NGX; do
+for t in $SAL $SAL_PIN $SAL_RR $NGX; do
   for _ in $(seq 100); do
     "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 >/dev/null 2>&1 && break
     sleep 0.1
@@ -89,7 +94,7 @@ run() {
 table() {
 python3 - "$@" <<'PY'
 import json, statistics, sys
-names = ["saltus", "nginx", "saltus --pin-shards"]
+names = ["saltus", "nginx", "saltus --pin-shards", "saltus --policy round_robin"]
 runs = [[json.loads(x) for x in arg.split()] for arg in sys.argv[1:]]
 med = lambda rs, k: statistics.median(r[k] for r in rs)
 ngx = med(runs[1], "rps")
@@ -109,17 +114,17 @@ for mode in $MODES; do
   stream) STREAM="--stream" title="streamed answers ($EVENTS SSE events, each its own chunk)" ;;
   *) echo "nginx-compare: unknown mode $mode (whole, stream)" >&2; exit 2 ;;
   esac
-  for t in "$SAL $SAL_PID" "$NGX $NGX_PIDS" "$SAL_PIN $SAL_PIN_PID"; do run $t >/dev/null; done # warm-up
+  for t in "$SAL $SAL_PID" "$NGX $NGX_PIDS" "$SAL_PIN $SAL_PIN_PID" "$SAL_RR $SAL_RR_PID"; do run $t >/dev/null; done # warm-up
   declare -A results=()
   for r in $(seq "$ROUNDS"); do
-    for name in saltus nginx saltus-pin; do
-      case $name in saltus) t="$SAL $SAL_PID" ;; nginx) t="$NGX $NGX_PIDS" ;; saltus-pin) t="$SAL_PIN $SAL_PIN_PID" ;; esac
+    for name in saltus nginx saltus-pin saltus-rr; do
+      case $name in saltus) t="$SAL $SAL_PID" ;; nginx) t="$NGX $NGX_PIDS" ;; saltus-pin) t="$SAL_PIN $SAL_PIN_PID" ;; saltus-rr) t="$SAL_RR $SAL_RR_PID" ;; esac
       results[$name]+="$(run $t) "
       echo "$mode round $r $name: $(echo "${results[$name]}" | awk '{print $NF}')" >&2
     done
   done
   echo "## $title"
   echo
-  table "${results[saltus]}" "${results[nginx]}" "${results[saltus-pin]}"
+  table "${results[saltus]}" "${results[nginx]}" "${results[saltus-pin]}" "${results[saltus-rr]}"
   echo
 done

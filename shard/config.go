@@ -102,7 +102,8 @@ type Config struct {
 	// usage (stream_options.include_usage) when its client did not, and
 	// removes that usage chunk from the client's stream (usage.go): the
 	// engine's cached_tokens then reach Outcome.Usage for every streamed
-	// request. Default true.
+	// request the prefix policy learns from (the other policies read no
+	// usage, so nothing is asked for them). Default true.
 	LearnFromUsage bool
 
 	// Concurrency (prefix policy, cost.go): the requests a backend runs

@@ -32,10 +32,14 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 // one splice, at most backend.MaxInjectGrowth bytes more), with h set to
 // remove what that adds to the answer (Hooks.DropUsage) so the client's
 // stream is the one it would have got, and to count the outcome; else
-// j's body and h unchanged. On the deciding loop.
+// j's body and h unchanged. Only for a request whose usage is read
+// (wantsUsage: policy prefix learns from it): under the others it would
+// cost a splice and an event scan, and the engine's usage chunk, for
+// nothing (1-3 µs of CPU per streamed request, round_robin against
+// nginx in bench/nginx-compare.sh's setup). On the deciding loop.
 func (r *Router) askUsage(j *job, h *backend.Hooks) []byte {
 	body := j.req.Body
-	if !r.cfg.LearnFromUsage || !j.d.stream || j.d.includeUsage || (j.route != routeChat && j.route != routeCompletions) {
+	if !r.cfg.LearnFromUsage || !j.d.stream || j.d.includeUsage || !j.wantsUsage() {
 		return body
 	}
 	out, ok := backend.InjectIncludeUsage(j.req.SpareBody(len(body)+backend.MaxInjectGrowth), body)

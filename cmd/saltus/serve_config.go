@@ -169,7 +169,7 @@ var serveKeys = []serveKey{
 	{key: "kv-tokens", bind: func(c *serveConfig) value { return intV{&c.Router.KVTokens} },
 		help: "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; a scraped vllm:cache_config_info wins; 0: unknown, relative to the fleet's fullest"},
 	{key: "learn-from-usage", bind: func(c *serveConfig) value { return boolV{&c.Router.LearnFromUsage} },
-		help: "ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, " +
+		help: "policy prefix: ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, " +
 			"to learn its cached tokens, and remove that usage chunk before the client sees it"},
 	{key: "scrape-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.ScrapeInterval} },
 		help: "`duration` between scrapes of each backend's engine /metrics (vLLM's waiting and running requests, KV usage and capacity: policy prefix learns each engine's running limit and prices the wait for a slot); 0: off (an engine without /metrics costs one failed GET per interval, counted)"},
