@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test race vet lint fmt bench bench-serve bench-policies fuzz-smoke check clean golden
+.PHONY: all build test race vet lint rules fmt bench bench-serve bench-policies fuzz-smoke check clean golden
 
 all: build
 
@@ -27,6 +27,10 @@ lint: ## gofmt and staticcheck (pinned in go.mod with `go get -tool`)
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) tool staticcheck $(PKGS)
 
+rules: ## the numbered rules' analyzers (rules/RULES.md): cmd/saltusvet as go vet's tool; fails on a finding
+	$(GO) build -o bin/saltusvet ./cmd/saltusvet
+	$(GO) vet -vettool=$(CURDIR)/bin/saltusvet $(PKGS)
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
@@ -44,7 +48,7 @@ bench-serve: ## saltus vs nginx requests/s (whole and streamed) and --pin-shards
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
-check: vet lint race fuzz-smoke build ## what CI runs
+check: vet lint rules race fuzz-smoke build ## what CI runs
 
 golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm; not part of check)
 	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs

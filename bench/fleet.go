@@ -41,7 +41,7 @@ func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
 			err = s.Start("127.0.0.1:0")
 		}
 		if err != nil {
-			_ = cs.Close(context.Background())
+			_ = cs.Close(context.Background()) // the start's error is the one to report
 			return nil, nil, fmt.Errorf("engine %d: %w", i, err)
 		}
 		cs = append(cs, s.Close)

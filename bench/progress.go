@@ -50,5 +50,5 @@ func (p *progress) finish() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_ = p.bar.Finish()
+	_ = p.bar.Finish() // a progress bar that cannot draw loses nothing
 }

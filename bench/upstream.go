@@ -64,12 +64,12 @@ func StartUpstreamEvents(addr string, events int) (*Upstream, error) {
 				ctx.SetContentType("text/event-stream")
 				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 					for range events {
-						_, _ = w.Write(sseEvent)
+						_, _ = w.Write(sseEvent) // a failed write shows in the Flush below
 						if w.Flush() != nil {
 							return
 						}
 					}
-					_, _ = w.Write(sseTail)
+					_, _ = w.Write(sseTail) // the client left: nothing to tell it
 				})
 				return
 			}

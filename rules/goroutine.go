@@ -1,12 +1,12 @@
-// Package rules is about the numbered concurrency rules of saltus: this
-// package holds the helpers those rules mandate; analyzers that check them
-// come later.
+// Package rules is about the numbered concurrency rules of saltus
+// (RULES.md): this package holds the helpers those rules mandate, and
+// rules/vet the analyzers that check them (cmd/saltusvet, `make rules`).
 //
-// Rule 1 (CONVENTIONS.md, Concurrency: the first rule numbered here):
+// Rule R1 (RULES.md; CONVENTIONS.md, Concurrency):
 // every goroutine starts through [Group.Go], which names it, ties it to the
 // group's context and joins it on shutdown. A bare `go` statement outside
-// this package needs a comment saying why (tests' stand-in goroutines, for
-// one).
+// this package and tests is a finding of the gostmt analyzer unless an
+// exception (//saltus:allow R1 <reason>) says why.
 //
 // # Concurrency
 //

@@ -766,6 +766,7 @@ func (s *Set) closeLoops() {
 		posted := false
 		for deadline := time.Now().Add(time.Second); !posted && s.lp.Running() && time.Now().Before(deadline); {
 			if posted = s.lp.Post(ls.idx, fn); !posted {
+				//saltus:allow R2 Close's caller, not a loop: a full mailbox raises no event; retried for at most 1 s
 				time.Sleep(time.Millisecond)
 			}
 		}

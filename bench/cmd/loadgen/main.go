@@ -33,7 +33,7 @@ func main() {
 		os.Exit(1)
 	}
 	if *asJSON {
-		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{ // stdout gone: nobody to tell
 			"rps": res.RPS, "p50_us": res.P50.Microseconds(), "p99_us": res.P99.Microseconds(),
 			"requests": res.Requests, "non2xx": res.Non2xx, "errors": res.Errors,
 		})

@@ -28,5 +28,5 @@ func main() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
-	_ = up.Close(context.Background())
+	_ = up.Close(context.Background()) // exiting: the process ends with it
 }
