@@ -27,7 +27,7 @@ import (
 )
 
 // All are the analyzers saltusvet runs.
-var All = []*analysis.Analyzer{GoStmt, ErrDrop, LockOS, Sleep}
+var All = []*analysis.Analyzer{GoStmt, ErrDrop, LockOS, Sleep, LoopBlock}
 
 // AllowPrefix begins an exception comment.
 const AllowPrefix = "//saltus:allow "
@@ -47,6 +47,22 @@ func ParseAllow(text string) (a Allow, ok bool) {
 	}
 	rule, reason, _ := strings.Cut(strings.TrimSpace(rest), " ")
 	return Allow{Rule: rule, Reason: strings.TrimSpace(reason)}, true
+}
+
+// allowed reports whether an exception for rule, with a reason, is on
+// pos's line or the line above in file.
+func allowed(pass *analysis.Pass, file *ast.File, pos token.Pos, rule string) bool {
+	line := pass.Fset.Position(pos).Line
+	for _, cg := range file.Comments {
+		for _, c := range cg.List {
+			if a, ok := ParseAllow(c.Text); ok && a.Rule == rule && a.Reason != "" {
+				if l := pass.Fset.Position(c.Slash).Line; l == line || l == line-1 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // report reports a finding of rule at pos unless an exception for that

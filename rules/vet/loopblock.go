@@ -1,0 +1,242 @@
+package vet
+
+import (
+	"fmt"
+	"go/ast"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/types/typeutil"
+)
+
+// LoopBlock checks R2 through the call graph: a function that runs on an
+// event loop blocks neither itself nor through the module's functions it
+// calls, however deep. A function runs on a loop when its doc comment
+// says "Loop only" (CONVENTIONS.md: every loop-facing method says so) or
+// it is a gnet or reactor event callback (OnTraffic, OnOpen, OnClose,
+// OnTick, OnBoot, OnShutdown, OnUpstreamOpen, OnUpstreamData,
+// OnUpstreamClose). Blocking is: time.Sleep; sync.Mutex and RWMutex
+// Lock/RLock, WaitGroup.Wait, Cond.Wait; a channel send or receive, or a
+// select, that has no default case; ranging over a channel; dialing, and
+// opening, reading or writing files (net, os). Each module function that
+// blocks carries a fact saying why, so a loop function three calls and
+// two packages away from a mutex is found. Calls into other modules are
+// not followed (the standard library's internal locks are not this
+// rule's concern; its blocking entry points are listed above); function
+// literals and calls through function values (hooks, method values) are
+// not followed either: the callee is not known statically. A blocking step or call with an exception
+// (//saltus:allow R2 <why it never waits, or never runs on a loop>) does
+// not make its function block.
+var LoopBlock = &analysis.Analyzer{
+	Name:      "loopblock",
+	Doc:       "R2: functions that run on an event loop do not block, directly or through the module functions they call",
+	Run:       runLoopBlock,
+	FactTypes: []analysis.Fact{new(blocksFact)},
+}
+
+// blocksFact marks a module function that may block, and why.
+type blocksFact struct{ Why string }
+
+func (*blocksFact) AFact()           {}
+func (f *blocksFact) String() string { return "blocks: " + f.Why }
+
+const modulePath = "github.com/saltus-lb/saltus"
+
+// loopCallbacks are the event callbacks that run on a loop.
+var loopCallbacks = map[string]bool{"OnTraffic": true, "OnOpen": true, "OnClose": true, "OnTick": true, "OnBoot": true,
+	"OnShutdown": true, "OnUpstreamOpen": true, "OnUpstreamData": true, "OnUpstreamClose": true}
+
+// blockingCalls are the blocking entry points, by package path and
+// function or method name ("Type.Method").
+var blockingCalls = map[string]map[string]string{
+	"time": {"Sleep": "time.Sleep"},
+	"sync": {"Mutex.Lock": "locks a sync.Mutex", "RWMutex.Lock": "locks a sync.RWMutex", "RWMutex.RLock": "read-locks a sync.RWMutex",
+		"WaitGroup.Wait": "waits on a sync.WaitGroup", "Cond.Wait": "waits on a sync.Cond"},
+	"net": {"Dial": "dials", "DialTimeout": "dials", "Dialer.Dial": "dials", "Dialer.DialContext": "dials",
+		"LookupHost": "resolves a name", "LookupIP": "resolves a name"},
+	"os": {"ReadFile": "reads a file", "WriteFile": "writes a file", "Open": "opens a file", "OpenFile": "opens a file",
+		"Create": "creates a file", "File.Read": "reads a file", "File.Write": "writes a file", "File.Sync": "syncs a file"},
+}
+
+func runLoopBlock(pass *analysis.Pass) (any, error) {
+	if p := pass.Pkg.Path(); p != modulePath && !strings.HasPrefix(p, modulePath+"/") && !strings.HasPrefix(p, "loopblock") {
+		return nil, nil // other modules: not followed
+	}
+	decls := map[*types.Func]*ast.FuncDecl{}
+	files := map[*types.Func]*ast.File{}
+	for _, f := range pass.Files {
+		if !checked(pass, f) {
+			continue
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				if fn, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
+					decls[fn], files[fn] = fd, f
+				}
+			}
+		}
+	}
+	// What each function does itself, then what it calls, to a fixpoint.
+	why := map[*types.Func]string{}
+	for fn, fd := range decls {
+		walkBlocking(pass, fd.Body, func(n ast.Node, reason string) bool {
+			if allowed(pass, files[fn], n.Pos(), "R2") {
+				return true
+			}
+			why[fn] = reason
+			return false
+		})
+	}
+	for changed := true; changed; {
+		changed = false
+		for fn, fd := range decls {
+			if why[fn] != "" {
+				continue
+			}
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				if _, lit := n.(*ast.FuncLit); lit || why[fn] != "" {
+					return false
+				}
+				if call, ok := n.(*ast.CallExpr); ok {
+					if callee, r := calleeBlocks(pass, call, why); r != "" && !allowed(pass, files[fn], call.Pos(), "R2") {
+						why[fn] = fmt.Sprintf("calls %s, which %s", callee.Name(), r)
+						changed = true
+						return false
+					}
+				}
+				return true
+			})
+		}
+	}
+	for fn, r := range why {
+		pass.ExportObjectFact(fn, &blocksFact{Why: r})
+	}
+	// The loop functions: each blocking step in them is a finding.
+	for fn, fd := range decls {
+		if !runsOnLoop(fd) {
+			continue
+		}
+		f := files[fn]
+		walkBlocking(pass, fd.Body, func(n ast.Node, reason string) bool {
+			report(pass, f, n.Pos(), "R2", "%s runs on an event loop and %s", fn.Name(), reason)
+			return true
+		})
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if _, lit := n.(*ast.FuncLit); lit {
+				return false
+			}
+			if call, ok := n.(*ast.CallExpr); ok {
+				if callee, r := calleeBlocks(pass, call, why); r != "" {
+					report(pass, f, call.Pos(), "R2", "%s runs on an event loop and calls %s, which %s", fn.Name(), callee.Name(), r)
+				}
+			}
+			return true
+		})
+	}
+	return nil, nil
+}
+
+// runsOnLoop reports whether fd runs on an event loop: an event callback,
+// or documented "Loop only".
+func runsOnLoop(fd *ast.FuncDecl) bool {
+	if fd.Recv != nil && loopCallbacks[fd.Name.Name] {
+		return true
+	}
+	return fd.Doc != nil && strings.Contains(strings.ToLower(fd.Doc.Text()), "loop only")
+}
+
+// calleeBlocks is call's callee and why it blocks ("" if it does not, or
+// is not the module's): a fact of another package, or this package's
+// fixpoint so far.
+func calleeBlocks(pass *analysis.Pass, call *ast.CallExpr, local map[*types.Func]string) (*types.Func, string) {
+	fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
+	if !ok || fn.Pkg() == nil {
+		return nil, ""
+	}
+	if fn.Pkg() == pass.Pkg {
+		return fn, local[fn.Origin()]
+	}
+	var f blocksFact
+	if pass.ImportObjectFact(fn.Origin(), &f) {
+		return fn, f.Why
+	}
+	return fn, ""
+}
+
+// walkBlocking calls found for each blocking step directly in body
+// (function literals not entered) until found returns false.
+func walkBlocking(pass *analysis.Pass, body *ast.BlockStmt, found func(n ast.Node, reason string) bool) {
+	nonBlocking := map[ast.Node]bool{} // the comm clauses of selects with a default
+	more := true
+	ast.Inspect(body, func(n ast.Node) bool {
+		if !more {
+			return false
+		}
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.SelectStmt:
+			hasDefault := false
+			for _, c := range n.Body.List {
+				if cc := c.(*ast.CommClause); cc.Comm == nil {
+					hasDefault = true
+				}
+			}
+			if hasDefault {
+				for _, c := range n.Body.List {
+					if cc := c.(*ast.CommClause); cc.Comm != nil {
+						nonBlocking[cc.Comm] = true
+						ast.Inspect(cc.Comm, func(m ast.Node) bool { nonBlocking[m] = true; return true })
+					}
+				}
+			} else {
+				more = found(n, "waits in a select without a default case")
+				return more
+			}
+		case *ast.SendStmt:
+			if !nonBlocking[n] {
+				more = found(n, "sends on a channel outside a select with a default case")
+			}
+		case *ast.UnaryExpr:
+			if n.Op.String() == "<-" && !nonBlocking[n] {
+				more = found(n, "receives from a channel outside a select with a default case")
+			}
+		case *ast.RangeStmt:
+			if t := pass.TypesInfo.TypeOf(n.X); t != nil {
+				if _, ok := t.Underlying().(*types.Chan); ok {
+					more = found(n, "ranges over a channel")
+				}
+			}
+		case *ast.CallExpr:
+			if r := blockingCall(pass, n); r != "" {
+				more = found(n, r)
+			}
+		}
+		return more
+	})
+}
+
+// blockingCall is why call blocks when its callee is a listed blocking
+// entry point, else "".
+func blockingCall(pass *analysis.Pass, call *ast.CallExpr) string {
+	fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
+	if !ok || fn.Pkg() == nil {
+		return ""
+	}
+	names := blockingCalls[fn.Pkg().Path()]
+	if names == nil {
+		return ""
+	}
+	name := fn.Name()
+	if sig, ok := fn.Type().(*types.Signature); ok && sig.Recv() != nil {
+		t := sig.Recv().Type()
+		if p, ok := t.(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		if nt, ok := t.(*types.Named); ok {
+			name = nt.Obj().Name() + "." + name
+		}
+	}
+	return names[name]
+}
