@@ -44,6 +44,7 @@ func Describe(families map[string]string) {
 		if text == "" {
 			panic("BUG: promtext: empty help text for " + name)
 		}
+		//saltus:allow R12 a registry of constant texts, filled from the packages' init functions (under mu), read-only after
 		help[name] = text
 	}
 }

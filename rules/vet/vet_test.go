@@ -18,6 +18,7 @@ func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, dir, LockOS, "lockos", "github.com/saltus-lb/saltus/reactor")
 	analysistest.Run(t, dir, Sleep, "sleep")
 	analysistest.Run(t, dir, LoopBlock, "loopblock/dep", "loopblock")
+	analysistest.Run(t, dir, PkgState, "pkgstate")
 }
 
 // TestRulesDocument: RULES.md has a section per rule of Rules, in order,
