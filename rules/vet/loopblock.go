@@ -60,8 +60,40 @@ var blockingCalls = map[string]map[string]string{
 }
 
 func runLoopBlock(pass *analysis.Pass) (any, error) {
-	if p := pass.Pkg.Path(); p != modulePath && !strings.HasPrefix(p, modulePath+"/") && !strings.HasPrefix(p, "loopblock") {
-		return nil, nil // other modules: not followed
+	return nil, reach(pass, reachRule{
+		rule: "R2",
+		direct: func(body *ast.BlockStmt, found func(ast.Node, string) bool) {
+			walkBlocking(pass, body, found)
+		},
+		importFact: func(fn *types.Func) string {
+			var f blocksFact
+			if pass.ImportObjectFact(fn, &f) {
+				return f.Why
+			}
+			return ""
+		},
+		exportFact: func(fn *types.Func, why string) { pass.ExportObjectFact(fn, &blocksFact{Why: why}) },
+	})
+}
+
+// reachRule is a rule about what functions that run on a loop reach
+// through the call graph: direct finds the steps that break it in one
+// body; the facts carry "reaches one, and why" across packages.
+type reachRule struct {
+	rule       string
+	direct     func(body *ast.BlockStmt, found func(n ast.Node, why string) bool)
+	importFact func(fn *types.Func) string
+	exportFact func(fn *types.Func, why string)
+}
+
+// reach computes, for the package's module functions, whether each
+// reaches a step of r (itself, or through the functions it calls, to a
+// fixpoint), exports that as a fact, and reports each such step and call
+// in the functions that run on a loop. A step or call with an exception
+// for r's rule does not count.
+func reach(pass *analysis.Pass, r reachRule) error {
+	if p := pass.Pkg.Path(); p != modulePath && !strings.HasPrefix(p, modulePath+"/") && !strings.HasPrefix(p, "loop") {
+		return nil // other modules: not followed
 	}
 	decls := map[*types.Func]*ast.FuncDecl{}
 	files := map[*types.Func]*ast.File{}
@@ -77,11 +109,21 @@ func runLoopBlock(pass *analysis.Pass) (any, error) {
 			}
 		}
 	}
+	callee := func(call *ast.CallExpr, local map[*types.Func]string) (*types.Func, string) {
+		fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
+		switch {
+		case !ok || fn.Pkg() == nil:
+			return nil, ""
+		case fn.Pkg() == pass.Pkg:
+			return fn, local[fn.Origin()]
+		}
+		return fn, r.importFact(fn.Origin())
+	}
 	// What each function does itself, then what it calls, to a fixpoint.
 	why := map[*types.Func]string{}
 	for fn, fd := range decls {
-		walkBlocking(pass, fd.Body, func(n ast.Node, reason string) bool {
-			if allowed(pass, files[fn], n.Pos(), "R2") {
+		r.direct(fd.Body, func(n ast.Node, reason string) bool {
+			if allowed(pass, files[fn], n.Pos(), r.rule) {
 				return true
 			}
 			why[fn] = reason
@@ -99,8 +141,8 @@ func runLoopBlock(pass *analysis.Pass) (any, error) {
 					return false
 				}
 				if call, ok := n.(*ast.CallExpr); ok {
-					if callee, r := calleeBlocks(pass, call, why); r != "" && !allowed(pass, files[fn], call.Pos(), "R2") {
-						why[fn] = fmt.Sprintf("calls %s, which %s", callee.Name(), r)
+					if c, w := callee(call, why); w != "" && !allowed(pass, files[fn], call.Pos(), r.rule) {
+						why[fn] = fmt.Sprintf("calls %s, which %s", c.Name(), w)
 						changed = true
 						return false
 					}
@@ -109,17 +151,17 @@ func runLoopBlock(pass *analysis.Pass) (any, error) {
 			})
 		}
 	}
-	for fn, r := range why {
-		pass.ExportObjectFact(fn, &blocksFact{Why: r})
+	for fn, w := range why {
+		r.exportFact(fn, w)
 	}
-	// The loop functions: each blocking step in them is a finding.
+	// The loop functions: each step and each call that reaches one.
 	for fn, fd := range decls {
 		if !runsOnLoop(fd) {
 			continue
 		}
 		f := files[fn]
-		walkBlocking(pass, fd.Body, func(n ast.Node, reason string) bool {
-			report(pass, f, n.Pos(), "R2", "%s runs on an event loop and %s", fn.Name(), reason)
+		r.direct(fd.Body, func(n ast.Node, reason string) bool {
+			report(pass, f, n.Pos(), r.rule, "%s runs on an event loop and %s", fn.Name(), reason)
 			return true
 		})
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
@@ -127,14 +169,14 @@ func runLoopBlock(pass *analysis.Pass) (any, error) {
 				return false
 			}
 			if call, ok := n.(*ast.CallExpr); ok {
-				if callee, r := calleeBlocks(pass, call, why); r != "" {
-					report(pass, f, call.Pos(), "R2", "%s runs on an event loop and calls %s, which %s", fn.Name(), callee.Name(), r)
+				if c, w := callee(call, why); w != "" {
+					report(pass, f, call.Pos(), r.rule, "%s runs on an event loop and calls %s, which %s", fn.Name(), c.Name(), w)
 				}
 			}
 			return true
 		})
 	}
-	return nil, nil
+	return nil
 }
 
 // runsOnLoop reports whether fd runs on an event loop: an event callback,
@@ -144,24 +186,6 @@ func runsOnLoop(fd *ast.FuncDecl) bool {
 		return true
 	}
 	return fd.Doc != nil && strings.Contains(strings.ToLower(fd.Doc.Text()), "loop only")
-}
-
-// calleeBlocks is call's callee and why it blocks ("" if it does not, or
-// is not the module's): a fact of another package, or this package's
-// fixpoint so far.
-func calleeBlocks(pass *analysis.Pass, call *ast.CallExpr, local map[*types.Func]string) (*types.Func, string) {
-	fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
-	if !ok || fn.Pkg() == nil {
-		return nil, ""
-	}
-	if fn.Pkg() == pass.Pkg {
-		return fn, local[fn.Origin()]
-	}
-	var f blocksFact
-	if pass.ImportObjectFact(fn.Origin(), &f) {
-		return fn, f.Why
-	}
-	return fn, ""
 }
 
 // walkBlocking calls found for each blocking step directly in body

@@ -17,7 +17,7 @@ var Rules = []Rule{
 	{"R7", "Cross-loop messages carry values, never pointers into connection buffers.", "review"},
 	{"R8", "Every counter incremented on a path is decremented on every exit of it (in-flight counts, pins, pending prefill).", "tests that drive every exit and assert the count returns to zero"},
 	{"R9", "A semaphore acquire is followed at once by a deferred (or exit-guaranteed) release.", "review"},
-	{"R10", "Metrics handles are resolved once, never formatted or looked up on the hot path.", "review"},
+	{"R10", "Metrics handles are resolved once, never formatted or looked up on the hot path.", "analyzer loopmetrics (no metric resolved or registered by name from a loop function, through the call graph); review off the loops"},
 	{"R11", "Timers and callbacks cannot run after their owner stopped.", "tests of Close and shutdown"},
 	{"R12", "No package-level mutable state except metrics and sentinel errors.", "analyzer pkgstate (a package-level variable written outside init); review for state mutated through methods"},
 	{"R13", "Long loops on an event loop are bounded or split across ticks.", "review"},

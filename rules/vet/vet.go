@@ -27,7 +27,7 @@ import (
 )
 
 // All are the analyzers saltusvet runs.
-var All = []*analysis.Analyzer{GoStmt, ErrDrop, LockOS, Sleep, LoopBlock, PkgState}
+var All = []*analysis.Analyzer{GoStmt, ErrDrop, LockOS, Sleep, LoopBlock, PkgState, LoopMetrics}
 
 // AllowPrefix begins an exception comment.
 const AllowPrefix = "//saltus:allow "

@@ -19,6 +19,7 @@ func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, dir, Sleep, "sleep")
 	analysistest.Run(t, dir, LoopBlock, "loopblock/dep", "loopblock")
 	analysistest.Run(t, dir, PkgState, "pkgstate")
+	analysistest.Run(t, dir, LoopMetrics, "loopmetrics")
 }
 
 // TestRulesDocument: RULES.md has a section per rule of Rules, in order,
