@@ -215,6 +215,7 @@ func (j *job) touchFootprint(sh *Shard, d Decision, snap []*backend.Backend, now
 		j.r.m.footFull.Inc()
 		return
 	}
+	//saltus:allow R9 released in Hooks.Done, which ForwardOnLoop runs exactly once on every exit (TestPinnedFollowsRequests)
 	j.pin.acquire(e, int64(len(j.keys))*bs, int64(d.TotalBlocks-d.MatchedBlocks)*bs)
 }
 

@@ -27,7 +27,7 @@ import (
 )
 
 // All are the analyzers saltusvet runs.
-var All = []*analysis.Analyzer{GoStmt, ErrDrop, LockOS, Sleep, LoopBlock, PkgState, LoopMetrics}
+var All = []*analysis.Analyzer{GoStmt, ErrDrop, LockOS, Sleep, LoopBlock, PkgState, LoopMetrics, NumParse, Acquire, Borrowed, PostCapture}
 
 // AllowPrefix begins an exception comment.
 const AllowPrefix = "//saltus:allow "

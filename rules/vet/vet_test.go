@@ -20,6 +20,10 @@ func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, dir, LoopBlock, "loopblock/dep", "loopblock")
 	analysistest.Run(t, dir, PkgState, "pkgstate")
 	analysistest.Run(t, dir, LoopMetrics, "loopmetrics")
+	analysistest.Run(t, dir, NumParse, "numparse")
+	analysistest.Run(t, dir, Acquire, "acquire")
+	analysistest.Run(t, dir, Borrowed, "borrowed")
+	analysistest.Run(t, dir, PostCapture, "postcapture")
 }
 
 // TestRulesDocument: RULES.md has a section per rule of Rules, in order,

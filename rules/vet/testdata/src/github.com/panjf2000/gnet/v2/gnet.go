@@ -4,3 +4,8 @@ package gnet
 type Option func()
 
 func WithLockOSThread(bool) Option { return func() {} }
+
+type Conn interface {
+	Peek(n int) ([]byte, error)
+	Next(n int) ([]byte, error)
+}
