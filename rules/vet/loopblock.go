@@ -16,7 +16,9 @@ import (
 // says "Loop only" (CONVENTIONS.md: every loop-facing method says so) or
 // it is a gnet or reactor event callback (OnTraffic, OnOpen, OnClose,
 // OnTick, OnBoot, OnShutdown, OnUpstreamOpen, OnUpstreamData,
-// OnUpstreamClose). Blocking is: time.Sleep; sync.Mutex and RWMutex
+// OnUpstreamClose), and every function posted to a loop (a literal or a
+// named function passed to Post, postTo, post, Execute, or a Poster held
+// in a field). Blocking is: time.Sleep; sync.Mutex and RWMutex
 // Lock/RLock, WaitGroup.Wait, Cond.Wait; a channel send or receive, or a
 // select, that has no default case; ranging over a channel; dialing, and
 // opening, reading or writing files (net, os). Each module function that
@@ -155,28 +157,100 @@ func reach(pass *analysis.Pass, r reachRule) error {
 		r.exportFact(fn, w)
 	}
 	// The loop functions: each step and each call that reaches one.
-	for fn, fd := range decls {
-		if !runsOnLoop(fd) {
-			continue
-		}
-		f := files[fn]
-		r.direct(fd.Body, func(n ast.Node, reason string) bool {
-			report(pass, f, n.Pos(), r.rule, "%s runs on an event loop and %s", fn.Name(), reason)
+	check := func(f *ast.File, name string, body *ast.BlockStmt) {
+		r.direct(body, func(n ast.Node, reason string) bool {
+			report(pass, f, n.Pos(), r.rule, "%s runs on an event loop and %s", name, reason)
 			return true
 		})
-		ast.Inspect(fd.Body, func(n ast.Node) bool {
+		ast.Inspect(body, func(n ast.Node) bool {
 			if _, lit := n.(*ast.FuncLit); lit {
 				return false
 			}
 			if call, ok := n.(*ast.CallExpr); ok {
 				if c, w := callee(call, why); w != "" {
-					report(pass, f, call.Pos(), r.rule, "%s runs on an event loop and calls %s, which %s", fn.Name(), c.Name(), w)
+					report(pass, f, call.Pos(), r.rule, "%s runs on an event loop and calls %s, which %s", name, c.Name(), w)
+				}
+			}
+			return true
+		})
+	}
+	for fn, fd := range decls {
+		if runsOnLoop(fd) {
+			check(files[fn], fn.Name(), fd.Body)
+		}
+	}
+	// Work posted to a loop (Post, postTo, post, Execute, a Poster's
+	// function): a function literal is checked as a loop function; a
+	// named function or method value is reported at the post when it
+	// reaches a step.
+	for _, f := range pass.Files {
+		if !checked(pass, f) {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || !postsToLoop(pass, call) {
+				return true
+			}
+			for _, arg := range call.Args {
+				switch a := arg.(type) {
+				case *ast.FuncLit:
+					check(f, "a function posted to a loop", a.Body)
+				case *ast.Ident, *ast.SelectorExpr:
+					var id *ast.Ident
+					if sel, ok := a.(*ast.SelectorExpr); ok {
+						id = sel.Sel
+					} else {
+						id = a.(*ast.Ident)
+					}
+					fn, ok := pass.TypesInfo.Uses[id].(*types.Func)
+					if !ok || fn.Pkg() == nil {
+						continue
+					}
+					w := why[fn.Origin()]
+					if fn.Pkg() != pass.Pkg {
+						w = r.importFact(fn.Origin())
+					}
+					if w != "" {
+						report(pass, f, arg.Pos(), r.rule, "%s is posted to a loop and %s", fn.Name(), w)
+					}
 				}
 			}
 			return true
 		})
 	}
 	return nil
+}
+
+// postsToLoop reports whether call hands a function to an event loop: a
+// call of a method or function named Post, postTo, post or Execute, or of
+// a value of a Poster's type (func(func())).
+func postsToLoop(pass *analysis.Pass, call *ast.CallExpr) bool {
+	switch fun := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		if posters[fun.Sel.Name] {
+			return true
+		}
+	case *ast.Ident:
+		if posters[fun.Name] {
+			return true
+		}
+	}
+	// A poster held in a field (r.shards[i].poster(fn)): a field, not a
+	// method, of type func(func()).
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	if s := pass.TypesInfo.Selections[sel]; s == nil || s.Kind() != types.FieldVal {
+		return false
+	}
+	sig, ok := pass.TypesInfo.TypeOf(call.Fun).Underlying().(*types.Signature)
+	if !ok || sig.Params().Len() != 1 || sig.Results().Len() != 0 {
+		return false
+	}
+	p, ok := sig.Params().At(0).Type().Underlying().(*types.Signature)
+	return ok && p.Params().Len() == 0 && p.Results().Len() == 0
 }
 
 // runsOnLoop reports whether fd runs on an event loop: an event callback,

@@ -48,3 +48,16 @@ func (l *loop) allowedOnLoop() {
 	//saltus:allow R2 an example: buffered and never full
 	l.ch <- 3
 }
+
+type loops struct{ poster func(func()) }
+
+func (loops) Post(i int, fn func()) bool { return true }
+
+// handOff posts work to a loop; it runs anywhere itself.
+func handOff(l loops, once *sync.Once) {
+	l.Post(0, func() { sleeps() })   // want `R2: a function posted to a loop runs on an event loop and calls sleeps, which time.Sleep`
+	l.Post(0, sleeps)                // want `R2: sleeps is posted to a loop and time.Sleep`
+	l.poster(func() { dep.Locks() }) // want `R2: a function posted to a loop runs on an event loop and calls Locks`
+	once.Do(func() { sleeps() })     // not a post: Do is a method, not a poster
+	l.Post(1, func() { _ = dep.Free() })
+}
