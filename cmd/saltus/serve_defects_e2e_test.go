@@ -124,81 +124,56 @@ func TestServeStreamIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestServeStreamClientNeverReads: a client that asks for a stream and
-// never reads it cannot make saltus buffer without bound: the stream
-// ends once 4 MiB are owed to the client (counted,
-// saltus_stream_overflow_total) and the upstream connection is closed,
-// which stops the engine.
-func TestServeStreamClientNeverReads(t *testing.T) {
+// TestServeClientNeverReads: a client that never reads its answer
+// cannot make saltus buffer without bound. A stream ends once 4 MiB are
+// owed to the client; a whole answer over --max-response-body, relayed
+// as it comes (spilled), once --max-response-body (at least 4 MiB) is.
+// Both are counted (saltus_stream_overflow_total) and close the upstream
+// connection, which stops the engine.
+func TestServeClientNeverReads(t *testing.T) {
 	t.Parallel()
-	ended := make(chan error, 1)
-	flood := func(u *upstream, w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		ev := []byte("data: " + strings.Repeat("x", 1000) + "\n\n")
-		for range 256 << 10 { // 256 MiB, if nothing stopped it
-			if _, err := w.Write(ev); err != nil {
-				ended <- err
-				return
+	const total = 256 << 20 // what the upstream sends if nothing stops it
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			ended := make(chan error, 1)
+			flood := func(u *upstream, w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				piece := []byte("data: " + strings.Repeat("x", 1000) + "\n\n")
+				if stream {
+					w.Header().Set("Content-Type", "text/event-stream")
+				} else {
+					piece = bytes.Repeat([]byte("x"), 64<<10)
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Content-Length", strconv.Itoa(total-total%len(piece)))
+				}
+				for sent := 0; sent+len(piece) <= total; sent += len(piece) {
+					if _, err := w.Write(piece); err != nil {
+						ended <- err
+						return
+					}
+				}
+				ended <- nil
 			}
-		}
-		ended <- nil
-	}
-	up := newUpstreamFunc(t, "a", flood)
-	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer = "" })
-	c := dialRaw(t, s.addr)
-	_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
-	body := chatJSON(true, "system", sysA, "user", "Flood me.")
-	c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
-	select {
-	case err := <-ended:
-		if err == nil {
-			t.Fatal("the upstream sent 256 MiB to a client that reads nothing")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the upstream was not stopped")
-	}
-	waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
-}
-
-// TestServeSpillClientNeverReads: a whole answer over
-// --max-response-body is relayed as it comes (spilled); to a client that
-// never reads it, it is cut once --max-response-body (at least 4 MiB) is
-// owed: counted (saltus_stream_overflow_total), the upstream closed.
-func TestServeSpillClientNeverReads(t *testing.T) {
-	t.Parallel()
-	ended := make(chan error, 1)
-	const total = 256 << 20 // 256 MiB, if nothing stopped it
-	flood := func(u *upstream, w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(total))
-		piece := bytes.Repeat([]byte("x"), 64<<10)
-		for sent := 0; sent < total; sent += len(piece) {
-			if _, err := w.Write(piece); err != nil {
-				ended <- err
-				return
+			up := newUpstreamFunc(t, "a", flood)
+			s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.Backend.MaxResponseBody = "", 1<<20 })
+			c := dialRaw(t, s.addr)
+			_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+			body := chatJSON(stream, "system", sysA, "user", "Flood me.")
+			c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+			select {
+			case err := <-ended:
+				if err == nil {
+					t.Fatal("the upstream sent 256 MiB to a client that reads nothing")
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the upstream was not stopped")
 			}
-		}
-		ended <- nil
-	}
-	up := newUpstreamFunc(t, "a", flood)
-	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Tokenizer, c.Backend.MaxResponseBody = "", 1<<20 })
-	c := dialRaw(t, s.addr)
-	_ = c.Conn.(*net.TCPConn).SetReadBuffer(16 << 10)
-	body := chatJSON(false, "system", sysA, "user", "Flood me.")
-	c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
-	select {
-	case err := <-ended:
-		if err == nil {
-			t.Fatal("the upstream sent 256 MiB to a client that reads nothing")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the upstream was not stopped")
-	}
-	waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
-	if n := s.metric(t, "saltus_upstream_body_spilled_total"); n != 1 {
-		t.Errorf("spilled %v, want 1", n)
+			waitFor(t, func() bool { return s.metric(t, "saltus_stream_overflow_total") == 1 })
+			if n, want := s.metric(t, "saltus_upstream_body_spilled_total"), map[bool]float64{true: 0, false: 1}[stream]; n != want {
+				t.Errorf("spilled %v, want %v", n, want)
+			}
+		})
 	}
 }
 

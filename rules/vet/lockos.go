@@ -5,7 +5,6 @@ import (
 	"go/types"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/types/typeutil"
 )
 
 // LockOS checks R6: an OS thread is locked only where the shard loops
@@ -21,26 +20,12 @@ func runLockOS(pass *analysis.Pass) (any, error) {
 	if pass.Pkg.Path() == "github.com/saltus-lb/saltus/reactor" {
 		return nil, nil
 	}
-	for _, f := range pass.Files {
-		if !checked(pass, f) {
-			continue
+	eachCall(pass, func(f *ast.File, call *ast.CallExpr, fn *types.Func) {
+		switch {
+		case fn.Pkg().Path() == "runtime" && fn.Name() == "LockOSThread",
+			fn.Pkg().Path() == "github.com/panjf2000/gnet/v2" && fn.Name() == "WithLockOSThread":
+			report(pass, f, call.Pos(), "R6", "%s.%s outside package reactor: only the shard loops lock their OS threads", fn.Pkg().Name(), fn.Name())
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
-			if !ok || fn.Pkg() == nil {
-				return true
-			}
-			switch {
-			case fn.Pkg().Path() == "runtime" && fn.Name() == "LockOSThread",
-				fn.Pkg().Path() == "github.com/panjf2000/gnet/v2" && fn.Name() == "WithLockOSThread":
-				report(pass, f, call.Pos(), "R6", "%s.%s outside package reactor: only the shard loops lock their OS threads", fn.Pkg().Name(), fn.Name())
-			}
-			return true
-		})
-	}
+	})
 	return nil, nil
 }

@@ -182,6 +182,18 @@ func runPostCapture(pass *analysis.Pass) (any, error) {
 	return nil, nil
 }
 
+// eachCall calls fn for every call of a function known statically (its
+// callee fn) in the package's checked files.
+func eachCall(pass *analysis.Pass, fn func(f *ast.File, call *ast.CallExpr, callee *types.Func)) {
+	eachFile(pass, func(f *ast.File, n ast.Node) {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if c, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func); ok && c.Pkg() != nil {
+				fn(f, call, c)
+			}
+		}
+	})
+}
+
 // eachFile calls fn for every node of the package's checked files.
 func eachFile(pass *analysis.Pass, fn func(f *ast.File, n ast.Node)) {
 	for _, f := range pass.Files {

@@ -5,7 +5,6 @@ import (
 	"go/types"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/types/typeutil"
 )
 
 // Sleep checks R2's most common breach: time.Sleep. On an event loop it
@@ -20,20 +19,10 @@ var Sleep = &analysis.Analyzer{
 }
 
 func runSleep(pass *analysis.Pass) (any, error) {
-	for _, f := range pass.Files {
-		if !checked(pass, f) {
-			continue
+	eachCall(pass, func(f *ast.File, call *ast.CallExpr, fn *types.Func) {
+		if fn.Pkg().Path() == "time" && fn.Name() == "Sleep" {
+			report(pass, f, call.Pos(), "R2", "time.Sleep: it blocks an event loop for its length, and off a loop it is polling; wait for the event instead")
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			if fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func); ok && fn.Pkg() != nil && fn.Pkg().Path() == "time" && fn.Name() == "Sleep" {
-				report(pass, f, call.Pos(), "R2", "time.Sleep: it blocks an event loop for its length, and off a loop it is polling; wait for the event instead")
-			}
-			return true
-		})
-	}
+	})
 	return nil, nil
 }
