@@ -475,9 +475,10 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		return
 	}
 	// Decided on another loop (the owner shard's): the second and last
-	// hop, back to the client's loop. Its post is unrefused (Poster):
-	// the request was admitted and bounded where it came in (MaxInFlight,
-	// the connection's pipeline), and its forward must run exactly once.
+	// hop, back to the client's loop. Its post is unrefused (Poster): the
+	// request was admitted and bounded where it came in (the reactor's
+	// connections and their pipelines; MaxInFlight is checked on arrival),
+	// and its forward must run exactly once.
 	j.fwd.cands, j.fwd.hdr, j.fwd.hooks, j.fwd.body = cands, hdr, h, body
 	j.stage = stageForward
 	if j.runFn == nil {
