@@ -395,11 +395,17 @@ func (c *upConn) OnUpstreamData(_ *reactor.Upstream, data []byte) int {
 	n, err := c.p.feed(data)
 	now := time.Now()
 	if errors.Is(err, errBodyTooLarge) && lr.st == nil {
-		// Over the buffer: the rest is relayed as it comes (spill).
+		// Over the buffer: the rest is relayed as it comes, an SSE answer
+		// (one whose Content-Length outgrew the buffer) as a stream, any
+		// other spilled.
 		if !lr.headSeen && !lr.head(c, now) {
 			return len(data)
 		}
-		if !lr.startSpill(c, now) {
+		start := lr.startSpill
+		if wantsStream(c) {
+			start = lr.startStream
+		}
+		if !start(c, now) {
 			return len(data)
 		}
 		m, ferr := c.p.feed(data[n:])
