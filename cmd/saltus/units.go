@@ -170,12 +170,7 @@ type (
 	}
 )
 
-func (v strV) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return *v.p
-}
+func (v strV) String() string               { return deref(v.p) }
 func (v strV) Set(s string) error           { *v.p = s; return nil }
 func (v strV) decode(n *yaml.Node) error    { return n.Decode(v.p) }
 func (v strV) yaml() any                    { return *v.p }

@@ -20,17 +20,8 @@ var NumParse = &analysis.Analyzer{
 var numParsers = map[string]bool{"Atoi": true, "ParseInt": true, "ParseUint": true, "ParseFloat": true, "ParseBool": true}
 
 func runNumParse(pass *analysis.Pass) (any, error) {
-	eachFile(pass, func(f *ast.File, n ast.Node) {
-		as, ok := n.(*ast.AssignStmt)
-		if !ok || len(as.Rhs) != 1 || len(as.Lhs) != 2 {
-			return
-		}
-		call, ok := as.Rhs[0].(*ast.CallExpr)
-		if !ok {
-			return
-		}
-		fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
-		if !ok || fn.Pkg() == nil || fn.Pkg().Path() != "strconv" || !numParsers[fn.Name()] {
+	eachAssignedCall(pass, func(f *ast.File, as *ast.AssignStmt, fn *types.Func) {
+		if fn.Pkg().Path() != "strconv" || !numParsers[fn.Name()] || len(as.Lhs) != 2 {
 			return
 		}
 		if id, ok := as.Lhs[1].(*ast.Ident); ok && id.Name == "_" {
@@ -102,17 +93,8 @@ var Borrowed = &analysis.Analyzer{
 }
 
 func runBorrowed(pass *analysis.Pass) (any, error) {
-	eachFile(pass, func(f *ast.File, n ast.Node) {
-		as, ok := n.(*ast.AssignStmt)
-		if !ok || len(as.Rhs) != 1 {
-			return
-		}
-		call, ok := as.Rhs[0].(*ast.CallExpr)
-		if !ok {
-			return
-		}
-		fn, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
-		if !ok || fn.Pkg() == nil || fn.Pkg().Path() != "github.com/panjf2000/gnet/v2" || (fn.Name() != "Peek" && fn.Name() != "Next") {
+	eachAssignedCall(pass, func(f *ast.File, as *ast.AssignStmt, fn *types.Func) {
+		if fn.Pkg().Path() != "github.com/panjf2000/gnet/v2" || (fn.Name() != "Peek" && fn.Name() != "Next") {
 			return
 		}
 		if _, field := as.Lhs[0].(*ast.SelectorExpr); field {
@@ -180,6 +162,22 @@ func runPostCapture(pass *analysis.Pass) (any, error) {
 		}
 	})
 	return nil, nil
+}
+
+// eachAssignedCall calls fn for every assignment whose right side is one
+// call of a function known statically (its callee fn).
+func eachAssignedCall(pass *analysis.Pass, fn func(f *ast.File, as *ast.AssignStmt, callee *types.Func)) {
+	eachFile(pass, func(f *ast.File, n ast.Node) {
+		as, ok := n.(*ast.AssignStmt)
+		if !ok || len(as.Rhs) != 1 {
+			return
+		}
+		if call, ok := as.Rhs[0].(*ast.CallExpr); ok {
+			if c, ok := typeutil.Callee(pass.TypesInfo, call).(*types.Func); ok && c.Pkg() != nil {
+				fn(f, as, c)
+			}
+		}
+	})
 }
 
 // eachCall calls fn for every call of a function known statically (its
