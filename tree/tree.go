@@ -121,6 +121,12 @@ type Tree struct {
 	cursor  nodeID     // next slot Maintain looks at
 	ends    []int      // Insert scratch
 
+	// Recent's scratch (recent.go); dropped when a long chain grew it
+	// past recentCeiling keys.
+	recentPath   []nodeID
+	recentKeys   []uint64
+	recentBounds []int
+
 	stats Stats
 }
 
