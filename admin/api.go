@@ -45,6 +45,13 @@ type Routes interface {
 	Explain(body []byte, path string) (any, error)
 }
 
+// Cluster is what a Routes may also implement: GET /admin/cluster's
+// answer, nil when the router is not in a cluster ({"enabled":false}).
+// Any goroutine.
+type Cluster interface {
+	ClusterStatus() any
+}
+
 var (
 	// ErrNotFound: no backend has the id. The API answers 404.
 	ErrNotFound = errors.New("no such backend")

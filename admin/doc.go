@@ -22,6 +22,7 @@
 //	DELETE /admin/backends/{id}         204; 404 unknown id
 //	GET    /admin/routes                200, JSON of Routes.RouteStats()
 //	POST   /admin/explain[?path=/v1/…]  body: an OpenAI request body → 200 JSON decision; 400 bad body
+//	GET    /admin/cluster               200, JSON: members, state, last contact, routes sent/received/dropped, lag; {"enabled":false} without a cluster
 //
 // GET endpoints also answer HEAD. A wrong method is 405 with an Allow
 // header; an unknown path is 404. Errors have a JSON body in the OpenAI

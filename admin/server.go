@@ -168,6 +168,7 @@ const (
 	epRoutes
 	epExplain
 	epPprof
+	epCluster
 )
 
 var endpoints = [...]struct {
@@ -184,6 +185,7 @@ var endpoints = [...]struct {
 	epRoutes:   {"routes", "GET, HEAD"},
 	epExplain:  {"explain", "POST"},
 	epPprof:    {"pprof", "GET, HEAD, POST"},
+	epCluster:  {"cluster", "GET, HEAD"},
 }
 
 // route maps a request path to its endpoint and, for per-backend routes,
@@ -202,6 +204,8 @@ func route(path string) (endpoint, string) {
 		return epRoutes, ""
 	case "/admin/explain":
 		return epExplain, ""
+	case "/admin/cluster":
+		return epCluster, ""
 	}
 	if strings.HasPrefix(path, "/debug/pprof/") {
 		return epPprof, path[len("/debug/pprof/"):]
@@ -299,6 +303,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 		s.serveDrain(w, id)
 	case epRoutes:
 		writeJSON(w, http.StatusOK, s.routes.RouteStats())
+	case epCluster:
+		var st any = map[string]bool{"enabled": false}
+		if c, ok := s.routes.(Cluster); ok {
+			if v := c.ClusterStatus(); v != nil {
+				st = v
+			}
+		}
+		writeJSON(w, http.StatusOK, st)
 	case epExplain:
 		s.serveExplain(w, r)
 	case epPprof:

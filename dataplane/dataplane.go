@@ -22,6 +22,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/admin"
+	"github.com/saltus-lb/saltus/gossip"
+	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
@@ -47,6 +49,10 @@ type Config struct {
 	Router    shard.Config
 	Backends  []string // "url" or "name=url", added by Build
 	Tokenizer string   // a HuggingFace tokenizer.json (or its directory, or .json.gz); "" = byte-block mode
+	// Cluster makes this router a member of a cluster of routers
+	// sharing routes and load (gossip); its Bind "" (the default) runs
+	// alone.
+	Cluster gossip.Config
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
@@ -55,7 +61,7 @@ type Config struct {
 // policy's waiting, running and KV inputs; backend.DefaultConfig leaves
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
-	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig()}
+	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig()}
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }
@@ -66,14 +72,19 @@ type Path struct {
 	Router   *shard.Router
 	Set      *backend.Set
 	Backends admin.Backends // the admin API's view of Set
-	Routes   admin.Routes   // the admin API's view of Router
+	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
+	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
 	probes   *rules.Group
 }
 
 // Close releases what outlives the data plane's drain (router, backend set
 // and its health probes, tokenizer pool). Call it after Data.Shutdown.
 func (p *Path) Close(ctx context.Context) error {
-	err := p.Router.Close(ctx)
+	var cerr error
+	if p.Cluster != nil {
+		cerr = p.Cluster.Close(ctx) // peers drop this router's load at once
+	}
+	err := errors.Join(cerr, p.Router.Close(ctx))
 	p.probes.Stop()
 	p.Set.Close()
 	return errors.Join(err, p.probes.Wait(ctx))
@@ -143,10 +154,29 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	}
 	h.h = router
 
+	var node *gossip.Node
+	if cfg.Cluster.Enabled() {
+		if node, err = gossip.Start(cfg.Cluster, clusterTable{router, bset}, logger, set); err != nil {
+			_ = router.Close(context.Background()) // nothing was served: returns at once
+			bset.Close()
+			return nil, err
+		}
+		router.SetPeers(node)
+	}
 	probes := rules.NewGroup(context.Background())
 	bset.Start(probes)
-	return &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router}, probes: probes}, nil
+	return &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node},
+		Cluster: node, probes: probes}, nil
 }
+
+// clusterTable is the gossip node's view of the router and backend set.
+type clusterTable struct {
+	*shard.Router
+	set *backend.Set
+}
+
+func (c clusterTable) Load(dst []wire.Load) []wire.Load     { return shard.Load(c.set, dst) }
+func (c clusterTable) SetPeerLoad(sum map[uint64]wire.Load) { shard.SetPeerLoad(c.set, sum) }
 
 // SplitBackend splits a configured backend, "name=url" or "url", into
 // its name ("" for none) and URL. A URL cannot hold '=' before "://".
@@ -204,8 +234,18 @@ func notFound(err error) error {
 	return err
 }
 
-// routesAPI is the admin API's view of the router.
-type routesAPI struct{ r *shard.Router }
+// routesAPI is the admin API's view of the router and its cluster.
+type routesAPI struct {
+	r    *shard.Router
+	node *gossip.Node // nil: no cluster
+}
+
+func (a routesAPI) ClusterStatus() any {
+	if a.node == nil {
+		return nil
+	}
+	return a.node.Status()
+}
 
 func (a routesAPI) RouteStats() any { return a.r.RouteStats() }
 

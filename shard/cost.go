@@ -646,7 +646,8 @@ func checkCostConfig(c Config) []error {
 func costInputs(v *view, b *backend.Backend) {
 	m := b.Prefill()
 	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
-	v.pending = b.PendingPrefill()
+	_, peer := b.PeerLoad()
+	v.pending = b.PendingPrefill() + peer // the cluster's, as the in-flight count (liveState)
 	v.foot, v.pinned = b.Footprint(), b.Pinned()
 	v.slots, v.service = b.Slots(), b.Service().Seconds()
 	if e, ok := b.Engine(); ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -520,6 +521,7 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 		defer sh.publish()
 		if fail {
 			r.fb.pendingRemoved.Add(sh.tree.Demote(j.keys, failed, keep, r.now()))
+			r.share(wire.OpDemote, j.keys, nil, failed, keep)
 		}
 		if err := sh.tree.Insert(j.keys, j.bounds, backendID, tree.Local, r.now()); err != nil {
 			// Only a backend ID beyond tree.Config.MaxBackends: not
@@ -528,6 +530,7 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 			return
 		}
 		sh.known[backendID] = true
+		r.share(wire.OpInsert, j.keys, j.bounds, backendID, 0)
 		r.m.learned.Inc()
 	}
 	switch {

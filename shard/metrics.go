@@ -129,7 +129,7 @@ type routerMetrics struct {
 	diverted  *metrics.Counter
 
 	overflow, learned, learnSkipped, learnDropped, learnErrors, clientGone *metrics.Counter
-	footFull                                                               *metrics.Counter
+	footFull, remoteInserted                                               *metrics.Counter
 
 	// Bodies refused by Config.Body's check, by scanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
@@ -150,6 +150,7 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		clientGone:   set.NewCounter("saltus_route_client_gone_total"),
 		footFull:     set.NewCounter("saltus_route_footprint_full_total"),
 	}
+	m.remoteInserted = set.NewCounter("saltus_route_remote_inserted_total")
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
 	}

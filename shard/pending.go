@@ -3,6 +3,7 @@ package shard
 import (
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tree"
 )
@@ -75,6 +76,7 @@ func (j *job) pend(d Decision, now int64) {
 		return
 	}
 	sh.known[d.Backend] = true
+	r.share(wire.OpInsert, j.keys, j.bounds, d.Backend, 0)
 	j.fb.pending = true
 	r.fb.pendingInserted.Inc()
 	sh.publish()
@@ -110,6 +112,7 @@ func (j *job) demote(backendID, keep int, removed *metrics.Counter) {
 	keys := j.keys
 	if !r.postTo(j.owner, func() {
 		removed.Add(sh.tree.Demote(keys, backendID, keep, r.now()))
+		r.share(wire.OpDemote, keys, nil, backendID, keep)
 		sh.publish()
 	}) {
 		r.fb.demoteDropped.Inc()

@@ -55,7 +55,12 @@ func (s setUpstream) Loop(i int) upstreamLoop { return s.Set.Loop(i) }
 // of the Router so that tests can give fake backends a load.
 type backendState func(b *backend.Backend) (inFlight int64, routable bool)
 
-func liveState(b *backend.Backend) (int64, bool) { return b.InFlight(), b.Routable() }
+// liveState is the fleet's load: this router's requests in flight plus
+// those its cluster peers last reported (zero without a cluster).
+func liveState(b *backend.Backend) (int64, bool) {
+	peer, _ := b.PeerLoad()
+	return b.InFlight() + peer, b.Routable()
+}
 
 // Header names the Router adds to every routed answer.
 const (
@@ -95,6 +100,7 @@ type Router struct {
 	rr     atomic.Uint32 // Explain's round-robin loop cursor
 	closed atomic.Bool
 
+	peers      Peers                      // cluster peers (cluster.go); nil: none. Set before the loops start
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
 	budget     valueBudget                // values being parsed off the loop (offload.go)
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none

@@ -2,7 +2,8 @@
 //
 // This file stays thin: it parses the subcommand and its flags, builds the
 // component configs and runs them. Subcommands land with their issues; today
-// there are `serve`, `sim`, `bench`, `demo`, `tokenize` and `version`.
+// there are `serve`, `sim`, `bench`, `demo`, `tokenize`, `cluster-key` and
+// `version`.
 //
 // Goroutines: main's own runs the subcommand and waits for it; `serve`
 // starts the data plane (dataplane.Start: the reactor's event loops, each
@@ -18,6 +19,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/saltus-lb/saltus/gossip"
 )
 
 // version is set at build time by the Makefile (-ldflags -X main.version=...).
@@ -38,6 +41,7 @@ Commands:
   sim       run a simulated vLLM engine (saltus sim --help)
   bench     compare routing policies on simulated (or real) engines; writes a report
   tokenize  encode text (or chat messages, --chat) to token ids with a HuggingFace tokenizer.json
+  cluster-key  print a new random key for serve --cluster-key-file
   version   print the version and build information
   help      print this help
 `
@@ -61,6 +65,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runBench(args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(args[1:], stdout, stderr)
+	case "cluster-key":
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "usage: saltus cluster-key > key  (prints a random 32-byte key, base64, for serve --cluster-key-file)")
+			return 2
+		}
+		fmt.Fprintln(stdout, gossip.NewKey())
+		return 0
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0

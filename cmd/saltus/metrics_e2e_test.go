@@ -18,7 +18,8 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, nil)
+	// A cluster of one: its metrics are on /metrics too.
+	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) { c.Cluster.Bind = "127.0.0.1:0" })
 	for _, stream := range []bool{false, true} {
 		if a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {
 			t.Fatalf("chat (stream %v): %d %s", stream, a.status, a.body)
@@ -32,6 +33,9 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	}
 	if a := s.adm(t, "GET", "/admin/backends", ""); a.status != 200 {
 		t.Fatalf("/admin/backends: %d %s", a.status, a.body)
+	}
+	if a := s.adm(t, "GET", "/admin/cluster", ""); a.status != 200 || !strings.Contains(a.body, `"enabled":true`) || !strings.Contains(a.body, `"self":true`) {
+		t.Fatalf("/admin/cluster: %d %s", a.status, a.body)
 	}
 	// The loop path hands a status code it has not counted before to a
 	// flusher, which creates its counter: wait for it.

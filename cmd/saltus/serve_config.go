@@ -19,6 +19,7 @@ import (
 
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/backend"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
@@ -59,6 +60,9 @@ type serveConfig struct {
 	// client connection's event loop ("loop", the only value accepted;
 	// the goroutine path was removed).
 	UpstreamIO string
+	// ClusterKeyFile: the cluster key (base64, 16/24/32 bytes), read
+	// into Cluster.Key by loadServeConfig.
+	ClusterKeyFile string
 }
 
 // defaultServeConfig returns the defaults: the components' own
@@ -178,6 +182,16 @@ var serveKeys = []serveKey{
 			"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)"},
 	{key: "token-budget", bind: func(c *serveConfig) value { return sizeV{&c.Router.Pool.TokenBudget} },
 		help: "most tokenizer work one request may cause (`size` of prose: B, KiB, MiB; a byte of a run of 64+ bytes of one class, e.g. one repeated letter, counts 32), 1KiB–1GiB; text past it is keyed as 64-byte blocks"},
+	{key: "cluster-bind", bind: func(c *serveConfig) value { return strV{&c.Cluster.Bind} },
+		help: "`host:port` (UDP and TCP) where this router meets its peers to share learned routes and backend load (memberlist); empty: no cluster"},
+	{key: "cluster-advertise", bind: func(c *serveConfig) value { return strV{&c.Cluster.Advertise} },
+		help: "`host:port` peers reach this router at when it is not --cluster-bind's (NAT, containers); empty: --cluster-bind's"},
+	{key: "join", bind: func(c *serveConfig) value { return listV{&c.Cluster.Join, new(bool)} },
+		help: "`host:port` of a peer router's --cluster-bind to join (repeat, or separate by commas); peers not reached are retried every 10s"},
+	{key: "cluster-key-file", bind: func(c *serveConfig) value { return strV{&c.ClusterKeyFile} },
+		help: "`path` of the cluster key (base64 of 16, 24 or 32 random bytes: saltus cluster-key prints one) that encrypts and authenticates the routers' messages; every router needs the same; empty: plaintext, anyone reaching --cluster-bind may join"},
+	{key: "node-name", bind: func(c *serveConfig) value { return strV{&c.Cluster.NodeName} },
+		help: "this router's `name` in the cluster, unique; empty: host name and --cluster-bind's port"},
 	{key: "log-format", bind: func(c *serveConfig) value { return strV{&c.LogFormat} },
 		help: "log `format`: text or json (to stderr)"},
 	{key: "log-level", bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
@@ -341,6 +355,16 @@ func (c serveConfig) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log-level", "%v", err)
 	}
+	if c.ClusterKeyFile != "" {
+		if !c.Cluster.Enabled() {
+			bad("cluster-key-file", "needs cluster-bind")
+		} else if _, err := gossip.LoadKey(c.ClusterKeyFile); err != nil {
+			bad("cluster-key-file", "%v", err)
+		}
+	}
+	if err := c.Cluster.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -450,7 +474,17 @@ func loadServeConfig(args []string, out io.Writer) (cfg serveConfig, dryRun bool
 		fmt.Fprintf(out, "saltus serve: warning: response-timeout is deprecated: use first-byte-timeout (set to %v); request-timeout bounds a whole request\n", duration(cfg.Backend.FirstByteTimeout))
 		cfg.ResponseTimeout = 0
 	}
-	return cfg, f.dryRun, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, f.dryRun, err
+	}
+	if cfg.ClusterKeyFile != "" {
+		key, err := gossip.LoadKey(cfg.ClusterKeyFile) // Validate read it once
+		if err != nil {
+			return cfg, f.dryRun, fmt.Errorf("config: cluster-key-file: %w", err)
+		}
+		cfg.Cluster.Key = key
+	}
+	return cfg, f.dryRun, nil
 }
 
 // decodeServeYAML applies the keys of a YAML config file onto cfg. Each

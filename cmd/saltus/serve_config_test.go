@@ -373,6 +373,11 @@ learn-from-usage: true
 scrape-interval: 1s
 gc-heap-floor: 32MiB
 token-budget: 128KiB
+cluster-bind: ""
+cluster-advertise: ""
+join: []
+cluster-key-file: ""
+node-name: ""
 log-format: text
 log-level: info
 `
@@ -530,6 +535,9 @@ func FuzzServeYAML(f *testing.F) {
 		if cfg.Backends == nil {
 			cfg.Backends = []string{}
 		}
+		if cfg.Cluster.Join == nil {
+			cfg.Cluster.Join = []string{}
+		}
 		if !reflect.DeepEqual(back, cfg) {
 			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, back, cfg)
 		}
@@ -594,7 +602,8 @@ func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 	serveOnly := map[string]bool{"admin-listen": true, "admin-token": true, "admin-pprof": true,
 		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
 		"response-timeout": true, // resolved into first-byte-timeout before the mapping
-		"upstream-io":      true} // deprecated: loop is the only path
+		"upstream-io":      true, // deprecated: loop is the only path
+		"cluster-key-file": true} // read into Cluster.Key once validated
 	def := defaultServeConfig()
 	base := def.servingConfig()
 	if want := dataplane.DefaultConfig(); !reflect.DeepEqual(base, want) {

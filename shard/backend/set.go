@@ -29,6 +29,11 @@ type Backend struct {
 	ID   int    // stable index (tree holder index), never reused while the process lives
 	URL  string // e.g. http://127.0.0.1:8001 (normalized: scheme://host:port, no path)
 	Name string // given to AddNamed, else "backend-<ID>"; unique in the Set
+	// Identity names the backend the same way on every router of a
+	// cluster (peer.go): the name given to AddNamed, else the URL. Key is
+	// its hash, the 8 bytes gossip messages carry.
+	Identity string
+	Key      uint64
 
 	host string               // host:port, the Host header and the dial address
 	ctl  *fasthttp.HostClient // probes and /v1/models (requests go through the loop path, loop.go)
@@ -48,6 +53,7 @@ type Backend struct {
 
 	engine    engineState  // the engine's own load, when scraped (engine.go)
 	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
+	peer      peerLoad     // peer routers' load on it (peer.go)
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
 
@@ -316,10 +322,11 @@ func (s *Set) AddNamed(name, rawURL string) (*Backend, error) {
 			return nil, fmt.Errorf("%w: the name %s is already backend %d's", ErrDuplicate, name, b.ID)
 		}
 	}
+	ident := identity(name, norm)
 	if name == "" {
 		name = "backend-" + strconv.Itoa(s.nextID)
 	}
-	b := &Backend{ID: s.nextID, URL: norm, Name: name, host: hostport, wake: make(chan struct{}, 1)}
+	b := &Backend{ID: s.nextID, URL: norm, Name: name, Identity: ident, Key: IdentityKey(ident), host: hostport, wake: make(chan struct{}, 1)}
 	s.nextID++
 	b.up.Store(true)
 	b.ctl = s.newHostClient(hostport, ctlConns)

@@ -1,0 +1,209 @@
+package shard
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/saltus-lb/saltus/gossip/wire"
+	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/tree"
+)
+
+// The cluster (issue 13, stage 10). Every change the prefix policy makes
+// to a tree on an owner loop (a pending route at decision time, a route
+// learned from another backend's answer, a demotion) goes to the Peers
+// as it is made, so that peer routers insert it with origin Remote; what
+// peers learned comes back through ApplyRemote to the same owner shard
+// (first key mod loops) that local learning uses, since every router
+// computes the same keys. A joining peer gets Recent's routes.
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_route_remote_inserted_total": "Route changes from cluster peers applied to the route table (inserts with origin remote, and demotions).",
+	})
+}
+
+// Peers receives the route changes this router makes, for its cluster
+// peers (gossip.Node). Share is called on owner loops: it must not block.
+type Peers interface {
+	Share(r wire.Route)
+}
+
+// SetPeers shares the route table's changes with p from now on. Call it
+// before the data plane starts (the loops read it without a lock). Any
+// goroutine.
+func (r *Router) SetPeers(p Peers) {
+	r.peers = p
+}
+
+// share sends one change of the owner's tree to the peers: keys and
+// bounds as inserted (keys are the job's, never written after dispatch;
+// bounds are copied). On the owner loop.
+func (r *Router) share(op wire.Op, keys []uint64, bounds []int, backendID, keep int) {
+	if r.peers == nil || len(keys) == 0 {
+		return
+	}
+	snap := r.up.Snapshot()
+	i := indexOfBackend(snap, backendID)
+	if i < 0 {
+		return // removed meanwhile
+	}
+	rt := wire.Route{Op: op, Backend: snap[i].Key, Keys: keys}
+	if op == wire.OpDemote {
+		rt.Keep = uint32(max(keep, 0))
+	}
+	if len(bounds) > 0 {
+		bs := make([]uint32, 0, len(bounds))
+		for _, b := range bounds {
+			if b > 0 && b < len(keys) {
+				bs = append(bs, uint32(b))
+			}
+		}
+		slices.Sort(bs)
+		rt.Bounds = slices.Compact(bs)
+	}
+	r.peers.Share(rt)
+}
+
+// remoteRoute is a peer's route change resolved to this router's backend.
+type remoteRoute struct {
+	wire.Route
+	backend int
+}
+
+// ApplyRemote applies peers' route changes (gossip.Table): inserts with
+// origin Remote, last used Age ago, and demotions, each on its owner
+// shard, one message per shard in the order given. unknown counts routes
+// naming a backend this router does not have (by identity key), dropped
+// those whose owner's mailbox was full. Any goroutine but a loop.
+func (r *Router) ApplyRemote(routes []wire.Route) (unknown, dropped int) {
+	snap := r.up.Snapshot()
+	byKey := make(map[uint64]int, len(snap))
+	for _, b := range snap {
+		byKey[b.Key] = b.ID
+	}
+	per := make([][]remoteRoute, len(r.shards))
+	for _, rt := range routes {
+		id, ok := byKey[rt.Backend]
+		if !ok || len(rt.Keys) == 0 {
+			unknown++
+			continue
+		}
+		o := int(rt.Keys[0] % uint64(len(r.shards)))
+		per[o] = append(per[o], remoteRoute{rt, id})
+	}
+	for o, rs := range per {
+		if len(rs) == 0 {
+			continue
+		}
+		sh := r.shards[o]
+		if !r.postTo(o, func() { r.applyRemote(sh, rs) }) {
+			dropped += len(rs)
+		}
+	}
+	return unknown, dropped
+}
+
+// applyRemote runs a batch of peers' changes on sh's loop.
+func (r *Router) applyRemote(sh *Shard, rs []remoteRoute) {
+	now := r.now()
+	var bounds []int
+	for _, rt := range rs {
+		switch rt.Op {
+		case wire.OpInsert:
+			bounds = bounds[:0]
+			for _, b := range rt.Bounds {
+				bounds = append(bounds, int(b))
+			}
+			used := max(now-int64(rt.Age)*int64(time.Millisecond), 0)
+			if err := sh.tree.Insert(rt.Keys, bounds, rt.backend, tree.Remote, used); err != nil {
+				r.m.learnErrors.Inc() // beyond tree.Config.MaxBackends, as a local learn
+				continue
+			}
+			sh.known[rt.backend] = true
+		case wire.OpDemote:
+			sh.tree.Demote(rt.Keys, rt.backend, int(rt.Keep), now)
+		}
+		r.m.remoteInserted.Inc()
+	}
+	sh.publish()
+}
+
+// Recent returns up to limit of the route tables' most recently used
+// routes (tree.Recent on every shard, limit split evenly), most recent
+// first, as OpInsert with their age. It waits for the loops until ctx
+// ends; a loop that does not answer in time adds nothing. Any goroutine
+// but a loop.
+func (r *Router) Recent(ctx context.Context, limit int) []wire.Route {
+	snap := r.up.Snapshot()
+	keyOf := make(map[int]uint64, len(snap))
+	for _, b := range snap {
+		keyOf[b.ID] = b.Key
+	}
+	per := max((limit+len(r.shards)-1)/len(r.shards), 1)
+	got := make(chan []wire.Route, len(r.shards))
+	asked := 0
+	for i, sh := range r.shards {
+		if r.postTo(i, func() {
+			select {
+			case got <- r.recent(sh, keyOf, per):
+			default: // cannot happen: one slot per shard, one send each
+			}
+		}) {
+			asked++
+		}
+	}
+	var out []wire.Route
+wait:
+	for range asked {
+		select {
+		case rs := <-got:
+			out = append(out, rs...)
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	slices.SortStableFunc(out, func(a, b wire.Route) int { return cmp.Compare(a.Age, b.Age) })
+	return out[:min(len(out), limit)]
+}
+
+// recent collects sh's most recent routes, copied. On sh's loop.
+func (r *Router) recent(sh *Shard, keyOf map[int]uint64, limit int) []wire.Route {
+	now := r.now()
+	var out []wire.Route
+	sh.tree.Recent(now, limit, 8*limit, func(keys []uint64, bounds []int, b int, _ tree.Origin, used int64) bool {
+		key, ok := keyOf[b]
+		if !ok {
+			return true // removed from the Set, not yet from the tree
+		}
+		bs := make([]uint32, len(bounds))
+		for i, v := range bounds {
+			bs[i] = uint32(v)
+		}
+		age := min((now-used)/int64(time.Millisecond), 1<<31)
+		out = append(out, wire.Route{Op: wire.OpInsert, Backend: key, Age: uint32(max(age, 0)), Keys: slices.Clone(keys), Bounds: bs})
+		return true
+	})
+	return out
+}
+
+// Load appends this router's own load per backend: requests in flight
+// and pending prefill tokens (gossip.Table). Any goroutine.
+func Load(set *backend.Set, dst []wire.Load) []wire.Load {
+	for _, b := range set.Snapshot() {
+		dst = append(dst, wire.Load{Backend: b.Key, InFlight: uint32(max(b.InFlight(), 0)), Prefill: uint64(max(b.PendingPrefill(), 0))})
+	}
+	return dst
+}
+
+// SetPeerLoad stores the peers' summed load on each backend of set
+// (gossip.Table); a backend missing from sum gets zero. Any goroutine.
+func SetPeerLoad(set *backend.Set, sum map[uint64]wire.Load) {
+	for _, b := range set.Snapshot() {
+		l := sum[b.Key]
+		b.SetPeerLoad(int64(l.InFlight), int64(l.Prefill))
+	}
+}
