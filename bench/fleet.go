@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"time"
 
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/gossip"
 )
 
 // LocalFleet runs simulated engines and saltus in this process: every run
@@ -17,6 +19,9 @@ type LocalFleet struct {
 	Sim    vllmsim.Config   // each engine's config
 	Serve  dataplane.Config // the router's; Reactor.Listen, Backends and Router.Policy are set per run
 	Logger *slog.Logger     // may be nil
+	// Routers > 1 starts that many routers per run in a cluster (gossip
+	// on loopback), the load spread over them in turn.
+	Routers int
 }
 
 type closers []func(context.Context) error
@@ -50,15 +55,63 @@ func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
 	return urls, cs, nil
 }
 
-// StartRouter starts saltus with policy over backends on a loopback port.
-func (f *LocalFleet) StartRouter(policy string, backends []string) (string, Closer, error) {
-	cfg := f.Serve
-	cfg.Reactor.Listen, cfg.Backends, cfg.Router.Policy = "127.0.0.1:0", backends, policy
-	s, err := StartSaltus(cfg, f.Logger)
-	if err != nil {
-		return "", nil, err
+// StartRouter starts saltus with policy over backends on a loopback port,
+// or Routers of them in a cluster (each on its own loopback ports, every
+// one joining the first), and returns once every router sees them all.
+func (f *LocalFleet) StartRouter(policy string, backends []string) ([]string, Closer, error) {
+	n := max(f.Routers, 1)
+	var urls []string
+	var cs closers
+	var nodes []*gossip.Node
+	var seed string
+	for i := range n {
+		cfg := f.Serve
+		cfg.Reactor.Listen, cfg.Backends, cfg.Router.Policy = "127.0.0.1:0", backends, policy
+		if n > 1 {
+			cfg.Cluster.Bind = "127.0.0.1:0"
+			cfg.Cluster.NodeName = fmt.Sprintf("router-%d", i)
+			if seed != "" {
+				cfg.Cluster.Join = []string{seed}
+			}
+		}
+		s, err := StartSaltus(cfg, f.Logger)
+		if err != nil {
+			_ = cs.Close(context.Background()) // the start's error is the one to report
+			return nil, nil, fmt.Errorf("router %d: %w", i, err)
+		}
+		cs = append(cs, s.Close)
+		urls = append(urls, "http://"+s.Addr)
+		if c := s.path.Cluster; c != nil {
+			nodes = append(nodes, c)
+			if seed == "" {
+				seed = c.Addr()
+			}
+		}
 	}
-	return "http://" + s.Addr, closers{s.Close}, nil
+	if err := waitMembers(nodes, n); err != nil {
+		_ = cs.Close(context.Background()) // the wait's error is the one to report
+		return nil, nil, err
+	}
+	return urls, cs, nil
+}
+
+// clusterWait bounds how long a benchmark's routers take to meet.
+const clusterWait = 10 * time.Second
+
+// waitMembers waits until every node sees n alive members.
+func waitMembers(nodes []*gossip.Node, n int) error {
+	deadline := time.Now().Add(clusterWait)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for _, c := range nodes {
+		for c.Members() != n {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("router %s sees %d of %d routers after %v", c.Name(), c.Members(), n, clusterWait)
+			}
+			<-t.C
+		}
+	}
+	return nil
 }
 
 // RemoteFleet uses engines that run elsewhere (real vLLM or `saltus sim`
@@ -82,9 +135,9 @@ func (f *RemoteFleet) StartEngines(int) ([]string, Closer, error) {
 }
 
 // StartRouter starts saltus over the engines, or returns Target.
-func (f *RemoteFleet) StartRouter(policy string, backends []string) (string, Closer, error) {
+func (f *RemoteFleet) StartRouter(policy string, backends []string) ([]string, Closer, error) {
 	if f.Target != "" {
-		return f.Target, closers{}, nil
+		return []string{f.Target}, closers{}, nil
 	}
 	return f.Local.StartRouter(policy, backends)
 }

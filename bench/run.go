@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/saltus-lb/saltus/bench/workload"
@@ -32,9 +33,9 @@ type Closer interface {
 type Fleet interface {
 	// StartEngines starts n engines and returns their base URLs.
 	StartEngines(n int) ([]string, Closer, error)
-	// StartRouter starts a router with policy over backends and returns
-	// its base URL.
-	StartRouter(policy string, backends []string) (string, Closer, error)
+	// StartRouter starts a router with policy over backends (or a
+	// cluster of routers sharing routes) and returns their base URLs.
+	StartRouter(policy string, backends []string) ([]string, Closer, error)
 }
 
 // RunConfig is one benchmark invocation.
@@ -113,19 +114,19 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 		return Summary{}, nil, fmt.Errorf("engines: %w", err)
 	}
 	defer closeQuietly(engines)
-	routerURL, router, err := fleet.StartRouter(policy, urls)
+	routerURLs, router, err := fleet.StartRouter(policy, urls)
 	if err != nil {
 		return Summary{}, nil, fmt.Errorf("router: %w", err)
 	}
 	defer closeQuietly(router)
 
 	samples := Drive(ctx, DriveConfig{
-		URL: routerURL, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
+		URLs: routerURLs, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
 		Progress: cfg.Progress, Label: wl.Name() + " " + policy, TimeScale: cfg.TimeScale,
 	}, wl)
 	sum := Summarize(wl.Name(), policy, urls, samples)
 	if cfg.OverheadPairs > 0 {
-		oh, err := MeasureOverhead(ctx, routerURL, cfg.OverheadPairs, cfg.Model)
+		oh, err := MeasureOverhead(ctx, routerURLs[0], cfg.OverheadPairs, cfg.Model)
 		if err != nil && cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, "%s %s: router overhead not measured: %v\n", wl.Name(), policy, err)
 		}
@@ -142,7 +143,11 @@ func closeQuietly(c Closer) {
 
 // DriveConfig is one load run against a router (or an engine).
 type DriveConfig struct {
-	URL      string // base URL, e.g. http://127.0.0.1:8080
+	// URLs are the routers' base URLs, e.g. http://127.0.0.1:8080; with
+	// several, requests go to them in turn (round robin over every
+	// user's requests), as a TCP balancer in front of router replicas
+	// spreads them.
+	URLs     []string
 	Users    int
 	Duration time.Duration
 	Model    string
@@ -152,7 +157,7 @@ type DriveConfig struct {
 	TimeScale float64
 }
 
-// Drive runs cfg.Users closed-loop users of wl against cfg.URL for
+// Drive runs cfg.Users closed-loop users of wl against cfg.URLs for
 // cfg.Duration and returns every request's sample. Requests in flight when
 // the time is up are cut and not counted.
 func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
@@ -166,6 +171,7 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 
 	var mu sync.Mutex
 	var samples []Sample
+	var turn atomic.Uint64 // the next request's router
 	g := rules.NewGroup(ctx)
 	for i := range cfg.Users {
 		u := wl.NewUser(i)
@@ -194,7 +200,8 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 				}
 				path, body := requestBody(req, model)
 				at := time.Since(start)
-				o := client.Do(ctx, cfg.URL+path, body)
+				url := cfg.URLs[int((turn.Add(1)-1)%uint64(len(cfg.URLs)))]
+				o := client.Do(ctx, url+path, body)
 				if ctx.Err() != nil {
 					return // cut by the end of the run: not a sample
 				}

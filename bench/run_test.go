@@ -78,7 +78,7 @@ func (f *fakeFleet) StartEngines(n int) ([]string, Closer, error) {
 }
 
 // StartRouter "routes" everything to the first engine, 20 ms late.
-func (f *fakeFleet) StartRouter(policy string, backends []string) (string, Closer, error) {
+func (f *fakeFleet) StartRouter(policy string, backends []string) ([]string, Closer, error) {
 	target, _ := url.Parse(backends[0])
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
@@ -86,7 +86,7 @@ func (f *fakeFleet) StartRouter(policy string, backends []string) (string, Close
 		time.Sleep(20 * time.Millisecond)
 		rp.ServeHTTP(w, r)
 	}))
-	return srv.URL, closerFunc(func(context.Context) error { srv.Close(); return nil }), nil
+	return []string{srv.URL}, closerFunc(func(context.Context) error { srv.Close(); return nil }), nil
 }
 
 // chatWorkload: every user repeats one system prompt and appends replies.

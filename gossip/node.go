@@ -204,6 +204,10 @@ func (n *Node) numNodes() int {
 	return 1
 }
 
+// Members is the number of alive members, this node included. Any
+// goroutine.
+func (n *Node) Members() int { return n.ml.NumMembers() }
+
 // Name is this node's name in the cluster. Any goroutine.
 func (n *Node) Name() string { return n.name }
 

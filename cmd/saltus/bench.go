@@ -40,6 +40,7 @@ type benchOptions struct {
 	sim           vllmsim.Config
 	simf          simFlags
 	shards        int
+	routers       int
 	// The prefix policy's knobs and the engine scrape of each saltus
 	// started (dataplane.Config's): to tune and compare them.
 	scrape     time.Duration
@@ -75,6 +76,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.BoolVar(&o.samples, "samples", false, "also write samples.jsonl into --out: one JSON line per request (workload, policy, sent at, TTFT, latency, tokens, cached tokens, backend, class, error; simulated time)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
+	fs.IntVar(&o.routers, "routers", 1, "saltus routers per run, `count`, 1–16: more than one run as a cluster (--cluster-bind on loopback, sharing routes and load) and the requests go to them in turn, as behind a TCP load balancer")
 	d := dataplane.DefaultConfig()
 	fs.DurationVar(&o.scrape, "scrape-interval", -1, "real `time` between saltus's scrapes of each engine's /metrics (waiting and running requests, KV usage and capacity: policy prefix's inputs); 0: off; -1: 1 s of simulated time (1s / --speedup, at least 10ms), as saltus serve's default of 1s on real engines")
 	fs.Float64Var(&o.loadSlack, "load-slack", d.Router.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
@@ -136,7 +138,13 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
 		}
 	}
-	local := bench.LocalFleet{Sim: o.sim, Serve: serve, Logger: logger}
+	if o.routers < 1 || o.routers > 16 {
+		return bench.RunConfig{}, nil, fmt.Errorf("routers: want 1 to 16, got %d", o.routers)
+	}
+	if o.routers > 1 && o.target != "" {
+		return bench.RunConfig{}, nil, errors.New("routers: --target measures one running router; start a cluster of saltus serve and name one")
+	}
+	local := bench.LocalFleet{Sim: o.sim, Serve: serve, Logger: logger, Routers: o.routers}
 	var fleet bench.Fleet = &local
 	if len(o.engines) > 0 || o.target != "" {
 		fleet = &bench.RemoteFleet{Engines: o.engines, Target: o.target, Local: local}
@@ -198,6 +206,9 @@ func (o *benchOptions) setup() map[string]string {
 	}
 	if iv := o.scrapeInterval(); iv > 0 && o.target == "" {
 		m["engine scrape"] = "every " + iv.String() + " (real time) by each saltus started"
+	}
+	if o.routers > 1 {
+		m["routers"] = fmt.Sprintf("%d saltus in a cluster (gossip on loopback), requests sent to them in turn", o.routers)
 	}
 	if o.target != "" {
 		delete(m, "engine scrape")
