@@ -40,9 +40,10 @@ type Table interface {
 	Recent(ctx context.Context, limit int) []wire.Route
 	// Load appends this router's own load per backend. Any goroutine.
 	Load(dst []wire.Load) []wire.Load
-	// SetPeerLoad replaces the peers' load: the sum of their latest
-	// reports per backend key; a backend not in sum has none. Any
-	// goroutine.
+	// SetPeerLoad replaces the peers' load per backend key, from their
+	// latest reports: in-flight and prefill summed, footprint and pinned
+	// the largest (backend.PeerLoad says why); a backend not in sum has
+	// none. Any goroutine.
 	SetPeerLoad(sum map[uint64]wire.Load)
 }
 
@@ -332,7 +333,7 @@ func (n *Node) expireLoads(now time.Time) {
 	n.table.SetPeerLoad(sum)
 }
 
-// sumLocked is the peers' live load per backend key.
+// sumLocked is the peers' live load per backend key (Table.SetPeerLoad).
 func (n *Node) sumLocked() map[uint64]wire.Load {
 	sum := map[uint64]wire.Load{}
 	for _, p := range n.peers {
@@ -341,6 +342,8 @@ func (n *Node) sumLocked() map[uint64]wire.Load {
 			s.Backend = l.Backend
 			s.InFlight += l.InFlight
 			s.Prefill += l.Prefill
+			s.Footprint = max(s.Footprint, l.Footprint)
+			s.Pinned = max(s.Pinned, l.Pinned)
 			sum[l.Backend] = s
 		}
 	}

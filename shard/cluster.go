@@ -190,11 +190,13 @@ func (r *Router) recent(sh *Shard, keyOf map[int]uint64, limit int) []wire.Route
 	return out
 }
 
-// Load appends this router's own load per backend: requests in flight
-// and pending prefill tokens (gossip.Table). Any goroutine.
+// Load appends this router's own load per backend: requests in flight,
+// pending prefill, footprint and pinned tokens (gossip.Table). Any
+// goroutine.
 func Load(set *backend.Set, dst []wire.Load) []wire.Load {
 	for _, b := range set.Snapshot() {
-		dst = append(dst, wire.Load{Backend: b.Key, InFlight: uint32(max(b.InFlight(), 0)), Prefill: uint64(max(b.PendingPrefill(), 0))})
+		dst = append(dst, wire.Load{Backend: b.Key, InFlight: uint32(max(b.InFlight(), 0)), Prefill: uint64(max(b.PendingPrefill(), 0)),
+			Footprint: uint64(max(b.Footprint(), 0)), Pinned: uint64(max(b.Pinned(), 0))})
 	}
 	return dst
 }
@@ -204,6 +206,7 @@ func Load(set *backend.Set, dst []wire.Load) []wire.Load {
 func SetPeerLoad(set *backend.Set, sum map[uint64]wire.Load) {
 	for _, b := range set.Snapshot() {
 		l := sum[b.Key]
-		b.SetPeerLoad(int64(l.InFlight), int64(l.Prefill))
+		b.SetPeerLoad(backend.PeerLoad{InFlight: int64(l.InFlight), Prefill: int64(min(l.Prefill, 1<<62)),
+			Footprint: int64(min(l.Footprint, 1<<62)), Pinned: int64(min(l.Pinned, 1<<62))})
 	}
 }

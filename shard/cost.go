@@ -646,9 +646,9 @@ func checkCostConfig(c Config) []error {
 func costInputs(v *view, b *backend.Backend) {
 	m := b.Prefill()
 	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
-	_, peer := b.PeerLoad()
-	v.pending = b.PendingPrefill() + peer // the cluster's, as the in-flight count (liveState)
-	v.foot, v.pinned = b.Footprint(), b.Pinned()
+	peer := b.PeerLoad() // the cluster's load, as the in-flight count (liveState)
+	v.pending = b.PendingPrefill() + peer.Prefill
+	v.foot, v.pinned = max(b.Footprint(), peer.Footprint), max(b.Pinned(), peer.Pinned)
 	v.slots, v.service = b.Slots(), b.Service().Seconds()
 	if e, ok := b.Engine(); ok {
 		v.engine, v.waiting, v.running, v.kvUsage, v.kvCap = true, e.Waiting, e.Running, e.KVUsage, e.KVTokens

@@ -58,8 +58,7 @@ type backendState func(b *backend.Backend) (inFlight int64, routable bool)
 // liveState is the fleet's load: this router's requests in flight plus
 // those its cluster peers last reported (zero without a cluster).
 func liveState(b *backend.Backend) (int64, bool) {
-	peer, _ := b.PeerLoad()
-	return b.InFlight() + peer, b.Routable()
+	return b.InFlight() + b.PeerLoad().InFlight, b.Routable()
 }
 
 // Header names the Router adds to every routed answer.

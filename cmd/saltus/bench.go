@@ -20,6 +20,7 @@ import (
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/bench/workload"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/shard"
 )
 
@@ -133,6 +134,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	serve.Tokenizer, serve.Router.ChatTemplate, serve.Router.BlockSize, serve.Reactor.Loops = o.sim.Tokenizer, o.sim.ChatTemplate, o.sim.BlockSize, o.shards
 	serve.Backend.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
 	serve.Backend.ScrapeInterval, serve.Router.LoadSlack, serve.Router.LoadTokens = o.scrapeInterval(), o.loadSlack, o.loadTokens
+	o.scaleCluster(&serve.Cluster)
 	for _, p := range pols {
 		if !slices.Contains(shard.Policies(), p) {
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
@@ -191,6 +193,23 @@ func (o *benchOptions) scrapeInterval() time.Duration {
 	return max(time.Duration(float64(time.Second)/sp), 10*time.Millisecond)
 }
 
+// scaleCluster divides the cluster's real-time periods (route batches,
+// gossip, load reports) by the engines' speedup, as the scrape's: the
+// simulated engines run --speedup times faster, so the routers must share
+// that much faster for a route or a load report to be as fresh, in the
+// engines' time, as serve's defaults make it on real engines.
+func (o *benchOptions) scaleCluster(c *gossip.Config) {
+	sp := o.sim.Speedup
+	if len(o.engines) > 0 || sp <= 0 {
+		sp = 1 // running engines keep real time
+	}
+	scale := func(d, floor time.Duration) time.Duration { return max(time.Duration(float64(d)/sp), floor) }
+	c.BatchInterval = scale(c.BatchInterval, time.Millisecond)
+	c.GossipInterval = scale(c.GossipInterval, 5*time.Millisecond)
+	c.LoadInterval = scale(c.LoadInterval, 10*time.Millisecond)
+	c.LoadTTL = 4 * c.LoadInterval
+}
+
 func (o *benchOptions) setup() map[string]string {
 	m := map[string]string{
 		"engines":          fmt.Sprint(o.backends),
@@ -208,7 +227,10 @@ func (o *benchOptions) setup() map[string]string {
 		m["engine scrape"] = "every " + iv.String() + " (real time) by each saltus started"
 	}
 	if o.routers > 1 {
-		m["routers"] = fmt.Sprintf("%d saltus in a cluster (gossip on loopback), requests sent to them in turn", o.routers)
+		c := gossip.DefaultConfig()
+		o.scaleCluster(&c)
+		m["routers"] = fmt.Sprintf("%d saltus in a cluster (gossip on loopback; route batches every %v, load reports every %v real time: serve's defaults / speedup), requests sent to them in turn",
+			o.routers, c.BatchInterval, c.LoadInterval)
 	}
 	if o.target != "" {
 		delete(m, "engine scrape")

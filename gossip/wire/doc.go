@@ -25,7 +25,7 @@
 //	         uvarint total | uvarint nkeys | nkeys × key (8 bytes) |
 //	         if part == 0: uvarint nbounds | nbounds × uvarint (the first bound,
 //	         then each bound minus the one before it)
-//	load     backend (8 bytes) | uvarint in-flight | uvarint prefill
+//	load     backend (8 bytes) | uvarint in-flight | uvarint prefill | uvarint footprint | uvarint pinned
 //
 // [KindRoutes] and [KindLoad] are broadcast in memberlist's UDP gossip, so
 // a message must fit one packet: a [Batcher] packs routes into messages no

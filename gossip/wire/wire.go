@@ -81,6 +81,12 @@ type Load struct {
 	Backend  uint64 // identity hash
 	InFlight uint32 // requests this node has in flight to the backend
 	Prefill  uint64 // prompt tokens this node sent that the backend has not started answering (pending prefill)
+	// Footprint and Pinned: prompt tokens of the prefixes this node's
+	// requests use on the backend, and of those its requests in flight
+	// hold in the backend's KV cache (the prefix policy's eviction and
+	// KV-room inputs).
+	Footprint uint64
+	Pinned    uint64
 }
 
 // Header is what every message starts with.
@@ -107,7 +113,7 @@ type Message struct {
 // Retention ceilings: a Message that held more than this after one Decode
 // (a large push-pull snapshot) lets the next Decode drop that storage
 // instead of keeping it at its high-water mark. Each is far above what a
-// broadcast of ~1,300 bytes needs (at most 162 keys, 59 routes, 130 loads).
+// broadcast of ~1,300 bytes needs (at most 162 keys, 59 routes, 108 loads).
 const (
 	retainRoutes = 1 << 12 // ~400 KiB of Route values
 	retainLoads  = 1 << 14 // 384 KiB
@@ -120,7 +126,7 @@ const (
 // a load record at least backend, in-flight and prefill.
 const (
 	minRouteBytes = 1 + 8 + 1 + 1 + 1 + 1 + 8 + 1
-	minLoadBytes  = 8 + 1 + 1
+	minLoadBytes  = 8 + 1 + 1 + 1 + 1
 )
 
 // headerLen is the encoded size of a header with a node name of n bytes.
@@ -160,6 +166,8 @@ func AppendMessage(dst []byte, m *Message) []byte {
 			dst = binary.LittleEndian.AppendUint64(dst, l.Backend)
 			dst = binary.AppendUvarint(dst, uint64(l.InFlight))
 			dst = binary.AppendUvarint(dst, l.Prefill)
+			dst = binary.AppendUvarint(dst, l.Footprint)
+			dst = binary.AppendUvarint(dst, l.Pinned)
 		}
 	}
 	return dst
@@ -562,6 +570,12 @@ func (d *decoder) loads(m *Message) error {
 		}
 		l.InFlight = uint32(inFlight)
 		if l.Prefill, err = d.uvarint("prefill", math.MaxUint64); err != nil {
+			return err
+		}
+		if l.Footprint, err = d.uvarint("footprint", math.MaxUint64); err != nil {
+			return err
+		}
+		if l.Pinned, err = d.uvarint("pinned", math.MaxUint64); err != nil {
 			return err
 		}
 	}

@@ -272,7 +272,7 @@ func TestDecodeMalformed(t *testing.T) {
 	f("huge route count", cat(hdr(KindRoutes), uv(1<<40)), ErrMalformed, "route count")
 	f("route count over the bytes", cat(hdr(KindRoutes), uv(2), make([]byte, 40)), ErrMalformed, "route count 2 above 1")
 	f("huge load count", cat(hdr(KindLoad), uv(math.MaxUint64), make([]byte, 30)), ErrMalformed, "load count")
-	f("load count over the bytes", cat(hdr(KindLoad), uv(4), make([]byte, 30)), ErrMalformed, "load count 4 above 3")
+	f("load count over the bytes", cat(hdr(KindLoad), uv(4), make([]byte, 36)), ErrMalformed, "load count 4 above 3")
 	f("state load count", cat(hdr(KindState), uv(0), uv(2), make([]byte, 10)), ErrMalformed, "load count")
 	f("nkeys over the bytes", routes1(cat([]byte{byte(OpInsert)}, u64(1), uv(0), uv(1), uv(9), uv(9), make([]byte, 14))), ErrMalformed, "nkeys 9 above 1")
 	f("nbounds over total", routes1(rec(OpInsert, 0, 1, nil, 2, 2, uv(3), uv(1), uv(1), uv(1))), ErrMalformed, "nbounds 3 above 2")
@@ -300,15 +300,16 @@ func TestDecodeMalformed(t *testing.T) {
 	f("bound truncated", routes1(rec(OpInsert, 0, 1, nil, 4, 4, uv(2), uv(3), []byte{0x80})), ErrMalformed, "bound truncated")
 
 	// Load fields.
-	f("in-flight over 32 bits", cat(hdr(KindLoad), uv(1), u64(1), uv(1<<32), uv(0)), ErrMalformed, "load 0: in-flight 4294967296 above")
-	f("prefill truncated", cat(hdr(KindLoad), uv(1), u64(1), []byte{0x80, 0x01}), ErrMalformed, "load 0: prefill truncated")
+	f("in-flight over 32 bits", cat(hdr(KindLoad), uv(1), u64(1), uv(1<<32), uv(0), uv(0), uv(0)), ErrMalformed, "load 0: in-flight 4294967296 above")
+	f("prefill truncated", cat(hdr(KindLoad), uv(1), u64(1), uv(1), []byte{0x80, 0x80, 0x80}), ErrMalformed, "load 0: prefill truncated")
+	f("pinned truncated", cat(hdr(KindLoad), uv(1), u64(1), uv(1), uv(1), uv(1), []byte{0x80}), ErrMalformed, "load 0: pinned truncated")
 
 	// Varints.
 	overflow11 := bytes.Repeat([]byte{0xff}, 11)
 	f("uvarint of 11 bytes", cat(hdr(KindRoutes), overflow11), ErrMalformed, "route count: uvarint overflows 64 bits")
-	f("uvarint over 64 bits", cat(hdr(KindLoad), uv(1), u64(1), uv(1), bytes.Repeat([]byte{0xff}, 9), []byte{0x02}), ErrMalformed, "prefill: uvarint overflows")
+	f("uvarint over 64 bits", cat(hdr(KindLoad), uv(1), u64(1), uv(1), bytes.Repeat([]byte{0xff}, 9), []byte{0x02}, uv(0), uv(0)), ErrMalformed, "prefill: uvarint overflows")
 	f("uvarint not shortest", cat(hdr(KindRoutes), []byte{0x80, 0x00}), ErrMalformed, "not in its shortest form")
-	f("prefill of 64 bits is fine but trailing", cat(hdr(KindLoad), uv(1), u64(1), uv(1), uv(math.MaxUint64), []byte{1}), ErrMalformed, "1 trailing")
+	f("prefill of 64 bits is fine but trailing", cat(hdr(KindLoad), uv(1), u64(1), uv(1), uv(math.MaxUint64), uv(0), uv(0), []byte{1}), ErrMalformed, "1 trailing")
 }
 
 // Decode copies: the decoded slices never alias the input, and a route's

@@ -29,24 +29,30 @@ func IdentityKey(identity string) uint64 {
 	return h.Sum64()
 }
 
-// peerLoad is the load the cluster's other routers report on a backend,
-// summed over the live ones; set by the gossip goroutine, read by every
-// decision.
+// PeerLoad is the load the cluster's other routers report on a backend:
+// their requests in flight and pending prefill tokens, summed, and the
+// largest footprint and pinned tokens one of them counts (each router
+// counts a prefix in use once, and the routers of a cluster share the
+// hot ones: a sum would count those once per router).
+type PeerLoad struct {
+	InFlight, Prefill, Footprint, Pinned int64
+}
+
+// peerLoad is set by the gossip goroutine, read by every decision.
 type peerLoad struct {
-	inFlight atomic.Int64
-	prefill  atomic.Int64
+	inFlight, prefill, footprint, pinned atomic.Int64
 }
 
-// PeerLoad is the other routers' requests in flight to b and the prompt
-// tokens they sent b that it has not started answering: zero without a
+// PeerLoad is what the other routers last reported on b: zero without a
 // cluster. Any goroutine.
-func (b *Backend) PeerLoad() (inFlight, prefill int64) {
-	return b.peer.inFlight.Load(), b.peer.prefill.Load()
+func (b *Backend) PeerLoad() PeerLoad {
+	return PeerLoad{b.peer.inFlight.Load(), b.peer.prefill.Load(), b.peer.footprint.Load(), b.peer.pinned.Load()}
 }
 
-// SetPeerLoad replaces the peers' load on b (the sum of their latest
-// reports). Any goroutine.
-func (b *Backend) SetPeerLoad(inFlight, prefill int64) {
-	b.peer.inFlight.Store(inFlight)
-	b.peer.prefill.Store(prefill)
+// SetPeerLoad replaces the peers' load on b. Any goroutine.
+func (b *Backend) SetPeerLoad(l PeerLoad) {
+	b.peer.inFlight.Store(l.InFlight)
+	b.peer.prefill.Store(l.Prefill)
+	b.peer.footprint.Store(l.Footprint)
+	b.peer.pinned.Store(l.Pinned)
 }
