@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -109,15 +110,7 @@ func (n *Node) Status() Status {
 	s.Lag.P99MS = ms(n.lags.quantile(0.99))
 	s.Lag.MaxMS = ms(n.lags.max)
 	n.mu.Unlock()
-	slices.SortFunc(s.Members[1:], func(a, b Member) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.Members[1:], func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
 	s.Routes.Sent = n.m.routesSent.Get()
 	s.Routes.Received = n.m.routesReceived.Get()
 	s.Routes.Dropped = map[string]uint64{}

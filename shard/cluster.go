@@ -71,8 +71,14 @@ func (r *Router) share(op wire.Op, keys []uint64, bounds []int, backendID, keep 
 // remoteRoute is a peer's route change resolved to this router's backend.
 type remoteRoute struct {
 	wire.Route
-	backend int
+	b *backend.Backend
 }
+
+// freshRemote is the age below which a peer's insert is one of its
+// requests being sent (a pending route, or a learn at its first byte),
+// not a route it knew for long (a snapshot's): its footprint is recorded
+// here too.
+const freshRemote = time.Second
 
 // ApplyRemote applies peers' route changes (gossip.Table): inserts with
 // origin Remote, last used Age ago, and demotions, each on its owner
@@ -81,19 +87,19 @@ type remoteRoute struct {
 // those whose owner's mailbox was full. Any goroutine but a loop.
 func (r *Router) ApplyRemote(routes []wire.Route) (unknown, dropped int) {
 	snap := r.up.Snapshot()
-	byKey := make(map[uint64]int, len(snap))
+	byKey := make(map[uint64]*backend.Backend, len(snap))
 	for _, b := range snap {
-		byKey[b.Key] = b.ID
+		byKey[b.Key] = b
 	}
 	per := make([][]remoteRoute, len(r.shards))
 	for _, rt := range routes {
-		id, ok := byKey[rt.Backend]
+		b, ok := byKey[rt.Backend]
 		if !ok || len(rt.Keys) == 0 {
 			unknown++
 			continue
 		}
 		o := int(rt.Keys[0] % uint64(len(r.shards)))
-		per[o] = append(per[o], remoteRoute{rt, id})
+		per[o] = append(per[o], remoteRoute{rt, b})
 	}
 	for o, rs := range per {
 		if len(rs) == 0 {
@@ -118,14 +124,18 @@ func (r *Router) applyRemote(sh *Shard, rs []remoteRoute) {
 			for _, b := range rt.Bounds {
 				bounds = append(bounds, int(b))
 			}
-			used := max(now-int64(rt.Age)*int64(time.Millisecond), 0)
-			if err := sh.tree.Insert(rt.Keys, bounds, rt.backend, tree.Remote, used); err != nil {
+			age := time.Duration(rt.Age) * time.Millisecond
+			used := max(now-int64(age), 0)
+			if err := sh.tree.Insert(rt.Keys, bounds, rt.b.ID, tree.Remote, used); err != nil {
 				r.m.learnErrors.Inc() // beyond tree.Config.MaxBackends, as a local learn
 				continue
 			}
-			sh.known[rt.backend] = true
+			sh.known[rt.b.ID] = true
+			if age < freshRemote && r.pol.kind == kindPrefix {
+				r.touchRemote(sh, rt, used)
+			}
 		case wire.OpDemote:
-			sh.tree.Demote(rt.Keys, rt.backend, int(rt.Keep), now)
+			sh.tree.Demote(rt.Keys, rt.b.ID, int(rt.Keep), now)
 		}
 		r.m.remoteInserted.Inc()
 	}
@@ -209,4 +219,23 @@ func SetPeerLoad(set *backend.Set, sum map[uint64]wire.Load) {
 		b.SetPeerLoad(backend.PeerLoad{InFlight: int64(l.InFlight), Prefill: int64(min(l.Prefill, 1<<62)),
 			Footprint: int64(min(l.Footprint, 1<<62)), Pinned: int64(min(l.Pinned, 1<<62))})
 	}
+}
+
+// touchRemote records a peer's request in sh's footprints as if this
+// router had sent it (footprint.go): its group's home and its backend's
+// footprint then follow the whole cluster's decisions, and the group
+// counts as in flight there (view.shared: the next request of the group
+// needs KV room only for its tail) for about one answer's time, since
+// the peer's request is not pinned here. On sh's loop.
+func (r *Router) touchRemote(sh *Shard, rt remoteRoute, used int64) {
+	e := sh.foot.touch(rt.Keys, rt.b, int64(len(rt.Keys)*r.cfg.BlockSize), used)
+	if e == nil {
+		r.m.footFull.Inc()
+		return
+	}
+	service := rt.b.Service()
+	if service <= 0 {
+		service = time.Second // not yet learned: one short answer
+	}
+	e.remoteUntil = max(e.remoteUntil, used+int64(service))
 }

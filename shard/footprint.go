@@ -58,6 +58,9 @@ type footEntry struct {
 	last    int64            // the router clock of the last use
 	uses    uint32
 	counted bool // tokens are in b's Footprint
+	// remoteUntil: a peer router's request of the group is taken to be
+	// in flight on b until then (router clock; cluster.go). Owner loop.
+	remoteUntil int64
 	// pin: the group's requests in flight on b (the bits from pinShift
 	// up) and the base tokens they pin there while any is (below).
 	pin atomic.Uint64
@@ -192,7 +195,7 @@ func (f *footprints) sweep(now int64, budget int) {
 			return
 		}
 		budget--
-		if now-e.last > f.window && !e.busy() {
+		if now-e.last > f.window && !e.busy() && now >= e.remoteUntil {
 			f.uncount(e)
 			delete(f.m, k)
 		}
@@ -234,7 +237,7 @@ func (f *footprints) scan(keys []uint64, bs []view, now int64) int {
 		if e == nil {
 			continue
 		}
-		bs[i].shared = e.busy()
+		bs[i].shared = e.busy() || now < e.remoteUntil
 		if now-e.last <= f.window && (h < 0 || e.last > last) {
 			h, last = i, e.last
 		}

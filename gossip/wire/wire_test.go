@@ -439,14 +439,7 @@ func TestBatcherSmallRoutes(t *testing.T) {
 		}
 	}
 	got := decodeAll(t, "router-1", msgs, sent)
-	if len(got) != len(want) {
-		t.Fatalf("%d routes, want %d", len(got), len(want))
-	}
-	for i := range got {
-		if d := diffRoute(&got[i], &want[i]); d != "" {
-			t.Fatalf("route %d: %s", i, d)
-		}
-	}
+	sameRoutes(t, got, want)
 }
 
 // A route too long for one message travels in parts that a Reassembler
@@ -589,14 +582,7 @@ func TestBatcherSanitizes(t *testing.T) {
 		whole(OpDemote, 3, 4, chain(2, 4), nil),
 		whole(OpInsert, 4, 0, chain(3, 4), nil),
 	}
-	if len(got) != len(want) {
-		t.Fatalf("%d routes, want %d", len(got), len(want))
-	}
-	for i := range got {
-		if d := diffRoute(&got[i], &want[i]); d != "" {
-			t.Errorf("route %d: %s", i, d)
-		}
-	}
+	sameRoutes(t, got, want)
 }
 
 func TestBatcherPanics(t *testing.T) {
@@ -797,4 +783,17 @@ func TestReassemblerPanics(t *testing.T) {
 	}
 	f("maxPending 0", func() { NewReassembler(0, time.Second) })
 	f("timeout 0", func() { NewReassembler(1, 0) })
+}
+
+// sameRoutes fails t unless got and want hold the same routes in order.
+func sameRoutes(t *testing.T, got, want []Route) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d routes, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if d := diffRoute(&got[i], &want[i]); d != "" {
+			t.Errorf("route %d: %s", i, d)
+		}
+	}
 }
