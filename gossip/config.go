@@ -78,9 +78,11 @@ type Config struct {
 	GossipNodes int
 
 	// LoadInterval is how often this router reports its per-backend load
-	// (requests in flight, pending prefill tokens). Default 250ms (the
-	// issue's bound), so a decision sees the fleet's load at most ~300 ms
-	// old.
+	// (requests in flight, pending prefill, footprint and pinned tokens)
+	// through the broadcast queue, whether or not it changed. Default
+	// 250ms (the bound). Besides, a load that changed is sent at
+	// once to every peer each BatchInterval (Node.sendLoadChange), so a
+	// decision sees the fleet's load about one BatchInterval old.
 	LoadInterval time.Duration
 	// LoadTTL drops a peer's load report not refreshed for this long, so
 	// a peer that died stops counting before memberlist declares it dead.

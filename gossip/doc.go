@@ -25,7 +25,8 @@
 // TransmitLimitedQueue (bounded here by Config.QueueLimit, the most
 // retransmitted pruned first, counted), piggybacked on its gossip every
 // Config.GossipInterval to Config.GossipNodes random peers; a newer report
-// replaces an older one still queued. Each node sums its live peers' latest reports per
+// replaces an older one still queued. A load that changed is also sent at
+// once to every peer, checked every Config.BatchInterval. Each node sums its live peers' latest reports per
 // backend into backend.Backend's peer load, which the routing policy adds
 // to its own. A peer that leaves or dies is dropped at once (memberlist's
 // leave event), and a report not refreshed within Config.LoadTTL expires

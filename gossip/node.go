@@ -73,8 +73,9 @@ type Node struct {
 	closed atomic.Bool
 
 	// Owned by the batch goroutine (run).
-	batcher *wire.Batcher
-	loadBuf []wire.Load
+	batcher  *wire.Batcher
+	loadBuf  []wire.Load
+	lastLoad []wire.Load // the load last sent to the peers
 
 	mu    sync.Mutex // guards the fields below (memberlist's goroutines and run)
 	peers map[string]*peer
@@ -92,6 +93,7 @@ type peer struct {
 	routesIn    uint64    // routes received from it
 	load        []wire.Load
 	loadAt      time.Time // zero: no live report
+	loadSent    int64     // the report's Sent (its sender's clock, ms)
 }
 
 // Start joins (or starts) the cluster cfg describes and shares table's
@@ -260,6 +262,7 @@ func (n *Node) run(ctx context.Context) {
 			n.add(r)
 		case now := <-batch.C:
 			n.batcher.Flush(now, n.emit)
+			n.sendLoadChange(now)
 		case now := <-load.C:
 			n.sendLoad(now)
 			n.expireLoads(now)
@@ -283,6 +286,11 @@ func (n *Node) add(r wire.Route) {
 // GossipInterval says why not through the broadcast queue). Owned by run.
 func (n *Node) emit(msg []byte) {
 	n.m.messagesSent[kindRoutes].Inc()
+	n.sendAll(msg)
+}
+
+// sendAll sends msg to every alive or suspect peer, one UDP packet each.
+func (n *Node) sendAll(msg []byte) {
 	for _, m := range n.ml.Members() {
 		if m.Name == n.name || (m.State != memberlist.StateAlive && m.State != memberlist.StateSuspect) {
 			continue // a suspect may well be alive: it gets the message
@@ -312,6 +320,24 @@ func (n *Node) sendLoad(now time.Time) {
 	n.queue.QueueBroadcast(loadBroadcast(msg))
 	n.m.messagesSent[kindLoad].Inc()
 	n.bound()
+}
+
+// sendLoadChange sends this node's load at once to every peer when it
+// changed since it was last sent, checked every BatchInterval: the
+// periodic report (sendLoad) is up to LoadInterval old, and on a router
+// taking a request every few milliseconds its peers then decide on a
+// load missing the requests sent since (three routers on stress, 60 s:
+// P99 TTFT 592 ms, against 476 ms with reports 5 times as often and 299
+// ms for one router alone). Owned by run.
+func (n *Node) sendLoadChange(now time.Time) {
+	n.loadBuf = n.table.Load(n.loadBuf[:0])
+	if slices.Equal(n.loadBuf, n.lastLoad) {
+		return
+	}
+	n.lastLoad = append(n.lastLoad[:0], n.loadBuf...)
+	msg := wire.AppendMessage(nil, &wire.Message{Header: wire.Header{Kind: wire.KindLoad, Node: n.name, Sent: now.UnixMilli()}, Loads: n.loadBuf})
+	n.m.messagesSent[kindLoad].Inc()
+	n.sendAll(msg)
 }
 
 // expireLoads drops peers' load reports older than LoadTTL and publishes
@@ -456,9 +482,11 @@ func (n *Node) receive(b []byte) {
 		n.apply(routes)
 	case wire.KindLoad:
 		n.m.messagesReceived[kindLoad].Inc()
-		if p != nil {
+		// A report can come twice (sent at once, then relayed by the
+		// queue) or late: an older one than held is ignored.
+		if p != nil && m.Sent >= p.loadSent {
 			p.load = append(p.load[:0], m.Loads...)
-			p.loadAt = now
+			p.loadAt, p.loadSent = now, m.Sent
 		}
 		sum := n.sumLocked()
 		n.mu.Unlock()
@@ -544,7 +572,9 @@ func (n *Node) mergeState(buf []byte) {
 	if p := n.peerLocked(m.Node); p != nil {
 		p.lastContact = now
 		p.routesIn += uint64(len(m.Routes))
-		p.load, p.loadAt = append(p.load[:0], m.Loads...), now
+		if m.Sent >= p.loadSent {
+			p.load, p.loadAt, p.loadSent = append(p.load[:0], m.Loads...), now, m.Sent
+		}
 	}
 	sum := n.sumLocked()
 	n.mu.Unlock()

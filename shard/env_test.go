@@ -208,7 +208,8 @@ func newFakeUpstream(n int) *fakeUpstream {
 	u := &fakeUpstream{inFlight: make([]atomic.Int64, n), down: make([]atomic.Bool, n),
 		calls: make(chan forwardCall, 1024), models: []byte(`{"object":"list","data":[]}`)}
 	for i := range n {
-		u.backends = append(u.backends, &backend.Backend{ID: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 8001+i)})
+		url := fmt.Sprintf("http://127.0.0.1:%d", 8001+i)
+		u.backends = append(u.backends, &backend.Backend{ID: i, URL: url, Key: backend.IdentityKey("url:" + url)})
 	}
 	u.snap.Store(&u.backends)
 	u.status.Store(200)
