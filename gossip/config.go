@@ -90,8 +90,9 @@ type Config struct {
 	LoadTTL time.Duration
 
 	// SnapshotRoutes bounds the routes a node sends in memberlist's
-	// push-pull exchange (on join, and every PushPullInterval with a
-	// random peer), most recently used first. Default 20,000.
+	// push-pull exchange on a join, most recently used first; the
+	// periodic exchange (every PushPullInterval with a random peer) sends
+	// a tenth of it. Default 20,000.
 	SnapshotRoutes int
 	// SnapshotBytes bounds that message. Default 4 MiB (memberlist
 	// refuses remote states over 20 MiB).

@@ -47,6 +47,10 @@ type Table interface {
 	SetPeerLoad(sum map[uint64]wire.Load)
 }
 
+// antiEntropyShare: the periodic push-pull (not a join) sends the
+// SnapshotRoutes/antiEntropyShare most recent routes.
+const antiEntropyShare = 10
+
 // snapshotWait bounds how long a push-pull waits for the loops' routes.
 const snapshotWait = time.Second
 
@@ -526,9 +530,15 @@ func cloneRoute(r wire.Route) wire.Route {
 // localState is this node's push-pull state: its most recently used
 // routes and its load, within SnapshotBytes. Called on memberlist's
 // goroutines.
-func (n *Node) localState() []byte {
+func (n *Node) localState(join bool) []byte {
+	limit := n.cfg.SnapshotRoutes
+	if !join {
+		// The periodic exchange heals what broadcasts lost lately: the
+		// most recent routes, not the whole table again every 30 s.
+		limit = max(limit/antiEntropyShare, 1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), snapshotWait)
-	routes := n.table.Recent(ctx, n.cfg.SnapshotRoutes)
+	routes := n.table.Recent(ctx, limit)
 	cancel()
 	budget := n.cfg.SnapshotBytes - 1024 // the header and the load
 	kept := routes[:0]
@@ -663,7 +673,7 @@ func (d delegate) NotifyMsg(b []byte) { d.n.receive(b) }
 func (d delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.n.queue.GetBroadcasts(overhead, limit)
 }
-func (d delegate) LocalState(bool) []byte              { return d.n.localState() }
+func (d delegate) LocalState(join bool) []byte         { return d.n.localState(join) }
 func (d delegate) MergeRemoteState(buf []byte, _ bool) { d.n.mergeState(buf) }
 
 // events is memberlist's EventDelegate.
