@@ -93,12 +93,24 @@ type peer struct {
 	addr        string
 	state       string // alive, suspect, dead, left (memberlist's)
 	joined      time.Time
-	lastContact time.Time // last message of ours from it
-	routesIn    uint64    // routes received from it
-	load        []wire.Load
-	loadAt      time.Time // zero: no live report
-	loadSent    int64     // the report's Sent (its sender's clock, ms)
+	lastContact time.Time           // last message of ours from it
+	routesIn    uint64              // routes received from it
+	load        map[uint64]peerLoad // its last report per backend key (at most maxPeerLoads)
+	loadAt      time.Time           // its last report; zero: none live
 }
+
+// peerLoad is a peer's last report on one backend and when the peer sent
+// it (its clock, ms): a report comes in several messages when it does not
+// fit one packet, and twice (at once, then through the queue), so each
+// backend keeps the newest.
+type peerLoad struct {
+	wire.Load
+	sent int64
+}
+
+// maxPeerLoads bounds the backends a peer's load is kept for: beyond
+// tree.Config's default MaxBackends.
+const maxPeerLoads = 4096
 
 // Start joins (or starts) the cluster cfg describes and shares table's
 // routes and load in it. It returns once memberlist listens; a Join peer
@@ -316,14 +328,33 @@ func (n *Node) bound() {
 	}
 }
 
-// sendLoad queues this node's per-backend load, replacing its previous
-// report still in the queue. Owned by run.
+// sendLoad queues this node's per-backend load, each message replacing
+// its predecessor still in the queue. Owned by run.
 func (n *Node) sendLoad(now time.Time) {
 	n.loadBuf = n.table.Load(n.loadBuf[:0])
-	msg := wire.AppendMessage(nil, &wire.Message{Header: wire.Header{Kind: wire.KindLoad, Node: n.name, Sent: now.UnixMilli()}, Loads: n.loadBuf})
-	n.queue.QueueBroadcast(loadBroadcast(msg))
-	n.m.messagesSent[kindLoad].Inc()
+	for i, msg := range n.loadMessages(now, n.loadBuf) {
+		n.queue.QueueBroadcast(loadBroadcast{msg: msg, name: "load/" + strconv.Itoa(i)})
+		n.m.messagesSent[kindLoad].Inc()
+	}
 	n.bound()
+}
+
+// loadsPerMessage keeps a load message within BatchBytes: a load record
+// is at most 8 + 5 + 3×10 bytes, the header at most 267.
+func (n *Node) loadsPerMessage() int { return max((n.cfg.BatchBytes-267)/43, 1) }
+
+// loadMessages encodes loads in as many messages as BatchBytes needs
+// (one UDP packet each; memberlist's queue never sends a broadcast larger
+// than a packet).
+func (n *Node) loadMessages(now time.Time, loads []wire.Load) [][]byte {
+	var out [][]byte
+	per := n.loadsPerMessage()
+	for len(loads) > 0 || out == nil {
+		part := loads[:min(len(loads), per)]
+		loads = loads[len(part):]
+		out = append(out, wire.AppendMessage(nil, &wire.Message{Header: wire.Header{Kind: wire.KindLoad, Node: n.name, Sent: now.UnixMilli()}, Loads: part}))
+	}
+	return out
 }
 
 // sendLoadChange sends this node's load at once to every peer when it
@@ -339,9 +370,10 @@ func (n *Node) sendLoadChange(now time.Time) {
 		return
 	}
 	n.lastLoad = append(n.lastLoad[:0], n.loadBuf...)
-	msg := wire.AppendMessage(nil, &wire.Message{Header: wire.Header{Kind: wire.KindLoad, Node: n.name, Sent: now.UnixMilli()}, Loads: n.loadBuf})
-	n.m.messagesSent[kindLoad].Inc()
-	n.sendAll(msg)
+	for _, msg := range n.loadMessages(now, n.loadBuf) {
+		n.m.messagesSent[kindLoad].Inc()
+		n.sendAll(msg)
+	}
 }
 
 // expireLoads drops peers' load reports older than LoadTTL and publishes
@@ -351,7 +383,8 @@ func (n *Node) expireLoads(now time.Time) {
 	changed := false
 	for _, p := range n.peers {
 		if !p.loadAt.IsZero() && now.Sub(p.loadAt) > n.cfg.LoadTTL {
-			p.load, p.loadAt = nil, time.Time{}
+			clear(p.load)
+			p.loadAt = time.Time{}
 			changed = true
 		}
 	}
@@ -361,6 +394,26 @@ func (n *Node) expireLoads(now time.Time) {
 		n.m.loadExpired.Inc()
 	}
 	n.table.SetPeerLoad(sum)
+}
+
+// storeLoadLocked keeps a peer's report on each backend unless it holds a
+// newer one (an older report, relayed late by the queue).
+func (n *Node) storeLoadLocked(p *peer, sent int64, loads []wire.Load, now time.Time) {
+	if p.load == nil {
+		p.load = map[uint64]peerLoad{}
+	}
+	for _, l := range loads {
+		old, ok := p.load[l.Backend]
+		if ok && old.sent > sent {
+			continue
+		}
+		if !ok && len(p.load) >= maxPeerLoads {
+			n.m.peersFull.Inc()
+			continue
+		}
+		p.load[l.Backend] = peerLoad{l, sent}
+	}
+	p.loadAt = now
 }
 
 // sumLocked is the peers' live load per backend key (Table.SetPeerLoad).
@@ -488,9 +541,8 @@ func (n *Node) receive(b []byte) {
 		n.m.messagesReceived[kindLoad].Inc()
 		// A report can come twice (sent at once, then relayed by the
 		// queue) or late: an older one than held is ignored.
-		if p != nil && m.Sent >= p.loadSent {
-			p.load = append(p.load[:0], m.Loads...)
-			p.loadAt, p.loadSent = now, m.Sent
+		if p != nil {
+			n.storeLoadLocked(p, m.Sent, m.Loads, now)
 		}
 		sum := n.sumLocked()
 		n.mu.Unlock()
@@ -582,9 +634,7 @@ func (n *Node) mergeState(buf []byte) {
 	if p := n.peerLocked(m.Node); p != nil {
 		p.lastContact = now
 		p.routesIn += uint64(len(m.Routes))
-		if m.Sent >= p.loadSent {
-			p.load, p.loadAt, p.loadSent = append(p.load[:0], m.Loads...), now, m.Sent
-		}
+		n.storeLoadLocked(p, m.Sent, m.Loads, now)
 	}
 	sum := n.sumLocked()
 	n.mu.Unlock()
@@ -626,7 +676,8 @@ func (n *Node) event(node *memberlist.Node, what string) {
 	}
 	gone := what == "leave"
 	if gone {
-		p.load, p.loadAt = nil, time.Time{}
+		clear(p.load)
+		p.loadAt = time.Time{}
 		if node.State != memberlist.StateLeft {
 			p.state = "dead"
 		}
@@ -683,11 +734,15 @@ func (e events) NotifyJoin(node *memberlist.Node)   { e.n.event(node, "join") }
 func (e events) NotifyLeave(node *memberlist.Node)  { e.n.event(node, "leave") }
 func (e events) NotifyUpdate(node *memberlist.Node) { e.n.event(node, "update") }
 
-// loadBroadcast is this node's load report: a newer one replaces an
-// older one still queued (memberlist's NamedBroadcast).
-type loadBroadcast []byte
+// loadBroadcast is one message of this node's load report: a newer one
+// of the same name (its index in the report) replaces an older one still
+// queued (memberlist's NamedBroadcast).
+type loadBroadcast struct {
+	msg  []byte
+	name string
+}
 
 func (b loadBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
-func (b loadBroadcast) Message() []byte                       { return b }
+func (b loadBroadcast) Message() []byte                       { return b.msg }
 func (b loadBroadcast) Finished()                             {}
-func (b loadBroadcast) Name() string                          { return "load" }
+func (b loadBroadcast) Name() string                          { return b.name }

@@ -499,3 +499,35 @@ func TestPartitionHeals(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadOfManyBackends: a load report larger than one packet travels
+// in several messages, and every backend's load arrives.
+func TestLoadOfManyBackends(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 2, nil)
+	const backends = 300
+	c.tables[1].mu.Lock()
+	for i := range backends {
+		c.tables[1].own = append(c.tables[1].own, wire.Load{Backend: uint64(1000 + i), InFlight: uint32(i + 1), Prefill: 1 << 40, Footprint: 1 << 40, Pinned: 1 << 40})
+	}
+	c.tables[1].mu.Unlock()
+	if per := c.nodes[1].loadsPerMessage(); per >= backends {
+		t.Fatalf("%d loads fit one message: the test needs several", per)
+	}
+	a := c.tables[0]
+	waitFor(t, a, "every backend's load", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for i := range backends {
+			if a.peer[uint64(1000+i)].InFlight != uint32(i+1) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, msg := range c.nodes[1].loadMessages(time.Now(), c.tables[1].own) {
+		if len(msg) > c.nodes[1].cfg.BatchBytes {
+			t.Fatalf("a load message of %d bytes, over BatchBytes %d", len(msg), c.nodes[1].cfg.BatchBytes)
+		}
+	}
+}

@@ -82,7 +82,7 @@ const freshRemote = time.Second
 
 // ApplyRemote applies peers' route changes (gossip.Table): inserts with
 // origin Remote, last used Age ago, and demotions, each on its owner
-// shard, one message per shard in the order given. unknown counts routes
+// shard, in the order given, at most applyChunk per message. unknown counts routes
 // naming a backend this router does not have (by identity key), dropped
 // those whose owner's mailbox was full. Any goroutine but a loop.
 func (r *Router) ApplyRemote(routes []wire.Route) (unknown, dropped int) {
