@@ -587,15 +587,7 @@ func TestBatcherSanitizes(t *testing.T) {
 
 func TestBatcherPanics(t *testing.T) {
 	t.Parallel()
-	f := func(name string, fn func()) {
-		t.Helper()
-		defer func() {
-			if p, ok := recover().(string); !ok || !strings.HasPrefix(p, "BUG: ") {
-				t.Errorf("%s: panic %v, want a BUG panic", name, p)
-			}
-		}()
-		fn()
-	}
+	f := func(name string, fn func()) { t.Helper(); wantBug(t, name, fn) }
 	emit := func([]byte) {}
 	f("empty node", func() { NewBatcher("", 1300) })
 	f("long node", func() { NewBatcher(strings.Repeat("x", 256), 1300) })
@@ -772,15 +764,7 @@ func TestReassemblerExpiry(t *testing.T) {
 
 func TestReassemblerPanics(t *testing.T) {
 	t.Parallel()
-	f := func(name string, fn func()) {
-		t.Helper()
-		defer func() {
-			if p, ok := recover().(string); !ok || !strings.HasPrefix(p, "BUG: ") {
-				t.Errorf("%s: panic %v, want a BUG panic", name, p)
-			}
-		}()
-		fn()
-	}
+	f := func(name string, fn func()) { t.Helper(); wantBug(t, name, fn) }
 	f("maxPending 0", func() { NewReassembler(0, time.Second) })
 	f("timeout 0", func() { NewReassembler(1, 0) })
 }
@@ -796,4 +780,15 @@ func sameRoutes(t *testing.T, got, want []Route) {
 			t.Errorf("route %d: %s", i, d)
 		}
 	}
+}
+
+// wantBug fails t unless fn panics with a "BUG: " message.
+func wantBug(t *testing.T, name string, fn func()) {
+	t.Helper()
+	defer func() {
+		if p, ok := recover().(string); !ok || !strings.HasPrefix(p, "BUG: ") {
+			t.Errorf("%s: panic %v, want a BUG panic", name, p)
+		}
+	}()
+	fn()
 }
