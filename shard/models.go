@@ -51,8 +51,8 @@ func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 		return
 	}
 	if m := findModel(body, id); m != nil {
+		r.m.request(routeModels, 200) // counted first, as fail does
 		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, m)
-		r.m.request(routeModels, 200)
 		return
 	}
 	r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",

@@ -280,9 +280,9 @@ func (r *Router) serve(x exchange) {
 	switch {
 	case rt == routeNone && allow == "":
 		// OPTIONS *: what the server supports (RFC 9110 §9.3.7).
+		r.m.request(rt, 200) // counted first, as fail does
 		x.Respond(200, []reactor.Header{{Name: "Allow", Value: "GET, HEAD, POST, OPTIONS"},
 			{Name: reactor.RequestIDHeader, Value: req.RequestID()}}, nil)
-		r.m.request(rt, 200)
 		return
 	case rt == routeUnknown:
 		r.fail(x, rt, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
@@ -339,8 +339,8 @@ func (r *Router) fail(x exchange, rt routeID, e *apiError, extra ...reactor.Head
 		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: retryAfter})
 	}
 	hdr = append(hdr, extra...)
+	r.m.request(rt, e.status) // counted before the client can see it (tests read /metrics right after)
 	x.Respond(e.status, hdr, e.body())
-	r.m.request(rt, e.status)
 }
 
 // retryAfter is the Retry-After of the Router's 503s, in seconds: a full
@@ -444,9 +444,9 @@ func (r *Router) modelsWorker(ctx context.Context) {
 					msg: fmt.Sprintf("cannot list the backends' models: %v", err)}, backend.RetryAfter)
 				continue
 			}
+			r.m.request(routeModels, 200) // counted first, as fail does
 			x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},
 				{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}, body)
-			r.m.request(routeModels, 200)
 		}
 	}
 }

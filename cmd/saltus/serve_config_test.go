@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/gossip"
 )
 
 // writeFile writes a config file into a test's temp dir.
@@ -639,6 +640,43 @@ func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 		changed := !reflect.DeepEqual(c.servingConfig(), base)
 		if changed == serveOnly[f.key] {
 			t.Errorf("%s: changes the components' configs: %v, want %v", f.key, changed, !serveOnly[f.key])
+		}
+	}
+}
+
+// TestClusterConfig: the cluster keys are validated together, each error
+// naming its key, and the key file is read into the config.
+func TestClusterConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.key")
+	if err := os.WriteFile(good, []byte(gossip.NewKey()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short.key")
+	if err := os.WriteFile(short, []byte("c2hvcnQ=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // "" = valid
+	}{
+		{[]string{"--cluster-bind", "127.0.0.1:7946", "--join", "10.0.0.2:7946,10.0.0.3:7946", "--cluster-key-file", good}, ""},
+		{[]string{"--join", "10.0.0.2:7946"}, "cluster-bind is required"},
+		{[]string{"--cluster-key-file", good}, "cluster-key-file: needs cluster-bind"},
+		{[]string{"--cluster-bind", "127.0.0.1:7946", "--cluster-key-file", short}, "16, 24 or 32 bytes, got 5"},
+		{[]string{"--cluster-bind", "127.0.0.1:7946", "--cluster-key-file", filepath.Join(dir, "none")}, "cannot read the cluster key file"},
+		{[]string{"--cluster-bind", "nohostport"}, "cluster-bind \"nohostport\""},
+		{[]string{"--cluster-bind", "127.0.0.1:7946", "--join", "10.0.0.2"}, "join \"10.0.0.2\": want host:port"},
+	} {
+		cfg, _, err := loadServeConfig(tc.args, io.Discard)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want == "" && (len(cfg.Cluster.Key) != 32 || len(cfg.Cluster.Join) != 2):
+			t.Errorf("%v: key of %d bytes, join %v", tc.args, len(cfg.Cluster.Key), cfg.Cluster.Join)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
 }
