@@ -29,7 +29,7 @@ func StartSaltus(cfg dataplane.Config, logger *slog.Logger) (*Saltus, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Data.Start(); err != nil {
+	if err := p.Start(); err != nil {
 		return nil, errors.Join(err, p.Close(context.Background()))
 	}
 	return &Saltus{Addr: p.Data.Addr(), Metrics: set, path: p}, nil

@@ -66,7 +66,7 @@ func DefaultConfig() Config {
 	return c
 }
 
-// Path is a built serving path. Nothing listens until Data.Start.
+// Path is a built serving path. Nothing listens until Start.
 type Path struct {
 	Data     *reactor.Server
 	Router   *shard.Router
@@ -75,6 +75,19 @@ type Path struct {
 	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
 	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
 	probes   *rules.Group
+}
+
+// Start starts the data plane (Data.Start), then joins the cluster: a
+// join's push-pull hands the peers' routes to the loops, which must run.
+// Any goroutine but a loop.
+func (p *Path) Start() error {
+	if err := p.Data.Start(); err != nil {
+		return err
+	}
+	if p.Cluster != nil {
+		p.Cluster.JoinSeeds()
+	}
+	return nil
 }
 
 // Close releases what outlives the data plane's drain (router, backend set

@@ -112,11 +112,12 @@ type peerLoad struct {
 // tree.Config's default MaxBackends.
 const maxPeerLoads = 4096
 
-// Start joins (or starts) the cluster cfg describes and shares table's
-// routes and load in it. It returns once memberlist listens; a Join peer
-// that does not answer is logged and retried every ReconnectInterval,
-// so a router starts serving alone rather than not at all. Close it
-// after the data plane stopped. Any goroutine but a loop.
+// Start starts this node's side of the cluster cfg describes (memberlist
+// listens, peers may join it) and shares table's routes and load in it;
+// JoinSeeds then joins the Join peers. A Join peer that does not answer
+// is logged and retried every ReconnectInterval, so a router starts
+// serving alone rather than not at all. Close it after the data plane
+// stopped. Any goroutine but a loop.
 func Start(cfg Config, table Table, logger *slog.Logger, set *metrics.Set) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -157,12 +158,20 @@ func Start(cfg Config, table Table, logger *slog.Logger, set *metrics.Set) (*Nod
 	n.mlp.Store(ml)
 	n.m.register(set, n)
 	n.logger.Info("cluster listening", "node", n.name, "addr", ml.LocalNode().Address(), "encrypted", cfg.Key != nil)
+	n.group.Go("gossip.batch", n.run)
+	return n, nil
+}
+
+// JoinSeeds joins the cluster through Config.Join (logging why not) and
+// starts rejoining missing seeds every ReconnectInterval. Call it once
+// the data plane runs: the join's push-pull hands the peers' routes to
+// the loops, which refuse them before they start. Any goroutine but a
+// loop (it waits on the network).
+func (n *Node) JoinSeeds() {
 	if len(n.seeds) > 0 {
 		n.join(n.seeds)
 	}
-	n.group.Go("gossip.batch", n.run)
 	n.group.Go("gossip.reconnect", n.reconnect)
-	return n, nil
 }
 
 // memberlistConfig starts from memberlist's LAN defaults; Config's

@@ -189,6 +189,7 @@ func startNode(t *testing.T, cfg Config, tb *table) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.JoinSeeds()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -333,6 +334,7 @@ func TestWrongKeyRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		n.JoinSeeds()
 		if got := n.ml.NumMembers(); got != 1 {
 			t.Errorf("%s: the node sees %d members, want only itself", tc.name, got)
 		}

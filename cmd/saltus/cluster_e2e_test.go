@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"testing"
 
 	"github.com/saltus-lb/saltus/gossip"
@@ -70,11 +69,30 @@ func TestClusterSharesRoutes(t *testing.T) {
 			t.Errorf("%s: the shared route names %s, a's answer came from %s", s.cfg.Cluster.NodeName, d.URL, ans.backend)
 		}
 	}
+	// A router that joins later gets the route in its join's snapshot
+	// (nothing is broadcast meanwhile): the push-pull's routes reach
+	// its loops, which run before it joins.
+	d := startServeWith(t, ups, func(c *serveConfig) {
+		c.Cluster.Bind, c.Cluster.NodeName, c.Cluster.Join = "127.0.0.1:0", "d", []string{seed}
+	})
+	waitFor(t, func() bool {
+		r := d.adm(t, "POST", "/admin/explain", body)
+		var got struct {
+			URL           string `json:"url"`
+			MatchedBlocks int    `json:"matched_blocks"`
+			TotalBlocks   int    `json:"total_blocks"`
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &got) != nil {
+			t.Fatalf("explain on d: %d %s", r.status, r.body)
+		}
+		return got.TotalBlocks > 0 && got.MatchedBlocks == got.TotalBlocks && got.URL == ans.backend
+	})
+	if st := status(d); st.Routes.Snapshot.Received == 0 {
+		t.Errorf("d's snapshot routes: %+v", st.Routes)
+	}
 	st := status(b)
 	if st.Routes.Received == 0 || st.Routes.Dropped["unknown_backend"] != 0 {
 		t.Errorf("b's cluster status: %+v", st.Routes)
 	}
-	if got := fmt.Sprint(len(st.Members)); got != "3" {
-		t.Errorf("b lists %s members, want 3", got)
-	}
+	waitFor(t, func() bool { return len(status(b).Members) == 4 })
 }

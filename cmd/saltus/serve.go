@@ -74,8 +74,17 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 	if err != nil {
 		return nil, err
 	}
-	return &servingPath{data: p.Data, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close}, nil
+	return &servingPath{data: pathData{p}, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close}, nil
 }
+
+// pathData is a dataplane.Path as the lifecycle's data plane: its Start
+// also joins the cluster once the loops run.
+type pathData struct{ p *dataplane.Path }
+
+func (d pathData) Start() error                       { return d.p.Start() }
+func (d pathData) Addr() string                       { return d.p.Data.Addr() }
+func (d pathData) StopAccepting()                     { d.p.Data.StopAccepting() }
+func (d pathData) Shutdown(ctx context.Context) error { return d.p.Data.Shutdown(ctx) }
 
 // closeTimeout bounds the steps after the drain: the admin listener's
 // shutdown and servingPath.close.
