@@ -28,6 +28,7 @@ import (
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/shard/state"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 )
@@ -53,6 +54,9 @@ type Config struct {
 	// sharing routes and load (gossip); its Bind "" (the default) runs
 	// alone.
 	Cluster gossip.Config
+	// State keeps the route table across restarts (--state-dir); its
+	// Dir "" (the default) does not.
+	State state.Config
 }
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
@@ -61,7 +65,7 @@ type Config struct {
 // policy's waiting, running and KV inputs; backend.DefaultConfig leaves
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
-	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig()}
+	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig()}
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }
@@ -74,6 +78,7 @@ type Path struct {
 	Backends admin.Backends // the admin API's view of Set
 	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
 	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
+	State    *state.Saver   // nil without Config.State.Dir
 	probes   *rules.Group
 }
 
@@ -84,10 +89,24 @@ func (p *Path) Start() error {
 	if err := p.Data.Start(); err != nil {
 		return err
 	}
+	if p.State != nil {
+		p.State.Restore() // before the peers' routes: ours are local
+		p.probes.Go("state.save", p.State.Run)
+	}
 	if p.Cluster != nil {
 		p.Cluster.JoinSeeds()
 	}
 	return nil
+}
+
+// StopAccepting is the drain's first step: the listener closes
+// (Data.StopAccepting), then the route table is saved one last time while
+// the loops still run (Config.State). Any goroutine but a loop.
+func (p *Path) StopAccepting() {
+	p.Data.StopAccepting()
+	if p.State != nil {
+		_ = p.State.Save(context.Background()) // logged and counted by Save
+	}
 }
 
 // Close releases what outlives the data plane's drain (router, backend set
@@ -95,7 +114,7 @@ func (p *Path) Start() error {
 func (p *Path) Close(ctx context.Context) error {
 	var cerr error
 	if p.Cluster != nil {
-		cerr = p.Cluster.Close(ctx) // peers drop this router's load at once
+		cerr = errors.Join(cerr, p.Cluster.Close(ctx)) // peers drop this router's load at once
 	}
 	err := errors.Join(cerr, p.Router.Close(ctx))
 	p.probes.Stop()
@@ -176,10 +195,21 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		}
 		router.SetPeers(node)
 	}
+	var saver *state.Saver
+	if cfg.State.Dir != "" {
+		if saver, err = state.NewSaver(cfg.State, router, logger, set); err != nil {
+			if node != nil {
+				_ = node.Close(context.Background()) // the config's error is the one to report
+			}
+			_ = router.Close(context.Background()) // nothing was served: returns at once
+			bset.Close()
+			return nil, err
+		}
+	}
 	probes := rules.NewGroup(context.Background())
 	bset.Start(probes)
 	return &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node},
-		Cluster: node, probes: probes}, nil
+		Cluster: node, State: saver, probes: probes}, nil
 }
 
 // clusterTable is the gossip node's view of the router and backend set.

@@ -86,6 +86,18 @@ const freshRemote = time.Second
 // naming a backend this router does not have (by identity key), dropped
 // those whose owner's mailbox was full. Any goroutine but a loop.
 func (r *Router) ApplyRemote(routes []wire.Route) (unknown, dropped int) {
+	return r.applyAll(routes, tree.Remote)
+}
+
+// Restore inserts routes saved by this router before a restart (Saved,
+// shard/state) with origin Local, last used Age ago, on their owner
+// shards, as ApplyRemote does; routes of backends it no longer has are
+// skipped (unknown). Any goroutine but a loop.
+func (r *Router) Restore(routes []wire.Route) (unknown, dropped int) {
+	return r.applyAll(routes, tree.Local)
+}
+
+func (r *Router) applyAll(routes []wire.Route, o tree.Origin) (unknown, dropped int) {
 	snap := r.up.Snapshot()
 	byKey := make(map[uint64]*backend.Backend, len(snap))
 	for _, b := range snap {
@@ -98,15 +110,15 @@ func (r *Router) ApplyRemote(routes []wire.Route) (unknown, dropped int) {
 			unknown++
 			continue
 		}
-		o := int(rt.Keys[0] % uint64(len(r.shards)))
-		per[o] = append(per[o], remoteRoute{rt, b})
+		own := int(rt.Keys[0] % uint64(len(r.shards)))
+		per[own] = append(per[own], remoteRoute{rt, b})
 	}
-	for o, rs := range per {
-		sh := r.shards[o]
+	for i, rs := range per {
+		sh := r.shards[i]
 		for len(rs) > 0 {
 			chunk := rs[:min(len(rs), applyChunk)]
 			rs = rs[len(chunk):]
-			if !r.postTo(o, func() { r.applyRemote(sh, chunk) }) {
+			if !r.postTo(i, func() { r.applyRemote(sh, chunk, o) }) {
 				dropped += len(chunk)
 			}
 		}
@@ -121,7 +133,7 @@ func (r *Router) ApplyRemote(routes []wire.Route) (unknown, dropped int) {
 const applyChunk = 256
 
 // applyRemote runs a batch of peers' changes on sh's loop.
-func (r *Router) applyRemote(sh *Shard, rs []remoteRoute) {
+func (r *Router) applyRemote(sh *Shard, rs []remoteRoute, o tree.Origin) {
 	now := r.now()
 	var bounds []int
 	for _, rt := range rs {
@@ -133,12 +145,15 @@ func (r *Router) applyRemote(sh *Shard, rs []remoteRoute) {
 			}
 			age := time.Duration(rt.Age) * time.Millisecond
 			used := max(now-int64(age), 0)
-			if err := sh.tree.Insert(rt.Keys, bounds, rt.b.ID, tree.Remote, used); err != nil {
+			if o == tree.Local && now-used >= int64(r.cfg.Tree.TTL) {
+				continue // expired while the router was down
+			}
+			if err := sh.tree.Insert(rt.Keys, bounds, rt.b.ID, o, used); err != nil {
 				r.m.learnErrors.Inc() // beyond tree.Config.MaxBackends, as a local learn
 				continue
 			}
 			sh.known[rt.b.ID] = true
-			if age < freshRemote && r.pol.kind == kindPrefix {
+			if o == tree.Remote && age < freshRemote && r.pol.kind == kindPrefix {
 				r.touchRemote(sh, rt, used)
 			}
 		case wire.OpDemote:
@@ -155,6 +170,19 @@ func (r *Router) applyRemote(sh *Shard, rs []remoteRoute) {
 // ends; a loop that does not answer in time adds nothing. Any goroutine
 // but a loop.
 func (r *Router) Recent(ctx context.Context, limit int) []wire.Route {
+	rs, _ := r.collect(ctx, limit, false) // a partial snapshot still helps a peer
+	return rs
+}
+
+// Saved is Recent's routes of origin Local only: what this router
+// learned itself, which a restart restores (shard/state); complete is
+// false when a loop did not answer (stopped, or too busy within ctx). Any
+// goroutine but a loop.
+func (r *Router) Saved(ctx context.Context, limit int) (routes []wire.Route, complete bool) {
+	return r.collect(ctx, limit, true)
+}
+
+func (r *Router) collect(ctx context.Context, limit int, localOnly bool) ([]wire.Route, bool) {
 	snap := r.up.Snapshot()
 	keyOf := make(map[int]uint64, len(snap))
 	for _, b := range snap {
@@ -166,7 +194,7 @@ func (r *Router) Recent(ctx context.Context, limit int) []wire.Route {
 	for i, sh := range r.shards {
 		if r.postTo(i, func() {
 			select {
-			case got <- r.recent(sh, keyOf, per):
+			case got <- r.recent(sh, keyOf, per, localOnly):
 			default: // cannot happen: one slot per shard, one send each
 			}
 		}) {
@@ -174,26 +202,28 @@ func (r *Router) Recent(ctx context.Context, limit int) []wire.Route {
 		}
 	}
 	var out []wire.Route
+	answered := 0
 wait:
 	for range asked {
 		select {
 		case rs := <-got:
 			out = append(out, rs...)
+			answered++
 		case <-ctx.Done():
 			break wait
 		}
 	}
 	slices.SortStableFunc(out, func(a, b wire.Route) int { return cmp.Compare(a.Age, b.Age) })
-	return out[:min(len(out), limit)]
+	return out[:min(len(out), limit)], answered == len(r.shards)
 }
 
 // recent collects sh's most recent routes, copied. On sh's loop.
-func (r *Router) recent(sh *Shard, keyOf map[int]uint64, limit int) []wire.Route {
+func (r *Router) recent(sh *Shard, keyOf map[int]uint64, limit int, localOnly bool) []wire.Route {
 	now := r.now()
 	var out []wire.Route
-	sh.tree.Recent(now, limit, 8*limit, func(keys []uint64, bounds []int, b int, _ tree.Origin, used int64) bool {
+	sh.tree.Recent(now, limit, 8*limit, func(keys []uint64, bounds []int, b int, o tree.Origin, used int64) bool {
 		key, ok := keyOf[b]
-		if !ok {
+		if !ok || (localOnly && o != tree.Local) {
 			return true // removed from the Set, not yet from the tree
 		}
 		bs := make([]uint32, len(bounds))

@@ -18,8 +18,11 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	// A cluster of one: its metrics are on /metrics too.
-	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) { c.Cluster.Bind = "127.0.0.1:0" })
+	// A cluster of one, with a state dir: their metrics are on /metrics too.
+	dir := t.TempDir()
+	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
+		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
+	})
 	for _, stream := range []bool{false, true} {
 		if a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {
 			t.Fatalf("chat (stream %v): %d %s", stream, a.status, a.body)

@@ -83,7 +83,7 @@ type pathData struct{ p *dataplane.Path }
 
 func (d pathData) Start() error                       { return d.p.Start() }
 func (d pathData) Addr() string                       { return d.p.Data.Addr() }
-func (d pathData) StopAccepting()                     { d.p.Data.StopAccepting() }
+func (d pathData) StopAccepting()                     { d.p.StopAccepting() }
 func (d pathData) Shutdown(ctx context.Context) error { return d.p.Data.Shutdown(ctx) }
 
 // closeTimeout bounds the steps after the drain: the admin listener's

@@ -192,6 +192,10 @@ var serveKeys = []serveKey{
 		help: "`path` of the cluster key (base64 of 16, 24 or 32 random bytes: saltus cluster-key prints one) that encrypts and authenticates the routers' messages; every router needs the same; empty: plaintext, anyone reaching --cluster-bind may join"},
 	{key: "node-name", bind: func(c *serveConfig) value { return strV{&c.Cluster.NodeName} },
 		help: "this router's `name` in the cluster, unique; empty: host name and --cluster-bind's port"},
+	{key: "state-dir", bind: func(c *serveConfig) value { return strV{&c.State.Dir} },
+		help: "`directory` where the route table (the routes this router learned, with their ages) is saved every --state-interval and at shutdown, and restored from at start (created if missing); empty: not kept across restarts"},
+	{key: "state-interval", bind: func(c *serveConfig) value { return durV{&c.State.Interval} },
+		help: "`duration` between route table snapshots in --state-dir"},
 	{key: "log-format", bind: func(c *serveConfig) value { return strV{&c.LogFormat} },
 		help: "log `format`: text or json (to stderr)"},
 	{key: "log-level", bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
@@ -360,6 +364,14 @@ func (c serveConfig) Validate() error {
 			bad("cluster-key-file", "needs cluster-bind")
 		} else if _, err := gossip.LoadKey(c.ClusterKeyFile); err != nil {
 			bad("cluster-key-file", "%v", err)
+		}
+	}
+	if err := c.State.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("config: state-interval: %w", err))
+	}
+	if c.State.Dir != "" {
+		if fi, err := os.Stat(c.State.Dir); err == nil && !fi.IsDir() {
+			bad("state-dir", "%s is not a directory", c.State.Dir)
 		}
 	}
 	if err := c.Cluster.Validate(); err != nil {

@@ -379,6 +379,8 @@ cluster-advertise: ""
 join: []
 cluster-key-file: ""
 node-name: ""
+state-dir: ""
+state-interval: 1m
 log-format: text
 log-level: info
 `

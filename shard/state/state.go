@@ -10,7 +10,7 @@
 // # File
 //
 //	magic "SALTUSRT" | version uint16 LE (1) | reserved uint16 | saved at (Unix ms, int64 LE)
-//	| payload length uint32 LE | CRC-32C of the payload uint32 LE | payload
+//	| payload length uint32 LE | CRC-32C of the rest of the file uint32 LE | payload
 //
 // The payload is a gossip/wire KindState message (routes as block-key
 // chains with boundaries, the backend's identity key and the age at
@@ -46,7 +46,7 @@ func init() {
 	promtext.Describe(map[string]string{
 		"saltus_state_saves_total":          "Route table snapshots written to --state-dir, by result (ok, error: the log says why).",
 		"saltus_state_saved_routes":         "Routes in the last snapshot written.",
-		"saltus_state_restored_routes":      "Routes read back from --state-dir at start and handed to the route table.",
+		"saltus_state_restored_routes_total":      "Routes read back from --state-dir at start and handed to the route table.",
 		"saltus_state_restore_errors_total": "Snapshots found at start and ignored, by reason (corrupt, version, too_large, read): the router started cold.",
 	})
 }
@@ -126,8 +126,15 @@ func Encode(routes []wire.Route, saved time.Time, maxBytes int) []byte {
 	binary.LittleEndian.PutUint16(out[8:], version)
 	binary.LittleEndian.PutUint64(out[12:], uint64(saved.UnixMilli()))
 	binary.LittleEndian.PutUint32(out[20:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(out[24:], crc32.Checksum(payload, castagnoli))
-	return append(out, payload...)
+	out = append(out, payload...)
+	binary.LittleEndian.PutUint32(out[24:], checksum(out))
+	return out
+}
+
+// checksum is the CRC-32C of a file but its checksum field.
+func checksum(file []byte) uint32 {
+	c := crc32.Update(0, castagnoli, file[:24])
+	return crc32.Update(c, castagnoli, file[headerSize:])
 }
 
 // Decode checks a file and returns its routes, their ages grown by the
@@ -145,7 +152,10 @@ func Decode(data []byte, now time.Time) ([]wire.Route, error) {
 	if uint64(len(payload)) != uint64(n) {
 		return nil, fmt.Errorf("%w: payload of %d bytes, the header says %d (truncated?)", ErrCorrupt, len(payload), n)
 	}
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(data[24:]) {
+	if binary.LittleEndian.Uint16(data[10:]) != 0 {
+		return nil, fmt.Errorf("%w: reserved header bits set", ErrCorrupt)
+	}
+	if checksum(data) != binary.LittleEndian.Uint32(data[24:]) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	var m wire.Message
@@ -165,8 +175,8 @@ func Decode(data []byte, now time.Time) ([]wire.Route, error) {
 // Table is the router as the saver sees it (shard.Router).
 type Table interface {
 	// Saved returns up to limit of the routes learned here, most recent
-	// first. Any goroutine but a loop.
-	Saved(ctx context.Context, limit int) []wire.Route
+	// first, and whether every loop answered. Any goroutine but a loop.
+	Saved(ctx context.Context, limit int) (routes []wire.Route, complete bool)
 	// Restore inserts saved routes with origin local. Any goroutine but
 	// a loop.
 	Restore(routes []wire.Route) (unknown, dropped int)
@@ -194,8 +204,11 @@ func NewSaver(cfg Config, table Table, logger *slog.Logger, set *metrics.Set) (*
 	if cfg.Dir == "" {
 		return nil, errors.New("state: no directory")
 	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state: cannot create state-dir: %w", err)
+	}
 	s := &Saver{cfg: cfg, table: table, logger: logger.With("component", "state"),
-		restored: set.NewCounter("saltus_state_restored_routes"), rerrs: map[string]*metrics.Counter{}}
+		restored: set.NewCounter("saltus_state_restored_routes_total"), rerrs: map[string]*metrics.Counter{}}
 	s.saves[0] = set.NewCounter(`saltus_state_saves_total{result="ok"}`)
 	s.saves[1] = set.NewCounter(`saltus_state_saves_total{result="error"}`)
 	s.saved = set.NewGauge("saltus_state_saved_routes", func() float64 {
@@ -278,8 +291,16 @@ func (s *Saver) Save(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotWait)
-	routes := s.table.Saved(c, s.cfg.MaxRoutes)
+	routes, complete := s.table.Saved(c, s.cfg.MaxRoutes)
 	cancel()
+	if !complete {
+		// A loop stopped or did not answer: a partial snapshot would
+		// replace a whole one.
+		s.saves[1].Inc()
+		err := errors.New("state: a loop did not answer; the previous snapshot is kept")
+		s.logger.Warn("route snapshot skipped", "path", s.Path(), "err", err)
+		return err
+	}
 	data := Encode(routes, time.Now(), s.cfg.MaxBytes)
 	if err := writeAtomic(s.cfg.Dir, FileName, data); err != nil {
 		s.saves[1].Inc()
