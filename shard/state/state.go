@@ -44,10 +44,10 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_state_saves_total":          "Route table snapshots written to --state-dir, by result (ok, error: the log says why).",
-		"saltus_state_saved_routes":         "Routes in the last snapshot written.",
-		"saltus_state_restored_routes_total":      "Routes read back from --state-dir at start and handed to the route table.",
-		"saltus_state_restore_errors_total": "Snapshots found at start and ignored, by reason (corrupt, version, too_large, read): the router started cold.",
+		"saltus_state_saves_total":           "Route table snapshots written to --state-dir, by result (ok, error: the log says why).",
+		"saltus_state_saved_routes":          "Routes in the last snapshot written.",
+		"saltus_state_restored_routes_total": "Routes read back from --state-dir at start and handed to the route table.",
+		"saltus_state_restore_errors_total":  "Snapshots found at start and ignored, by reason (corrupt, version, too_large, read): the router started cold.",
 	})
 }
 
