@@ -6,12 +6,18 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build test race vet lint rules fmt bench bench-serve bench-policies fuzz-smoke check clean golden
+.PHONY: all build release test race vet lint rules fmt bench bench-serve bench-policies fuzz-smoke check clean golden
 
 all: build
 
 build: ## the binary, at bin/saltus
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/saltus ./cmd/saltus
+
+release: ## static binaries for linux/amd64 and linux/arm64 in dist/, with the version (saltus version prints it)
+	@mkdir -p dist
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o dist/saltus-linux-$$arch ./cmd/saltus || exit 1; \
+	done
 
 test: ## unit and property tests
 	$(GO) test -count=1 $(PKGS)
@@ -54,4 +60,4 @@ golden: ## regenerate tokenizer and chat-template reference ids (needs Node and 
 	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
