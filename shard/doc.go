@@ -76,6 +76,11 @@
 //     Config.DecodeQueue, overflow 503 with Retry-After, counted); the job
 //     belongs to the worker until it posts stage 4 back to its loop, and
 //     what it decoded is its own (offload.go).
+//   - Cluster (cluster.go): the owner loop hands each change it makes to
+//     its tree to Peers.Share, which never waits (gossip's bounded
+//     outbox); ApplyRemote, Restore, Recent and Saved run on gossip's or
+//     the state saver's goroutines and reach the trees only by posting
+//     to the owner loops (at most 256 routes per message).
 //   - Counters are atomics; Serve is loop only, Explain, RouteStats and
 //     Close any goroutine but a loop.
 package shard
