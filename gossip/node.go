@@ -601,19 +601,7 @@ func (n *Node) localState(join bool) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), snapshotWait)
 	routes := n.table.Recent(ctx, limit)
 	cancel()
-	budget := n.cfg.SnapshotBytes - 1024 // the header and the load
-	kept := routes[:0]
-	for _, r := range routes {
-		if len(r.Keys) > wire.MaxChain {
-			r.Keys = r.Keys[:wire.MaxChain]
-		}
-		r.Parts, r.Part, r.Seq, r.Offset, r.Total = 1, 0, 0, 0, uint32(len(r.Keys))
-		size := 40 + 8*len(r.Keys) + 5*len(r.Bounds) // a route record's upper bound
-		if budget -= size; budget < 0 {
-			break
-		}
-		kept = append(kept, r)
-	}
+	kept := wire.WholeRoutes(routes, n.cfg.SnapshotBytes-1024) // room for the header and the load
 	loads := n.table.Load(nil)
 	if len(loads) > 64<<10 {
 		loads = loads[:64<<10]

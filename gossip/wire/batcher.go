@@ -261,3 +261,23 @@ func (b *Batcher) split(w *Route, now time.Time, emit func(msg []byte)) {
 		p.Bounds = nil
 	}
 }
+
+// WholeRoutes prepares routes for a KindState message of at most about
+// maxBytes of route records: each made a whole route (Parts 1, Total its
+// keys, chains cut at MaxChain), kept in order until the next would not
+// fit (a record's size is bounded from above). It returns a new slice;
+// the routes' keys and bounds are shared.
+func WholeRoutes(routes []Route, maxBytes int) []Route {
+	kept := make([]Route, 0, len(routes))
+	for _, r := range routes {
+		if len(r.Keys) > MaxChain {
+			r.Keys = r.Keys[:MaxChain]
+		}
+		r.Parts, r.Part, r.Seq, r.Offset, r.Total = 1, 0, 0, 0, uint32(len(r.Keys))
+		if maxBytes -= 40 + 8*len(r.Keys) + 5*len(r.Bounds); maxBytes < 0 {
+			break
+		}
+		kept = append(kept, r)
+	}
+	return kept
+}

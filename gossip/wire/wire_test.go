@@ -524,15 +524,7 @@ func TestBatcherMaxParts(t *testing.T) {
 	if total >= len(keys) || total < 90_000 {
 		t.Fatalf("total %d, want the chain cut below %d, at most MaxParts full parts", total, len(keys))
 	}
-	ra := NewReassembler(1, time.Minute)
-	var got Route
-	var ok bool
-	for _, p := range parts {
-		got, ok = ra.Add("n", p, time.Now())
-	}
-	if !ok {
-		t.Fatalf("not joined: %+v", ra.Stats())
-	}
+	got := joinParts(t, parts)
 	if d := diffRoute(&got, &Route{Op: OpDemote, Backend: 3, Keep: uint32(total), Keys: keys[:total],
 		Bounds: []uint32{10, 50_000}, Parts: 1, Total: uint32(total)}); d != "" {
 		t.Fatal(d)
@@ -551,15 +543,7 @@ func TestBatcherBoundsOverflow(t *testing.T) {
 	if n := len(parts[0].Bounds); n < 200 || n > 280 || len(parts[0].Keys) < 1 {
 		t.Fatalf("part 0: %d bounds and %d keys, want about 250 bounds and a key", n, len(parts[0].Keys))
 	}
-	ra := NewReassembler(1, time.Minute)
-	var got Route
-	var ok bool
-	for _, p := range parts {
-		got, ok = ra.Add("n", p, time.Now())
-	}
-	if !ok {
-		t.Fatalf("not joined: %+v", ra.Stats())
-	}
+	got := joinParts(t, parts)
 	if d := diffRoute(&got, &Route{Op: OpInsert, Backend: 3, Keys: keys,
 		Bounds: bounds[:len(parts[0].Bounds)], Parts: 1, Total: 2000}); d != "" {
 		t.Fatal(d)
@@ -791,4 +775,20 @@ func wantBug(t *testing.T, name string, fn func()) {
 		}
 	}()
 	fn()
+}
+
+// joinParts joins the parts of one split route, in order, and fails t
+// unless the last one completes it.
+func joinParts(t *testing.T, parts []Route) Route {
+	t.Helper()
+	ra := NewReassembler(1, time.Minute)
+	var got Route
+	var ok bool
+	for _, p := range parts {
+		got, ok = ra.Add("n", p, time.Now())
+	}
+	if !ok {
+		t.Fatalf("not joined: %+v", ra.Stats())
+	}
+	return got
 }

@@ -108,18 +108,7 @@ func (c Config) Validate() error {
 // Encode returns the file for routes saved at saved, within maxBytes
 // (the most recent routes first, those that do not fit dropped).
 func Encode(routes []wire.Route, saved time.Time, maxBytes int) []byte {
-	budget := maxBytes - headerSize - 512
-	kept := routes[:0:0]
-	for _, r := range routes {
-		if len(r.Keys) > wire.MaxChain {
-			r.Keys = r.Keys[:wire.MaxChain]
-		}
-		r.Parts, r.Part, r.Seq, r.Offset, r.Total = 1, 0, 0, 0, uint32(len(r.Keys))
-		if budget -= 40 + 8*len(r.Keys) + 5*len(r.Bounds); budget < 0 {
-			break
-		}
-		kept = append(kept, r)
-	}
+	kept := wire.WholeRoutes(routes, maxBytes-headerSize-512)
 	payload := wire.AppendMessage(nil, &wire.Message{Header: wire.Header{Kind: wire.KindState, Node: "state", Sent: saved.UnixMilli()}, Routes: kept})
 	out := make([]byte, headerSize, headerSize+len(payload))
 	copy(out, magic)
