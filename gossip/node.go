@@ -316,15 +316,28 @@ func (n *Node) emit(msg []byte) {
 
 // sendAll sends msg to every alive or suspect peer, one UDP packet each.
 func (n *Node) sendAll(msg []byte) {
-	for _, m := range n.ml.Members() {
-		if m.Name == n.name || (m.State != memberlist.StateAlive && m.State != memberlist.StateSuspect) {
-			continue // a suspect may well be alive: it gets the message
-		}
-		if err := n.ml.SendBestEffort(m, msg); err != nil {
+	for _, a := range n.livePeers() {
+		if err := n.ml.SendToAddress(a, msg); err != nil {
 			n.m.sendErrors.Inc()
-			n.logger.Debug("cannot send routes to a peer", "peer", m.Name, "err", err)
+			n.logger.Debug("cannot send routes to a peer", "peer", a.Name, "err", err)
 		}
 	}
+}
+
+// livePeers are the peers not known dead or left, from the peer table:
+// memberlist.Members returns its own nodes, which it goes on writing
+// without our lock (a race under -race), so their fields are read only
+// inside its event callbacks (event). Any goroutine.
+func (n *Node) livePeers() []memberlist.Address {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]memberlist.Address, 0, len(n.peers))
+	for name, p := range n.peers {
+		if p.addr != "" && p.state != "dead" && p.state != "left" {
+			out = append(out, memberlist.Address{Addr: p.addr, Name: name})
+		}
+	}
+	return out
 }
 
 // bound prunes the broadcast queue to QueueLimit: memberlist's
@@ -465,10 +478,8 @@ func (n *Node) reconnect(ctx context.Context) {
 			continue
 		}
 		alive := map[string]bool{}
-		for _, m := range n.ml.Members() {
-			if m.State == memberlist.StateAlive {
-				alive[m.Address()] = true
-			}
+		for _, a := range n.livePeers() {
+			alive[a.Addr] = true
 		}
 		var missing []string
 		for _, s := range n.seeds {

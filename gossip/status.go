@@ -84,19 +84,10 @@ func (n *Node) Status() Status {
 	s := Status{Enabled: true}
 	s.Node, s.Addr, s.Encrypted = n.name, n.Addr(), n.cfg.Key != nil
 	now := time.Now()
-	live := map[string]*memberlist.Node{}
-	for _, m := range n.ml.Members() {
-		live[m.Name] = m
-	}
 	s.Members = append(s.Members, Member{Name: n.name, Addr: s.Addr, State: "alive", Self: true, LastContactMS: 0})
 	n.mu.Lock()
 	for name, p := range n.peers {
 		m := Member{Name: name, Addr: p.addr, State: p.state, LastContactMS: -1, RoutesReceived: p.routesIn}
-		if ln := live[name]; ln != nil {
-			m.State, m.Addr = stateName(ln.State), ln.Address()
-		} else if m.State == "alive" || m.State == "suspect" {
-			m.State = "dead" // memberlist no longer lists it
-		}
 		if !p.lastContact.IsZero() {
 			m.LastContactMS = now.Sub(p.lastContact).Milliseconds()
 		}
