@@ -330,13 +330,13 @@ func (w *Watcher) watch(ctx context.Context, update func([]Target)) watchEnd {
 		line, err := lines.next()
 		end.lasted = time.Since(start)
 		switch {
+		case err != nil && context.Cause(ctx) == errStalled: // whatever the read saw of the cancel (io.EOF too)
+			end.err = failf(reasonStalled, "the watch sent nothing for %v (WatchTimeout + WatchIdleMargin): dropped", idle)
+			return end
 		case err == io.EOF:
 			return end
 		case errors.Is(err, errLineTooLong):
 			end.err, end.relist = failf(reasonTooLarge, "a watch event is over %d bytes (MaxResponseBytes): refused", w.cfg.MaxResponseBytes), true
-			return end
-		case err != nil && context.Cause(ctx) == errStalled:
-			end.err = failf(reasonStalled, "the watch sent nothing for %v (WatchTimeout + WatchIdleMargin): dropped", idle)
 			return end
 		case err != nil:
 			end.err = failf(reasonDisconnected, "the watch broke: %w", err)
