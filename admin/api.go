@@ -52,6 +52,13 @@ type Cluster interface {
 	ClusterStatus() any
 }
 
+// Discovery is what a Routes may also implement: GET /admin/discovery's
+// answer, nil when no service discovery runs ({"enabled":false}). Any
+// goroutine.
+type Discovery interface {
+	DiscoveryStatus() any
+}
+
 var (
 	// ErrNotFound: no backend has the id. The API answers 404.
 	ErrNotFound = errors.New("no such backend")

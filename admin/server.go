@@ -191,24 +191,26 @@ const (
 	epPprof
 	epCluster
 	epReload
+	epDiscovery
 )
 
 var endpoints = [...]struct {
 	name  string
 	allow string // the Allow header: methods accepted
 }{
-	epUnknown:  {"unknown", ""},
-	epMetrics:  {"metrics", "GET, HEAD"},
-	epHealth:   {"health", "GET, HEAD"},
-	epReady:    {"ready", "GET, HEAD"},
-	epBackends: {"backends", "GET, HEAD, POST"},
-	epBackend:  {"backend", "DELETE"},
-	epDrain:    {"drain", "POST"},
-	epRoutes:   {"routes", "GET, HEAD"},
-	epExplain:  {"explain", "POST"},
-	epPprof:    {"pprof", "GET, HEAD, POST"},
-	epCluster:  {"cluster", "GET, HEAD"},
-	epReload:   {"reload", "POST"},
+	epUnknown:   {"unknown", ""},
+	epMetrics:   {"metrics", "GET, HEAD"},
+	epHealth:    {"health", "GET, HEAD"},
+	epReady:     {"ready", "GET, HEAD"},
+	epBackends:  {"backends", "GET, HEAD, POST"},
+	epBackend:   {"backend", "DELETE"},
+	epDrain:     {"drain", "POST"},
+	epRoutes:    {"routes", "GET, HEAD"},
+	epExplain:   {"explain", "POST"},
+	epPprof:     {"pprof", "GET, HEAD, POST"},
+	epCluster:   {"cluster", "GET, HEAD"},
+	epReload:    {"reload", "POST"},
+	epDiscovery: {"discovery", "GET, HEAD"},
 }
 
 // route maps a request path to its endpoint and, for per-backend routes,
@@ -231,6 +233,8 @@ func route(path string) (endpoint, string) {
 		return epCluster, ""
 	case "/admin/reload":
 		return epReload, ""
+	case "/admin/discovery":
+		return epDiscovery, ""
 	}
 	if strings.HasPrefix(path, "/debug/pprof/") {
 		return epPprof, path[len("/debug/pprof/"):]
@@ -332,6 +336,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 		var st any = map[string]bool{"enabled": false}
 		if c, ok := s.routes.(Cluster); ok {
 			if v := c.ClusterStatus(); v != nil {
+				st = v
+			}
+		}
+		writeJSON(w, http.StatusOK, st)
+	case epDiscovery:
+		var st any = map[string]bool{"enabled": false}
+		if d, ok := s.routes.(Discovery); ok {
+			if v := d.DiscoveryStatus(); v != nil {
 				st = v
 			}
 		}

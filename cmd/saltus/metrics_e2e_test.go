@@ -2,12 +2,14 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/internal/promtext"
 )
 
@@ -18,10 +20,17 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	// A cluster of one, with a state dir: their metrics are on /metrics too.
+	// A cluster of one, with a state dir, and a Kubernetes discovery whose
+	// API server refuses connections: their metrics are on /metrics too.
 	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("current-context: c\nclusters: [{name: k, cluster: {server: \""+deadPort(t)+"\"}}]\n"+
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
+		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 	})
 	for _, stream := range []bool{false, true} {
 		if a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {

@@ -298,7 +298,7 @@ func heapFloor(n int64, set *metrics.Set) []byte {
 func serveWith(cfg serveConfig, args []string, sp *servingPath, set *metrics.Set, logger *slog.Logger, level *slog.LevelVar, signals <-chan os.Signal) int {
 	l := componentLogger(logger, "serve")
 	rl := newReloader(args, cfg, sp.live, level, componentLogger(logger, "reload"), set)
-	if len(cfg.Backends) == 0 {
+	if len(cfg.Backends) == 0 && cfg.Discovery == "" {
 		l.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
 	}
 	var serving atomic.Bool

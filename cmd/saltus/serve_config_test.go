@@ -379,6 +379,11 @@ cluster-advertise: ""
 join: []
 cluster-key-file: ""
 node-name: ""
+discovery: ""
+k8s-service: ""
+k8s-namespace: ""
+k8s-port-name: ""
+k8s-kubeconfig: ""
 state-dir: ""
 state-interval: 1m
 log-format: text
