@@ -31,6 +31,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -136,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.caCerts, "ca-certs", caPath, "CA bundle `file` packed as "+caPath+" (for HTTPS upstreams); empty: none. The default is skipped with a warning when this machine has none")
 	fs.StringVar(&o.layout, "layout", "", "OCI image layout `directory` to write (must not exist or be empty)")
 	fs.StringVar(&o.archive, "archive", "", "docker-archive tar `file` to write (docker load, kind load image-archive)")
-	fs.StringVar(&o.tag, "tag", "", "the archive's image `reference`; default saltus:VERSION")
+	fs.StringVar(&o.tag, "tag", "", "the archive's image `references`, comma-separated; default saltus:VERSION,saltus:latest")
 	created := fs.String("created", "", "image and file `time`, Unix seconds; default $SOURCE_DATE_EPOCH, else 0 (reproducible digests)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -157,7 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--layout %s: not empty (remove it first: the layout would gain a second image)", o.layout)
 	}
 	if o.tag == "" {
-		o.tag = "saltus:" + o.version
+		o.tag = "saltus:" + o.version + ",saltus:latest"
 	}
 	if *created == "" {
 		*created = os.Getenv("SOURCE_DATE_EPOCH")
@@ -343,11 +344,15 @@ func write(o options, img v1.Image) error {
 		}
 	}
 	if o.archive != "" {
-		ref, err := name.NewTag(o.tag)
-		if err != nil {
-			return fmt.Errorf("--tag: %w", err)
+		refs := map[name.Reference]v1.Image{}
+		for t := range strings.SplitSeq(o.tag, ",") {
+			ref, err := name.NewTag(t)
+			if err != nil {
+				return fmt.Errorf("--tag: %w", err)
+			}
+			refs[ref] = img
 		}
-		if err := tarball.WriteToFile(o.archive, ref, img); err != nil {
+		if err := tarball.MultiRefWriteToFile(o.archive, refs); err != nil {
 			return fmt.Errorf("cannot write the archive %s: %w", o.archive, err)
 		}
 	}

@@ -167,21 +167,23 @@ func TestImage(t *testing.T) {
 	}
 
 	// The archive holds the same image (config digest; its manifest is
-	// docker's) under the default tag.
-	tag, err := name.NewTag("saltus:v9.9.9-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	aimg, err := tarball.ImageFromPath(archive, &tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := aimg.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lc, _ := img.ConfigName(); ac != lc {
-		t.Errorf("archive config %v, layout config %v", ac, lc)
+	// docker's) under the default tags.
+	for _, ref := range []string{"saltus:v9.9.9-test", "saltus:latest"} {
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aimg, err := tarball.ImageFromPath(archive, &tag)
+		if err != nil {
+			t.Fatalf("archive, %s: %v", ref, err)
+		}
+		ac, err := aimg.ConfigName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lc, _ := img.ConfigName(); ac != lc {
+			t.Errorf("archive %s: config %v, layout config %v", ref, ac, lc)
+		}
 	}
 
 	// The same inputs give the same digest.
