@@ -720,6 +720,23 @@ func TestMonitoringMetricNames(t *testing.T) {
 			exprs[r.Expr] = "saltus-rules.yml " + r.Alert
 		}
 	}
+	// The plain Prometheus config loads the rules file beside it.
+	var prom struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName string `yaml:"job_name"`
+		} `yaml:"scrape_configs"`
+	}
+	data, err = os.ReadFile("../../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &prom); err != nil {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	if !slices.Equal(prom.RuleFiles, []string{"saltus-rules.yml"}) || len(prom.ScrapeConfigs) < 2 {
+		t.Errorf("prometheus.yml: rule_files %q, %d scrape configs; want saltus-rules.yml and the routers' and engines' jobs", prom.RuleFiles, len(prom.ScrapeConfigs))
+	}
 	if len(exprs) < 40 {
 		t.Fatalf("only %d queries read: the dashboard or the rules were not parsed", len(exprs))
 	}
