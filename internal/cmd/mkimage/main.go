@@ -17,7 +17,12 @@
 // --created (SOURCE_DATE_EPOCH if set, else the Unix epoch), so the same
 // inputs give the same image digest.
 //
-// It is a build tool, not part of the router: one goroutine, its own.
+// It is a build tool, not part of the router's request path.
+//
+// # Concurrency
+//
+// One goroutine, main's (go-containerregistry's writers run their own
+// and join them before they return).
 package main
 
 import (
