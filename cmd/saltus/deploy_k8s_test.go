@@ -21,13 +21,6 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// pendingFlags are the serve flags (and YAML keys of the same names) the
-// Kubernetes manifests use before they exist on this branch: the
-// EndpointSlice discovery (issue 14) lands from another branch.
-// TestKubernetesManifests tolerates exactly these, and fails once one of
-// them exists, so that it is removed from here after that merge.
-var pendingFlags = []string{"discovery", "k8s-service", "k8s-namespace", "k8s-port-name"}
-
 // The Kubernetes objects the test reads: only the fields it checks.
 type (
 	k8sMeta struct {
@@ -282,17 +275,9 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", c.Resources)
 	}
 
-	// The args: saltus serve, every flag one it has (or a pending one),
-	// every $(VAR) an env var from the downward API.
+	// The args: saltus serve, every flag one it has, every $(VAR) an env
+	// var from the downward API.
 	flags := newServeFlags(io.Discard, nil).fs
-	pending := map[string]bool{}
-	for _, p := range pendingFlags {
-		if flags.Lookup(p) != nil {
-			t.Errorf("pendingFlags: saltus serve has --%s now; remove it from pendingFlags", p)
-		} else {
-			pending[p] = true
-		}
-	}
 	if len(c.Args) == 0 || c.Args[0] != "serve" {
 		t.Fatalf("container args %q, want serve ...", c.Args)
 	}
@@ -311,10 +296,6 @@ func TestKubernetesManifests(t *testing.T) {
 		a := c.Args[i]
 		if name, ok := strings.CutPrefix(a, "--"); ok {
 			name, _, _ = strings.Cut(name, "=")
-			if pending[name] {
-				i++ // and its value
-				continue
-			}
 			if flags.Lookup(name) == nil && name != "config" {
 				t.Errorf("container args: saltus serve has no flag --%s", name)
 			}
@@ -349,14 +330,15 @@ func TestKubernetesManifests(t *testing.T) {
 	if !ok {
 		t.Fatalf("ConfigMap %s has no key %s (--config %s)", cmName, filepath.Base(configArg), configArg)
 	}
-	yamlText, discovery := stripPending(t, text, pending)
-	if err := os.WriteFile(cmHolder, yamlText, 0o644); err != nil {
+	if err := os.WriteFile(cmHolder, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, _, err := loadServeConfig(args, io.Discard)
 	if err != nil {
 		t.Fatalf("the ConfigMap's saltus.yaml with the Deployment's args does not load: %v", err)
 	}
+	discovery := map[string]string{"discovery": cfg.Discovery, "k8s-service": cfg.K8s.Service,
+		"k8s-namespace": cfg.K8s.Namespace, "k8s-port-name": cfg.K8s.PortName}
 
 	// The config and the manifests agree: ports, addresses, state dir,
 	// drain within the grace period.
@@ -588,39 +570,6 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("GET %s on the admin listener: no saltus metrics", p)
 		}
 	}
-}
-
-// stripPending returns the config text without the top-level keys named
-// in pending, and those keys' values. It fails on a key that is pending
-// but absent, so pendingFlags stays exactly what the manifests need.
-func stripPending(t *testing.T, text string, pending map[string]bool) ([]byte, map[string]string) {
-	t.Helper()
-	var doc yaml.Node
-	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
-		t.Fatalf("the ConfigMap's saltus.yaml: %v", err)
-	}
-	root := doc.Content[0]
-	found := map[string]string{}
-	var kept []*yaml.Node
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		if pending[k.Value] {
-			found[k.Value] = v.Value
-			continue
-		}
-		kept = append(kept, k, v)
-	}
-	for p := range pending {
-		if _, ok := found[p]; !ok {
-			t.Errorf("pendingFlags names %q, which the ConfigMap's saltus.yaml does not use", p)
-		}
-	}
-	root.Content = kept
-	out, err := yaml.Marshal(&doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out, found
 }
 
 // selects reports whether a label selector picks objects labelled labels.
