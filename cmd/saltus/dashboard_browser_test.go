@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/saltus-lb/saltus/bench/vllmsim"
+)
+
+// The dashboard in a real browser (issue 14): `saltus serve` with an
+// admin token in front of three simulated vLLM engines, a few chat
+// requests, then headless Chromium loads /dashboard#token=… and the
+// numbers it shows are compared with /metrics. Skipped without a Chromium
+// binary; scripts/browser-test.sh (make browser-test) installs Debian's
+// and runs it. SALTUS_SCREENSHOT_DIR, when set, receives the screenshots
+// (the script: bench/results/issue14-dashboard).
+
+// chromium returns the browser's path: $SALTUS_CHROMIUM, else the first
+// of the usual names on PATH; "" when there is none.
+func chromium() string {
+	if p := os.Getenv("SALTUS_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// runChromium runs the headless browser with args until it exits or ctx
+// ends, then kills its whole process group (the renderer and helper
+// processes it forked), and returns its stdout.
+func runChromium(ctx context.Context, t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--hide-scrollbars", "--user-data-dir=" + t.TempDir()}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if cmd.Process != nil {
+		// Helpers left behind by a browser that exited on its own.
+		if kerr := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+			t.Logf("kill chromium's process group: %v", kerr)
+		}
+	}
+	if err != nil {
+		t.Fatalf("chromium %v: %v (ctx: %v)\nstderr:\n%s", args, err, ctx.Err(), tail(stderr.String(), 3000))
+	}
+	return stdout.Bytes()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// domValue is the data-value of the element with id in the dumped DOM.
+func domValue(t *testing.T, dom, id string) (float64, bool) {
+	t.Helper()
+	m := regexp.MustCompile(`<[^>]*\bid="` + regexp.QuoteMeta(id) + `"[^>]*>`).FindString(dom)
+	if m == "" {
+		t.Fatalf("the page has no element %s", id)
+	}
+	v := regexp.MustCompile(`data-value="([^"]*)"`).FindStringSubmatch(m)
+	if v == nil || v[1] == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v[1], 64)
+	if err != nil {
+		t.Fatalf("%s: data-value %q: %v", id, v[1], err)
+	}
+	return f, true
+}
+
+func TestDashboardBrowser(t *testing.T) {
+	bin := chromium()
+	if bin == "" {
+		t.Skip("no Chromium binary (chromium, chromium-browser, google-chrome on PATH, or SALTUS_CHROMIUM): " +
+			"`make browser-test` installs Debian's and runs this test")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second) // the whole browser part
+	defer cancel()
+
+	const token = "dash-e2e-Token"
+	var urls []string
+	for range 3 {
+		cfg := vllmsim.DefaultConfig()
+		cfg.Model = "llama3"
+		cfg.Tokenizer, cfg.ChatTemplate = llama3, "llama3"
+		cfg.Speedup = 50
+		cfg.MaxTokens = 8
+		sim, err := vllmsim.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sim.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := sim.Close(ctx); err != nil {
+				t.Errorf("sim close: %v", err)
+			}
+		})
+		urls = append(urls, sim.URL())
+	}
+	// Registered after the sims' cleanups, so it runs before them.
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Admin.BearerToken = token
+		c.Backend.ScrapeInterval = 200 * time.Millisecond
+	}, urls...)
+
+	traffic := func(n int, tag string) {
+		for i := range n {
+			sys := sysA
+			if i%3 == 2 {
+				sys = sysB
+			}
+			body := chatJSON(i%2 == 1, "system", sys, "user", fmt.Sprintf("%s question %d about the tides?", tag, i%4))
+			if a := s.chat(t, body); a.status != 200 {
+				t.Fatalf("chat %d: %d %s", i, a.status, a.body)
+			}
+		}
+	}
+	traffic(12, "first")
+	// The loop path's status counters and the feedback counters come
+	// through a flusher: wait until /metrics has every answer.
+	waitFor(t, func() bool {
+		m := s.metrics(t)
+		n := 0.0
+		for k, v := range m {
+			if strings.HasPrefix(k, "saltus_backend_requests_total{") {
+				n += v
+			}
+		}
+		return n == 12
+	})
+	waitFor(t, func() bool { // the engine scrape has read every engine
+		for _, b := range s.backends(t) {
+			if b.Engine == nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	page := "http://" + s.admin + "/dashboard#token=" + token
+
+	// Without traffic, the page's numbers and /metrics must agree exactly.
+	dom := string(runChromium(ctx, t, bin, "--virtual-time-budget=4000", "--dump-dom", page))
+	m := s.metrics(t)
+	if !strings.Contains(dom, `data-state="ok"`) {
+		t.Fatalf("the page did not load its data (body state): %s", tail(dom, 4000))
+	}
+	if strings.Contains(dom, token) {
+		t.Error("the token is still in the page (its URL)")
+	}
+	sum := func(family string) float64 {
+		v := 0.0
+		for k, x := range m {
+			if k == family || strings.HasPrefix(k, family+"{") {
+				v += x
+			}
+		}
+		return v
+	}
+	backends := s.backends(t)
+	healthy := 0
+	for _, b := range backends {
+		if b.Healthy {
+			healthy++
+		}
+	}
+	for id, want := range map[string]float64{
+		"kpi-req-total":        sum("saltus_requests_total"),
+		"kpi-backends":         float64(len(backends)),
+		"kpi-backends-healthy": float64(healthy),
+		"kpi-inflight":         sum("saltus_backend_in_flight"),
+		"kpi-routes":           sum("saltus_tree_nodes"),
+		"kpi-blocks":           sum("saltus_tree_blocks"),
+		"kpi-evictions":        sum("saltus_tree_evictions_total"),
+		"kpi-tok-entries":      sum("saltus_tokenizer_cache_entries"),
+		"kpi-tok-bytes":        sum("saltus_tokenizer_cache_bytes"),
+	} {
+		got, ok := domValue(t, dom, id)
+		if !ok || got != want {
+			t.Errorf("%s shows %v (set %v), /metrics says %v", id, got, ok, want)
+		}
+	}
+	if sum("saltus_requests_total") != 12 || len(backends) != 3 || healthy != 3 || sum("saltus_tree_nodes") == 0 {
+		t.Errorf("/metrics: %v requests, %d backends (%d healthy), %v route nodes; want 12, 3 (3), some",
+			sum("saltus_requests_total"), len(backends), healthy, sum("saltus_tree_nodes"))
+	}
+	// The token hit ratio: the engines' cached tokens over prompt tokens,
+	// since start (no answer in the page's last minute... all of them are
+	// older than its first poll, so "since start").
+	if prompt := sum("saltus_route_prompt_tokens_total"); prompt > 0 {
+		want := sum("saltus_route_actual_cached_tokens_total") / prompt
+		if got, ok := domValue(t, dom, "kpi-hit"); !ok || abs(got-want) > 1e-9 || want <= 0 {
+			t.Errorf("kpi-hit shows %v (set %v), /metrics says %v", got, ok, want)
+		}
+	}
+	if got, ok := domValue(t, dom, "kpi-ttfb-p50"); !ok || got <= 0 {
+		t.Errorf("kpi-ttfb-p50: %v (set %v)", got, ok)
+	}
+	if n := strings.Count(dom, `data-healthy="true"`); n != 3 {
+		t.Errorf("the backends table shows %d healthy backends, want 3", n)
+	}
+	for _, u := range urls {
+		if !strings.Contains(dom, u) {
+			t.Errorf("the backends table lacks %s", u)
+		}
+	}
+
+	// Screenshots, with traffic going on while the page polls.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // joined below
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body := chatJSON(i%2 == 0, "system", []string{sysA, sysB}[i%2], "user", fmt.Sprintf("later question %d?", i%7))
+			// Not do: it may call t.Fatal, which only the test's goroutine may.
+			resp, err := http.Post("http://"+s.addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Errorf("background chat: %v", err)
+				return
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || err != nil {
+				t.Errorf("background chat: %d %v", resp.StatusCode, err)
+				return
+			}
+		}
+	}()
+	dir := t.TempDir()
+	shots := map[string]string{"dashboard.png": "1366,900", "dashboard-1920.png": "1920,1080"}
+	for name, size := range shots {
+		runChromium(ctx, t, bin, "--virtual-time-budget=6000", "--window-size="+size, "--screenshot="+filepath.Join(dir, name), page)
+	}
+	close(stop)
+	<-done
+	for name, size := range shots {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if w := strconv.Itoa(img.Bounds().Dx()); !strings.HasPrefix(size, w+",") || len(b) < 20_000 {
+			t.Errorf("%s: %v, %d bytes; want %s wide and not empty", name, img.Bounds(), len(b), size)
+		}
+		if out := os.Getenv("SALTUS_SCREENSHOT_DIR"); out != "" {
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(out, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot: %s", filepath.Join(out, name))
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
