@@ -69,6 +69,7 @@
   function fmtPct(v) { return v === null || !isFinite(v) ? '–' : (v * 100).toFixed(1) + ' %'; }
   function fmtSec(s) {
     if (s === null || s === undefined || !isFinite(s)) return '–';
+    if (s === 0) return '0';
     if (s < 1e-3) return (s * 1e6).toFixed(0) + ' µs';
     if (s < 1) return (s * 1e3).toFixed(s < 0.01 ? 1 : 0) + ' ms';
     if (s < 120) return s.toFixed(2) + ' s';
@@ -441,7 +442,7 @@
     el.replaceChildren(...series.map((s) => {
       const span = document.createElement('span');
       const i = document.createElement('i');
-      i.style.background = s.color;
+      i.style.background = s.dash ? 'repeating-linear-gradient(90deg, ' + s.color + ' 0 3px, transparent 3px 5px)' : s.color;
       span.appendChild(i);
       span.appendChild(document.createTextNode(s.label));
       return span;
@@ -449,7 +450,7 @@
   }
 
   // drawChart draws series ({label, color, points: [[t, v|null]]}) over
-  // the last historySec seconds; fmt labels the y axis; yMax fixes its top.
+  // the last minute to historySec seconds (as much as the history holds); fmt labels the y axis; yMax fixes its top.
   function drawChart(canvas, series, fmt, yMax) {
     const dpr = window.devicePixelRatio || 1;
     const w = canvas.clientWidth, h = canvas.clientHeight;
@@ -463,13 +464,16 @@
     ctx.clearRect(0, 0, w, h);
     const padL = 52, padR = 6, padT = 6, padB = 16;
     const now = pts.length ? pts[pts.length - 1].t : 0;
-    const t0 = now - historySec;
+    // The time axis grows with the history, from 1 minute to historySec.
+    const span = pts.length ? now - pts[0].t : 0;
+    const win = [60, 120, 180, 300].find((v) => v >= span) || historySec;
+    const t0 = now - win;
     let top = yMax || 0;
     if (!yMax) {
       for (const s of series) for (const [t, v] of s.points) if (t >= t0 && v !== null && v > top) top = v;
       top = niceTop(top);
     }
-    const x = (t) => padL + ((t - t0) / historySec) * (w - padL - padR);
+    const x = (t) => padL + ((t - t0) / win) * (w - padL - padR);
     const y = (v) => padT + (1 - v / top) * (h - padT - padB);
     ctx.font = '10px system-ui, sans-serif';
     ctx.lineWidth = 1;
@@ -485,13 +489,15 @@
     }
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
-    for (let m = 0; m <= historySec / 60; m++) {
-      const t = now - m * 60;
-      ctx.fillText(m === 0 ? 'now' : '−' + m + ' min', Math.min(Math.max(x(t), padL + 14), w - padR - 14), h - padB + 3);
+    const step = win <= 60 ? 15 : win <= 180 ? 30 : 60;
+    for (let a = 0; a <= win; a += step) {
+      const label = a === 0 ? 'now' : a % 60 === 0 ? '−' + a / 60 + ' min' : '−' + a + ' s';
+      ctx.fillText(label, Math.min(Math.max(x(now - a), padL + 16), w - padR - 16), h - padB + 3);
     }
     ctx.lineWidth = 1.6;
     for (const s of series) {
       ctx.strokeStyle = s.color;
+      ctx.setLineDash(s.dash ? [5, 3] : []);
       ctx.beginPath();
       let pen = false;
       for (const [t, v] of s.points) {
@@ -502,6 +508,7 @@
       }
       ctx.stroke();
     }
+    ctx.setLineDash([]);
     if (!series.some((s) => s.points.some(([t, v]) => t >= t0 && v !== null))) {
       ctx.fillStyle = cssVar('--muted');
       ctx.textBaseline = 'middle';
@@ -538,8 +545,8 @@
       return dp > 0 ? win(num, i) / dp : null;
     };
     const hit = [
+      { label: 'predicted (route table)', color: c[3], dash: true, points: along(ratio((x) => x.predicted)) },
       { label: 'actual (engine cached)', color: c[2], points: along(ratio((x) => x.actual)) },
-      { label: 'predicted (route table)', color: c[3], points: along(ratio((x) => x.predicted)) },
     ];
     legend('legend-hit', hit);
     drawChart($('chart-hit'), hit, (v) => (v * 100).toFixed(0) + ' %', 1);

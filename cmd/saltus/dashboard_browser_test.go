@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image/png"
@@ -14,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -247,7 +250,9 @@ func TestDashboardBrowser(t *testing.T) {
 				return
 			default:
 			}
-			body := chatJSON(i%2 == 0, "system", []string{sysA, sysB}[i%2], "user", fmt.Sprintf("later question %d?", i%7))
+			// Four tenants' system prompts: their prefixes spread over the engines.
+			sys := fmt.Sprintf("Tenant %d. %s", i%4, []string{sysA, sysB}[i%2])
+			body := chatJSON(i%2 == 0, "system", sys, "user", fmt.Sprintf("later question %d?", i%7))
 			// Not do: it may call t.Fatal, which only the test's goroutine may.
 			resp, err := http.Post("http://"+s.addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 			if err != nil {
@@ -264,8 +269,16 @@ func TestDashboardBrowser(t *testing.T) {
 	}()
 	dir := t.TempDir()
 	shots := map[string]string{"dashboard.png": "1366,900", "dashboard-1920.png": "1920,1080"}
-	for name, size := range shots {
-		runChromium(ctx, t, bin, "--virtual-time-budget=6000", "--window-size="+size, "--screenshot="+filepath.Join(dir, name), page)
+	if drv := chromedriver(); drv != "" {
+		// Through WebDriver the page polls in real time, so its charts
+		// show a history; the command line's virtual time runs its
+		// timers ahead of the server's clock.
+		screenshotsLive(ctx, t, drv, bin, page, dir, shots)
+	} else {
+		t.Log("no chromedriver: screenshots from chromium --screenshot, with a few polls of history")
+		for name, size := range shots {
+			runChromium(ctx, t, bin, "--virtual-time-budget=6000", "--window-size="+size, "--screenshot="+filepath.Join(dir, name), page)
+		}
 	}
 	close(stop)
 	<-done
@@ -298,4 +311,156 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// chromedriver returns chromedriver's path ($SALTUS_CHROMEDRIVER, else on
+// PATH), or "".
+func chromedriver() string {
+	if p := os.Getenv("SALTUS_CHROMEDRIVER"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("chromedriver")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// portWriter is chromedriver's stdout: it sends the port it reports
+// listening on, once.
+type portWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	port chan string // buffered, 1
+	sent bool
+}
+
+func (w *portWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if m := regexp.MustCompile(`started successfully on port (\d+)`).FindSubmatch(w.buf.Bytes()); m != nil && !w.sent {
+		w.sent = true
+		w.port <- string(m[1])
+	}
+	return len(p), nil
+}
+
+// screenshotsLive opens page in Chromium through chromedriver (W3C
+// WebDriver over HTTP), waits until the page has polled 15 times (about
+// 15 s of history), and saves a screenshot at each window size into dir.
+func screenshotsLive(ctx context.Context, t *testing.T, drv, bin, page, dir string, shots map[string]string) {
+	t.Helper()
+	out := &portWriter{port: make(chan string, 1)}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, drv, "--port=0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("chromedriver: %v", err)
+	}
+	defer func() {
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Logf("kill chromedriver's process group: %v", err)
+		}
+		_ = cmd.Wait() // killed: its error says so
+	}()
+	var base string
+	select {
+	case p := <-out.port:
+		base = "http://127.0.0.1:" + p
+	case <-ctx.Done():
+		t.Fatalf("chromedriver did not start: %s", stderr.String())
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	call := func(method, path string, body any) json.RawMessage {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			b, err := json.Marshal(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rd = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("WebDriver %s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		var v struct {
+			Value json.RawMessage `json:"value"`
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || json.Unmarshal(b, &v) != nil || resp.StatusCode != 200 {
+			t.Fatalf("WebDriver %s %s: %d %v: %s", method, path, resp.StatusCode, err, tail(string(b), 2000))
+		}
+		return v.Value
+	}
+	w, h, _ := strings.Cut(shots["dashboard.png"], ",")
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(), "--window-size=" + w + "," + h}
+	var sess struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := json.Unmarshal(call("POST", "/session", map[string]any{"capabilities": map[string]any{"alwaysMatch": map[string]any{
+		"browserName": "chrome", "goog:chromeOptions": map[string]any{"binary": bin, "args": args},
+	}}}), &sess); err != nil || sess.SessionID == "" {
+		t.Fatalf("WebDriver session: %v", err)
+	}
+	s := "/session/" + sess.SessionID
+	defer call("DELETE", s, nil)
+	call("POST", s+"/url", map[string]string{"url": page})
+	polls := func() int {
+		var n string
+		if err := json.Unmarshal(call("POST", s+"/execute/sync", map[string]any{"script": "return document.body.dataset.polls", "args": []any{}}), &n); err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.Atoi(n)
+		if err != nil {
+			t.Fatalf("data-polls %q", n)
+		}
+		return v
+	}
+	// The page's own polls are the events waited for; ctx bounds it.
+	for n := polls(); n < 15; n = polls() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the page polled %d times before the deadline", n)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	for _, name := range []string{"dashboard.png", "dashboard-1920.png"} {
+		w, h, _ := strings.Cut(shots[name], ",")
+		wi, _ := strconv.Atoi(w) // the test's own constants
+		hi, _ := strconv.Atoi(h) // the test's own constants
+		call("POST", s+"/window/rect", map[string]int{"width": wi, "height": hi})
+		n := polls()
+		for polls() < n+2 { // redrawn at the new size, with a new point
+			select {
+			case <-ctx.Done():
+				t.Fatal("the page stopped polling")
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		var b64 string
+		if err := json.Unmarshal(call("GET", s+"/screenshot", nil), &b64); err != nil {
+			t.Fatal(err)
+		}
+		png, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
