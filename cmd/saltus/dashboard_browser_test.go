@@ -239,6 +239,16 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 	}
 
+	// A wrong token: the page says so, and shows no data.
+	dom = string(runChromium(ctx, t, bin, "--virtual-time-budget=3000", "--dump-dom", "http://"+s.admin+"/dashboard#token=wrong"))
+	if !strings.Contains(dom, `data-state="unauthorized"`) || !strings.Contains(dom, "The admin token was refused (401)") ||
+		regexp.MustCompile(`<section id="auth"[^>]*hidden`).MatchString(dom) {
+		t.Errorf("with a wrong token the page does not show the 401: %s", tail(dom, 3000))
+	}
+	if v, ok := domValue(t, dom, "kpi-req-total"); ok {
+		t.Errorf("with a wrong token the page shows %v requests", v)
+	}
+
 	// Screenshots, with traffic going on while the page polls.
 	stop := make(chan struct{})
 	done := make(chan struct{})
