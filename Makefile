@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies fuzz-smoke check clean golden
+.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test fuzz-smoke check clean golden
 
 all: build
 
@@ -57,6 +57,9 @@ bench-serve: ## saltus vs nginx requests/s (whole and streamed) and --pin-shards
 	bench/nginx-compare.sh
 	bench/added-latency.sh
 	$(GO) test -run '^$$' -bench 'AddedLatency|Relay' -benchtime 5x ./bench
+
+browser-test: ## the dashboard in headless Chromium against a running saltus, numbers checked against /metrics, screenshots to bench/results/issue14-dashboard (scripts/browser-test.sh; installs chromium with apt-get if missing; not part of check)
+	GO=$(GO) scripts/browser-test.sh
 
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)

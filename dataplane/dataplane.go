@@ -370,7 +370,12 @@ func (l *lateHandler) OwnAnswer(status int) {
 type backendsAPI struct{ s *backend.Set }
 
 func backendInfo(b *backend.Backend) admin.BackendInfo {
-	return admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	info := admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	if l, ok := b.Engine(); ok {
+		info.Engine = &admin.EngineInfo{Waiting: l.Waiting, Running: l.Running, KVUsage: l.KVUsage, KVTokens: l.KVTokens,
+			AgeMS: time.Since(l.At).Milliseconds()}
+	}
+	return info
 }
 
 func (a backendsAPI) List() []admin.BackendInfo {
