@@ -232,7 +232,7 @@ func TestBadServer(t *testing.T) {
 			f := newFakeAPI(t, true)
 			cfg := testConfig(t, f)
 			cfg.MaxResponseBytes = minResponseBytes
-			cfg.ListTimeout = 300 * time.Millisecond
+			cfg.ListTimeout = time.Second // long enough for a good list on a loaded machine
 			cfg.WatchTimeout, cfg.WatchIdleMargin = time.Second, 10*time.Millisecond
 			r := start(t, cfg)
 			if tc.list != nil {
