@@ -62,8 +62,10 @@
 //
 //   - Run: one goroutine, the caller's (a rules.Group one); it owns the
 //     slices, the resourceVersion and the last set, and calls update on
-//     itself, so never concurrently. It starts no goroutine (the stall
-//     timer is a time.AfterFunc that only cancels the watch's context).
+//     itself, so never concurrently. It starts no goroutine of its own:
+//     the stall timer is a time.AfterFunc that only cancels the watch's
+//     context, and net/http's connection goroutines end with the
+//     connections, which Run closes when it returns.
 //   - Status: any goroutine (a mutex guards the status).
 //   - Metrics: atomics, set by Run, read by the scraper.
 package kube

@@ -172,6 +172,9 @@ func newLineReader(r io.Reader, max int) *lineReader {
 // next returns the next line without its newline; valid until the next
 // call.
 func (l *lineReader) next() ([]byte, error) {
+	if cap(l.acc) > 1<<20 {
+		l.acc = nil // one huge event does not pin its memory for the watch's life
+	}
 	l.acc = l.acc[:0]
 	for {
 		b, err := l.br.ReadSlice('\n')

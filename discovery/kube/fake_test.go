@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -69,6 +70,7 @@ func newFakeAPIWith(t *testing.T, useTLS bool, tune func(*tls.Config)) *fakeAPI 
 	})
 	if useTLS {
 		f.srv = httptest.NewUnstartedServer(h)
+		f.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes TestUntrustedServer fails on purpose
 		f.srv.TLS = &tls.Config{}
 		if tune != nil {
 			tune(f.srv.TLS)

@@ -236,6 +236,9 @@ func (w *Watcher) list(ctx context.Context) error {
 	defer cancel()
 	resp, err := w.do(ctx, w.selector)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return failf(reasonStalled, "no answer to the list of endpointslices within the ListTimeout (%v): %w", w.cfg.ListTimeout, err)
+		}
 		return err
 	}
 	defer resp.Body.Close() // a GET's body; nothing to flush
@@ -244,7 +247,7 @@ func (w *Watcher) list(ctx context.Context) error {
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(w.cfg.MaxResponseBytes)+1))
 	switch {
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded): // the read may have seen an error or a clean EOF
 		return failf(reasonStalled, "the list of endpointslices took longer than the ListTimeout (%v)", w.cfg.ListTimeout)
 	case err != nil:
 		return failf(reasonDisconnected, "cannot read the list of endpointslices: %w", err)

@@ -203,12 +203,15 @@ func TestBadServer(t *testing.T) {
 		watch  func(*testing.T, *apiReq) // answers the first watch
 		reason string                    // the errors_total reason counted
 		relist bool                      // a list follows (else a watch from the same resourceVersion)
+		tune   func(*Config)
+		text   string // in the status' last error
 	}{
 		{name: "list bad JSON", list: func(r *apiReq) { r.json(200, `{"metadata":{"resourceVersion":"5"},"items":[{`) }, reason: "decode", relist: true},
 		{name: "list not an object", list: func(r *apiReq) { r.json(200, `[1,2,3]`) }, reason: "decode", relist: true},
 		{name: "list without resourceVersion", list: func(r *apiReq) { r.json(200, `{"items":[]}`) }, reason: "decode", relist: true},
 		{name: "list huge", list: func(r *apiReq) { r.json(200, `{"metadata":{"resourceVersion":"5","x":"`+huge+`"},"items":[]}`) }, reason: "too_large", relist: true},
-		{name: "list 500", list: func(r *apiReq) { r.json(500, `{"kind":"Status","message":"etcdserver: leader changed","code":500}`) }, reason: "status", relist: true},
+		{name: "list 500", list: func(r *apiReq) { r.json(500, `{"kind":"Status","message":"etcdserver: leader changed","code":500}`) }, reason: "status", relist: true,
+			text: "list endpointslices of service ns1/vllm: HTTP 500 Internal Server Error: etcdserver: leader changed"},
 		{name: "list stalls", list: func(r *apiReq) { r.respond(stall) }, reason: "stalled", relist: true},
 		{name: "watch bad JSON", watch: func(t *testing.T, r *apiReq) { r.stream().send(t, "{\"type\":\"ADDED\",\"object\":{]}\n") }, reason: "decode", relist: true},
 		{name: "watch unknown type", watch: func(t *testing.T, r *apiReq) { r.stream().send(t, `{"type":"SURPRISE","object":{}}`+"\n") }, reason: "decode", relist: true},
@@ -223,8 +226,12 @@ func TestBadServer(t *testing.T) {
 		}, reason: "watch_error", relist: true},
 		{name: "watch 403", watch: func(t *testing.T, r *apiReq) {
 			r.json(403, `{"kind":"Status","message":"endpointslices.discovery.k8s.io is forbidden","reason":"Forbidden","code":403}`)
-		}, reason: "status"},
+		}, reason: "status", text: "HTTP 403 Forbidden: endpointslices.discovery.k8s.io is forbidden (saltus needs get, list and watch on endpointslices.discovery.k8s.io in namespace ns1"},
 		{name: "watch stalls", watch: func(t *testing.T, r *apiReq) { r.respond(stall) }, reason: "stalled"},
+		{name: "list no head", list: func(r *apiReq) {}, reason: "request", relist: true,
+			tune: func(c *Config) { c.HeaderTimeout = 500 * time.Millisecond }},
+		{name: "watch no head", watch: func(t *testing.T, r *apiReq) {}, reason: "request",
+			tune: func(c *Config) { c.HeaderTimeout = 500 * time.Millisecond }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,8 +239,11 @@ func TestBadServer(t *testing.T) {
 			f := newFakeAPI(t, true)
 			cfg := testConfig(t, f)
 			cfg.MaxResponseBytes = minResponseBytes
-			cfg.ListTimeout = 300 * time.Millisecond
+			cfg.ListTimeout = time.Second // long enough for a good list on a loaded machine
 			cfg.WatchTimeout, cfg.WatchIdleMargin = time.Second, 10*time.Millisecond
+			if tc.tune != nil {
+				tc.tune(&cfg)
+			}
 			r := start(t, cfg)
 			if tc.list != nil {
 				tc.list(f.nextList(t))
@@ -252,8 +262,8 @@ func TestBadServer(t *testing.T) {
 			if got := r.metric(`saltus_discovery_k8s_errors_total{reason="` + tc.reason + `"}`); got != 1 {
 				t.Errorf("errors{reason=%q} = %v, want 1", tc.reason, got)
 			}
-			if st := r.status(); st.LastError == "" {
-				t.Errorf("no last error in the status")
+			if st := r.status(); st.LastError == "" || !strings.Contains(st.LastError, tc.text) {
+				t.Errorf("the status' last error %q, want one saying %q", st.LastError, tc.text)
 			}
 			if tc.list != nil { // the good list's set is the first update
 				if got := targets(r.update(t)); got != "pod-a=http://10.0.0.1:8000" {
