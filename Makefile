@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test fuzz-smoke check clean golden
+.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test browser-check fuzz-smoke check clean golden
 
 all: build
 
@@ -58,13 +58,16 @@ bench-serve: ## saltus vs nginx requests/s (whole and streamed) and --pin-shards
 	bench/added-latency.sh
 	$(GO) test -run '^$$' -bench 'AddedLatency|Relay' -benchtime 5x ./bench
 
-browser-test: ## the dashboard in headless Chromium against a running saltus, numbers checked against /metrics, screenshots to bench/results/issue14-dashboard (scripts/browser-test.sh; installs chromium with apt-get if missing; not part of check)
+browser-check: ## browser-test without keeping screenshots (part of check)
+	SHOTS= GO=$(GO) scripts/browser-test.sh
+
+browser-test: ## the dashboard in headless Chromium against a running saltus, numbers checked against /metrics, screenshots to bench/results/issue14-dashboard (scripts/browser-test.sh; installs chromium with apt-get if missing; check runs it as browser-check)
 	GO=$(GO) scripts/browser-test.sh
 
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
-check: vet lint rules race fuzz-smoke build ## what CI runs
+check: vet lint rules race fuzz-smoke build browser-check ## what CI runs
 
 golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm; not part of check)
 	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs

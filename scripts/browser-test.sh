@@ -27,7 +27,7 @@ if ! have chromium || ! have chromedriver; then
     echo "browser-test: no chromedriver (apt-get install chromium-driver); screenshots without live history"
   else
     echo "browser-test: installing Debian's chromium and chromium-driver"
-    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }; then
+    if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq chromium chromium-driver >/dev/null; }; then
       if ! have chromium; then
         echo "browser-test: skipped: apt-get could not install chromium"
         exit 0
