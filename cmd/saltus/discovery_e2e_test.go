@@ -46,11 +46,11 @@ func TestDiscoveryK8s(t *testing.T) {
 	watching := make(chan struct{}, 4)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer test-token" {
-			http.Error(w, "unauthorized", 401)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
 		if r.URL.Path != "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices" || r.URL.Query().Get("labelSelector") != "kubernetes.io/service-name=vllm" {
-			http.Error(w, "unexpected "+r.URL.String(), 404)
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -60,7 +60,7 @@ func TestDiscoveryK8s(t *testing.T) {
 				"items":    []any{fakeSlice(t, "vllm-a", "pod-a", a, true, 5), fakeSlice(t, "vllm-b", "pod-b", b, false, 6)}})
 			return
 		}
-		w.WriteHeader(200)
+		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
 		watching <- struct{}{}
 		for {
