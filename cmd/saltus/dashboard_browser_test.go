@@ -20,8 +20,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/saltus-lb/saltus/bench/vllmsim"
 )
 
 // The dashboard in a real browser (issue 14): `saltus serve` with an
@@ -108,29 +106,7 @@ func TestDashboardBrowser(t *testing.T) {
 	defer cancel()
 
 	const token = "dash-e2e-Token"
-	var urls []string
-	for range 3 {
-		cfg := vllmsim.DefaultConfig()
-		cfg.Model = "llama3"
-		cfg.Tokenizer, cfg.ChatTemplate = llama3, "llama3"
-		cfg.Speedup = 50
-		cfg.MaxTokens = 8
-		sim, err := vllmsim.New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sim.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := sim.Close(ctx); err != nil {
-				t.Errorf("sim close: %v", err)
-			}
-		})
-		urls = append(urls, sim.URL())
-	}
+	_, urls := startSims(t, 3, 50)
 	// Registered after the sims' cleanups, so it runs before them.
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Admin.BearerToken = token

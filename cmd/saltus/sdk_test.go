@@ -28,10 +28,14 @@ type sdkFleet struct {
 	client openai.Client
 }
 
-func startSDKFleet(t *testing.T, n int, speedup float64) *sdkFleet {
+// startSims starts n simulated llama3 engines (8 tokens an answer) at
+// speedup, closed at the end of the test, and returns them and their URLs.
+func startSims(t *testing.T, n int, speedup float64) ([]*vllmsim.Sim, []string) {
 	t.Helper()
-	f := &sdkFleet{}
-	var urls []string
+	var (
+		sims []*vllmsim.Sim
+		urls []string
+	)
 	for range n {
 		cfg := vllmsim.DefaultConfig()
 		cfg.Model = "llama3"
@@ -52,9 +56,17 @@ func startSDKFleet(t *testing.T, n int, speedup float64) *sdkFleet {
 				t.Errorf("sim close: %v", err)
 			}
 		})
-		f.sims = append(f.sims, sim)
+		sims = append(sims, sim)
 		urls = append(urls, sim.URL())
 	}
+	return sims, urls
+}
+
+func startSDKFleet(t *testing.T, n int, speedup float64) *sdkFleet {
+	t.Helper()
+	f := &sdkFleet{}
+	var urls []string
+	f.sims, urls = startSims(t, n, speedup)
 	// Registered after the sims' cleanups, so it runs before them: saltus
 	// drains before its engines go.
 	f.s = startServeWith(t, nil, nil, urls...)
