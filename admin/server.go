@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,6 +101,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("admin: cannot listen on %s: %w", s.cfg.Listen, err)
 	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	s.ln, s.started = ln, true
 	s.g = rules.NewGroup(context.Background())
 	s.g.Go("admin-http", func(context.Context) {
@@ -107,7 +111,8 @@ func (s *Server) Start() error {
 			s.logger.Error("admin listener stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	})
-	s.logger.Info("admin listening", "addr", ln.Addr().String(), "auth", s.cfg.BearerToken != "")
+	s.logger.Info("admin listening", "addr", ln.Addr().String(), "auth", s.cfg.BearerToken != "", "tls", s.cfg.TLS != nil,
+		"client_certs", s.cfg.TLS != nil && s.cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
@@ -231,6 +233,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	set := metrics.NewSet()
 	floor := heapFloor(cfg.GCHeapFloor, set)
 	defer runtime.KeepAlive(floor)
+	certs, err := loadTLS(&cfg, set)
+	if err != nil {
+		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
+		return 1
+	}
 	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
@@ -241,7 +248,92 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
+	if certs.data != nil || certs.admin != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		g := rules.NewGroup(context.Background())
+		l := componentLogger(logger, "serve")
+		g.Go("serve.sighup", func(ctx context.Context) {
+			for {
+				select {
+				case <-hup:
+					_ = reloadTLS(certs, l) // logged and counted (saltus_tls_cert_reloads_total)
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+		defer func() {
+			g.Stop()
+			_ = g.Wait(context.Background()) // the goroutine returns as soon as its context ends
+		}()
+	}
 	return serveWith(cfg, sp, set, logger, signals)
+}
+
+// tlsCerts are the listeners' reloadable certificates; nil: that
+// listener speaks plain HTTP.
+type tlsCerts struct{ data, admin *tlsconf.Holder }
+
+// loadTLS loads the configured certificate pairs (Validate checked they
+// load) into holders, exports their metrics in set, and sets the
+// listeners' TLS configs in cfg: Reactor.TLS for the data plane,
+// Admin.TLS (with the client CAs, if any) for the admin listener.
+func loadTLS(cfg *serveConfig, set *metrics.Set) (tlsCerts, error) {
+	var c tlsCerts
+	if cfg.TLSCertFile != "" {
+		h, err := tlsconf.Load(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return c, fmt.Errorf("tls-cert-file: %w", err)
+		}
+		h.Register(set, "data")
+		cfg.Reactor.TLS = h.ServerConfig()
+		c.data = h
+	}
+	if cfg.AdminTLSCertFile != "" {
+		h, err := tlsconf.Load(cfg.AdminTLSCertFile, cfg.AdminTLSKeyFile)
+		if err != nil {
+			return c, fmt.Errorf("admin-tls-cert-file: %w", err)
+		}
+		h.Register(set, "admin")
+		tc := h.ServerConfig()
+		if cfg.AdminTLSClientCAFile != "" {
+			pool, err := tlsconf.LoadCAFile(cfg.AdminTLSClientCAFile, false)
+			if err != nil {
+				return c, fmt.Errorf("admin-tls-client-ca-file: %w", err)
+			}
+			tc.ClientCAs = pool
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		cfg.Admin.TLS = tc
+		c.admin = h
+	}
+	return c, nil
+}
+
+// reloadTLS reads the listeners' certificate files again (SIGHUP): new
+// handshakes get the new pair, open connections keep theirs, and a pair
+// that does not load leaves the old one in use (logged, counted). It is
+// the one step a full configuration reload has to call for TLS.
+func reloadTLS(c tlsCerts, l *slog.Logger) error {
+	var errs []error
+	for _, x := range []struct {
+		name string
+		h    *tlsconf.Holder
+	}{{"data", c.data}, {"admin", c.admin}} {
+		if x.h == nil {
+			continue
+		}
+		if err := x.h.Reload(); err != nil {
+			l.Error("TLS certificate not reloaded", "listener", x.name, "err", err)
+			errs = append(errs, err)
+			continue
+		}
+		cert, _ := x.h.Files()
+		l.Info("TLS certificate reloaded", "listener", x.name, "cert", cert, "expires", x.h.NotAfter().UTC())
+	}
+	return errors.Join(errs...)
 }
 
 // heapFloor allocates the --gc-heap-floor block and exports its size as

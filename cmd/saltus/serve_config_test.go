@@ -336,9 +336,15 @@ func TestEveryKeyHasFlag(t *testing.T) {
 
 const defaultYAML = `# saltus serve: effective configuration (defaults, then --config, then flags)
 listen: 127.0.0.1:8080
+tls-cert-file: ""
+tls-key-file: ""
+tls-handshake-timeout: 10s
 admin-listen: 127.0.0.1:9180
 admin-token: ""
 admin-pprof: false
+admin-tls-cert-file: ""
+admin-tls-key-file: ""
+admin-tls-client-ca-file: ""
 backends: []
 tokenizer: ""
 chat-template: ""
@@ -606,7 +612,10 @@ func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
 		"response-timeout": true, // resolved into first-byte-timeout before the mapping
 		"upstream-io":      true, // deprecated: loop is the only path
-		"cluster-key-file": true} // read into Cluster.Key once validated
+		"cluster-key-file": true, // read into Cluster.Key once validated
+		// loaded into reloadable holders by loadTLS, which sets Reactor.TLS and Admin.TLS
+		"tls-cert-file": true, "tls-key-file": true,
+		"admin-tls-cert-file": true, "admin-tls-key-file": true, "admin-tls-client-ca-file": true}
 	def := defaultServeConfig()
 	base := def.servingConfig()
 	if want := dataplane.DefaultConfig(); !reflect.DeepEqual(base, want) {
