@@ -160,15 +160,19 @@ func (s *Server) acceptTLS(ctx context.Context) {
 	}
 }
 
-// goTLS runs fn on a TLS worker unless the server stopped (rules.Workers
+// goTLS runs fn on a TLS worker unless the server stopped. Any
+// goroutine.
+func (s *Server) goTLS(fn func(context.Context)) bool { return s.goOn(s.tls.workers, fn) }
+
+// goOn runs fn on one of workers unless the server stopped (rules.Workers
 // panics once its group has). Any goroutine.
-func (s *Server) goTLS(fn func(context.Context)) bool {
+func (s *Server) goOn(w *rules.Workers, fn func(context.Context)) bool {
 	s.posting.Add(1) // holds off stopEngine's group Stop, as in DialUpstream
 	defer s.posting.Add(-1)
 	if s.stopped.Load() {
 		return false
 	}
-	s.tls.workers.Go(fn)
+	w.Go(fn)
 	return true
 }
 
@@ -223,6 +227,14 @@ func (s *Server) serveTLS(ctx context.Context, nc net.Conn) {
 	}
 	e.bridged.Add(1)
 	defer e.bridged.Add(-1)
+	s.bridge(ctx, tc, ours, e.workers)
+}
+
+// bridge joins a TLS connection and our end of a socketpair whose other
+// end a loop owns: this goroutine copies TLS-to-loop (bridgeIn), a second
+// one from workers copies loop-to-TLS (bridgeOut). It returns when both
+// ended. The stop of the server's group closes both sides.
+func (s *Server) bridge(ctx context.Context, tc *tls.Conn, ours *net.UnixConn, workers *rules.Workers) {
 	closeAll := func() {
 		_ = tc.Close()   // sends close_notify (bounded by crypto/tls's own 5 s write deadline); an error means closed already
 		_ = ours.Close() // the loop sees EOF and closes its end; an error means closed already
@@ -230,7 +242,7 @@ func (s *Server) serveTLS(ctx context.Context, nc net.Conn) {
 	stop := context.AfterFunc(ctx, closeAll) // shutdown: unblock both copies
 	defer stop()
 	done := make(chan struct{})
-	if !s.goTLS(func(context.Context) { defer close(done); s.bridgeOut(tc, ours, closeAll) }) {
+	if !s.goOn(workers, func(context.Context) { defer close(done); s.bridgeOut(tc, ours, closeAll) }) {
 		closeAll()
 		return
 	}

@@ -317,3 +317,96 @@ func FuzzTLSFirstFlight(f *testing.F) {
 		waitClosed(t, nc)
 	})
 }
+
+// TestUpstreamTLS: DialUpstreamTLS verifies the upstream's certificate
+// (a failure is OnUpstreamClose with an error naming the address,
+// counted), and with the right CA bridges plaintext both ways.
+func TestUpstreamTLS(t *testing.T) {
+	t.Parallel()
+	s, _, set := startServer(t, nil)
+	ca := tlstest.NewCA(t, "upstream")
+	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "engine.test")
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf.Cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() //nolint:errcheck // the test's listener
+	peer := make(chan net.Conn, 2)
+	go func() { // a test's stand-in upstream; it ends with the listener
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			_ = c.(*tls.Conn).Handshake() // fails for the client that does not trust it
+			peer <- c
+		}
+	}()
+
+	// Wrong roots: the handshake fails, with a clear error.
+	bad := newRecUpstream()
+	onLoop(t, s, 0, func() {
+		if _, err := s.DialUpstreamTLS(0, ln.Addr().String(), 2*time.Second, &tls.Config{ServerName: "engine.test"}, bad); err != nil {
+			t.Errorf("DialUpstreamTLS: %v", err)
+		}
+	})
+	select {
+	case err := <-bad.closed:
+		if err == nil || !strings.Contains(err.Error(), "TLS handshake with "+ln.Addr().String()) || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+			t.Errorf("unverified upstream: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no close for an unverified upstream")
+	}
+	if c := <-peer; c != nil {
+		_ = c.Close() // the refused one
+	}
+	if v := counter(set, `saltus_upstream_tls_handshakes_total{result="error"}`); v != "1" {
+		t.Errorf("upstream TLS errors %s, want 1", v)
+	}
+
+	good := newRecUpstream()
+	good.onOpen = func(u *Upstream) {
+		if err := u.Write([]byte("ping")); err != nil {
+			t.Errorf("Write: %v", err)
+		}
+	}
+	onLoop(t, s, 1, func() {
+		if _, err := s.DialUpstreamTLS(1, ln.Addr().String(), 2*time.Second, &tls.Config{ServerName: "engine.test", RootCAs: ca.Pool()}, good); err != nil {
+			t.Errorf("DialUpstreamTLS: %v", err)
+		}
+	})
+	c := <-peer
+	defer c.Close() //nolint:errcheck // the test's side
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("upstream read %q, %v", buf, err)
+	}
+	if _, err := c.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, d := good.snapshot(); d != "pong"; _, d = good.snapshot() {
+		if time.Now().After(deadline) {
+			t.Fatal("no data from the TLS upstream")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = c.Close() // the upstream leaves: the loop hears of it
+	select {
+	case err := <-good.closed:
+		if err != nil && !errors.Is(err, io.EOF) { // gnet reports the socketpair's EOF
+			t.Errorf("close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no close")
+	}
+	if ev, _ := good.snapshot(); ev != "open,close" {
+		t.Errorf("events %s", ev)
+	}
+	if v := counter(set, `saltus_upstream_tls_handshakes_total{result="ok"}`); v != "1" {
+		t.Errorf("upstream TLS ok %s, want 1", v)
+	}
+}
