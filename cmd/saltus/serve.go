@@ -233,7 +233,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	set := metrics.NewSet()
 	floor := heapFloor(cfg.GCHeapFloor, set)
 	defer runtime.KeepAlive(floor)
-	certs, err := loadTLS(&cfg, set)
+	certs, err := loadTLS(&cfg, set, componentLogger(logger, "serve"))
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
 		return 1
@@ -279,9 +279,25 @@ type tlsCerts struct{ data, admin *tlsconf.Holder }
 // loadTLS loads the configured certificate pairs (Validate checked they
 // load) into holders, exports their metrics in set, and sets the
 // listeners' TLS configs in cfg: Reactor.TLS for the data plane,
-// Admin.TLS (with the client CAs, if any) for the admin listener.
-func loadTLS(cfg *serveConfig, set *metrics.Set) (tlsCerts, error) {
+// Admin.TLS (with the client CAs, if any) for the admin listener, and
+// Backend.TLS (the https backends' roots, or no verification, warned on
+// l).
+func loadTLS(cfg *serveConfig, set *metrics.Set, l *slog.Logger) (tlsCerts, error) {
 	var c tlsCerts
+	if cfg.BackendTLSCAFile != "" || cfg.BackendTLSInsecureSkipVerify {
+		bc := &tls.Config{InsecureSkipVerify: cfg.BackendTLSInsecureSkipVerify}
+		if cfg.BackendTLSCAFile != "" {
+			pool, err := tlsconf.LoadCAFile(cfg.BackendTLSCAFile, true)
+			if err != nil {
+				return c, fmt.Errorf("backend-tls-ca-file: %w", err)
+			}
+			bc.RootCAs = pool
+		}
+		if bc.InsecureSkipVerify {
+			l.Warn("backend-tls-insecure-skip-verify: https backends' certificates are not verified; anyone on the path can impersonate a backend")
+		}
+		cfg.Backend.TLS = bc
+	}
 	if cfg.TLSCertFile != "" {
 		h, err := tlsconf.Load(cfg.TLSCertFile, cfg.TLSKeyFile)
 		if err != nil {

@@ -74,6 +74,12 @@ type serveConfig struct {
 	// AdminTLSClientCAFile, clients must present a certificate signed by
 	// one of its CAs.
 	AdminTLSCertFile, AdminTLSKeyFile, AdminTLSClientCAFile string
+	// BackendTLSCAFile: PEM CAs trusted for https backends besides the
+	// system roots. BackendTLSInsecureSkipVerify: do not verify https
+	// backends' certificates (a warning at start). loadTLS sets
+	// Backend.TLS from both.
+	BackendTLSCAFile             string
+	BackendTLSInsecureSkipVerify bool
 }
 
 // defaultServeConfig returns the defaults: the components' own
@@ -126,7 +132,11 @@ var serveKeys = []serveKey{
 	{key: "admin-tls-client-ca-file", bind: func(c *serveConfig) value { return strV{&c.AdminTLSClientCAFile} },
 		help: "`path` of PEM CA certificates; when set, admin clients must present a certificate they signed (mutual TLS); needs --admin-tls-cert-file"},
 	{key: "backends", flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
-		help: "backend `URL` http://host:port, or name=http://host:port to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
+		help: "backend `URL` http://host:port or https://host:port, or name=URL to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
+	{key: "backend-tls-ca-file", bind: func(c *serveConfig) value { return strV{&c.BackendTLSCAFile} },
+		help: "`path` of PEM CA certificates trusted for https:// backends, besides the system roots (backends' certificates are verified against the URL's host)"},
+	{key: "backend-tls-insecure-skip-verify", bind: func(c *serveConfig) value { return boolV{&c.BackendTLSInsecureSkipVerify} },
+		help: "do not verify https:// backends' certificates (encrypted, not authenticated: anyone on the path can impersonate a backend); warned at start"},
 	{key: "tokenizer", bind: func(c *serveConfig) value { return strV{&c.Tokenizer} },
 		help: "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)"},
 	{key: "chat-template", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplate} },
@@ -406,6 +416,11 @@ func (c serveConfig) Validate() error {
 	checkPair("admin-tls-cert-file", "admin-tls-key-file", c.AdminTLSCertFile, c.AdminTLSKeyFile)
 	if c.Reactor.TLSHandshakeTimeout <= 0 {
 		bad("tls-handshake-timeout", "must be positive, got %v", duration(c.Reactor.TLSHandshakeTimeout))
+	}
+	if c.BackendTLSCAFile != "" {
+		if _, err := tlsconf.LoadCAFile(c.BackendTLSCAFile, false); err != nil {
+			bad("backend-tls-ca-file", "%v", err)
+		}
 	}
 	if c.AdminTLSClientCAFile != "" {
 		if c.AdminTLSCertFile == "" {

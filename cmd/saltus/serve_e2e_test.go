@@ -171,8 +171,8 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 	// One set for the data plane and the admin listener, as runServe has:
 	// /metrics shows the serving path's metrics.
 	set := metrics.NewSet()
-	heapFloor(0, set)                // its gauge, as runServe registers it; no block
-	certs, err := loadTLS(&cfg, set) // as runServe does
+	heapFloor(0, set)                        // its gauge, as runServe registers it; no block
+	certs, err := loadTLS(&cfg, set, logger) // as runServe does
 	if err != nil {
 		t.Fatal(err)
 	}

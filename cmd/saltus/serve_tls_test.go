@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/internal/tlsconf/tlstest"
 )
 
@@ -275,4 +277,95 @@ func TestServeAdminTLS(t *testing.T) {
 	if a := post(t, s.addr, "/v1/chat/completions", chatJSON(false, "user", "hi")); a.status != 200 {
 		t.Errorf("plain data plane: %d %s", a.status, a.body)
 	}
+}
+
+// startTLSSim starts a simulated vLLM engine serving HTTPS with a
+// certificate for 127.0.0.1 signed by ca.
+func startTLSSim(t *testing.T, ca *tlstest.CA) *vllmsim.Sim {
+	t.Helper()
+	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
+	cfg := vllmsim.DefaultConfig()
+	cfg.Model = "llama3"
+	cfg.Tokenizer, cfg.ChatTemplate = llama3, "llama3"
+	cfg.Speedup = 100
+	cfg.MaxTokens = 8
+	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.Cert}}
+	sim, err := vllmsim.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sim.Close(ctx); err != nil {
+			t.Errorf("sim close: %v", err)
+		}
+	})
+	return sim
+}
+
+// TestServeHTTPSBackend: an https:// backend is verified against the
+// system roots by default (a private CA fails: counted, logged, 502),
+// works with --backend-tls-ca-file, whole and streamed, and its health
+// probes speak TLS too.
+func TestServeHTTPSBackend(t *testing.T) {
+	t.Parallel()
+	ca := tlstest.NewCA(t, "engines")
+	sim := startTLSSim(t, ca)
+	if !strings.HasPrefix(sim.URL(), "https://") {
+		t.Fatalf("sim URL %s", sim.URL())
+	}
+	chat := func(s *served, stream bool) answer {
+		t.Helper()
+		return post(t, s.addr, "/v1/chat/completions", `{"model":"llama3","max_tokens":4,"stream":`+strconv.FormatBool(stream)+`,"messages":[{"role":"user","content":"Which berth is free at dawn?"}]}`)
+	}
+
+	t.Run("unverified", func(t *testing.T) {
+		t.Parallel()
+		s := startServeWith(t, nil, func(c *serveConfig) { c.Backend.MaxRetries = 0 }, sim.URL())
+		if a := chat(s, false); a.status != 502 {
+			t.Errorf("an engine whose certificate does not verify: %d %s, want 502", a.status, a.body)
+		}
+		if v := metricValue(t, s, `saltus_upstream_tls_handshakes_total{result="error"}`); v == "0" || v == "absent" {
+			t.Errorf("upstream TLS errors %s, want counted", v)
+		}
+		if logs := s.logs(); !strings.Contains(logs, "certificate signed by unknown authority") || !strings.Contains(logs, "TLS handshake with "+sim.Addr()) {
+			t.Errorf("the logs do not say why:\n%s", logs)
+		}
+	})
+	t.Run("with the CA", func(t *testing.T) {
+		t.Parallel()
+		s := startServeWith(t, nil, func(c *serveConfig) {
+			c.BackendTLSCAFile = ca.File
+			// Each scrape is bounded by the interval, handshake included:
+			// 20 ms is too short under -race on a loaded machine.
+			c.Backend.ScrapeInterval = 500 * time.Millisecond
+		}, sim.URL())
+		whole := chat(s, false)
+		if whole.status != 200 || !strings.Contains(whole.body, `"completion_tokens":4`) || whole.backend != sim.URL() {
+			t.Fatalf("whole: %d %s (backend %s)", whole.status, whole.body, whole.backend)
+		}
+		streamed := chat(s, true)
+		if streamed.status != 200 || strings.Count(streamed.body, "data: {") != 1+4 || !strings.Contains(streamed.body, "data: [DONE]") {
+			t.Fatalf("streamed: %d %s", streamed.status, streamed.body)
+		}
+		if v := metricValue(t, s, `saltus_upstream_tls_handshakes_total{result="ok"}`); v == "0" || v == "absent" {
+			t.Errorf("upstream TLS handshakes ok %s", v)
+		}
+		// The control client (probes, /v1/models, the engine scrape)
+		// speaks TLS too: a scrape of the engine's /metrics succeeds.
+		waitFor(t, func() bool {
+			var b bytes.Buffer
+			s.set.WritePrometheus(&b)
+			for line := range strings.SplitSeq(b.String(), "\n") {
+				if strings.HasPrefix(line, "saltus_engine_scrapes_total{") && strings.Contains(line, `result="ok"`) && !strings.HasSuffix(line, " 0") {
+					return true
+				}
+			}
+			return false
+		})
+	})
 }
