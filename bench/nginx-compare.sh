@@ -53,7 +53,7 @@ SAL_PIN_PID=$!
 "$work/saltus" serve --listen $SAL_RR --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --policy round_robin --log-level warn & pids+=($!)
 SAL_RR_PID=$!
 # One self-signed certificate for both TLS listeners.
-(cd "$work" && go run "$(go env GOROOT)/src/crypto/tls/generate_cert.go" --host 127.0.0.1 --ecdsa-curve P256 --duration 24h 2>/dev/null) ||
+(cd "$work" && GO111MODULE=off go run "$(go env GOROOT)/src/crypto/tls/generate_cert.go" --host 127.0.0.1 --ecdsa-curve P256 --duration 24h 2>/dev/null) ||
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=127.0.0.1 \
     -addext subjectAltName=IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 "$work/saltus" serve --listen $SAL_TLS --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn \
