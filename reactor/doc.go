@@ -117,8 +117,8 @@
 // connection is a plain one: framing, timeouts, bounds and drain are the
 // same code. A client's EOF half-closes the loop's end (the loop closes on
 // EOF, as for TCP); the loop's close sends close_notify and closes the TCP
-// connection; a client that stops reading is cut after IdleTimeout (a
-// write deadline on the bridge). Bounds: MaxConns counts TLS connections
+// connection; a client that stops reading is cut after at most IdleTimeout
+// (a write deadline on the bridge). Bounds: MaxConns counts TLS connections
 // from accept (handshaking or bridged) and MaxTLSHandshakes those still
 // handshaking; over either the connection is closed before a byte is read
 // (saltus_tls_rejected_total{reason}). Failed handshakes are counted by

@@ -272,17 +272,23 @@ func bridgeIn(tc *tls.Conn, ours *net.UnixConn) {
 }
 
 // bridgeOut copies what the loop answers to the client until the loop
-// closes its end (or the client stops taking bytes for IdleTimeout), then
-// closes both sides.
+// closes its end (or a write stalls: the client stopped taking bytes for
+// IdleTimeout/2 to IdleTimeout), then closes both sides.
 func (s *Server) bridgeOut(tc *tls.Conn, ours *net.UnixConn, closeAll func()) {
 	defer closeAll()
 	buf := make([]byte, bridgeBuf)
+	var deadline time.Time
 	for {
 		n, err := ours.Read(buf)
 		if n > 0 {
 			// A client that stops reading stalls this write; the loop's
-			// own write-stall timeout cannot reach it here.
-			_ = tc.SetWriteDeadline(time.Now().Add(s.cfg.IdleTimeout)) // fails only on a closed conn, which Write reports
+			// own write-stall timeout cannot reach it here. The deadline
+			// moves only once half of it is used: a timer update per
+			// write cost ~1.5 % of the CPU under load.
+			if now := time.Now(); deadline.Sub(now) < s.cfg.IdleTimeout/2 {
+				deadline = now.Add(s.cfg.IdleTimeout)
+				_ = tc.SetWriteDeadline(deadline) // fails only on a closed conn, which Write reports
+			}
 			if _, werr := tc.Write(buf[:n]); werr != nil {
 				return
 			}

@@ -410,3 +410,17 @@ func TestUpstreamTLS(t *testing.T) {
 		t.Errorf("upstream TLS ok %s, want 1", v)
 	}
 }
+
+// TestTLSClientStopsReading: a TLS client that asks for a large answer
+// and never reads is cut (the loop's write-stall timeout, and the bridge's
+// write deadline), and its goroutines end.
+func TestTLSClientStopsReading(t *testing.T) {
+	t.Parallel()
+	s, _, set, ca, _ := startTLSServer(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	tc, _ := dialTLS(t, s, ca)
+	send(t, tc, "GET /big?n=67108864 HTTP/1.1\r\nHost: x\r\n\r\n")
+	waitGauge(t, set, "saltus_tls_connections", "1")
+	// Not reading: the server gives up on it and the bridge ends.
+	waitGauge(t, set, "saltus_tls_connections", "0")
+	waitGauge(t, set, "saltus_reactor_connections_open", "0")
+}
