@@ -1,14 +1,18 @@
 package main
 
 import (
+	"crypto/tls"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/internal/tlsconf/tlstest"
 )
 
 // scrapeServed serves the real path over two test engines, sends it the
@@ -18,20 +22,26 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	// A cluster of one, with a state dir: their metrics are on /metrics too.
+	// A cluster of one, with a state dir and TLS on the API: their metrics
+	// are on /metrics too.
 	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "metrics")
+	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
 	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
+		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
 	})
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	api := "https://" + s.addr
 	for _, stream := range []bool{false, true} {
-		if a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {
+		if a := doWith(t, hc, "POST", api+"/v1/chat/completions", chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {
 			t.Fatalf("chat (stream %v): %d %s", stream, a.status, a.body)
 		}
 	}
-	if a := post(t, s.addr, "/v1/completions", `{"model":"m","prompt":"hello"}`); a.status != 200 {
+	if a := doWith(t, hc, "POST", api+"/v1/completions", `{"model":"m","prompt":"hello"}`); a.status != 200 {
 		t.Fatalf("completions: %d %s", a.status, a.body)
 	}
-	if a := post(t, s.addr, "/nowhere", `{}`); a.status != 404 {
+	if a := doWith(t, hc, "POST", api+"/nowhere", `{}`); a.status != 404 {
 		t.Fatalf("/nowhere: %d %s", a.status, a.body)
 	}
 	if a := s.adm(t, "GET", "/admin/backends", ""); a.status != 200 {
