@@ -305,7 +305,9 @@ func FuzzTLSFirstFlight(f *testing.F) {
 	f.Add([]byte("\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00"))
 	f.Add([]byte("\x16\x03\x01\xff\xff"))
 	f.Add([]byte{})
-	s, _, _, _, _ := startTLSServer(f, func(c *Config) { c.TLSHandshakeTimeout = time.Second })
+	// A partial record waits for the handshake timeout: short, so the
+	// fuzzer keeps its pace.
+	s, _, _, _, _ := startTLSServer(f, func(c *Config) { c.TLSHandshakeTimeout = 200 * time.Millisecond })
 	f.Fuzz(func(t *testing.T, b []byte) {
 		nc, err := net.Dial("tcp", s.Addr())
 		if err != nil {
