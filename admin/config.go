@@ -27,6 +27,12 @@ type Config struct {
 	// Called on the request's goroutine, so it must be safe for concurrent
 	// use and not block.
 	Ready func() error
+	// Reload, when not nil, serves POST /admin/reload: it re-reads the
+	// configuration and applies it, returning what changed (a JSON
+	// value) or why nothing was (400 with the error's text: the running
+	// configuration stays). Nil: no such endpoint (404). Called on the
+	// request's goroutine; it may take a while (it reads files).
+	Reload func() (any, error)
 	// MaxBodyBytes bounds a request body (POST /admin/explain carries an
 	// OpenAI request body); larger bodies get 413. Default 16 MiB, the
 	// data plane's default --max-body. POST /admin/backends reads at most

@@ -46,7 +46,9 @@ type Server struct {
 	logger   *slog.Logger
 	srv      *http.Server
 
-	tokenSum [32]byte // sha256 of cfg.BearerToken; compared in constant time
+	// tokenSum is the sha256 of the bearer token in force (cfg's, then
+	// SetBearerToken's), compared in constant time; nil: no auth.
+	tokenSum atomic.Pointer[[32]byte]
 	draining atomic.Bool
 
 	mu      sync.Mutex // guards the fields below
@@ -74,9 +76,7 @@ func New(cfg Config, b Backends, r Routes, set *metrics.Set, logger *slog.Logger
 	// when asked, process-wide. /metrics is the only exposition saltus has.
 	metrics.ExposeMetadata(true)
 	s := &Server{cfg: cfg, backends: b, routes: r, set: set, logger: logger}
-	if cfg.BearerToken != "" {
-		s.tokenSum = sha256.Sum256([]byte(cfg.BearerToken))
-	}
+	s.setToken(cfg.BearerToken)
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -87,6 +87,27 @@ func New(cfg Config, b Backends, r Routes, set *metrics.Set, logger *slog.Logger
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+func (s *Server) setToken(token string) {
+	if token == "" {
+		s.tokenSum.Store(nil)
+		return
+	}
+	s.tokenSum.Store(new(sha256.Sum256([]byte(token))))
+}
+
+// SetBearerToken replaces the bearer token the admin endpoints require
+// ("" = no auth) for the requests that follow (a configuration reload).
+// The token is checked as Config.BearerToken is. Any goroutine.
+func (s *Server) SetBearerToken(token string) error {
+	c := s.cfg
+	c.BearerToken = token
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	s.setToken(token)
+	return nil
 }
 
 // Start listens on cfg.Listen and serves in one goroutine; the listener is
@@ -111,7 +132,7 @@ func (s *Server) Start() error {
 			s.logger.Error("admin listener stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	})
-	s.logger.Info("admin listening", "addr", ln.Addr().String(), "auth", s.cfg.BearerToken != "", "tls", s.cfg.TLS != nil,
+	s.logger.Info("admin listening", "addr", ln.Addr().String(), "auth", s.tokenSum.Load() != nil, "tls", s.cfg.TLS != nil,
 		"client_certs", s.cfg.TLS != nil && s.cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert)
 	return nil
 }
@@ -174,6 +195,7 @@ const (
 	epExplain
 	epPprof
 	epCluster
+	epReload
 )
 
 var endpoints = [...]struct {
@@ -191,6 +213,7 @@ var endpoints = [...]struct {
 	epExplain:  {"explain", "POST"},
 	epPprof:    {"pprof", "GET, HEAD, POST"},
 	epCluster:  {"cluster", "GET, HEAD"},
+	epReload:   {"reload", "POST"},
 }
 
 // route maps a request path to its endpoint and, for per-backend routes,
@@ -211,6 +234,8 @@ func route(path string) (endpoint, string) {
 		return epExplain, ""
 	case "/admin/cluster":
 		return epCluster, ""
+	case "/admin/reload":
+		return epReload, ""
 	}
 	if strings.HasPrefix(path, "/debug/pprof/") {
 		return epPprof, path[len("/debug/pprof/"):]
@@ -273,10 +298,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id string) {
 	// Every endpoint but /health needs the token, unknown paths included,
 	// so that the API's shape is not probed without it.
-	if ep != epHealth && s.cfg.BearerToken != "" && !s.authorized(w, r) {
+	if sum := s.tokenSum.Load(); ep != epHealth && sum != nil && !s.authorized(w, r, sum) {
 		return
 	}
-	if ep == epPprof && !s.cfg.Pprof {
+	if ep == epPprof && !s.cfg.Pprof || ep == epReload && s.cfg.Reload == nil {
 		ep = epUnknown // off: as if it did not exist
 	}
 	if ep == epUnknown {
@@ -320,6 +345,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 		s.serveExplain(w, r)
 	case epPprof:
 		servePprof(w, r, id)
+	case epReload:
+		res, err := s.cfg.Reload()
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_config", err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
 	default:
 		panic(fmt.Sprintf("BUG: admin: endpoint %d has no handler", ep))
 	}
@@ -327,7 +359,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 
 // authorized checks the bearer token; it answers 401 itself when it
 // returns false.
-func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, want *[32]byte) bool {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if ok && strings.EqualFold(scheme, "Bearer") {
@@ -335,7 +367,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 		// token's length too (ConstantTimeCompare returns early on a
 		// length mismatch).
 		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1 {
+		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
 			return true
 		}
 	}

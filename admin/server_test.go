@@ -653,3 +653,56 @@ func TestPprof(t *testing.T) {
 		t.Errorf("DELETE pprof: %d, want 405", a.code)
 	}
 }
+
+func TestReloadEndpointAndToken(t *testing.T) {
+	t.Parallel()
+	// Without Config.Reload the endpoint does not exist.
+	s, _, _, _ := newTest(t, nil)
+	if a := do(s, "POST", "/admin/reload", ""); a.code != 404 {
+		t.Errorf("no Reload: %d %s", a.code, a.body)
+	}
+	fail := true
+	s, _, _, _ = newTest(t, func(c *Config) {
+		c.BearerToken = "one"
+		c.Reload = func() (any, error) {
+			if fail {
+				return nil, errors.New("config x.yaml: line 3: max-body: want a size")
+			}
+			return map[string][]string{"applied": {"backends"}}, nil
+		}
+	})
+	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	if a := do(s, "POST", "/admin/reload", "", auth("one")...); a.code != 400 || !strings.Contains(a.body, `"message":"config x.yaml: line 3: max-body: want a size","type":"invalid_config"`) {
+		t.Errorf("failed reload: %d %s", a.code, a.body)
+	}
+	fail = false
+	if a := do(s, "GET", "/admin/reload", "", auth("one")...); a.code != 405 || a.hdr.Get("Allow") != "POST" {
+		t.Errorf("GET /admin/reload: %d %v", a.code, a.hdr)
+	}
+	if a := do(s, "POST", "/admin/reload", ""); a.code != 401 {
+		t.Errorf("reload without the token: %d", a.code)
+	}
+	if a := do(s, "POST", "/admin/reload", "", auth("one")...); a.code != 200 || a.body != `{"applied":["backends"]}`+"\n" {
+		t.Errorf("reload: %d %q", a.code, a.body)
+	}
+	// The token changes for the requests that follow; a bad one is refused
+	// and the old one stays.
+	if err := s.SetBearerToken("bad token"); err == nil {
+		t.Error("SetBearerToken accepted a space")
+	}
+	if err := s.SetBearerToken("two"); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(s, "GET", "/admin/backends", "", auth("one")...); a.code != 401 {
+		t.Errorf("old token: %d", a.code)
+	}
+	if a := do(s, "GET", "/admin/backends", "", auth("two")...); a.code != 200 {
+		t.Errorf("new token: %d", a.code)
+	}
+	if err := s.SetBearerToken(""); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(s, "GET", "/admin/backends", ""); a.code != 200 {
+		t.Errorf("no token: %d", a.code)
+	}
+}

@@ -79,7 +79,11 @@ type Path struct {
 	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
 	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
 	State    *state.Saver   // nil without Config.State.Dir
-	probes   *rules.Group
+	// Static owns the configured backends (Config.Backends): Reload's
+	// SyncBackends keeps them equal to the file's list.
+	Static *backend.Managed
+	probes *rules.Group
+	cfg    Config // as built (Retune compares against it)
 }
 
 // Start starts the data plane (Data.Start), then joins the cluster: a
@@ -156,12 +160,15 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	if err != nil {
 		return nil, err
 	}
+	var static []int
 	for _, nu := range cfg.Backends {
 		name, u := SplitBackend(nu)
-		if _, err := bset.AddNamed(name, u); err != nil {
+		b, err := bset.AddNamed(name, u)
+		if err != nil {
 			bset.Close()
 			return nil, fmt.Errorf("backends: %w", err)
 		}
+		static = append(static, b.ID)
 	}
 
 	// The server needs its handler and the router needs the server's
@@ -208,8 +215,62 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	}
 	probes := rules.NewGroup(context.Background())
 	bset.Start(probes)
-	return &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node},
-		Cluster: node, State: saver, probes: probes}, nil
+	p := &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node},
+		Cluster: node, State: saver, Static: bset.Managed("config", static...), probes: probes, cfg: cfg}
+	probes.Go("backends.reap", p.reap)
+	return p, nil
+}
+
+// reapInterval is how often backends drained because their source
+// dropped them are checked for requests in flight, and removed when idle.
+const reapInterval = time.Second
+
+// reap removes idle drained backends of every Managed source until ctx
+// ends. On its own goroutine.
+func (p *Path) reap(ctx context.Context) {
+	t := time.NewTicker(reapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.Static.Reap()
+		}
+	}
+}
+
+// Targets parses configured backends ("url" or "name=url") into the
+// backend set's targets.
+func Targets(list []string) []backend.Target {
+	out := make([]backend.Target, 0, len(list))
+	for _, nu := range list {
+		name, u := SplitBackend(nu)
+		out = append(out, backend.Target{Name: name, URL: u})
+	}
+	return out
+}
+
+// SyncBackends makes the configured backends (Static's: "url" or
+// "name=url") the list's: see backend.Managed.Sync. Any goroutine.
+func (p *Path) SyncBackends(list []string) backend.SyncResult {
+	return p.Static.Sync(Targets(list))
+}
+
+// Retune applies the settings of cfg that may change while the path
+// serves (each component's Retune says which: request limits and
+// timeouts, backend timeouts and probe intervals, the prefix policy's
+// knobs); cfg's other fields are not read. The backends are
+// SyncBackends's. Any goroutine but a loop.
+func (p *Path) Retune(cfg Config) error {
+	rc := cfg.Reactor
+	bc := cfg.Backend
+	sc := cfg.Router
+	sc.MaxCandidates = p.cfg.Backend.MaxRetries + 1 // as Build set it: MaxRetries is fixed
+	if err := errors.Join(rc.Validate(), bc.Validate(), sc.Validate()); err != nil {
+		return err // nothing applied
+	}
+	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
 }
 
 // clusterTable is the gossip node's view of the router and backend set.

@@ -100,3 +100,10 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// limits returns c's request and connection limits, the fields Retune
+// may change while the server runs.
+func (c Config) limits() limits {
+	return limits{maxHead: c.MaxHeaderBytes, maxBody: c.MaxBodyBytes, maxConns: c.MaxConns,
+		headerTimeout: c.HeaderTimeout, idleTimeout: c.IdleTimeout}
+}

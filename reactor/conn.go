@@ -77,7 +77,7 @@ func (c *conn) onTraffic(now time.Time) {
 		}
 		if c.paused {
 			// gnet keeps reading into its inbound buffer; bound it.
-			if c.gc.InboundBuffered()+len(c.in) > s.cfg.MaxHeaderBytes+s.cfg.MaxBodyBytes {
+			if lim := s.lim.Load(); c.gc.InboundBuffered()+len(c.in) > lim.maxHead+lim.maxBody {
 				c.close()
 			}
 			return
@@ -103,7 +103,7 @@ func (c *conn) onTraffic(now time.Time) {
 			err  error
 		)
 		if len(buf) >= c.prog.need {
-			req, used, err = parse(buf, s.lim, &c.prog)
+			req, used, err = parse(buf, *s.lim.Load(), &c.prog)
 		}
 		if err != nil {
 			c.frameError(err.(*httpError), buf)
@@ -196,7 +196,7 @@ func (c *conn) push(req *Request) *Exchange {
 func (c *conn) frameError(e *httpError, buf []byte) {
 	c.s.m.framingError(e.status)
 	c.s.ownAnswer(e.status)
-	id := headRequestID(buf[:min(len(buf), c.s.cfg.MaxHeaderBytes)])
+	id := headRequestID(buf[:min(len(buf), c.s.lim.Load().maxHead)])
 	if id == "" {
 		id = NewRequestID()
 	}
@@ -376,7 +376,7 @@ func (c *conn) sweep(now time.Time) {
 		}
 		return
 	}
-	cfg := &c.s.cfg
+	lim := c.s.lim.Load()
 	out := c.outbound.Load()
 	// Stalled: bytes wait in gnet's buffer and none reached the socket
 	// since the last sweep.
@@ -385,7 +385,7 @@ func (c *conn) sweep(now time.Time) {
 	case out > 0 && sent == c.lastSent:
 		if c.stallSince.IsZero() {
 			c.stallSince = now
-		} else if now.Sub(c.stallSince) > cfg.IdleTimeout {
+		} else if now.Sub(c.stallSince) > lim.idleTimeout {
 			c.s.m.timeoutWrite.Inc()
 			c.close()
 			return
@@ -394,13 +394,13 @@ func (c *conn) sweep(now time.Time) {
 		c.stallSince = time.Time{}
 	}
 	c.lastSent = sent
-	if !c.headStart.IsZero() && now.Sub(c.headStart) > cfg.HeaderTimeout {
+	if !c.headStart.IsZero() && now.Sub(c.headStart) > lim.headerTimeout {
 		c.s.m.timeoutHeader.Inc()
 		c.close()
 		return
 	}
 	if len(c.queue) == 0 && out == 0 && c.headStart.IsZero() {
-		if now.Sub(c.lastActive) > cfg.IdleTimeout {
+		if now.Sub(c.lastActive) > lim.idleTimeout {
 			c.s.m.timeoutIdle.Inc()
 			c.close()
 		} else if c.s.draining.Load() && c.gc.InboundBuffered() == 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/saltus-lb/saltus/internal/httplex"
 )
@@ -13,6 +14,9 @@ import (
 type limits struct {
 	maxHead int // bytes of request line + headers + the empty line → 431
 	maxBody int // de-chunked body bytes → 413
+	// The connection limits (Server only; parse reads the two above).
+	maxConns                   int
+	headerTimeout, idleTimeout time.Duration
 }
 
 // httpError is a framing error: the reactor answers it with status and

@@ -24,7 +24,7 @@ import (
 // Server is the HTTP/1.1 server: gnet event loops, one per shard.
 type Server struct {
 	cfg Config
-	lim limits
+	lim atomic.Pointer[limits] // cfg's limits as Retune last set them
 	h   Handler
 	own OwnAnswers // h's, if it counts the reactor's own answers; else nil
 	log *slog.Logger
@@ -102,7 +102,6 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 	}
 	s := &Server{
 		cfg:    cfg,
-		lim:    limits{maxHead: cfg.MaxHeaderBytes, maxBody: cfg.MaxBodyBytes},
 		h:      h,
 		log:    logger.With("component", "reactor"),
 		group:  rules.NewGroup(context.Background()),
@@ -110,6 +109,7 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 		ran:    make(chan struct{}),
 		loops:  make([]atomic.Pointer[loopState], cfg.Loops),
 	}
+	s.lim.Store(new(cfg.limits()))
 	s.own, _ = h.(OwnAnswers)
 	s.m = newServerMetrics(s, set)
 	s.dialers = rules.NewWorkers(s.group, "reactor.dial", 10*time.Second)
@@ -494,7 +494,7 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		s.m.rejectedDraining.Inc()
 		return nil, gnet.Close
 	}
-	if s.conns.Add(1) > int64(s.cfg.MaxConns) {
+	if s.conns.Add(1) > int64(s.lim.Load().maxConns) {
 		s.conns.Add(-1)
 		s.m.rejectedMaxConns.Inc()
 		s.ownAnswer(http.StatusServiceUnavailable)
@@ -561,4 +561,22 @@ func (h *engineHandler) OnTick() (time.Duration, gnet.Action) {
 		}
 	}
 	return s.tickEvery(), gnet.None
+}
+
+// Retune applies c's limits that may change while the server runs:
+// MaxHeaderBytes, MaxBodyBytes, MaxConns, HeaderTimeout and IdleTimeout
+// (only they are read, after c is validated). Requests already parsed
+// keep what they were checked against; connections over a lowered
+// MaxConns stay open, new ones are refused until the count is under it;
+// the timeouts are checked at each loop's sweep, whose period stays the
+// one the first configuration gave. Any goroutine.
+func (s *Server) Retune(c Config) error {
+	if c.Loops == 0 {
+		c.Loops = s.cfg.Loops
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	s.lim.Store(new(c.limits()))
+	return nil
 }

@@ -674,7 +674,7 @@ func (r *Router) sessionOf(req *reactor.Request) string {
 func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) Decision {
 	r := j.r
 	if r.pol.kind == kindBodyHash {
-		return decideBodyHash(r.pol, sh.views, j.body(), len(j.keys), &sh.sc)
+		return decideBodyHash(*r.tuned.Load(), sh.views, j.body(), len(j.keys), &sh.sc)
 	}
 	sess := j.session != "" && sh.sess != nil
 	now := r.now()
@@ -687,7 +687,7 @@ func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) Decision {
 			sh.sc.pin = id
 		}
 	}
-	d := decide(r.pol, sh.views, hits, j.keys, useTree, &sh.sc)
+	d := decide(*r.tuned.Load(), sh.views, hits, j.keys, useTree, &sh.sc)
 	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, false, -1
 	if sess && d.Backend >= 0 && j.explain == nil {
 		sh.sess.insert(j.session, d.Backend, now)

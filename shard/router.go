@@ -81,8 +81,12 @@ var ErrNoBackend = errors.New("shard: no routable backend")
 // Router routes the serving API's requests: it implements
 // reactor.Handler. See the package doc.
 type Router struct {
-	cfg    Config
-	pol    policy
+	cfg Config
+	pol policy // its kind never changes; decisions use tuned's knobs
+	// tuned is pol with the knobs Retune last set (load factor, slack,
+	// tokens, KV tokens). Any goroutine reads it; Retune writes it.
+	tuned  atomic.Pointer[policy]
+	learn  atomic.Bool // Config.LearnFromUsage, as Retune last set it
 	up     upstream
 	state  backendState
 	tmpl   *chat.Renderer // never nil: the none rendering when none is given
@@ -210,6 +214,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		epoch:  time.Now(),
 		models: make(chan exchange, modelsQueue),
 	}
+	r.tuned.Store(new(r.pol))
+	r.learn.Store(cfg.LearnFromUsage)
 	r.decodes = make(chan *job, cfg.DecodeQueue)
 	r.budget.init(cfg.Body.MaxValues)
 	posts := make([]func(func()), loops)
@@ -491,4 +497,21 @@ func (r *Router) Close(ctx context.Context) error {
 		gerr = fmt.Errorf("shard: goroutines still running (%v): %w", r.group.Running(), gerr)
 	}
 	return errors.Join(gerr, r.pool.Close(ctx))
+}
+
+// Retune applies the knobs of c that may change while the router runs:
+// LoadFactor, LoadSlack, LoadTokens, KVTokens and LearnFromUsage. The
+// next decisions use them. Every other field of c must equal the running
+// configuration's (the caller reports those as needing a restart); only
+// the tunable ones are read. c is validated first. Any goroutine.
+func (r *Router) Retune(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	p := r.pol
+	p.loadFactor, p.loadSlack = c.LoadFactor, c.LoadSlack
+	p.loadTokens, p.kvTokens = float64(c.LoadTokens), float64(c.KVTokens)
+	r.tuned.Store(&p)
+	r.learn.Store(c.LearnFromUsage)
+	return nil
 }

@@ -39,7 +39,7 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 // nginx in bench/nginx-compare.sh's setup). On the deciding loop.
 func (r *Router) askUsage(j *job, h *backend.Hooks) []byte {
 	body := j.req.Body
-	if !r.cfg.LearnFromUsage || !j.d.stream || j.d.includeUsage || !j.wantsUsage() {
+	if !r.learn.Load() || !j.d.stream || j.d.includeUsage || !j.wantsUsage() {
 		return body
 	}
 	out, ok := backend.InjectIncludeUsage(j.req.SpareBody(len(body)+backend.MaxInjectGrowth), body)

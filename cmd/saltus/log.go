@@ -14,7 +14,15 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: log-level: %v", err)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	lv := new(slog.LevelVar)
+	lv.Set(l)
+	return newLoggerVar(w, format, lv)
+}
+
+// newLoggerVar is newLogger at the level lv says, which may change (a
+// configuration reload sets it).
+func newLoggerVar(w io.Writer, format string, lv *slog.LevelVar) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil

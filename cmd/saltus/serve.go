@@ -58,6 +58,11 @@ type servingPath struct {
 	router   *shard.Router // nil in tests with fakes
 	backends admin.Backends
 	routes   admin.Routes
+	// live is what a configuration reload changes; nil: nothing (fakes).
+	live liveSettings
+	// certs are the listeners' TLS certificates, which a reload reads
+	// again (reloadTLS); zero: plain HTTP.
+	certs tlsCerts
 	// ready reports whether a request can be routed now; nil: some
 	// backend in backends.List() is healthy and not draining
 	// (admin.Routable).
@@ -76,7 +81,7 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 	if err != nil {
 		return nil, err
 	}
-	return &servingPath{data: pathData{p}, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close}, nil
+	return &servingPath{data: pathData{p}, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close, live: p}, nil
 }
 
 // pathData is a dataplane.Path as the lifecycle's data plane: its Start
@@ -102,7 +107,10 @@ type lifecycle struct {
 	data         dataPlane
 	closeRest    func(ctx context.Context) error // may be nil
 	drainTimeout time.Duration
-	logger       *slog.Logger
+	// reloader handles SIGHUP (and gives the drain-timeout in force);
+	// nil: SIGHUP is ignored.
+	reloader *reloader
+	logger   *slog.Logger
 }
 
 // run serves until the first value on signals, then drains: /ready
@@ -144,11 +152,21 @@ func (l lifecycle) run(signals <-chan os.Signal) int {
 	l.logger.Info("serving", "listen", l.data.Addr(), "admin", l.admin.Addr())
 
 	sig := <-signals
-	l.logger.Info("draining", "signal", sig.String(), "drain_timeout", l.drainTimeout)
+	for sig == syscall.SIGHUP {
+		if l.reloader != nil {
+			_, _ = l.reloader.reload() // logged and counted by reload
+		}
+		sig = <-signals
+	}
+	drain := l.drainTimeout
+	if l.reloader != nil {
+		drain = l.reloader.drainTimeout()
+	}
+	l.logger.Info("draining", "signal", sig.String(), "drain_timeout", drain)
 	l.admin.SetDraining()
 	l.data.StopAccepting()
 
-	drainCtx, cancel := context.WithTimeout(context.Background(), l.drainTimeout)
+	drainCtx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	g := rules.NewGroup(context.Background())
 	done := make(chan struct{})
@@ -167,19 +185,25 @@ func (l lifecycle) run(signals <-chan os.Signal) int {
 		}
 		closeRest()
 	})
-	select {
-	case <-done:
-		g.Stop()
-		_ = g.Wait(context.Background()) // done is closed: the goroutine has returned
-		l.logger.Info("stopped")
-		return 0
-	case sig := <-signals:
-		// The operator insists: cut the drain short (the shutdown
-		// goroutine sees its context end) and exit without waiting.
-		l.logger.Error("second signal: exiting at once", "signal", sig.String())
-		cancel()
-		g.Stop()
-		return 1
+	for {
+		select {
+		case <-done:
+			g.Stop()
+			_ = g.Wait(context.Background()) // done is closed: the goroutine has returned
+			l.logger.Info("stopped")
+			return 0
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				l.logger.Warn("SIGHUP during the drain: configuration not reloaded")
+				continue
+			}
+			// The operator insists: cut the drain short (the shutdown
+			// goroutine sees its context end) and exit without waiting.
+			l.logger.Error("second signal: exiting at once", "signal", sig.String())
+			cancel()
+			g.Stop()
+			return 1
+		}
 	}
 }
 
@@ -226,8 +250,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	logger, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil { // Validate checked both keys
+	level := new(slog.LevelVar)
+	if l, err := parseLevel(cfg.LogLevel); err == nil { // Validate checked it
+		level.Set(l)
+	}
+	logger, err := newLoggerVar(stderr, cfg.LogFormat, level)
+	if err != nil { // Validate checked it
 		panic("BUG: " + err.Error())
 	}
 	set := metrics.NewSet()
@@ -244,32 +272,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	// Buffered: a signal that arrives while starting is kept, and the
-	// second one too.
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	// second one too. SIGHUP reloads the configuration.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(signals)
-	if certs.data != nil || certs.admin != nil {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		g := rules.NewGroup(context.Background())
-		l := componentLogger(logger, "serve")
-		g.Go("serve.sighup", func(ctx context.Context) {
-			for {
-				select {
-				case <-hup:
-					_ = reloadTLS(certs, l) // logged and counted (saltus_tls_cert_reloads_total)
-				case <-ctx.Done():
-					return
-				}
-			}
-		})
-		defer func() {
-			g.Stop()
-			_ = g.Wait(context.Background()) // the goroutine returns as soon as its context ends
-		}()
-	}
-	return serveWith(cfg, sp, set, logger, signals)
+	sp.certs = certs
+	return serveWith(cfg, args, sp, set, logger, level, signals)
 }
 
 // tlsCerts are the listeners' reloadable certificates; nil: that
@@ -328,11 +336,11 @@ func loadTLS(cfg *serveConfig, set *metrics.Set, l *slog.Logger) (tlsCerts, erro
 	return c, nil
 }
 
-// reloadTLS reads the listeners' certificate files again (SIGHUP): new
-// handshakes get the new pair, open connections keep theirs, and a pair
-// that does not load leaves the old one in use (logged, counted). It is
-// the one step a full configuration reload has to call for TLS.
-func reloadTLS(c tlsCerts, l *slog.Logger) error {
+// reloadTLS reads the listeners' certificate files again (a reload:
+// SIGHUP, POST /admin/reload): new handshakes get the new pair, open
+// connections keep theirs, and a pair that does not load leaves the old
+// one in use (logged, counted). It returns the listeners reloaded.
+func reloadTLS(c tlsCerts, l *slog.Logger) (reloaded []string, err error) {
 	var errs []error
 	for _, x := range []struct {
 		name string
@@ -348,8 +356,9 @@ func reloadTLS(c tlsCerts, l *slog.Logger) error {
 		}
 		cert, _ := x.h.Files()
 		l.Info("TLS certificate reloaded", "listener", x.name, "cert", cert, "expires", x.h.NotAfter().UTC())
+		reloaded = append(reloaded, x.name)
 	}
-	return errors.Join(errs...)
+	return reloaded, errors.Join(errs...)
 }
 
 // heapFloor allocates the --gc-heap-floor block and exports its size as
@@ -376,13 +385,19 @@ func heapFloor(n int64, set *metrics.Set) []byte {
 // serveWith serves a built serving path with its admin listener until
 // signals say stop; it returns the exit code (see lifecycle.run). It owns
 // sp: it closes it on every path.
-func serveWith(cfg serveConfig, sp *servingPath, set *metrics.Set, logger *slog.Logger, signals <-chan os.Signal) int {
+// args are the arguments cfg was loaded from (a reload loads them
+// again); level is the logger's (a reload changes it; nil: fixed).
+func serveWith(cfg serveConfig, args []string, sp *servingPath, set *metrics.Set, logger *slog.Logger, level *slog.LevelVar, signals <-chan os.Signal) int {
 	l := componentLogger(logger, "serve")
+	rl := newReloader(args, cfg, sp.live, level, componentLogger(logger, "reload"), set)
+	rl.certs = sp.certs
 	if len(cfg.Backends) == 0 {
 		l.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
 	}
 	var serving atomic.Bool
-	adm, err := admin.New(cfg.adminConfig(readiness(&serving, sp)), sp.backends, sp.routes, set, componentLogger(logger, "admin"))
+	ac := cfg.adminConfig(readiness(&serving, sp))
+	ac.Reload = rl.adminReload
+	adm, err := admin.New(ac, sp.backends, sp.routes, set, componentLogger(logger, "admin"))
 	if err != nil {
 		l.Error("cannot build the admin listener", "err", err)
 		if sp.close != nil {
@@ -394,12 +409,14 @@ func serveWith(cfg serveConfig, sp *servingPath, set *metrics.Set, logger *slog.
 		}
 		return 1
 	}
+	rl.setAdmin(adm)
 	return lifecycle{
 		serving:      &serving,
 		admin:        adm,
 		data:         sp.data,
 		closeRest:    sp.close,
 		drainTimeout: cfg.DrainTimeout,
+		reloader:     rl,
 		logger:       l,
 	}.run(signals)
 }

@@ -104,8 +104,11 @@ func defaultServeConfig() serveConfig {
 type serveKey struct {
 	key, flag  string
 	deprecated bool
-	bind       func(c *serveConfig) value
-	help       string
+	// live: a reload (SIGHUP, POST /admin/reload) applies a new value
+	// while serving; the others are reported as needing a restart.
+	live bool
+	bind func(c *serveConfig) value
+	help string
 }
 
 // serveKeys are the configuration's keys, in the order --help and
@@ -121,7 +124,7 @@ var serveKeys = []serveKey{
 		help: "`duration` a client has to finish its TLS handshake before the connection is closed (counted)"},
 	{key: "admin-listen", bind: func(c *serveConfig) value { return strV{&c.Admin.Listen} },
 		help: "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*"},
-	{key: "admin-token", bind: func(c *serveConfig) value { return strV{&c.Admin.BearerToken} },
+	{key: "admin-token", live: true, bind: func(c *serveConfig) value { return strV{&c.Admin.BearerToken} },
 		help: "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)"},
 	{key: "admin-pprof", bind: func(c *serveConfig) value { return boolV{&c.Admin.Pprof} },
 		help: "serve Go's runtime profiles (CPU, heap, goroutines, trace) under /debug/pprof/ on the admin listener, behind --admin-token"},
@@ -131,7 +134,7 @@ var serveKeys = []serveKey{
 		help: "`path` of the PEM private key of --admin-tls-cert-file"},
 	{key: "admin-tls-client-ca-file", bind: func(c *serveConfig) value { return strV{&c.AdminTLSClientCAFile} },
 		help: "`path` of PEM CA certificates; when set, admin clients must present a certificate they signed (mutual TLS); needs --admin-tls-cert-file"},
-	{key: "backends", flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
+	{key: "backends", live: true, flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
 		help: "backend `URL` http://host:port or https://host:port, or name=URL to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
 	{key: "backend-tls-ca-file", bind: func(c *serveConfig) value { return strV{&c.BackendTLSCAFile} },
 		help: "`path` of PEM CA certificates trusted for https:// backends, besides the system roots (backends' certificates are verified against the URL's host)"},
@@ -154,58 +157,58 @@ var serveKeys = []serveKey{
 			"consistent_hash (rendezvous hash of the first 4 blocks, load bound 1.25 × average), body_hash (rendezvous hash of the body's first 512 bytes, no load term)"},
 	{key: "session-header", bind: func(c *serveConfig) value { return strV{&c.Router.SessionHeader} },
 		help: "request `header` naming a session (e.g. X-Session-ID) that policy prefix pins to its backend while that one is routable and not queueing; empty: off"},
-	{key: "max-body", bind: func(c *serveConfig) value { return sizeV{&c.Reactor.MaxBodyBytes} },
+	{key: "max-body", live: true, bind: func(c *serveConfig) value { return sizeV{&c.Reactor.MaxBodyBytes} },
 		help: "largest request body (`size`: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413"},
 	{key: "max-body-values", bind: func(c *serveConfig) value { return intV{&c.Router.Body.MaxValues} },
 		help: "most JSON `values` (objects, arrays, strings, numbers, literals) a chat or completion body may hold, counted before parsing; more get 413"},
 	{key: "max-body-depth", bind: func(c *serveConfig) value { return intV{&c.Router.Body.MaxDepth} },
 		help: "deepest nesting (`levels` of objects and arrays), 1–256, of a chat or completion body; deeper ones get 413"},
-	{key: "max-header", bind: func(c *serveConfig) value { return sizeV{&c.Reactor.MaxHeaderBytes} },
+	{key: "max-header", live: true, bind: func(c *serveConfig) value { return sizeV{&c.Reactor.MaxHeaderBytes} },
 		help: "largest request head (`size`), 1KiB–1MiB; larger ones get 431"},
-	{key: "max-conns", bind: func(c *serveConfig) value { return intV{&c.Reactor.MaxConns} },
+	{key: "max-conns", live: true, bind: func(c *serveConfig) value { return intV{&c.Reactor.MaxConns} },
 		help: "most open client `connections`; over it a new one gets 503 and is closed"},
-	{key: "header-timeout", bind: func(c *serveConfig) value { return durV{&c.Reactor.HeaderTimeout} },
+	{key: "header-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.Reactor.HeaderTimeout} },
 		help: "`duration` a client has to send a request head (e.g. 10s) before the connection is closed"},
-	{key: "idle-timeout", bind: func(c *serveConfig) value { return durV{&c.Reactor.IdleTimeout} },
+	{key: "idle-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.Reactor.IdleTimeout} },
 		help: "`duration` an idle keep-alive client connection stays open"},
-	{key: "connect-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.ConnectTimeout} },
+	{key: "connect-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.ConnectTimeout} },
 		help: "`duration` to connect to a backend before trying the next one"},
-	{key: "first-byte-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.FirstByteTimeout} },
+	{key: "first-byte-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.FirstByteTimeout} },
 		help: "`duration` from sending a request to a backend to its response head (time to first byte); 504 over it, not retried. " +
 			"A non-streamed answer's head comes only when its generation ends (vLLM), so this bounds non-streamed generations"},
-	{key: "request-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.RequestTimeout} },
+	{key: "request-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.RequestTimeout} },
 		help: "`duration` a whole request may take, retries and streamed answer included: 504 before the response head, an SSE error event after; 0: no limit"},
-	{key: "stream-idle-timeout", bind: func(c *serveConfig) value { return durV{&c.Backend.StreamIdleTimeout} },
+	{key: "stream-idle-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.StreamIdleTimeout} },
 		help: "`duration` a streamed answer's backend may send nothing after its head: then an SSE error event ends it (counted, saltus_upstream_errors_total{kind=\"stream_idle\"})"},
 	{key: "response-timeout", deprecated: true, bind: func(c *serveConfig) value { return durV{&c.ResponseTimeout} },
 		help: "deprecated alias of --first-byte-timeout (`duration`); prints a warning"},
 	{key: "max-response-body", bind: func(c *serveConfig) value { return sizeV{&c.Backend.MaxResponseBody} },
 		help: "largest non-streamed answer (`size`) buffered whole, 1KiB–1GiB; larger ones are relayed as they come (their usage is not read)"},
-	{key: "backend-header", bind: func(c *serveConfig) value { return strV{&c.Backend.BackendHeader} },
+	{key: "backend-header", live: true, bind: func(c *serveConfig) value { return strV{&c.Backend.BackendHeader} },
 		help: "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)"},
 	{key: "max-retries", bind: func(c *serveConfig) value { return intV{&c.Backend.MaxRetries} },
 		help: "further `backends` tried, 0–10, when one fails before its first byte"},
 	{key: "upstream-io", deprecated: true, bind: func(c *serveConfig) value { return strV{&c.UpstreamIO} },
 		help: "deprecated, `mode` loop only: every request talks to its backend on the client connection's event loop"},
-	{key: "health-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.HealthInterval} },
+	{key: "health-interval", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.HealthInterval} },
 		help: "`duration` between health probes (GET /health) of each healthy backend; 3 failed probes in a row mark it down"},
-	{key: "health-down-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.HealthDownInterval} },
+	{key: "health-down-interval", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.HealthDownInterval} },
 		help: "`duration` between health probes of a backend that is down or whose breaker tripped; one good probe (or one answered request) brings it back"},
-	{key: "drain-timeout", bind: func(c *serveConfig) value { return durV{&c.DrainTimeout} },
+	{key: "drain-timeout", live: true, bind: func(c *serveConfig) value { return durV{&c.DrainTimeout} },
 		help: "`duration` requests in flight may still run after SIGTERM or SIGINT; 0: do not wait"},
 	{key: "max-blocks", bind: func(c *serveConfig) value { return intV{&c.Router.Tree.MaxBlocks} },
 		help: "route-table capacity in `blocks` per shard; least recently used routes go first"},
 	{key: "route-ttl", bind: func(c *serveConfig) value { return durV{&c.Router.Tree.TTL} },
 		help: "`duration` after which a learned route not used again expires"},
-	{key: "load-factor", bind: func(c *serveConfig) value { return floatV{&c.Router.LoadFactor} },
+	{key: "load-factor", live: true, bind: func(c *serveConfig) value { return floatV{&c.Router.LoadFactor} },
 		help: "bounded load of policy ranvier: a backend above `factor` × the median in-flight count is skipped for the least loaded one; at least 1"},
-	{key: "load-slack", bind: func(c *serveConfig) value { return floatV{&c.Router.LoadSlack} },
+	{key: "load-slack", live: true, bind: func(c *serveConfig) value { return floatV{&c.Router.LoadSlack} },
 		help: "bounded load of policy prefix: a backend with (1 + `slack`) × the mean in-flight count (at least 4) counts as queueing, so a prefix it holds may gain another holder; at least 0"},
-	{key: "load-tokens", bind: func(c *serveConfig) value { return intV{&c.Router.LoadTokens} },
+	{key: "load-tokens", live: true, bind: func(c *serveConfig) value { return intV{&c.Router.LoadTokens} },
 		help: "policy prefix: one request in flight on a backend costs as much as this many prompt `tokens` of prefill (decode steps grow with the batch)"},
-	{key: "kv-tokens", bind: func(c *serveConfig) value { return intV{&c.Router.KVTokens} },
+	{key: "kv-tokens", live: true, bind: func(c *serveConfig) value { return intV{&c.Router.KVTokens} },
 		help: "policy prefix: the engines' KV cache capacity in `tokens` (vLLM logs GPU blocks × block size at start); a miss is priced by how full of prefixes in use a backend's cache is; a scraped vllm:cache_config_info wins; 0: unknown, relative to the fleet's fullest"},
-	{key: "learn-from-usage", bind: func(c *serveConfig) value { return boolV{&c.Router.LearnFromUsage} },
+	{key: "learn-from-usage", live: true, bind: func(c *serveConfig) value { return boolV{&c.Router.LearnFromUsage} },
 		help: "policy prefix: ask the engine for a streamed chat or completion's usage (stream_options.include_usage) when the client did not, " +
 			"to learn its cached tokens, and remove that usage chunk before the client sees it"},
 	{key: "scrape-interval", bind: func(c *serveConfig) value { return durV{&c.Backend.ScrapeInterval} },
@@ -231,7 +234,7 @@ var serveKeys = []serveKey{
 		help: "`duration` between route table snapshots in --state-dir"},
 	{key: "log-format", bind: func(c *serveConfig) value { return strV{&c.LogFormat} },
 		help: "log `format`: text or json (to stderr)"},
-	{key: "log-level", bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
+	{key: "log-level", live: true, bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
 		help: "log `level`: debug, info, warn or error"},
 }
 
@@ -474,7 +477,11 @@ func newServeFlags(out io.Writer, cfg *serveConfig) *serveFlags {
 	fs := f.fs
 	fs.SetOutput(out)
 	for _, k := range serveKeys {
-		fs.Var(k.bind(cfg), k.flagName(), k.help)
+		help := k.help
+		if k.live {
+			help += " [reloadable]"
+		}
+		fs.Var(k.bind(cfg), k.flagName(), help)
 	}
 	fs.StringVar(&f.configPath, "config", "", "YAML config `file`; its keys are these flags' names (backends: a list); flags given override it")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "load and validate the configuration, print it as YAML and exit")
@@ -492,7 +499,9 @@ cache, and the admin listener on --admin-listen. SIGTERM or SIGINT drains
 --drain-timeout) and exits 0; a second signal exits at once with 1.
 
 Settings come from the defaults, then the --config file, then the flags
-given. Durations take a unit (500ms, 10s, 1h); sizes take B, KiB, MiB, GiB
+given. SIGHUP or POST /admin/reload reads them again: the flags marked
+[reloadable] change while serving; a changed other one is reported and
+waits for a restart; an invalid file changes nothing. Durations take a unit (500ms, 10s, 1h); sizes take B, KiB, MiB, GiB
 (or KB, MB, GB: powers of 1000).
 
 Flags:

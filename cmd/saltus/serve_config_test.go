@@ -323,8 +323,8 @@ func TestEveryKeyHasFlag(t *testing.T) {
 		}
 	})
 	for _, want := range []string{
-		"  --max-body size\n      largest request body (size: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413 (default 16MiB)\n",
-		"  --idle-timeout duration\n      duration an idle keep-alive client connection stays open (default 1m)\n",
+		"  --max-body size\n      largest request body (size: B, KiB, MiB, GiB), 1KiB–1GiB; larger ones get 413 [reloadable] (default 16MiB)\n",
+		"  --idle-timeout duration\n      duration an idle keep-alive client connection stays open [reloadable] (default 1m)\n",
 		"  --backend URL\n",
 		"  --pin-shards\n      lock each event loop to its own OS thread (default false)\n",
 	} {

@@ -162,6 +162,13 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 	if mod != nil {
 		mod(&cfg)
 	}
+	return startServeCfg(t, cfg, nil)
+}
+
+// startServeCfg serves cfg, loaded from args (nil: built in code; a
+// reload then reads the defaults), until the test ends or calls term.
+func startServeCfg(t *testing.T, cfg serveConfig, args []string) *served {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +187,7 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 	if err != nil {
 		t.Fatal(err)
 	}
+	sp.certs = certs
 	s := &served{
 		certs:  certs,
 		cfg:    cfg,
@@ -194,7 +202,7 @@ func startServeWith(t *testing.T, ups []*upstream, mod func(*serveConfig), extra
 		code:    make(chan int, 1),
 	}
 	// A bare goroutine: it stands for main's, joined through s.code.
-	go func() { s.code <- serveWith(cfg, sp, set, logger, s.signals) }()
+	go func() { s.code <- serveWith(cfg, args, sp, set, logger, nil, s.signals) }()
 	t.Cleanup(func() {
 		s.term()
 		if c := s.wait(t, 30*time.Second); c != 0 {

@@ -550,7 +550,7 @@ func TestServeWith(t *testing.T) {
 	signals := make(chan os.Signal, 2)
 	code := make(chan int, 1)
 	// A bare goroutine: it stands for main's, joined through code.
-	go func() { code <- serveWith(cfg, sp, set, logger, signals) }()
+	go func() { code <- serveWith(cfg, nil, sp, set, logger, nil, signals) }()
 
 	var addr string
 	waitFor(t, func() bool {
@@ -608,7 +608,7 @@ func TestServeWith(t *testing.T) {
 	// A serving path the admin listener cannot take is closed, exit 1.
 	closed = make(chan struct{})
 	sp.backends = nil
-	if c := serveWith(cfg, sp, nil, logger, signals); c != 1 {
+	if c := serveWith(cfg, nil, sp, nil, logger, nil, signals); c != 1 {
 		t.Errorf("nil backends: exit code %d, want 1", c)
 	}
 	<-closed

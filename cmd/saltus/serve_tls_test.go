@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,15 +171,29 @@ func TestServeTLSCurl(t *testing.T) {
 	}
 }
 
-// TestServeTLSReload: a keep-alive connection made before a certificate
-// reload stays open and keeps its certificate; a new connection gets the
-// new one; a broken pair leaves the new one in use.
+// TestServeTLSReload: SIGHUP reads the certificate files again: a
+// keep-alive connection made before stays open and keeps its
+// certificate, a new connection gets the new one; a broken pair leaves
+// the new one in use, and POST /admin/reload says why.
 func TestServeTLSReload(t *testing.T) {
 	t.Parallel()
-	s := startTLSServe(t, nil)
-	hc := s.client(true)
+	a := newUpstream(t, "a")
+	ca := tlstest.NewCA(t, "reload")
+	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
+	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--shards", "2", "--drain-timeout", "5s",
+		"--health-interval", "1h", "--backend", a.srv.URL, "--tls-cert-file", leaf.CertFile, "--tls-key-file", leaf.KeyFile}
+	cfg, _, err := loadServeConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServeCfg(t, cfg, args)
+	client := func(keepAlive bool) *http.Client {
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, DisableKeepAlives: !keepAlive}}
+	}
+	hc := client(true)
 	defer hc.CloseIdleConnections()
-	url := "https://" + s.s.addr + "/v1/chat/completions"
+	url := "https://" + s.addr + "/v1/chat/completions"
 	// get posts a chat completion and reports the server certificate's
 	// expiry and whether the connection was reused.
 	get := func(c *http.Client) (time.Time, bool) {
@@ -199,37 +213,45 @@ func TestServeTLSReload(t *testing.T) {
 		}
 		return resp.TLS.PeerCertificates[0].NotAfter, reused
 	}
-	if exp, _ := get(hc); !exp.Equal(s.leaf.NotAfter) {
-		t.Fatalf("certificate expiring %v, want %v", exp, s.leaf.NotAfter)
+	if exp, _ := get(hc); !exp.Equal(leaf.NotAfter) {
+		t.Fatalf("certificate expiring %v, want %v", exp, leaf.NotAfter)
 	}
-	renewed := s.ca.Issue(t, tlstest.RSA, 48*time.Hour, "127.0.0.1")
-	renewed.WriteTo(t, s.leaf.CertFile, s.leaf.KeyFile)
-	if err := reloadTLS(s.s.certs, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
+	renewed := ca.Issue(t, tlstest.RSA, 48*time.Hour, "127.0.0.1")
+	renewed.WriteTo(t, leaf.CertFile, leaf.KeyFile)
+	s.signals <- syscall.SIGHUP
+	waitFor(t, func() bool {
+		return metricValue(t, s, `saltus_tls_cert_reloads_total{listener="data",result="ok"}`) == "1"
+	})
+	if exp, reused := get(hc); !reused || !exp.Equal(leaf.NotAfter) {
+		t.Errorf("after the reload, the open connection: reused %v, certificate expiring %v (want the old %v)", reused, exp, leaf.NotAfter)
 	}
-	if exp, reused := get(hc); !reused || !exp.Equal(s.leaf.NotAfter) {
-		t.Errorf("after the reload, the open connection: reused %v, certificate expiring %v (want the old %v)", reused, exp, s.leaf.NotAfter)
-	}
-	fresh := s.client(false)
-	if exp, reused := get(fresh); reused || !exp.Equal(renewed.NotAfter) {
+	if exp, reused := get(client(false)); reused || !exp.Equal(renewed.NotAfter) {
 		t.Errorf("after the reload, a new connection: reused %v, certificate expiring %v (want the renewed %v)", reused, exp, renewed.NotAfter)
 	}
-	if v := metricValue(t, s.s, `saltus_tls_cert_reloads_total{listener="data",result="ok"}`); v != "1" {
-		t.Errorf("reloads ok %s, want 1", v)
-	}
-	// A half-written renewal: the renewed pair stays, the error says so.
-	if err := os.WriteFile(s.leaf.KeyFile, []byte("-----BEGIN"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := reloadTLS(s.s.certs, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "still serving") {
-		t.Errorf("reload of a broken key: %v", err)
-	}
-	if exp, _ := get(s.client(false)); !exp.Equal(renewed.NotAfter) {
-		t.Errorf("after a failed reload: certificate expiring %v, want %v", exp, renewed.NotAfter)
-	}
-	v := metricValue(t, s.s, `saltus_tls_cert_expiry_seconds{listener="data"}`)
+	v := metricValue(t, s, `saltus_tls_cert_expiry_seconds{listener="data"}`)
 	if f, err := strconv.ParseFloat(v, 64); err != nil || int64(f) != renewed.NotAfter.Unix() {
 		t.Errorf("expiry gauge %s, want %d", v, renewed.NotAfter.Unix())
+	}
+	// A half-written renewal: the renewed pair stays; the reload says why.
+	if err := os.WriteFile(leaf.KeyFile, []byte("-----BEGIN"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := do(t, "POST", "http://"+s.admin+"/admin/reload", ""); got.status == 200 || !strings.Contains(got.body, "cannot load the TLS certificate") {
+		t.Errorf("POST /admin/reload with a broken key: %d %s", got.status, got.body)
+	}
+	if v := metricValue(t, s, `saltus_tls_cert_reloads_total{listener="data",result="error"}`); v != "1" {
+		t.Errorf("reload errors %s, want 1", v)
+	}
+	if !strings.Contains(s.logs(), "still serving the certificate loaded at") {
+		t.Errorf("the log does not say which certificate stays:\n%s", s.logs())
+	}
+	if exp, _ := get(client(false)); !exp.Equal(renewed.NotAfter) {
+		t.Errorf("after a failed reload: certificate expiring %v, want %v", exp, renewed.NotAfter)
+	}
+	// The returned reload report names the listeners reloaded.
+	renewed.WriteTo(t, leaf.CertFile, leaf.KeyFile)
+	if got := do(t, "POST", "http://"+s.admin+"/admin/reload", ""); got.status != 200 || !strings.Contains(got.body, `"tls_reloaded":["data"]`) {
+		t.Errorf("POST /admin/reload: %d %s", got.status, got.body)
 	}
 }
 

@@ -38,7 +38,7 @@ func (s *Set) startProbeLocked(b *Backend) {
 			}
 			// Bounded by HealthInterval even when probing faster: probes
 			// are sequential, and a slow /health is not a dead one.
-			s.probeResult(b, s.probeFn(b, s.cfg.HealthInterval))
+			s.probeResult(b, s.probeFn(b, s.tune().HealthInterval))
 			t.Reset(s.probeInterval(b))
 		}
 	})
@@ -52,9 +52,9 @@ func (s *Set) startProbeLocked(b *Backend) {
 // open (Config says why there is no backoff).
 func (s *Set) probeInterval(b *Backend) time.Duration {
 	if b.Healthy() {
-		return s.cfg.HealthInterval
+		return s.tune().HealthInterval
 	}
-	return s.cfg.HealthDownInterval
+	return s.tune().HealthDownInterval
 }
 
 // probe GETs b's HealthPath once, bounded by timeout; a 2xx is a

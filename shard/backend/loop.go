@@ -200,8 +200,8 @@ func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candida
 		lr.reqID = ls.newRequestID()
 	}
 	ls.active[lr] = struct{}{}
-	if s.cfg.RequestTimeout > 0 {
-		lr.reqEnd = now.Add(s.cfg.RequestTimeout)
+	if s.tune().RequestTimeout > 0 {
+		lr.reqEnd = now.Add(s.tune().RequestTimeout)
 	}
 	sink.SetGoneHook(lr.clientGone)
 	lr.attempt(now)
@@ -220,7 +220,7 @@ func (lr *loopReq) attempt(now time.Time) {
 	lr.b = b
 	b.inFlight.Add(1)
 	lr.t0 = now
-	lr.setDeadline(now, lr.s.cfg.FirstByteTimeout)
+	lr.setDeadline(now, lr.s.tune().FirstByteTimeout)
 	lr.stale = false
 	c, err := lr.ls.conn(b, false)
 	if err != nil {
@@ -344,9 +344,9 @@ func (ls *loopState) conn(b *Backend, fresh bool) (*upConn, error) {
 		err error
 	)
 	if b.tls != nil {
-		u, err = s.lp.DialUpstreamTLS(ls.idx, b.host, s.cfg.ConnectTimeout, b.tls, c)
+		u, err = s.lp.DialUpstreamTLS(ls.idx, b.host, s.tune().ConnectTimeout, b.tls, c)
 	} else {
-		u, err = s.lp.DialUpstream(ls.idx, b.host, s.cfg.ConnectTimeout, c)
+		u, err = s.lp.DialUpstream(ls.idx, b.host, s.tune().ConnectTimeout, c)
 	}
 	if err != nil {
 		return nil, &dialError{err: err}
@@ -438,7 +438,7 @@ func (c *upConn) OnUpstreamData(_ *reactor.Upstream, data []byte) int {
 	case lr.headSeen:
 		// The body is on its way: FirstByteTimeout now bounds the
 		// silence between two reads (RequestTimeout the whole).
-		lr.setDeadline(now, lr.s.cfg.FirstByteTimeout)
+		lr.setDeadline(now, lr.s.tune().FirstByteTimeout)
 	}
 	return len(data)
 }
@@ -546,7 +546,7 @@ func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string, keepLength bo
 	if !haveID {
 		hdr = append(hdr, reactor.Header{Name: "X-Request-ID", Value: lr.reqID})
 	}
-	if lr.s.cfg.BackendHeader != "none" {
+	if lr.s.tune().BackendHeader != "none" {
 		hdr = append(hdr, reactor.Header{Name: "X-Saltus-Backend", Value: lr.s.label(lr.o.Backend)})
 	}
 	return append(hdr, lr.extra...)
@@ -633,7 +633,7 @@ func (lr *loopReq) timeout(now time.Time) {
 		lr.o.Err = fmt.Errorf("backend %s: body: %w", b.URL, fasthttp.ErrTimeout)
 		msg := "upstream timed out in its response body"
 		if whole {
-			msg = fmt.Sprintf("the request took longer than the request timeout (%s); backend %s was still sending its answer", lr.s.cfg.RequestTimeout, lr.s.label(b))
+			msg = fmt.Sprintf("the request took longer than the request timeout (%s); backend %s was still sending its answer", lr.s.tune().RequestTimeout, lr.s.label(b))
 		}
 		lr.respondError(lr.o.Status, msg, "timeout_error", "gateway_timeout")
 	} else {

@@ -64,7 +64,7 @@ func (lr *loopReq) startStream(c *upConn, now time.Time) bool {
 		lr.clientGone()
 		return false
 	}
-	lr.setDeadline(now, lr.s.cfg.StreamIdleTimeout)
+	lr.setDeadline(now, lr.s.tune().StreamIdleTimeout)
 	return true
 }
 
@@ -98,9 +98,9 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 			return
 		}
 		if st.raw {
-			lr.setDeadline(now, lr.s.cfg.FirstByteTimeout) // as a buffered body's reads
+			lr.setDeadline(now, lr.s.tune().FirstByteTimeout) // as a buffered body's reads
 		} else {
-			lr.setDeadline(now, lr.s.cfg.StreamIdleTimeout)
+			lr.setDeadline(now, lr.s.tune().StreamIdleTimeout)
 		}
 	}
 	switch {

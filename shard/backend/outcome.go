@@ -114,9 +114,9 @@ func noAnswerMsg(tried []string) string {
 // says the request's own limit (RequestTimeout) came first.
 func (s *Set) headTimeoutMsg(b *Backend, whole bool) string {
 	if whole {
-		return fmt.Sprintf("the request took longer than the request timeout (%s); backend %s had not sent its response head", s.cfg.RequestTimeout, s.label(b))
+		return fmt.Sprintf("the request took longer than the request timeout (%s); backend %s had not sent its response head", s.tune().RequestTimeout, s.label(b))
 	}
-	return fmt.Sprintf("backend %s sent no response head within the first-byte timeout (%s)", s.label(b), s.cfg.FirstByteTimeout)
+	return fmt.Sprintf("backend %s sent no response head within the first-byte timeout (%s)", s.label(b), s.tune().FirstByteTimeout)
 }
 
 // failReason says in a few words why an attempt failed before its head,

@@ -107,7 +107,7 @@ func (b *Backend) passiveResult(ok bool, limit int, logger *slog.Logger) {
 // label is how clients see b (Config.BackendHeader): its URL, or its
 // name. Any goroutine.
 func (s *Set) label(b *Backend) string {
-	if s.cfg.BackendHeader == "url" {
+	if s.tune().BackendHeader == "url" {
 		return b.URL
 	}
 	return b.Name
@@ -151,6 +151,7 @@ type snapshot struct {
 // goroutine may call its methods.
 type Set struct {
 	cfg    Config
+	tun    atomic.Pointer[Tunables] // cfg's tunable fields as Retune last set them
 	logger *slog.Logger
 	ms     *metrics.Set
 
@@ -223,6 +224,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
 		streamOverflow: set.GetOrCreateCounter("saltus_stream_overflow_total"),
 	}
+	s.tun.Store(new(cfg.tunables()))
 	s.probeFn = s.probe
 	s.scrapeFn = s.scrape
 	for i, r := range scrapeResults {
@@ -235,6 +237,36 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 	s.idPrefix = hex.EncodeToString(rnd[:]) + "-"
 	set.GetOrCreateGauge("saltus_proxy_in_flight", func() float64 { return float64(s.inFlight.Load()) })
 	return s, nil
+}
+
+// Tunables are the Config fields that may change while the Set runs
+// (Retune): the timeouts, the probe intervals and how clients see a
+// backend. Every other field is fixed at NewSet.
+type Tunables struct {
+	ConnectTimeout, FirstByteTimeout, RequestTimeout, StreamIdleTimeout time.Duration
+	HealthInterval, HealthDownInterval                                  time.Duration
+	BackendHeader                                                       string
+}
+
+func (c Config) tunables() Tunables {
+	return Tunables{ConnectTimeout: c.ConnectTimeout, FirstByteTimeout: c.FirstByteTimeout, RequestTimeout: c.RequestTimeout,
+		StreamIdleTimeout: c.StreamIdleTimeout, HealthInterval: c.HealthInterval, HealthDownInterval: c.HealthDownInterval,
+		BackendHeader: c.BackendHeader}
+}
+
+// tune returns the tunable fields in force. Any goroutine.
+func (s *Set) tune() *Tunables { return s.tun.Load() }
+
+// Retune applies c's tunable fields (Tunables) after validating c; only
+// they are read. Requests already sent keep the deadlines they were
+// given; the next ones, and each probe's next wait, use the new values.
+// Any goroutine.
+func (s *Set) Retune(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	s.tun.Store(new(c.tunables()))
+	return nil
 }
 
 // ErrNotFound is returned by Remove and Drain for an id not in the Set.
@@ -408,12 +440,12 @@ func (s *Set) clientTLS(hostport string) *tls.Config {
 // newHostClient is a backend's fasthttp client: probes, /v1/models and
 // the engine scrape; tlsCfg nil: plain HTTP.
 func (s *Set) newHostClient(hostport string, tlsCfg *tls.Config, maxConns int) *fasthttp.HostClient {
-	connect := s.cfg.ConnectTimeout
 	return &fasthttp.HostClient{
 		Addr:      hostport,
 		IsTLS:     tlsCfg != nil, // fasthttp wraps the dialed conn in tls.Client
 		TLSConfig: tlsCfg,
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			connect := s.tune().ConnectTimeout
 			if timeout <= 0 || timeout > connect {
 				timeout = connect
 			}
@@ -432,7 +464,7 @@ func (s *Set) newHostClient(hostport string, tlsCfg *tls.Config, maxConns int) *
 		},
 		MaxConns:                 maxConns,
 		MaxIdleConnDuration:      s.cfg.IdleConnTimeout,
-		MaxConnWaitTimeout:       connect,
+		MaxConnWaitTimeout:       s.cfg.ConnectTimeout,
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true,
 		StreamResponseBody:       true,     // the scrape bounds what it reads

@@ -36,7 +36,7 @@ func (lr *loopReq) startSpill(c *upConn, now time.Time) bool {
 		lr.clientGone()
 		return false
 	}
-	lr.setDeadline(now, lr.s.cfg.FirstByteTimeout)
+	lr.setDeadline(now, lr.s.tune().FirstByteTimeout)
 	return true
 }
 
