@@ -6,7 +6,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: all build release test race vet lint rules fmt bench bench-serve bench-policies fuzz-smoke check clean golden
+.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test browser-check fuzz-smoke check clean golden
 
 all: build
 
@@ -18,6 +18,13 @@ release: ## static binaries for linux/amd64 and linux/arm64 in dist/, with the v
 	for arch in amd64 arm64; do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o dist/saltus-linux-$$arch ./cmd/saltus || exit 1; \
 	done
+
+image: release ## the container image without Docker: an OCI layout in dist/oci and a docker-archive dist/saltus-image.tar (linux/amd64; internal/cmd/mkimage)
+	rm -rf dist/oci
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(GO) run ./internal/cmd/mkimage \
+		--binary dist/saltus-linux-amd64 --arch amd64 --version $(VERSION) \
+		--revision $$(git rev-parse HEAD 2>/dev/null) \
+		--layout dist/oci --archive dist/saltus-image.tar
 
 test: ## unit and property tests
 	$(GO) test -count=1 $(PKGS)
@@ -51,10 +58,16 @@ bench-serve: ## saltus vs nginx requests/s (whole and streamed) and --pin-shards
 	bench/added-latency.sh
 	$(GO) test -run '^$$' -bench 'AddedLatency|Relay' -benchtime 5x ./bench
 
+browser-check: ## browser-test without keeping screenshots (part of check)
+	SHOTS= GO=$(GO) scripts/browser-test.sh
+
+browser-test: ## the dashboard in headless Chromium against a running saltus, numbers checked against /metrics, screenshots to bench/results/issue14-dashboard (scripts/browser-test.sh; installs chromium with apt-get if missing; check runs it as browser-check)
+	GO=$(GO) scripts/browser-test.sh
+
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
-check: vet lint rules race fuzz-smoke build ## what CI runs
+check: vet lint rules race fuzz-smoke build browser-check ## what CI runs
 
 golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm; not part of check)
 	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs

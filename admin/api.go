@@ -16,6 +16,21 @@ type BackendInfo struct {
 	Healthy  bool   `json:"healthy"`
 	Draining bool   `json:"draining"`
 	InFlight int64  `json:"in_flight"`
+	// Engine is the engine's own load from its last fresh scrape of its
+	// /metrics (serve --scrape-interval); nil when it is not scraped or
+	// the values are stale.
+	Engine *EngineInfo `json:"engine,omitempty"`
+}
+
+// EngineInfo is what a backend's engine last reported about its load
+// (vLLM's vllm:num_requests_waiting, _running, vllm:kv_cache_usage_perc,
+// vllm:cache_config_info).
+type EngineInfo struct {
+	Waiting  int64   `json:"waiting"`
+	Running  int64   `json:"running"`
+	KVUsage  float64 `json:"kv_usage"`            // fraction of the KV cache in use, 0 to 1
+	KVTokens int64   `json:"kv_tokens,omitempty"` // the KV cache's capacity in tokens; 0: not reported
+	AgeMS    int64   `json:"age_ms"`              // milliseconds since the scrape that read them
 }
 
 // Backends is the backend registry as the admin API needs it; cmd/saltus
@@ -50,6 +65,13 @@ type Routes interface {
 // Any goroutine.
 type Cluster interface {
 	ClusterStatus() any
+}
+
+// Discovery is what a Routes may also implement: GET /admin/discovery's
+// answer, nil when no service discovery runs ({"enabled":false}). Any
+// goroutine.
+type Discovery interface {
+	DiscoveryStatus() any
 }
 
 var (

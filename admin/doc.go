@@ -23,12 +23,14 @@
 //	GET    /admin/routes                200, JSON of Routes.RouteStats()
 //	POST   /admin/explain[?path=/v1/…]  body: an OpenAI request body → 200 JSON decision; 400 bad body
 //	GET    /admin/cluster               200, JSON: members, state, last contact, routes sent/received/dropped, lag; {"enabled":false} without a cluster
+//	GET    /admin/dashboard.json        200, JSON DashboardData: /metrics' saltus_* families parsed, backends, route stats, cluster
+//	GET    /dashboard                   200, the dashboard page (and /dashboard/app.js, /dashboard/style.css; /dashboard/ redirects); no token needed
 //
 // GET endpoints also answer HEAD. A wrong method is 405 with an Allow
 // header; an unknown path is 404. Errors have a JSON body in the OpenAI
 // shape: {"error":{"message":…,"type":…,"code":<status>}}. With a bearer
-// token configured, every endpoint but /health needs
-// "Authorization: Bearer <token>" (compared in constant time); without it
+// token configured, every endpoint but /health and the dashboard's page
+// and assets (which carry no data) needs "Authorization: Bearer <token>" (compared in constant time); without it
 // the answer is 401 with a WWW-Authenticate header.
 //
 // With Config.TLS the listener speaks HTTPS (crypto/tls under net/http;

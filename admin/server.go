@@ -196,24 +196,30 @@ const (
 	epPprof
 	epCluster
 	epReload
+	epDiscovery
+	epDashboard     // the page and its assets: no token
+	epDashboardData // GET /admin/dashboard.json
 )
 
 var endpoints = [...]struct {
 	name  string
 	allow string // the Allow header: methods accepted
 }{
-	epUnknown:  {"unknown", ""},
-	epMetrics:  {"metrics", "GET, HEAD"},
-	epHealth:   {"health", "GET, HEAD"},
-	epReady:    {"ready", "GET, HEAD"},
-	epBackends: {"backends", "GET, HEAD, POST"},
-	epBackend:  {"backend", "DELETE"},
-	epDrain:    {"drain", "POST"},
-	epRoutes:   {"routes", "GET, HEAD"},
-	epExplain:  {"explain", "POST"},
-	epPprof:    {"pprof", "GET, HEAD, POST"},
-	epCluster:  {"cluster", "GET, HEAD"},
-	epReload:   {"reload", "POST"},
+	epUnknown:       {"unknown", ""},
+	epMetrics:       {"metrics", "GET, HEAD"},
+	epHealth:        {"health", "GET, HEAD"},
+	epReady:         {"ready", "GET, HEAD"},
+	epBackends:      {"backends", "GET, HEAD, POST"},
+	epBackend:       {"backend", "DELETE"},
+	epDrain:         {"drain", "POST"},
+	epRoutes:        {"routes", "GET, HEAD"},
+	epExplain:       {"explain", "POST"},
+	epPprof:         {"pprof", "GET, HEAD, POST"},
+	epCluster:       {"cluster", "GET, HEAD"},
+	epReload:        {"reload", "POST"},
+	epDiscovery:     {"discovery", "GET, HEAD"},
+	epDashboard:     {"dashboard", "GET, HEAD"},
+	epDashboardData: {"dashboard_data", "GET, HEAD"},
 }
 
 // route maps a request path to its endpoint and, for per-backend routes,
@@ -236,6 +242,16 @@ func route(path string) (endpoint, string) {
 		return epCluster, ""
 	case "/admin/reload":
 		return epReload, ""
+	case "/admin/discovery":
+		return epDiscovery, ""
+	case "/admin/dashboard.json":
+		return epDashboardData, ""
+	}
+	if rest, ok := strings.CutPrefix(path, "/dashboard"); ok {
+		if _, _, asset := dashboardAsset(rest); asset || rest == "/" {
+			return epDashboard, rest
+		}
+		return epUnknown, ""
 	}
 	if strings.HasPrefix(path, "/debug/pprof/") {
 		return epPprof, path[len("/debug/pprof/"):]
@@ -296,9 +312,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id string) {
-	// Every endpoint but /health needs the token, unknown paths included,
-	// so that the API's shape is not probed without it.
-	if sum := s.tokenSum.Load(); ep != epHealth && sum != nil && !s.authorized(w, r, sum) {
+	// Every endpoint but /health and the dashboard's page needs the
+	// token, unknown paths included, so that the API's shape is not
+	// probed without it. The page and its assets carry no data: its data
+	// comes from /admin/dashboard.json, with the token.
+	if sum := s.tokenSum.Load(); ep != epHealth && ep != epDashboard && sum != nil && !s.authorized(w, r, sum) {
 		return
 	}
 	if ep == epPprof && !s.cfg.Pprof || ep == epReload && s.cfg.Reload == nil {
@@ -334,13 +352,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 	case epRoutes:
 		writeJSON(w, http.StatusOK, s.routes.RouteStats())
 	case epCluster:
+		writeJSON(w, http.StatusOK, s.clusterStatus())
+	case epDiscovery:
 		var st any = map[string]bool{"enabled": false}
-		if c, ok := s.routes.(Cluster); ok {
-			if v := c.ClusterStatus(); v != nil {
+		if d, ok := s.routes.(Discovery); ok {
+			if v := d.DiscoveryStatus(); v != nil {
 				st = v
 			}
 		}
 		writeJSON(w, http.StatusOK, st)
+	case epDashboard:
+		serveDashboard(w, id)
+	case epDashboardData:
+		s.serveDashboardData(w)
 	case epExplain:
 		s.serveExplain(w, r)
 	case epPprof:
@@ -355,6 +379,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 	default:
 		panic(fmt.Sprintf("BUG: admin: endpoint %d has no handler", ep))
 	}
+}
+
+// clusterStatus is GET /admin/cluster's answer.
+func (s *Server) clusterStatus() any {
+	if c, ok := s.routes.(Cluster); ok {
+		if v := c.ClusterStatus(); v != nil {
+			return v
+		}
+	}
+	return map[string]bool{"enabled": false}
 }
 
 // authorized checks the bearer token; it answers 401 itself when it

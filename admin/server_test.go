@@ -574,6 +574,13 @@ func TestRoute(t *testing.T) {
 		"/admin/backends/drain":    {epBackend, "drain"},
 		"/admin/backends/a/b":      {epUnknown, ""},
 		"/metrics/":                {epUnknown, ""},
+		"/dashboard":               {epDashboard, ""},
+		"/dashboard/":              {epDashboard, "/"},
+		"/dashboard/app.js":        {epDashboard, "/app.js"},
+		"/dashboard/style.css":     {epDashboard, "/style.css"},
+		"/dashboard/xyz":           {epUnknown, ""},
+		"/dashboard.json":          {epUnknown, ""},
+		"/admin/dashboard.json":    {epDashboardData, ""},
 	} {
 		if ep, id := route(path); ep != want.ep || id != want.id {
 			t.Errorf("route(%q) = %d %q, want %d %q", path, ep, id, want.ep, want.id)
@@ -598,6 +605,11 @@ func FuzzRoute(f *testing.F) {
 			if "/admin/backends/"+id+"/drain" != path || id == "" || strings.Contains(id, "/") {
 				t.Errorf("route(%q) = drain %q", path, id)
 			}
+		case epDashboard:
+			if "/dashboard"+id != path || !slices.Contains([]string{"", "/", "/app.js", "/style.css"}, id) {
+				t.Errorf("route(%q) = dashboard %q", path, id)
+			}
+		case epPprof:
 		default:
 			if id != "" {
 				t.Errorf("route(%q) = %d with id %q", path, ep, id)

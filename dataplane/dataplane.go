@@ -22,6 +22,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/admin"
+	"github.com/saltus-lb/saltus/discovery/kube"
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/reactor"
@@ -57,7 +58,15 @@ type Config struct {
 	// State keeps the route table across restarts (--state-dir); its
 	// Dir "" (the default) does not.
 	State state.Config
+	// Discovery adds backends from a service discovery besides Backends:
+	// "" (none, the default) or "k8s" (K8s: a Service's ready
+	// EndpointSlice endpoints).
+	Discovery string
+	K8s       kube.Config
 }
+
+// DiscoveryK8s is Config.Discovery's value for Kubernetes EndpointSlices.
+const DiscoveryK8s = "k8s"
 
 // DefaultConfig returns `saltus serve`'s defaults (its --help lists
 // them): the components' own, no backends, byte-block mode, and one
@@ -65,7 +74,8 @@ type Config struct {
 // policy's waiting, running and KV inputs; backend.DefaultConfig leaves
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
-	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig()}
+	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
+		K8s: kube.DefaultConfig()}
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }
@@ -82,8 +92,13 @@ type Path struct {
 	// Static owns the configured backends (Config.Backends): Reload's
 	// SyncBackends keeps them equal to the file's list.
 	Static *backend.Managed
-	probes *rules.Group
-	cfg    Config // as built (Retune compares against it)
+	// Discovered owns the backends of Config.Discovery, which watch
+	// feeds once Start ran; both nil without a discovery.
+	Discovered *backend.Managed
+	watch      *kube.Watcher
+	probes     *rules.Group
+	cfg        Config // as built
+	logger     *slog.Logger
 }
 
 // Start starts the data plane (Data.Start), then joins the cluster: a
@@ -97,10 +112,38 @@ func (p *Path) Start() error {
 		p.State.Restore() // before the peers' routes: ours are local
 		p.probes.Go("state.save", p.State.Run)
 	}
+	if p.watch != nil {
+		p.probes.Go("discovery.k8s", func(ctx context.Context) { p.watch.Run(ctx, p.discovered) })
+	}
 	if p.Cluster != nil {
 		p.Cluster.JoinSeeds()
 	}
 	return nil
+}
+
+// discovered applies the discovery's list of ready endpoints; on the
+// watcher's goroutine.
+func (p *Path) discovered(list []kube.Target) {
+	ts := make([]backend.Target, len(list))
+	for i, t := range list {
+		ts[i] = backend.Target{Name: t.Name, URL: t.URL}
+	}
+	res := p.Discovered.Sync(ts)
+	if res.Changed() {
+		p.logger.Info("discovered backends changed", "source", p.cfg.Discovery, "added", res.Added, "drained", res.Drained, "restored", res.Restored, "endpoints", len(list))
+	}
+	for _, err := range res.Errors {
+		p.logger.Warn("discovered endpoint not added", "source", p.cfg.Discovery, "err", err)
+	}
+}
+
+// DiscoveryStatus is the discovery's state for GET /admin/discovery; nil
+// without one.
+func (p *Path) DiscoveryStatus() any {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.Status()
 }
 
 // StopAccepting is the drain's first step: the listener closes
@@ -213,10 +256,26 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 			return nil, err
 		}
 	}
+	var watch *kube.Watcher
+	if cfg.Discovery == DiscoveryK8s {
+		if watch, err = kube.New(cfg.K8s, logger, set); err != nil {
+			if node != nil {
+				_ = node.Close(context.Background()) // the discovery's error is the one to report
+			}
+			_ = router.Close(context.Background()) // nothing was served: returns at once
+			bset.Close()
+			return nil, fmt.Errorf("discovery k8s: %w", err)
+		}
+	}
 	probes := rules.NewGroup(context.Background())
 	bset.Start(probes)
-	p := &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node},
-		Cluster: node, State: saver, Static: bset.Managed("config", static...), probes: probes, cfg: cfg}
+	p := &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node, nil},
+		Cluster: node, State: saver, Static: bset.Managed("config", static...), watch: watch, probes: probes, cfg: cfg,
+		logger: logger.With("component", "dataplane")}
+	if watch != nil {
+		p.Discovered = bset.Managed(cfg.Discovery)
+		p.Routes = routesAPI{router, node, p}
+	}
 	probes.Go("backends.reap", p.reap)
 	return p, nil
 }
@@ -236,6 +295,9 @@ func (p *Path) reap(ctx context.Context) {
 			return
 		case <-t.C:
 			p.Static.Reap()
+			if p.Discovered != nil {
+				p.Discovered.Reap()
+			}
 		}
 	}
 }
@@ -308,7 +370,12 @@ func (l *lateHandler) OwnAnswer(status int) {
 type backendsAPI struct{ s *backend.Set }
 
 func backendInfo(b *backend.Backend) admin.BackendInfo {
-	return admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	info := admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	if l, ok := b.Engine(); ok {
+		info.Engine = &admin.EngineInfo{Waiting: l.Waiting, Running: l.Running, KVUsage: l.KVUsage, KVTokens: l.KVTokens,
+			AgeMS: time.Since(l.At).Milliseconds()}
+	}
+	return info
 }
 
 func (a backendsAPI) List() []admin.BackendInfo {
@@ -342,6 +409,14 @@ func notFound(err error) error {
 type routesAPI struct {
 	r    *shard.Router
 	node *gossip.Node // nil: no cluster
+	disc *Path        // nil: no discovery
+}
+
+func (a routesAPI) DiscoveryStatus() any {
+	if a.disc == nil {
+		return nil
+	}
+	return a.disc.DiscoveryStatus()
 }
 
 func (a routesAPI) ClusterStatus() any {

@@ -49,10 +49,20 @@ const maxUsageBytes = 4 << 10
 // actual − predicted cached blocks. Negative: the tree over-promised.
 var errorBuckets = [...]float64{-256, -64, -16, -4, -1, 0, 1, 4, 16, 64, 256}
 
+// ttftBuckets are the le bounds of saltus_route_ttft_seconds, in seconds:
+// saltus_backend_ttfb_seconds's (a cached prompt's first token in
+// milliseconds, a long miss in seconds, a queue in minutes).
+var ttftBuckets = [...]float64{
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+}
+
 func init() {
 	promtext.Describe(map[string]string{
 		"saltus_route_predicted_cached_tokens_total": "Prompt tokens the route table predicted the answering backend had cached (matched blocks × block size, capped at prompt_tokens), over answers whose usage reported cached_tokens.",
 		"saltus_route_actual_cached_tokens_total":    "Prompt tokens the engines reported cached (usage.prompt_tokens_details.cached_tokens), over the same answers.",
+		"saltus_route_prompt_tokens_total":           "Prompt tokens (usage.prompt_tokens) of the same answers: actual cached over these is the token hit ratio.",
+		"saltus_route_ttft_seconds":                  "Time from sending a routed streamed chat or completion request to the first bytes of its 2xx answer's body (the engine's first event, after its prefill), last attempt, in seconds.",
 		"saltus_route_cached_error_blocks":           "Per answer, the engine's cached blocks minus the route table's prediction, in blocks (negative: the table over-promised).",
 		"saltus_route_cache_predictions_total":       "Answers by predicted (the table said the backend held at least a block) and actual (the engine reported at least a block cached) hit or miss: precision and recall of the prediction.",
 		"saltus_route_usage_absent_total":            "Routed 2xx answers without a usable usage.prompt_tokens_details.cached_tokens (the prefill model then gets the predicted uncached count).",
@@ -68,13 +78,15 @@ func init() {
 // feedbackMetrics are the counters of pending routes and engine feedback.
 // Any goroutine (atomics: Done runs on loops too).
 type feedbackMetrics struct {
-	predicted, actual                              *metrics.Counter
+	predicted, actual, prompt                      *metrics.Counter
 	usageAbsent, contradicted, demoted             *metrics.Counter
 	pendingInserted, pendingFailed, pendingRemoved *metrics.Counter
 	demoteDropped                                  *metrics.Counter
 	predictions                                    [2][2]*metrics.Counter // [predicted hit][actual hit]
 	errBuckets                                     [len(errorBuckets) + 1]atomic.Uint64
 	errSum                                         atomic.Int64 // blocks
+	ttft                                           [len(ttftBuckets) + 1]atomic.Uint64
+	ttftSum                                        atomic.Int64 // nanoseconds
 
 	// observe is (*backend.Backend).ObserveTTFT; tests replace it
 	// before the first request. Immutable after that.
@@ -85,6 +97,7 @@ func newFeedbackMetrics(set *metrics.Set) *feedbackMetrics {
 	m := &feedbackMetrics{
 		predicted:       set.NewCounter("saltus_route_predicted_cached_tokens_total"),
 		actual:          set.NewCounter("saltus_route_actual_cached_tokens_total"),
+		prompt:          set.NewCounter("saltus_route_prompt_tokens_total"),
 		usageAbsent:     set.NewCounter("saltus_route_usage_absent_total"),
 		contradicted:    set.NewCounter("saltus_route_contradicted_total"),
 		demoted:         set.NewCounter("saltus_route_demoted_total"),
@@ -114,8 +127,20 @@ func (m *feedbackMetrics) observeError(blocks int) {
 	m.errSum.Add(int64(blocks))
 }
 
+// observeTTFT counts one time to first token.
+func (m *feedbackMetrics) observeTTFT(d time.Duration) {
+	s := d.Seconds()
+	i := 0
+	for i < len(ttftBuckets) && s > ttftBuckets[i] {
+		i++
+	}
+	m.ttft[i].Add(1)
+	m.ttftSum.Add(int64(d))
+}
+
 func (m *feedbackMetrics) writeMetrics(w io.Writer) {
 	writeHistogram(w, "saltus_route_cached_error_blocks", errorBuckets[:], m.errBuckets[:], float64(m.errSum.Load()))
+	writeHistogram(w, "saltus_route_ttft_seconds", ttftBuckets[:], m.ttft[:], time.Duration(m.ttftSum.Load()).Seconds())
 }
 
 // wantsUsage reports whether j's forward should parse the answer's usage:
@@ -165,6 +190,9 @@ func (j *job) feedback(o backend.Outcome) {
 		return
 	}
 	m, bs := j.r.fb, j.r.cfg.BlockSize
+	if o.FirstData > 0 {
+		m.observeTTFT(o.FirstData)
+	}
 	predBlocks := 0 // what the tree said the answering backend held
 	if j.fb.decided && o.Backend.ID == j.fb.backend {
 		predBlocks = j.fb.matched
@@ -182,6 +210,7 @@ func (j *job) feedback(o backend.Outcome) {
 		if j.fb.decided {
 			m.predicted.Add(predicted)
 			m.actual.Add(cached)
+			m.prompt.Add(prompt)
 			m.observeError(cached/bs - predicted/bs)
 			m.predictions[b2i(predicted >= bs)][b2i(cached >= bs)].Inc()
 			if pb, ab := predicted/bs, cached/bs; pb >= contradictMinBlocks && ab*contradictRatio <= pb {

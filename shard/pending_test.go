@@ -317,6 +317,12 @@ func TestFeedbackMetricsAndDemotion(t *testing.T) {
 	for name, want := range map[string]string{
 		"saltus_route_predicted_cached_tokens_total":                           fmt.Sprint(pred),
 		"saltus_route_actual_cached_tokens_total":                              fmt.Sprint((total - 1) * 16),
+		"saltus_route_prompt_tokens_total":                                     fmt.Sprint(3 * prompt), // the three answers with cached_tokens
+		"saltus_route_ttft_seconds_count":                                      "4",                    // every streamed 2xx answer
+		`saltus_route_ttft_seconds_bucket{le="0.005"}`:                         "1",
+		`saltus_route_ttft_seconds_bucket{le="0.025"}`:                         "2",
+		`saltus_route_ttft_seconds_bucket{le="0.05"}`:                          "4",
+		"saltus_route_ttft_seconds_sum":                                        "0.095",
 		`saltus_route_cache_predictions_total{predicted="miss",actual="miss"}`: "1",
 		`saltus_route_cache_predictions_total{predicted="hit",actual="hit"}`:   "1",
 		`saltus_route_cache_predictions_total{predicted="hit",actual="miss"}`:  "1",

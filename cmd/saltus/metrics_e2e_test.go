@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/internal/tlsconf/tlstest"
 )
@@ -22,13 +24,20 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	// A cluster of one, with a state dir and TLS on the API: their metrics
-	// are on /metrics too.
+	// A cluster of one, with a state dir, TLS on the API, and a Kubernetes
+	// discovery whose API server refuses connections: their metrics are on
+	// /metrics too.
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "metrics")
 	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("current-context: c\nclusters: [{name: k, cluster: {server: \""+deadPort(t)+"\"}}]\n"+
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
+		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
 	})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}

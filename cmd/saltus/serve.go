@@ -391,7 +391,7 @@ func serveWith(cfg serveConfig, args []string, sp *servingPath, set *metrics.Set
 	l := componentLogger(logger, "serve")
 	rl := newReloader(args, cfg, sp.live, level, componentLogger(logger, "reload"), set)
 	rl.certs = sp.certs
-	if len(cfg.Backends) == 0 {
+	if len(cfg.Backends) == 0 && cfg.Discovery == "" {
 		l.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
 	}
 	var serving atomic.Bool

@@ -228,6 +228,16 @@ var serveKeys = []serveKey{
 		help: "`path` of the cluster key (base64 of 16, 24 or 32 random bytes: saltus cluster-key prints one) that encrypts and authenticates the routers' messages; every router needs the same; empty: plaintext, anyone reaching --cluster-bind may join"},
 	{key: "node-name", bind: func(c *serveConfig) value { return strV{&c.Cluster.NodeName} },
 		help: "this router's `name` in the cluster, unique; empty: host name and --cluster-bind's port"},
+	{key: "discovery", bind: func(c *serveConfig) value { return strV{&c.Discovery} },
+		help: "service `discovery` adding backends beside the configured ones: k8s (the ready endpoints of --k8s-service's EndpointSlices; those that leave or turn not ready are drained, then removed once idle); empty: none"},
+	{key: "k8s-service", bind: func(c *serveConfig) value { return strV{&c.K8s.Service} },
+		help: "with --discovery k8s: the Service `name` whose endpoints are the backends (needs get, list and watch on endpointslices.discovery.k8s.io)"},
+	{key: "k8s-namespace", bind: func(c *serveConfig) value { return strV{&c.K8s.Namespace} },
+		help: "with --discovery k8s: the Service's `namespace`; empty: the pod's own (in a cluster), the kubeconfig context's, else default"},
+	{key: "k8s-port-name", bind: func(c *serveConfig) value { return strV{&c.K8s.PortName} },
+		help: "with --discovery k8s: the endpoints' port `name` to send to (e.g. http); empty: the Service's only, or first, port"},
+	{key: "k8s-kubeconfig", bind: func(c *serveConfig) value { return strV{&c.K8s.Kubeconfig} },
+		help: "with --discovery k8s: a kubeconfig `file` (its current context) to reach the API server; empty: in-cluster (the pod's service account)"},
 	{key: "state-dir", bind: func(c *serveConfig) value { return strV{&c.State.Dir} },
 		help: "`directory` where the route table (the routes this router learned, with their ages) is saved every --state-interval and at shutdown, and restored from at start (created if missing); empty: not kept across restarts"},
 	{key: "state-interval", bind: func(c *serveConfig) value { return durV{&c.State.Interval} },
@@ -431,6 +441,20 @@ func (c serveConfig) Validate() error {
 		} else if _, err := tlsconf.LoadCAFile(c.AdminTLSClientCAFile, false); err != nil {
 			bad("admin-tls-client-ca-file", "%v", err)
 		}
+	}
+	switch c.Discovery {
+	case "":
+		for _, k := range []struct{ key, v string }{{"k8s-service", c.K8s.Service}, {"k8s-namespace", c.K8s.Namespace}, {"k8s-port-name", c.K8s.PortName}, {"k8s-kubeconfig", c.K8s.Kubeconfig}} {
+			if k.v != "" {
+				bad(k.key, "needs discovery: k8s")
+			}
+		}
+	case dataplane.DiscoveryK8s:
+		if err := c.K8s.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("config: %w", err))
+		}
+	default:
+		bad("discovery", `must be "k8s" or empty (none), got %q`, c.Discovery)
 	}
 	if err := c.State.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("config: state-interval: %w", err))

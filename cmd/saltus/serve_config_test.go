@@ -387,6 +387,11 @@ cluster-advertise: ""
 join: []
 cluster-key-file: ""
 node-name: ""
+discovery: ""
+k8s-service: ""
+k8s-namespace: ""
+k8s-port-name: ""
+k8s-kubeconfig: ""
 state-dir: ""
 state-interval: 1m
 log-format: text
