@@ -83,11 +83,11 @@ var (
 )
 
 // CheckBackendURL reports whether s is a backend address saltus can
-// forward to: http://host:port with nothing after the port but an
-// optional "/". cmd/saltus checks configured backends with it too, so the
+// forward to: http://host:port or https://host:port with nothing after
+// the port but an optional "/". cmd/saltus checks configured backends with it too, so the
 // flag, the YAML file and the API accept the same addresses.
 func CheckBackendURL(s string) error {
-	const want = "want http://host:port"
+	const want = "want http://host:port or https://host:port"
 	u, err := url.Parse(s)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
@@ -96,11 +96,8 @@ func CheckBackendURL(s string) error {
 		return fmt.Errorf("%s, got %q: %v", want, s, err)
 	}
 	switch {
-	case u.Scheme != "http":
-		if u.Scheme == "https" {
-			return fmt.Errorf("%s, got %q: https to backends is not supported", want, s)
-		}
-		return fmt.Errorf("%s, got %q: scheme must be http", want, s)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%s, got %q: scheme must be http or https", want, s)
 	case u.Opaque != "" || u.Host == "":
 		return fmt.Errorf("%s, got %q: no host", want, s)
 	case u.User != nil:

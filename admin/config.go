@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -54,6 +55,11 @@ type Config struct {
 	// profile costs CPU and shows internals. A CPU profile must fit in
 	// WriteTimeout (?seconds=20 with the default 30 s).
 	Pprof bool
+	// TLS, when not nil, makes the listener speak HTTPS with it (its
+	// certificate from GetCertificate or Certificates; ClientAuth and
+	// ClientCAs for client certificates). Default nil: plain HTTP.
+	// The handshake is bounded by ReadHeaderTimeout (net/http).
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the defaults documented on [Config].
@@ -97,6 +103,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("admin: %s must be positive, got %v", d.name, d.v))
 		}
+	}
+	if c.TLS != nil && c.TLS.GetCertificate == nil && len(c.TLS.Certificates) == 0 {
+		errs = append(errs, errors.New("admin: TLS has no certificate (GetCertificate or Certificates)"))
 	}
 	return errors.Join(errs...)
 }

@@ -17,7 +17,7 @@
 //	GET    /health                      200 "ok" while the process lives; never needs the token
 //	GET    /ready                       200 "ok"; 503 after SetDraining, or while Config.Ready says why not (default: no backend routable)
 //	GET    /admin/backends              200, JSON array of BackendInfo
-//	POST   /admin/backends              body {"url":"http://host:port"} → 201 BackendInfo; 400 bad input
+//	POST   /admin/backends              body {"url":"http://host:port"} (or https://) → 201 BackendInfo; 400 bad input
 //	POST   /admin/backends/{id}/drain   202 BackendInfo (or {"id":N} if gone meanwhile); 404 unknown id
 //	DELETE /admin/backends/{id}         204; 404 unknown id
 //	GET    /admin/routes                200, JSON of Routes.RouteStats()
@@ -32,6 +32,12 @@
 // token configured, every endpoint but /health and the dashboard's page
 // and assets (which carry no data) needs "Authorization: Bearer <token>" (compared in constant time); without it
 // the answer is 401 with a WWW-Authenticate header.
+//
+// With Config.TLS the listener speaks HTTPS (crypto/tls under net/http;
+// the handshake bounded by ReadHeaderTimeout); its certificate comes from
+// the config's GetCertificate (cmd/saltus: a reloadable tlsconf.Holder)
+// and, with ClientAuth RequireAndVerifyClientCert, clients must present a
+// certificate of its ClientCAs.
 //
 // # Concurrency
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,6 +122,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("admin: cannot listen on %s: %w", s.cfg.Listen, err)
 	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	s.ln, s.started = ln, true
 	s.g = rules.NewGroup(context.Background())
 	s.g.Go("admin-http", func(context.Context) {
@@ -128,7 +132,8 @@ func (s *Server) Start() error {
 			s.logger.Error("admin listener stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	})
-	s.logger.Info("admin listening", "addr", ln.Addr().String(), "auth", s.tokenSum.Load() != nil)
+	s.logger.Info("admin listening", "addr", ln.Addr().String(), "auth", s.tokenSum.Load() != nil, "tls", s.cfg.TLS != nil,
+		"client_certs", s.cfg.TLS != nil && s.cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert)
 	return nil
 }
 

@@ -155,10 +155,10 @@ func TestEndpoints(t *testing.T) {
 			`{"id":2,"url":"http://10.0.0.7:8000","healthy":false,"draining":false,"in_flight":0}` + "\n", ""},
 		{"add duplicate", "POST", "/admin/backends", `{"url":"http://127.0.0.1:8001"}`, 400,
 			`{"error":{"message":"cannot add backend http://127.0.0.1:8001: backend http://127.0.0.1:8001 already exists (id 0)","type":"invalid_request","code":400}}` + "\n", ""},
-		{"add https", "POST", "/admin/backends", `{"url":"https://h:1"}`, 400,
-			`{"error":{"message":"url: want http://host:port, got \"https://h:1\": https to backends is not supported","type":"invalid_request","code":400}}` + "\n", ""},
+		{"add ftp", "POST", "/admin/backends", `{"url":"ftp://h:1"}`, 400,
+			`{"error":{"message":"url: want http://host:port or https://host:port, got \"ftp://h:1\": scheme must be http or https","type":"invalid_request","code":400}}` + "\n", ""},
 		{"add no port", "POST", "/admin/backends", `{"url":"http://h"}`, 400,
-			`{"error":{"message":"url: want http://host:port, got \"http://h\": address h: missing port in address","type":"invalid_request","code":400}}` + "\n", ""},
+			`{"error":{"message":"url: want http://host:port or https://host:port, got \"http://h\": address h: missing port in address","type":"invalid_request","code":400}}` + "\n", ""},
 		{"add no url", "POST", "/admin/backends", `{}`, 400,
 			`{"error":{"message":"body has no \"url\"","type":"invalid_request","code":400}}` + "\n", ""},
 		{"add unknown field", "POST", "/admin/backends", `{"url":"http://h:1","weight":2}`, 400,
@@ -439,25 +439,25 @@ func TestConfigValidate(t *testing.T) {
 
 func TestCheckBackendURL(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"http://127.0.0.1:8001", "http://vllm-0.vllm:8000", "http://[::1]:80/", "http://h:65535"} {
+	for _, ok := range []string{"http://127.0.0.1:8001", "http://vllm-0.vllm:8000", "http://[::1]:80/", "http://h:65535", "https://vllm-0.vllm:8443"} {
 		if err := CheckBackendURL(ok); err != nil {
 			t.Errorf("CheckBackendURL(%q) = %v", ok, err)
 		}
 	}
 	for _, tc := range []struct{ in, want string }{
-		{"", `want http://host:port, got "": scheme must be http`},
-		{"127.0.0.1:8001", `want http://host:port, got "127.0.0.1:8001": first path segment in URL cannot contain colon`},
-		{"localhost:8001", `want http://host:port, got "localhost:8001": scheme must be http`},
-		{"ftp://h:1", `want http://host:port, got "ftp://h:1": scheme must be http`},
-		{"http:h:1", `want http://host:port, got "http:h:1": no host`},
-		{"http://:80", `want http://host:port, got "http://:80": no host`},
-		{"http://u:p@h:1", `want http://host:port, got "http://u:p@h:1": user info is not supported`},
-		{"http://h:1/v1", `want http://host:port, got "http://h:1/v1": nothing may follow the port`},
-		{"http://h:1?x", `want http://host:port, got "http://h:1?x": nothing may follow the port`},
-		{"http://h:1#f", `want http://host:port, got "http://h:1#f": nothing may follow the port`},
-		{"http://h:0", `want http://host:port, got "http://h:0": port must be a number in [1, 65535]`},
-		{"http://h:99999", `want http://host:port, got "http://h:99999": port must be a number in [1, 65535]`},
-		{"http://h:", `want http://host:port, got "http://h:": port must be a number in [1, 65535]`},
+		{"", `want http://host:port or https://host:port, got "": scheme must be http or https`},
+		{"127.0.0.1:8001", `want http://host:port or https://host:port, got "127.0.0.1:8001": first path segment in URL cannot contain colon`},
+		{"localhost:8001", `want http://host:port or https://host:port, got "localhost:8001": scheme must be http or https`},
+		{"ftp://h:1", `want http://host:port or https://host:port, got "ftp://h:1": scheme must be http or https`},
+		{"http:h:1", `want http://host:port or https://host:port, got "http:h:1": no host`},
+		{"http://:80", `want http://host:port or https://host:port, got "http://:80": no host`},
+		{"http://u:p@h:1", `want http://host:port or https://host:port, got "http://u:p@h:1": user info is not supported`},
+		{"http://h:1/v1", `want http://host:port or https://host:port, got "http://h:1/v1": nothing may follow the port`},
+		{"http://h:1?x", `want http://host:port or https://host:port, got "http://h:1?x": nothing may follow the port`},
+		{"http://h:1#f", `want http://host:port or https://host:port, got "http://h:1#f": nothing may follow the port`},
+		{"http://h:0", `want http://host:port or https://host:port, got "http://h:0": port must be a number in [1, 65535]`},
+		{"http://h:99999", `want http://host:port or https://host:port, got "http://h:99999": port must be a number in [1, 65535]`},
+		{"http://h:", `want http://host:port or https://host:port, got "http://h:": port must be a number in [1, 65535]`},
 	} {
 		if err := CheckBackendURL(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CheckBackendURL(%q) = %v, want %q", tc.in, err, tc.want)
@@ -618,14 +618,14 @@ func FuzzRoute(f *testing.F) {
 	})
 }
 
-// FuzzCheckBackendURL: never panics; what it accepts has scheme http and
-// a port.
+// FuzzCheckBackendURL: never panics; what it accepts has scheme http or
+// https and a port.
 func FuzzCheckBackendURL(f *testing.F) {
 	for _, s := range []string{"http://h:1", "http://[::1]:80/", "https://h:1", "http://h:1/x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if CheckBackendURL(s) == nil && !strings.HasPrefix(s, "http://") && !strings.HasPrefix(strings.ToLower(s), "http://") {
+		if l := strings.ToLower(s); CheckBackendURL(s) == nil && !strings.HasPrefix(l, "http://") && !strings.HasPrefix(l, "https://") {
 			t.Errorf("accepted %q", s)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,9 @@ type LoadConfig struct {
 	Requests int
 	// Request is the raw request, sent as is (keep-alive).
 	Request []byte
+	// TLS, when not nil, makes every connection a TLS client with it
+	// (one handshake per connection; keep-alive after).
+	TLS *tls.Config
 }
 
 // LoadResult is what a load run measured.
@@ -140,6 +144,13 @@ func oneConn(ctx context.Context, cfg LoadConfig, lats *[]time.Duration, non2xx 
 		return 0, 1
 	}
 	defer c.Close()
+	if cfg.TLS != nil {
+		tc := tls.Client(c, cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return 0, errIfLive(ctx)
+		}
+		c = tc
+	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) }) // unblocks a pending read
 	defer stop()
 	br := bufio.NewReaderSize(c, 64<<10)

@@ -16,15 +16,25 @@
 # nginx (of medians, and the median of each round's ratio), and the
 # proxy's CPU time per request (user+system, from /proc). nginx is
 # installed with apt-get where missing (root or passwordless sudo needed).
+#
+# TLS modes (tls-whole, tls-stream): the same loads over TLS to saltus
+# (--tls-cert-file) and nginx (listen ssl), both with one self-signed ECDSA
+# P-256 certificate for 127.0.0.1 (made by Go's crypto/tls/generate_cert.go,
+# or openssl); the load generator verifies it (--tls-ca), offers only
+# http/1.1, and keeps its connections alive (one handshake each). Rows:
+# saltus over TLS, nginx over TLS, and plain saltus in the same rounds:
+# the ratio to nginx is TLS against TLS, and "TLS / plain" is what TLS
+# costs saltus itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3s}
 CONNS=${CONNS:-32}
 SHARDS=${SHARDS:-2}
-MODES=${MODES:-whole stream}
+MODES=${MODES:-whole stream tls-whole tls-stream}
 EVENTS=${EVENTS:-16}
 UP=127.0.0.1:18101 SAL=127.0.0.1:18180 SAL_PIN=127.0.0.1:18181 SAL_RR=127.0.0.1:18182 NGX=127.0.0.1:18190
+SAL_TLS=127.0.0.1:18183 NGX_TLS=127.0.0.1:18191
 
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   echo "nginx is missing: installing it with apt-get" >&2
@@ -42,6 +52,13 @@ SAL_PID=$!
 SAL_PIN_PID=$!
 "$work/saltus" serve --listen $SAL_RR --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --policy round_robin --log-level warn & pids+=($!)
 SAL_RR_PID=$!
+# One self-signed certificate for both TLS listeners.
+(cd "$work" && GO111MODULE=off go run "$(go env GOROOT)/src/crypto/tls/generate_cert.go" --host 127.0.0.1 --ecdsa-curve P256 --duration 24h 2>/dev/null) ||
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=127.0.0.1 \
+    -addext subjectAltName=IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+"$work/saltus" serve --listen $SAL_TLS --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn \
+  --tls-cert-file "$work/cert.pem" --tls-key-file "$work/key.pem" & pids+=($!)
+SAL_TLS_PID=$!
 mkdir -p "$work/tmp"
 cat >"$work/nginx.conf" <<CONF
 worker_processes $SHARDS;
@@ -67,12 +84,24 @@ http {
       proxy_buffering off;
     }
   }
+  server {
+    listen $NGX_TLS ssl;
+    ssl_certificate $work/cert.pem;
+    ssl_certificate_key $work/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / {
+      proxy_pass http://engines;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
 }
 CONF
 "$NGINX" -c "$work/nginx.conf" -e "$work/error.log"
 
-# Wait until all three answer.
-for t in $SAL $SAL_PIN $SAL_RR $NGX; do
+# Wait until all answer.
+for t in $SAL $SAL_PIN $SAL_RR $NGX "$SAL_TLS --tls-ca $work/cert.pem" "$NGX_TLS --tls-ca $work/cert.pem"; do
   for _ in $(seq 100); do
     "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 >/dev/null 2>&1 && break
     sleep 0.1
@@ -82,20 +111,24 @@ NGX_PIDS=$(pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ')
 # cpu PID...: user+system clock ticks of the processes so far.
 cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 # run TARGET PID...: one load run; its JSON gains the proxy's CPU time per
-# request (µs, user+system), less noisy on a shared machine than req/s.
+# request (µs, user+system), less noisy on a shared machine than req/s. A
+# TARGET of the TLS listeners is loaded over TLS.
 run() {
   local t=$1; shift
+  local tlsarg=""; case $t in $SAL_TLS|$NGX_TLS) tlsarg="--tls-ca $work/cert.pem" ;; esac
   local c0; c0=$(cpu "$@")
-  local out; out=$("$work/loadgen" --target "$t" --conns "$CONNS" --duration "$DURATION" $STREAM --json)
+  local out; out=$("$work/loadgen" --target "$t" --conns "$CONNS" --duration "$DURATION" $STREAM $tlsarg --json)
   local c1; c1=$(cpu "$@")
   python3 -c 'import json,sys,os; d=json.loads(sys.argv[1]); d["cpu_us"]=(int(sys.argv[2])*1e6/os.sysconf("SC_CLK_TCK"))/max(d["requests"],1); print(json.dumps(d,separators=(",",":")))' "$out" $((c1 - c0))
 }
-# table SALTUS NGINX SALTUS_PIN: the markdown table of one mode's runs.
+# table NAMES SALTUS NGINX MORE...: the markdown table of one mode's runs
+# (NAMES: the rows' names, separated by commas; the second is the
+# baseline). A row named "saltus (plain)" also gets the TLS cost line.
 table() {
 python3 - "$@" <<'PY'
 import json, statistics, sys
-names = ["saltus", "nginx", "saltus --pin-shards", "saltus --policy round_robin"]
-runs = [[json.loads(x) for x in arg.split()] for arg in sys.argv[1:]]
+names = sys.argv[1].split(",")
+runs = [[json.loads(x) for x in arg.split()] for arg in sys.argv[2:]]
 med = lambda rs, k: statistics.median(r[k] for r in rs)
 ngx = med(runs[1], "rps")
 # Each round runs saltus right before nginx: the median of those paired
@@ -105,6 +138,10 @@ print(f"| proxy | req/s (median of {len(runs[0])}) | vs nginx | paired rounds vs
 print("|---|--:|--:|--:|--:|--:|--:|")
 for n, rs in zip(names, runs):
     print(f"| {n} | {med(rs,'rps'):.0f} | {med(rs,'rps')/ngx:.2f}x | {paired(rs):.2f}x | {med(rs,'cpu_us'):.1f} | {med(rs,'p50_us'):.0f} | {med(rs,'p99_us'):.0f} |")
+if "saltus (plain)" in names:
+    tls, plain = runs[0], runs[names.index("saltus (plain)")]
+    cost = statistics.median(a["rps"] / b["rps"] for a, b in zip(tls, plain))
+    print(f"\nTLS / plain for saltus: {cost:.2f}x req/s (median of paired rounds), CPU µs/request {med(tls,'cpu_us'):.1f} vs {med(plain,'cpu_us'):.1f}")
 PY
 }
 
@@ -112,19 +149,32 @@ for mode in $MODES; do
   case $mode in
   whole) STREAM="" title="whole answers (non-streamed JSON)" ;;
   stream) STREAM="--stream" title="streamed answers ($EVENTS SSE events, each its own chunk)" ;;
-  *) echo "nginx-compare: unknown mode $mode (whole, stream)" >&2; exit 2 ;;
+  tls-whole) STREAM="" title="TLS, whole answers (non-streamed JSON)" ;;
+  tls-stream) STREAM="--stream" title="TLS, streamed answers ($EVENTS SSE events, each its own chunk)" ;;
+  *) echo "nginx-compare: unknown mode $mode (whole, stream, tls-whole, tls-stream)" >&2; exit 2 ;;
   esac
-  for t in "$SAL $SAL_PID" "$NGX $NGX_PIDS" "$SAL_PIN $SAL_PIN_PID" "$SAL_RR $SAL_RR_PID"; do run $t >/dev/null; done # warm-up
+  case $mode in
+  tls-*) proxies="saltus-tls nginx-tls saltus" names="saltus (TLS),nginx (TLS),saltus (plain)" ;;
+  *) proxies="saltus nginx saltus-pin saltus-rr" names="saltus,nginx,saltus --pin-shards,saltus --policy round_robin" ;;
+  esac
+  target() {
+    case $1 in
+    saltus) echo "$SAL $SAL_PID" ;; nginx) echo "$NGX $NGX_PIDS" ;; saltus-pin) echo "$SAL_PIN $SAL_PIN_PID" ;;
+    saltus-rr) echo "$SAL_RR $SAL_RR_PID" ;; saltus-tls) echo "$SAL_TLS $SAL_TLS_PID" ;; nginx-tls) echo "$NGX_TLS $NGX_PIDS" ;;
+    esac
+  }
+  for name in $proxies; do run $(target $name) >/dev/null; done # warm-up
   declare -A results=()
   for r in $(seq "$ROUNDS"); do
-    for name in saltus nginx saltus-pin saltus-rr; do
-      case $name in saltus) t="$SAL $SAL_PID" ;; nginx) t="$NGX $NGX_PIDS" ;; saltus-pin) t="$SAL_PIN $SAL_PIN_PID" ;; saltus-rr) t="$SAL_RR $SAL_RR_PID" ;; esac
-      results[$name]+="$(run $t) "
+    for name in $proxies; do
+      results[$name]+="$(run $(target $name)) "
       echo "$mode round $r $name: $(echo "${results[$name]}" | awk '{print $NF}')" >&2
     done
   done
   echo "## $title"
   echo
-  table "${results[saltus]}" "${results[nginx]}" "${results[saltus-pin]}" "${results[saltus-rr]}"
+  args=()
+  for name in $proxies; do args+=("${results[$name]}"); done
+  table "$names" "${args[@]}"
   echo
 done

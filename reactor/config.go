@@ -1,6 +1,7 @@
 package reactor
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -18,6 +19,16 @@ type Config struct {
 	MaxConns         int           // open connections; one more → 503 and close
 	MaxOutboundBytes int           // per connection: unsent answer bytes before Exchange.Write blocks
 	MailboxSize      int           // per loop: Server.Post functions queued and not yet run
+
+	// TLS, when not nil, makes Listen speak TLS 1.2/1.3 (tls.go): a Go
+	// acceptor does the handshakes and the record layer on its own
+	// goroutines and hands each connection's plaintext to a loop over a
+	// socketpair. Its certificate comes from GetCertificate or
+	// Certificates; NextProtos and MinVersion are overridden ("http/1.1"
+	// only, TLS 1.2 at least). nil: plain HTTP.
+	TLS                 *tls.Config
+	TLSHandshakeTimeout time.Duration // a TLS handshake not done this long after accept → close, counted
+	MaxTLSHandshakes    int           // TLS handshakes in progress at once; one more connection → closed, counted
 }
 
 // DefaultConfig returns the defaults, each commented.
@@ -33,6 +44,13 @@ func DefaultConfig() Config {
 		MaxConns:         10000,
 		MaxOutboundBytes: 1 << 20, // 1 MiB per connection
 		MailboxSize:      4096,
+
+		TLS:                 nil, // plain HTTP
+		TLSHandshakeTimeout: 10 * time.Second,
+		// 256 handshakes at ~1 ms of CPU each (RSA-2048, see
+		// tls_timing_test.go) is a quarter second of both cores' work
+		// queued: more only waits longer.
+		MaxTLSHandshakes: 256,
 	}
 }
 
@@ -65,6 +83,17 @@ func (c Config) Validate() error {
 	}
 	if c.MailboxSize < 1 {
 		errs = append(errs, fmt.Errorf("reactor: MailboxSize = %d: want ≥ 1", c.MailboxSize))
+	}
+	if c.TLS != nil {
+		if c.TLS.GetCertificate == nil && len(c.TLS.Certificates) == 0 {
+			errs = append(errs, errors.New("reactor: TLS has no certificate (GetCertificate or Certificates)"))
+		}
+		if c.TLSHandshakeTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("reactor: TLSHandshakeTimeout = %v: want > 0", c.TLSHandshakeTimeout))
+		}
+		if c.MaxTLSHandshakes < 1 {
+			errs = append(errs, fmt.Errorf("reactor: MaxTLSHandshakes = %d: want ≥ 1", c.MaxTLSHandshakes))
+		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

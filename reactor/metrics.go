@@ -30,6 +30,7 @@ func init() {
 		"saltus_upstream_conns":                     "Upstream (backend) connections open on the event loops.",
 		"saltus_upstream_dials_total":               "Upstream connections dialed by the event loops.",
 		"saltus_upstream_dial_errors_total":         "Upstream dials by the event loops that failed.",
+		"saltus_upstream_tls_handshakes_total":      "TLS handshakes with https upstreams (backends), by result (ok; error: the certificate did not verify, the name did not match, the upstream does not speak TLS...; the error is logged).",
 	})
 }
 
@@ -44,6 +45,8 @@ type serverMetrics struct {
 	mailboxPosts, mailboxWakes                     *metrics.Counter
 	upDials, upDialErrors                          *metrics.Counter
 	readPaused                                     *metrics.Counter
+	upTLSOK, upTLSError                            *metrics.Counter
+	upTLSThrottle                                  throttle // the upstream TLS errors' log
 }
 
 func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
@@ -84,6 +87,8 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 		upDials:          set.GetOrCreateCounter("saltus_upstream_dials_total"),
 		upDialErrors:     set.GetOrCreateCounter("saltus_upstream_dial_errors_total"),
 		readPaused:       set.GetOrCreateCounter("saltus_reactor_read_paused_total"),
+		upTLSOK:          set.GetOrCreateCounter(`saltus_upstream_tls_handshakes_total{result="ok"}`),
+		upTLSError:       set.GetOrCreateCounter(`saltus_upstream_tls_handshakes_total{result="error"}`),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -40,6 +41,8 @@ type Server struct {
 	// gives out a loop handle only through a connection, Conn.EventLoop).
 	loops      []atomic.Pointer[loopState]
 	discovered atomic.Int32
+
+	tls *tlsEdge // the TLS acceptor; nil without Config.TLS
 
 	conns       atomic.Int64 // open connections
 	upConns     atomic.Int64 // open upstream connections (Upstream)
@@ -110,6 +113,9 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 	s.own, _ = h.(OwnAnswers)
 	s.m = newServerMetrics(s, set)
 	s.dialers = rules.NewWorkers(s.group, "reactor.dial", 10*time.Second)
+	if cfg.TLS != nil {
+		s.tls = newTLSEdge(s, set)
+	}
 	return s, nil
 }
 
@@ -145,27 +151,58 @@ func (s *Server) Start() error {
 		gnet.WithLogger(gnetLogger{s.log}),
 	}
 	h := &engineHandler{s: s}
+	engineAddr := "tcp://" + s.cfg.Listen
+	if s.tls != nil {
+		// The TLS acceptor owns the listen address; the engine listens
+		// on a unix socket in a private directory, which only
+		// discoverLoops' probes use (gnet 2.9.7 cannot run without a
+		// listener).
+		if err := s.tls.listen(s.cfg.Listen); err != nil {
+			s.group.Stop()
+			return err
+		}
+		engineAddr = "unix://" + s.tls.sock
+	}
 	s.group.Go("reactor.engine", func(context.Context) {
 		defer close(s.ran)
-		s.runErr = gnet.Run(h, "tcp://"+s.cfg.Listen, opts...)
+		s.runErr = gnet.Run(h, engineAddr, opts...)
 	})
 	select {
 	case <-s.booted:
 	case <-s.ran:
 		s.group.Stop()
+		if s.tls != nil {
+			s.tls.closeListener()
+			s.removeEngineDir()
+		}
 		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Listen, s.runErr)
 	}
-	addr, err := s.listenAddr()
-	if err != nil {
-		s.stopEngine(context.Background())
-		return err
+	if s.tls != nil {
+		s.addr = s.tls.ln.Addr().String()
+	} else {
+		addr, err := s.listenAddr()
+		if err != nil {
+			s.stopEngine(context.Background())
+			return err
+		}
+		s.addr = addr
 	}
-	s.addr = addr
 	if err := s.discoverLoops(); err != nil {
 		s.stopEngine(context.Background())
 		return err
 	}
+	if s.tls != nil {
+		s.group.Go("reactor.tls-accept", s.acceptTLS)
+	}
 	return nil
+}
+
+// removeEngineDir removes the TLS mode's private socket directory once
+// the engine has stopped.
+func (s *Server) removeEngineDir() {
+	if err := os.RemoveAll(s.tls.dir); err != nil {
+		s.log.Warn("cannot remove the event loops' socket directory", "dir", s.tls.dir, "err", err)
+	}
 }
 
 // listenAddr asks the kernel for the listener's address.
@@ -201,14 +238,17 @@ func (s *Server) discoverLoops() error {
 			host = "::1"
 		}
 	}
-	target := net.JoinHostPort(host, port)
+	network, target := "tcp", net.JoinHostPort(host, port)
+	if s.tls != nil {
+		network, target = "unix", s.tls.sock
+	}
 	s.discovering.Store(true)
 	defer s.discovering.Store(false)
 	n := int32(s.cfg.Loops)
 	for round := 0; round < 4 && s.discovered.Load() < n; round++ {
 		var probes []net.Conn
 		for i := int32(0); i < n; i++ {
-			nc, err := net.DialTimeout("tcp", target, time.Second)
+			nc, err := net.DialTimeout(network, target, time.Second)
 			if err != nil {
 				return fmt.Errorf("cannot connect to %s to find the event loops: %w", target, err)
 			}
@@ -362,6 +402,9 @@ func (s *Server) tickEvery() time.Duration {
 func (s *Server) StopAccepting() {
 	s.accepting.Store(false)
 	s.draining.Store(true)
+	if s.tls != nil {
+		s.tls.closeListener() // the TLS listener can close alone
+	}
 }
 
 // Shutdown stops accepting, waits until every open exchange has ended (or
@@ -389,6 +432,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // stopEngine stops gnet and joins its goroutine.
 func (s *Server) stopEngine(ctx context.Context) {
 	s.stopped.Store(true)
+	if s.tls != nil {
+		s.tls.closeListener() // the acceptor returns
+	}
 	for s.posting.Load() > 0 {
 		// A Post between its stopped check and Execute: an instant.
 		runtime.Gosched()
@@ -405,6 +451,9 @@ func (s *Server) stopEngine(ctx context.Context) {
 	s.group.Stop()
 	if err := s.group.Wait(stopCtx); err != nil {
 		s.log.Error("event loops did not stop", "running", s.group.Running())
+	}
+	if s.tls != nil {
+		s.removeEngineDir()
 	}
 }
 
@@ -434,8 +483,12 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return nil, s.upOpen(u, gc)
 	}
 	ls := s.loopOf(gc.EventLoop())
+	peer, bridged := gc.Context().(*tlsPeer)
 	if s.discovering.Load() {
 		return nil, gnet.Close // a probe of discoverLoops (or a client too early)
+	}
+	if s.tls != nil && !bridged {
+		return nil, gnet.Close // the engine's private socket: only the probes use it
 	}
 	if !s.accepting.Load() {
 		s.m.rejectedDraining.Inc()
@@ -450,7 +503,9 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s.m.accepted.Inc()
 	now := time.Now()
 	c := &conn{s: s, ls: ls, gc: gc, gone: make(chan struct{}), lastActive: now}
-	if ra := gc.RemoteAddr(); ra != nil {
+	if bridged {
+		c.remote = peer.remote // the socketpair's own address is "@"
+	} else if ra := gc.RemoteAddr(); ra != nil {
 		c.remote = ra.String()
 	}
 	gc.SetContext(c)

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 //	/blob?n=N      N bytes answered whole in Serve; counts in blobs
 //	/gone          never answers; closes goneSeen when Gone closes
 //	/post?loop=i   answers from a function Posted to loop i, with the loop index seen
+//	/remote        200, body = the client's address (Request.RemoteAddr)
 //
 // Every request's path goes to served as Serve starts it (dropped if 64
 // are waiting), so a test waits for the server to have a request instead
@@ -116,6 +117,8 @@ func (h *testHandler) Serve(x *Exchange) {
 	default: // nobody waits for so many
 	}
 	switch r.Path {
+	case "/remote":
+		x.Respond(200, nil, []byte(r.RemoteAddr))
 	case "/hold":
 		h.goAnswer(func() {
 			select {
@@ -200,7 +203,7 @@ func (h *testHandler) Serve(x *Exchange) {
 
 // startServer starts a server on 127.0.0.1:0 with cfg's changes; the
 // cleanup shuts it down and joins the handler's goroutines.
-func startServer(t *testing.T, change func(*Config)) (*Server, *testHandler, *metrics.Set) {
+func startServer(t testing.TB, change func(*Config)) (*Server, *testHandler, *metrics.Set) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"

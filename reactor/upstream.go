@@ -2,6 +2,7 @@ package reactor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,7 @@ type Upstream struct {
 	ls   *loopState
 	h    UpstreamHandler
 	addr string
+	tls  *tls.Config // DialUpstreamTLS's; nil: plain TCP
 
 	// owned by the loop
 	gc       gnet.Conn // set in OnOpen
@@ -93,6 +95,26 @@ func (u *Upstream) Close() {
 // Register would dial itself, without a timeout). A failed connect comes
 // back to h as OnUpstreamClose on the loop. Loop only (loop loop's).
 func (s *Server) DialUpstream(loop int, addr string, timeout time.Duration, h UpstreamHandler) (*Upstream, error) {
+	return s.dialUpstream(loop, addr, timeout, nil, h)
+}
+
+// DialUpstreamTLS is DialUpstream over TLS with cfg (its ServerName, root
+// CAs and verification are the caller's): the TLS handshake runs on the
+// dial goroutine within the same timeout, then the connection reaches the
+// loop as plaintext over a socketpair, bridged by two goroutines as the
+// TLS listener's connections are (tls.go). A failed handshake (a
+// certificate that does not verify, say) is OnUpstreamClose with an
+// error naming addr, counted in saltus_upstream_tls_handshakes_total
+// {result="error"} and logged (at most once per 10 s). Loop only (loop
+// loop's).
+func (s *Server) DialUpstreamTLS(loop int, addr string, timeout time.Duration, cfg *tls.Config, h UpstreamHandler) (*Upstream, error) {
+	if cfg == nil {
+		return nil, errors.New("reactor: DialUpstreamTLS without a tls.Config")
+	}
+	return s.dialUpstream(loop, addr, timeout, cfg, h)
+}
+
+func (s *Server) dialUpstream(loop int, addr string, timeout time.Duration, cfg *tls.Config, h UpstreamHandler) (*Upstream, error) {
 	if loop < 0 || loop >= len(s.loops) {
 		return nil, fmt.Errorf("reactor: DialUpstream on loop %d of %d", loop, len(s.loops))
 	}
@@ -107,39 +129,87 @@ func (s *Server) DialUpstream(loop int, addr string, timeout time.Duration, h Up
 	if s.stopped.Load() {
 		return nil, ErrClientGone
 	}
-	u := &Upstream{s: s, ls: ls, h: h, addr: addr}
+	u := &Upstream{s: s, ls: ls, h: h, addr: addr, tls: cfg}
 	s.m.upDials.Inc()
 	//saltus:allow R2 Group.Go's mutex guards a map update and is never held across a wait; the dial itself runs on the new goroutine
 	s.dialers.Go(func(ctx context.Context) { s.dial(ctx, u, timeout) })
 	return u, nil
 }
 
-// dial connects u and enrolls it on its loop; on a dial goroutine.
+// dial connects u and enrolls it on its loop; on a dial goroutine. Over
+// TLS, the goroutine then stays as the bridge's upstream-to-loop copy.
 func (s *Server) dial(ctx context.Context, u *Upstream, timeout time.Duration) {
 	d := net.Dialer{Timeout: timeout}
+	start := time.Now()
 	nc, err := d.DialContext(ctx, "tcp", u.addr)
 	if err != nil {
 		s.upFailed(u, err)
 		return
 	}
-	ch, err := u.ls.el.Enroll(gnet.NewContext(context.Background(), u), nc)
+	var (
+		tc   *tls.Conn
+		ours *net.UnixConn
+		conn net.Conn = nc
+	)
+	if u.tls != nil {
+		tc = tls.Client(nc, u.tls)
+		hctx, cancel := context.WithTimeout(ctx, max(timeout-time.Since(start), time.Millisecond))
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			_ = nc.Close() // the handshake failed: nothing to say
+			s.m.upTLSError.Inc()
+			err = fmt.Errorf("TLS handshake with %s: %w", u.addr, err)
+			if n, ok := s.m.upTLSThrottle.allow(); ok {
+				s.log.Warn("cannot connect to an upstream over TLS", "err", err, "suppressed", n)
+			}
+			s.upFailed(u, err)
+			return
+		}
+		s.m.upTLSOK.Inc()
+		var loops *net.UnixConn
+		if ours, loops, err = socketPair(); err != nil {
+			_ = tc.Close() // never used
+			s.upFailed(u, err)
+			return
+		}
+		conn = loops
+	}
+	ch, err := u.ls.el.Enroll(gnet.NewContext(context.Background(), u), conn)
 	if err != nil {
-		_ = nc.Close() // gnet did not take it
+		_ = conn.Close() // gnet did not take it
+		if tc != nil {
+			_ = ours.Close() // never used
+			_ = tc.Close()   // never used
+		}
 		s.upFailed(u, err)
 		return
 	}
 	select {
 	case r := <-ch:
 		if r.Err != nil {
+			if tc != nil {
+				_ = ours.Close() // the loop never had it
+				_ = tc.Close()   // never used
+			}
 			s.upFailed(u, r.Err)
 			return
 		}
 		// gnet waited for the loop to register the connection, and OnOpen
-		// runs during that; if it did not, registration failed.
+		// runs during that; if it did not, registration failed (then the
+		// loop closed its end, and a TLS bridge below ends at once).
 		s.upFailed(u, errNotRegistered)
 	case <-ctx.Done():
 		// The engine stops: its loops close every connection, this one
 		// included once enrolled.
+		if tc != nil {
+			_ = ours.Close() // shutting down
+			_ = tc.Close()   // shutting down
+		}
+		return
+	}
+	if tc != nil {
+		s.bridge(ctx, tc, ours, s.dialers)
 	}
 }
 

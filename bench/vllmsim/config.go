@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -122,6 +123,9 @@ type Config struct {
 	// conversations, the oldest is evicted (counted).
 	ResponseStore      int
 	ResponseStoreBytes int
+	// TLS, when not nil, serves HTTPS with it (tests of https backends);
+	// URL then starts with https://. Default nil: plain HTTP.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the a100-13b profile in byte-block mode.

@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,6 +115,9 @@ func (s *Sim) Start(addr string) error {
 	if err != nil {
 		return fmt.Errorf("vllmsim: cannot listen on %s: %w", addr, err)
 	}
+	if s.cfg.TLS != nil {
+		tl = tls.NewListener(tl, s.cfg.TLS)
+	}
 	ln := &signalListener{Listener: tl, accepting: make(chan struct{})}
 	s.ln = ln
 	s.srv = &fasthttp.Server{
@@ -155,8 +159,14 @@ func (s *Sim) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// URL is the engine's base URL, http://Addr(). Any goroutine.
-func (s *Sim) URL() string { return "http://" + s.Addr() }
+// URL is the engine's base URL, http://Addr() (https:// with
+// Config.TLS). Any goroutine.
+func (s *Sim) URL() string {
+	if s.cfg.TLS != nil {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
 
 // Close stops the engine: the scheduler stops and every request it holds
 // fails (a waiting or running non-streamed one gets 503, a stream ends

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/internal/tlsconf/tlstest"
 )
 
 // scrapeServed serves the real path over two test engines, sends it the
@@ -20,9 +24,12 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	// A cluster of one, with a state dir, and a Kubernetes discovery whose
-	// API server refuses connections: their metrics are on /metrics too.
+	// A cluster of one, with a state dir, TLS on the API, and a Kubernetes
+	// discovery whose API server refuses connections: their metrics are on
+	// /metrics too.
 	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "metrics")
+	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte("current-context: c\nclusters: [{name: k, cluster: {server: \""+deadPort(t)+"\"}}]\n"+
 		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"), 0o600); err != nil {
@@ -31,16 +38,19 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
 		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
+		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
 	})
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	api := "https://" + s.addr
 	for _, stream := range []bool{false, true} {
-		if a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {
+		if a := doWith(t, hc, "POST", api+"/v1/chat/completions", chatJSON(stream, "system", sysA, "user", "Port of Rotterdam?")); a.status != 200 {
 			t.Fatalf("chat (stream %v): %d %s", stream, a.status, a.body)
 		}
 	}
-	if a := post(t, s.addr, "/v1/completions", `{"model":"m","prompt":"hello"}`); a.status != 200 {
+	if a := doWith(t, hc, "POST", api+"/v1/completions", `{"model":"m","prompt":"hello"}`); a.status != 200 {
 		t.Fatalf("completions: %d %s", a.status, a.body)
 	}
-	if a := post(t, s.addr, "/nowhere", `{}`); a.status != 404 {
+	if a := doWith(t, hc, "POST", api+"/nowhere", `{}`); a.status != 404 {
 		t.Fatalf("/nowhere: %d %s", a.status, a.body)
 	}
 	if a := s.adm(t, "GET", "/admin/backends", ""); a.status != 200 {

@@ -57,6 +57,8 @@ type reloader struct {
 	restart    atomic.Int64 // keys waiting for a restart
 	lastOK     atomic.Int64 // unix seconds of the last good reload
 
+	certs tlsCerts // the listeners' TLS certificates, read again by every reload; set before the first
+
 	mu    sync.Mutex
 	admin tokenSetter // set once the admin listener is built; nil before
 	last  serveConfig // the last configuration loaded (live keys compare against it)
@@ -73,6 +75,11 @@ type reloadReport struct {
 	// BackendErrors: configured backends not applied (their URL or name
 	// belongs to a backend added through the admin API).
 	BackendErrors []string `json:"backend_errors,omitempty"`
+	// TLSReloaded: the listeners (data, admin) whose certificate files
+	// were read again; TLSErrors: those whose pair did not load (the old
+	// one stays).
+	TLSReloaded []string `json:"tls_reloaded,omitempty"`
+	TLSErrors   []string `json:"tls_errors,omitempty"`
 }
 
 func newReloader(args []string, cfg serveConfig, path liveSettings, level *slog.LevelVar, logger *slog.Logger, set *metrics.Set) *reloader {
@@ -106,6 +113,10 @@ var errReload = errors.New("configuration not reloaded; the running one stays")
 func (r *reloader) reload() (reloadReport, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The certificates first, whatever the file says: a renewal (a
+	// certbot hook sending SIGHUP, say) must not wait on an unrelated key
+	// of the configuration. Their file names are fixed until a restart.
+	tlsDone, tlsErr := reloadTLS(r.certs, r.logger) // logged and counted by reloadTLS
 	var warn bytes.Buffer
 	cfg, _, err := loadServeConfig(r.args, &warn)
 	if errors.Is(err, errUsage) {
@@ -119,7 +130,10 @@ func (r *reloader) reload() (reloadReport, error) {
 	if w := strings.TrimSpace(warn.String()); w != "" {
 		r.logger.Warn("configuration reload", "warning", w)
 	}
-	rep := reloadReport{Applied: []string{}, RestartRequired: []string{}}
+	rep := reloadReport{Applied: []string{}, RestartRequired: []string{}, TLSReloaded: tlsDone}
+	if tlsErr != nil {
+		rep.TLSErrors = strings.Split(tlsErr.Error(), "\n") // errors.Join's: one per listener
+	}
 	for _, k := range serveKeys {
 		switch {
 		case k.deprecated:

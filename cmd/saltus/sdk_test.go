@@ -64,12 +64,19 @@ func startSims(t *testing.T, n int, speedup float64) ([]*vllmsim.Sim, []string) 
 
 func startSDKFleet(t *testing.T, n int, speedup float64) *sdkFleet {
 	t.Helper()
+	return startSDKFleetWith(t, n, speedup, nil)
+}
+
+// startSDKFleetWith is startSDKFleet with serve's test config changed by
+// mod (nil: none).
+func startSDKFleetWith(t *testing.T, n int, speedup float64, mod func(*serveConfig)) *sdkFleet {
+	t.Helper()
 	f := &sdkFleet{}
 	var urls []string
 	f.sims, urls = startSims(t, n, speedup)
 	// Registered after the sims' cleanups, so it runs before them: saltus
 	// drains before its engines go.
-	f.s = startServeWith(t, nil, nil, urls...)
+	f.s = startServeWith(t, nil, mod, urls...)
 	f.client = openai.NewClient(
 		option.WithBaseURL("http://"+f.s.addr+"/v1/"),
 		option.WithAPIKey("test"),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
@@ -58,6 +60,9 @@ type servingPath struct {
 	routes   admin.Routes
 	// live is what a configuration reload changes; nil: nothing (fakes).
 	live liveSettings
+	// certs are the listeners' TLS certificates, which a reload reads
+	// again (reloadTLS); zero: plain HTTP.
+	certs tlsCerts
 	// ready reports whether a request can be routed now; nil: some
 	// backend in backends.List() is healthy and not draining
 	// (admin.Routable).
@@ -256,6 +261,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	set := metrics.NewSet()
 	floor := heapFloor(cfg.GCHeapFloor, set)
 	defer runtime.KeepAlive(floor)
+	certs, err := loadTLS(&cfg, set, componentLogger(logger, "serve"))
+	if err != nil {
+		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
+		return 1
+	}
 	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
@@ -266,7 +276,89 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(signals)
+	sp.certs = certs
 	return serveWith(cfg, args, sp, set, logger, level, signals)
+}
+
+// tlsCerts are the listeners' reloadable certificates; nil: that
+// listener speaks plain HTTP.
+type tlsCerts struct{ data, admin *tlsconf.Holder }
+
+// loadTLS loads the configured certificate pairs (Validate checked they
+// load) into holders, exports their metrics in set, and sets the
+// listeners' TLS configs in cfg: Reactor.TLS for the data plane,
+// Admin.TLS (with the client CAs, if any) for the admin listener, and
+// Backend.TLS (the https backends' roots, or no verification, warned on
+// l).
+func loadTLS(cfg *serveConfig, set *metrics.Set, l *slog.Logger) (tlsCerts, error) {
+	var c tlsCerts
+	if cfg.BackendTLSCAFile != "" || cfg.BackendTLSInsecureSkipVerify {
+		bc := &tls.Config{InsecureSkipVerify: cfg.BackendTLSInsecureSkipVerify}
+		if cfg.BackendTLSCAFile != "" {
+			pool, err := tlsconf.LoadCAFile(cfg.BackendTLSCAFile, true)
+			if err != nil {
+				return c, fmt.Errorf("backend-tls-ca-file: %w", err)
+			}
+			bc.RootCAs = pool
+		}
+		if bc.InsecureSkipVerify {
+			l.Warn("backend-tls-insecure-skip-verify: https backends' certificates are not verified; anyone on the path can impersonate a backend")
+		}
+		cfg.Backend.TLS = bc
+	}
+	if cfg.TLSCertFile != "" {
+		h, err := tlsconf.Load(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return c, fmt.Errorf("tls-cert-file: %w", err)
+		}
+		h.Register(set, "data")
+		cfg.Reactor.TLS = h.ServerConfig()
+		c.data = h
+	}
+	if cfg.AdminTLSCertFile != "" {
+		h, err := tlsconf.Load(cfg.AdminTLSCertFile, cfg.AdminTLSKeyFile)
+		if err != nil {
+			return c, fmt.Errorf("admin-tls-cert-file: %w", err)
+		}
+		h.Register(set, "admin")
+		tc := h.ServerConfig()
+		if cfg.AdminTLSClientCAFile != "" {
+			pool, err := tlsconf.LoadCAFile(cfg.AdminTLSClientCAFile, false)
+			if err != nil {
+				return c, fmt.Errorf("admin-tls-client-ca-file: %w", err)
+			}
+			tc.ClientCAs = pool
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		cfg.Admin.TLS = tc
+		c.admin = h
+	}
+	return c, nil
+}
+
+// reloadTLS reads the listeners' certificate files again (a reload:
+// SIGHUP, POST /admin/reload): new handshakes get the new pair, open
+// connections keep theirs, and a pair that does not load leaves the old
+// one in use (logged, counted). It returns the listeners reloaded.
+func reloadTLS(c tlsCerts, l *slog.Logger) (reloaded []string, err error) {
+	var errs []error
+	for _, x := range []struct {
+		name string
+		h    *tlsconf.Holder
+	}{{"data", c.data}, {"admin", c.admin}} {
+		if x.h == nil {
+			continue
+		}
+		if err := x.h.Reload(); err != nil {
+			l.Error("TLS certificate not reloaded", "listener", x.name, "err", err)
+			errs = append(errs, err)
+			continue
+		}
+		cert, _ := x.h.Files()
+		l.Info("TLS certificate reloaded", "listener", x.name, "cert", cert, "expires", x.h.NotAfter().UTC())
+		reloaded = append(reloaded, x.name)
+	}
+	return reloaded, errors.Join(errs...)
 }
 
 // heapFloor allocates the --gc-heap-floor block and exports its size as
@@ -298,6 +390,7 @@ func heapFloor(n int64, set *metrics.Set) []byte {
 func serveWith(cfg serveConfig, args []string, sp *servingPath, set *metrics.Set, logger *slog.Logger, level *slog.LevelVar, signals <-chan os.Signal) int {
 	l := componentLogger(logger, "serve")
 	rl := newReloader(args, cfg, sp.live, level, componentLogger(logger, "reload"), set)
+	rl.certs = sp.certs
 	if len(cfg.Backends) == 0 && cfg.Discovery == "" {
 		l.Warn("no backends configured: /ready answers 503 until one is added with POST /admin/backends")
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/gossip"
+	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/backend"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
@@ -63,6 +64,22 @@ type serveConfig struct {
 	// ClusterKeyFile: the cluster key (base64, 16/24/32 bytes), read
 	// into Cluster.Key by loadServeConfig.
 	ClusterKeyFile string
+	// TLSCertFile and TLSKeyFile: the data plane's certificate chain and
+	// key (PEM); both empty: plain HTTP. runServe loads them into a
+	// reloadable holder (SIGHUP) behind Reactor.TLS.
+	TLSCertFile, TLSKeyFile string
+	// AdminTLSCertFile and AdminTLSKeyFile: the admin listener's pair;
+	// both empty: plain HTTP (the data plane's pair is not reused: the
+	// admin listener has its own name and its own scrapers). With
+	// AdminTLSClientCAFile, clients must present a certificate signed by
+	// one of its CAs.
+	AdminTLSCertFile, AdminTLSKeyFile, AdminTLSClientCAFile string
+	// BackendTLSCAFile: PEM CAs trusted for https backends besides the
+	// system roots. BackendTLSInsecureSkipVerify: do not verify https
+	// backends' certificates (a warning at start). loadTLS sets
+	// Backend.TLS from both.
+	BackendTLSCAFile             string
+	BackendTLSInsecureSkipVerify bool
 }
 
 // defaultServeConfig returns the defaults: the components' own
@@ -99,14 +116,30 @@ type serveKey struct {
 var serveKeys = []serveKey{
 	{key: "listen", bind: func(c *serveConfig) value { return strV{&c.Reactor.Listen} },
 		help: "`host:port` of the OpenAI-compatible API; port 0 picks a free one"},
+	{key: "tls-cert-file", bind: func(c *serveConfig) value { return strV{&c.TLSCertFile} },
+		help: "`path` of the PEM certificate chain the API serves over TLS 1.2/1.3 (with --tls-key-file); reloaded on SIGHUP without dropping connections; empty: plain HTTP"},
+	{key: "tls-key-file", bind: func(c *serveConfig) value { return strV{&c.TLSKeyFile} },
+		help: "`path` of the PEM private key of --tls-cert-file"},
+	{key: "tls-handshake-timeout", bind: func(c *serveConfig) value { return durV{&c.Reactor.TLSHandshakeTimeout} },
+		help: "`duration` a client has to finish its TLS handshake before the connection is closed (counted)"},
 	{key: "admin-listen", bind: func(c *serveConfig) value { return strV{&c.Admin.Listen} },
 		help: "`host:port` of the admin listener: /metrics, /health, /ready, /admin/*"},
 	{key: "admin-token", live: true, bind: func(c *serveConfig) value { return strV{&c.Admin.BearerToken} },
 		help: "bearer `token` the admin listener requires on all but /health; empty: no auth (prefer the config file: flags show in ps)"},
 	{key: "admin-pprof", bind: func(c *serveConfig) value { return boolV{&c.Admin.Pprof} },
 		help: "serve Go's runtime profiles (CPU, heap, goroutines, trace) under /debug/pprof/ on the admin listener, behind --admin-token"},
+	{key: "admin-tls-cert-file", bind: func(c *serveConfig) value { return strV{&c.AdminTLSCertFile} },
+		help: "`path` of the PEM certificate chain the admin listener serves HTTPS with (with --admin-tls-key-file; reloaded on SIGHUP); empty: plain HTTP (--tls-cert-file is not reused)"},
+	{key: "admin-tls-key-file", bind: func(c *serveConfig) value { return strV{&c.AdminTLSKeyFile} },
+		help: "`path` of the PEM private key of --admin-tls-cert-file"},
+	{key: "admin-tls-client-ca-file", bind: func(c *serveConfig) value { return strV{&c.AdminTLSClientCAFile} },
+		help: "`path` of PEM CA certificates; when set, admin clients must present a certificate they signed (mutual TLS); needs --admin-tls-cert-file"},
 	{key: "backends", live: true, flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
-		help: "backend `URL` http://host:port, or name=http://host:port to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
+		help: "backend `URL` http://host:port or https://host:port, or name=URL to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
+	{key: "backend-tls-ca-file", bind: func(c *serveConfig) value { return strV{&c.BackendTLSCAFile} },
+		help: "`path` of PEM CA certificates trusted for https:// backends, besides the system roots (backends' certificates are verified against the URL's host)"},
+	{key: "backend-tls-insecure-skip-verify", bind: func(c *serveConfig) value { return boolV{&c.BackendTLSInsecureSkipVerify} },
+		help: "do not verify https:// backends' certificates (encrypted, not authenticated: anyone on the path can impersonate a backend); warned at start"},
 	{key: "tokenizer", bind: func(c *serveConfig) value { return strV{&c.Tokenizer} },
 		help: "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)"},
 	{key: "chat-template", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplate} },
@@ -377,6 +410,36 @@ func (c serveConfig) Validate() error {
 			bad("cluster-key-file", "needs cluster-bind")
 		} else if _, err := gossip.LoadKey(c.ClusterKeyFile); err != nil {
 			bad("cluster-key-file", "%v", err)
+		}
+	}
+	checkPair := func(certKey, keyKey, cert, key string) {
+		switch {
+		case cert == "" && key == "":
+		case cert == "":
+			bad(certKey, "needs to be set with %s", keyKey)
+		case key == "":
+			bad(keyKey, "needs to be set with %s", certKey)
+		default:
+			if err := tlsconf.Check(cert, key); err != nil {
+				bad(certKey, "%v", err)
+			}
+		}
+	}
+	checkPair("tls-cert-file", "tls-key-file", c.TLSCertFile, c.TLSKeyFile)
+	checkPair("admin-tls-cert-file", "admin-tls-key-file", c.AdminTLSCertFile, c.AdminTLSKeyFile)
+	if c.Reactor.TLSHandshakeTimeout <= 0 {
+		bad("tls-handshake-timeout", "must be positive, got %v", duration(c.Reactor.TLSHandshakeTimeout))
+	}
+	if c.BackendTLSCAFile != "" {
+		if _, err := tlsconf.LoadCAFile(c.BackendTLSCAFile, false); err != nil {
+			bad("backend-tls-ca-file", "%v", err)
+		}
+	}
+	if c.AdminTLSClientCAFile != "" {
+		if c.AdminTLSCertFile == "" {
+			bad("admin-tls-client-ca-file", "needs admin-tls-cert-file (client certificates need TLS)")
+		} else if _, err := tlsconf.LoadCAFile(c.AdminTLSClientCAFile, false); err != nil {
+			bad("admin-tls-client-ca-file", "%v", err)
 		}
 	}
 	switch c.Discovery {

@@ -140,9 +140,9 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.Admin.Listen = "" }, `config: admin-listen: want host:port, got ""`},
 		{func(c *serveConfig) { c.Admin.Listen = c.Reactor.Listen }, `config: admin-listen: must differ from listen, both are "127.0.0.1:8080"`},
 		{func(c *serveConfig) { c.Admin.BearerToken = "a\tb" }, `config: admin-token: must be printable ASCII without spaces (byte 1 is 0x9)`},
-		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "a:1"} }, `config: backends[1]: want http://host:port, got "a:1": scheme must be http`},
+		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "a:1"} }, `config: backends[1]: want http://host:port or https://host:port, got "a:1": scheme must be http or https`},
 		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "http://a:1"} }, `config: backends[1]: "http://a:1" repeats backends[0]`},
-		{func(c *serveConfig) { c.Backends = []string{"http://a"} }, `config: backends[0]: want http://host:port, got "http://a": address a: missing port in address`},
+		{func(c *serveConfig) { c.Backends = []string{"http://a"} }, `config: backends[0]: want http://host:port or https://host:port, got "http://a": address a: missing port in address`},
 		{func(c *serveConfig) { c.Tokenizer = "/nonexistent/tokenizer.json" }, `config: tokenizer: cannot read it: stat /nonexistent/tokenizer.json: no such file or directory`},
 		{func(c *serveConfig) { c.Router.ChatTemplate = "llama4" }, `config: chat-template: unknown template "llama4", want one of llama3, chatml, qwen3, mistral, llama2, none (or empty: detect from the tokenizer)`},
 		{func(c *serveConfig) { c.Router.BlockSize = 0 }, `config: block-size: must be a power of two between 1 and 1024, got 0`},
@@ -336,10 +336,18 @@ func TestEveryKeyHasFlag(t *testing.T) {
 
 const defaultYAML = `# saltus serve: effective configuration (defaults, then --config, then flags)
 listen: 127.0.0.1:8080
+tls-cert-file: ""
+tls-key-file: ""
+tls-handshake-timeout: 10s
 admin-listen: 127.0.0.1:9180
 admin-token: ""
 admin-pprof: false
+admin-tls-cert-file: ""
+admin-tls-key-file: ""
+admin-tls-client-ca-file: ""
 backends: []
+backend-tls-ca-file: ""
+backend-tls-insecure-skip-verify: false
 tokenizer: ""
 chat-template: ""
 block-size: 16
@@ -611,7 +619,11 @@ func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
 		"response-timeout": true, // resolved into first-byte-timeout before the mapping
 		"upstream-io":      true, // deprecated: loop is the only path
-		"cluster-key-file": true} // read into Cluster.Key once validated
+		"cluster-key-file": true, // read into Cluster.Key once validated
+		// loaded into reloadable holders by loadTLS, which sets Reactor.TLS and Admin.TLS
+		"tls-cert-file": true, "tls-key-file": true,
+		"admin-tls-cert-file": true, "admin-tls-key-file": true, "admin-tls-client-ca-file": true,
+		"backend-tls-ca-file": true, "backend-tls-insecure-skip-verify": true}
 	def := defaultServeConfig()
 	base := def.servingConfig()
 	if want := dataplane.DefaultConfig(); !reflect.DeepEqual(base, want) {

@@ -125,6 +125,12 @@ func parseRoute(t *testing.T, route string) (matched, total int, reason string) 
 // pairs.
 func do(t *testing.T, method, url, body string, hdr ...string) answer {
 	t.Helper()
+	return doWith(t, e2eClient, method, url, body, hdr...)
+}
+
+// doWith is do with client (an https one, say).
+func doWith(t *testing.T, client *http.Client, method, url, body string, hdr ...string) answer {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +138,7 @@ func do(t *testing.T, method, url, body string, hdr ...string) answer {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := e2eClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

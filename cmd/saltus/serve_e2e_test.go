@@ -104,6 +104,7 @@ func (u *upstream) chat(w http.ResponseWriter, r *http.Request) {
 type served struct {
 	addr, admin string      // the data plane's and the admin listener's addresses
 	cfg         serveConfig // as validated
+	certs       tlsCerts    // what SIGHUP reloads (reloadTLS)
 	logs        func() string
 	set         *metrics.Set // the data plane's and the admin listener's
 	router      *shard.Router
@@ -177,12 +178,18 @@ func startServeCfg(t *testing.T, cfg serveConfig, args []string) *served {
 	// One set for the data plane and the admin listener, as runServe has:
 	// /metrics shows the serving path's metrics.
 	set := metrics.NewSet()
-	heapFloor(0, set) // its gauge, as runServe registers it; no block
+	heapFloor(0, set)                        // its gauge, as runServe registers it; no block
+	certs, err := loadTLS(&cfg, set, logger) // as runServe does
+	if err != nil {
+		t.Fatal(err)
+	}
 	sp, err := buildDataPlane(cfg, logger, set)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sp.certs = certs
 	s := &served{
+		certs:  certs,
 		cfg:    cfg,
 		set:    set,
 		router: sp.router,

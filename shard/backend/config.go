@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -92,6 +93,13 @@ type Config struct {
 	// recommended value when enabled: vLLM refreshes its gauges about
 	// once per engine step, and a scrape costs it ~1 ms.
 	ScrapeInterval time.Duration
+	// TLS is the client side for https:// backends: RootCAs (nil: the
+	// system roots) and InsecureSkipVerify; each backend's clone gets the
+	// URL's host as ServerName, TLS 1.2 at least and ALPN http/1.1. nil:
+	// the system roots, verified. The requests' handshake runs on the
+	// reactor's dial goroutine (reactor.Server.DialUpstreamTLS), the
+	// probes' in fasthttp.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the defaults, each commented.
@@ -114,6 +122,7 @@ func DefaultConfig() Config {
 		MaxInFlight:        8192,  // requests; each holds its body, a parser and an upstream connection
 		BackendHeader:      "url", // what saltus always did; "name" for untrusted clients
 		ScrapeInterval:     0,     // off: routing uses saltus's own in-flight counts; 1 s when enabled
+		TLS:                nil,   // https backends: the system roots, verified
 	}
 }
 

@@ -56,8 +56,12 @@
 // are written by a goroutine ("backend-loop-metrics") a sweep later,
 // since their updates take a mutex.
 //
-// Backend URLs are http://host:port only: a base path prefix is rejected,
-// since the engines serve /v1 at their root.
+// Backend URLs are http://host:port or https://host:port: a base path
+// prefix is rejected, since the engines serve /v1 at their root. An https
+// backend's requests dial through reactor.Server.DialUpstreamTLS (the
+// handshake on the dial goroutine, verified against Config.TLS's roots,
+// the system's by default, and the URL's host), its probes and scrape
+// through the control client's fasthttp TLS.
 //
 // Metrics (in the Set's *metrics.Set): saltus_backend_in_flight{backend},
 // the prefix policy's per-backend inputs saltus_backend_pending_prefill_tokens,

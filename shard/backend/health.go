@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -65,8 +66,11 @@ func (s *Set) probe(b *Backend, timeout time.Duration) bool {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI(s.cfg.HealthPath)
+	b.ctlScheme(req)
 	req.Header.SetHost(b.host)
+	b.probeErr = nil
 	if err := b.ctl.DoTimeout(req, resp, timeout); err != nil {
+		b.probeErr = err
 		return false
 	}
 	if bs := resp.BodyStream(); bs != nil {
@@ -76,7 +80,11 @@ func (s *Set) probe(b *Backend, timeout time.Duration) bool {
 	}
 	_ = resp.CloseBodyStream() // an error here only means the connection is not reused
 	code := resp.StatusCode()
-	return code >= 200 && code < 300
+	if code < 200 || code >= 300 {
+		b.probeErr = fmt.Errorf("%s answered %d", s.cfg.HealthPath, code)
+		return false
+	}
+	return true
 }
 
 // probeResult applies the hysteresis: HealthFailsDown failures in a row
@@ -101,6 +109,6 @@ func (s *Set) probeResult(b *Backend, ok bool) {
 	b.probeFails++
 	if b.up.Load() && b.probeFails >= s.cfg.HealthFailsDown {
 		b.up.Store(false)
-		s.logger.Warn("backend down", "backend", b.URL, "probes_failed", b.probeFails)
+		s.logger.Warn("backend down", "backend", b.URL, "probes_failed", b.probeFails, "err", b.probeErr)
 	}
 }

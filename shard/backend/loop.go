@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -43,6 +44,7 @@ const maxLoopHead = 64 << 10
 type Loops interface {
 	Loops() int
 	DialUpstream(loop int, addr string, timeout time.Duration, h reactor.UpstreamHandler) (*reactor.Upstream, error)
+	DialUpstreamTLS(loop int, addr string, timeout time.Duration, cfg *tls.Config, h reactor.UpstreamHandler) (*reactor.Upstream, error)
 	Post(loop int, fn func()) bool
 	Running() bool
 }
@@ -337,7 +339,15 @@ func (ls *loopState) conn(b *Backend, fresh bool) (*upConn, error) {
 		return nil, errNoFreeConns
 	}
 	c := &upConn{ls: ls, b: b, p: newRespParser(maxLoopHead, s.cfg.MaxResponseBody)}
-	u, err := s.lp.DialUpstream(ls.idx, b.host, s.tune().ConnectTimeout, c)
+	var (
+		u   *reactor.Upstream
+		err error
+	)
+	if b.tls != nil {
+		u, err = s.lp.DialUpstreamTLS(ls.idx, b.host, s.tune().ConnectTimeout, b.tls, c)
+	} else {
+		u, err = s.lp.DialUpstream(ls.idx, b.host, s.tune().ConnectTimeout, c)
+	}
 	if err != nil {
 		return nil, &dialError{err: err}
 	}

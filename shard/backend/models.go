@@ -97,6 +97,7 @@ func getModels(b *Backend, label string, deadline time.Time) ([]byte, error) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI("/v1/models")
+	b.ctlScheme(req)
 	req.Header.SetHost(b.host)
 	if err := b.ctl.DoDeadline(req, resp, deadline); err != nil {
 		// The reason in words: err names the address.

@@ -94,6 +94,7 @@ func (s *Set) scrape(b *Backend, timeout time.Duration) ([]byte, error) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURI("/metrics")
+	b.ctlScheme(req)
 	req.Header.SetHost(b.host)
 	deadline := time.Now().Add(timeout)
 	if err := b.ctl.DoDeadline(req, resp, deadline); err != nil {

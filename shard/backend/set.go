@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ type Backend struct {
 	Key      uint64
 
 	host string               // host:port, the Host header and the dial address
+	tls  *tls.Config          // https: the TLS client config (clientTLS); nil: http
 	ctl  *fasthttp.HostClient // probes and /v1/models (requests go through the loop path, loop.go)
 
 	inFlight atomic.Int64 // requests sent and not yet finished
@@ -47,6 +49,7 @@ type Backend struct {
 
 	// Owned by the backend's probe goroutine.
 	probeFails, probeOKs int
+	probeErr             error // the last probe's failure, for the "backend down" log (a TLS certificate that does not verify, say)
 	// wake (capacity 1) asks the probe goroutine to probe now: the
 	// breaker tripped, so the fast schedule starts at once.
 	wake chan struct{}
@@ -273,8 +276,8 @@ var ErrNotFound = errors.New("backend: no such backend")
 var ErrDuplicate = errors.New("backend: duplicate backend")
 
 // ParseURL validates a backend URL and returns it normalized
-// (http://host:port) with its host:port. Only plain http is accepted; the
-// path must be empty or "/" (a base path prefix is not supported: engines
+// (http://host:port or https://host:port) with its host:port. The path
+// must be empty or "/" (a base path prefix is not supported: engines
 // serve /v1 at the root); no query, fragment or user info; the port is
 // required.
 func ParseURL(raw string) (norm, hostport string, err error) {
@@ -283,8 +286,8 @@ func ParseURL(raw string) (norm, hostport string, err error) {
 		return "", "", fmt.Errorf("backend: invalid URL %q: %w", raw, err)
 	}
 	switch {
-	case u.Scheme != "http":
-		return "", "", fmt.Errorf("backend: invalid URL %q: scheme must be http", raw)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", "", fmt.Errorf("backend: invalid URL %q: scheme must be http or https", raw)
 	case u.User != nil:
 		return "", "", fmt.Errorf("backend: invalid URL %q: user info not allowed", raw)
 	case u.Path != "" && u.Path != "/":
@@ -294,13 +297,13 @@ func ParseURL(raw string) (norm, hostport string, err error) {
 	}
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil || host == "" {
-		return "", "", fmt.Errorf("backend: invalid URL %q: want http://host:port", raw)
+		return "", "", fmt.Errorf("backend: invalid URL %q: want %s://host:port", raw, u.Scheme)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
 		return "", "", fmt.Errorf("backend: invalid URL %q: bad port %q", raw, port)
 	}
 	hostport = net.JoinHostPort(host, port)
-	return "http://" + hostport, hostport, nil
+	return u.Scheme + "://" + hostport, hostport, nil
 }
 
 // Add is AddNamed without a name: the backend is named "backend-<ID>".
@@ -359,9 +362,12 @@ func (s *Set) AddNamed(name, rawURL string) (*Backend, error) {
 		name = "backend-" + strconv.Itoa(s.nextID)
 	}
 	b := &Backend{ID: s.nextID, URL: norm, Name: name, Identity: ident, Key: IdentityKey(ident), host: hostport, wake: make(chan struct{}, 1)}
+	if strings.HasPrefix(norm, "https://") {
+		b.tls = s.clientTLS(hostport)
+	}
 	s.nextID++
 	b.up.Store(true)
-	b.ctl = s.newHostClient(hostport, ctlConns)
+	b.ctl = s.newHostClient(hostport, b.tls, ctlConns)
 	s.registerMetricsLocked(b)
 	next := &snapshot{all: append(slices.Clip(old.all), b)}
 	s.snap.Store(next)
@@ -415,9 +421,29 @@ func (s *Set) countCode(b *Backend, code int) {
 // ctlConns bounds a backend's probe and /v1/models connections.
 const ctlConns = 4
 
-func (s *Set) newHostClient(hostport string, maxConns int) *fasthttp.HostClient {
+// clientTLS is an https backend's TLS client config: Config.TLS's roots
+// and verification (nil: the system roots, verified), the URL's host as
+// the server name (SNI and the name verified), TLS 1.2 at least, ALPN
+// http/1.1 (the loop path speaks HTTP/1.1).
+func (s *Set) clientTLS(hostport string) *tls.Config {
+	c := &tls.Config{}
+	if s.cfg.TLS != nil {
+		c = s.cfg.TLS.Clone()
+	}
+	host, _, _ := net.SplitHostPort(hostport) // ParseURL made it
+	c.ServerName = host
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
+	c.NextProtos = []string{"http/1.1"}
+	return c
+}
+
+// newHostClient is a backend's fasthttp client: probes, /v1/models and
+// the engine scrape; tlsCfg nil: plain HTTP.
+func (s *Set) newHostClient(hostport string, tlsCfg *tls.Config, maxConns int) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
-		Addr: hostport,
+		Addr:      hostport,
+		IsTLS:     tlsCfg != nil, // fasthttp wraps the dialed conn in tls.Client
+		TLSConfig: tlsCfg,
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
 			connect := s.tune().ConnectTimeout
 			if timeout <= 0 || timeout > connect {
@@ -573,4 +599,14 @@ func (s *Set) spawn(w *rules.Workers, fn func(ctx context.Context)) bool {
 	}
 	w.Go(fn)
 	return true
+}
+
+// ctlScheme makes a control request's URI absolute for an https backend:
+// fasthttp's HostClient refuses a request whose scheme (http by default)
+// is not its own, and once the URI is parsed its host is the one sent.
+func (b *Backend) ctlScheme(req *fasthttp.Request) {
+	if b.tls != nil {
+		req.URI().SetScheme("https")
+		req.URI().SetHost(b.host)
+	}
 }

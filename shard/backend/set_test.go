@@ -18,7 +18,7 @@ func TestAddValidates(t *testing.T) {
 	t.Parallel()
 	s, _ := testSet(t, nil)
 	for _, tc := range []struct{ url, want string }{
-		{"https://127.0.0.1:8000", "scheme must be http"},
+		{"ftp://127.0.0.1:8000", "scheme must be http or https"},
 		{"127.0.0.1:8000", "invalid URL"},
 		{"http://127.0.0.1", "want http://host:port"},
 		{"http://127.0.0.1:0", "bad port"},

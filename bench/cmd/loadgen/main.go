@@ -6,10 +6,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/saltus-lb/saltus/bench"
@@ -23,11 +26,27 @@ func main() {
 	size := flag.Int("body-bytes", 4096, "chat request body size in bytes")
 	stream := flag.Bool("stream", false, "ask for streamed (SSE) answers")
 	asJSON := flag.Bool("json", false, "print the result as JSON")
+	tlsCA := flag.String("tls-ca", "", "speak TLS, trusting the PEM CA (or self-signed) certificates in this `file`")
 	flag.Parse()
-	res, err := bench.Load(context.Background(), bench.LoadConfig{
+	cfg := bench.LoadConfig{
 		Target: *target, Conns: *conns, Duration: *duration, Requests: *requests,
 		Request: bench.ChatRequest(*target, *size, *stream),
-	})
+	}
+	if *tlsCA != "" {
+		pem, err := os.ReadFile(*tlsCA)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(2)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			fmt.Fprintln(os.Stderr, "loadgen: no PEM certificate in", *tlsCA)
+			os.Exit(2)
+		}
+		host, _, _ := strings.Cut(*target, ":")
+		cfg.TLS = &tls.Config{RootCAs: pool, ServerName: host, NextProtos: []string{"http/1.1"}}
+	}
+	res, err := bench.Load(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
