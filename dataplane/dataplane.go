@@ -97,8 +97,12 @@ type Path struct {
 	Discovered *backend.Managed
 	watch      *kube.Watcher
 	probes     *rules.Group
-	cfg        Config // as built
-	logger     *slog.Logger
+	// sources runs what adds and removes backends (the discovery, the
+	// reaper): stopped and joined before probes, so that nothing adds a
+	// backend (whose probe starts in probes) once probes stopped.
+	sources *rules.Group
+	cfg     Config // as built
+	logger  *slog.Logger
 }
 
 // Start starts the data plane (Data.Start), then joins the cluster: a
@@ -113,7 +117,7 @@ func (p *Path) Start() error {
 		p.probes.Go("state.save", p.State.Run)
 	}
 	if p.watch != nil {
-		p.probes.Go("discovery.k8s", func(ctx context.Context) { p.watch.Run(ctx, p.discovered) })
+		p.sources.Go("discovery.k8s", func(ctx context.Context) { p.watch.Run(ctx, p.discovered) })
 	}
 	if p.Cluster != nil {
 		p.Cluster.JoinSeeds()
@@ -164,6 +168,13 @@ func (p *Path) Close(ctx context.Context) error {
 		cerr = errors.Join(cerr, p.Cluster.Close(ctx)) // peers drop this router's load at once
 	}
 	err := errors.Join(cerr, p.Router.Close(ctx))
+	p.sources.Stop()
+	if werr := p.sources.Wait(ctx); werr != nil {
+		// A source still running could add a backend: its probe's Go
+		// after probes.Stop would panic; leave probes to the process's
+		// exit.
+		return errors.Join(err, werr)
+	}
 	p.probes.Stop()
 	p.Set.Close()
 	return errors.Join(err, p.probes.Wait(ctx))
@@ -267,16 +278,16 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 			return nil, fmt.Errorf("discovery k8s: %w", err)
 		}
 	}
-	probes := rules.NewGroup(context.Background())
+	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node, nil},
-		Cluster: node, State: saver, Static: bset.Managed("config", static...), watch: watch, probes: probes, cfg: cfg,
+		Cluster: node, State: saver, Static: bset.Managed("config", static...), watch: watch, probes: probes, sources: sources, cfg: cfg,
 		logger: logger.With("component", "dataplane")}
 	if watch != nil {
 		p.Discovered = bset.Managed(cfg.Discovery)
 		p.Routes = routesAPI{router, node, p}
 	}
-	probes.Go("backends.reap", p.reap)
+	sources.Go("backends.reap", p.reap)
 	return p, nil
 }
 

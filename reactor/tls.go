@@ -92,7 +92,7 @@ func (e *tlsEdge) listen(addr string) error {
 	dir, err := os.MkdirTemp("", "saltus-engine-") // 0700
 	if err != nil {
 		_ = ln.Close() // nothing was accepted on it
-		return fmt.Errorf("cannot make a private directory for the event loops' socket: %w", err)
+		return fmt.Errorf("cannot make a private directory for the event loops' socket (TLS mode needs a writable $TMPDIR, e.g. an emptyDir at /tmp under a read-only root file system): %w", err)
 	}
 	e.ln, e.dir, e.sock = ln, dir, filepath.Join(dir, "loops.sock")
 	return nil
@@ -138,7 +138,7 @@ func (s *Server) acceptTLS(ctx context.Context) {
 			_ = nc.Close() // draining: refused before a byte was read
 			continue
 		}
-		if e.conns.Add(1) > int64(s.cfg.MaxConns) {
+		if e.conns.Add(1) > int64(s.lim.Load().maxConns) {
 			e.conns.Add(-1)
 			e.rejMaxConns.Inc()
 			_ = nc.Close() // over MaxConns, before a byte was read: no TLS to answer 503 with yet
@@ -285,8 +285,8 @@ func (s *Server) bridgeOut(tc *tls.Conn, ours *net.UnixConn, closeAll func()) {
 			// own write-stall timeout cannot reach it here. The deadline
 			// moves only once half of it is used: a timer update per
 			// write cost ~1.5 % of the CPU under load.
-			if now := time.Now(); deadline.Sub(now) < s.cfg.IdleTimeout/2 {
-				deadline = now.Add(s.cfg.IdleTimeout)
+			if now, idle := time.Now(), s.lim.Load().idleTimeout; deadline.Sub(now) < idle/2 {
+				deadline = now.Add(idle)
 				_ = tc.SetWriteDeadline(deadline) // fails only on a closed conn, which Write reports
 			}
 			if _, werr := tc.Write(buf[:n]); werr != nil {

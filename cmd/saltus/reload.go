@@ -124,7 +124,11 @@ func (r *reloader) reload() (reloadReport, error) {
 	}
 	if err != nil {
 		r.failed.Inc()
-		r.logger.Error("configuration reload failed; the running configuration stays", "err", err)
+		r.logger.Error("configuration reload failed; the running configuration stays", "err", err, "tls_reloaded", tlsDone)
+		if len(tlsDone) > 0 {
+			// Said, since the certificates were read anyway.
+			err = fmt.Errorf("%w (the TLS certificates were read again: %s)", err, strings.Join(tlsDone, ", "))
+		}
 		return reloadReport{}, fmt.Errorf("%w: %w", errReload, err)
 	}
 	if w := strings.TrimSpace(warn.String()); w != "" {
@@ -146,6 +150,7 @@ func (r *reloader) reload() (reloadReport, error) {
 	if r.path != nil {
 		if err := r.path.Retune(cfg.Config); err != nil { // validated: not expected
 			r.failed.Inc()
+			r.logger.Error("configuration reload failed; the running configuration stays", "err", err)
 			return reloadReport{}, fmt.Errorf("%w: %w", errReload, err)
 		}
 		// Every reload re-applies the file's backends: one removed

@@ -231,6 +231,13 @@ func readiness(serving *atomic.Bool, sp *servingPath) func() error {
 
 // runServe is `saltus serve`.
 func runServe(args []string, stdout, stderr io.Writer) int {
+	// First of all: a signal that arrives while starting (loading the
+	// tokenizer takes a while) is kept, and a second one too; SIGHUP
+	// (systemd's ExecReload may send one at once) then reloads once
+	// serving instead of killing the process, Go's default.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(signals)
 	cfg, dryRun, err := loadServeConfig(args, stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -271,11 +278,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "saltus serve: %v\n", err)
 		return 1
 	}
-	// Buffered: a signal that arrives while starting is kept, and the
-	// second one too. SIGHUP reloads the configuration.
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(signals)
 	sp.certs = certs
 	return serveWith(cfg, args, sp, set, logger, level, signals)
 }

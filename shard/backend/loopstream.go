@@ -179,7 +179,7 @@ func (lr *loopReq) streamFailed(err error, kind errKind, ev []byte, now time.Tim
 // or the request's.
 func (lr *loopReq) streamTimeout(now time.Time) {
 	lr.o.TimedOut = true
-	kind, ev, err := lr.s.cfg.streamTimeout(lr.reqEnd.IsZero() || now.Before(lr.reqEnd))
+	kind, ev, err := lr.s.tune().streamTimeout(lr.reqEnd.IsZero() || now.Before(lr.reqEnd))
 	lr.streamFailed(err, kind, ev, now)
 }
 

@@ -29,7 +29,14 @@ type Managed struct {
 	mu    sync.Mutex
 	owned map[string]*Backend // by normalized URL: what this source added and has not removed
 	gone  map[string]*Backend // the subset drained because the source dropped them
-	last  []Target            // the last Sync's targets (Reap adds a renamed one once the old is gone)
+	// held: the subset of gone an operator had drained already (the admin
+	// API) when the source dropped them: never made routable again by a
+	// Sync, only removed once idle.
+	held map[string]bool
+	// waiting: targets (by normalized URL) whose URL or name a draining
+	// backend of this source still holds (renamed, or a name moved to
+	// another URL); Reap adds them once it is gone.
+	waiting map[string]Target
 }
 
 // SyncResult is what one Sync changed, by URL.
@@ -51,7 +58,8 @@ func (r SyncResult) Changed() bool {
 // lists the IDs of backends already in the Set that belong to source
 // (the configured backends Build added); unknown IDs are ignored.
 func (s *Set) Managed(source string, adopt ...int) *Managed {
-	m := &Managed{s: s, source: source, owned: make(map[string]*Backend), gone: make(map[string]*Backend)}
+	m := &Managed{s: s, source: source, owned: make(map[string]*Backend), gone: make(map[string]*Backend),
+		held: make(map[string]bool), waiting: make(map[string]Target)}
 	for _, id := range adopt {
 		if b := s.Lookup(id); b != nil {
 			m.owned[b.URL] = b
@@ -67,20 +75,18 @@ func (s *Set) Managed(source string, adopt ...int) *Managed {
 func (m *Managed) Sync(targets []Target) SyncResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.last = slices.Clone(targets)
-	res := m.syncLocked()
+	res := m.syncLocked(targets)
 	if m.reapLocked() > 0 {
-		// A drained backend was idle and is gone: a renamed target
-		// waiting for its URL can be added now.
-		again := m.syncLocked()
-		res.Added = append(res.Added, again.Added...)
+		// A drained backend was idle and is gone: a target waiting for
+		// its URL or name can be added now.
+		res.Added = append(res.Added, m.addWaitingLocked()...)
 	}
 	return res
 }
 
-func (m *Managed) syncLocked() SyncResult {
+func (m *Managed) syncLocked(targets []Target) SyncResult {
 	var res SyncResult
-	targets := m.last
+	clear(m.waiting)
 	want := make(map[string]bool, len(targets))
 	for _, t := range targets {
 		norm, _, err := ParseURL(t.URL)
@@ -92,13 +98,15 @@ func (m *Managed) syncLocked() SyncResult {
 			continue
 		}
 		if b := m.owned[norm]; b != nil && b.removed.Load() {
-			// Removed behind our back (the admin API): add it again.
+			// Removed behind our back (the admin API): this Sync adds it
+			// again (the source still lists it).
 			delete(m.owned, norm)
 			delete(m.gone, norm)
+			delete(m.held, norm)
 		}
 		if b := m.owned[norm]; b != nil && (t.Name == "" && isDefaultName(b) || b.Name == t.Name) {
 			want[norm] = true
-			if m.gone[norm] != nil {
+			if m.gone[norm] != nil && !m.held[norm] {
 				delete(m.gone, norm)
 				b.draining.Store(false)
 				res.Restored = append(res.Restored, norm)
@@ -113,12 +121,18 @@ func (m *Managed) syncLocked() SyncResult {
 			m.drainLocked(norm, b, &res)
 			res.Errors = append(res.Errors, fmt.Errorf("backend %s: renamed from %s to %s: the old one drains; the new name is added once it is idle", norm, b.Name, t.Name))
 			want[norm] = true // not drained again below
+			m.waiting[norm] = t
 			continue
 		}
 		b, err := m.s.AddNamed(t.Name, t.URL)
 		if err != nil {
 			if errors.Is(err, ErrDuplicate) {
-				err = fmt.Errorf("%w (added by the admin API or another source; %s leaves it alone)", err, m.source)
+				if old := m.holderLocked(t.Name); old != nil {
+					err = fmt.Errorf("%w: %s's draining backend %s holds the name until it is idle; then it is added", err, m.source, old.URL)
+					m.waiting[norm] = t
+				} else {
+					err = fmt.Errorf("%w (added by the admin API or another source; %s leaves it alone)", err, m.source)
+				}
 			}
 			res.Errors = append(res.Errors, err)
 			continue
@@ -142,9 +156,47 @@ func (m *Managed) drainLocked(norm string, b *Backend, res *SyncResult) {
 		return
 	}
 	m.gone[norm] = b
+	if b.Draining() {
+		m.held[norm] = true // the operator's drain: a later Sync keeps it
+	}
 	if err := m.s.Drain(b.ID); err == nil {
 		res.Drained = append(res.Drained, norm)
 	}
+}
+
+// holderLocked is the draining backend of this source named name, if
+// any.
+func (m *Managed) holderLocked(name string) *Backend {
+	if name == "" {
+		return nil
+	}
+	for _, b := range m.gone {
+		if b.Name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+// addWaitingLocked adds the waiting targets whose URL and name are free
+// now, and returns their URLs.
+func (m *Managed) addWaitingLocked() []string {
+	var added []string
+	for norm, t := range m.waiting {
+		if m.owned[norm] != nil || m.holderLocked(t.Name) != nil {
+			continue // still held
+		}
+		b, err := m.s.AddNamed(t.Name, t.URL)
+		if err != nil {
+			m.s.logger.Warn("backend waiting for its URL or name not added", "source", m.source, "url", t.URL, "name", t.Name, "err", err)
+		} else {
+			m.owned[norm] = b
+			added = append(added, norm)
+		}
+		delete(m.waiting, norm)
+	}
+	slices.Sort(added)
+	return added
 }
 
 // isDefaultName reports whether b carries the name the Set gave it
@@ -159,7 +211,7 @@ func (m *Managed) Reap() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reapLocked() > 0 {
-		m.syncLocked()
+		m.addWaitingLocked() // AddNamed logs each
 	}
 	return len(m.gone)
 }
@@ -172,6 +224,7 @@ func (m *Managed) reapLocked() int {
 		if b.removed.Load() {
 			delete(m.gone, norm)
 			delete(m.owned, norm)
+			delete(m.held, norm)
 			continue
 		}
 		if b.InFlight() > 0 {
@@ -183,6 +236,7 @@ func (m *Managed) reapLocked() int {
 		}
 		delete(m.gone, norm)
 		delete(m.owned, norm)
+		delete(m.held, norm)
 		n++
 	}
 	return n

@@ -108,3 +108,30 @@ func TestManagedRenameAndAdopt(t *testing.T) {
 		t.Fatalf("re-add after admin removal: %+v", res)
 	}
 }
+
+func TestManagedKeepsOperatorDrainAndMovedName(t *testing.T) {
+	s, _ := testSet(t, nil)
+	m := s.Managed("k8s")
+	m.Sync([]Target{{Name: "pod-x", URL: "http://127.0.0.1:9001"}})
+	x := s.Snapshot()[0]
+	// The operator drains pod-x; its endpoint flaps while a stream runs.
+	if err := s.Drain(x.ID); err != nil {
+		t.Fatal(err)
+	}
+	x.inFlight.Add(1)
+	m.Sync(nil)
+	if res := m.Sync([]Target{{Name: "pod-x", URL: "http://127.0.0.1:9001"}}); len(res.Restored) != 0 || !x.Draining() {
+		t.Fatalf("the operator's drain was undone: %+v draining=%v", res, x.Draining())
+	}
+	// pod-x moves to another address while its old backend drains: the
+	// name waits for it, then Reap adds it.
+	res := m.Sync([]Target{{Name: "pod-x", URL: "http://127.0.0.1:9002"}})
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), "holds the name until it is idle") {
+		t.Fatalf("moved name: %+v %v", res, res.Errors)
+	}
+	x.inFlight.Add(-1)
+	m.Reap()
+	if snap := s.Snapshot(); len(snap) != 1 || snap[0].URL != "http://127.0.0.1:9002" || snap[0].Name != "pod-x" || snap[0].Draining() {
+		t.Fatalf("after Reap: %+v", snap)
+	}
+}

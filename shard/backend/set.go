@@ -123,6 +123,18 @@ type backendMetrics struct {
 	errs        [numErrKinds]*metrics.Counter
 	trips       *metrics.Counter
 	ttfb, total *metrics.PrometheusHistogram // latencyBuckets (metrics.go)
+	// names are the series registered at Add (counters and histograms
+	// beside the gauges above), which Remove unregisters with the codes'.
+	names []string
+}
+
+// codeName is the series of b's answers with status code index i
+// (countCode's; 0: codes outside 100..599).
+func (m *backendMetrics) codeName(i int) string {
+	if i == 0 {
+		return "saltus_backend_requests_total{backend=" + m.lbl + ",code=\"other\"}"
+	}
+	return "saltus_backend_requests_total{backend=" + m.lbl + ",code=\"" + strconv.Itoa(i) + "\"}"
 }
 
 // errKind labels saltus_upstream_errors_total.
@@ -391,13 +403,39 @@ func (s *Set) registerMetricsLocked(b *Backend) {
 		b.m.policyNames[i] = g.name + "{backend=" + lbl + "}"
 		s.ms.GetOrCreateGauge(b.m.policyNames[i], func() float64 { return float64(g.f()) })
 	}
+	b.m.names = b.m.names[:0]
 	for k := range numErrKinds {
-		b.m.errs[k] = s.ms.GetOrCreateCounter("saltus_upstream_errors_total{backend=" + lbl + ",kind=\"" + k.String() + "\"}")
+		name := "saltus_upstream_errors_total{backend=" + lbl + ",kind=\"" + k.String() + "\"}"
+		b.m.errs[k] = s.ms.GetOrCreateCounter(name)
+		b.m.names = append(b.m.names, name)
 	}
-	b.m.trips = s.ms.GetOrCreateCounter("saltus_backend_breaker_trips_total{backend=" + lbl + "}")
-	b.m.ttfb = s.ms.GetOrCreatePrometheusHistogramExt("saltus_backend_ttfb_seconds{backend="+lbl+"}", latencyBuckets)
-	b.m.total = s.ms.GetOrCreatePrometheusHistogramExt("saltus_backend_request_duration_seconds{backend="+lbl+"}", latencyBuckets)
+	trips := "saltus_backend_breaker_trips_total{backend=" + lbl + "}"
+	ttfb := "saltus_backend_ttfb_seconds{backend=" + lbl + "}"
+	total := "saltus_backend_request_duration_seconds{backend=" + lbl + "}"
+	b.m.trips = s.ms.GetOrCreateCounter(trips)
+	b.m.ttfb = s.ms.GetOrCreatePrometheusHistogramExt(ttfb, latencyBuckets)
+	b.m.total = s.ms.GetOrCreatePrometheusHistogramExt(total, latencyBuckets)
+	b.m.names = append(b.m.names, trips, ttfb, total)
 	b.m.lbl = lbl
+}
+
+// unregisterMetricsLocked removes every series of b from the metrics set
+// (rule R15): a fleet whose backends come and go (a discovery) does not
+// keep the series of every backend it ever had. Requests still in flight
+// on b count into the unregistered values.
+func (s *Set) unregisterMetricsLocked(b *Backend) {
+	s.ms.UnregisterMetric(b.m.inFlightName)
+	for _, n := range b.m.policyNames {
+		s.ms.UnregisterMetric(n)
+	}
+	for _, n := range b.m.names {
+		s.ms.UnregisterMetric(n)
+	}
+	for i := range b.m.codes {
+		if b.m.codes[i].Load() != nil {
+			s.ms.UnregisterMetric(b.m.codeName(i))
+		}
+	}
 }
 
 // countCode counts one answer of b with status code.
@@ -408,12 +446,13 @@ func (s *Set) countCode(b *Backend, code int) {
 	}
 	c := b.m.codes[i].Load()
 	if c == nil {
-		name := "saltus_backend_requests_total{backend=" + b.m.lbl + ",code=\"" + strconv.Itoa(code) + "\"}"
-		if i == 0 {
-			name = "saltus_backend_requests_total{backend=" + b.m.lbl + ",code=\"other\"}"
-		}
-		c = s.ms.GetOrCreateCounter(name)
+		c = s.ms.GetOrCreateCounter(b.m.codeName(i))
 		b.m.codes[i].Store(c)
+		if b.removed.Load() {
+			// Counted after Remove (a request that was in flight):
+			// the series must not outlive the backend.
+			s.ms.UnregisterMetric(b.m.codeName(i))
+		}
 	}
 	c.Inc()
 }
@@ -493,10 +532,7 @@ func (s *Set) Remove(id int) error {
 		delete(s.stops, id)
 	}
 	b.ctl.CloseIdleConnections()
-	s.ms.UnregisterMetric(b.m.inFlightName)
-	for _, n := range b.m.policyNames {
-		s.ms.UnregisterMetric(n)
-	}
+	s.unregisterMetricsLocked(b)
 	s.logger.Info("backend removed", "id", id, "url", b.URL, "in_flight", b.InFlight())
 	return nil
 }

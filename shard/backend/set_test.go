@@ -76,6 +76,17 @@ func TestAddRemoveDrain(t *testing.T) {
 	if after := s.Snapshot(); len(after) != 1 || after[0] != b || a.Routable() {
 		t.Errorf("after Remove: %v", after)
 	}
+	// No series of the removed backend stays (a discovery's backends come
+	// and go), an answer counted after Remove included.
+	s.countCode(a, 200)
+	var gone strings.Builder
+	ms.WritePrometheus(&gone)
+	if strings.Contains(gone.String(), `backend="http://127.0.0.1:9001"`) {
+		t.Errorf("series of the removed backend remain:\n%s", gone.String())
+	}
+	if !strings.Contains(gone.String(), `saltus_upstream_errors_total{backend="http://127.0.0.1:9002",kind="connect"}`) {
+		t.Errorf("the other backend's series are gone too:\n%s", gone.String())
+	}
 	// The URL may come back, with a new ID: IDs are never reused.
 	c := mustAdd(t, s, "http://127.0.0.1:9001")
 	if c.ID != 2 || s.Lookup(2) != c || s.Lookup(0) != nil {

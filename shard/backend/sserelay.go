@@ -149,11 +149,12 @@ func sseBodyUsage(body []byte) []byte {
 	return sseUsage(last)
 }
 
-// streamTimeout is how either transport ends a stream past a deadline:
+// streamTimeout is how either transport ends a stream past a deadline
+// (with the timeouts in force, Set.tune):
 // the stream idle timeout (idle: the backend sent nothing for
 // StreamIdleTimeout) or the request timeout; the kind counted, the SSE
 // error event the client gets, and the outcome's error.
-func (c *Config) streamTimeout(idle bool) (errKind, []byte, error) {
+func (c *Tunables) streamTimeout(idle bool) (errKind, []byte, error) {
 	if idle {
 		return kindStreamIdle, sseIdleEvent(c.StreamIdleTimeout),
 			fmt.Errorf("no data for %s (the stream idle timeout): %w", c.StreamIdleTimeout, fasthttp.ErrTimeout)
