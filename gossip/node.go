@@ -73,6 +73,7 @@ type Node struct {
 	group  *rules.Group
 	m      *nodeMetrics
 	seeds  []string    // cfg.Join
+	self   string      // this router's own address (host:port), read once at Start
 	resync chan string // peers back from dead to exchange states with (bounded: resyncQueue)
 	closed atomic.Bool
 
@@ -157,7 +158,8 @@ func Start(cfg Config, table Table, logger *slog.Logger, set *metrics.Set) (*Nod
 	n.ml = ml
 	n.mlp.Store(ml)
 	n.m.register(set, n)
-	n.logger.Info("cluster listening", "node", n.name, "addr", ml.LocalNode().Address(), "encrypted", cfg.Key != nil)
+	n.self = ml.LocalNode().Address()
+	n.logger.Info("cluster listening", "node", n.name, "addr", n.self, "encrypted", cfg.Key != nil)
 	n.group.Go("gossip.batch", n.run)
 	return n, nil
 }
@@ -483,8 +485,7 @@ func (n *Node) reconnect(ctx context.Context) {
 		}
 		var missing []string
 		for _, s := range n.seeds {
-			addr, err := net.ResolveTCPAddr("tcp", s)
-			if err != nil || !alive[addr.String()] {
+			if n.seedMissing(ctx, s, alive) {
 				missing = append(missing, s)
 			}
 		}
@@ -493,6 +494,34 @@ func (n *Node) reconnect(ctx context.Context) {
 			n.join(missing)
 		}
 	}
+}
+
+// resolveTimeout bounds the look-up of one --join seed's name.
+const resolveTimeout = 2 * time.Second
+
+// seedMissing reports whether the --join seed (host:port) names a router
+// that is not an alive peer. A name may resolve to several addresses (a
+// Kubernetes headless Service: every router's): each counts, but this
+// router's own, so a router is never "missing" itself (it would rejoin,
+// a push-pull with every peer, every ReconnectInterval). A seed that
+// does not resolve counts as missing (the join logs why).
+func (n *Node) seedMissing(ctx context.Context, seed string, alive map[string]bool) bool {
+	host, port, err := net.SplitHostPort(seed)
+	if err != nil {
+		return true
+	}
+	lctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(lctx, host)
+	if err != nil || len(addrs) == 0 {
+		return true
+	}
+	for _, a := range addrs {
+		if hp := net.JoinHostPort(a, port); hp != n.self && !alive[hp] {
+			return true
+		}
+	}
+	return false
 }
 
 // peerLocked returns the entry of node name, creating it within

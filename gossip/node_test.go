@@ -533,3 +533,25 @@ func TestLoadOfManyBackends(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedMissing: a --join seed is missing when an address it resolves
+// to is neither an alive peer nor this router (a headless Service's name
+// resolves to every router's address, this one's included).
+func TestSeedMissing(t *testing.T) {
+	n := &Node{self: "127.0.0.1:7000"}
+	alive := map[string]bool{"127.0.0.2:7000": true}
+	for _, tc := range []struct {
+		seed    string
+		missing bool
+	}{
+		{"127.0.0.1:7000", false}, // itself
+		{"127.0.0.2:7000", false}, // an alive peer
+		{"127.0.0.3:7000", true},  // not a member
+		{"127.0.0.2:7001", true},  // another port
+		{"no-port", true},
+	} {
+		if got := n.seedMissing(t.Context(), tc.seed, alive); got != tc.missing {
+			t.Errorf("seedMissing(%q) = %v, want %v", tc.seed, got, tc.missing)
+		}
+	}
+}
