@@ -28,8 +28,36 @@ type sdkFleet struct {
 	client openai.Client
 }
 
-// startSims starts n simulated llama3 engines (8 tokens an answer) at
-// speedup, closed at the end of the test, and returns them and their URLs.
+// startSim starts a simulated llama3 engine (8 tokens an answer) whose
+// config mod changes (nil: none), closed at the end of the test.
+func startSim(t *testing.T, mod func(*vllmsim.Config)) *vllmsim.Sim {
+	t.Helper()
+	cfg := vllmsim.DefaultConfig()
+	cfg.Model = "llama3"
+	cfg.Tokenizer, cfg.ChatTemplate = llama3, "llama3"
+	cfg.MaxTokens = 8
+	if mod != nil {
+		mod(&cfg)
+	}
+	sim, err := vllmsim.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sim.Close(ctx); err != nil {
+			t.Errorf("sim close: %v", err)
+		}
+	})
+	return sim
+}
+
+// startSims starts n simulated engines (startSim) at speedup and returns
+// them and their URLs.
 func startSims(t *testing.T, n int, speedup float64) ([]*vllmsim.Sim, []string) {
 	t.Helper()
 	var (
@@ -37,25 +65,7 @@ func startSims(t *testing.T, n int, speedup float64) ([]*vllmsim.Sim, []string) 
 		urls []string
 	)
 	for range n {
-		cfg := vllmsim.DefaultConfig()
-		cfg.Model = "llama3"
-		cfg.Tokenizer, cfg.ChatTemplate = llama3, "llama3"
-		cfg.Speedup = speedup
-		cfg.MaxTokens = 8
-		sim, err := vllmsim.New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sim.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := sim.Close(ctx); err != nil {
-				t.Errorf("sim close: %v", err)
-			}
-		})
+		sim := startSim(t, func(c *vllmsim.Config) { c.Speedup = speedup })
 		sims = append(sims, sim)
 		urls = append(urls, sim.URL())
 	}

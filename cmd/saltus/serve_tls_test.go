@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -306,27 +305,10 @@ func TestServeAdminTLS(t *testing.T) {
 func startTLSSim(t *testing.T, ca *tlstest.CA) *vllmsim.Sim {
 	t.Helper()
 	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
-	cfg := vllmsim.DefaultConfig()
-	cfg.Model = "llama3"
-	cfg.Tokenizer, cfg.ChatTemplate = llama3, "llama3"
-	cfg.Speedup = 100
-	cfg.MaxTokens = 8
-	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.Cert}}
-	sim, err := vllmsim.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sim.Close(ctx); err != nil {
-			t.Errorf("sim close: %v", err)
-		}
+	return startSim(t, func(c *vllmsim.Config) {
+		c.Speedup = 100
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.Cert}}
 	})
-	return sim
 }
 
 // TestServeHTTPSBackend: an https:// backend is verified against the
