@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
 )
 
 // The dashboard (issue 14): GET /dashboard is one page, its script and
@@ -152,8 +154,8 @@ func parseExposition(text []byte, keep func(family string) bool) (map[string][]S
 			}
 			continue
 		}
-		name, labels, value, ok := parseSample(string(line))
-		if !ok {
+		name, labels, value, err := promtext.SplitSample(string(line))
+		if err != nil {
 			continue
 		}
 		family, part := name, ""
@@ -175,11 +177,11 @@ func parseExposition(text []byte, keep func(family string) bool) (map[string][]S
 		}
 		le := math.NaN()
 		if part == "_bucket" {
-			i := slices.IndexFunc(labels, func(l label) bool { return l.name == "le" })
+			i := slices.IndexFunc(labels, func(l promtext.Label) bool { return l.Name == "le" })
 			if i < 0 {
 				continue
 			}
-			v, err := strconv.ParseFloat(labels[i].value, 64)
+			v, err := strconv.ParseFloat(labels[i].Value, 64)
 			if err != nil {
 				continue
 			}
@@ -221,119 +223,30 @@ func parseExposition(text []byte, keep func(family string) bool) (map[string][]S
 
 func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-type label struct{ name, value string }
-
 // labelMap returns labels as a map, without the one named skip; nil when
 // none is left.
-func labelMap(labels []label, skip string) map[string]string {
+func labelMap(labels []promtext.Label, skip string) map[string]string {
 	var m map[string]string
 	for _, l := range labels {
-		if l.name == skip {
+		if l.Name == skip {
 			continue
 		}
 		if m == nil {
 			m = make(map[string]string, len(labels))
 		}
-		m[l.name] = l.value
+		m[l.Name] = l.Value
 	}
 	return m
 }
 
 // labelKey identifies a label set without le, whatever the labels' order.
-func labelKey(labels []label) string {
+func labelKey(labels []promtext.Label) string {
 	var parts []string
 	for _, l := range labels {
-		if l.name != "le" {
-			parts = append(parts, l.name+"\xfe"+l.value)
+		if l.Name != "le" {
+			parts = append(parts, l.Name+"\xfe"+l.Value)
 		}
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, "\xff")
-}
-
-// parseSample splits a sample line `name{k="v",...} value [timestamp]`;
-// label values are unescaped (\\, \", \n). ok is false for anything
-// else: a bad name, label, escape or value, a label twice.
-func parseSample(l string) (name string, labels []label, value float64, ok bool) {
-	i := 0
-	for i < len(l) && l[i] != '{' && l[i] != ' ' {
-		i++
-	}
-	name = l[:i]
-	if !metricName(name) {
-		return "", nil, 0, false
-	}
-	if i < len(l) && l[i] == '{' {
-		i++
-		for i < len(l) && l[i] != '}' {
-			j := i
-			for j < len(l) && l[j] != '=' {
-				j++
-			}
-			k := l[i:j]
-			if !metricName(k) || strings.Contains(k, ":") || j+1 >= len(l) || l[j+1] != '"' {
-				return "", nil, 0, false
-			}
-			var v strings.Builder
-			e := j + 2
-			for ; e < len(l) && l[e] != '"'; e++ {
-				c := l[e]
-				if c == '\\' {
-					if e+1 >= len(l) {
-						return "", nil, 0, false
-					}
-					e++
-					switch l[e] {
-					case '\\', '"':
-						c = l[e]
-					case 'n':
-						c = '\n'
-					default:
-						return "", nil, 0, false
-					}
-				}
-				v.WriteByte(c)
-			}
-			if e >= len(l) {
-				return "", nil, 0, false
-			}
-			if slices.ContainsFunc(labels, func(o label) bool { return o.name == k }) {
-				return "", nil, 0, false
-			}
-			labels = append(labels, label{k, v.String()})
-			i = e + 1
-			if i < len(l) && l[i] == ',' {
-				i++
-				for i < len(l) && l[i] == ' ' {
-					i++
-				}
-			} else if i >= len(l) || l[i] != '}' {
-				return "", nil, 0, false
-			}
-		}
-		if i >= len(l) {
-			return "", nil, 0, false
-		}
-		i++ // '}'
-	}
-	if i >= len(l) || l[i] != ' ' {
-		return "", nil, 0, false
-	}
-	v, _, _ := strings.Cut(l[i+1:], " ") // a timestamp, if any, is ignored
-	value, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return "", nil, 0, false
-	}
-	return name, labels, value, true
-}
-
-// metricName reports whether s is a Prometheus metric name.
-func metricName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || c == ':' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -180,6 +180,7 @@ func (p *parser) sample(n int, l string) {
 		p.errorf(n, "%v: %q", err, l)
 		return
 	}
+	slices.Sort(labels)
 	key := name + "{" + strings.Join(labels, ",") + "}"
 	if p.series[key] {
 		p.errorf(n, "series %s twice", key)
@@ -278,8 +279,48 @@ func (p *parser) close() {
 	p.cur = nil
 }
 
+// Label is one label of a sample, its value unescaped.
+type Label struct{ Name, Value string }
+
+// SplitSample splits one sample line, `name{k="v",...} value` (no
+// timestamp), as Parse reads it: its labels in the order written, their
+// values unescaped (\\, \", \n). The error says what is wrong. The
+// dashboard (admin) reads this process's own /metrics with it.
+func SplitSample(l string) (name string, labels []Label, value float64, err error) {
+	name, raw, value, err := splitSample(l)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	labels = make([]Label, 0, len(raw))
+	for _, lv := range raw {
+		k, v, _ := strings.Cut(lv, "=")
+		labels = append(labels, Label{k, unescape(v[1 : len(v)-1])})
+	}
+	return name, labels, value, nil
+}
+
+// unescape undoes a label value's escapes (splitSample allowed only \\,
+// \" and \n).
+func unescape(v string) string {
+	if !strings.Contains(v, `\`) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c == '\\' && i+1 < len(v) {
+			i++
+			if c = v[i]; c == 'n' {
+				c = '\n'
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
 // splitSample splits `name{k="v",...} value` into its parts; labels as
-// written (k="v", value still escaped), sorted.
+// written (k="v", value still escaped), in their order.
 func splitSample(l string) (name string, labels []string, value float64, err error) {
 	i := 0
 	for i < len(l) && l[i] != '{' && l[i] != ' ' {
@@ -346,7 +387,6 @@ func splitSample(l string) (name string, labels []string, value float64, err err
 	if err != nil {
 		return "", nil, 0, errors.New("bad value")
 	}
-	slices.Sort(labels)
 	return name, labels, value, nil
 }
 
