@@ -20,6 +20,14 @@ type BackendInfo struct {
 	// /metrics (serve --scrape-interval); nil when it is not scraped or
 	// the values are stale.
 	Engine *EngineInfo `json:"engine,omitempty"`
+	// Models are the model names it serves (its pools: what its GET
+	// /v1/models lists, or what configuration pins), sorted;
+	// ModelsState says where they come from: listed, pinned, or unknown
+	// (not listed yet: it is sent only models no other backend serves);
+	// ModelsError is the last fetch's failure.
+	Models      []string `json:"models"`
+	ModelsState string   `json:"models_state,omitempty"`
+	ModelsError string   `json:"models_error,omitempty"`
 }
 
 // EngineInfo is what a backend's engine last reported about its load

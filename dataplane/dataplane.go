@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/saltus-lb/saltus/shard/state"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 
 // Config is the serving path's configuration: each component's own
@@ -50,6 +52,17 @@ type Config struct {
 	// the template Build loads with the tokenizer.
 	Router    shard.Config
 	Backends  []string // "url" or "name=url", added by Build
+	// BackendModels pins configured backends to models: "backend=model"
+	// entries, backend a name or URL of Backends, one model each (repeat
+	// for several). A pinned backend serves exactly its pinned models
+	// (upstream/fleet). Validate with CheckBackendModels.
+	BackendModels []string
+	// Fleet discovers each backend's models (GET /v1/models) and groups
+	// them into pools (upstream/fleet).
+	Fleet fleet.Config
+	// AdminToken is the bearer token the adapter endpoints require (the
+	// admin listener's, --admin-token); "" none.
+	AdminToken string
 	Tokenizer string   // a HuggingFace tokenizer.json (or its directory, or .json.gz); "" = byte-block mode
 	// Cluster makes this router a member of a cluster of routers
 	// sharing routes and load (gossip); its Bind "" (the default) runs
@@ -75,7 +88,7 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig()}
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig()}
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }
@@ -88,6 +101,7 @@ type Path struct {
 	Backends admin.Backends // the admin API's view of Set
 	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
 	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
+	Fleet    *fleet.Fleet   // the model pools
 	State    *state.Saver   // nil without Config.State.Dir
 	// Static owns the configured backends (Config.Backends): Reload's
 	// SyncBackends keeps them equal to the file's list.
@@ -215,9 +229,8 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		return nil, err
 	}
 	var static []int
-	for _, nu := range cfg.Backends {
-		name, u := SplitBackend(nu)
-		b, err := bset.AddNamed(name, u)
+	for _, t := range Targets(cfg.Backends, cfg.BackendModels) {
+		b, err := bset.AddTarget(t)
 		if err != nil {
 			bset.Close()
 			return nil, fmt.Errorf("backends: %w", err)
@@ -246,6 +259,14 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		return nil, err
 	}
 	h.h = router
+	fl, err := fleet.New(cfg.Fleet, bset, logger, set)
+	if err != nil {
+		_ = router.Close(context.Background()) // nothing was served: returns at once
+		bset.Close()
+		return nil, err
+	}
+	router.UseFleet(fl)
+	router.SetAdminToken(cfg.AdminToken)
 
 	var node *gossip.Node
 	if cfg.Cluster.Enabled() {
@@ -280,7 +301,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	}
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
-	p := &Path{Data: srv, Router: router, Set: bset, Backends: backendsAPI{bset}, Routes: routesAPI{router, node, nil},
+	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Backends: backendsAPI{bset, fl}, Routes: routesAPI{router, node, nil},
 		Cluster: node, State: saver, Static: bset.Managed("config", static...), watch: watch, probes: probes, sources: sources, cfg: cfg,
 		logger: logger.With("component", "dataplane")}
 	if watch != nil {
@@ -288,6 +309,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		p.Routes = routesAPI{router, node, p}
 	}
 	sources.Go("backends.reap", p.reap)
+	sources.Go("fleet", fl.Run)
 	return p, nil
 }
 
@@ -314,20 +336,70 @@ func (p *Path) reap(ctx context.Context) {
 }
 
 // Targets parses configured backends ("url" or "name=url") into the
-// backend set's targets.
-func Targets(list []string) []backend.Target {
+// backend set's targets, each with the models pinned to it (models:
+// "backend=model" entries, backend its name or URL; see
+// Config.BackendModels).
+func Targets(list, models []string) []backend.Target {
 	out := make([]backend.Target, 0, len(list))
 	for _, nu := range list {
 		name, u := SplitBackend(nu)
-		out = append(out, backend.Target{Name: name, URL: u})
+		t := backend.Target{Name: name, URL: u}
+		norm, _, _ := backend.ParseURL(u) // "" for a bad URL: AddTarget reports it
+		for _, m := range models {
+			who, model := splitPin(m)
+			if (name != "" && who == name) || who == u || (norm != "" && who == norm) {
+				if !slices.Contains(t.Models, model) {
+					t.Models = append(t.Models, model)
+				}
+			}
+		}
+		out = append(out, t)
 	}
 	return out
 }
 
+// splitPin splits a "backend=model" pin at its last '=' before the model
+// (a URL holds none; a model name may not hold '=' either).
+func splitPin(s string) (who, model string) {
+	i := strings.LastIndexByte(s, '=')
+	if i < 0 {
+		return "", s
+	}
+	return s[:i], s[i+1:]
+}
+
+// CheckBackendModels validates "backend=model" pins against the
+// configured backends: each names one of them (by name or URL) and a
+// non-empty model. The errors name the entry.
+func CheckBackendModels(backends, models []string) error {
+	var errs []error
+	for i, m := range models {
+		who, model := splitPin(m)
+		if who == "" || model == "" {
+			errs = append(errs, fmt.Errorf("backend-models[%d]: %q: want BACKEND=MODEL (BACKEND a configured backend's name or URL)", i, m))
+			continue
+		}
+		found := false
+		for _, nu := range backends {
+			name, u := SplitBackend(nu)
+			norm, _, _ := backend.ParseURL(u)
+			if who == name || who == u || (norm != "" && who == norm) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("backend-models[%d]: %q: no configured backend is named %q (give its name=URL in backends, or its URL)", i, m, who))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // SyncBackends makes the configured backends (Static's: "url" or
-// "name=url") the list's: see backend.Managed.Sync. Any goroutine.
-func (p *Path) SyncBackends(list []string) backend.SyncResult {
-	return p.Static.Sync(Targets(list))
+// "name=url", with their pinned models) the list's: see
+// backend.Managed.Sync. Any goroutine.
+func (p *Path) SyncBackends(list, models []string) backend.SyncResult {
+	return p.Static.Sync(Targets(list, models))
 }
 
 // Retune applies the settings of cfg that may change while the path
@@ -343,6 +415,7 @@ func (p *Path) Retune(cfg Config) error {
 	if err := errors.Join(rc.Validate(), bc.Validate(), sc.Validate()); err != nil {
 		return err // nothing applied
 	}
+	p.Router.SetAdminToken(cfg.AdminToken)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
 }
 
@@ -377,11 +450,17 @@ func (l *lateHandler) OwnAnswer(status int) {
 	}
 }
 
-// backendsAPI is the admin API's view of the backend set.
-type backendsAPI struct{ s *backend.Set }
+// backendsAPI is the admin API's view of the backend set and its pools.
+type backendsAPI struct {
+	s  *backend.Set
+	fl *fleet.Fleet
+}
 
-func backendInfo(b *backend.Backend) admin.BackendInfo {
+func (a backendsAPI) backendInfo(b *backend.Backend) admin.BackendInfo {
 	info := admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
+	if bm, ok := a.fl.Index().Backend(b.ID); ok {
+		info.Models, info.ModelsState, info.ModelsError = bm.Models, string(bm.State), bm.Error
+	}
 	if l, ok := b.Engine(); ok {
 		info.Engine = &admin.EngineInfo{Waiting: l.Waiting, Running: l.Running, KVUsage: l.KVUsage, KVTokens: l.KVTokens,
 			AgeMS: time.Since(l.At).Milliseconds()}
@@ -393,7 +472,7 @@ func (a backendsAPI) List() []admin.BackendInfo {
 	snap := a.s.Snapshot()
 	out := make([]admin.BackendInfo, 0, len(snap))
 	for _, b := range snap {
-		out = append(out, backendInfo(b))
+		out = append(out, a.backendInfo(b))
 	}
 	return out
 }
@@ -403,7 +482,7 @@ func (a backendsAPI) Add(url string) (admin.BackendInfo, error) {
 	if err != nil {
 		return admin.BackendInfo{}, err
 	}
-	return backendInfo(b), nil
+	return a.backendInfo(b), nil
 }
 
 func (a backendsAPI) Remove(id int) error { return notFound(a.s.Remove(id)) }

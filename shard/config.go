@@ -19,6 +19,16 @@ type Config struct {
 	// Model seeds the key chains (tree.ModelSeed). Default "": each
 	// request's own "model" field, so two models never share keys.
 	Model string
+	// AdapterUpdates: POST /v1/load_lora_adapter and
+	// /v1/unload_lora_adapter are served (adapters.go), behind the admin
+	// token when one is set. Default true: vLLM serves them when run-time
+	// updates are on; an operator who loads adapters otherwise turns it
+	// off (404).
+	AdapterUpdates bool
+	// AdapterEngines is how many engines of the base model's pool an
+	// adapter load goes to: 0 (default) every routable one, N the N
+	// least loaded (those that list it already count).
+	AdapterEngines int
 	// ChatTemplate names the template the caller built the renderer with
 	// ("" = detected from the tokenizer config). The Router only reports
 	// it: NewRouter takes the renderer itself.
@@ -169,6 +179,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		BlockSize:        tree.DefaultBlockSize,
+		AdapterUpdates:   true,
 		Tree:             tree.DefaultConfig(),
 		Pool:             tokenpool.DefaultConfig(),
 		LoadFactor:       2.0,
@@ -208,6 +219,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Pool.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("shard: Pool: %w", err))
+	}
+	if c.AdapterEngines < 0 {
+		errs = append(errs, fmt.Errorf("shard: AdapterEngines must not be negative, got %d", c.AdapterEngines))
 	}
 	if !(c.LoadFactor >= 1) { // also rejects NaN
 		errs = append(errs, fmt.Errorf("shard: LoadFactor must be at least 1, got %g", c.LoadFactor))

@@ -35,7 +35,7 @@ func rowOf(t *testing.T, d Decision, id int) Candidate {
 // Each term of the estimate, through Explain's table.
 func TestCostEstimateTerms(t *testing.T) {
 	t.Parallel()
-	bs := fleet(3)
+	bs := viewFleet(3)
 	for i := range bs {
 		bs[i].base, bs[i].rate = 0.010, 1000
 	}
@@ -89,13 +89,13 @@ func TestCostEstimateTerms(t *testing.T) {
 	bs[2].slots = 0
 	// No learned model: the defaults, kept within 2× of the fleet's
 	// median model (base 10 ms, 1000 tokens/s): 20 ms and 2000 tokens/s.
-	bs[2] = fleet(3)[2]
+	bs[2] = viewFleet(3)[2]
 	d = decide(p, bs, hits, keys, true, &s)
 	if r := rowOf(t, d, 2); !near(r.BaseMS, 20) || !near(r.PrefillMS, 80) || r.Queueing {
 		t.Errorf("defaults against a learned fleet: %+v", r)
 	}
 	// A whole fleet without a model: the defaults as they are.
-	fresh := fleet(3)
+	fresh := viewFleet(3)
 	d = decide(p, fresh, nil, keys, true, &s)
 	want := backend.DefaultPrefillBase.Seconds()*1e3 + 160/float64(backend.DefaultPrefillTokensPerSec)*1e3
 	if r := rowOf(t, d, 2); !near(r.EstMS, want) || r.Queueing {
@@ -108,7 +108,7 @@ func TestCostEstimateTerms(t *testing.T) {
 // not.
 func TestCostKVWait(t *testing.T) {
 	t.Parallel()
-	bs := fleet(2)
+	bs := viewFleet(2)
 	for i := range bs {
 		bs[i].base, bs[i].rate, bs[i].service = 0.010, 1000, 4
 		bs[i].engine, bs[i].kvCap, bs[i].running = true, 16000, 4
@@ -183,7 +183,7 @@ func TestCostKVWait(t *testing.T) {
 // less, however much cheaper that one looks.
 func TestCostNotQueueingNeverSkipped(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 2) // 32 tokens: a miss costs 4 ms
 	bs[3].pending = 1500                             // 187 ms queued: not queueing (QueueWait 200 ms)
 	hits := []tree.Hit{{Backend: 3, Blocks: 2}, {Backend: 1, Blocks: 1}}
@@ -206,7 +206,7 @@ func TestCostNearTieRendezvous(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 3))
 	for range 200 {
-		bs := fleet(6)
+		bs := viewFleet(6)
 		keys := randKeys(r, 8)
 		var hits []tree.Hit
 		for i := range bs {
@@ -235,7 +235,7 @@ func TestCostReplicationOrderStable(t *testing.T) {
 	t.Parallel()
 	const n = 10000
 	r := rand.New(rand.NewPCG(4, 4))
-	bs := fleet(9)
+	bs := viewFleet(9)
 	s := newScratch()
 	added, removed := 0, 0
 	for range n {
@@ -270,7 +270,7 @@ func TestCostReplicationOrderStable(t *testing.T) {
 // globally least loaded.
 func TestCostHotPrefixSpreadsInOrder(t *testing.T) {
 	t.Parallel()
-	bs := fleet(6)
+	bs := viewFleet(6)
 	keys := randKeys(rand.New(rand.NewPCG(5, 5)), 40) // 640 tokens: a miss 80 ms
 	order := rendezvous(nil, bs, keys)
 	h1 := order[0].i
@@ -311,7 +311,7 @@ func TestCostHotPrefixSpreadsInOrder(t *testing.T) {
 // is not exists; when all queue, the least estimate.
 func TestCostColdSkipsQueueing(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(6, 6)), 4)
 	order := rendezvous(nil, bs, keys)
 	s := newScratch()
@@ -352,7 +352,7 @@ func TestCostColdSkipsQueueing(t *testing.T) {
 // cost is within the slack.
 func TestCostSlackBuysNoWait(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(7, 7)), 4) // 64 tokens
 	order := rendezvous(nil, bs, keys)
 	for i := range bs {
@@ -391,7 +391,7 @@ func TestCostSlackBuysNoWait(t *testing.T) {
 
 func TestCostSessionPin(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(7, 7)), 4)
 	hits := []tree.Hit{{Backend: 1, Blocks: 4}}
 	s := newScratch()
@@ -433,7 +433,7 @@ func TestBodyHash(t *testing.T) {
 	t.Parallel()
 	p := costPolicy
 	p.kind = kindBodyHash
-	bs := fleet(8)
+	bs := viewFleet(8)
 	long := strings.Repeat("x", 600)
 	s := newScratch()
 	d := decideBodyHash(p, bs, []byte(long+"tail one"), 5, &s)
@@ -468,7 +468,7 @@ func TestRanvierEqualsOldPrefix(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(8, 8))
 	for range 3000 {
-		bs := fleet(1 + r.IntN(8))
+		bs := viewFleet(1 + r.IntN(8))
 		for i := range bs {
 			bs[i].inFlight = int64(r.IntN(12))
 			bs[i].routable = r.IntN(6) != 0
@@ -650,7 +650,7 @@ func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTre
 // holder; below that it keeps its requests.
 func TestCostBoundedLoad(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	for i := range bs {
 		bs[i].inFlight = 2
 	}
@@ -695,7 +695,7 @@ func firstOther(bs []view, order []scored, not int) int {
 // moves it.
 func TestCostNewHolderPricesEviction(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(10, 10)), 75) // 1,200 tokens: a miss 150 ms
 	order := rendezvous(nil, bs, keys)
 	h := order[0].i
@@ -742,7 +742,7 @@ func TestCostNewHolderPricesEviction(t *testing.T) {
 // a whole answer there). Unlearned, the same holder keeps it.
 func TestCostSlotWait(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(11, 11)), 160) // 2,560 tokens: a miss 320 ms
 	hits := []tree.Hit{{Backend: 2, Blocks: 160}}
 	for i := range bs {

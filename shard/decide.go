@@ -102,6 +102,10 @@ type Decision struct {
 	RunnerUp   int         `json:"runner_up"`
 	RunnerUpMS float64     `json:"runner_up_ms"`
 	Table      []Candidate `json:"table,omitempty"`
+	// Model is the request's model and Pool the IDs of the backends that
+	// serve it (pools.go; empty: every backend), for Explain only.
+	Model string `json:"model,omitempty"`
+	Pool  []int  `json:"pool,omitempty"`
 }
 
 // view is one backend as the decision sees it, read once per decision.

@@ -9,7 +9,7 @@ import (
 	"github.com/saltus-lb/saltus/tree"
 )
 
-func fleet(n int) []view {
+func viewFleet(n int) []view {
 	bs := make([]view, n)
 	for i := range bs {
 		url := fmt.Sprintf("http://10.0.0.%d:8000", i+1)
@@ -45,7 +45,7 @@ func TestDecideTree(t *testing.T) {
 			t.Fatalf("candidates %v url %q for backend %d", d.Candidates, d.URL, d.Backend)
 		}
 	}
-	bs := fleet(4)
+	bs := viewFleet(4)
 	// The deepest holder wins.
 	f(bs, []tree.Hit{{Backend: 1, Blocks: 2}, {Backend: 3, Blocks: 5}, {Backend: 2, Blocks: 4}}, 3, 5, ReasonTree)
 	// Equal depth: fewer in-flight, then lower id.
@@ -54,7 +54,7 @@ func TestDecideTree(t *testing.T) {
 	bs[3].inFlight = 1
 	f(bs, []tree.Hit{{Backend: 3, Blocks: 5}, {Backend: 1, Blocks: 5}}, 1, 5, ReasonTree)
 	// An unroutable holder is skipped for the next deepest.
-	bs = fleet(4)
+	bs = viewFleet(4)
 	bs[3].routable = false
 	f(bs, []tree.Hit{{Backend: 3, Blocks: 6}, {Backend: 0, Blocks: 2}}, 0, 2, ReasonTree)
 	// A holder no longer in the Set is skipped too; with no holder left:
@@ -69,7 +69,7 @@ func TestDecideTree(t *testing.T) {
 func TestDecideHashStableAndOrderFree(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
-	bs := fleet(8)
+	bs := viewFleet(8)
 	var s1, s2 scratch
 	counts := make([]int, 8)
 	const n = 8000
@@ -98,7 +98,7 @@ func TestDecideHashStableAndOrderFree(t *testing.T) {
 
 func TestDecideHashUsesFirstFourBlocks(t *testing.T) {
 	t.Parallel()
-	bs := fleet(16)
+	bs := viewFleet(16)
 	var s scratch
 	r := rand.New(rand.NewPCG(3, 4))
 	moved := 0
@@ -124,7 +124,7 @@ func TestDecideHashUsesFirstFourBlocks(t *testing.T) {
 func TestDecideAddBackendMovesOneNth(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
-	bs := fleet(9)
+	bs := viewFleet(9)
 	var s scratch
 	const n = 9000
 	moved := 0
@@ -149,7 +149,7 @@ func TestDecideLoad(t *testing.T) {
 	t.Parallel()
 	keys := []uint64{11, 12, 13}
 	var s scratch
-	bs := fleet(5)
+	bs := viewFleet(5)
 	hits := []tree.Hit{{Backend: 2, Blocks: 3}, {Backend: 4, Blocks: 1}}
 	// Median 2: bound max(2×2, 4) = 4. Backend 2 at 5 is skipped for the
 	// least loaded (1 and 3 at 0: the lower id).
@@ -182,7 +182,7 @@ func TestDecideLoad(t *testing.T) {
 		t.Fatalf("got %+v", d)
 	}
 	// The least loaded is never diverted from.
-	one := fleet(1)
+	one := viewFleet(1)
 	one[0].inFlight = 100
 	if d = decide(testPolicy, one, nil, keys, true, &s); d.Backend != 0 || d.Diverted {
 		t.Fatalf("single backend: got %+v", d)
@@ -192,7 +192,7 @@ func TestDecideLoad(t *testing.T) {
 func TestDecideFallbackAndNone(t *testing.T) {
 	t.Parallel()
 	var s scratch
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := []uint64{7, 8}
 	hits := []tree.Hit{{Backend: 0, Blocks: 2}}
 	// Without the tree: the hash's pick, reason fallback.

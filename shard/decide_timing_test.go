@@ -11,7 +11,7 @@ import (
 // varied loads and a 12-block request; prefix gets three tree holders. It
 // allocates only the Candidates slice (1 alloc/op).
 func BenchmarkDecide(b *testing.B) {
-	bs := fleet(16)
+	bs := viewFleet(16)
 	for i := range bs {
 		bs[i].inFlight = int64(i % 5)
 	}

@@ -201,8 +201,11 @@ type fakeUpstream struct {
 	proxies   sync.WaitGroup
 	calls     chan forwardCall
 	models    []byte
-	modelsErr error // set before the first Models call
+	modelsErr error                       // set before the first Models call
+	controlFn atomic.Pointer[controlFunc] // Control's answer; nil: 200
 }
+
+type controlFunc func(b *backend.Backend, path string, body []byte) (int, []byte, error)
 
 func newFakeUpstream(n int) *fakeUpstream {
 	u := &fakeUpstream{inFlight: make([]atomic.Int64, n), down: make([]atomic.Bool, n),
@@ -221,6 +224,16 @@ func (u *fakeUpstream) state(b *backend.Backend) (int64, bool) {
 }
 
 func (u *fakeUpstream) Snapshot() []*backend.Backend { return *u.snap.Load() }
+
+// Control answers an adapter operation with controlFn's answer (nil: 200).
+func (u *fakeUpstream) Control(b *backend.Backend, path string, body []byte, _ time.Time) (int, []byte, error) {
+	if f := u.controlFn.Load(); f != nil {
+		return (*f)(b, path, body)
+	}
+	return 200, []byte("Success"), nil
+}
+
+func (u *fakeUpstream) Label(b *backend.Backend) string { return b.URL }
 
 // Loop is loop i's part of the fake: its ForwardOnLoop is Forward.
 func (u *fakeUpstream) Loop(int) upstreamLoop { return fakeLoop{u} }

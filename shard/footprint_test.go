@@ -38,7 +38,7 @@ func TestFootprints(t *testing.T) {
 		t.Fatal("a third pair fits a table of 2")
 	}
 	// The home is the backend the group went to last.
-	bs := fleet(2)
+	bs := viewFleet(2)
 	if h := f.scan(doc, bs, 50); h != 1 {
 		t.Fatalf("home %d, want 1", h)
 	}
@@ -64,7 +64,7 @@ func TestFootprints(t *testing.T) {
 // cheapest, and to the cheapest when home is clearly busier.
 func TestCostColdGoesHome(t *testing.T) {
 	t.Parallel()
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(22, 22)), 20)
 	order := rendezvous(nil, bs, keys)
 	home := order[3].i // last in rendezvous order

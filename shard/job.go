@@ -19,6 +19,7 @@ import (
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 
 // Stages a job is posted for (job.post): one method value per job runs
@@ -87,6 +88,9 @@ type job struct {
 	fresh   bool
 	freshID int
 	fb      routeFeedback // the tree decision, for pending routes and feedback (pending.go)
+	// pool is the backends that serve the request's model (pools.go);
+	// nil: every backend.
+	pool *fleet.Pool
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its
@@ -335,7 +339,7 @@ func (j *job) lookup() {
 	now := j.r.now()
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
-	sh.views = j.r.views(sh.views[:0], snap)
+	sh.views = j.r.views(sh.views[:0], snap, j.pool)
 	d := j.decideWith(sh, sh.hits, true)
 	j.markFresh(d, sh.hits, now)
 	j.pend(d, now)
@@ -370,7 +374,7 @@ func (j *job) decideHere() { j.decideAt(j.loop) }
 func (j *job) decideAt(cur int) {
 	sh := j.r.shards[cur]
 	snap := j.r.up.Snapshot()
-	sh.views = j.r.views(sh.views[:0], snap)
+	sh.views = j.r.views(sh.views[:0], snap, j.pool)
 	rr := sh.sc.rr
 	d := j.decideWith(sh, nil, false)
 	if j.explain != nil {
@@ -382,9 +386,13 @@ func (j *job) decideAt(cur int) {
 	j.finish(d, snap, cur)
 }
 
-// views reads every backend's state once.
-func (r *Router) views(dst []view, snap []*backend.Backend) []view {
+// views reads the state of every backend of pool (nil: every backend)
+// once.
+func (r *Router) views(dst []view, snap []*backend.Backend, pool *fleet.Pool) []view {
 	for _, b := range snap {
+		if pool != nil && !pool.Has(b.ID) {
+			continue
+		}
 		inFlight, routable := r.state(b)
 		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable}
 		if r.pol.kind == kindPrefix {
@@ -401,6 +409,10 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
 		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
+		d.Model = j.d.model
+		if j.pool != nil {
+			d.Pool = slices.Clone(j.pool.IDs)
+		}
 		//saltus:allow R2 buffered (1) and sent once per job: it never waits
 		j.explain <- d
 		return

@@ -14,7 +14,7 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, other, models, unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
+		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, other: other POST /v1/* and vLLM's /tokenize, /detokenize, /pooling, /classify, /score, /rerank, /v2/rerank; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
 		"saltus_route_decisions_total":         "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
 		"saltus_route_diverted_total":          "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
 		"saltus_router_prefix_match_ratio":     "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
@@ -34,6 +34,8 @@ func init() {
 		"saltus_responses_ids_expired_total":   "Response ids forgotten after their TTL.",
 		"saltus_responses_ids_dropped_total":   "Response ids not remembered because their owner shard's mailbox was full.",
 		"saltus_responses_id_lookups_total":    "Requests naming a response id (previous_response_id, /v1/responses/{id}), by result: hit (sent to its backend), unknown, unroutable (its backend is gone or not routable).",
+		"saltus_pool_refused_total":            "Requests saltus answered itself for their model, by reason: model_not_found (404: no backend serves the model; nothing forwarded), no_backend (503: every backend serving it is down or draining).",
+		"saltus_adapter_operations_total":      "LoRA adapter loads and unloads forwarded to engines, by op (load, unload) and result (ok, error: the engine refused or did not answer).",
 		"saltus_tree_nodes":                    "Nodes of the route table, summed over shards.",
 		"saltus_tree_blocks":                   "Blocks (16-token edges, or 64-byte blocks without a tokenizer) the route table holds, summed over shards.",
 		"saltus_tree_evictions_total":          "Route table nodes removed (LRU under its block bound, TTL expiry, backend removal), summed over shards.",
@@ -54,10 +56,16 @@ const (
 	routeResponses                  // POST /v1/responses
 	routeResponseID                 // /v1/responses/{id}[/cancel|/input_items]
 	routeNone                       // no route: the reactor's own answers (framing errors, max-conns), OPTIONS *
+	routeAdapters                   // POST /v1/load_lora_adapter, /v1/unload_lora_adapter (adapters.go)
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none"}
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none", "adapters"}
+
+// rootPaths are vLLM's endpoints outside /v1 that name a model: routed
+// to the model's pool like POST /v1/embeddings (route other).
+var rootPaths = map[string]bool{"/tokenize": true, "/detokenize": true, "/pooling": true, "/classify": true,
+	"/score": true, "/rerank": true, "/v2/rerank": true}
 
 // classify maps a request line to its route, and to the Allow header of a
 // 405 ("" when the method is allowed). path is the reactor's normal form
@@ -80,6 +88,11 @@ func classify(method, path string) (routeID, string) {
 		return routeModels, "GET, HEAD"
 	case "/v1/responses":
 		return routeResponses, allowOnly(method, "POST")
+	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
+		return routeAdapters, allowOnly(method, "POST")
+	}
+	if rootPaths[path] {
+		return routeOther, allowOnly(method, "POST")
 	}
 	if _, allow, ok := responsePathID(path); ok {
 		if slices.Contains(strings.Split(allow, ", "), method) {
@@ -131,6 +144,13 @@ type routerMetrics struct {
 	overflow, learned, learnSkipped, learnDropped, learnErrors, clientGone *metrics.Counter
 	footFull, remoteInserted                                               *metrics.Counter
 
+	// poolRefused counts requests refused for their model (pools.go), by
+	// refusedNames.
+	poolRefused [numRefused]*metrics.Counter
+	// adapterOps[op][result]: op 0 load, 1 unload; result 0 ok, 1 error
+	// (adapters.go).
+	adapterOps [2][2]*metrics.Counter
+
 	// Bodies refused by Config.Body's check, by scanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
 	refused                  [numScanKinds]*metrics.Counter
@@ -151,6 +171,14 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		footFull:     set.NewCounter("saltus_route_footprint_full_total"),
 	}
 	m.remoteInserted = set.NewCounter("saltus_route_remote_inserted_total")
+	for op, on := range [2]string{"load", "unload"} {
+		for res, rn := range [2]string{"ok", "error"} {
+			m.adapterOps[op][res] = set.NewCounter(`saltus_adapter_operations_total{op="` + on + `",result="` + rn + `"}`)
+		}
+	}
+	for i, n := range refusedNames {
+		m.poolRefused[i] = set.NewCounter(`saltus_pool_refused_total{reason="` + n + `"}`)
+	}
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
 	}

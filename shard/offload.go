@@ -63,7 +63,21 @@ func (r *Router) decodeOff(j *job) {
 		r.m.clientGone.Inc()
 		return
 	}
+	if !routedByPrefix(j.route) {
+		// Only its model is read, for its pool (pools.go).
+		j.d.model = bodyModel(j.req.Body)
+		if e := j.admit(); e != nil {
+			r.fail(j.x, j.route, e)
+			return
+		}
+		r.shards[j.loop].poster(j.decideHere)
+		return
+	}
 	if e := j.prepare(j.req.Body, nil); e != nil {
+		r.fail(j.x, j.route, e)
+		return
+	}
+	if e := j.admit(); e != nil {
 		r.fail(j.x, j.route, e)
 		return
 	}

@@ -40,7 +40,7 @@ func TestDecideRoundRobin(t *testing.T) {
 	p := policy{kind: kindRoundRobin, maxCandidates: 3}
 	keys := []uint64{1, 2, 3}
 	var s scratch
-	bs := fleet(4)
+	bs := viewFleet(4)
 	bs[0].inFlight = 100 // load plays no part
 	hits := deepHits(bs)
 	f := func(wantID int, wantCands ...int) {
@@ -77,7 +77,7 @@ func TestDecideRoundRobin(t *testing.T) {
 	// The cursor survives a shrinking Set (it wraps).
 	s.rr = 7
 	f(3, 3, 0, 1)
-	two := fleet(2)
+	two := viewFleet(2)
 	s.rr = 3
 	if d := decide(p, two, nil, nil, false, &s); d.Backend != 1 || d.TotalBlocks != 0 || !slices.Equal(d.Candidates, []int{1, 0}) {
 		t.Fatalf("two backends: %+v", d)
@@ -108,7 +108,7 @@ func TestDecideLeastRequestPicksLessLoaded(t *testing.T) {
 	keys := []uint64{1, 2}
 	s := scratch{rng: rand.New(rand.NewPCG(7, 8))}
 	// Two backends: both are always drawn; the less loaded wins.
-	bs := fleet(2)
+	bs := viewFleet(2)
 	bs[0].inFlight = 5
 	for range 50 {
 		d := decide(p, bs, deepHits(bs), keys, true, &s)
@@ -119,7 +119,7 @@ func TestDecideLeastRequestPicksLessLoaded(t *testing.T) {
 	}
 	// Five backends, one unroutable: the draws replayed from a source of
 	// the same seed predict every pick (ties: the first drawn).
-	bs = fleet(5)
+	bs = viewFleet(5)
 	for i, l := range []int64{3, 1, 1, 4, 0} {
 		bs[i].inFlight = l
 	}
@@ -154,7 +154,7 @@ func TestDecideLeastRequestPicksLessLoaded(t *testing.T) {
 		t.Fatalf("draws covered %d ordered pairs, want 12", len(seen))
 	}
 	// One routable backend serves alone, without a draw; none: -1.
-	one := fleet(3)
+	one := viewFleet(3)
 	one[0].routable, one[2].routable = false, false
 	if d := decide(p, one, nil, keys, true, &s); d.Backend != 1 || !slices.Equal(d.Candidates, []int{1}) {
 		t.Fatalf("one routable: %+v", d)
@@ -170,7 +170,7 @@ func TestDecideLeastRequestFavoursLowLoad(t *testing.T) {
 	p := policy{kind: kindLeastRequest, maxCandidates: 3}
 	s := scratch{rng: rand.New(rand.NewPCG(11, 12))}
 	const n, draws = 8, 16000
-	bs := fleet(n)
+	bs := viewFleet(n)
 	for i := range bs {
 		bs[i].inFlight = int64(i) // backend i is the i-th least loaded
 	}
@@ -225,7 +225,7 @@ func TestHashCapacity(t *testing.T) {
 func TestDecideConsistentHashStable(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(13, 14))
-	bs := fleet(8)
+	bs := viewFleet(8)
 	var s, s2 scratch
 	counts := make([]int, 8)
 	const n = 8000
@@ -265,7 +265,7 @@ func TestDecideConsistentHashStable(t *testing.T) {
 func TestDecideConsistentHashBound(t *testing.T) {
 	t.Parallel()
 	var s scratch
-	bs := fleet(4)
+	bs := viewFleet(4)
 	keys := []uint64{21, 22, 23, 24, 25}
 	order := rendezvous(nil, bs, keys)
 	o := make([]int, len(order)) // backend IDs in the key's order
@@ -316,7 +316,7 @@ func TestDecideConsistentHashBound(t *testing.T) {
 	// Property: over random loads, the pick is the first in order below
 	// the capacity, and never above it after taking the request.
 	r := rand.New(rand.NewPCG(15, 16))
-	bs = fleet(6)
+	bs = viewFleet(6)
 	for range 2000 {
 		var total int64
 		for i := range bs {
@@ -346,7 +346,7 @@ func TestDecideConsistentHashBound(t *testing.T) {
 func TestDecideConsistentHashAddBackendMovesOneNth(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(17, 18))
-	bs := fleet(9)
+	bs := viewFleet(9)
 	var s scratch
 	const n = 9000
 	moved := 0

@@ -34,6 +34,10 @@ type exchange interface {
 type upstream interface {
 	Snapshot() []*backend.Backend
 	Models(ctx context.Context) ([]byte, error)
+	// Control POSTs a control request (an adapter load) to b; Label
+	// names b as clients see it.
+	Control(b *backend.Backend, path string, body []byte, deadline time.Time) (int, []byte, error)
+	Label(b *backend.Backend) string
 	// Loop is loop i's part of the set: its Shard keeps it.
 	Loop(i int) upstreamLoop
 }
@@ -104,6 +108,9 @@ type Router struct {
 	closed atomic.Bool
 
 	peers      Peers                      // cluster peers (cluster.go); nil: none. Set before the loops start
+	fleet      Fleet                      // model pools (pools.go); nil: every backend serves every model. Set before the loops start
+	adapters   chan exchange              // bounded queue of adapter loads and unloads (adapters.go)
+	adminToken atomic.Pointer[string]     // SetAdminToken's (adapters.go)
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
 	budget     valueBudget                // values being parsed off the loop (offload.go)
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
@@ -203,16 +210,17 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
 			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds(),
 			loadTokens: float64(cfg.LoadTokens), loadSlack: cfg.LoadSlack, kvTokens: float64(cfg.KVTokens)},
-		up:     up,
-		state:  state,
-		tmpl:   tmpl,
-		logger: logger.With("component", "shard"),
-		m:      newRouterMetrics(set),
-		fb:     newFeedbackMetrics(set),
-		rs:     newRespState(set, loops),
-		group:  rules.NewGroup(context.Background()),
-		epoch:  time.Now(),
-		models: make(chan exchange, modelsQueue),
+		up:       up,
+		state:    state,
+		tmpl:     tmpl,
+		logger:   logger.With("component", "shard"),
+		m:        newRouterMetrics(set),
+		fb:       newFeedbackMetrics(set),
+		rs:       newRespState(set, loops),
+		group:    rules.NewGroup(context.Background()),
+		epoch:    time.Now(),
+		models:   make(chan exchange, modelsQueue),
+		adapters: make(chan exchange, adaptersQueue),
 	}
 	r.tuned.Store(new(r.pol))
 	r.learn.Store(cfg.LearnFromUsage)
@@ -256,6 +264,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	for i := range modelsWorkers {
 		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
 	}
+	r.group.Go("shard.adapters", r.adapterWorker)
 	for i := range cfg.DecodeWorkers {
 		r.group.Go(fmt.Sprintf("shard.decode/%d", i), r.decodeWorker)
 	}
@@ -299,6 +308,14 @@ func (r *Router) serve(x exchange) {
 			msg: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
 			reactor.Header{Name: "Allow", Value: allow})
 		return
+	case rt == routeAdapters:
+		select {
+		case r.adapters <- x:
+		default:
+			r.fail(x, rt, &apiError{status: 503, typ: "server_error", code: "overloaded",
+				msg: fmt.Sprintf("too many adapter loads and unloads waiting (%d); retry later", adaptersQueue)})
+		}
+		return
 	case rt == routeModels:
 		select {
 		case r.models <- x:
@@ -315,22 +332,39 @@ func (r *Router) serve(x exchange) {
 		j.routeByID()
 		return
 	}
-	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
-		// Not routed by prefix: no keys, nothing learned. prefix and
-		// consistent_hash send it to the least loaded backend (reason
-		// fallback), round_robin and least_request as any request.
-		j.decideHere()
+	if len(req.Body) > r.cfg.OffloopBytes && (r.fleet != nil || routedByPrefix(rt)) {
+		r.offload(j) // decoded (and rendered) off the loop, then tokenize there
 		return
 	}
-	if len(req.Body) > r.cfg.OffloopBytes {
-		r.offload(j) // decoded and rendered off the loop, then tokenize there
+	if !routedByPrefix(rt) {
+		// Not routed by prefix: no keys, nothing learned; only its model
+		// is read, for its pool. prefix and consistent_hash send it to
+		// the least loaded backend (reason fallback), round_robin and
+		// least_request as any request.
+		if r.fleet != nil {
+			j.d.model = bodyModel(req.Body)
+		}
+		if e := j.admit(); e != nil {
+			r.fail(x, rt, e)
+			return
+		}
+		j.decideHere()
 		return
 	}
 	if e := j.prepare(req.Body, &r.shards[j.loop].dec); e != nil {
 		r.fail(x, rt, e)
 		return
 	}
+	if e := j.admit(); e != nil {
+		r.fail(x, rt, e)
+		return
+	}
 	j.tokenize()
+}
+
+// routedByPrefix: the route's body is decoded, tokenized and keyed.
+func routedByPrefix(rt routeID) bool {
+	return rt == routeChat || rt == routeCompletions || rt == routeResponses
 }
 
 // fail answers x with an OpenAI-style error, with the request's
@@ -433,12 +467,24 @@ func (r *Router) modelsWorker(ctx context.Context) {
 			}
 		case x := <-r.models:
 			if id := modelPathID(x.Request().Path); id != "" {
-				r.retrieveModel(ctx, x, id) // GET /v1/models/{id} (models.go)
+				if r.fleet == nil || !r.retrievePooled(x, id) {
+					r.retrieveModel(ctx, x, id) // GET /v1/models/{id} (models.go)
+				}
 				continue
 			}
-			c, cancel := context.WithTimeout(ctx, modelsTimeout)
-			body, err := r.up.Models(c)
-			cancel()
+			var (
+				body []byte
+				err  error
+			)
+			if r.fleet != nil && r.routableAny() {
+				body = r.listModels() // the pools (pools.go)
+			}
+			if body == nil {
+				// No pool known: ask the backends.
+				c, cancel := context.WithTimeout(ctx, modelsTimeout)
+				body, err = r.up.Models(c)
+				cancel()
+			}
 			if errors.Is(err, backend.ErrNoCandidate) {
 				// Not an empty list: that would say the model does not exist.
 				r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
@@ -468,6 +514,9 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 	j := &job{r: r, route: rt, explain: make(chan Decision, 1), rawBody: body}
 	if e := j.prepare(body, nil); e != nil {
 		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
+	}
+	if e := j.admit(); e != nil {
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}, e
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {

@@ -32,7 +32,7 @@ type liveSettings interface {
 	// (serveKey.live) and ignores the others.
 	Retune(cfg dataplane.Config) error
 	// SyncBackends makes the configured backends the list's.
-	SyncBackends(list []string) backend.SyncResult
+	SyncBackends(list, models []string) backend.SyncResult
 }
 
 // tokenSetter is the admin listener's token as a reload changes it;
@@ -148,14 +148,14 @@ func (r *reloader) reload() (reloadReport, error) {
 		}
 	}
 	if r.path != nil {
-		if err := r.path.Retune(cfg.Config); err != nil { // validated: not expected
+		if err := r.path.Retune(cfg.servingConfig()); err != nil { // validated: not expected
 			r.failed.Inc()
 			r.logger.Error("configuration reload failed; the running configuration stays", "err", err)
 			return reloadReport{}, fmt.Errorf("%w: %w", errReload, err)
 		}
 		// Every reload re-applies the file's backends: one removed
 		// through the admin API comes back.
-		rep.Backends = r.path.SyncBackends(cfg.Backends)
+		rep.Backends = r.path.SyncBackends(cfg.Backends, cfg.BackendModels)
 		for _, e := range rep.Backends.Errors {
 			rep.BackendErrors = append(rep.BackendErrors, e.Error())
 		}

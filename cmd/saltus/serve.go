@@ -81,7 +81,15 @@ func buildDataPlane(cfg serveConfig, logger *slog.Logger, set *metrics.Set) (*se
 	if err != nil {
 		return nil, err
 	}
-	return &servingPath{data: pathData{p}, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close, live: p}, nil
+	ready := func() bool {
+		select {
+		case <-p.Fleet.Ready():
+		default:
+			return false // the first round of GET /v1/models is under way (at most --models-interval's timeout, 3 s)
+		}
+		return admin.Routable(p.Backends.List())
+	}
+	return &servingPath{data: pathData{p}, router: p.Router, backends: p.Backends, routes: p.Routes, close: p.Close, live: p, ready: ready}, nil
 }
 
 // pathData is a dataplane.Path as the lifecycle's data plane: its Start

@@ -136,6 +136,16 @@ var serveKeys = []serveKey{
 		help: "`path` of PEM CA certificates; when set, admin clients must present a certificate they signed (mutual TLS); needs --admin-tls-cert-file"},
 	{key: "backends", live: true, flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
 		help: "backend `URL` http://host:port or https://host:port, or name=URL to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
+	{key: "backend-models", live: true, bind: func(c *serveConfig) value { return listV{&c.BackendModels, new(bool)} },
+		help: "pin a configured backend to a model: `BACKEND=MODEL`, BACKEND its name or URL; repeat (or separate by commas) for several models or backends. " +
+			"A pinned backend serves exactly its pinned models (for engines without GET /v1/models, or to keep one out of a pool); the others serve what their /v1/models lists"},
+	{key: "models-interval", bind: func(c *serveConfig) value { return durV{&c.Fleet.Interval} },
+		help: "`duration` between fetches of each backend's GET /v1/models (its models and LoRA adapters: the pools requests are routed in); " +
+			"also fetched when a backend is added or comes back up, and after an adapter load through saltus; 0: never (only pinned models are known)"},
+	{key: "adapter-updates", bind: func(c *serveConfig) value { return boolV{&c.Router.AdapterUpdates} },
+		help: "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter for the fleet (forwarded to the engines of the adapter's base model, behind --admin-token when set); false: 404"},
+	{key: "adapter-engines", bind: func(c *serveConfig) value { return intV{&c.Router.AdapterEngines} },
+		help: "how many engines of the base model's pool an adapter load goes to: 0 every routable one, N the N least loaded (those that have it already count)"},
 	{key: "backend-tls-ca-file", bind: func(c *serveConfig) value { return strV{&c.BackendTLSCAFile} },
 		help: "`path` of PEM CA certificates trusted for https:// backends, besides the system roots (backends' certificates are verified against the URL's host)"},
 	{key: "backend-tls-insecure-skip-verify", bind: func(c *serveConfig) value { return boolV{&c.BackendTLSInsecureSkipVerify} },
@@ -442,6 +452,12 @@ func (c serveConfig) Validate() error {
 			bad("admin-tls-client-ca-file", "%v", err)
 		}
 	}
+	if err := dataplane.CheckBackendModels(c.Backends, c.BackendModels); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	if err := c.Fleet.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
 	switch c.Discovery {
 	case "":
 		for _, k := range []struct{ key, v string }{{"k8s-service", c.K8s.Service}, {"k8s-namespace", c.K8s.Namespace}, {"k8s-port-name", c.K8s.PortName}, {"k8s-kubeconfig", c.K8s.Kubeconfig}} {
@@ -471,7 +487,11 @@ func (c serveConfig) Validate() error {
 }
 
 // servingConfig is the serving path's config: the keys set it directly.
-func (c serveConfig) servingConfig() dataplane.Config { return c.Config }
+func (c serveConfig) servingConfig() dataplane.Config {
+	dc := c.Config
+	dc.AdminToken = c.Admin.BearerToken
+	return dc
+}
 
 // adminConfig is the admin listener's config; ready is the data plane's
 // readiness (nil: a routable backend in the admin's list).

@@ -8,10 +8,12 @@ import (
 )
 
 // Target is one backend a source wants: its name ("" for none: the Set
-// names it backend-<ID>) and its URL.
+// names it backend-<ID>), its URL, and the models configuration pins it
+// to (none: what its /v1/models lists; see Backend.PinnedModels).
 type Target struct {
-	Name string `json:"name,omitempty"`
-	URL  string `json:"url"`
+	Name   string   `json:"name,omitempty"`
+	URL    string   `json:"url"`
+	Models []string `json:"models,omitempty"`
 }
 
 // Managed keeps the backends one source owns (the configuration file on
@@ -106,6 +108,9 @@ func (m *Managed) syncLocked(targets []Target) SyncResult {
 		}
 		if b := m.owned[norm]; b != nil && (t.Name == "" && isDefaultName(b) || b.Name == t.Name) {
 			want[norm] = true
+			if !slices.Equal(b.PinnedModels(), t.Models) {
+				b.SetPinnedModels(t.Models) // the fleet re-reads them at its next refresh
+			}
 			if m.gone[norm] != nil && !m.held[norm] {
 				delete(m.gone, norm)
 				b.draining.Store(false)
@@ -124,7 +129,7 @@ func (m *Managed) syncLocked(targets []Target) SyncResult {
 			m.waiting[norm] = t
 			continue
 		}
-		b, err := m.s.AddNamed(t.Name, t.URL)
+		b, err := m.s.AddTarget(t)
 		if err != nil {
 			if errors.Is(err, ErrDuplicate) {
 				if old := m.holderLocked(t.Name); old != nil {
@@ -186,7 +191,7 @@ func (m *Managed) addWaitingLocked() []string {
 		if m.owned[norm] != nil || m.holderLocked(t.Name) != nil {
 			continue // still held
 		}
-		b, err := m.s.AddNamed(t.Name, t.URL)
+		b, err := m.s.AddTarget(t)
 		if err != nil {
 			m.s.logger.Warn("backend waiting for its URL or name not added", "source", m.source, "url", t.URL, "name", t.Name, "err", err)
 		} else {

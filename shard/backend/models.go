@@ -89,6 +89,55 @@ func (s *Set) Models(ctx context.Context) ([]byte, error) {
 	return append(out, "]}"...), nil
 }
 
+// FetchModels GETs b's /v1/models (at most 4 MiB) by the deadline: the
+// fleet's refresh (upstream/fleet). A status other than 200 is a
+// *StatusError. Its errors name b as clients see it. Any goroutine but an
+// event loop (it waits).
+func (s *Set) FetchModels(b *Backend, deadline time.Time) ([]byte, error) {
+	return getModels(b, s.label(b), deadline)
+}
+
+// StatusError is a control request's answer that was not 200.
+type StatusError struct {
+	Code int
+	Body []byte // at most controlMaxBytes of it
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("status %d", e.Code) }
+
+// controlMaxBytes bounds the answer Control reads.
+const controlMaxBytes = 64 << 10
+
+// Control POSTs body (JSON) to path on b by the deadline and returns the
+// answer's status and body (at most 64 KiB): the adapter load and unload
+// the router forwards (shard). A transport failure is an error naming b
+// as clients see it. Any goroutine but an event loop (it waits).
+func (s *Set) Control(b *Backend, path string, body []byte, deadline time.Time) (int, []byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(path)
+	b.ctlScheme(req)
+	req.Header.SetHost(b.host)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	if err := b.ctl.DoDeadline(req, resp, deadline); err != nil {
+		return 0, nil, fmt.Errorf("backend %s: %s: %s", s.label(b), path, failReason(err))
+	}
+	defer resp.CloseBodyStream() //nolint:errcheck // only decides whether the connection is reused
+	var out []byte
+	if bs := resp.BodyStream(); bs != nil {
+		var err error
+		out, err = io.ReadAll(io.LimitReader(bs, controlMaxBytes))
+		if err != nil {
+			return 0, nil, fmt.Errorf("backend %s: %s: %w", s.label(b), path, err)
+		}
+	}
+	return resp.StatusCode(), out, nil
+}
+
 // getModels GETs b's /v1/models; its errors name b by label.
 func getModels(b *Backend, label string, deadline time.Time) ([]byte, error) {
 	req := fasthttp.AcquireRequest()
@@ -105,7 +154,7 @@ func getModels(b *Backend, label string, deadline time.Time) ([]byte, error) {
 	}
 	defer resp.CloseBodyStream() //nolint:errcheck // only decides whether the connection is reused
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
-		return nil, fmt.Errorf("backend %s: /v1/models: status %d", label, code)
+		return nil, fmt.Errorf("backend %s: /v1/models: %w", label, &StatusError{Code: code})
 	}
 	bs := resp.BodyStream()
 	if bs == nil {

@@ -60,6 +60,11 @@ type Backend struct {
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
 
+	// models are the model names configuration pins b to (Target.Models;
+	// nil: none, b serves what its /v1/models lists). Set at Add and by a
+	// source's Sync (upstream/fleet reads them).
+	models atomic.Pointer[[]string]
+
 	m backendMetrics
 }
 
@@ -104,8 +109,10 @@ func (b *Backend) passiveResult(ok bool, limit int, logger *slog.Logger) {
 	}
 }
 
-// label is how clients see b (Config.BackendHeader): its URL, or its
+// Label is how clients see b (Config.BackendHeader): its URL, or its
 // name. Any goroutine.
+func (s *Set) Label(b *Backend) string { return s.label(b) }
+
 func (s *Set) label(b *Backend) string {
 	if s.tune().BackendHeader == "url" {
 		return b.URL
@@ -322,6 +329,32 @@ func ParseURL(raw string) (norm, hostport string, err error) {
 // Any goroutine.
 func (s *Set) Add(rawURL string) (*Backend, error) { return s.AddNamed("", rawURL) }
 
+// PinnedModels returns the model names configuration pins b to (a copy
+// is not made: do not modify it), nil when none are pinned: then b serves
+// what its /v1/models lists. Any goroutine.
+func (b *Backend) PinnedModels() []string {
+	if p := b.models.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// SetPinnedModels replaces b's pinned models (nil or empty: none); the
+// fleet (upstream/fleet) applies them at its next refresh. Any goroutine.
+func (b *Backend) SetPinnedModels(models []string) {
+	if len(models) == 0 {
+		b.models.Store(nil)
+		return
+	}
+	c := slices.Clone(models)
+	b.models.Store(&c)
+}
+
+// AddTarget is AddNamed for t, with t's pinned models. Any goroutine.
+func (s *Set) AddTarget(t Target) (*Backend, error) {
+	return s.addNamed(t.Name, t.URL, t.Models)
+}
+
 // CheckName reports whether name can name a backend: 1 to 64 letters,
 // digits, '.', '_' or '-', and not of the form "backend-<digits>" (the
 // default names).
@@ -346,6 +379,10 @@ func CheckName(name string) error {
 // in the Set (draining ones included) is ErrDuplicate. The new backend
 // starts healthy; if Start ran, its probe starts now. Any goroutine.
 func (s *Set) AddNamed(name, rawURL string) (*Backend, error) {
+	return s.addNamed(name, rawURL, nil)
+}
+
+func (s *Set) addNamed(name, rawURL string, models []string) (*Backend, error) {
 	norm, hostport, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -378,6 +415,7 @@ func (s *Set) AddNamed(name, rawURL string) (*Backend, error) {
 		b.tls = s.clientTLS(hostport)
 	}
 	s.nextID++
+	b.SetPinnedModels(models)
 	b.up.Store(true)
 	b.ctl = s.newHostClient(hostport, b.tls, ctlConns)
 	s.registerMetricsLocked(b)

@@ -1,0 +1,285 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/fleet"
+)
+
+// Model pools (issue 29): a request goes only to an engine that serves
+// its model. The fleet (upstream/fleet) publishes which backends serve
+// which model name; admit resolves the request's model to its pool before
+// the decision, and the decision sees only the pool's backends (views),
+// so every policy, the cost model's fleet-wide terms (mean load, median
+// prefill rate, fullest cache), sessions and the cold-prefix home work
+// inside the pool. Route keys are seeded by the served name
+// (job.seedModel), so an adapter's prefixes are never its base model's.
+
+// Fleet is what the Router reads of the model pools (*fleet.Fleet).
+type Fleet interface {
+	Index() *fleet.Index
+	// Refresh fetches the given backends' models and waits for it.
+	Refresh(ctx context.Context, ids ...int) error
+	// Kick asks for the backends' models to be fetched soon.
+	Kick(ids ...int)
+}
+
+// UseFleet makes the Router route by model pools. Call it before the
+// loops start; without it every backend serves every model (tests, and
+// the benchmark's single-model fleets).
+func (r *Router) UseFleet(f Fleet) { r.fleet = f }
+
+// admit resolves the request's model to its pool (j.pool), or answers
+// why not: 404 model_not_found when no backend serves the model (nothing
+// is forwarded), 503 when the backends that serve it are all down or
+// draining. A model no known backend lists goes to the backends whose
+// models are not known yet (fleet.Index.Wild), if any is routable. No
+// fleet, or no model named (an endpoint whose body has none): every
+// backend. Any goroutine (it reads atomics only).
+func (j *job) admit() *apiError {
+	r := j.r
+	if r.fleet == nil || j.d.model == "" {
+		return nil
+	}
+	ix := r.fleet.Index()
+	p := ix.Lookup(j.d.model)
+	if p == nil {
+		p = ix.Wild()
+		if p == nil {
+			r.m.poolRefused[refusedNotFound].Inc()
+			return modelNotFound(j.d.model)
+		}
+	}
+	if !r.anyRoutable(p) {
+		r.m.poolRefused[refusedNoBackend].Inc()
+		return &apiError{status: 503, typ: "server_error", code: "no_backend",
+			msg: fmt.Sprintf("no backend serving the model `%.200s` is available (%d down or draining); retry later", j.d.model, p.Size())}
+	}
+	j.pool = p
+	p.Admitted()
+	return nil
+}
+
+// modelNotFound is the answer for a model no backend serves, in vLLM's
+// words with OpenAI's code.
+func modelNotFound(model string) *apiError {
+	return &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
+		msg: fmt.Sprintf("The model `%.200s` does not exist.", model)}
+}
+
+// anyRoutable reports whether a backend of p is routable now. Any
+// goroutine.
+func (r *Router) anyRoutable(p *fleet.Pool) bool {
+	for _, b := range r.up.Snapshot() {
+		if p.Has(b.ID) {
+			if _, ok := r.state(b); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Pool refusals, the reason label of saltus_pool_refused_total.
+const (
+	refusedNotFound = iota
+	refusedNoBackend
+	numRefused
+)
+
+var refusedNames = [numRefused]string{"model_not_found", "no_backend"}
+
+// bodyModel returns the top-level "model" string of a JSON object body ("" if
+// the body is not such an object or has none), its last occurrence as the
+// engines read duplicate keys: the pool of an endpoint that is not routed
+// by prefix (embeddings, rerank, score, pooling, tokenize). One pass over
+// the body, no allocation but the name; a body the pass cannot read
+// yields "" (forwarded to any backend, whose own error the client gets).
+// Any goroutine; on a loop only for bodies up to Config.OffloopBytes.
+func bodyModel(body []byte) string {
+	var model []byte
+	i := skipWS(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return ""
+	}
+	i++
+	for {
+		i = skipWS(body, i)
+		if i >= len(body) {
+			return ""
+		}
+		switch body[i] {
+		case '}':
+			return unquote(model)
+		case ',':
+			i++
+			continue
+		case '"':
+		default:
+			return ""
+		}
+		kEnd := skipStr(body, i)
+		if kEnd < 0 {
+			return ""
+		}
+		key := body[i:kEnd]
+		i = skipWS(body, kEnd)
+		if i >= len(body) || body[i] != ':' {
+			return ""
+		}
+		i = skipWS(body, i+1)
+		vEnd := skipValue(body, i)
+		if vEnd < 0 {
+			return ""
+		}
+		if string(key) == `"model"` {
+			model = nil
+			if body[i] == '"' {
+				model = body[i:vEnd]
+			}
+		}
+		i = vEnd
+	}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipStr returns the index after the string starting at b[i] == '"',
+// -1 if it does not end.
+func skipStr(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index after the value starting at b[i], -1 if it
+// does not end. Containers are skipped by counting brackets outside
+// strings: no depth limit is needed, nothing is kept per level.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipStr(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				e := skipStr(b, i)
+				if e < 0 {
+					return -1
+				}
+				i = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return -1
+	}
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
+}
+
+// unquote decodes a JSON string token ("" if q is not one).
+func unquote(q []byte) string {
+	if len(q) < 2 {
+		return ""
+	}
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1])
+	}
+	var p fastjson.Parser // rare: an escaped model name
+	v, err := p.ParseBytes(q)
+	if err != nil {
+		return ""
+	}
+	return string(v.GetStringBytes())
+}
+
+// listModels is GET /v1/models from the pools: every pool with a
+// routable backend, each as its first backend (by ID) listed it. nil when
+// the fleet knows no pool (every backend's models unknown: the caller
+// asks the backends). Any goroutine.
+func (r *Router) listModels() []byte {
+	ix := r.fleet.Index()
+	pools := ix.Pools()
+	if len(pools) == 0 {
+		return nil
+	}
+	out := []byte(`{"object":"list","data":[`)
+	n := 0
+	for _, p := range pools {
+		if !r.anyRoutable(p) {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p.Model.Card...)
+		n++
+	}
+	return append(out, "]}"...)
+}
+
+// retrievePooled answers GET /v1/models/{id} from the pools; false when
+// the fleet knows no pool (the caller asks the backends). On a models
+// worker.
+func (r *Router) retrievePooled(x exchange, id string) bool {
+	ix := r.fleet.Index()
+	if len(ix.Pools()) == 0 {
+		return false
+	}
+	p := ix.Lookup(id)
+	switch {
+	case p == nil:
+		r.m.poolRefused[refusedNotFound].Inc()
+		r.fail(x, routeModels, modelNotFound(id))
+	case !r.anyRoutable(p):
+		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
+			msg: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", id)}, backend.RetryAfter)
+	default:
+		r.m.request(routeModels, 200) // counted first, as fail does
+		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},
+			{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}, p.Model.Card)
+	}
+	return true
+}
+
+// routableAny reports whether any backend is routable. Any goroutine.
+func (r *Router) routableAny() bool {
+	for _, b := range r.up.Snapshot() {
+		if _, ok := r.state(b); ok {
+			return true
+		}
+	}
+	return false
+}

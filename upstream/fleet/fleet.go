@@ -1,0 +1,691 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard/backend"
+)
+
+// Config configures the fleet's discovery of models. Immutable once New
+// has validated it.
+type Config struct {
+	// Interval is how often each backend's GET /v1/models is fetched
+	// again. Default 5 s: an adapter loaded on an engine behind saltus's
+	// back is routable within about that (the issue asks 15 s), at one
+	// small GET per engine each interval. 0: never fetched; only pinned
+	// models are known, and unpinned backends serve any model.
+	Interval time.Duration
+	// Timeout bounds one fetch. Default 3 s: vLLM answers /v1/models
+	// from memory in a millisecond; an engine that takes seconds is busy
+	// or gone, and the next round asks again.
+	Timeout time.Duration
+	// Watch is how often the backend list and health are compared with
+	// the last round's: a backend added or back up is fetched at once,
+	// one removed leaves its pools. Default 250 ms (a look at a few
+	// atomics per backend; no network unless something changed).
+	Watch time.Duration
+	// Parallel bounds the fetches in flight at once. Default 16.
+	Parallel int
+	// MaxModels bounds the models one backend may list; the rest are
+	// ignored, counted. Default 4,096 (vLLM lists its served names and
+	// its loaded adapters, at most --max-cpu-loras of those).
+	MaxModels int
+}
+
+// DefaultConfig returns the defaults above.
+func DefaultConfig() Config {
+	return Config{Interval: 5 * time.Second, Timeout: 3 * time.Second, Watch: 250 * time.Millisecond, Parallel: 16, MaxModels: 4096}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Interval < 0:
+		return fmt.Errorf("fleet: models-interval must not be negative, got %v", c.Interval)
+	case c.Interval > 0 && c.Interval < 100*time.Millisecond:
+		return fmt.Errorf("fleet: models-interval must be 0 (off) or at least 100ms, got %v", c.Interval)
+	case c.Timeout <= 0:
+		return fmt.Errorf("fleet: timeout must be positive, got %v", c.Timeout)
+	case c.Watch <= 0:
+		return fmt.Errorf("fleet: watch must be positive, got %v", c.Watch)
+	case c.Parallel <= 0:
+		return fmt.Errorf("fleet: parallel must be positive, got %d", c.Parallel)
+	case c.MaxModels <= 0:
+		return fmt.Errorf("fleet: max models must be positive, got %d", c.MaxModels)
+	}
+	return nil
+}
+
+// Source is what the fleet reads of the backend set (*backend.Set).
+type Source interface {
+	Snapshot() []*backend.Backend
+	FetchModels(b *backend.Backend, deadline time.Time) ([]byte, error)
+}
+
+// Model is one served name as an engine lists it.
+type Model struct {
+	ID          string `json:"id"`
+	Parent      string `json:"parent,omitempty"` // the base model of an adapter; "" for a base model
+	OwnedBy     string `json:"owned_by,omitempty"`
+	MaxModelLen int64  `json:"max_model_len,omitempty"`
+	// Card is the model's JSON object as the engine sent it (the first
+	// engine by backend ID): what GET /v1/models answers.
+	Card []byte `json:"-"`
+}
+
+// Pool is the backends that serve one model name: a base model, an alias
+// of one, or a LoRA adapter. Immutable.
+type Pool struct {
+	Model Model
+	// IDs are its backends' IDs, ascending.
+	IDs     []int
+	members []uint64 // bit id set: a member
+	// requests counts the requests admitted to the pool (any
+	// goroutine: a metrics.Counter's Inc is an atomic add).
+	requests *metrics.Counter
+}
+
+// Has reports whether backend id is in p. Any goroutine; nil p: false.
+func (p *Pool) Has(id int) bool {
+	if p == nil || id < 0 || id/64 >= len(p.members) {
+		return false
+	}
+	return p.members[id/64]&(1<<(id%64)) != 0
+}
+
+// Admitted counts one request admitted to p. Any goroutine; nil p: none.
+func (p *Pool) Admitted() {
+	if p != nil && p.requests != nil {
+		p.requests.Inc()
+	}
+}
+
+func newPool(m Model, ids []int) *Pool {
+	p := &Pool{Model: m, IDs: ids}
+	for _, id := range ids {
+		for id/64 >= len(p.members) {
+			p.members = append(p.members, 0)
+		}
+		p.members[id/64] |= 1 << (id % 64)
+	}
+	return p
+}
+
+// State is what the fleet knows of one backend's models.
+type State string
+
+const (
+	// StateUnknown: no /v1/models answer yet, and no pins: the backend
+	// may serve any model (it is in Index.Wild).
+	StateUnknown State = "unknown"
+	// StateListed: its /v1/models answered; it serves what it listed.
+	StateListed State = "listed"
+	// StatePinned: configuration pins its models (Backend.PinnedModels).
+	StatePinned State = "pinned"
+)
+
+// BackendModels is one backend as the fleet sees it, for the admin API.
+type BackendModels struct {
+	ID     int      `json:"id"`
+	State  State    `json:"state"`
+	Models []string `json:"models"` // served names, sorted
+	// Error is the last fetch's failure ("" after a success).
+	Error string `json:"error,omitempty"`
+	// Refreshed is the last successful fetch (zero: none).
+	Refreshed time.Time `json:"refreshed,omitzero"`
+}
+
+// Index is the fleet's pools at one moment: immutable, swapped whole by
+// the refresh goroutine. Any goroutine reads it.
+type Index struct {
+	pools map[string]*Pool
+	names []string // the pools' models, sorted
+	// wild holds the backends whose models are unknown (StateUnknown):
+	// nil when there are none.
+	wild     *Pool
+	backends []BackendModels // in ID order
+	sig      string          // what the index was built from, to skip equal rebuilds
+}
+
+// Lookup returns the pool of model, nil if no known backend serves it.
+// Any goroutine; a nil Index has no pools.
+func (ix *Index) Lookup(model string) *Pool {
+	if ix == nil {
+		return nil
+	}
+	return ix.pools[model]
+}
+
+// Wild returns the pool of the backends whose models are unknown (they
+// may serve any model; Pool.Model is empty), nil when every backend's
+// models are known. Any goroutine.
+func (ix *Index) Wild() *Pool {
+	if ix == nil {
+		return nil
+	}
+	return ix.wild
+}
+
+// Pools returns every pool, by model name. Any goroutine.
+func (ix *Index) Pools() []*Pool {
+	if ix == nil {
+		return nil
+	}
+	out := make([]*Pool, len(ix.names))
+	for i, n := range ix.names {
+		out[i] = ix.pools[n]
+	}
+	return out
+}
+
+// Backends returns what the fleet knows of each backend, by ID. Any
+// goroutine.
+func (ix *Index) Backends() []BackendModels {
+	if ix == nil {
+		return nil
+	}
+	return ix.backends
+}
+
+// Backend returns what the fleet knows of backend id. Any goroutine.
+func (ix *Index) Backend(id int) (BackendModels, bool) {
+	if ix == nil {
+		return BackendModels{}, false
+	}
+	i, ok := slices.BinarySearchFunc(ix.backends, id, func(b BackendModels, id int) int { return b.ID - id })
+	if !ok {
+		return BackendModels{}, false
+	}
+	return ix.backends[i], true
+}
+
+// entry is one backend's fetched models. Owned by the refresh goroutine
+// (Run) but for the copy in the Index.
+type entry struct {
+	listed    []Model // nil: never listed
+	err       error
+	refreshed time.Time
+	next      time.Time // the next periodic fetch
+	routable  bool      // at the last look: a backend back up is fetched at once
+	warned    bool      // its "does not list its models" warning was logged
+}
+
+// Fleet discovers which models each backend serves (its GET /v1/models,
+// configuration pins) and publishes them as pools (Index). One goroutine
+// (Run) fetches and rebuilds; any goroutine reads Index. See the package
+// doc.
+type Fleet struct {
+	cfg    Config
+	src    Source
+	logger *slog.Logger
+	ms     *metrics.Set
+
+	ix atomic.Pointer[Index]
+
+	// Owned by Run.
+	entries  map[int]*entry
+	lastSnap []*backend.Backend
+
+	mu sync.Mutex // guards the fields below
+	// kicked: backend IDs a caller asked to fetch now (Refresh); started
+	// counts the rounds that began, done those that ended; roundDone is
+	// closed (and replaced) when a round ends.
+	kicked    map[int]bool
+	started   uint64
+	done      uint64
+	roundDone chan struct{}
+	series    map[string]bool // the per-pool series registered, by model
+	kick      chan struct{}   // capacity 1: wakes Run
+
+	first chan struct{} // closed when the first round ended
+
+	fetches   [numResults]*metrics.Counter
+	truncated *metrics.Counter
+}
+
+const (
+	resultOK = iota
+	resultError
+	resultUnsupported
+	numResults
+)
+
+var resultNames = [numResults]string{"ok", "error", "unsupported"}
+
+// New returns a fleet over src; Run starts it. logger and set may be nil.
+func New(cfg Config, src Source, logger *slog.Logger, set *metrics.Set) (*Fleet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if src == nil {
+		return nil, errors.New("fleet: source is nil")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	f := &Fleet{cfg: cfg, src: src, logger: logger.With("component", "fleet"), ms: set,
+		entries: make(map[int]*entry), kicked: make(map[int]bool), roundDone: make(chan struct{}),
+		series: make(map[string]bool), kick: make(chan struct{}, 1), first: make(chan struct{}),
+		truncated: set.GetOrCreateCounter("saltus_fleet_models_truncated_total")}
+	for i, n := range resultNames {
+		f.fetches[i] = set.GetOrCreateCounter(`saltus_fleet_model_fetches_total{result="` + n + `"}`)
+	}
+	set.GetOrCreateGauge("saltus_fleet_pools", func() float64 { return float64(len(f.Index().Pools())) })
+	set.GetOrCreateGauge("saltus_fleet_unknown_backends", func() float64 { return float64(f.Index().Wild().Size()) })
+	ix := f.build(src.Snapshot())
+	f.ix.Store(ix)
+	f.syncSeries(ix)
+	return f, nil
+}
+
+// Size is how many backends p has (nil p: 0). Any goroutine.
+func (p *Pool) Size() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.IDs)
+}
+
+// Index returns the pools now. Any goroutine.
+func (f *Fleet) Index() *Index { return f.ix.Load() }
+
+// Ready is closed once the first round of fetches ended: before it, a
+// backend not fetched yet may serve any model. Any goroutine.
+func (f *Fleet) Ready() <-chan struct{} { return f.first }
+
+// Refresh fetches the given backends' models now (all of them when ids is
+// empty) and returns once a round that began after the call has ended,
+// or ctx is done. Any goroutine but an event loop (it waits).
+func (f *Fleet) Refresh(ctx context.Context, ids ...int) error {
+	f.mu.Lock()
+	if len(ids) == 0 {
+		for _, b := range f.src.Snapshot() {
+			f.kicked[b.ID] = true
+		}
+	}
+	for _, id := range ids {
+		f.kicked[id] = true
+	}
+	target := f.started + 1
+	f.mu.Unlock()
+	f.wake()
+	for {
+		f.mu.Lock()
+		done, ch := f.done, f.roundDone
+		f.mu.Unlock()
+		if done >= target {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Kick asks for the backends' models to be fetched soon, without waiting
+// (an engine answered that it does not serve a model it listed). Any
+// goroutine.
+func (f *Fleet) Kick(ids ...int) {
+	f.mu.Lock()
+	for _, id := range ids {
+		f.kicked[id] = true
+	}
+	f.mu.Unlock()
+	f.wake()
+}
+
+func (f *Fleet) wake() {
+	select {
+	case f.kick <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+// Run fetches and rebuilds until ctx ends: a round every Watch, or at
+// once when Refresh or Kick asks. Start it once, in a rules.Group.
+func (f *Fleet) Run(ctx context.Context) {
+	t := time.NewTicker(f.cfg.Watch)
+	defer t.Stop()
+	first := true
+	for {
+		f.round(ctx)
+		if first {
+			close(f.first)
+			first = false
+		}
+		select {
+		case <-ctx.Done():
+			f.unregister()
+			return
+		case <-t.C:
+		case <-f.kick:
+		}
+	}
+}
+
+// round fetches what is due (new backends, backends back up, the periodic
+// refresh, kicked ones) and publishes a new Index if anything changed.
+func (f *Fleet) round(ctx context.Context) {
+	f.mu.Lock()
+	f.started++
+	kicked := f.kicked
+	f.kicked = make(map[int]bool)
+	f.mu.Unlock()
+
+	now := time.Now()
+	snap := f.src.Snapshot()
+	var due []*backend.Backend
+	for _, b := range snap {
+		e := f.entries[b.ID]
+		routable := b.Routable()
+		if e == nil {
+			e = &entry{}
+			f.entries[b.ID] = e
+		}
+		back := routable && !e.routable
+		e.routable = routable
+		if !routable && !kicked[b.ID] {
+			continue // down or draining: fetched when it is back
+		}
+		if back || kicked[b.ID] || (f.cfg.Interval > 0 && !now.Before(e.next)) {
+			due = append(due, b)
+		}
+	}
+	for id := range f.entries {
+		if !slices.ContainsFunc(snap, func(b *backend.Backend) bool { return b.ID == id }) {
+			delete(f.entries, id)
+		}
+	}
+	if len(due) > 0 && (f.cfg.Interval > 0 || len(kicked) > 0) {
+		f.fetch(ctx, due, now)
+	}
+	if ix := f.build(snap); ix.sig != f.ix.Load().sig {
+		f.ix.Store(ix)
+		f.syncSeries(ix)
+	}
+	f.lastSnap = snap
+
+	f.mu.Lock()
+	f.done = f.started
+	close(f.roundDone)
+	f.roundDone = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// fetch GETs the due backends' /v1/models, Parallel at a time, and
+// updates their entries.
+func (f *Fleet) fetch(ctx context.Context, due []*backend.Backend, now time.Time) {
+	type result struct {
+		body []byte
+		err  error
+	}
+	res := make([]result, len(due))
+	g := rules.NewGroup(ctx)
+	sem := make(chan struct{}, f.cfg.Parallel)
+	deadline := now.Add(f.cfg.Timeout)
+	var wg sync.WaitGroup
+	for i, b := range due {
+		wg.Add(1)
+		sem <- struct{}{} // at most Parallel in flight
+		g.Go("fleet.fetch", func(context.Context) {
+			defer func() { <-sem; wg.Done() }()
+			res[i].body, res[i].err = f.src.FetchModels(b, deadline)
+		})
+	}
+	wg.Wait()
+	g.Stop()
+	_ = g.Wait(context.Background()) // every fetch returned: Wait returns at once
+	for i, b := range due {
+		e := f.entries[b.ID]
+		e.next = now.Add(f.cfg.Interval)
+		body, err := res[i].body, res[i].err
+		var models []Model
+		if err == nil {
+			models, err = f.parse(body)
+			if err != nil {
+				err = fmt.Errorf("backend %s: bad /v1/models answer: %w", b.Name, err)
+			}
+		}
+		var se *backend.StatusError
+		switch {
+		case err == nil:
+			f.fetches[resultOK].Inc()
+			if e.listed == nil || !sameModels(e.listed, models) {
+				f.logger.Info("backend models", "backend", b.Name, "models", names(models))
+			}
+			e.listed, e.err, e.refreshed = models, nil, now
+		case errors.As(err, &se) && (se.Code == 404 || se.Code == 405 || se.Code == 501):
+			f.fetches[resultUnsupported].Inc()
+			e.err = err
+			if !e.warned && len(b.PinnedModels()) == 0 && e.listed == nil {
+				e.warned = true
+				f.logger.Warn("backend does not list its models: it is sent requests for any model; pin its models with --backend-models",
+					"backend", b.Name, "err", err)
+			}
+		default:
+			// Keep what it listed last: a slow or restarting engine
+			// still serves its models when it is back, and the next
+			// round asks again.
+			f.fetches[resultError].Inc()
+			e.err = err
+		}
+	}
+}
+
+// parse reads an OpenAI model list: {"object":"list","data":[{"id":...}]}.
+func (f *Fleet) parse(body []byte) ([]Model, error) {
+	var p fastjson.Parser // off the loops, once per fetch
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, err
+	}
+	data := v.Get("data")
+	if data == nil || data.Type() != fastjson.TypeArray {
+		return nil, errors.New(`no "data" array`)
+	}
+	arr, _ := data.Array() // an array: checked above
+	out := make([]Model, 0, min(len(arr), f.cfg.MaxModels))
+	seen := make(map[string]bool, len(arr))
+	for _, m := range arr {
+		if m.Type() != fastjson.TypeObject {
+			continue
+		}
+		id := string(m.GetStringBytes("id"))
+		if id == "" || seen[id] {
+			continue
+		}
+		if len(out) == f.cfg.MaxModels {
+			f.truncated.Inc()
+			break
+		}
+		seen[id] = true
+		mm := Model{ID: id, Parent: string(m.GetStringBytes("parent")), OwnedBy: string(m.GetStringBytes("owned_by")),
+			Card: m.MarshalTo(nil)}
+		if l := m.Get("max_model_len"); l != nil && l.Type() == fastjson.TypeNumber {
+			mm.MaxModelLen = l.GetInt64()
+		}
+		out = append(out, mm)
+	}
+	return out, nil
+}
+
+func sameModels(a, b []Model) bool {
+	return slices.EqualFunc(a, b, func(x, y Model) bool {
+		return x.ID == y.ID && x.Parent == y.Parent && x.MaxModelLen == y.MaxModelLen
+	})
+}
+
+func names(ms []Model) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// build makes the Index of snap from the entries and the pins. On Run's
+// goroutine (or New's, before it).
+func (f *Fleet) build(snap []*backend.Backend) *Index {
+	ix := &Index{pools: make(map[string]*Pool)}
+	type acc struct {
+		m   Model
+		ids []int
+	}
+	accs := make(map[string]*acc)
+	var wild []int
+	var sig strings.Builder
+	for _, b := range snap {
+		e := f.entries[b.ID]
+		bm := BackendModels{ID: b.ID, State: StateUnknown}
+		if e != nil {
+			if e.err != nil {
+				bm.Error = e.err.Error()
+			}
+			bm.Refreshed = e.refreshed
+		}
+		var served []Model
+		switch pins := b.PinnedModels(); {
+		case len(pins) > 0:
+			bm.State = StatePinned
+			for _, id := range pins {
+				m := Model{ID: id}
+				if e != nil {
+					if i := slices.IndexFunc(e.listed, func(l Model) bool { return l.ID == id }); i >= 0 {
+						m = e.listed[i] // the engine's own card for a pinned name
+					}
+				}
+				served = append(served, m)
+			}
+		case e != nil && e.listed != nil:
+			bm.State = StateListed
+			served = e.listed
+		default:
+			wild = append(wild, b.ID)
+		}
+		sig.WriteString(strconv.Itoa(b.ID))
+		sig.WriteByte(':')
+		for _, m := range served {
+			bm.Models = append(bm.Models, m.ID)
+			a := accs[m.ID]
+			if a == nil {
+				a = &acc{m: m}
+				accs[m.ID] = a
+			} else if a.m.Card == nil && m.Card != nil {
+				a.m = m // a listed card beats a pin's bare name
+			}
+			a.ids = append(a.ids, b.ID)
+			sig.WriteString(m.ID)
+			sig.WriteByte('\x00')
+			sig.WriteString(m.Parent)
+			sig.WriteByte('\x00')
+			sig.WriteString(strconv.FormatInt(m.MaxModelLen, 10))
+			sig.WriteByte('\x01')
+		}
+		sig.WriteString(string(bm.State))
+		sig.WriteByte('\n')
+		slices.Sort(bm.Models)
+		ix.backends = append(ix.backends, bm)
+	}
+	for id, a := range accs {
+		if a.m.Card == nil {
+			a.m.Card = pinnedCard(a.m.ID)
+		}
+		p := newPool(a.m, a.ids)
+		p.requests = f.ms.GetOrCreateCounter(poolSeries("saltus_pool_requests_total", id))
+		ix.pools[id] = p
+		ix.names = append(ix.names, id)
+	}
+	slices.Sort(ix.names)
+	if len(wild) > 0 {
+		ix.wild = newPool(Model{}, wild)
+	}
+	ix.sig = sig.String()
+	// Errors and refresh times change without changing the pools: the
+	// admin view updates with the next change of models (or its own
+	// read of Backends, which is this index's).
+	return ix
+}
+
+// pinnedCard is the model object of a pinned name no engine listed.
+func pinnedCard(id string) []byte {
+	b := append([]byte(`{"id":`), strconv.Quote(id)...)
+	b = append(b, `,"object":"model","created":0,"owned_by":"saltus","root":`...)
+	b = append(b, strconv.Quote(id)...)
+	return append(b, `,"parent":null}`...)
+}
+
+// poolSeries is a per-pool series' name.
+func poolSeries(family, model string) string {
+	return family + `{model=` + strconv.Quote(model) + `}`
+}
+
+// syncSeries registers the gauges of pools that appeared and unregisters
+// every series of pools that are gone (rule R15: the series are bounded by
+// the pools that exist).
+func (f *Fleet) syncSeries(ix *Index) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for model := range f.series {
+		if ix.Lookup(model) == nil {
+			for _, fam := range poolFamilies {
+				f.ms.UnregisterMetric(poolSeries(fam, model))
+			}
+			delete(f.series, model)
+		}
+	}
+	for _, model := range ix.names {
+		if f.series[model] {
+			continue
+		}
+		f.series[model] = true
+		f.ms.GetOrCreateGauge(poolSeries("saltus_pool_backends", model), func() float64 {
+			return float64(f.Index().Lookup(model).Size())
+		})
+		f.ms.GetOrCreateGauge(poolSeries("saltus_pool_routable_backends", model), func() float64 {
+			return float64(f.routable(f.Index().Lookup(model)))
+		})
+	}
+}
+
+var poolFamilies = [...]string{"saltus_pool_backends", "saltus_pool_routable_backends", "saltus_pool_requests_total"}
+
+// routable counts p's routable backends. Any goroutine.
+func (f *Fleet) routable(p *Pool) int {
+	n := 0
+	for _, b := range f.src.Snapshot() {
+		if p.Has(b.ID) && b.Routable() {
+			n++
+		}
+	}
+	return n
+}
+
+// unregister removes every per-pool series (the fleet stops).
+func (f *Fleet) unregister() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for model := range f.series {
+		for _, fam := range poolFamilies {
+			f.ms.UnregisterMetric(poolSeries(fam, model))
+		}
+		delete(f.series, model)
+	}
+}
