@@ -25,7 +25,7 @@ type BackendInfo struct {
 	// ModelsState says where they come from: listed, pinned, or unknown
 	// (not listed yet: it is sent only models no other backend serves);
 	// ModelsError is the last fetch's failure.
-	Models      []string `json:"models"`
+	Models      []string `json:"models,omitempty"`
 	ModelsState string   `json:"models_state,omitempty"`
 	ModelsError string   `json:"models_error,omitempty"`
 }
