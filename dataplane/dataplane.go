@@ -88,7 +88,8 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig()}
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(),
+		BackendModels: []string{}} // as a config file's `backend-models: []` decodes
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }
@@ -148,6 +149,7 @@ func (p *Path) discovered(list []kube.Target) {
 	}
 	res := p.Discovered.Sync(ts)
 	if res.Changed() {
+		p.Fleet.Kick() // the new backends' models now, not at the next watch
 		p.logger.Info("discovered backends changed", "source", p.cfg.Discovery, "added", res.Added, "drained", res.Drained, "restored", res.Restored, "endpoints", len(list))
 	}
 	for _, err := range res.Errors {
@@ -399,7 +401,9 @@ func CheckBackendModels(backends, models []string) error {
 // "name=url", with their pinned models) the list's: see
 // backend.Managed.Sync. Any goroutine.
 func (p *Path) SyncBackends(list, models []string) backend.SyncResult {
-	return p.Static.Sync(Targets(list, models))
+	res := p.Static.Sync(Targets(list, models))
+	p.Fleet.Kick() // a new backend's models (and changed pins) now, not at the next watch
+	return res
 }
 
 // Retune applies the settings of cfg that may change while the path
@@ -477,11 +481,19 @@ func (a backendsAPI) List() []admin.BackendInfo {
 	return out
 }
 
+// addModelsWait bounds how long POST /admin/backends waits for the new
+// backend's models, so that its answer lists them and it is routable in
+// its pools as soon as the answer comes.
+const addModelsWait = 3 * time.Second
+
 func (a backendsAPI) Add(url string) (admin.BackendInfo, error) {
 	b, err := a.s.Add(url)
 	if err != nil {
 		return admin.BackendInfo{}, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), addModelsWait)
+	defer cancel()
+	_ = a.fl.Refresh(ctx, b.ID) // cut short: its models come with the next round
 	return a.backendInfo(b), nil
 }
 

@@ -120,6 +120,13 @@ func (r *Router) adapter(ctx context.Context, x exchange) {
 	r.answerAdapter(x, op, base, append(done, results...))
 }
 
+// routable reports whether b is routable (the Router's view: tests fake
+// it). Any goroutine.
+func (r *Router) routable(b *backend.Backend) bool {
+	_, ok := r.state(b)
+	return ok
+}
+
 // bearer is the request's Authorization bearer token.
 func bearer(req *reactor.Request) (string, bool) {
 	tok, ok := strings.CutPrefix(req.HeaderValue("Authorization"), "Bearer ")
@@ -197,7 +204,7 @@ func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base 
 	}
 	if !op.load {
 		for _, b := range snap {
-			if listed(b.ID) && b.Routable() {
+			if listed(b.ID) && r.routable(b) {
 				targets = append(targets, b)
 			}
 		}
@@ -238,7 +245,7 @@ func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base 
 	}
 	var have, lack []*backend.Backend
 	for _, b := range snap {
-		if !p.Has(b.ID) || !b.Routable() {
+		if !p.Has(b.ID) || !r.routable(b) {
 			continue
 		}
 		if listed(b.ID) {

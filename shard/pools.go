@@ -38,8 +38,10 @@ func (r *Router) UseFleet(f Fleet) { r.fleet = f }
 // admit resolves the request's model to its pool (j.pool), or answers
 // why not: 404 model_not_found when no backend serves the model (nothing
 // is forwarded), 503 when the backends that serve it are all down or
-// draining. A model no known backend lists goes to the backends whose
-// models are not known yet (fleet.Index.Wild), if any is routable. No
+// draining. A model no known backend lists, or one whose backends are
+// all down, goes to the backends whose models are not known yet
+// (fleet.Index.Wild: just added, or without GET /v1/models), if any is
+// routable. No backend at all: 503. No
 // fleet, or no model named (an endpoint whose body has none): every
 // backend. Any goroutine (it reads atomics only).
 func (j *job) admit() *apiError {
@@ -48,13 +50,22 @@ func (j *job) admit() *apiError {
 		return nil
 	}
 	ix := r.fleet.Index()
-	p := ix.Lookup(j.d.model)
-	if p == nil {
-		p = ix.Wild()
-		if p == nil {
-			r.m.poolRefused[refusedNotFound].Inc()
-			return modelNotFound(j.d.model)
+	p, wild := ix.Lookup(j.d.model), ix.Unknown(r.up.Snapshot())
+	switch {
+	case p != nil && !r.anyRoutable(p) && wild != nil && r.anyRoutable(wild):
+		// Its backends are all down, but some whose models are not
+		// known yet (just added, say) may serve it.
+		p = wild
+	case p == nil && wild == nil:
+		if len(r.up.Snapshot()) == 0 {
+			r.m.poolRefused[refusedNoBackend].Inc()
+			return &apiError{status: 503, typ: "server_error", code: "no_backend",
+				msg: "no backend is available to serve the request"}
 		}
+		r.m.poolRefused[refusedNotFound].Inc()
+		return modelNotFound(j.d.model)
+	case p == nil:
+		p = wild
 	}
 	if !r.anyRoutable(p) {
 		r.m.poolRefused[refusedNoBackend].Inc()

@@ -516,7 +516,11 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
 	}
 	if e := j.admit(); e != nil {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}, e
+		d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}
+		if e.status == 503 {
+			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.msg)
+		}
+		return d, e
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {

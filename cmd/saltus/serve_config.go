@@ -137,7 +137,7 @@ var serveKeys = []serveKey{
 	{key: "backends", live: true, flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
 		help: "backend `URL` http://host:port or https://host:port, or name=URL to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
 	{key: "backend-models", live: true, bind: func(c *serveConfig) value { return listV{&c.BackendModels, new(bool)} },
-		help: "pin a configured backend to a model: `BACKEND=MODEL`, BACKEND its name or URL; repeat (or separate by commas) for several models or backends. " +
+		help: "pin a configured backend to a model: `pin` BACKEND=MODEL, BACKEND its name or URL; repeat (or separate by commas) for several models or backends. " +
 			"A pinned backend serves exactly its pinned models (for engines without GET /v1/models, or to keep one out of a pool); the others serve what their /v1/models lists"},
 	{key: "models-interval", bind: func(c *serveConfig) value { return durV{&c.Fleet.Interval} },
 		help: "`duration` between fetches of each backend's GET /v1/models (its models and LoRA adapters: the pools requests are routed in); " +

@@ -346,6 +346,10 @@ admin-tls-cert-file: ""
 admin-tls-key-file: ""
 admin-tls-client-ca-file: ""
 backends: []
+backend-models: []
+models-interval: 5s
+adapter-updates: true
+adapter-engines: 0
 backend-tls-ca-file: ""
 backend-tls-insecure-skip-verify: false
 tokenizer: ""
@@ -615,7 +619,9 @@ func TestResponseTimeoutAlias(t *testing.T) {
 // (no key is silently dropped), and the defaults map onto the
 // components' defaults unchanged (one layer of defaults).
 func TestEveryServingKeyReachesItsComponent(t *testing.T) {
-	serveOnly := map[string]bool{"admin-listen": true, "admin-token": true, "admin-pprof": true,
+	// admin-token also reaches the data plane: the adapter endpoints
+	// require it (dataplane.Config.AdminToken).
+	serveOnly := map[string]bool{"admin-listen": true, "admin-pprof": true,
 		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
 		"response-timeout": true, // resolved into first-byte-timeout before the mapping
 		"upstream-io":      true, // deprecated: loop is the only path

@@ -54,7 +54,9 @@ func newUpstreamFunc(t *testing.T, name string, post func(u *upstream, w http.Re
 		case r.URL.Path == "/health":
 			io.WriteString(w, "ok")
 		case r.URL.Path == "/v1/models":
-			fmt.Fprintf(w, `{"object":"list","data":[{"id":"model-%s","object":"model"}]}`, name)
+			// Its own model, and those the tests send (llama3, m): a
+			// fleet of one model in pools (issue 29).
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":"model-%s","object":"model"},{"id":"llama3","object":"model"},{"id":"m","object":"model"}]}`, name)
 		case r.Method == "POST":
 			u.calls.Add(1)
 			post(u, w, r)

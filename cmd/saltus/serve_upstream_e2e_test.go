@@ -134,6 +134,9 @@ func TestServeNoBackendAnswered(t *testing.T) {
 				s := startServeWith(t, nil, func(c *serveConfig) {
 					c.Tokenizer, c.UpstreamIO, c.Backend.BackendHeader = "", mode, header
 					c.Backends = []string{"dead-1=" + dead1, dead2, "crashy=" + reset.srv.URL}
+					// Pinned: the dead ones never list their models, and
+					// only a backend known to serve it is sent a model.
+					c.BackendModels = []string{"dead-1=llama3", dead2 + "=llama3", "crashy=llama3"}
 				})
 				a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
 				e := errorOf(t, a.body)

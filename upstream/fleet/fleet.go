@@ -179,6 +179,41 @@ func (ix *Index) Wild() *Pool {
 	return ix.wild
 }
 
+// Unknown returns the pool of the backends of snap whose models are not
+// known: Wild's, and those added since the index was built (the next
+// round fetches them). nil when there are none. Any goroutine; it
+// allocates only when snap has backends the index has not seen.
+func (ix *Index) Unknown(snap []*backend.Backend) *Pool {
+	var wild *Pool
+	if ix != nil {
+		wild = ix.wild
+	}
+	var extra []int
+	for _, b := range snap {
+		if !ix.covers(b.ID) {
+			extra = append(extra, b.ID)
+		}
+	}
+	if len(extra) == 0 {
+		return wild
+	}
+	if wild != nil {
+		extra = append(extra, wild.IDs...)
+		slices.Sort(extra)
+	}
+	return newPool(Model{}, extra)
+}
+
+// covers reports whether backend id was in the snapshot ix was built
+// from.
+func (ix *Index) covers(id int) bool {
+	if ix == nil {
+		return false
+	}
+	_, ok := slices.BinarySearchFunc(ix.backends, id, func(b BackendModels, id int) int { return b.ID - id })
+	return ok
+}
+
 // Pools returns every pool, by model name. Any goroutine.
 func (ix *Index) Pools() []*Pool {
 	if ix == nil {
@@ -340,8 +375,8 @@ func (f *Fleet) Refresh(ctx context.Context, ids ...int) error {
 	}
 }
 
-// Kick asks for the backends' models to be fetched soon, without waiting
-// (an engine answered that it does not serve a model it listed). Any
+// Kick asks for the backends' models to be fetched soon (all of them
+// when ids is empty: new ones, changed pins), without waiting. Any
 // goroutine.
 func (f *Fleet) Kick(ids ...int) {
 	f.mu.Lock()
@@ -543,7 +578,22 @@ func names(ms []Model) []string {
 
 // build makes the Index of snap from the entries and the pins. On Run's
 // goroutine (or New's, before it).
-func (f *Fleet) build(snap []*backend.Backend) *Index {
+func (f *Fleet) build(snap []*backend.Backend) *Index { return buildIndex(snap, f.entries, f.ms) }
+
+// NewIndex is the Index of a fleet whose backends (snap) listed the
+// models of listed (by backend ID; a backend absent from it has not
+// listed its models yet), with their pins: what a Fleet publishes after
+// those answers, without its metrics. For code that routes a fixed fleet
+// (tests, a benchmark's).
+func NewIndex(snap []*backend.Backend, listed map[int][]Model) *Index {
+	entries := make(map[int]*entry, len(listed))
+	for id, ms := range listed {
+		entries[id] = &entry{listed: ms}
+	}
+	return buildIndex(snap, entries, nil)
+}
+
+func buildIndex(snap []*backend.Backend, entries map[int]*entry, ms *metrics.Set) *Index {
 	ix := &Index{pools: make(map[string]*Pool)}
 	type acc struct {
 		m   Model
@@ -553,7 +603,7 @@ func (f *Fleet) build(snap []*backend.Backend) *Index {
 	var wild []int
 	var sig strings.Builder
 	for _, b := range snap {
-		e := f.entries[b.ID]
+		e := entries[b.ID]
 		bm := BackendModels{ID: b.ID, State: StateUnknown}
 		if e != nil {
 			if e.err != nil {
@@ -574,7 +624,9 @@ func (f *Fleet) build(snap []*backend.Backend) *Index {
 				}
 				served = append(served, m)
 			}
-		case e != nil && e.listed != nil:
+		case e != nil && len(e.listed) > 0:
+			// An empty list says nothing (no OpenAI-compatible engine
+			// serves no model): such a backend stays unknown.
 			bm.State = StateListed
 			served = e.listed
 		default:
@@ -609,7 +661,9 @@ func (f *Fleet) build(snap []*backend.Backend) *Index {
 			a.m.Card = pinnedCard(a.m.ID)
 		}
 		p := newPool(a.m, a.ids)
-		p.requests = f.ms.GetOrCreateCounter(poolSeries("saltus_pool_requests_total", id))
+		if ms != nil {
+			p.requests = ms.GetOrCreateCounter(poolSeries("saltus_pool_requests_total", id))
+		}
 		ix.pools[id] = p
 		ix.names = append(ix.names, id)
 	}
