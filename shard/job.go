@@ -447,6 +447,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	h := backend.Hooks{Done: func(o backend.Outcome) {
+		if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
+			// Its pool says it serves the model: it may have unloaded
+			// it (an adapter) behind saltus's back. Fetch its models
+			// now (never blocks).
+			r.fleet.Kick(o.Backend.ID)
+		}
 		j.prefill.done(o)
 		j.pin.release()
 		r.m.request(j.route, o.Status)

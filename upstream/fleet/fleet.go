@@ -285,11 +285,19 @@ type Fleet struct {
 	series    map[string]bool // the per-pool series registered, by model
 	kick      chan struct{}   // capacity 1: wakes Run
 
+	// kickq and kickAll are Kick's (lock-free: loops call it): IDs to
+	// fetch, and "fetch every backend".
+	kickq   chan int
+	kickAll atomic.Bool
+
 	first chan struct{} // closed when the first round ended
 
 	fetches   [numResults]*metrics.Counter
 	truncated *metrics.Counter
 }
+
+// kickQueue bounds Kick's queue of backend IDs.
+const kickQueue = 256
 
 const (
 	resultOK = iota
@@ -316,7 +324,7 @@ func New(cfg Config, src Source, logger *slog.Logger, set *metrics.Set) (*Fleet,
 	}
 	f := &Fleet{cfg: cfg, src: src, logger: logger.With("component", "fleet"), ms: set,
 		entries: make(map[int]*entry), kicked: make(map[int]bool), roundDone: make(chan struct{}),
-		series: make(map[string]bool), kick: make(chan struct{}, 1), first: make(chan struct{}),
+		series: make(map[string]bool), kick: make(chan struct{}, 1), first: make(chan struct{}), kickq: make(chan int, kickQueue),
 		truncated: set.GetOrCreateCounter("saltus_fleet_models_truncated_total")}
 	for i, n := range resultNames {
 		f.fetches[i] = set.GetOrCreateCounter(`saltus_fleet_model_fetches_total{result="` + n + `"}`)
@@ -376,14 +384,22 @@ func (f *Fleet) Refresh(ctx context.Context, ids ...int) error {
 }
 
 // Kick asks for the backends' models to be fetched soon (all of them
-// when ids is empty: new ones, changed pins), without waiting. Any
-// goroutine.
+// when ids is empty: new ones, changed pins), without waiting: an engine
+// answered 404 for a model it listed (an adapter unloaded behind saltus's
+// back), a source added backends. It never blocks (an event loop calls
+// it): the IDs go through a bounded queue, and past it every backend is
+// fetched. Any goroutine.
 func (f *Fleet) Kick(ids ...int) {
-	f.mu.Lock()
-	for _, id := range ids {
-		f.kicked[id] = true
+	if len(ids) == 0 {
+		f.kickAll.Store(true)
 	}
-	f.mu.Unlock()
+	for _, id := range ids {
+		select {
+		case f.kickq <- id:
+		default:
+			f.kickAll.Store(true) // full: fetch them all
+		}
+	}
 	f.wake()
 }
 
@@ -424,9 +440,23 @@ func (f *Fleet) round(ctx context.Context) {
 	kicked := f.kicked
 	f.kicked = make(map[int]bool)
 	f.mu.Unlock()
-
 	now := time.Now()
 	snap := f.src.Snapshot()
+	for more := true; more; {
+		select {
+		case id := <-f.kickq:
+			kicked[id] = true
+		default:
+			more = false
+		}
+	}
+	if f.kickAll.Swap(false) {
+		for _, b := range snap {
+			if b.Routable() { // a down one is fetched when it is back
+				kicked[b.ID] = true
+			}
+		}
+	}
 	var due []*backend.Backend
 	for _, b := range snap {
 		e := f.entries[b.ID]
