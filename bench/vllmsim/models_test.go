@@ -448,3 +448,46 @@ func FuzzDecodeLoRARequest(f *testing.F) {
 		}
 	})
 }
+
+// TestModelsConcurrent: loads and unloads from several goroutines, with
+// readers resolving and listing meanwhile (run with -race): each load
+// is seen by its own goroutine at once, and the set ends as it began.
+func TestModelsConcurrent(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxLoRAs = 4
+	ms := newModels(cfg)
+	done := make(chan error, 4)
+	for g := range 4 {
+		go func() { // each loads and unloads its own adapter
+			name := fmt.Sprintf("a%d", g)
+			for range 50 {
+				if _, e := ms.load(name, "/p/"+name, false); e != nil {
+					done <- e
+					return
+				}
+				if sm, e := ms.resolve(name); e != nil || sm.parent != "sim-llama" {
+					done <- fmt.Errorf("%s after its load: %+v %v", name, sm, e)
+					return
+				}
+				if !bytes.Contains(ms.appendList(nil), []byte(`"id":"`+name+`"`)) {
+					done <- fmt.Errorf("%s not listed after its load", name)
+					return
+				}
+				if _, e := ms.unload(name); e != nil {
+					done <- e
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if cur := ms.cur.Load(); cur.loras != 0 || len(cur.list) != 1 || len(cur.byName) != 1 {
+		t.Errorf("at the end: %d adapters, %d listed", cur.loras, len(cur.list))
+	}
+}
