@@ -307,10 +307,10 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 
 // start submits a sequence of the prompt's keys and n tokens, generating
 // up to maxTokens for the served model m, to the engine, and returns it;
-// or answers ctx itself
-// and returns nil: a connection reset before any answer when resetNow
-// (X-Sim-Fail: reset on a whole answer), 503 when the waiting queue is
-// full. Chat, completions and Responses requests start through it.
+// or answers ctx itself and returns nil: a connection reset before any
+// answer when resetNow (X-Sim-Fail: reset on a whole answer), 503 when
+// the waiting queue is full. Chat, completions and Responses requests
+// start through it.
 func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, keys []uint64, n, maxTokens int) *seq {
 	if resetNow {
 		s.injected.Inc()
