@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -86,10 +87,35 @@ func ProfileNames() []string {
 // validated it.
 type Config struct {
 	Profile
-	// Model is the served model name: /v1/models, every response's
-	// "model", the metrics' model_name label, and the seed of the block
-	// hashes. Requests may name any model (doc.go, Limits).
+	// Model is the primary served model name: /v1/models lists it first,
+	// a request without "model" is served by it, the metrics' model_name
+	// label, and the base model of a LoRA adapter whose Base is "".
+	// A request naming a model the engine does not serve (Model,
+	// ExtraModels, an adapter) gets vLLM's 404.
 	Model string
+	// ExtraModels are more base model names the engine serves, after
+	// Model: the aliases of vLLM's --served-model-name a b, or further
+	// models a simulated engine pretends to serve. Each is listed and
+	// routable; its prefix cache blocks are keyed by its own name, so
+	// two names never share a cached block (doc.go, Prefix cache).
+	// Default none; at most maxExtraModels.
+	ExtraModels []string
+	// LoRAModules are the adapters loaded at start, as vLLM's
+	// --lora-modules: each is listed with its Path as root and its Base
+	// as parent, and its requests' blocks are keyed by its Name. Default
+	// none; at most MaxLoRAs.
+	LoRAModules []LoRA
+	// MaxLoRAs bounds the adapters loaded at once, from LoRAModules and
+	// run-time loads together; a load over it gets 400. vLLM keeps every
+	// adapter loaded in its list (its --max-loras bounds the adapters of
+	// one batch, --max-cpu-loras the weights cached); the simulator
+	// bounds the list instead. Default 64.
+	MaxLoRAs int
+	// RuntimeLoRA serves POST /v1/load_lora_adapter and
+	// /v1/unload_lora_adapter, as vLLM does with
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; off, both are unknown
+	// endpoints (404). Default true: the simulator is for tests.
+	RuntimeLoRA bool
 	// Tokenizer is the path of a HuggingFace tokenizer.json (or its
 	// directory, or .json.gz), as `saltus serve --tokenizer`; "" =
 	// byte-block mode (doc.go).
@@ -145,7 +171,21 @@ func DefaultConfig() Config {
 		// byte bound, which caps a store of long prompts instead.
 		ResponseStore:      1024,
 		ResponseStoreBytes: 64 << 20,
+		MaxLoRAs:           64,   // a test fleet's adapters, with room to spare
+		RuntimeLoRA:        true, // load and unload adapters, as tests of model pools do
 	}
+}
+
+// LoRA is one LoRA adapter an engine serves: vLLM's LoRAModulePath.
+type LoRA struct {
+	// Name is the model name requests use for the adapter (validModel).
+	Name string
+	// Path is where vLLM would read its weights: /v1/models shows it as
+	// the adapter's root; the simulator reads nothing. 1 to 4,096 bytes.
+	Path string
+	// Base is the base model the adapter applies to, its parent in
+	// /v1/models: Model or one of ExtraModels; "" = Model.
+	Base string
 }
 
 // Bounds Validate enforces.
@@ -156,6 +196,12 @@ const (
 	maxNumSeqs   = 1 << 16
 	maxWaiting   = 1 << 20
 	maxStep      = time.Minute
+	// maxExtraModels and maxMaxLoRAs bound the served names: each is a
+	// map entry, a model card and a cache seed.
+	maxExtraModels = 255
+	maxMaxLoRAs    = 4096
+	// maxLoRAPath bounds an adapter's path (Linux's PATH_MAX).
+	maxLoRAPath = 4096
 )
 
 // Validate reports every invalid field, each error naming it by its
@@ -213,13 +259,56 @@ func (c Config) Validate() error {
 	if c.ResponseStoreBytes < 1<<10 || c.ResponseStoreBytes > 1<<30 {
 		bad("response-store-bytes", "must be between 1KiB and 1GiB, got %d bytes", c.ResponseStoreBytes)
 	}
-	if !validModel(c.Model) {
-		bad("model", "must be 1 to %d characters among letters, digits and %s, got %q", maxModelName, modelPunct, c.Model)
-	}
+	errs = append(errs, c.validateNames()...)
 	if c.ChatTemplate != "" && !slices.Contains(chat.Names(), c.ChatTemplate) {
 		bad("chat-template", "unknown template %q, want one of %s (or empty: detect from the tokenizer)", c.ChatTemplate, strings.Join(chat.Names(), ", "))
 	}
 	return errors.Join(errs...)
+}
+
+// validateNames checks the served names: Model, ExtraModels and
+// LoRAModules, each a valid name used once, MaxLoRAs and the adapters
+// within their bounds.
+func (c Config) validateNames() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("vllmsim: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	seen := make(map[string]bool, 1+len(c.ExtraModels)+len(c.LoRAModules))
+	name := func(field, n string) {
+		switch {
+		case !validModel(n):
+			bad(field, "must be 1 to %d characters among letters, digits and %s, got %q", maxModelName, modelPunct, n)
+		case seen[n]:
+			bad(field, "%q is served already (a name is a base model or an adapter, once)", n)
+		}
+		seen[n] = true
+	}
+	name("model", c.Model)
+	if len(c.ExtraModels) > maxExtraModels {
+		bad("model", "at most %d names besides the first, got %d", maxExtraModels, len(c.ExtraModels))
+	}
+	for _, m := range c.ExtraModels {
+		name("model", m)
+	}
+	bases := seen
+	seen = maps.Clone(bases)
+	if c.MaxLoRAs < 1 || c.MaxLoRAs > maxMaxLoRAs {
+		bad("max-loras", "must be between 1 and %d, got %d", maxMaxLoRAs, c.MaxLoRAs)
+	}
+	if len(c.LoRAModules) > max(c.MaxLoRAs, 1) {
+		bad("lora-modules", "%d adapters, more than max-loras (%d)", len(c.LoRAModules), c.MaxLoRAs)
+	}
+	for _, l := range c.LoRAModules {
+		name("lora-modules", l.Name)
+		if l.Path == "" || len(l.Path) > maxLoRAPath {
+			bad("lora-modules", "adapter %q: the path must be 1 to %d bytes, got %d", l.Name, maxLoRAPath, len(l.Path))
+		}
+		if l.Base != "" && !bases[l.Base] {
+			bad("lora-modules", "adapter %q: base model %q is not served (want --model or empty: the first --model)", l.Name, l.Base)
+		}
+	}
+	return errs
 }
 
 // A model name is written into JSON and Prometheus labels unescaped, so

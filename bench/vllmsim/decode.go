@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -36,6 +37,10 @@ type request struct {
 	// do: their template writes them.
 	addSpecial bool
 
+	// model is the "model" field: a served name, or "" for the primary
+	// model (the handler resolves it).
+	model string
+
 	stream       bool
 	includeUsage bool // stream_options.include_usage
 	maxTokens    int  // max_completion_tokens or max_tokens; 0: not given
@@ -47,11 +52,51 @@ type apiError struct {
 	msg    string
 	param  string // the offending field; "" for none
 	code   string // "" for none
+	// vllmType, when set, makes the body vLLM's own ErrorResponse: this
+	// type (vLLM's err_type: "NotFoundError", "InvalidUserInput", …) and
+	// the status as a numeric code, for the errors the simulator words
+	// as vLLM does (an unknown model, LoRA adapter loads and unloads).
+	vllmType string
 }
 
 func (e *apiError) Error() string { return e.msg }
 
-func (e *apiError) body() []byte { return reactor.ErrorBody(e.status, "", e.code, e.msg, e.param) }
+func (e *apiError) body() []byte {
+	if e.vllmType != "" {
+		return vllmErrorBody(e.status, e.vllmType, e.msg, e.param)
+	}
+	return reactor.ErrorBody(e.status, "", e.code, e.msg, e.param)
+}
+
+// vllmErrorBody is vLLM's ErrorResponse as its handlers send it
+// (ErrorResponse.model_dump(): {"error":{"message","type","param",
+// "code"}}, param null when "", code the HTTP status as a number).
+// Rare paths: encoding/json is fine here.
+func vllmErrorBody(status int, typ, msg, param string) []byte {
+	type info struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    int     `json:"code"`
+	}
+	e := info{Message: msg, Type: typ, Code: status}
+	if param != "" {
+		e.Param = &param
+	}
+	b, err := json.Marshal(struct {
+		Error info `json:"error"`
+	}{e})
+	if err != nil {
+		panic("BUG: cannot encode an error body: " + err.Error())
+	}
+	return b
+}
+
+// modelNotFound is vLLM's answer to a request naming a model it does not
+// serve (OpenAIServing._check_model).
+func modelNotFound(model string) *apiError {
+	return &apiError{status: 404, msg: fmt.Sprintf("The model `%.256s` does not exist.", model), param: "model", vllmType: "NotFoundError"}
+}
 
 func badRequest(param, format string, args ...any) *apiError {
 	return &apiError{status: 400, msg: fmt.Sprintf(format, args...), param: param}
@@ -63,19 +108,25 @@ var parsers fastjson.ParserPool
 
 // parseObject parses body with p as a JSON object whose "model", if
 // given, is a string or null: what every endpoint's decoder starts with.
-// Any model name is served (doc.go, Limits), but it must be a string.
-func parseObject(p *fastjson.Parser, body []byte) (*fastjson.Value, *apiError) {
+// It returns the object and the model ("" when absent or null: the
+// primary model serves it); whether the model is served is the
+// handler's question.
+func parseObject(p *fastjson.Parser, body []byte) (*fastjson.Value, string, *apiError) {
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return nil, badRequest("", "request body is not valid JSON: %v", err)
+		return nil, "", badRequest("", "request body is not valid JSON: %v", err)
 	}
 	if v.Type() != fastjson.TypeObject {
-		return nil, badRequest("", "request body must be a JSON object, got %s", v.Type())
+		return nil, "", badRequest("", "request body must be a JSON object, got %s", v.Type())
 	}
-	if mv := chat.Field(v, "model"); mv != nil && mv.Type() != fastjson.TypeString && mv.Type() != fastjson.TypeNull {
-		return nil, badRequest("model", "model: want a string, got %s", mv.Type())
+	mv := chat.Field(v, "model")
+	if mv == nil || mv.Type() == fastjson.TypeNull {
+		return v, "", nil
 	}
-	return v, nil
+	if mv.Type() != fastjson.TypeString {
+		return nil, "", badRequest("model", "model: want a string, got %s", mv.Type())
+	}
+	return v, string(mv.GetStringBytes()), nil
 }
 
 // decodeRequest parses body as a request to endpoint k. Client input
@@ -85,10 +136,11 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 	r := request{kind: k}
 	p := parsers.Get()
 	defer parsers.Put(p)
-	v, e := parseObject(p, body)
+	v, model, e := parseObject(p, body)
 	if e != nil {
 		return r, e
 	}
+	r.model = model
 	if k != kindTokenize {
 		if e := optBool(v, &r.stream, "stream"); e != nil {
 			return r, e

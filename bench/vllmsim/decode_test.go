@@ -30,6 +30,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	m := newModels(DefaultConfig()).primary
 	f.Fuzz(func(t *testing.T, body []byte, k uint8) {
 		k = k%3 + 1
 		r, e := decodeRequest(body, kind(k))
@@ -64,7 +65,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if kind(k) == kindChat && len(r.msgs) == 0 {
 			t.Fatal("chat without messages decoded")
 		}
-		tk, e := p.encode(&r, true)
+		tk, e := p.encode(&r, m, true)
 		if e != nil {
 			t.Fatalf("encode: %v (the none template refuses no conversation)", e)
 		}

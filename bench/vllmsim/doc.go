@@ -43,9 +43,11 @@
 // /v1/responses/{id} returns one; POST /v1/responses/{id}/cancel answers
 // vLLM's 400 (nothing runs in the background: background true is a 400);
 // vLLM has no DELETE (405). Response ids are random (resp_ + 32 hex, as
-// vLLM's), so ids of several engines never collide. GET /v1/models/{id}:
-// the served model's card, else 404 model_not_found (vLLM, as read at
-// its commit 055e47c, serves only the list). GET /v1/models, /health,
+// vLLM's), so ids of several engines never collide. GET /v1/models (every
+// served name, below), GET /v1/models/{id}: a served name's card, else
+// vLLM's 404 for an unknown model (vLLM, as read at its commit 055e47c,
+// serves only the list). POST /v1/load_lora_adapter and
+// /v1/unload_lora_adapter (below). GET /health,
 // /metrics: vllm:num_requests_running,
 // vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (in
@@ -54,10 +56,74 @@
 // the histogram vllm:time_to_first_token_seconds (vLLM's buckets,
 // simulated seconds), each with a model_name label as vLLM's;
 // vllm:cache_config_info (value 1, labels block_size and num_gpu_blocks,
-// as vLLM exports its cache config); and
-// vllmsim_rejected_total (waiting queue full) and
+// as vLLM exports its cache config); vllm:lora_requests_info (below);
+// and vllmsim_rejected_total (waiting queue full) and
 // vllmsim_injected_failures_total. Errors are OpenAI error bodies
-// ({"error":{"message","type","param","code"}}, reactor.ErrorBody).
+// ({"error":{"message","type","param","code"}}, reactor.ErrorBody); those
+// worded as vLLM words them (an unknown model, LoRA loads and unloads)
+// in vLLM's own ErrorResponse: the same fields, type vLLM's
+// ("NotFoundError", "InvalidUserInput", "Bad Request") and code the
+// status as a number.
+//
+// # Models and LoRA adapters
+//
+// An engine serves base models, Config.Model (the primary) then
+// ExtraModels, and LoRA adapters, Config.LoRAModules then those loaded at
+// run time, as vLLM's OpenAIServingModels (vllm/entrypoints/openai/
+// models/serving.py). GET /v1/models lists them in that order in vLLM's
+// ModelCard shape: id, object "model", created, owned_by "vllm", root
+// (a base model's name; an adapter's path), parent (null; an adapter's
+// base model), max_model_len (a base model's; null for an adapter, as
+// vLLM sets it on base models only), permission (one model_permission
+// object with vLLM's defaults and a random modelperm- id).
+//
+// Chat, completions, Responses and /tokenize requests name one in
+// "model"; none (absent, null or "") is the primary model. Any other name
+// is vLLM's 404 (OpenAIServing._check_model): {"error":{"message":"The
+// model `X` does not exist.","type":"NotFoundError","param":"model",
+// "code":404}}, after the body's own 400s and before the prompt's. An
+// answer's "model" is the name the request gave (the primary one's when
+// none): vLLM answers with an adapter's name too, but for a base model
+// always with its first served name (its aliases are one model, where
+// ExtraModels may stand for distinct ones).
+//
+// Each served name keys its prompts' blocks with its own seed
+// (tree.ModelSeed / tree.ByteBlockSeed of the name): an adapter's blocks
+// are not its base model's (vLLM adds the adapter to its block hashes),
+// nor are two base models' (vLLM's aliases do share theirs: the
+// simulator treats every name as its own model, as `saltus serve`
+// predicts, seeding a request's blocks with the model it names). The
+// cost model is the same for every name.
+//
+// POST /v1/load_lora_adapter {"lora_name","lora_path","load_inplace"?,
+// "is_3d_lora_weight"?} and /v1/unload_lora_adapter {"lora_name",
+// "lora_int_id"?} (vLLM's LoadLoRAAdapterRequest and
+// UnloadLoRAAdapterRequest; is_3d_lora_weight and lora_int_id are
+// checked, not used) are served when Config.RuntimeLoRA (vLLM's
+// VLLM_ALLOW_RUNTIME_LORA_UPDATING; default true), else unknown
+// endpoints (404). 200 with vLLM's text/plain "Success: LoRA adapter
+// 'X' added successfully." (or "removed"); the adapter's parent is the
+// primary model. vLLM's errors: 400 InvalidUserInput "Both 'lora_name'
+// and 'lora_path' must be provided.", "The lora adapter 'X' has already
+// been loaded. If you want to load the adapter in place, set
+// 'load_inplace' to True." (load_inplace true replaces its path),
+// "'lora_name' needs to be provided to unload a LoRA adapter."; 404
+// NotFoundError "The lora adapter 'X' cannot be found."; a body that is
+// not JSON, not an object or of the wrong types: 400 "Bad Request" (as
+// vLLM's validation handler), naming the field. The simulator's own
+// 400s (InvalidUserInput): more than Config.MaxLoRAs adapters (static and
+// loaded together; default 64), a base model's name, a name that is not
+// a valid model name, a path over 4,096 bytes. A load or unload is
+// visible to every request answered after its 200; requests already
+// taken finish on the adapter they named.
+//
+// With adapters at start or RuntimeLoRA, /metrics ends with vLLM's
+// vllm:lora_requests_info{max_lora,running_lora_adapters,
+// waiting_lora_adapters} (the adapters with requests running and
+// waiting, comma-separated; max_lora is MaxLoRAs, where vLLM's is its
+// --max-loras, adapters in one batch), valued the current time in
+// seconds as vLLM's; vLLM keeps a series for every label set it has
+// seen, the simulator writes the current one.
 //
 // # Prompts
 //
@@ -87,7 +153,8 @@
 // # Prefix cache
 //
 // KVTokens/BlockSize blocks, keyed by chained hashes of the prompt's full
-// blocks (tree.BlockKeys, seeded with the model name), as vLLM's automatic
+// blocks (tree.BlockKeys, seeded with the served name the request named:
+// above), as vLLM's automatic
 // prefix caching keys them. A request's cached prefix is its leading
 // blocks present and computed, capped as vLLM caps it: the last prompt
 // token is always recomputed, in whole blocks, so the hit is the leading
@@ -188,7 +255,7 @@
 // Body Config.MaxBody (413), head 16 KiB (431), waiting requests
 // MaxWaiting (503), connections MaxNumSeqs + MaxWaiting + 256 (fasthttp
 // answers 503), stalls 1,024, prompt + max_tokens MaxModelLen (400, in
-// vLLM's words). A request's memory is its prompt's (tokens and keys)
+// vLLM's words), LoRA adapters MaxLoRAs (400), base models 256. A request's memory is its prompt's (tokens and keys)
 // plus its answer; progress is published through two atomics and a
 // one-slot channel, not a channel sized by max_tokens. Malformed JSON and
 // wrong field types get 400 naming the field; client input never panics
@@ -196,8 +263,14 @@
 //
 // # Limits
 //
-//   - Any model name is served (vLLM answers 404 for one it does not
-//     serve); n other than 1 and batches of prompts get 400; sampling
+//   - Only the served names are served (404 for others, as vLLM), but
+//     every name is its own model: aliases do not share cached blocks
+//     and a response echoes the name asked for (above). Adapters cost
+//     what their base model costs and answer the same text; no adapter
+//     is read from its path; vLLM's LoRA resolvers (loading an adapter a
+//     request names) are not simulated. Content-Type is not checked
+//     (vLLM wants application/json).
+//   - n other than 1 and batches of prompts get 400; sampling
 //     parameters, stop sequences, logprobs and tools are ignored: every
 //     answer is max_tokens words with finish_reason "length", like vLLM
 //     with ignore_eos.
@@ -232,6 +305,12 @@
 //     its hijack goroutines: fasthttp starts them, and they end with their
 //     connections; Close waits for them through Server.Shutdown and a
 //     count of stalls.
+//   - The served names are an immutable set behind an atomic pointer,
+//     read by any handler; loads and unloads serialize on a mutex and
+//     swap in a new set before they answer. An adapter's waiting and
+//     running counts are atomics: the handler counts a request waiting
+//     as it submits it, the scheduler moves it to running and uncounts
+//     it at its end.
 //   - Counters, gauges and Stats are atomics, read by any goroutine. Sim's
 //     methods (New, Start, Addr, URL, Stats, Config, Close) are safe from
 //     any goroutine.

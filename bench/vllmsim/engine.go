@@ -24,6 +24,9 @@ type seq struct {
 	keys      []uint64 // the prompt's full blocks' chained hashes
 	prompt    int      // prompt tokens
 	maxTokens int      // output tokens to produce
+	// lora counts the seq under its LoRA adapter while it waits and
+	// runs (vllm:lora_requests_info); nil for a base model's request.
+	lora *loraLoad
 
 	// Set by submit under engine.mu, read by the scheduler after it
 	// takes the seq off the queue (under the same lock).
@@ -40,13 +43,14 @@ type seq struct {
 	cancelled atomic.Bool   // set by the handler: the client left
 
 	// Scheduler only.
-	prefilled int // prompt tokens computed (cached ones count)
-	ready     int // leading blocks marked computed in the cache
-	anon      int // blocks reserved past keys: partial block and output
+	prefilled int  // prompt tokens computed (cached ones count)
+	ready     int  // leading blocks marked computed in the cache
+	anon      int  // blocks reserved past keys: partial block and output
+	admitted  bool // taken off the waiting queue: running
 }
 
-func newSeq(keys []uint64, prompt, maxTokens int) *seq {
-	return &seq{keys: keys, prompt: prompt, maxTokens: maxTokens, notify: make(chan struct{}, 1)}
+func newSeq(keys []uint64, prompt, maxTokens int, lora *loraLoad) *seq {
+	return &seq{keys: keys, prompt: prompt, maxTokens: maxTokens, lora: lora, notify: make(chan struct{}, 1)}
 }
 
 // wake tells the handler something was published; never blocks.
@@ -57,8 +61,25 @@ func (s *seq) wake() {
 	}
 }
 
+// admit moves s from waiting to running. Scheduler only, under
+// engine.mu.
+func (s *seq) admit() {
+	s.admitted = true
+	if s.lora != nil {
+		s.lora.waiting.Add(-1)
+		s.lora.running.Add(1)
+	}
+}
+
 // end publishes the final state. Scheduler only, once per seq.
 func (s *seq) end(state int32) {
+	if s.lora != nil {
+		if s.admitted {
+			s.lora.running.Add(-1)
+		} else {
+			s.lora.waiting.Add(-1)
+		}
+	}
 	s.state.Store(state)
 	s.wake()
 }
@@ -127,6 +148,9 @@ func (e *engine) submit(s *seq) error {
 		return errQueueFull
 	}
 	s.arrived = e.clk.now()
+	if s.lora != nil {
+		s.lora.waiting.Add(1) // before the scheduler can admit it
+	}
 	e.waiting = append(e.waiting, s)
 	e.nWaiting.Store(int64(len(e.waiting)))
 	e.mu.Unlock()
@@ -215,6 +239,7 @@ func (e *engine) schedule(running []*seq, plan []int) (_ []*seq, _ []int, prefil
 			break // waits for room
 		}
 		e.popWaitingLocked()
+		s.admit()
 		s.anon, s.cached, s.prefilled, s.ready = anon, hit*bs, hit*bs, hit
 		e.m.queries.Add(s.prompt)
 		e.m.hits.Add(s.cached)

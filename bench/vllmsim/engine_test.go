@@ -91,18 +91,18 @@ func wait(s *seq) int32 {
 // first.
 func runOne(t *testing.T, e *engine, keys []uint64, n, maxTokens int) (ttft time.Duration, cached int, perToken time.Duration) {
 	t.Helper()
-	s := newSeq(keys, n, maxTokens)
-	var last time.Duration
+	s := newSeq(keys, n, maxTokens, nil)
 	if err := e.submit(s); err != nil {
 		t.Fatal(err)
-	}
-	for s.state.Load() == seqActive {
-		<-s.notify
-		last = e.clk.now()
 	}
 	if got := wait(s); got != seqDone {
 		t.Fatalf("state %d, want done", got)
 	}
+	// The engine is idle now: the virtual clock stays at the end of the
+	// step of the last token. (Reading it at each notify raced with a
+	// scheduler that ran ahead: a seq done before the loop's last read
+	// left an early time.)
+	last := e.clk.now()
 	if p := int(s.produced.Load()); p != maxTokens {
 		t.Fatalf("%d tokens, want %d", p, maxTokens)
 	}
@@ -177,7 +177,7 @@ func TestStepFormula(t *testing.T) {
 		const batch = 16
 		var seqs []*seq
 		for i := range batch {
-			s := newSeq(distinctKeys(uint64(i+1), 64, 16), 64, 10)
+			s := newSeq(distinctKeys(uint64(i+1), 64, 16), 64, 10, nil)
 			seqs = append(seqs, s)
 			if err := e.submit(s); err != nil {
 				t.Fatal(err)
@@ -244,7 +244,7 @@ func TestQueueingAtMaxNumSeqs(t *testing.T) {
 	}
 	var seqs []*seq
 	for tag := uint64(1); tag <= 4; tag++ {
-		s := newSeq(distinctKeys(tag, 512, 16), 512, 30)
+		s := newSeq(distinctKeys(tag, 512, 16), 512, 30, nil)
 		seqs = append(seqs, s)
 		if err := e.submit(s); err != nil {
 			t.Fatal(err)
@@ -270,9 +270,9 @@ func TestQueueingAtMaxNumSeqs(t *testing.T) {
 func TestWaitsForKV(t *testing.T) {
 	t.Parallel()
 	e, _, start := testEngine(t, func(c *Config) { c.KVTokens = 4096 })
-	big := newSeq(distinctKeys(1, 3000, 16), 3000, 50)  // 191 blocks with output
-	big2 := newSeq(distinctKeys(2, 3000, 16), 3000, 50) // does not fit beside big
-	small := newSeq(distinctKeys(3, 100, 16), 100, 5)   // would fit, but is behind big2
+	big := newSeq(distinctKeys(1, 3000, 16), 3000, 50, nil)  // 191 blocks with output
+	big2 := newSeq(distinctKeys(2, 3000, 16), 3000, 50, nil) // does not fit beside big
+	small := newSeq(distinctKeys(3, 100, 16), 100, 5, nil)   // would fit, but is behind big2
 	for _, s := range []*seq{big, big2, small} {
 		if err := e.submit(s); err != nil {
 			t.Fatal(err)
@@ -296,7 +296,7 @@ func TestWaitsForKV(t *testing.T) {
 func TestClientGoneFreesSlot(t *testing.T) {
 	t.Parallel()
 	e, v, start := testEngine(t, nil)
-	s := newSeq(distinctKeys(7, 1024, 16), 1024, 1000)
+	s := newSeq(distinctKeys(7, 1024, 16), 1024, 1000, nil)
 	left := make(chan struct{})
 	v.onStep = func() {
 		if s.produced.Load() > 0 {
@@ -335,13 +335,13 @@ func TestClientGoneFreesSlot(t *testing.T) {
 func TestQueueBoundAndClose(t *testing.T) {
 	t.Parallel()
 	e, _, _ := testEngine(t, func(c *Config) { c.MaxWaiting = 2 })
-	a, b := newSeq(nil, 10, 5), newSeq(nil, 10, 5)
+	a, b := newSeq(nil, 10, 5, nil), newSeq(nil, 10, 5, nil)
 	for _, s := range []*seq{a, b} {
 		if err := e.submit(s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.submit(newSeq(nil, 10, 5)); !errors.Is(err, errQueueFull) {
+	if err := e.submit(newSeq(nil, 10, 5, nil)); !errors.Is(err, errQueueFull) {
 		t.Fatalf("third submit: %v, want errQueueFull", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -350,7 +350,7 @@ func TestQueueBoundAndClose(t *testing.T) {
 	if wait(a) != seqAborted || wait(b) != seqAborted {
 		t.Fatal("waiting requests did not end aborted")
 	}
-	if err := e.submit(newSeq(nil, 10, 5)); !errors.Is(err, errClosed) {
+	if err := e.submit(newSeq(nil, 10, 5, nil)); !errors.Is(err, errClosed) {
 		t.Fatalf("submit after stop: %v, want errClosed", err)
 	}
 }
@@ -363,7 +363,7 @@ func TestChunkBlocksCachedEarly(t *testing.T) {
 	keys := distinctKeys(1, 8192, 16)
 	var after []int // cached leading blocks at each step's start
 	v.onStep = func() { after = append(after, e.kv.prefix(keys)) }
-	s := newSeq(keys, 8192, 1)
+	s := newSeq(keys, 8192, 1, nil)
 	if err := e.submit(s); err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,17 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 		if s.method(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("text/plain; version=0.0.4")
 			s.set.WritePrometheus(ctx)
+			if s.loraInfo {
+				_, _ = ctx.Write(s.served.appendLoRAInfo(nil)) // a RequestCtx write never fails
+			}
+		}
+	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
+		if !s.cfg.RuntimeLoRA {
+			s.unknownEndpoint(ctx) // vLLM registers neither without VLLM_ALLOW_RUNTIME_LORA_UPDATING
+			return
+		}
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.loraAdapter(ctx, string(ctx.Path()) == "/v1/load_lora_adapter")
 		}
 	default:
 		path := string(ctx.Path())
@@ -71,8 +82,12 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 			}
 			return
 		}
-		s.answerError(ctx, &apiError{status: fasthttp.StatusNotFound, msg: fmt.Sprintf("no such endpoint: %.200s", ctx.Path()), code: "not_found"})
+		s.unknownEndpoint(ctx)
 	}
+}
+
+func (s *Sim) unknownEndpoint(ctx *fasthttp.RequestCtx) {
+	s.answerError(ctx, &apiError{status: fasthttp.StatusNotFound, msg: fmt.Sprintf("no such endpoint: %.200s", ctx.Path()), code: "not_found"})
 }
 
 // method reports whether the request's method is want (HEAD counts as
@@ -110,13 +125,6 @@ func (s *Sim) badFraming(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-func (s *Sim) models(ctx *fasthttp.RequestCtx) {
-	b := s.appendModel([]byte(`{"object":"list","data":[`))
-	b = append(b, `]}`...)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
-}
-
 // tokenize is vLLM's POST /tokenize: {"prompt"} or {"messages"} →
 // {"count","max_model_len","tokens"}.
 func (s *Sim) tokenize(ctx *fasthttp.RequestCtx) {
@@ -125,7 +133,12 @@ func (s *Sim) tokenize(ctx *fasthttp.RequestCtx) {
 		s.answerError(ctx, e)
 		return
 	}
-	t, e := s.p.encode(&req, true)
+	m, e := s.served.resolve(req.model)
+	if e != nil {
+		s.answerError(ctx, e)
+		return
+	}
+	t, e := s.p.encode(&req, m, true)
 	if e != nil {
 		s.answerError(ctx, e)
 		return
@@ -170,7 +183,12 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 		s.answerError(ctx, e)
 		return
 	}
-	t, e := s.p.encode(&req, false)
+	m, e := s.served.resolve(req.model)
+	if e != nil {
+		s.answerError(ctx, e)
+		return
+	}
+	t, e := s.p.encode(&req, m, false)
 	if e != nil {
 		s.answerError(ctx, e)
 		return
@@ -194,11 +212,11 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 			maxLen, t.n+max(maxTokens, 1), t.n, param, max(maxTokens, 1), param))
 		return
 	}
-	sq := s.start(ctx, reset && !req.stream, t.keys, t.n, maxTokens)
+	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens)
 	if sq == nil {
 		return
 	}
-	a := &answer{kind: k, model: s.model, created: time.Now().Unix(), include: req.includeUsage,
+	a := &answer{kind: k, model: m.quoted, created: time.Now().Unix(), include: req.includeUsage,
 		prompt: t.n, maxTokens: maxTokens, out: newOutput(s.cfg.Seed, t.hash)}
 	a.id = answerID(a.id[:0], k, s.ids.Add(1))
 	if !req.stream {
@@ -288,18 +306,19 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 }
 
 // start submits a sequence of the prompt's keys and n tokens, generating
-// up to maxTokens, to the engine, and returns it; or answers ctx itself
-// and returns nil: a connection reset before any answer when resetNow
-// (X-Sim-Fail: reset on a whole answer), 503 when the waiting queue is
-// full. Chat, completions and Responses requests start through it.
-func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, keys []uint64, n, maxTokens int) *seq {
+// up to maxTokens for the served model m, to the engine, and returns it;
+// or answers ctx itself and returns nil: a connection reset before any
+// answer when resetNow (X-Sim-Fail: reset on a whole answer), 503 when
+// the waiting queue is full. Chat, completions and Responses requests
+// start through it.
+func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, keys []uint64, n, maxTokens int) *seq {
 	if resetNow {
 		s.injected.Inc()
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(func(c net.Conn) { setLingerZero(c) }) // fasthttp closes c when this returns
 		return nil
 	}
-	sq := newSeq(keys, n, maxTokens)
+	sq := newSeq(keys, n, maxTokens, m.load)
 	if err := s.eng.submit(sq); err != nil {
 		if errors.Is(err, errQueueFull) {
 			s.rejected.Inc()

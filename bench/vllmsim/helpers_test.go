@@ -21,6 +21,7 @@ func startSim(t *testing.T, mutate func(*Config)) *Sim {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Speedup = 100
+	cfg.Model = "m" // the model the tests' bodies name
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -18,8 +18,6 @@ import (
 type prompter struct {
 	tok       *tokenizer.Tokenizer // nil: byte-block mode
 	tmpl      *chat.Renderer       // chat.None without a tokenizer
-	tokenSeed uint64               // tree.ModelSeed(model): token-id chains
-	byteSeed  uint64               // tree.ByteBlockSeed(model): byte-block chains
 	blockSize int
 }
 
@@ -27,7 +25,7 @@ type prompter struct {
 // does (chat.Load: the template named, or detected, or none with a
 // warning).
 func newPrompter(cfg Config, logger *slog.Logger) (*prompter, error) {
-	p := &prompter{tokenSeed: tree.ModelSeed(cfg.Model), byteSeed: tree.ByteBlockSeed(cfg.Model), blockSize: cfg.BlockSize}
+	p := &prompter{blockSize: cfg.BlockSize}
 	if cfg.Tokenizer == "" {
 		if cfg.ChatTemplate != "" && cfg.ChatTemplate != chat.None {
 			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", cfg.ChatTemplate)
@@ -67,10 +65,11 @@ type tokenized struct {
 	hash uint64
 }
 
-// encode tokenizes r's prompt; with wantIDs it keeps the ids. A chat
-// template that refuses the conversation (mistral, llama2) is a 400, as
-// in vLLM. Any goroutine.
-func (p *prompter) encode(r *request, wantIDs bool) (tokenized, *apiError) {
+// encode tokenizes r's prompt for the served model m, whose seeds key
+// its blocks (a name's cached blocks are its own); with wantIDs it keeps
+// the ids. A chat template that refuses the conversation (mistral,
+// llama2) is a 400, as in vLLM. Any goroutine.
+func (p *prompter) encode(r *request, m *servedModel, wantIDs bool) (tokenized, *apiError) {
 	var t tokenized
 	switch {
 	case r.msgs != nil:
@@ -83,7 +82,7 @@ func (p *prompter) encode(r *request, wantIDs bool) (tokenized, *apiError) {
 			texts[i] = s.Text
 		}
 		if p.tok == nil {
-			return p.byteBlocks(texts, wantIDs), nil
+			return p.byteBlocks(m.byteSeed, texts, wantIDs), nil
 		}
 		var ids []int32 // the template wrote the special tokens
 		for i, s := range segs {
@@ -97,14 +96,14 @@ func (p *prompter) encode(r *request, wantIDs bool) (tokenized, *apiError) {
 	case r.hasIDs:
 		t.ids = r.ids
 	case p.tok == nil:
-		return p.byteBlocks([]string{r.text}, wantIDs), nil
+		return p.byteBlocks(m.byteSeed, []string{r.text}, wantIDs), nil
 	case r.addSpecial:
 		t.ids = p.tok.EncodeSpecial(nil, r.text)
 	default:
 		t.ids = p.tok.Encode(nil, r.text)
 	}
 	t.n = len(t.ids)
-	t.keys = tree.BlockKeys(nil, p.tokenSeed, t.ids, p.blockSize)
+	t.keys = tree.BlockKeys(nil, m.tokenSeed, t.ids, p.blockSize)
 	h := fnv.New64a()
 	var b [4]byte
 	for _, id := range t.ids {
@@ -121,13 +120,13 @@ func (p *prompter) encode(r *request, wantIDs bool) (tokenized, *apiError) {
 // byteBlocks is byte-block mode: the rendered text read as one token per
 // 4 bytes (the last one zero-padded), keyed by tree.ByteBlockKeys
 // (64-byte blocks of the text, 16 pseudo-tokens each), exactly as
-// `saltus serve` keys it without a tokenizer.
-func (p *prompter) byteBlocks(texts []string, wantIDs bool) tokenized {
+// `saltus serve` keys it without a tokenizer, seeded with seed.
+func (p *prompter) byteBlocks(seed uint64, texts []string, wantIDs bool) tokenized {
 	n := 0
 	for _, s := range texts {
 		n += len(s)
 	}
-	t := tokenized{n: (n + 3) / 4, keys: tree.ByteBlockKeys(nil, p.byteSeed, texts...)}
+	t := tokenized{n: (n + 3) / 4, keys: tree.ByteBlockKeys(nil, seed, texts...)}
 	h := fnv.New64a()
 	for _, s := range texts {
 		h.Write([]byte(s)) // never fails

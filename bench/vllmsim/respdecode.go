@@ -16,6 +16,7 @@ type respRequest struct {
 	input        []chat.Message // the new input, as chat messages (vLLM's construct_input_messages)
 	instructions string         // "" for none: no system message
 	prevID       string         // previous_response_id; "" for none
+	model        string         // "" for the primary model
 	store        bool           // default true
 	stream       bool
 	background   bool
@@ -34,10 +35,11 @@ func decodeResponsesRequest(body []byte) (respRequest, *apiError) {
 	r := respRequest{store: true, temperature: 1, topP: 1}
 	p := parsers.Get()
 	defer parsers.Put(p)
-	v, e := parseObject(p, body)
+	v, model, e := parseObject(p, body)
 	if e != nil {
 		return r, e
 	}
+	r.model = model
 	for _, b := range []struct {
 		dst  *bool
 		name string

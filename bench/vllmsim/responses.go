@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -169,6 +168,11 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		s.answerError(ctx, e)
 		return
 	}
+	m, e := s.served.resolve(req.model)
+	if e != nil {
+		s.answerError(ctx, e)
+		return
+	}
 	if req.background {
 		s.answerError(ctx, badRequest("background", "background: the simulator answers every response in the foreground"))
 		return
@@ -194,7 +198,7 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		msgs = append(msgs, chat.Message{Role: "assistant", Content: prev.output})
 	}
 	msgs = append(msgs, req.input...)
-	t, e := s.p.encode(&request{kind: kindChat, msgs: msgs, opt: chat.Options{AddGenerationPrompt: true}}, false)
+	t, e := s.p.encode(&request{kind: kindChat, msgs: msgs, opt: chat.Options{AddGenerationPrompt: true}}, m, false)
 	if e != nil {
 		e.param = "input"
 		s.answerError(ctx, e)
@@ -216,11 +220,11 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		maxTokens = req.maxOutput
 	}
 	maxTokens = min(maxTokens, maxLen-t.n)
-	sq := s.start(ctx, reset && !req.stream, t.keys, t.n, maxTokens)
+	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens)
 	if sq == nil {
 		return
 	}
-	a := s.newRespAnswer(&req, msgs, maxTokens, t.hash)
+	a := s.newRespAnswer(&req, m.name, msgs, maxTokens, t.hash)
 	a.prompt = t.n
 	if !req.stream {
 		for sq.state.Load() == seqActive {
@@ -272,7 +276,7 @@ func (s *Sim) inject(ctx *fasthttp.RequestCtx) (reset, done bool) {
 	return reset, false
 }
 
-func (s *Sim) newRespAnswer(req *respRequest, msgs []chat.Message, maxTokens int, hash uint64) *respAnswer {
+func (s *Sim) newRespAnswer(req *respRequest, model string, msgs []chat.Message, maxTokens int, hash uint64) *respAnswer {
 	a := &respAnswer{msgs: msgs, itemID: newID("msg_"), store: req.store, ends: make([]int, maxTokens)}
 	out := newOutput(s.cfg.Seed, hash)
 	for i := range maxTokens {
@@ -282,7 +286,7 @@ func (s *Sim) newRespAnswer(req *respRequest, msgs []chat.Message, maxTokens int
 	o := &a.obj
 	*o = respObject{
 		ID: newID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
-		Metadata: req.metadata, Model: s.cfg.Model, Output: []outputMessage{}, ParallelToolCalls: true,
+		Metadata: req.metadata, Model: model, Output: []outputMessage{}, ParallelToolCalls: true,
 		ServiceTier: "auto", Store: req.store, Temperature: req.temperature, TopP: req.topP,
 		Text: json.RawMessage(`{"format":{"type":"text"}}`), ToolChoice: req.toolChoice, Tools: req.tools,
 		Truncation: "disabled",
@@ -426,29 +430,4 @@ func (s *Sim) streamResp(w *bufio.Writer, a *respAnswer, sq *seq, reset net.Conn
 	final := a.obj
 	ew.add(&respEvent{Type: "response.completed", Response: &final})
 	_ = flush() // a client gone now has its whole answer but the end
-}
-
-// appendModel appends the model card of GET /v1/models and
-// /v1/models/{id}.
-func (s *Sim) appendModel(b []byte) []byte {
-	b = append(b, `{"id":`...)
-	b = append(b, s.model...)
-	b = append(b, `,"object":"model","created":`...)
-	b = strconv.AppendInt(b, time.Now().Unix(), 10)
-	b = append(b, `,"owned_by":"vllm","root":`...)
-	b = append(b, s.model...)
-	b = append(b, `,"parent":null,"max_model_len":`...)
-	b = strconv.AppendInt(b, int64(s.cfg.maxModelLen()), 10)
-	return append(b, `,"permission":[]}`...)
-}
-
-// modelByID serves GET /v1/models/{id}: the served model's card, else 404
-// as vLLM words an unknown model.
-func (s *Sim) modelByID(ctx *fasthttp.RequestCtx, id string) {
-	if id != s.cfg.Model {
-		s.answerError(ctx, &apiError{status: fasthttp.StatusNotFound, msg: fmt.Sprintf("The model `%.200s` does not exist.", id), param: "model", code: "model_not_found"})
-		return
-	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(s.appendModel(nil))
 }

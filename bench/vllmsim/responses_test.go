@@ -259,7 +259,7 @@ func TestModelByID(t *testing.T) {
 		t.Errorf("GET /v1/models/{id}: %d %v %s", code, err, out)
 	}
 	code, out = get(t, s, "/v1/models/other")
-	wantErr(t, code, out, 404, "model", "The model `other` does not exist.")
+	wantVLLMErr(t, code, out, 404, "NotFoundError", "model", "The model `other` does not exist.")
 }
 
 func FuzzDecodeResponsesRequest(f *testing.F) {

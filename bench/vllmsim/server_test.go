@@ -248,7 +248,7 @@ func TestStreamFormat(t *testing.T) {
 	}
 	var streamedText string
 	for i, c := range cs {
-		if c.ID != cs[0].ID || !strings.HasPrefix(c.ID, "chatcmpl-") || c.Object != "chat.completion.chunk" || c.Model != "sim-llama" || c.Created == 0 {
+		if c.ID != cs[0].ID || !strings.HasPrefix(c.ID, "chatcmpl-") || c.Object != "chat.completion.chunk" || c.Model != "m" || c.Created == 0 {
 			t.Errorf("event %d head: %+v", i, c)
 		}
 		switch {
@@ -517,8 +517,9 @@ func TestEvictionHTTP(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	s := startSim(t, func(c *Config) { c.Model = "org/Model-7B" })
-	complete(t, s, "/v1/completions", prompt(text("m", 400), 3))
-	complete(t, s, "/v1/completions", prompt(text("m", 400), 3))
+	body := strings.Replace(prompt(text("m", 400), 3), `"model":"m"`, `"model":"org/Model-7B"`, 1)
+	complete(t, s, "/v1/completions", body)
+	complete(t, s, "/v1/completions", body)
 	// The answer can reach the client before the engine's step that
 	// finished it publishes its counts: wait for that step.
 	idle := func() bool { st := s.Stats(); return st.Running == 0 && st.KVUsage == 0 }
@@ -562,7 +563,7 @@ func TestModelsHealth(t *testing.T) {
 			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
-	if code != http.StatusOK || json.Unmarshal(b, &r) != nil || r.Object != "list" || len(r.Data) != 1 || r.Data[0].ID != "sim-llama" || r.Data[0].MaxModelLen != 32768 {
+	if code != http.StatusOK || json.Unmarshal(b, &r) != nil || r.Object != "list" || len(r.Data) != 1 || r.Data[0].ID != "m" || r.Data[0].MaxModelLen != 32768 {
 		t.Errorf("/v1/models: %d %s", code, b)
 	}
 }

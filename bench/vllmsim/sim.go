@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,13 +39,16 @@ const (
 // one scheduler goroutine, its own metrics. Build it with New, serve with
 // Start, stop with Close; several can run in one process.
 type Sim struct {
-	cfg   Config
-	log   *slog.Logger
-	p     *prompter
-	eng   *engine
-	set   *metrics.Set
-	model []byte // cfg.Model as a JSON string (Validate allows no escapes)
-	store *respStore
+	cfg    Config
+	log    *slog.Logger
+	p      *prompter
+	eng    *engine
+	set    *metrics.Set
+	served *models // the base models and LoRA adapters served
+	store  *respStore
+	// loraInfo: /metrics ends with vllm:lora_requests_info, as vLLM's
+	// does when LoRA is enabled (adapters at start, or run-time loading).
+	loraInfo bool
 
 	rejected, injected *metrics.Counter
 	done               chan struct{} // closed by Close
@@ -80,7 +82,8 @@ func New(cfg Config, logger *slog.Logger) (*Sim, error) {
 	}
 	s := &Sim{
 		cfg: cfg, log: logger, p: p, set: metrics.NewSet(),
-		model:      strconv.AppendQuote(nil, cfg.Model),
+		served:     newModels(cfg),
+		loraInfo:   cfg.RuntimeLoRA || len(cfg.LoRAModules) > 0,
 		stalls:     make(map[net.Conn]struct{}),
 		stallsDone: make(chan struct{}),
 		done:       make(chan struct{}),
@@ -145,6 +148,7 @@ func (s *Sim) Start(addr string) error {
 		}
 	})
 	s.log.Info("simulated engine listening", "addr", ln.Addr().String(), "model", s.cfg.Model,
+		"extra_models", len(s.cfg.ExtraModels), "lora_modules", len(s.cfg.LoRAModules), "runtime_lora", s.cfg.RuntimeLoRA,
 		"profile", s.cfg.Name, "speedup", s.cfg.Speedup, "kv_tokens", s.cfg.KVTokens)
 	return nil
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +34,10 @@ type simFlags struct {
 func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	sf.maxBody = byteSize(cfg.MaxBody)
 	fs.StringVar(&sf.profile, "profile", vllmsim.DefaultProfile, "engine `profile`: "+strings.Join(vllmsim.ProfileNames(), ", ")+" (saltus sim --help lists their values; bench/vllmsim/doc.go gives their sources)")
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "served model `name`")
+	fs.Var(&modelsFlag{cfg: cfg}, "model", "served model `name`: the first (primary) serves requests without a model; repeat the flag (saltus sim: or list several after it) to serve more base models (vLLM's --served-model-name a b); a request naming a model not served gets 404")
+	fs.Var(&loraFlag{cfg: cfg}, "lora-modules", "LoRA adapters to serve from the start, as vLLM's --lora-modules: `name=path` items, space-separated in one value (saltus sim: or several after the flag), or vLLM's JSON {\"name\":…,\"path\":…,\"base_model_name\":…} (base default: the primary --model); repeatable")
+	fs.IntVar(&cfg.MaxLoRAs, "max-loras", cfg.MaxLoRAs, "LoRA adapters loaded at most, `count`, from --lora-modules and run-time loads together; a load over it gets 400")
+	fs.BoolVar(&cfg.RuntimeLoRA, "runtime-lora", cfg.RuntimeLoRA, "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter, as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (false: both 404; --runtime-lora=false)")
 	fs.IntVar(&sf.kvTokens, "kv-tokens", 0, "KV cache capacity in `tokens` (0: the profile's)")
 	fs.IntVar(&sf.maxNumSeqs, "max-num-seqs", 0, "requests running at most, `count` (0: the profile's)")
 	fs.IntVar(&sf.maxBatched, "max-num-batched-tokens", 0, "token budget of one scheduler step, `tokens`: decode tokens plus prefill chunks (0: the profile's)")
@@ -51,6 +56,145 @@ func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output `tokens` of a request that names neither max_tokens nor max_completion_tokens")
 	fs.Var(&sf.maxBody, "max-body", "largest request body, `size` (413 over it)")
 	fs.Float64Var(&cfg.FailRate, "fail-rate", cfg.FailRate, "`fraction` of completion requests answered 503 at once (failure injection; also per request: header X-Sim-Fail: 503, reset or stall)")
+}
+
+// modelsFlag is --model: the first value given replaces the default
+// primary model, later ones are ExtraModels. A value may hold several
+// names, space-separated (names have no spaces).
+type modelsFlag struct {
+	cfg   *vllmsim.Config
+	given bool
+}
+
+func (f *modelsFlag) String() string {
+	if f.cfg == nil {
+		return ""
+	}
+	return strings.Join(append([]string{f.cfg.Model}, f.cfg.ExtraModels...), " ")
+}
+
+func (f *modelsFlag) Set(v string) error {
+	names := strings.Fields(v)
+	if len(names) == 0 {
+		return errors.New("empty model name")
+	}
+	for _, n := range names {
+		if !f.given {
+			f.cfg.Model, f.given = n, true
+			continue
+		}
+		f.cfg.ExtraModels = append(f.cfg.ExtraModels, n)
+	}
+	return nil
+}
+
+// loraFlag is --lora-modules: each value one or more adapters, appended
+// to LoRAModules (Config.Validate checks them).
+type loraFlag struct{ cfg *vllmsim.Config }
+
+func (f *loraFlag) String() string {
+	if f.cfg == nil {
+		return ""
+	}
+	items := make([]string, len(f.cfg.LoRAModules))
+	for i, l := range f.cfg.LoRAModules {
+		items[i] = l.Name + "=" + l.Path
+	}
+	return strings.Join(items, " ")
+}
+
+func (f *loraFlag) Set(v string) error {
+	ls, err := parseLoRAModules(v)
+	if err != nil {
+		return err
+	}
+	f.cfg.LoRAModules = append(f.cfg.LoRAModules, ls...)
+	return nil
+}
+
+// maxLoRAJSON bounds one JSON --lora-modules value (a name, a path and a
+// base model name, with room for spacing).
+const maxLoRAJSON = 16 << 10
+
+// parseLoRAModules reads one --lora-modules value as vLLM's CLI does: a
+// JSON object {"name","path","base_model_name"} (unknown keys refused,
+// as LoRAModulePath(**d) refuses them), else name=path items separated
+// by spaces (the first "=" splits: a path may hold more).
+func parseLoRAModules(v string) ([]vllmsim.LoRA, error) {
+	if t := strings.TrimSpace(v); strings.HasPrefix(t, "{") {
+		if len(t) > maxLoRAJSON {
+			return nil, fmt.Errorf("a JSON LoRA module larger than %d bytes", maxLoRAJSON)
+		}
+		var m struct {
+			Name *string `json:"name"`
+			Path *string `json:"path"`
+			Base *string `json:"base_model_name"`
+		}
+		dec := json.NewDecoder(strings.NewReader(t))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&m); err != nil {
+			return nil, fmt.Errorf("invalid JSON LoRA module %.200q: %w", t, err)
+		}
+		if dec.More() {
+			return nil, fmt.Errorf("invalid JSON LoRA module %.200q: more after the object", t)
+		}
+		if m.Name == nil || m.Path == nil {
+			return nil, fmt.Errorf("invalid JSON LoRA module %.200q: name and path are required", t)
+		}
+		l := vllmsim.LoRA{Name: *m.Name, Path: *m.Path}
+		if m.Base != nil {
+			l.Base = *m.Base
+		}
+		return []vllmsim.LoRA{l}, nil
+	}
+	items := strings.Fields(v)
+	if len(items) == 0 {
+		return nil, errors.New("empty LoRA module: want name=path or JSON")
+	}
+	ls := make([]vllmsim.LoRA, 0, len(items))
+	for _, it := range items {
+		name, path, ok := strings.Cut(it, "=")
+		if !ok || name == "" || path == "" {
+			return nil, fmt.Errorf("LoRA module %.200q: want name=path or JSON", it)
+		}
+		ls = append(ls, vllmsim.LoRA{Name: name, Path: path})
+	}
+	return ls, nil
+}
+
+// spreadFlagValues rewrites the arguments that follow a --model or
+// --lora-modules value and are not flags into more of that flag, so
+// `--lora-modules x=/p y=/q` reads as vLLM's nargs='+' does (Go's flag
+// package takes one value a flag). `saltus sim` takes no positional
+// arguments, so such words have no other meaning. A "--" ends the flags.
+func spreadFlagValues(args []string, names ...string) []string {
+	out := make([]string, 0, len(args))
+	multi := "" // the multi-value flag whose values may follow
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if multi != "" {
+				out = append(out, "--"+multi)
+			}
+			out = append(out, a)
+			continue
+		}
+		out = append(out, a)
+		multi = ""
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !slices.Contains(names, name) {
+			continue
+		}
+		multi = name
+		if !hasValue && i+1 < len(args) {
+			i++
+			out = append(out, args[i]) // the flag's own value, whatever it looks like
+		}
+	}
+	return out
 }
 
 // applySimProfile sets the profile's values, then the flags that override
@@ -101,48 +245,69 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	return simWith(args, stdout, stderr, signals)
 }
 
-// simWith is runSim with the signals given: it serves until the first.
-func simWith(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
+// simOptions are `saltus sim`'s parsed flags.
+type simOptions struct {
+	cfg              vllmsim.Config // validated
+	listen, logLevel string
+}
+
+// parseSim parses `saltus sim`'s arguments into a validated config. A
+// code of 0 or more says to exit with it (0 after --help, 2 for a bad
+// flag, reported on stderr); -1 to go on.
+func parseSim(args []string, stderr io.Writer) (simOptions, int) {
 	fs := flag.NewFlagSet("saltus sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg := vllmsim.DefaultConfig()
+	o := simOptions{cfg: vllmsim.DefaultConfig()}
 	var sf simFlags
-	listen := fs.String("listen", "127.0.0.1:8001", "`host:port` to serve the OpenAI-compatible API on")
-	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn or error")
-	addSimFlags(fs, &cfg, &sf)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8001", "`host:port` to serve the OpenAI-compatible API on")
+	fs.StringVar(&o.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
+	addSimFlags(fs, &o.cfg, &sf)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: saltus sim [flags]\n\n"+
 			"A simulated vLLM engine: OpenAI-compatible API (chat and completions, streamed or not,\n"+
 			"/tokenize, /v1/models, /health, /metrics with vLLM's names), a prefix cache of KV blocks,\n"+
-			"continuous batching with chunked prefill, and a timing profile. Times are simulated:\n"+
+			"continuous batching with chunked prefill, and a timing profile. It serves the --model names\n"+
+			"and --lora-modules adapters only (404 for others, as vLLM), each with its own cached blocks,\n"+
+			"and loads and unloads adapters at run time (POST /v1/load_lora_adapter and\n"+
+			"/v1/unload_lora_adapter, vLLM's JSON bodies). Times are simulated:\n"+
 			"a step lasts step-base + prefill-per-token × prefill tokens + decode-per-seq × decoding\n"+
 			"requests, divided by --speedup in real time.\n\nProfiles:\n"+profileTable()+"\nFlags:\n")
 		printFlags(stderr, fs, nil)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(spreadFlagValues(args, "model", "lora-modules")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return o, 0
 		}
-		return 2
+		return o, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "saltus sim: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return o, 2
 	}
-	if err := applySimProfile(&cfg, &sf); err != nil {
+	if err := applySimProfile(&o.cfg, &sf); err != nil {
 		for line := range strings.SplitSeq(err.Error(), "\n") { // one per invalid field
 			fmt.Fprintf(stderr, "saltus sim: %s\n", line)
 		}
-		return 2
+		return o, 2
 	}
-	logger, err := newLogger(stderr, "text", *logLevel)
+	return o, -1
+}
+
+// simWith is runSim with the signals given: it serves until the first.
+func simWith(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
+	o, code := parseSim(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	cfg := o.cfg
+	logger, err := newLogger(stderr, "text", o.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus sim: %v\n", err)
 		return 2
 	}
 	s, err := vllmsim.New(cfg, logger)
 	if err == nil {
-		err = s.Start(*listen)
+		err = s.Start(o.listen)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus sim: %v\n", err)

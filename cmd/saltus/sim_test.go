@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,4 +112,102 @@ func TestSimServes(t *testing.T) {
 	if !strings.Contains(errb.String(), "stopping") || !strings.Contains(errb.String(), "component=vllmsim") {
 		t.Errorf("stderr %q", errb.String())
 	}
+}
+
+// TestSimModelFlags: --model repeated or listed (the first is the
+// primary), --lora-modules as vLLM's CLI takes it (name=path items after
+// the flag or in one value, or JSON), --max-loras, --runtime-lora; and
+// their errors, by Config.Validate's field names.
+func TestSimModelFlags(t *testing.T) {
+	t.Parallel()
+	lora := func(name, path, base string) vllmsim.LoRA { return vllmsim.LoRA{Name: name, Path: path, Base: base} }
+	for _, tc := range []struct {
+		args    []string
+		model   string
+		extra   []string
+		loras   []vllmsim.LoRA
+		maxLoRA int
+		runtime bool
+		err     string // a stderr line of exit code 2; "" = parses
+	}{
+		{args: []string{"--model", "a", "--model", "b", "--lora-modules", "x=/p", "y=/q"},
+			model: "a", extra: []string{"b"}, loras: []vllmsim.LoRA{lora("x", "/p", ""), lora("y", "/q", "")}, maxLoRA: 64, runtime: true},
+		{args: nil, model: "sim-llama", maxLoRA: 64, runtime: true},
+		{args: []string{"--model", "tiny"}, model: "tiny", maxLoRA: 64, runtime: true},
+		{args: []string{"--model", "a", "b", "c", "--speedup", "2"}, model: "a", extra: []string{"b", "c"}, maxLoRA: 64, runtime: true},
+		{args: []string{"--model=a b", "--lora-modules=x=/p y=/q=r"}, model: "a", extra: []string{"b"},
+			loras: []vllmsim.LoRA{lora("x", "/p", ""), lora("y", "/q=r", "")}, maxLoRA: 64, runtime: true},
+		{args: []string{"-model", "a", "--model", "b", "--lora-modules", `{"name":"sql","path":"/loras/my sql","base_model_name":"b"}`, "z=/r",
+			"--lora-modules", `{"name":"t","path":"/t"}`, "--max-loras", "3", "--runtime-lora=false"},
+			model: "a", extra: []string{"b"}, loras: []vllmsim.LoRA{lora("sql", "/loras/my sql", "b"), lora("z", "/r", ""), lora("t", "/t", "")}, maxLoRA: 3},
+		{args: []string{"--lora-modules", "x"}, err: `invalid value "x" for flag -lora-modules: LoRA module "x": want name=path or JSON`},
+		{args: []string{"--lora-modules", "=/p"}, err: `want name=path or JSON`},
+		{args: []string{"--lora-modules", `{"name":"x"}`}, err: `name and path are required`},
+		{args: []string{"--lora-modules", `{"name":"x","path":"/p","rank":8}`}, err: `unknown field "rank"`},
+		{args: []string{"--lora-modules", `{"name":"x","path":"/p"} {}`}, err: `more after the object`},
+		{args: []string{"--model", ""}, err: `empty model name`},
+		{args: []string{"--model", "a", "--lora-modules", "a=/p"}, err: `saltus sim: vllmsim: lora-modules: "a" is served already`},
+		{args: []string{"--model", "a", "a"}, err: `saltus sim: vllmsim: model: "a" is served already`},
+		{args: []string{"--lora-modules", `{"name":"x","path":"/p","base_model_name":"nope"}`}, err: `adapter "x": base model "nope" is not served`},
+		{args: []string{"--max-loras", "1", "--lora-modules", "x=/p y=/q"}, err: "lora-modules: 2 adapters, more than max-loras (1)"},
+		{args: []string{"--lora-modules", "x=/p", "--listen", "127.0.0.1:0", "stray"}, err: `unexpected argument "stray"`},
+	} {
+		var errb bytes.Buffer
+		o, code := parseSim(tc.args, &errb)
+		if tc.err != "" {
+			if code != 2 || !strings.Contains(errb.String(), tc.err) {
+				t.Errorf("%q: code %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.err)
+			}
+			continue
+		}
+		c := o.cfg
+		if code != -1 || c.Model != tc.model || !slices.Equal(c.ExtraModels, tc.extra) || !slices.Equal(c.LoRAModules, tc.loras) ||
+			c.MaxLoRAs != tc.maxLoRA || c.RuntimeLoRA != tc.runtime {
+			t.Errorf("%q: code %d (stderr %q): model %q extra %q loras %+v max %d runtime %v; want %q %q %+v %d %v", tc.args, code, errb.String(),
+				c.Model, c.ExtraModels, c.LoRAModules, c.MaxLoRAs, c.RuntimeLoRA, tc.model, tc.extra, tc.loras, tc.maxLoRA, tc.runtime)
+		}
+	}
+}
+
+// TestSpreadFlagValues: the words after a multi-value flag's value
+// become more of that flag, up to the next flag or "--".
+func TestSpreadFlagValues(t *testing.T) {
+	t.Parallel()
+	f := func(in, want string) {
+		t.Helper()
+		if got := strings.Join(spreadFlagValues(strings.Fields(in), "model", "lora-modules"), " "); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+	f("--model a b --lora-modules x=/p y=/q", "--model a --model b --lora-modules x=/p --lora-modules y=/q")
+	f("--model=a b --listen h:1 c", "--model=a --model b --listen h:1 c")
+	f("--lora-modules -odd x=/p", "--lora-modules -odd --lora-modules x=/p")
+	f("--speedup 2 --model a -- b c", "--speedup 2 --model a -- b c")
+	f("x --model", "x --model")
+}
+
+// FuzzParseLoRAModules: a --lora-modules value parses or is an error,
+// never a panic; name=path items come back as the value's words.
+func FuzzParseLoRAModules(f *testing.F) {
+	for _, seed := range []string{"x=/p", "x=/p y=/q=r", `{"name":"x","path":"/p","base_model_name":"b"}`, `{"name":"x"}`, "=", "x=", " ", `{`, `{"name":"x","path":"/p"}x`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		ls, err := parseLoRAModules(v)
+		if err != nil {
+			return
+		}
+		if len(ls) == 0 {
+			t.Fatalf("%q: no module and no error", v)
+		}
+		if strings.HasPrefix(strings.TrimSpace(v), "{") {
+			return
+		}
+		words := strings.Fields(v)
+		for i, l := range ls {
+			if l.Name == "" || l.Path == "" || l.Base != "" || words[i] != l.Name+"="+l.Path {
+				t.Fatalf("%q: module %d %+v", v, i, l)
+			}
+		}
+	})
 }
