@@ -18,6 +18,7 @@ func TestParseEngineMetricsSim(t *testing.T) {
 	t.Parallel()
 	cfg := vllmsim.DefaultConfig()
 	cfg.Speedup = 1 // a 4,096-token answer takes long enough to be seen running
+	cfg.Model = "m" // the name the requests below send
 	s, err := vllmsim.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
