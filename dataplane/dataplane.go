@@ -50,8 +50,8 @@ type Config struct {
 	// Build sets its MaxCandidates to Backend.MaxRetries + 1 (the set
 	// tries no more candidates than it is given); its ChatTemplate names
 	// the template Build loads with the tokenizer.
-	Router    shard.Config
-	Backends  []string // "url" or "name=url", added by Build
+	Router   shard.Config
+	Backends []string // "url" or "name=url", added by Build
 	// BackendModels pins configured backends to models: "backend=model"
 	// entries, backend a name or URL of Backends, one model each (repeat
 	// for several). A pinned backend serves exactly its pinned models
@@ -63,7 +63,7 @@ type Config struct {
 	// AdminToken is the bearer token the adapter endpoints require (the
 	// admin listener's, --admin-token); "" none.
 	AdminToken string
-	Tokenizer string   // a HuggingFace tokenizer.json (or its directory, or .json.gz); "" = byte-block mode
+	Tokenizer  string // a HuggingFace tokenizer.json (or its directory, or .json.gz); "" = byte-block mode
 	// Cluster makes this router a member of a cluster of routers
 	// sharing routes and load (gossip); its Bind "" (the default) runs
 	// alone.
