@@ -88,7 +88,9 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig()}
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(),
+		BackendModels: []string{}, // as a config file's `backend-models: []` decodes
+	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }

@@ -346,6 +346,10 @@ admin-tls-cert-file: ""
 admin-tls-key-file: ""
 admin-tls-client-ca-file: ""
 backends: []
+backend-models: []
+models-interval: 5s
+adapter-updates: true
+adapter-engines: 0
 backend-tls-ca-file: ""
 backend-tls-insecure-skip-verify: false
 tokenizer: ""
