@@ -82,6 +82,81 @@ type Discovery interface {
 	DiscoveryStatus() any
 }
 
+// Pools is what a Backends may also implement: GET /admin/pools's
+// answer, the model pools requests are routed in (upstream/fleet). A
+// Backends without it has no such endpoint (404). Any goroutine.
+type Pools interface {
+	Pools() PoolsInfo
+}
+
+// PoolsInfo is GET /admin/pools: the pools at one moment.
+type PoolsInfo struct {
+	// Pools has one entry per model name some backend lists or is
+	// pinned to, by name.
+	Pools []PoolInfo `json:"pools"`
+	// Unknown are the backends whose models are not known (no GET
+	// /v1/models answer yet, no pins): they are sent only the models no
+	// pool serves.
+	Unknown []PoolMember `json:"unknown"`
+	// Backends says, per backend by ID, where its models come from.
+	Backends []BackendModels `json:"backends"`
+}
+
+// nonNil makes the lists "[]", not "null", in JSON. It writes into p's
+// slices: p is a value Pools just built.
+func (p PoolsInfo) nonNil() PoolsInfo {
+	if p.Pools == nil {
+		p.Pools = []PoolInfo{}
+	}
+	for i := range p.Pools {
+		if p.Pools[i].Backends == nil {
+			p.Pools[i].Backends = []PoolMember{}
+		}
+	}
+	if p.Unknown == nil {
+		p.Unknown = []PoolMember{}
+	}
+	if p.Backends == nil {
+		p.Backends = []BackendModels{}
+	}
+	for i := range p.Backends {
+		if p.Backends[i].Models == nil {
+			p.Backends[i].Models = []string{}
+		}
+	}
+	return p
+}
+
+// PoolInfo is one model's pool.
+type PoolInfo struct {
+	Model       string       `json:"model"`
+	Parent      string       `json:"parent"`        // a LoRA adapter's base model; "" for a base model
+	MaxModelLen int64        `json:"max_model_len"` // as the engine lists it; 0: not listed (a pin)
+	Backends    []PoolMember `json:"backends"`      // by ID, routable or not
+	Routable    int          `json:"routable"`      // how many of Backends are healthy and not draining now
+	Requests    uint64       `json:"requests"`      // requests admitted to the pool since start (saltus_pool_requests_total)
+}
+
+// PoolMember names a backend of a pool.
+type PoolMember struct {
+	ID   int    `json:"id"`
+	Name string `json:"name,omitempty"` // as in BackendInfo
+	URL  string `json:"url"`
+}
+
+// BackendModels is what is known of one backend's models.
+type BackendModels struct {
+	ID     int      `json:"id"`
+	Name   string   `json:"name,omitempty"`
+	URL    string   `json:"url"`
+	Models []string `json:"models"` // the model names it serves, sorted
+	// State: listed (from its GET /v1/models), pinned (--backend-models)
+	// or unknown.
+	State string `json:"state"`
+	// Error is its last GET /v1/models failure ("" after a success).
+	Error string `json:"error,omitempty"`
+}
+
 var (
 	// ErrNotFound: no backend has the id. The API answers 404.
 	ErrNotFound = errors.New("no such backend")

@@ -21,8 +21,8 @@ import (
 // fragment (#token=…, which a browser never sends) or asks for it, and
 // polls GET /admin/dashboard.json with it. That endpoint is /metrics as
 // JSON (the same Set, parsed here, so the page needs no Prometheus parser)
-// plus the backends, the route table's statistics and the cluster, in one
-// request per poll.
+// plus the backends, the route table's statistics, the cluster and the
+// model pools, in one request per poll.
 
 //go:embed dashboard/index.html dashboard/app.js dashboard/style.css
 var dashboardFS embed.FS
@@ -84,6 +84,9 @@ type DashboardData struct {
 	Backends []BackendInfo `json:"backends"`
 	Routes   any           `json:"routes"`  // Routes.RouteStats
 	Cluster  any           `json:"cluster"` // as GET /admin/cluster
+	// Pools is GET /admin/pools; absent when Backends does not
+	// implement Pools.
+	Pools *PoolsInfo `json:"pools,omitempty"`
 	// Metrics: every counter, gauge and summary series of /metrics whose
 	// family is saltus_* (and a few process ones: dashboardExtra), by
 	// sample name. Non-finite values are left out (JSON has none).
@@ -124,6 +127,9 @@ func (s *Server) serveDashboardData(w http.ResponseWriter) {
 		d.Backends = []BackendInfo{}
 	}
 	d.Cluster = s.clusterStatus()
+	if p, ok := s.backends.(Pools); ok {
+		d.Pools = new(p.Pools().nonNil())
+	}
 	d.Metrics, d.Histograms = parseExposition(buf.Bytes(), func(family string) bool {
 		return strings.HasPrefix(family, "saltus_") || slices.Contains(dashboardExtra, family)
 	})

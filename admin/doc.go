@@ -1,7 +1,8 @@
 // Package admin is saltus's control-plane listener: Prometheus metrics,
 // liveness and readiness probes, and the operator API that lists, adds,
-// drains and removes backends, shows the route table's statistics and
-// explains the routing decision for a request body without forwarding it.
+// drains and removes backends, shows the model pools and the route table's
+// statistics, and explains the routing decision for a request body without
+// forwarding it.
 //
 // # Place in the request path
 //
@@ -23,7 +24,8 @@
 //	GET    /admin/routes                200, JSON of Routes.RouteStats()
 //	POST   /admin/explain[?path=/v1/…]  body: an OpenAI request body → 200 JSON decision; 400 bad body
 //	GET    /admin/cluster               200, JSON: members, state, last contact, routes sent/received/dropped, lag; {"enabled":false} without a cluster
-//	GET    /admin/dashboard.json        200, JSON DashboardData: /metrics' saltus_* families parsed, backends, route stats, cluster
+//	GET    /admin/pools                 200, JSON PoolsInfo: the model pools, the backends whose models are unknown, each backend's models; 404 when Backends does not implement Pools
+//	GET    /admin/dashboard.json        200, JSON DashboardData: /metrics' saltus_* families parsed, backends, route stats, cluster, pools
 //	GET    /dashboard                   200, the dashboard page (and /dashboard/app.js, /dashboard/style.css; /dashboard/ redirects); no token needed
 //
 // GET endpoints also answer HEAD. A wrong method is 405 with an Allow

@@ -199,6 +199,7 @@ const (
 	epDiscovery
 	epDashboard     // the page and its assets: no token
 	epDashboardData // GET /admin/dashboard.json
+	epPools
 )
 
 var endpoints = [...]struct {
@@ -220,6 +221,7 @@ var endpoints = [...]struct {
 	epDiscovery:     {"discovery", "GET, HEAD"},
 	epDashboard:     {"dashboard", "GET, HEAD"},
 	epDashboardData: {"dashboard_data", "GET, HEAD"},
+	epPools:         {"pools", "GET, HEAD"},
 }
 
 // route maps a request path to its endpoint and, for per-backend routes,
@@ -246,6 +248,8 @@ func route(path string) (endpoint, string) {
 		return epDiscovery, ""
 	case "/admin/dashboard.json":
 		return epDashboardData, ""
+	case "/admin/pools":
+		return epPools, ""
 	}
 	if rest, ok := strings.CutPrefix(path, "/dashboard"); ok {
 		if _, _, asset := dashboardAsset(rest); asset || rest == "/" {
@@ -319,7 +323,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 	if sum := s.tokenSum.Load(); ep != epHealth && ep != epDashboard && sum != nil && !s.authorized(w, r, sum) {
 		return
 	}
-	if ep == epPprof && !s.cfg.Pprof || ep == epReload && s.cfg.Reload == nil {
+	pools, hasPools := s.backends.(Pools)
+	if ep == epPprof && !s.cfg.Pprof || ep == epReload && s.cfg.Reload == nil || ep == epPools && !hasPools {
 		ep = epUnknown // off: as if it did not exist
 	}
 	if ep == epUnknown {
@@ -365,6 +370,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, ep endpoint, id s
 		serveDashboard(w, id)
 	case epDashboardData:
 		s.serveDashboardData(w)
+	case epPools:
+		writeJSON(w, http.StatusOK, pools.Pools().nonNil())
 	case epExplain:
 		s.serveExplain(w, r)
 	case epPprof:

@@ -581,6 +581,8 @@ func TestRoute(t *testing.T) {
 		"/dashboard/xyz":           {epUnknown, ""},
 		"/dashboard.json":          {epUnknown, ""},
 		"/admin/dashboard.json":    {epDashboardData, ""},
+		"/admin/pools":             {epPools, ""},
+		"/admin/pools/":            {epUnknown, ""},
 	} {
 		if ep, id := route(path); ep != want.ep || id != want.id {
 			t.Errorf("route(%q) = %d %q, want %d %q", path, ep, id, want.ep, want.id)

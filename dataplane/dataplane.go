@@ -89,7 +89,8 @@ const DiscoveryK8s = "k8s"
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
 		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(),
-		BackendModels: []string{}} // as a config file's `backend-models: []` decodes
+		BackendModels: []string{}, // as a config file's `backend-models: []` decodes
+	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
 }
@@ -460,6 +461,8 @@ type backendsAPI struct {
 	fl *fleet.Fleet
 }
 
+var _ admin.Pools = backendsAPI{} // GET /admin/pools
+
 func (a backendsAPI) backendInfo(b *backend.Backend) admin.BackendInfo {
 	info := admin.BackendInfo{ID: b.ID, URL: b.URL, Name: b.Name, Healthy: b.Healthy(), Draining: b.Draining(), InFlight: b.InFlight()}
 	if bm, ok := a.fl.Index().Backend(b.ID); ok {
@@ -477,6 +480,48 @@ func (a backendsAPI) List() []admin.BackendInfo {
 	out := make([]admin.BackendInfo, 0, len(snap))
 	for _, b := range snap {
 		out = append(out, a.backendInfo(b))
+	}
+	return out
+}
+
+// Pools is GET /admin/pools: the fleet's index now, each pool's
+// routable backends counted against the backend set now (as the router's
+// admission does).
+func (a backendsAPI) Pools() admin.PoolsInfo {
+	ix := a.fl.Index()
+	snap := a.s.Snapshot()
+	byID := make(map[int]*backend.Backend, len(snap))
+	for _, b := range snap {
+		byID[b.ID] = b
+	}
+	member := func(id int) admin.PoolMember {
+		m := admin.PoolMember{ID: id}
+		if b := byID[id]; b != nil {
+			m.Name, m.URL = b.Name, b.URL
+		}
+		return m
+	}
+	var out admin.PoolsInfo
+	for _, p := range ix.Pools() {
+		pi := admin.PoolInfo{Model: p.Model.ID, Parent: p.Model.Parent, MaxModelLen: p.Model.MaxModelLen, Requests: p.Requests(),
+			Backends: make([]admin.PoolMember, 0, len(p.IDs))}
+		for _, id := range p.IDs {
+			pi.Backends = append(pi.Backends, member(id))
+			if b := byID[id]; b != nil && b.Routable() {
+				pi.Routable++
+			}
+		}
+		out.Pools = append(out.Pools, pi)
+	}
+	if w := ix.Wild(); w != nil {
+		for _, id := range w.IDs {
+			out.Unknown = append(out.Unknown, member(id))
+		}
+	}
+	for _, bm := range ix.Backends() {
+		m := member(bm.ID)
+		out.Backends = append(out.Backends, admin.BackendModels{ID: bm.ID, Name: m.Name, URL: m.URL,
+			Models: bm.Models, State: string(bm.State), Error: bm.Error})
 	}
 	return out
 }

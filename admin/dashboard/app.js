@@ -1,6 +1,6 @@
 // saltus dashboard. Polls GET /admin/dashboard.json (the admin listener's
-// /metrics as JSON, the backends, the route table's statistics and the
-// cluster) every second with the admin token, keeps the last 5 minutes
+// /metrics as JSON, the backends, the route table's statistics, the
+// cluster and the model pools) every second with the admin token, keeps the last 5 minutes
 // client-side (bounded: at most maxPoints polls), computes rates from
 // counter deltas over the server's own clock, and draws the charts on
 // canvas. No library, no build step.
@@ -152,6 +152,7 @@
       ttfb: hist(d, 'saltus_backend_ttfb_seconds'),
       ttft: hist(d, 'saltus_route_ttft_seconds'),
       inflight: byLabel(d, 'saltus_backend_in_flight', 'backend'),
+      pool: byLabel(d, 'saltus_pool_requests_total', 'model'),
       be: {},
     };
     const req = byLabel(d, 'saltus_backend_requests_total', 'backend');
@@ -327,6 +328,7 @@
 
     renderCluster(d.cluster || {});
     renderBackends(backends, p);
+    renderPools(d.pools);
     renderCharts();
   }
 
@@ -356,6 +358,7 @@
       badge.textContent = b.draining ? 'draining' : b.healthy ? 'healthy' : 'down';
       badge.dataset.healthy = String(b.healthy);
       st.appendChild(badge);
+      modelsCell(tr, b);
       cell(tr, fmtInt(b.in_flight), 'n').dataset.value = String(b.in_flight);
       const e = b.engine;
       cell(tr, e ? fmtInt(e.waiting) : '–', 'n');
@@ -388,10 +391,88 @@
     }
     if (!rows.length) {
       const tr = document.createElement('tr');
-      cell(tr, 'no backends', 'muted').colSpan = 11;
+      cell(tr, 'no backends', 'muted').colSpan = 12;
       rows.push(tr);
     }
     body.replaceChildren(...rows);
+  }
+
+  // modelsCell shows the models a backend serves (its pools), and where
+  // they come from: pinned, or unknown (not listed yet) with the last
+  // fetch's error as the cell's tooltip.
+  function modelsCell(tr, b) {
+    const models = b.models || [];
+    const td = cell(tr, models.join(', '), 'models');
+    td.dataset.models = models.join(',');
+    td.dataset.state = b.models_state || '';
+    if (!b.models_state || b.models_state === 'unknown' || !models.length) {
+      // not tracked (no fleet), not listed yet, or an engine that lists none
+      td.textContent = !b.models_state ? '–' : b.models_state === 'unknown' ? 'unknown' : 'none';
+      td.classList.add('muted');
+    } else if (b.models_state === 'pinned') {
+      const tag = document.createElement('span');
+      tag.className = 'url';
+      tag.textContent = 'pinned';
+      td.appendChild(tag);
+    }
+    if (b.models_error) {
+      td.title = 'last GET /v1/models: ' + b.models_error;
+      const warn = document.createElement('span');
+      warn.className = 'badge warn';
+      warn.textContent = 'fetch error';
+      td.appendChild(document.createTextNode(' '));
+      td.appendChild(warn);
+    }
+    return td;
+  }
+
+  // renderPools fills the pools table from /admin/dashboard.json's pools
+  // (GET /admin/pools): per model its base (an adapter's parent), its
+  // backends routable of total, the requests admitted since start and
+  // their rate from the history (saltus_pool_requests_total).
+  function renderPools(pools) {
+    const body = $('pools-body');
+    const summary = $('pools-summary');
+    if (!pools) {
+      const tr = document.createElement('tr');
+      cell(tr, 'this saltus does not report model pools', 'muted').colSpan = 5;
+      body.replaceChildren(tr);
+      summary.textContent = '';
+      return;
+    }
+    const list = pools.pools || [];
+    const rows = list.map((pl) => {
+      const tr = document.createElement('tr');
+      const total = (pl.backends || []).length;
+      tr.dataset.pool = pl.model;
+      tr.dataset.backends = String(total);
+      tr.dataset.routable = String(pl.routable);
+      tr.dataset.requests = String(pl.requests);
+      const m = cell(tr, pl.model);
+      m.title = (pl.backends || []).map((b) => b.name || b.url).join(', ');
+      if (pl.max_model_len) {
+        const len = document.createElement('span');
+        len.className = 'url';
+        len.textContent = 'max ' + fmtNum(pl.max_model_len) + ' tok';
+        m.appendChild(len);
+      }
+      cell(tr, pl.parent || '–', pl.parent ? '' : 'muted');
+      const bc = cell(tr, fmtInt(pl.routable) + ' / ' + fmtInt(total), 'n');
+      if (pl.routable === 0) bc.classList.add('bad');
+      else if (pl.routable < total) bc.classList.add('warn');
+      cell(tr, fmtInt(pl.requests), 'n').dataset.value = String(pl.requests);
+      cell(tr, fmtRate(rate((x) => x.pool[pl.model] || 0, rateSec)), 'n');
+      return tr;
+    });
+    if (!rows.length) {
+      const tr = document.createElement('tr');
+      cell(tr, 'no model known yet: every backend is sent any model', 'muted').colSpan = 5;
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+    const unknown = (pools.unknown || []).map((b) => b.name || b.url || ('backend-' + b.id));
+    summary.textContent = fmtInt(list.length) + (list.length === 1 ? ' pool' : ' pools') +
+      (unknown.length ? ' · models unknown (sent only models no pool serves): ' + unknown.join(', ') : ' · every backend\'s models known');
   }
 
   function renderCluster(c) {

@@ -214,6 +214,35 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Errorf("the backends table lacks %s", u)
 		}
 	}
+	// The pools table: the engines' one model (their GET /v1/models), its
+	// backends and requests as /metrics counts them; each backend lists it.
+	tr := regexp.MustCompile(`<tr[^>]*\bdata-pool="llama3"[^>]*>`).FindString(dom)
+	if tr == "" {
+		t.Errorf("the pools table has no row for llama3: %s", tail(dom, 3000))
+	}
+	attr := func(name string) float64 {
+		m := regexp.MustCompile(`\bdata-` + name + `="([^"]*)"`).FindStringSubmatch(tr)
+		if m == nil {
+			return -1
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
+	for name, family := range map[string]string{"backends": "saltus_pool_backends", "routable": "saltus_pool_routable_backends", "requests": "saltus_pool_requests_total"} {
+		want, ok := m[family+`{model="llama3"}`]
+		if got := attr(name); !ok || got != want {
+			t.Errorf("the pools table's llama3 %s: %v, /metrics %s: %v (%v)", name, got, family, want, ok)
+		}
+	}
+	if attr("backends") != 3 || attr("requests") != 12 {
+		t.Errorf("the pools table's llama3: %v backends, %v requests; want 3, 12", attr("backends"), attr("requests"))
+	}
+	if n := strings.Count(dom, `data-models="llama3"`); n != 3 {
+		t.Errorf("the backends table shows llama3 as the models of %d backends, want 3", n)
+	}
 
 	// A wrong token: the page says so, and shows no data.
 	dom = string(runChromium(ctx, t, bin, "--virtual-time-budget=3000", "--dump-dom", "http://"+s.admin+"/dashboard#token=wrong"))

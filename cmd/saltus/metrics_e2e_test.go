@@ -35,7 +35,14 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startServeWith(t, []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}, func(c *serveConfig) {
+	ups := []*upstream{newUpstream(t, "a"), newUpstream(t, "b")}
+	s := startServeWith(t, ups, func(c *serveConfig) {
+		// The test engines list model-a and model-b; pinned to the
+		// models the traffic below names, both serve both pools (and
+		// the per-pool series appear).
+		for _, u := range ups {
+			c.BackendModels = append(c.BackendModels, u.srv.URL+"=llama3", u.srv.URL+"=m")
+		}
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
 		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
@@ -55,6 +62,23 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	}
 	if a := s.adm(t, "GET", "/admin/backends", ""); a.status != 200 {
 		t.Fatalf("/admin/backends: %d %s", a.status, a.body)
+	}
+	// The pools, as the fleet built them from the pins: both backends in
+	// each, two requests admitted to llama3's, one to m's.
+	p := s.pools(t)
+	if len(p.Pools) != 2 || p.Pools[0].Model != "llama3" || p.Pools[1].Model != "m" || len(p.Unknown) != 0 || len(p.Backends) != 2 {
+		t.Fatalf("/admin/pools: %+v", p)
+	}
+	for i, want := range []uint64{2, 1} {
+		if pl := p.Pools[i]; len(pl.Backends) != 2 || pl.Routable != 2 || pl.Requests != want || pl.Parent != "" ||
+			pl.Backends[0].URL != ups[0].srv.URL || pl.Backends[1].URL != ups[1].srv.URL {
+			t.Errorf("/admin/pools: pool %s: %+v, want both backends routable and %d requests", pl.Model, pl, want)
+		}
+	}
+	for _, b := range p.Backends {
+		if b.State != "pinned" || !slices.Equal(b.Models, []string{"llama3", "m"}) {
+			t.Errorf("/admin/pools: backend %d: %+v, want pinned to llama3 and m", b.ID, b)
+		}
 	}
 	if a := s.adm(t, "GET", "/admin/cluster", ""); a.status != 200 || !strings.Contains(a.body, `"enabled":true`) || !strings.Contains(a.body, `"self":true`) {
 		t.Fatalf("/admin/cluster: %d %s", a.status, a.body)

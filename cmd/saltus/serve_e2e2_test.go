@@ -177,6 +177,17 @@ func (s *served) backends(t *testing.T) []admin.BackendInfo {
 	return list
 }
 
+// pools is GET /admin/pools.
+func (s *served) pools(t *testing.T) admin.PoolsInfo {
+	t.Helper()
+	a := s.adm(t, "GET", "/admin/pools", "")
+	var p admin.PoolsInfo
+	if err := json.Unmarshal([]byte(a.body), &p); a.status != 200 || err != nil {
+		t.Fatalf("GET /admin/pools: %d %v: %s", a.status, err, a.body)
+	}
+	return p
+}
+
 // metrics reads /metrics: each series (name and labels as written) to its
 // value.
 func (s *served) metrics(t *testing.T) map[string]float64 {

@@ -113,6 +113,16 @@ func (p *Pool) Admitted() {
 	}
 }
 
+// Requests is how many requests were admitted to p's model since start
+// (the pools of one model share the count across rebuilds). Any
+// goroutine; nil p: 0.
+func (p *Pool) Requests() uint64 {
+	if p == nil || p.requests == nil {
+		return 0
+	}
+	return p.requests.Get()
+}
+
 func newPool(m Model, ids []int) *Pool {
 	p := &Pool{Model: m, IDs: ids}
 	for _, id := range ids {
@@ -682,6 +692,8 @@ func buildIndex(snap []*backend.Backend, entries map[int]*entry, ms *metrics.Set
 			sig.WriteByte('\x01')
 		}
 		sig.WriteString(string(bm.State))
+		sig.WriteByte('\x00')
+		sig.WriteString(bm.Error) // a fetch failing or recovering shows in the admin API at once
 		sig.WriteByte('\n')
 		slices.Sort(bm.Models)
 		ix.backends = append(ix.backends, bm)
@@ -702,9 +714,9 @@ func buildIndex(snap []*backend.Backend, entries map[int]*entry, ms *metrics.Set
 		ix.wild = newPool(Model{}, wild)
 	}
 	ix.sig = sig.String()
-	// Errors and refresh times change without changing the pools: the
-	// admin view updates with the next change of models (or its own
-	// read of Backends, which is this index's).
+	// A backend's fetch error is part of sig (the admin API shows it);
+	// its refresh time is not (it changes every round): Refreshed is
+	// the one of the last round that changed the index.
 	return ix
 }
 
