@@ -35,7 +35,7 @@ func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	sf.maxBody = byteSize(cfg.MaxBody)
 	fs.StringVar(&sf.profile, "profile", vllmsim.DefaultProfile, "engine `profile`: "+strings.Join(vllmsim.ProfileNames(), ", ")+" (saltus sim --help lists their values; bench/vllmsim/doc.go gives their sources)")
 	fs.Var(&modelsFlag{cfg: cfg}, "model", "served model `name`: the first (primary) serves requests without a model; repeat the flag (saltus sim: or list several after it) to serve more base models (vLLM's --served-model-name a b); a request naming a model not served gets 404")
-	fs.Var(&loraFlag{cfg: cfg}, "lora-modules", "LoRA adapters to serve from the start, as vLLM's --lora-modules: `name=path` items, space-separated in one value (saltus sim: or several after the flag), or vLLM's JSON {\"name\":…,\"path\":…,\"base_model_name\":…} (base default: the primary --model); repeatable")
+	fs.Var(&loraFlag{cfg: cfg}, "lora-modules", "LoRA adapters to serve from the start, as vLLM's --lora-modules: `adapters`, name=path items, space-separated in one value (saltus sim: or several after the flag), or vLLM's JSON {\"name\":…,\"path\":…,\"base_model_name\":…} (base default: the primary --model); repeatable")
 	fs.IntVar(&cfg.MaxLoRAs, "max-loras", cfg.MaxLoRAs, "LoRA adapters loaded at most, `count`, from --lora-modules and run-time loads together; a load over it gets 400")
 	fs.BoolVar(&cfg.RuntimeLoRA, "runtime-lora", cfg.RuntimeLoRA, "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter, as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (false: both 404; --runtime-lora=false)")
 	fs.IntVar(&sf.kvTokens, "kv-tokens", 0, "KV cache capacity in `tokens` (0: the profile's)")
