@@ -392,6 +392,7 @@ k8s-service: ""
 k8s-namespace: ""
 k8s-port-name: ""
 k8s-kubeconfig: ""
+k8s-model-selector: []
 state-dir: ""
 state-interval: 1m
 log-format: text
