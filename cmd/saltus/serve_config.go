@@ -249,9 +249,9 @@ var serveKeys = []serveKey{
 	{key: "k8s-kubeconfig", bind: func(c *serveConfig) value { return strV{&c.K8s.Kubeconfig} },
 		help: "with --discovery k8s: a kubeconfig `file` (its current context) to reach the API server; empty: in-cluster (the pod's service account)"},
 	{key: "k8s-model-selector", bind: func(c *serveConfig) value { return listV{p: &c.K8s.ModelSelectors, set: new(bool), whole: true} },
-		help: "with --discovery k8s: `MODEL=SELECTOR`, a Kubernetes label selector of EndpointSlices (they carry their Service's labels: e.g. app=vllm,tier=a) " +
+		help: "with --discovery k8s: MODEL=SELECTOR, a Kubernetes label `selector` of EndpointSlices (they carry their Service's labels: e.g. llama-3-8b=app=vllm,tier=a) " +
 			"in --k8s-namespace, watched besides (or instead of) --k8s-service; its ready endpoints are pinned to MODEL (they serve exactly the models of the selectors that find them, " +
-			"also when --k8s-service finds them too). Repeat the flag for several; each use is one entry, not split at commas (selectors hold commas); YAML: a list. At most 64"},
+			"even when --k8s-service finds them). Repeat the flag for several; each use is one entry, not split at commas (selectors hold commas); YAML: a list. At most 64"},
 	{key: "state-dir", bind: func(c *serveConfig) value { return strV{&c.State.Dir} },
 		help: "`directory` where the route table (the routes this router learned, with their ages) is saved every --state-interval and at shutdown, and restored from at start (created if missing); empty: not kept across restarts"},
 	{key: "state-interval", bind: func(c *serveConfig) value { return durV{&c.State.Interval} },
