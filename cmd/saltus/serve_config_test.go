@@ -555,6 +555,9 @@ func FuzzServeYAML(f *testing.F) {
 		if cfg.Cluster.Join == nil {
 			cfg.Cluster.Join = []string{}
 		}
+		if cfg.K8s.ModelSelectors == nil {
+			cfg.K8s.ModelSelectors = []string{}
+		}
 		if !reflect.DeepEqual(back, cfg) {
 			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, back, cfg)
 		}
