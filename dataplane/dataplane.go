@@ -4,11 +4,13 @@
 // `saltus serve` and the benchmark (which runs saltus in-process, a
 // router per policy) build it here.
 //
-// Concurrency: a Path holds no state of its own once built; what it wires
-// keeps its owners (the reactor's loops own their connections and the
-// router's shards and the backend set's upstream connections, the backend set its probes; see
-// each package). Build, Start and Close run on the caller's goroutine,
-// never on a loop.
+// Concurrency: a Path holds no state of its own once built but the
+// discovery's latest lists (discoveredLists: a mutex serializes the
+// watches' deliveries); what it wires keeps its owners (the reactor's
+// loops own their connections and the router's shards and the backend
+// set's upstream connections, the backend set its probes; see each
+// package). Build, Start and Close run on the caller's goroutine, never
+// on a loop.
 package dataplane
 
 import (
@@ -18,6 +20,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -73,7 +76,8 @@ type Config struct {
 	State state.Config
 	// Discovery adds backends from a service discovery besides Backends:
 	// "" (none, the default) or "k8s" (K8s: a Service's ready
-	// EndpointSlice endpoints).
+	// EndpointSlice endpoints, and those of each model selector, pinned
+	// to its model).
 	Discovery string
 	K8s       kube.Config
 }
@@ -108,10 +112,11 @@ type Path struct {
 	// Static owns the configured backends (Config.Backends): Reload's
 	// SyncBackends keeps them equal to the file's list.
 	Static *backend.Managed
-	// Discovered owns the backends of Config.Discovery, which watch
-	// feeds once Start ran; both nil without a discovery.
+	// Discovered owns the backends of Config.Discovery, which watches
+	// feed once Start ran (merged by disc); nil without a discovery.
 	Discovered *backend.Managed
-	watch      *kube.Watcher
+	watches    []*kube.Watcher // the Service's first, if any, then one per model selector
+	disc       discoveredLists
 	probes     *rules.Group
 	// sources runs what adds and removes backends (the discovery, the
 	// reaper): stopped and joined before probes, so that nothing adds a
@@ -132,8 +137,12 @@ func (p *Path) Start() error {
 		p.State.Restore() // before the peers' routes: ours are local
 		p.probes.Go("state.save", p.State.Run)
 	}
-	if p.watch != nil {
-		p.sources.Go("discovery.k8s", func(ctx context.Context) { p.watch.Run(ctx, p.discovered) })
+	for i, w := range p.watches {
+		name := "discovery.k8s"
+		if w.Model() != "" {
+			name = "discovery.k8s.model"
+		}
+		p.sources.Go(name, func(ctx context.Context) { w.Run(ctx, func(list []kube.Target) { p.discovered(i, list) }) })
 	}
 	if p.Cluster != nil {
 		p.Cluster.JoinSeeds()
@@ -141,30 +150,90 @@ func (p *Path) Start() error {
 	return nil
 }
 
-// discovered applies the discovery's list of ready endpoints; on the
-// watcher's goroutine.
-func (p *Path) discovered(list []kube.Target) {
-	ts := make([]backend.Target, len(list))
-	for i, t := range list {
-		ts[i] = backend.Target{Name: t.Name, URL: t.URL}
-	}
+// discoveredLists holds each watch's latest list, merged into one on
+// every delivery.
+type discoveredLists struct {
+	// mu serializes the deliveries of the watches (each on its own
+	// goroutine), merge and Sync included: a Sync never applies a merge
+	// older than the last one applied.
+	mu    sync.Mutex
+	lists [][]kube.Target // by watch (Path.watches' index): its latest list; nil before its first
+}
+
+// discovered applies watch i's list of ready endpoints: the lists of
+// every watch, merged (mergeDiscovered), become Discovered's backends.
+// On watch i's goroutine.
+func (p *Path) discovered(i int, list []kube.Target) {
+	p.disc.mu.Lock()
+	defer p.disc.mu.Unlock()
+	p.disc.lists[i] = list
+	ts := mergeDiscovered(p.disc.lists)
 	res := p.Discovered.Sync(ts)
 	if res.Changed() {
-		p.Fleet.Kick() // the new backends' models now, not at the next watch
-		p.logger.Info("discovered backends changed", "source", p.cfg.Discovery, "added", res.Added, "drained", res.Drained, "restored", res.Restored, "endpoints", len(list))
+		p.Fleet.Kick() // the new backends' models (and changed pins) now, not at the next watch
+		p.logger.Info("discovered backends changed", "source", p.cfg.Discovery, "added", res.Added, "drained", res.Drained, "restored", res.Restored, "endpoints", len(ts))
 	}
 	for _, err := range res.Errors {
 		p.logger.Warn("discovered endpoint not added", "source", p.cfg.Discovery, "err", err)
 	}
 }
 
-// DiscoveryStatus is the discovery's state for GET /admin/discovery; nil
-// without one.
-func (p *Path) DiscoveryStatus() any {
-	if p.watch == nil {
-		return nil
+// mergeDiscovered merges the watches' lists into the discovered
+// backends, sorted by name: one per URL, pinned to the union of the
+// models its watches pin it to (sorted); an endpoint only the Service's
+// watch finds (no model) is not pinned, and one the Service's watch and
+// a model selector's both find is pinned to the selector's model. As
+// within one watch (kube.Target), a URL under two names keeps the
+// smaller name, and a name at two URLs (a pod behind two Services on
+// different ports) the smaller URL, with that URL's models: a backend
+// name is one backend.
+func mergeDiscovered(lists [][]kube.Target) []backend.Target {
+	byURL := map[string]*backend.Target{}
+	for _, l := range lists {
+		for _, t := range l {
+			bt := byURL[t.URL]
+			if bt == nil {
+				bt = &backend.Target{Name: t.Name, URL: t.URL}
+				byURL[t.URL] = bt
+			} else if t.Name < bt.Name {
+				bt.Name = t.Name
+			}
+			bt.Models = append(bt.Models, t.Models...)
+		}
 	}
-	return p.watch.Status()
+	out := make([]backend.Target, 0, len(byURL))
+	for _, bt := range byURL {
+		if bt.Models != nil {
+			slices.Sort(bt.Models)
+			bt.Models = slices.Compact(bt.Models)
+		}
+		out = append(out, *bt)
+	}
+	slices.SortFunc(out, func(a, b backend.Target) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.URL, b.URL)
+	})
+	return slices.CompactFunc(out, func(a, b backend.Target) bool { return a.Name == b.Name })
+}
+
+// DiscoveryStatus is the discovery's state for GET /admin/discovery: the
+// Service's watch's kube.Status when it is the only watch, else the list
+// of every watch's (the Service's first, then each model selector's); nil
+// without a discovery.
+func (p *Path) DiscoveryStatus() any {
+	switch {
+	case len(p.watches) == 0:
+		return nil
+	case len(p.watches) == 1 && p.watches[0].Model() == "":
+		return p.watches[0].Status()
+	}
+	out := make([]any, len(p.watches))
+	for i, w := range p.watches {
+		out[i] = w.Status()
+	}
+	return out
 }
 
 // StopAccepting is the drain's first step: the listener closes
@@ -291,9 +360,9 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 			return nil, err
 		}
 	}
-	var watch *kube.Watcher
+	var watches []*kube.Watcher
 	if cfg.Discovery == DiscoveryK8s {
-		if watch, err = kube.New(cfg.K8s, logger, set); err != nil {
+		if watches, err = kube.New(cfg.K8s, logger, set); err != nil {
 			if node != nil {
 				_ = node.Close(context.Background()) // the discovery's error is the one to report
 			}
@@ -305,10 +374,11 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Backends: backendsAPI{bset, fl}, Routes: routesAPI{router, node, nil},
-		Cluster: node, State: saver, Static: bset.Managed("config", static...), watch: watch, probes: probes, sources: sources, cfg: cfg,
+		Cluster: node, State: saver, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
 		logger: logger.With("component", "dataplane")}
-	if watch != nil {
+	if watches != nil {
 		p.Discovered = bset.Managed(cfg.Discovery)
+		p.disc.lists = make([][]kube.Target, len(watches))
 		p.Routes = routesAPI{router, node, p}
 	}
 	sources.Go("backends.reap", p.reap)

@@ -136,3 +136,76 @@ contexts:
 		t.Error("no log of the discovered change")
 	}
 }
+
+// TestDiscoveryK8sModelSelector serves with --k8s-service and a
+// --k8s-model-selector against a fake API server that answers each label
+// selector with its own slices: an endpoint both watches find and one only
+// the selector finds are both pinned to the selector's model, requests for
+// that model are served by them, and /admin/discovery lists both watches.
+func TestDiscoveryK8sModelSelector(t *testing.T) {
+	a, b := newUpstream(t, "a"), newUpstream(t, "b")
+	const modelSel = "app=engine,tier=gpu" // a selector with a comma
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sel := r.URL.Query().Get("labelSelector")
+		var items []any
+		switch sel {
+		case "kubernetes.io/service-name=vllm":
+			items = []any{fakeSlice(t, "vllm-a", "pod-a", a, true, 5)}
+		case modelSel:
+			// The slices of another Service, labelled as the selector
+			// asks: pod-a behind it too, and pod-b.
+			other := fakeSlice(t, "llama-b", "pod-b", b, true, 6)
+			other["metadata"].(map[string]any)["labels"] = map[string]string{"kubernetes.io/service-name": "llama", "app": "engine", "tier": "gpu"}
+			items = []any{fakeSlice(t, "llama-a", "pod-a", a, true, 6), other}
+		default:
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "1" {
+			_ = json.NewEncoder(w).Encode(map[string]any{"kind": "EndpointSliceList", "apiVersion": "discovery.k8s.io/v1",
+				"metadata": map[string]any{"resourceVersion": "10"}, "items": items})
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // no event: the lists stand
+	}))
+	t.Cleanup(api.Close)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("current-context: c\nclusters: [{name: k, cluster: {server: \""+api.URL+"\"}}]\n"+
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u, namespace: default}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Discovery = dataplane.DiscoveryK8s
+		c.K8s.Service, c.K8s.PortName, c.K8s.Kubeconfig = "vllm", "http", kubeconfig
+		c.K8s.ModelSelectors = []string{"llama3=" + modelSel}
+	})
+	pins := func() string {
+		var out []string
+		for _, bi := range s.backends(t) {
+			out = append(out, bi.Name+"="+strings.Join(bi.Models, " ")+"("+bi.ModelsState+")")
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
+	waitFor(t, func() bool { return pins() == "pod-a=llama3(pinned),pod-b=llama3(pinned)" })
+	for range 2 {
+		if got := s.chat(t, chatJSON(false, "user", "hello")); got.status != 200 {
+			t.Fatalf("chat for llama3: %d %s", got.status, got.body)
+		}
+	}
+	if a.calls.Load()+b.calls.Load() != 2 {
+		t.Errorf("a answered %d, b %d; want 2 in all", a.calls.Load(), b.calls.Load())
+	}
+	st := s.adm(t, "GET", "/admin/discovery", "")
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(st.body), &list); st.status != 200 || err != nil || len(list) != 2 ||
+		list[0]["service"] != "vllm" || list[1]["model"] != "llama3" || list[1]["selector"] != modelSel {
+		t.Errorf("/admin/discovery: %d %v %s", st.status, err, st.body)
+	}
+	if m := s.adm(t, "GET", "/metrics", "").body; !strings.Contains(m, `saltus_discovery_k8s_endpoints{model="llama3",selector="app=engine,tier=gpu",state="ready"} 2`) {
+		t.Errorf("/metrics lacks the selector's ready endpoints:\n%s", m)
+	}
+}

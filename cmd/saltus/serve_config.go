@@ -134,9 +134,9 @@ var serveKeys = []serveKey{
 		help: "`path` of the PEM private key of --admin-tls-cert-file"},
 	{key: "admin-tls-client-ca-file", bind: func(c *serveConfig) value { return strV{&c.AdminTLSClientCAFile} },
 		help: "`path` of PEM CA certificates; when set, admin clients must present a certificate they signed (mutual TLS); needs --admin-tls-cert-file"},
-	{key: "backends", live: true, flag: "backend", bind: func(c *serveConfig) value { return listV{&c.Backends, new(bool)} },
+	{key: "backends", live: true, flag: "backend", bind: func(c *serveConfig) value { return listV{p: &c.Backends, set: new(bool)} },
 		help: "backend `URL` http://host:port or https://host:port, or name=URL to name it (default names: backend-<id>); repeat the flag (or separate by commas) for several; replaces the file's backends; YAML key: backends"},
-	{key: "backend-models", live: true, bind: func(c *serveConfig) value { return listV{&c.BackendModels, new(bool)} },
+	{key: "backend-models", live: true, bind: func(c *serveConfig) value { return listV{p: &c.BackendModels, set: new(bool)} },
 		help: "pin a configured backend to a model: `pin` BACKEND=MODEL, BACKEND its name or URL; repeat (or separate by commas) for several models or backends. " +
 			"A pinned backend serves exactly its pinned models (for engines without GET /v1/models, or to keep one out of a pool); the others serve what their /v1/models lists"},
 	{key: "models-interval", bind: func(c *serveConfig) value { return durV{&c.Fleet.Interval} },
@@ -232,22 +232,26 @@ var serveKeys = []serveKey{
 		help: "`host:port` (UDP and TCP) where this router meets its peers to share learned routes and backend load (memberlist); empty: no cluster"},
 	{key: "cluster-advertise", bind: func(c *serveConfig) value { return strV{&c.Cluster.Advertise} },
 		help: "`host:port` peers reach this router at when it is not --cluster-bind's (NAT, containers); empty: --cluster-bind's"},
-	{key: "join", bind: func(c *serveConfig) value { return listV{&c.Cluster.Join, new(bool)} },
+	{key: "join", bind: func(c *serveConfig) value { return listV{p: &c.Cluster.Join, set: new(bool)} },
 		help: "`host:port` of a peer router's --cluster-bind to join (repeat, or separate by commas); peers not reached are retried every 10s"},
 	{key: "cluster-key-file", bind: func(c *serveConfig) value { return strV{&c.ClusterKeyFile} },
 		help: "`path` of the cluster key (base64 of 16, 24 or 32 random bytes: saltus cluster-key prints one) that encrypts and authenticates the routers' messages; every router needs the same; empty: plaintext, anyone reaching --cluster-bind may join"},
 	{key: "node-name", bind: func(c *serveConfig) value { return strV{&c.Cluster.NodeName} },
 		help: "this router's `name` in the cluster, unique; empty: host name and --cluster-bind's port"},
 	{key: "discovery", bind: func(c *serveConfig) value { return strV{&c.Discovery} },
-		help: "service `discovery` adding backends beside the configured ones: k8s (the ready endpoints of --k8s-service's EndpointSlices; those that leave or turn not ready are drained, then removed once idle); empty: none"},
+		help: "service `discovery` adding backends beside the configured ones: k8s (the ready endpoints of --k8s-service's EndpointSlices, and of --k8s-model-selector's; those that leave or turn not ready are drained, then removed once idle); empty: none"},
 	{key: "k8s-service", bind: func(c *serveConfig) value { return strV{&c.K8s.Service} },
-		help: "with --discovery k8s: the Service `name` whose endpoints are the backends (needs get, list and watch on endpointslices.discovery.k8s.io)"},
+		help: "with --discovery k8s: the Service `name` whose endpoints are the backends (needs get, list and watch on endpointslices.discovery.k8s.io); it or --k8s-model-selector is required"},
 	{key: "k8s-namespace", bind: func(c *serveConfig) value { return strV{&c.K8s.Namespace} },
 		help: "with --discovery k8s: the Service's `namespace`; empty: the pod's own (in a cluster), the kubeconfig context's, else default"},
 	{key: "k8s-port-name", bind: func(c *serveConfig) value { return strV{&c.K8s.PortName} },
 		help: "with --discovery k8s: the endpoints' port `name` to send to (e.g. http); empty: the Service's only, or first, port"},
 	{key: "k8s-kubeconfig", bind: func(c *serveConfig) value { return strV{&c.K8s.Kubeconfig} },
 		help: "with --discovery k8s: a kubeconfig `file` (its current context) to reach the API server; empty: in-cluster (the pod's service account)"},
+	{key: "k8s-model-selector", bind: func(c *serveConfig) value { return listV{p: &c.K8s.ModelSelectors, set: new(bool), whole: true} },
+		help: "with --discovery k8s: MODEL=SELECTOR, a Kubernetes label `selector` of EndpointSlices (they carry their Service's labels: e.g. llama-3-8b=app=vllm,tier=a) " +
+			"in --k8s-namespace, watched besides (or instead of) --k8s-service; its ready endpoints are pinned to MODEL (they serve exactly the models of the selectors that find them, " +
+			"even when --k8s-service finds them). Repeat the flag for several; each use is one entry, not split at commas (selectors hold commas); YAML: a list. At most 64"},
 	{key: "state-dir", bind: func(c *serveConfig) value { return strV{&c.State.Dir} },
 		help: "`directory` where the route table (the routes this router learned, with their ages) is saved every --state-interval and at shutdown, and restored from at start (created if missing); empty: not kept across restarts"},
 	{key: "state-interval", bind: func(c *serveConfig) value { return durV{&c.State.Interval} },
@@ -460,7 +464,8 @@ func (c serveConfig) Validate() error {
 	}
 	switch c.Discovery {
 	case "":
-		for _, k := range []struct{ key, v string }{{"k8s-service", c.K8s.Service}, {"k8s-namespace", c.K8s.Namespace}, {"k8s-port-name", c.K8s.PortName}, {"k8s-kubeconfig", c.K8s.Kubeconfig}} {
+		for _, k := range []struct{ key, v string }{{"k8s-service", c.K8s.Service}, {"k8s-namespace", c.K8s.Namespace}, {"k8s-port-name", c.K8s.PortName}, {"k8s-kubeconfig", c.K8s.Kubeconfig},
+			{"k8s-model-selector", strings.Join(c.K8s.ModelSelectors, "; ")}} {
 			if k.v != "" {
 				bad(k.key, "needs discovery: k8s")
 			}

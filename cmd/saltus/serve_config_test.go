@@ -396,6 +396,7 @@ k8s-service: ""
 k8s-namespace: ""
 k8s-port-name: ""
 k8s-kubeconfig: ""
+k8s-model-selector: []
 state-dir: ""
 state-interval: 1m
 log-format: text
@@ -557,6 +558,9 @@ func FuzzServeYAML(f *testing.F) {
 		}
 		if cfg.Cluster.Join == nil {
 			cfg.Cluster.Join = []string{}
+		}
+		if cfg.K8s.ModelSelectors == nil {
+			cfg.K8s.ModelSelectors = []string{}
 		}
 		if !reflect.DeepEqual(back, cfg) {
 			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, back, cfg)

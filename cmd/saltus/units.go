@@ -167,6 +167,9 @@ type (
 	listV   struct { // the repeatable --backend: its first use replaces the file's list
 		p   *[]string
 		set *bool // a flag set's own: Set ran
+		// whole: each use is one value, not split at commas (values
+		// that hold commas: --k8s-model-selector's label selectors).
+		whole bool
 	}
 )
 
@@ -190,7 +193,7 @@ func (v sizeV) String() string              { return byteSize(deref(v.p)).String
 func (v sizeV) yaml() any                   { return v.String() }
 func (v size64V) String() string            { return byteSize(deref(v.p)).String() }
 func (v size64V) yaml() any                 { return v.String() }
-func (v listV) String() string              { return strings.Join(deref(v.p), ",") }
+func (v listV) String() string              { return strings.Join(deref(v.p), v.sep()) }
 func (v listV) yaml() any                   { return append([]string{}, *v.p...) } // [], not null
 func (v listV) decode(n *yaml.Node) error   { return n.Decode(v.p) }
 func (v size64V) decode(n *yaml.Node) error { return decodeVia(n, (*byteSize)(v.p)) }
@@ -259,12 +262,28 @@ func (v sizeV) decode(n *yaml.Node) error {
 	return v.Set(n.Value)
 }
 
-// Set adds s's comma-separated values to the list; the first Set of a
-// flag set replaces what the file gave.
+// Set adds s's comma-separated values to the list (s whole, trimmed, if
+// v.whole); the first Set of a flag set replaces what the file gave.
 func (v listV) Set(s string) error {
 	if !*v.set {
 		*v.set = true
 		*v.p = nil
 	}
+	if v.whole {
+		if s = strings.TrimSpace(s); s != "" {
+			*v.p = append(*v.p, s)
+		}
+		return nil
+	}
 	return (*stringList)(v.p).Set(s)
+}
+
+// sep joins the values in String (the help's default, the reload's
+// comparison): "; " where values hold commas, so that two values never
+// read as one.
+func (v listV) sep() string {
+	if v.whole {
+		return "; "
+	}
+	return ","
 }

@@ -4,18 +4,41 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
-// Config says which Service to watch and how to reach the API server.
-// Zero values are not defaults: start from [DefaultConfig]. Immutable once
-// passed to [New].
+// Config says which EndpointSlices to watch (a Service's, and those of
+// each model selector) and how to reach the API server. Zero values are
+// not defaults: start from [DefaultConfig]. Immutable once passed to
+// [New].
 type Config struct {
 	// Service is the Service whose EndpointSlices are watched: the slices
-	// labelled kubernetes.io/service-name=Service (--k8s-service).
-	// Required; a DNS-1035 label (lowercase letters, digits and '-', at
-	// most 63, starting with a letter), as Service names are.
+	// labelled kubernetes.io/service-name=Service (--k8s-service). Its
+	// endpoints serve what their GET /v1/models lists (not pinned).
+	// Default "": none; Service or ModelSelectors is required. A DNS-1035
+	// label (lowercase letters, digits and '-', at most 63, starting with
+	// a letter), as Service names are.
 	Service string
+	// ModelSelectors pin endpoints to models by label
+	// (--k8s-model-selector, repeated): "MODEL=SELECTOR" entries, SELECTOR
+	// a Kubernetes label selector ("app=vllm,tier=a", "tier in (a,b)")
+	// sent as the labelSelector of a list and watch of the namespace's
+	// EndpointSlices; slices carry their Service's labels, so a selector
+	// picks Services by their labels. Each entry is a watch of its own,
+	// whose ready endpoints are pinned to MODEL ([Target].Models): they
+	// serve exactly the models pinned to them (the union over the entries
+	// that find them), not what their /v1/models lists. The split is at
+	// the first '=' (a model name holds none). The selector's syntax is
+	// checked only loosely (printable ASCII, no space around it, at most
+	// maxSelectorLen bytes): the API server parses it, and a 400 it
+	// answers is logged and counted (errors{reason="status"}), retried
+	// with the backoff. Default: none (an empty list, as a config file's
+	// `k8s-model-selector: []` decodes); at most maxModelSelectors
+	// entries, each a watch, a connection and its own metric series.
+	ModelSelectors []string
 	// Namespace is the Service's namespace (--k8s-namespace). Default "":
 	// in a pod, the pod's own (the service account's namespace file); with
 	// a kubeconfig, its current context's namespace; else "default".
@@ -86,8 +109,8 @@ type Config struct {
 // serviceAccountDir is where the kubelet mounts a pod's service account.
 const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
-// DefaultConfig returns the defaults documented on [Config]; Service is
-// still to be set.
+// DefaultConfig returns the defaults documented on [Config]; Service or
+// ModelSelectors is still to be set.
 func DefaultConfig() Config {
 	return Config{
 		BackoffMin:       500 * time.Millisecond,
@@ -99,6 +122,7 @@ func DefaultConfig() Config {
 		ListTimeout:      60 * time.Second,
 		WatchTimeout:     5 * time.Minute,
 		WatchIdleMargin:  30 * time.Second,
+		ModelSelectors:   []string{}, // as a config file's `k8s-model-selector: []` decodes
 	}
 }
 
@@ -115,10 +139,25 @@ func (c Config) Validate() error {
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("discovery/kube: "+format, a...))
 	}
-	if c.Service == "" {
-		bad("Service (--k8s-service) is required: the name of the Service whose endpoints are the backends")
-	} else if err := checkLabel(c.Service, true); err != nil {
-		bad("Service (--k8s-service) %q: %v", c.Service, err)
+	if c.Service == "" && len(c.ModelSelectors) == 0 {
+		bad("Service (--k8s-service) or ModelSelectors (--k8s-model-selector) is required: the name of the Service whose endpoints are the backends, or MODEL=SELECTOR label selectors of Services serving MODEL")
+	} else if c.Service != "" {
+		if err := checkLabel(c.Service, true); err != nil {
+			bad("Service (--k8s-service) %q: %v", c.Service, err)
+		}
+	}
+	if len(c.ModelSelectors) > maxModelSelectors {
+		bad("ModelSelectors (--k8s-model-selector): at most %d entries (each is a watch), got %d", maxModelSelectors, len(c.ModelSelectors))
+	}
+	seen := make(map[string]int, len(c.ModelSelectors))
+	for i, e := range c.ModelSelectors {
+		if _, _, err := splitModelSelector(e); err != nil {
+			bad("ModelSelectors (--k8s-model-selector) entry %d %q: %v", i+1, e, err)
+		} else if j, dup := seen[e]; dup {
+			bad("ModelSelectors (--k8s-model-selector) entry %d %q repeats entry %d", i+1, e, j)
+		} else {
+			seen[e] = i + 1
+		}
 	}
 	if c.Namespace != "" {
 		if err := checkLabel(c.Namespace, false); err != nil {
@@ -156,6 +195,46 @@ func (c Config) Validate() error {
 		bad("MaxSlices must be at least 1, got %d", c.MaxSlices)
 	}
 	return errors.Join(errs...)
+}
+
+// Bounds of ModelSelectors.
+const (
+	// maxModelSelectors bounds the entries: each is a watch (a goroutine
+	// and an open connection to the API server) and 21 metric series.
+	maxModelSelectors = 64
+	// maxSelectorLen bounds a selector: it is a query parameter and a
+	// metric label value. Kubernetes label keys are at most 317 bytes
+	// (a 253-byte prefix, '/', a 63-byte name) and values 63: a selector
+	// of a few requirements fits.
+	maxSelectorLen = 1024
+	// maxModelLen bounds a model name (a metric label value too).
+	maxModelLen = 256
+)
+
+// splitModelSelector splits a ModelSelectors entry "MODEL=SELECTOR" at
+// its first '=' and checks both sides: the model printable without
+// spaces; the selector printable ASCII without spaces around it (the
+// API server checks its grammar).
+func splitModelSelector(e string) (model, selector string, err error) {
+	model, selector, ok := strings.Cut(e, "=")
+	switch {
+	case !ok || model == "" || selector == "":
+		return "", "", errors.New("want MODEL=SELECTOR, e.g. llama-3-8b=app=vllm,tier=a")
+	case len(model) > maxModelLen:
+		return "", "", fmt.Errorf("the model is over %d bytes", maxModelLen)
+	case strings.IndexFunc(model, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 || !utf8.ValidString(model):
+		return "", "", errors.New("the model must be printable, without spaces")
+	case len(selector) > maxSelectorLen:
+		return "", "", fmt.Errorf("the selector is over %d bytes", maxSelectorLen)
+	case strings.TrimSpace(selector) != selector:
+		return "", "", errors.New("the selector must not start or end with a space")
+	}
+	for i := 0; i < len(selector); i++ {
+		if c := selector[i]; c < 0x20 || c > 0x7e {
+			return "", "", fmt.Errorf("the selector must be printable ASCII, found %q", c)
+		}
+	}
+	return model, selector, nil
 }
 
 // checkLabel reports whether s is a DNS-1123 label (lowercase letters,

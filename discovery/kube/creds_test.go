@@ -101,16 +101,16 @@ func TestInCluster(t *testing.T) {
 	cfg.Service = "vllm"
 	cfg.inClusterDir = inClusterDir(t, f, "tok1", "")
 	cfg.getenv = env("10.0.0.1", "443")
-	w, err := New(cfg, slog.New(slog.DiscardHandler), metrics.NewSet())
+	ws, err := New(cfg, slog.New(slog.DiscardHandler), metrics.NewSet())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.namespace != "default" || !strings.Contains(w.base, "/namespaces/default/endpointslices") {
-		t.Errorf("namespace %q, base %s", w.namespace, w.base)
+	if w := ws[0]; len(ws) != 1 || w.namespace != "default" || !strings.Contains(w.base, "/namespaces/default/endpointslices") {
+		t.Errorf("%d watchers, namespace %q, base %s", len(ws), w.namespace, w.base)
 	}
 	cfg.Namespace = "explicit"
-	if w, err = New(cfg, slog.New(slog.DiscardHandler), metrics.NewSet()); err != nil || w.namespace != "explicit" {
-		t.Errorf("Config.Namespace not used: %v %v", w, err)
+	if ws, err = New(cfg, slog.New(slog.DiscardHandler), metrics.NewSet()); err != nil || ws[0].namespace != "explicit" {
+		t.Errorf("Config.Namespace not used: %v %v", ws, err)
 	}
 }
 

@@ -5,10 +5,20 @@
 // path, not on it: it only changes which backends exist. A [Watcher]'s
 // state is owned by the goroutine that runs [Watcher.Run].
 //
+// # Model selectors
+//
+// Besides (or instead of) the Service, each Config.ModelSelectors entry
+// MODEL=SELECTOR is a Watcher of its own over the namespace's
+// EndpointSlices that the label selector picks (slices carry their
+// Service's labels, so it picks Services by label); its targets are
+// pinned to MODEL (Target.Models). [New] returns every watch's Watcher;
+// the caller merges their lists (dataplane: one backend per URL, pinned
+// to the union of its watches' models).
+//
 // # Protocol
 //
-// Run lists the slices labelled kubernetes.io/service-name=SERVICE in the
-// namespace, then watches them from the list's resourceVersion
+// Run lists the slices labelled kubernetes.io/service-name=SERVICE (or
+// those a model selector picks) in the namespace, then watches them from the list's resourceVersion
 // (watch=1, allowWatchBookmarks=true, timeoutSeconds=WatchTimeout),
 // applying ADDED, MODIFIED and DELETED events and taking BOOKMARKs'
 // resourceVersions. A watch the server ends is resumed at once from the
@@ -60,9 +70,10 @@
 //
 // # Concurrency
 //
-//   - Run: one goroutine, the caller's (a rules.Group one); it owns the
-//     slices, the resourceVersion and the last set, and calls update on
-//     itself, so never concurrently. It starts no goroutine of its own:
+//   - Run: one goroutine per Watcher, the caller's (a rules.Group one);
+//     it owns the slices, the resourceVersion and the last set, and calls
+//     update on itself, so never concurrently for one Watcher (the
+//     Watchers of one Config do call theirs concurrently). It starts no goroutine of its own:
 //     the stall timer is a time.AfterFunc that only cancels the watch's
 //     context, and net/http's connection goroutines end with the
 //     connections, which Run closes when it returns.

@@ -201,7 +201,7 @@ func (l *lineReader) next() ([]byte, error) {
 	}
 }
 
-// Target is one ready endpoint of the Service: a backend.
+// Target is one ready endpoint of a watch: a backend.
 type Target struct {
 	// Name names the endpoint stably across restarts and routers: its
 	// pod's name (targetRef), else its hostname, else its address; made
@@ -214,6 +214,10 @@ type Target struct {
 	// URL is "http://IP:port" (an IPv6 address bracketed), or
 	// "http://host:port" for an FQDN slice.
 	URL string `json:"url"`
+	// Models are the models the endpoint is pinned to: a model selector's
+	// watch's model (Config.ModelSelectors); nil for the Service's watch
+	// (the endpoint serves what its GET /v1/models lists).
+	Models []string `json:"models,omitempty"`
 }
 
 // Endpoint states, the saltus_discovery_k8s_endpoints label values.

@@ -109,9 +109,9 @@ func TestSummarize(t *testing.T) {
 func TestMergeTargets(t *testing.T) {
 	t.Parallel()
 	got := mergeTargets(map[string]sliceView{
-		"v4":  {targets: []Target{{"pod-b", "http://10.0.0.2:80"}, {"pod-a", "http://10.0.0.1:80"}}},
-		"v6":  {targets: []Target{{"pod-a", "http://[fd00::1]:80"}, {"pod-c", "http://[fd00::3]:80"}}},
-		"dup": {targets: []Target{{"pod-b", "http://10.0.0.2:80"}, {"10.0.0.1", "http://10.0.0.1:80"}}},
+		"v4":  {targets: []Target{{Name: "pod-b", URL: "http://10.0.0.2:80"}, {Name: "pod-a", URL: "http://10.0.0.1:80"}}},
+		"v6":  {targets: []Target{{Name: "pod-a", URL: "http://[fd00::1]:80"}, {Name: "pod-c", URL: "http://[fd00::3]:80"}}},
+		"dup": {targets: []Target{{Name: "pod-b", URL: "http://10.0.0.2:80"}, {Name: "10.0.0.1", URL: "http://10.0.0.1:80"}}},
 	})
 	// One target per URL first (10.0.0.1 under two names keeps the
 	// smaller name), then one per name (pod-a is left its IPv6 address).
@@ -120,8 +120,8 @@ func TestMergeTargets(t *testing.T) {
 	}
 	// The dual-stack case alone: one target, the IPv4 address.
 	got = mergeTargets(map[string]sliceView{
-		"v4": {targets: []Target{{"pod-a", "http://10.0.0.1:80"}}},
-		"v6": {targets: []Target{{"pod-a", "http://[fd00::1]:80"}}},
+		"v4": {targets: []Target{{Name: "pod-a", URL: "http://10.0.0.1:80"}}},
+		"v6": {targets: []Target{{Name: "pod-a", URL: "http://[fd00::1]:80"}}},
 	})
 	if targets(got) != "pod-a=http://10.0.0.1:80" {
 		t.Errorf("dual stack: %s", targets(got))

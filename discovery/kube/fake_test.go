@@ -311,14 +311,29 @@ type running struct {
 
 func start(t *testing.T, cfg Config) *running {
 	t.Helper()
+	rs := startAll(t, cfg)
+	if len(rs) != 1 {
+		t.Fatalf("%d watchers, want 1", len(rs))
+	}
+	return rs[0]
+}
+
+// startAll runs every Watcher New returns for cfg, each with its own
+// updates, on one metrics set.
+func startAll(t *testing.T, cfg Config) []*running {
+	t.Helper()
 	set := metrics.NewSet()
-	w, err := New(cfg, slog.New(slog.DiscardHandler), set)
+	ws, err := New(cfg, slog.New(slog.DiscardHandler), set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &running{w: w, set: set, updates: make(chan []Target, 64)}
 	g := rules.NewGroup(context.Background())
-	g.Go("discovery.kube", func(ctx context.Context) { w.Run(ctx, func(ts []Target) { r.updates <- ts }) })
+	var rs []*running
+	for _, w := range ws {
+		r := &running{w: w, set: set, updates: make(chan []Target, 64)}
+		g.Go("discovery.kube", func(ctx context.Context) { w.Run(ctx, func(ts []Target) { r.updates <- ts }) })
+		rs = append(rs, r)
+	}
 	t.Cleanup(func() {
 		g.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -327,7 +342,7 @@ func start(t *testing.T, cfg Config) *running {
 			t.Errorf("Run did not return after its context ended: %v (running: %v)", err, g.Running())
 		}
 	})
-	return r
+	return rs
 }
 
 // update returns the next set handed to update.

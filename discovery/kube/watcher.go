@@ -28,8 +28,9 @@ const serviceLabel = "kubernetes.io/service-name"
 // maxErrorBody bounds what is read of an error answer's body.
 const maxErrorBody = 64 << 10
 
-// Watcher watches one Service's EndpointSlices and hands the set of ready
-// endpoints to Run's update function. Create it with [New].
+// Watcher watches one label selector's EndpointSlices (a Service's, or a
+// model selector's) and hands the set of ready endpoints to Run's update
+// function. Create the watchers a Config asks for with [New].
 type Watcher struct {
 	cfg       Config
 	logger    *slog.Logger
@@ -38,12 +39,15 @@ type Watcher struct {
 	client    *http.Client
 	namespace string
 	base      string // the endpointslices collection's URL, without query
-	selector  string // "labelSelector=..." for that Service
+	selector  string // "labelSelector=...", URL-encoded
+	service   string // the watched Service; "" for a model selector's watch
+	model     string // the model the targets are pinned to; "" for the Service's watch
+	what      string // the watch in errors: "service NS/NAME", "selector SEL (model M) in namespace NS"
 
 	// Owned by Run's goroutine:
 	slices    map[string]sliceView // by slice name
 	rv        string               // the resourceVersion to watch from
-	last      []Target             // the set last handed to update
+	last      []Target             // the set last handed to update (without Models)
 	delivered bool                 // update was called once
 	fails     int                  // failures in a row: the backoff's exponent
 	logged    string               // the last error logged at warn level,
@@ -56,7 +60,11 @@ type Watcher struct {
 // Status is what [Watcher.Status] returns: GET /admin/backends can show
 // it as JSON.
 type Status struct {
-	Service   string `json:"service"`
+	// Service is the watched Service; "" (left out) for a model
+	// selector's watch, which has Model and Selector instead.
+	Service   string `json:"service,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Selector  string `json:"selector,omitempty"` // the label selector, as configured
 	Namespace string `json:"namespace"`
 	Server    string `json:"server"` // the API server's URL
 	Source    string `json:"source"` // "in-cluster", or the kubeconfig file and context
@@ -98,11 +106,15 @@ var errGone = errors.New("resourceVersion expired (410 Gone)")
 // errStalled is the cause a silent watch is cancelled with.
 var errStalled = errors.New("watch stalled")
 
-// New validates cfg and loads the API server's address and credentials
-// (cfg.Kubeconfig, or the pod's service account); its errors name what
-// is missing. It does not contact the API server: Run does. Metrics go to
-// set. Any goroutine.
-func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Watcher, error) {
+// New validates cfg, loads the API server's address and credentials
+// (cfg.Kubeconfig, or the pod's service account; its errors name what is
+// missing), and returns one Watcher per watch cfg asks for: the
+// Service's first (when cfg.Service is set), then one per
+// cfg.ModelSelectors entry, in order. It does not contact the API server:
+// each Watcher's Run does. Metrics go to set: the Service's watch has the
+// series without labels, a model selector's the same with labels model
+// and selector. Any goroutine.
+func New(cfg Config, logger *slog.Logger, set *metrics.Set) ([]*Watcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,6 +132,35 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Watcher, error) {
 	if err := checkLabel(ns, false); err != nil {
 		return nil, fmt.Errorf("discovery/kube: namespace %q (from %s): %v", ns, api.source, err)
 	}
+	if api.insecure {
+		logger.Warn("TLS verification of the Kubernetes API server is off (insecure-skip-tls-verify in the kubeconfig)", "component", "discovery/kube", "server", api.url.Redacted())
+	}
+	if api.url.Scheme == "http" && (api.token != "" || api.tokenFile != "") {
+		logger.Warn("the Kubernetes API token goes over plain http", "component", "discovery/kube", "server", api.url.Redacted())
+	}
+	var ws []*Watcher
+	if cfg.Service != "" {
+		w := newWatcher(cfg, api, ns, serviceLabel+"="+cfg.Service, set, "")
+		w.service, w.what = cfg.Service, "service "+ns+"/"+cfg.Service
+		w.logger = logger.With("component", "discovery/kube", "service", ns+"/"+cfg.Service)
+		w.st.Service = cfg.Service
+		ws = append(ws, w)
+	}
+	for _, e := range cfg.ModelSelectors {
+		model, sel, _ := splitModelSelector(e) // Validate checked it
+		w := newWatcher(cfg, api, ns, sel, set, fmt.Sprintf("model=%q,selector=%q", model, sel))
+		w.model, w.what = model, fmt.Sprintf("selector %q (model %s) in namespace %s", sel, model, ns)
+		w.logger = logger.With("component", "discovery/kube", "model", model, "selector", sel, "namespace", ns)
+		w.st.Model, w.st.Selector = model, sel
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// newWatcher returns a Watcher of the slices labelSelector picks in
+// namespace ns, with its own HTTP client; labels are its series' labels
+// ("" none).
+func newWatcher(cfg Config, api *apiServer, ns, labelSelector string, set *metrics.Set, labels string) *Watcher {
 	proxy := http.ProxyFromEnvironment // as kubectl: HTTPS_PROXY, NO_PROXY
 	if api.proxy != nil {
 		proxy = http.ProxyURL(api.proxy)
@@ -137,10 +178,9 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Watcher, error) {
 		// connection, not multiplexed with the next one.
 	}
 	w := &Watcher{
-		cfg:    cfg,
-		logger: logger.With("component", "discovery/kube", "service", ns+"/"+cfg.Service),
-		m:      newWatchMetrics(set),
-		api:    api,
+		cfg: cfg,
+		m:   newWatchMetrics(set, labels),
+		api: api,
 		client: &http.Client{
 			Transport: transport,
 			// The API server does not redirect; following one could send
@@ -149,23 +189,21 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Watcher, error) {
 		},
 		namespace: ns,
 		base:      api.url.String() + "/apis/discovery.k8s.io/v1/namespaces/" + url.PathEscape(ns) + "/endpointslices",
-		selector:  "labelSelector=" + url.QueryEscape(serviceLabel+"="+cfg.Service),
+		selector:  "labelSelector=" + url.QueryEscape(labelSelector),
 		slices:    map[string]sliceView{},
 	}
-	w.st.Service, w.st.Namespace, w.st.Server, w.st.Source = cfg.Service, ns, api.url.Redacted(), api.source
-	if api.insecure {
-		w.logger.Warn("TLS verification of the Kubernetes API server is off (insecure-skip-tls-verify in the kubeconfig)", "server", w.st.Server)
-	}
-	if api.url.Scheme == "http" && (api.token != "" || api.tokenFile != "") {
-		w.logger.Warn("the Kubernetes API token goes over plain http", "server", w.st.Server)
-	}
-	return w, nil
+	w.st.Namespace, w.st.Server, w.st.Source = ns, api.url.Redacted(), api.source
+	return w
 }
 
-// Run lists the Service's EndpointSlices, then watches them, until ctx
-// is done; it calls update with the complete set of ready endpoints once
-// after the first successful list (even an empty one) and then whenever
-// the set changes. update runs on Run's goroutine, never concurrently;
+// Model is the model the watch's targets are pinned to; "" for the
+// Service's watch. Any goroutine.
+func (w *Watcher) Model() string { return w.model }
+
+// Run lists the watch's EndpointSlices, then watches them, until ctx is
+// done; it calls update with the complete set of ready endpoints (each
+// pinned to the watch's model, if it has one) once after the first
+// successful list (even an empty one) and then whenever the set changes. update runs on Run's goroutine, never concurrently;
 // the slice it gets is its own. Failures are logged, counted and retried
 // with a backoff; meanwhile the last set stands. Run once, on a
 // supervised goroutine (rules.Group); it returns when ctx is done.
@@ -229,7 +267,7 @@ func (w *Watcher) Run(ctx context.Context, update func([]Target)) {
 	}
 }
 
-// list replaces the endpoint set with a fresh list of the Service's
+// list replaces the endpoint set with a fresh list of the watch's
 // slices. Run only.
 func (w *Watcher) list(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
@@ -280,7 +318,7 @@ func (w *Watcher) list(ctx context.Context) error {
 	}
 	if over > 0 {
 		w.m.errors[reasonTooManySlices].Add(over)
-		w.logger.Warn("the Service has more EndpointSlices than MaxSlices; the others are ignored", "max", w.cfg.MaxSlices, "ignored", over)
+		w.logger.Warn("the watch has more EndpointSlices than MaxSlices; the others are ignored", "max", w.cfg.MaxSlices, "ignored", over)
 	}
 	w.slices, w.rv = views, l.Metadata.ResourceVersion
 	w.mu.Lock()
@@ -291,10 +329,12 @@ func (w *Watcher) list(ctx context.Context) error {
 	return nil
 }
 
-// mine reports whether s belongs to the watched Service (the label
-// selector says so already; a proxy or a fake server may not filter).
+// mine reports whether s belongs to the watch (the label selector says so
+// already; a proxy or a fake server may not filter). A model selector's
+// is not evaluated here: the API server applies it, and sends DELETED
+// for a slice whose labels no longer match.
 func (w *Watcher) mine(s *endpointSlice) bool {
-	return s.Metadata.Labels[serviceLabel] == w.cfg.Service &&
+	return (w.service == "" || s.Metadata.Labels[serviceLabel] == w.service) &&
 		(s.Metadata.Namespace == "" || s.Metadata.Namespace == w.namespace)
 }
 
@@ -389,7 +429,7 @@ func (w *Watcher) apply(ev event) {
 	}
 	if _, ok := w.slices[name]; !ok && len(w.slices) >= w.cfg.MaxSlices {
 		w.m.errors[reasonTooManySlices].Inc()
-		w.logger.Warn("the Service has more EndpointSlices than MaxSlices; a new one is ignored", "max", w.cfg.MaxSlices, "slice", name)
+		w.logger.Warn("the watch has more EndpointSlices than MaxSlices; a new one is ignored", "max", w.cfg.MaxSlices, "slice", name)
 		return
 	}
 	w.slices[name] = summarize(s, w.cfg.PortName, w.namespace)
@@ -414,14 +454,20 @@ func (w *Watcher) publish(update func([]Target)) {
 	w.st.Endpoints.Ready, w.st.Endpoints.NotReady = counts[stReady], counts[stNotReady]
 	w.st.Endpoints.Terminating, w.st.Endpoints.Unusable = counts[stTerminating], counts[stUnusable]
 	w.mu.Unlock()
-	if w.delivered && slices.Equal(targets, w.last) {
+	if w.delivered && slices.EqualFunc(targets, w.last, func(a, b Target) bool { return a.Name == b.Name && a.URL == b.URL }) {
 		return
 	}
 	w.delivered, w.last = true, targets
 	w.m.updates.Inc()
 	w.logger.Info("kubernetes endpoints", "ready", len(targets), "not_ready", counts[stNotReady],
 		"terminating", counts[stTerminating], "unusable", counts[stUnusable])
-	update(slices.Clone(targets))
+	out := slices.Clone(targets)
+	if w.model != "" {
+		for i := range out {
+			out[i].Models = []string{w.model} // each its own: the receiver owns the list
+		}
+	}
+	update(out)
 }
 
 // do sends a GET of the collection with query. Run only.
@@ -470,7 +516,7 @@ func (w *Watcher) statusError(op string, resp *http.Response) error {
 	case http.StatusForbidden:
 		hint = fmt.Sprintf(" (saltus needs get, list and watch on endpointslices.discovery.k8s.io in namespace %s: README, Backends from Kubernetes)", w.namespace)
 	}
-	return failf(reasonStatus, "%s endpointslices of service %s/%s: HTTP %s: %s%s", op, w.namespace, w.cfg.Service, resp.Status, msg, hint)
+	return failf(reasonStatus, "%s endpointslices of %s: HTTP %s: %s%s", op, w.what, resp.Status, msg, hint)
 }
 
 // failed counts and logs err: at warn level when it differs from the
