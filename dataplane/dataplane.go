@@ -383,6 +383,15 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	}
 	sources.Go("backends.reap", p.reap)
 	sources.Go("fleet", fl.Run)
+	// The first round of GET /v1/models before anything listens: a
+	// request that came before it could go to a backend whose models
+	// are not known yet. Bounded by the fetch timeout (a dead engine
+	// fails at once; a silent one costs at most that).
+	select {
+	case <-fl.Ready():
+	case <-time.After(cfg.Fleet.Timeout + time.Second):
+		p.logger.Warn("the backends' models are not all known yet; requests for a model no known backend serves go to those not yet listed", "waited_ms", (cfg.Fleet.Timeout + time.Second).Milliseconds())
+	}
 	return p, nil
 }
 
