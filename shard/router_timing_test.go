@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 
 // BenchmarkServeChat4K is the loop-side cost of one 4 KB chat request
@@ -11,8 +13,26 @@ import (
 // knows: decode, render (llama3), tokenize (cache hits), block keys, tree
 // match, decision and the Forward call (a no-op fake: no network). It runs
 // on the one fake loop, which owns the prefix, so the lookup is inline.
+//
+// Sub-benchmark pool: the same with model pools (pools.go): 8 backends in
+// two pools of 4, the request's model one of them: the pool's admission
+// and the views of its backends alone.
 func BenchmarkServeChat4K(b *testing.B) {
+	b.Run("all", func(b *testing.B) { benchServeChat4K(b, false) })
+	b.Run("pool", func(b *testing.B) { benchServeChat4K(b, true) })
+}
+
+func benchServeChat4K(b *testing.B, pooled bool) {
 	e := newEnv(b, envOpts{loops: 1, backends: 8, tokenizer: true, maintain: time.Hour})
+	if pooled {
+		listed := map[int][]fleet.Model{}
+		for i := range 8 {
+			listed[i] = []fleet.Model{card([]string{model, "other"}[i%2], "")}
+		}
+		f := &fakeFleet{}
+		f.ix.Store(fleet.NewIndex(e.up.Snapshot(), listed))
+		e.r.UseFleet(f)
+	}
 	system := strings.Repeat(systemA+" ", 3000/len(systemA)+1)[:3000]
 	user := strings.Repeat("Please describe the maintenance schedule of the lamp, the lens and the fog horn in detail. ", 12)[:1000]
 	body := chatBody("system", system, "user", user)
