@@ -336,7 +336,9 @@ func (j *job) lookupByID() {
 		j.routeWithoutID(j.idOwner)
 		return
 	}
-	if _, routable := r.state(snap[i]); !routable {
+	if _, routable := r.state(snap[i]); !routable || (j.pool != nil && !j.pool.Has(id)) {
+		// Gone, down, or no longer serving the request's model (its
+		// adapter unloaded; another model named): routed in its pool.
 		r.rs.unroutable.Inc()
 		j.routeWithoutID(j.idOwner)
 		return
