@@ -489,7 +489,7 @@ func (f *Fleet) round(ctx context.Context) {
 			delete(f.entries, id)
 		}
 	}
-	if len(due) > 0 && (f.cfg.Interval > 0 || len(kicked) > 0) {
+	if len(due) > 0 && f.cfg.Interval > 0 { // 0: never fetched (pins only)
 		f.fetch(ctx, due, now)
 	}
 	if ix := f.build(snap); ix.sig != f.ix.Load().sig {
