@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
@@ -114,117 +115,15 @@ var refusedNames = [numRefused]string{"model_not_found", "no_backend"}
 // yields "" (forwarded to any backend, whose own error the client gets).
 // Any goroutine; on a loop only for bodies up to Config.OffloopBytes.
 func bodyModel(body []byte) string {
-	var model []byte
-	i := skipWS(body, 0)
-	if i >= len(body) || body[i] != '{' {
+	open := jsonscan.SkipWS(body, 0)
+	if open >= len(body) || body[open] != '{' {
 		return ""
 	}
-	i++
-	for {
-		i = skipWS(body, i)
-		if i >= len(body) {
-			return ""
-		}
-		switch body[i] {
-		case '}':
-			return unquote(model)
-		case ',':
-			i++
-			continue
-		case '"':
-		default:
-			return ""
-		}
-		kEnd := skipStr(body, i)
-		if kEnd < 0 {
-			return ""
-		}
-		key := body[i:kEnd]
-		i = skipWS(body, kEnd)
-		if i >= len(body) || body[i] != ':' {
-			return ""
-		}
-		i = skipWS(body, i+1)
-		vEnd := skipValue(body, i)
-		if vEnd < 0 {
-			return ""
-		}
-		if string(key) == `"model"` {
-			model = nil
-			if body[i] == '"' {
-				model = body[i:vEnd]
-			}
-		}
-		i = vEnd
-	}
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipStr returns the index after the string starting at b[i] == '"',
-// -1 if it does not end.
-func skipStr(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the index after the value starting at b[i], -1 if it
-// does not end. Containers are skipped by counting brackets outside
-// strings: no depth limit is needed, nothing is kept per level.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipStr(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				e := skipStr(b, i)
-				if e < 0 {
-					return -1
-				}
-				i = e - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return -1
-	}
-	for ; i < len(b); i++ {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-	}
-	return i
-}
-
-// unquote decodes a JSON string token ("" if q is not one).
-func unquote(q []byte) string {
-	if len(q) < 2 {
+	m, ok := jsonscan.LastMember(body, open, "model")
+	if !ok || m.Val < 0 || body[m.Val] != '"' {
 		return ""
 	}
+	q := body[m.Val:m.End]
 	if bytes.IndexByte(q, '\\') < 0 {
 		return string(q[1 : len(q)-1])
 	}

@@ -3,7 +3,7 @@ package backend
 import (
 	"bytes"
 
-	"github.com/valyala/fastjson"
+	"github.com/saltus-lb/saltus/internal/jsonscan"
 )
 
 // Learning from usage (--learn-from-usage): a streamed chat or completion
@@ -45,43 +45,43 @@ const MaxInjectGrowth = len(includeUsageMember) + 1
 // body that parsed. The result is written into dst's buffer (a new one if
 // it is too small; dst may be nil); body is not modified.
 func InjectIncludeUsage(dst, body []byte) ([]byte, bool) {
-	open := skipWS(body, 0)
+	open := jsonscan.SkipWS(body, 0)
 	if open >= len(body) || body[open] != '{' {
 		return body, false
 	}
-	m, ok := lastMember(body, open, "stream_options")
+	m, ok := jsonscan.LastMember(body, open, "stream_options")
 	if !ok {
 		return body, false
 	}
-	if m.val < 0 { // absent: first member of the object
+	if m.Val < 0 { // absent: first member of the object
 		ins := includeUsageMember
-		if !emptyObject(body, open) {
+		if !jsonscan.EmptyObject(body, open) {
 			ins += ","
 		}
 		return splice(dst, body, open+1, open+1, ins), true
 	}
-	switch body[m.val] {
+	switch body[m.Val] {
 	case 'n': // null: as absent
-		return splice(dst, body, m.val, m.end, `{"include_usage":true}`), true
+		return splice(dst, body, m.Val, m.End, `{"include_usage":true}`), true
 	case '{':
 	default:
 		return body, false
 	}
-	iu, ok := lastMember(body, m.val, "include_usage")
+	iu, ok := jsonscan.LastMember(body, m.Val, "include_usage")
 	if !ok {
 		return body, false
 	}
-	if iu.val < 0 {
+	if iu.Val < 0 {
 		ins := `"include_usage":true`
-		if !emptyObject(body, m.val) {
+		if !jsonscan.EmptyObject(body, m.Val) {
 			ins += ","
 		}
-		return splice(dst, body, m.val+1, m.val+1, ins), true
+		return splice(dst, body, m.Val+1, m.Val+1, ins), true
 	}
-	if string(body[iu.val:iu.end]) == "true" {
+	if string(body[iu.Val:iu.End]) == "true" {
 		return body, false
 	}
-	return splice(dst, body, iu.val, iu.end, "true"), true
+	return splice(dst, body, iu.Val, iu.End, "true"), true
 }
 
 // splice returns b[:i] + s + b[j:], appended to dst[:0] (a new slice if
@@ -94,142 +94,6 @@ func splice(dst, b []byte, i, j int, s string) []byte {
 	out = append(out, b[:i]...)
 	out = append(out, s...)
 	return append(out, b[j:]...)
-}
-
-// member is one object member's byte offsets: start (its key's opening
-// quote), val (its value's first byte; -1: no such member) and end (just
-// past its value).
-type member struct{ start, val, end int }
-
-// lastMember finds the last member named key of the object opening at
-// b[open] ('{'). ok is false when the object is malformed.
-func lastMember(b []byte, open int, key string) (m member, ok bool) {
-	m = member{start: -1, val: -1, end: -1}
-	i := skipWS(b, open+1)
-	if i < len(b) && b[i] == '}' {
-		return m, true
-	}
-	for i < len(b) {
-		if b[i] != '"' {
-			return m, false
-		}
-		ks := i
-		ke := skipString(b, i)
-		if ke < 0 {
-			return m, false
-		}
-		i = skipWS(b, ke)
-		if i >= len(b) || b[i] != ':' {
-			return m, false
-		}
-		vs := skipWS(b, i+1)
-		ve := skipValue(b, vs)
-		if ve < 0 {
-			return m, false
-		}
-		if keyIs(b[ks:ke], key) {
-			m = member{start: ks, val: vs, end: ve}
-		}
-		i = skipWS(b, ve)
-		if i >= len(b) {
-			return m, false
-		}
-		switch b[i] {
-		case '}':
-			return m, true
-		case ',':
-			i = skipWS(b, i+1)
-		default:
-			return m, false
-		}
-	}
-	return m, false
-}
-
-// emptyObject reports whether the object opening at b[open] has no member.
-func emptyObject(b []byte, open int) bool {
-	i := skipWS(b, open+1)
-	return i < len(b) && b[i] == '}'
-}
-
-// keyIs reports whether the quoted JSON string q decodes to key.
-func keyIs(q []byte, key string) bool {
-	if bytes.IndexByte(q, '\\') < 0 {
-		return len(q) == len(key)+2 && string(q[1:len(q)-1]) == key
-	}
-	var p fastjson.Parser // rare: an escaped key
-	v, err := p.ParseBytes(q)
-	return err == nil && string(v.GetStringBytes()) == key
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the offset past the string opening at b[i], or -1.
-func skipString(b []byte, i int) int {
-	// The closing quote is the first one after i not escaped, that is not
-	// preceded by an odd run of backslashes; IndexByte jumps the text
-	// between quotes (a prompt is mostly such text).
-	for j := i + 1; j < len(b); j++ {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return -1
-		}
-		j += k
-		n := 0
-		for p := j - 1; p > i && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return j + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the offset past the value starting at b[i], or -1.
-// Containers are skipped by counting brackets outside strings (the body
-// parsed before: their contents are not checked).
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				e := skipString(b, j)
-				if e < 0 {
-					return -1
-				}
-				j = e - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(b[j])) {
-		j++
-	}
-	if j == i {
-		return -1
-	}
-	return j
 }
 
 // usageEvent classifies an SSE event of an answer whose request saltus
@@ -247,44 +111,44 @@ func usageEvent(ev []byte, stripNull bool) (drop bool, cut [2]int) {
 		return false, cut
 	}
 	start := len(ev) - len(d)
-	start = skipWS(ev, start) // the space after "data:"; an object opens here
+	start = jsonscan.SkipWS(ev, start) // the space after "data:"; an object opens here
 	if start >= len(ev) || ev[start] != '{' {
 		return false, cut
 	}
-	end := skipValue(ev, start)
+	end := jsonscan.SkipValue(ev, start)
 	if end < 0 || len(bytes.TrimLeft(ev[end:], "\r\n")) != 0 {
 		return false, cut // more than one line, or not one object
 	}
-	u, ok := lastMember(ev, start, "usage")
-	if !ok || u.val < 0 {
+	u, ok := jsonscan.LastMember(ev, start, "usage")
+	if !ok || u.Val < 0 {
 		return false, cut
 	}
-	switch ev[u.val] {
+	switch ev[u.Val] {
 	case '{':
-		c, ok := lastMember(ev, start, "choices")
-		if ok && c.val >= 0 && ev[c.val] == '[' && ev[skipWS(ev, c.val+1)] == ']' {
+		c, ok := jsonscan.LastMember(ev, start, "choices")
+		if ok && c.Val >= 0 && ev[c.Val] == '[' && ev[jsonscan.SkipWS(ev, c.Val+1)] == ']' {
 			return true, cut
 		}
 	case 'n':
-		if !stripNull || string(ev[u.val:u.end]) != "null" {
+		if !stripNull || string(ev[u.Val:u.End]) != "null" {
 			return false, cut
 		}
 		// Cut the member and the comma before it, or after it when it
 		// is the first.
-		i := u.start
+		i := u.Start
 		for k := i - 1; k > start; k-- {
 			if ev[k] == ',' {
-				return false, [2]int{k, u.end}
+				return false, [2]int{k, u.End}
 			}
 			if ev[k] != ' ' && ev[k] != '\t' && ev[k] != '\n' && ev[k] != '\r' {
 				break
 			}
 		}
-		j := skipWS(ev, u.end)
+		j := jsonscan.SkipWS(ev, u.End)
 		if j < len(ev) && ev[j] == ',' {
-			return false, [2]int{i, skipWS(ev, j+1)}
+			return false, [2]int{i, jsonscan.SkipWS(ev, j+1)}
 		}
-		return false, [2]int{i, u.end} // the only member
+		return false, [2]int{i, u.End} // the only member
 	}
 	return false, cut
 }

@@ -1,0 +1,156 @@
+// Package jsonscan reads a few things out of a JSON body without parsing
+// it: the offsets of an object's member, of a string, of a value, by one
+// pass over the bytes, no allocation. The router uses it where a full
+// parse would cost more than the answer is worth: a body's "model" on
+// endpoints it does not decode (shard), the stream options it edits and
+// the usage chunk it removes (shard/backend). The input is not validated
+// beyond what each function says; what it cannot read it reports.
+//
+// # Concurrency
+//
+// Pure functions: safe for concurrent use.
+package jsonscan
+
+import (
+	"bytes"
+
+	"github.com/valyala/fastjson"
+)
+
+// Member is one object member's byte offsets: Start (its key's opening
+// quote), Val (its value's first byte; -1: no such member) and End (just
+// past its value).
+type Member struct{ Start, Val, End int }
+
+// LastMember finds the last member named key of the object opening at
+// b[open] ('{'). ok is false when the object is malformed.
+func LastMember(b []byte, open int, key string) (m Member, ok bool) {
+	m = Member{Start: -1, Val: -1, End: -1}
+	i := SkipWS(b, open+1)
+	if i < len(b) && b[i] == '}' {
+		return m, true
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return m, false
+		}
+		ks := i
+		ke := SkipString(b, i)
+		if ke < 0 {
+			return m, false
+		}
+		i = SkipWS(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return m, false
+		}
+		vs := SkipWS(b, i+1)
+		ve := SkipValue(b, vs)
+		if ve < 0 {
+			return m, false
+		}
+		if KeyIs(b[ks:ke], key) {
+			m = Member{Start: ks, Val: vs, End: ve}
+		}
+		i = SkipWS(b, ve)
+		if i >= len(b) {
+			return m, false
+		}
+		switch b[i] {
+		case '}':
+			return m, true
+		case ',':
+			i = SkipWS(b, i+1)
+		default:
+			return m, false
+		}
+	}
+	return m, false
+}
+
+// EmptyObject reports whether the object opening at b[open] has no member.
+func EmptyObject(b []byte, open int) bool {
+	i := SkipWS(b, open+1)
+	return i < len(b) && b[i] == '}'
+}
+
+// KeyIs reports whether the quoted JSON string q decodes to key.
+func KeyIs(q []byte, key string) bool {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return len(q) == len(key)+2 && string(q[1:len(q)-1]) == key
+	}
+	var p fastjson.Parser // rare: an escaped key
+	v, err := p.ParseBytes(q)
+	return err == nil && string(v.GetStringBytes()) == key
+}
+
+// SkipWS returns the offset of the first byte at or after i that is not
+// JSON white space.
+func SkipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// SkipString returns the offset past the string opening at b[i], or -1.
+func SkipString(b []byte, i int) int {
+	// The closing quote is the first one after i not escaped, that is not
+	// preceded by an odd run of backslashes; IndexByte jumps the text
+	// between quotes (a prompt is mostly such text).
+	for j := i + 1; j < len(b); j++ {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// SkipValue returns the offset past the value starting at b[i], or -1.
+// Containers are skipped by counting brackets outside strings (the body
+// parsed before: their contents are not checked).
+func SkipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return SkipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				e := SkipString(b, j)
+				if e < 0 {
+					return -1
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(b[j])) {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
