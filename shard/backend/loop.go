@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -597,7 +598,15 @@ func (lr *loopReq) failed(err error, kind errKind, breaker bool) {
 	}
 	b.m.errs[kind].Inc()
 	if breaker {
-		b.passiveResult(false, s.cfg.BreakerFails, s.logger)
+		limit := s.cfg.BreakerFails
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Nothing listens: the engine is gone (stopped, crashed,
+			// restarting), not busy. Trip now: its pool answers 503 at
+			// once instead of a 502 per request until BreakerFails, and
+			// the fast probe brings it back within HealthDownInterval.
+			limit = 1
+		}
+		b.passiveResult(false, limit, s.logger)
 	}
 	lr.lastErr = fmt.Errorf("backend %s: %w", b.URL, err)
 	lr.tried = append(lr.tried, "backend "+s.label(b)+": "+failReason(err))

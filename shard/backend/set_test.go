@@ -173,6 +173,23 @@ func TestBreakerTripsOnConnectErrors(t *testing.T) {
 	}
 }
 
+// A refused connection trips the breaker at once: nothing listens there.
+func TestBreakerTripsOnRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, func(c *Config) { c.BreakerFails = 5; c.MaxRetries = 0 })
+	b := mustAdd(t, e.s, closedPort(t))
+	e.use(b)
+	c := e.dial(t)
+	c.send(t, "{}")
+	if resp, body := c.read(t); resp.StatusCode != 502 {
+		t.Fatalf("%d %s, want 502", resp.StatusCode, body)
+	}
+	e.outcome(t)
+	if b.Healthy() {
+		t.Error("a refused connection did not trip the breaker")
+	}
+}
+
 func TestHealthProbesLive(t *testing.T) {
 	t.Parallel()
 	var healthy atomic.Bool
