@@ -107,3 +107,27 @@ func appendEscaped(dst []byte, s string) []byte {
 	}
 	return dst
 }
+
+// QuoteLabel returns s as a Prometheus label value in its quotes: `\`,
+// `"` and a line feed escaped as the text format allows (nothing else
+// is), other control characters and invalid UTF-8 replaced by '?'. For
+// label values that come from outside (an engine's model names), where
+// strconv.Quote's \x and \u escapes would make /metrics unreadable.
+func QuoteLabel(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' || c == '"':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, `\n`...)
+		case c < 0x20 || c == 0x7f:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(append(b, '"'))
+}

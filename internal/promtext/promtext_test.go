@@ -156,3 +156,18 @@ func TestVictoriaMetricsSet(t *testing.T) {
 		}
 	}
 }
+
+func TestQuoteLabel(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"org/alpha": `"org/alpha"`, `a"b\c`: `"a\"b\\c"`, "a\nb": `"a\nb"`, "a\x01b\x7f": `"a?b?"`, "é\xff": `"é?"`,
+	} {
+		got := QuoteLabel(in)
+		if got != want {
+			t.Errorf("QuoteLabel(%q) = %s, want %s", in, got, want)
+		}
+		if err := Check([]byte("# HELP x X.\n# TYPE x counter\nx{l=" + got + "} 1\n")); err != nil {
+			t.Errorf("QuoteLabel(%q) = %s: not a valid sample: %v", in, got, err)
+		}
+	}
+}

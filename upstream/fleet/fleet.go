@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard/backend"
 )
@@ -722,15 +724,24 @@ func buildIndex(snap []*backend.Backend, entries map[int]*entry, ms *metrics.Set
 
 // pinnedCard is the model object of a pinned name no engine listed.
 func pinnedCard(id string) []byte {
-	b := append([]byte(`{"id":`), strconv.Quote(id)...)
-	b = append(b, `,"object":"model","created":0,"owned_by":"saltus","root":`...)
-	b = append(b, strconv.Quote(id)...)
-	return append(b, `,"parent":null}`...)
+	b, err := json.Marshal(struct {
+		ID      string  `json:"id"`
+		Object  string  `json:"object"`
+		Created int64   `json:"created"`
+		OwnedBy string  `json:"owned_by"`
+		Root    string  `json:"root"`
+		Parent  *string `json:"parent"`
+	}{id, "model", 0, "saltus", id, nil})
+	if err != nil {
+		panic("BUG: cannot encode a model card: " + err.Error())
+	}
+	return b
 }
 
-// poolSeries is a per-pool series' name.
+// poolSeries is a per-pool series' name: model names come from the
+// engines, so the label is quoted for the text format (promtext).
 func poolSeries(family, model string) string {
-	return family + `{model=` + strconv.Quote(model) + `}`
+	return family + `{model=` + promtext.QuoteLabel(model) + `}`
 }
 
 // syncSeries registers the gauges of pools that appeared and unregisters
