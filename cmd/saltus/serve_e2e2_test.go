@@ -543,8 +543,9 @@ func TestServeUpstreamErrors(t *testing.T) {
 		s := startServeWith(t, nil, func(c *serveConfig) { c.Tokenizer = "" }, deadPort(t), deadPort(t), deadPort(t))
 		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
 		e := errorOf(t, a.body)
-		if a.status != 502 || e.Error.Code != "bad_gateway" || !strings.Contains(e.Error.Message, "no backend answered (3 tried)") {
-			t.Errorf("all backends refusing: %d %s, want 502 bad_gateway after 3 tries", a.status, a.body)
+		// Nothing listens on any: 503 no_backend (not 502), after 3 tries.
+		if a.status != 503 || e.Error.Code != "no_backend" || !strings.Contains(e.Error.Message, "no backend answered (3 tried)") || a.header.Get("Retry-After") != "1" {
+			t.Errorf("all backends refusing: %d %s, want 503 no_backend after 3 tries", a.status, a.body)
 		}
 		m := s.metrics(t)
 		var connects float64
@@ -558,7 +559,7 @@ func TestServeUpstreamErrors(t *testing.T) {
 }
 
 // TestServeMaxRetries: --max-retries N tries N+1 backends before the
-// 502, above the default 2 too.
+// 503 (each refused the connection), above the default 2 too.
 func TestServeMaxRetries(t *testing.T) {
 	t.Parallel()
 	var dead []string
@@ -572,8 +573,8 @@ func TestServeMaxRetries(t *testing.T) {
 		}, dead...)
 		a := s.chat(t, chatJSON(false, "system", sysA, "user", "Anyone?"))
 		want := fmt.Sprintf("no backend answered (%d tried)", retries+1)
-		if e := errorOf(t, a.body); a.status != 502 || !strings.Contains(e.Error.Message, want) {
-			t.Errorf("max-retries %d: %d %s, want 502 %q", retries, a.status, a.body, want)
+		if e := errorOf(t, a.body); a.status != 503 || !strings.Contains(e.Error.Message, want) { // refused: 503
+			t.Errorf("max-retries %d: %d %s, want 503 %q", retries, a.status, a.body, want)
 		}
 		if n := s.metric(t, "saltus_retries_total"); n != float64(retries) {
 			t.Errorf("max-retries %d: %v retries", retries, n)

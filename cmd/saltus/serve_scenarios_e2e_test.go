@@ -171,7 +171,7 @@ func TestServeUpstreamScenarios(t *testing.T) {
 }
 
 // TestServeUpstreamRefused: the scenario table's first row, a backend
-// that refuses the connection: with no retry left, 502 naming it and
+// that refuses the connection: with no retry left, 503 (nothing listens) naming it and
 // why, with Retry-After; with one, the next backend answers, and the
 // refused one got nothing. Whole and streamed alike.
 func TestServeUpstreamRefused(t *testing.T) {
@@ -187,7 +187,7 @@ func TestServeUpstreamRefused(t *testing.T) {
 			t.Parallel()
 			s := startServeWith(t, nil, func(c *serveConfig) { c.Tokenizer, c.Backend.MaxRetries = "", 0 }, refused)
 			a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hello?"))
-			if a.status != 502 || !strings.Contains(a.body, "no backend answered (1 tried)") || !strings.Contains(a.body, "connection refused") ||
+			if a.status != 503 || !strings.Contains(a.body, "no backend answered (1 tried)") || !strings.Contains(a.body, "connection refused") ||
 				a.header.Get("Retry-After") != "1" {
 				t.Errorf("%d %v %.300q", a.status, a.header, a.body)
 			}

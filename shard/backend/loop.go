@@ -155,6 +155,9 @@ type loopReq struct {
 	reqEnd   time.Time // RequestTimeout's; zero: none
 	lastErr  error
 	tried    []string // "backend X: reason" per failed attempt, the 502's message
+	// served: an attempt failed otherwise than by a refused connection
+	// (something listened); every attempt refused: 503, not 502.
+	served bool
 	o        Outcome
 	st       *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
 }
@@ -608,6 +611,9 @@ func (lr *loopReq) failed(err error, kind errKind, breaker bool) {
 		}
 		b.passiveResult(false, limit, s.logger)
 	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		lr.served = true
+	}
 	lr.lastErr = fmt.Errorf("backend %s: %w", b.URL, err)
 	lr.tried = append(lr.tried, "backend "+s.label(b)+": "+failReason(err))
 	b.inFlight.Add(-1)
@@ -615,6 +621,16 @@ func (lr *loopReq) failed(err error, kind errKind, breaker bool) {
 	lr.i++
 	if lr.i < lr.attempts && !lr.ls.closed {
 		lr.attempt(time.Now())
+		return
+	}
+	if !lr.served {
+		// Nothing listens on any of them (stopped, crashed): the
+		// service is unavailable, not answering badly. Their breakers
+		// tripped (passiveResult), so the next requests get the
+		// router's own 503 at once.
+		lr.o.Err, lr.o.Status = lr.lastErr, fasthttp.StatusServiceUnavailable
+		lr.respondError(fasthttp.StatusServiceUnavailable, "no backend is available: "+noAnswerMsg(lr.tried), "server_error", "no_backend")
+		lr.finish(time.Now())
 		return
 	}
 	lr.o.Err, lr.o.Status = lr.lastErr, fasthttp.StatusBadGateway

@@ -343,11 +343,13 @@ func TestLoopConnectRefused(t *testing.T) {
 	c.send(t, "{}")
 	resp, body := c.read(t)
 	o = e.outcome(t)
-	if resp.StatusCode != 502 || !strings.Contains(body, `"code":"bad_gateway"`) || !strings.Contains(body, "no backend answered (3 tried)") ||
-		!strings.Contains(body, "refused") || resp.Header.Get("X-Request-ID") == "" {
+	// Every one refused the connection: nothing listens, 503 (not 502)
+	// with Retry-After.
+	if resp.StatusCode != 503 || !strings.Contains(body, `"code":"no_backend"`) || !strings.Contains(body, "no backend answered (3 tried)") ||
+		!strings.Contains(body, "refused") || resp.Header.Get("X-Request-ID") == "" || resp.Header.Get("Retry-After") != "1" {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	if o.Status != 502 || o.Retries != 2 || o.Err == nil || o.Backend != dead[2] {
+	if o.Status != 503 || o.Retries != 2 || o.Err == nil || o.Backend != dead[2] {
 		t.Errorf("outcome %+v", o)
 	}
 	for i, b := range dead {

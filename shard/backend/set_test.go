@@ -163,8 +163,8 @@ func TestBreakerTripsOnConnectErrors(t *testing.T) {
 	c := e.dial(t)
 	for range 2 {
 		c.send(t, "{}")
-		if resp, body := c.read(t); resp.StatusCode != 502 {
-			t.Fatalf("%d %s, want 502", resp.StatusCode, body)
+		if resp, body := c.read(t); resp.StatusCode != 503 { // refused: nothing listens
+			t.Fatalf("%d %s, want 503", resp.StatusCode, body)
 		}
 		e.outcome(t)
 	}
@@ -181,8 +181,8 @@ func TestBreakerTripsOnRefusedAtOnce(t *testing.T) {
 	e.use(b)
 	c := e.dial(t)
 	c.send(t, "{}")
-	if resp, body := c.read(t); resp.StatusCode != 502 {
-		t.Fatalf("%d %s, want 502", resp.StatusCode, body)
+	if resp, body := c.read(t); resp.StatusCode != 503 {
+		t.Fatalf("%d %s, want 503", resp.StatusCode, body)
 	}
 	e.outcome(t)
 	if b.Healthy() {
