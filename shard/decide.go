@@ -180,6 +180,9 @@ type scratch struct {
 	// cands backs the prefix policy's Decision.Candidates: valid until the
 	// loop's next decision (job.finish reads it at once; Explain clones).
 	cands []int
+	// tie is the keyless fallback's cursor (leastInTurn): the least
+	// loaded backends' ties take turns.
+	tie int
 	// rr is round_robin's cursor: the view index the next turn starts
 	// scanning at. One per loop, so no atomic on the hot path: each loop
 	// cycles through the fleet on its own, starting at its own loop
@@ -291,7 +294,7 @@ func decideRanvier(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree 
 		target = s.scores[0].i
 		d.Reason = ReasonHash
 	default:
-		target = least
+		target = leastInTurn(bs, least, s)
 		d.Reason = ReasonFallback
 	}
 	if !useTree {
@@ -324,6 +327,22 @@ func decideRanvier(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree 
 	d.Candidates = appendByLoad(d.Candidates, bs, n) // no keys: the others by load
 	s.cands = d.Candidates
 	return d
+}
+
+// leastInTurn is a routable view as loaded as bs[least], the ties taken in
+// turn by the loop's cursor rather than the lowest id: requests without
+// a key (shorter than a block) sent one at a time to an idle fleet spread
+// over it instead of all landing on one backend.
+func leastInTurn(bs []view, least int, s *scratch) int {
+	n := len(bs)
+	start := s.tie % n
+	s.tie++
+	for k := range n {
+		if i := (start + k) % n; bs[i].routable && bs[i].inFlight == bs[least].inFlight {
+			return i
+		}
+	}
+	return least
 }
 
 // rendezvous appends the routable views' (index, score) for keys to dst,

@@ -238,3 +238,29 @@ func TestLoadBound(t *testing.T) {
 	f([]int64{1, 2, 3, 4}, 5)
 	f([]int64{8, 8}, 16)
 }
+
+// Requests without a key sent one at a time to an idle fleet take the
+// least loaded backends in turn, not the lowest id every time.
+func TestDecideKeylessTiesTakeTurns(t *testing.T) {
+	t.Parallel()
+	bs := viewFleet(4)
+	p := policy{kind: kindPrefix, loadFactor: 2, loadFloor: 4, maxCandidates: 3}
+	var s scratch
+	seen := map[int]bool{}
+	for range 4 {
+		d := decide(p, bs, nil, nil, false, &s)
+		if d.Reason != ReasonFallback {
+			t.Fatalf("reason %s", d.Reason)
+		}
+		seen[d.Backend] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("4 keyless requests to an idle fleet went to %v, want 4 backends", seen)
+	}
+	bs[2].inFlight = -1 // less loaded than the rest: it wins every time
+	for range 3 {
+		if d := decide(p, bs, nil, nil, false, &s); d.Backend != 2 {
+			t.Fatalf("went to %d, want the least loaded 2", d.Backend)
+		}
+	}
+}
