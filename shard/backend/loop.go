@@ -158,8 +158,8 @@ type loopReq struct {
 	// served: an attempt failed otherwise than by a refused connection
 	// (something listened); every attempt refused: 503, not 502.
 	served bool
-	o        Outcome
-	st       *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
+	o      Outcome
+	st     *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
 }
 
 // ForwardOnLoop is Forward with the upstream I/O on loop loop, the loop of
