@@ -67,6 +67,34 @@ func (l *Layout) Models() []string {
 	return out
 }
 
+// Describe is one line for reports: each run of engines serving the
+// same, e.g. "e0-e1 org/alpha + adapter alpha-tuned; e2 org/alpha".
+func (l *Layout) Describe() string {
+	var parts []string
+	for i := 0; i < len(l.Engines); {
+		j := i
+		for j+1 < len(l.Engines) && slices.Equal(l.Engines[j+1].Models, l.Engines[i].Models) &&
+			slices.Equal(l.Engines[j+1].Adapters, l.Engines[i].Adapters) {
+			j++
+		}
+		p := fmt.Sprintf("e%d", i)
+		if j > i {
+			p = fmt.Sprintf("e%d-e%d", i, j)
+		}
+		p += " " + strings.Join(l.Engines[i].Models, ", ")
+		for _, a := range l.Engines[i].Adapters {
+			p += " + adapter " + a.Name
+		}
+		parts = append(parts, p)
+		i = j + 1
+	}
+	d := l.Name + ": " + strings.Join(parts, "; ")
+	if l.Of != "" {
+		d += " (" + l.Of + "'s engines alone, with its users of these models only)"
+	}
+	return d
+}
+
 // The mixed fleet of issue 29's "Done when": five engines, three serving
 // org/alpha (two of them also its adapter alpha-tuned) and two org/beta.
 var (

@@ -84,3 +84,35 @@ func TestMixedFleet(t *testing.T) {
 		t.Errorf("ModelTable:\n%s", tab)
 	}
 }
+
+func TestLayouts(t *testing.T) {
+	t.Parallel()
+	if got := LayoutNames(); !slices.Equal(got, []string{"single", "mixed", "alpha", "beta"}) {
+		t.Errorf("LayoutNames() = %q", got)
+	}
+	if l, err := LookupLayout("single"); l != nil || err != nil {
+		t.Errorf("single: %v, %v; want nil, nil", l, err)
+	}
+	if _, err := LookupLayout("gamma"); err == nil || !strings.Contains(err.Error(), `unknown fleet "gamma", want one of single, mixed, alpha, beta`) {
+		t.Errorf("gamma: %v", err)
+	}
+	for name, want := range map[string]struct {
+		models []string
+		desc   string
+	}{
+		"mixed": {[]string{"org/alpha", "alpha-tuned", "org/beta"}, "mixed: e0-e1 org/alpha + adapter alpha-tuned; e2 org/alpha; e3-e4 org/beta"},
+		"alpha": {[]string{"org/alpha", "alpha-tuned"}, "alpha: e0-e1 org/alpha + adapter alpha-tuned; e2 org/alpha (mixed's engines alone, with its users of these models only)"},
+		"beta":  {[]string{"org/beta"}, "beta: e0-e1 org/beta (mixed's engines alone, with its users of these models only)"},
+	} {
+		l, err := LookupLayout(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Models(); !slices.Equal(got, want.models) {
+			t.Errorf("%s: Models() = %q, want %q", name, got, want.models)
+		}
+		if got := l.Describe(); got != want.desc {
+			t.Errorf("%s: Describe() = %q, want %q", name, got, want.desc)
+		}
+	}
+}

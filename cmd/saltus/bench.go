@@ -375,9 +375,15 @@ func (o *benchOptions) setup() map[string]string {
 		m["router"] = o.target
 	}
 	if o.fleets != bench.SingleLayout {
-		m["fleet"] = o.fleets + ": single is --backends engines serving " + strings.Join(append([]string{o.sim.Model}, o.sim.ExtraModels...), ", ") +
-			"; mixed is 5 engines, saltus given their URLs only: e0-e2 serve " + workload.ModelAlpha + ", e0-e1 also its LoRA adapter " + workload.ModelAlphaTuned +
-			", e3-e4 serve " + workload.ModelBeta + "; alpha is e0-e2 alone, beta e3-e4 alone, each with the mixed workload's users of its models only"
+		var parts []string
+		for name := range strings.SplitSeq(o.fleets, ",") {
+			if l, err := bench.LookupLayout(strings.TrimSpace(name)); err == nil && l != nil {
+				parts = append(parts, l.Describe())
+			} else {
+				parts = append(parts, bench.SingleLayout+": --backends engines serving "+strings.Join(append([]string{o.sim.Model}, o.sim.ExtraModels...), ", "))
+			}
+		}
+		m["fleet"] = strings.Join(parts, "; ") + " (saltus given the engines' URLs only)"
 		var counts []string
 		for name := range strings.SplitSeq(o.fleets, ",") {
 			n := o.backends
