@@ -116,3 +116,30 @@ func TestLayouts(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteFleetServedModels: running engines' models come from their
+// GET /v1/models, adapters included.
+func TestRemoteFleetServedModels(t *testing.T) {
+	t.Parallel()
+	cfg := vllmsim.DefaultConfig()
+	mixedFleet[0].apply(&cfg)
+	s, err := vllmsim.New(cfg, nil)
+	if err == nil {
+		err = s.Start("127.0.0.1:0")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	f := &RemoteFleet{Engines: []string{s.URL()}}
+	got, err := f.ServedModels(context.Background(), f.Engines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{workload.ModelAlpha, workload.ModelAlphaTuned}; !slices.Equal(got[s.URL()], want) {
+		t.Errorf("served %v, want %q", got, want)
+	}
+	if _, err := f.ServedModels(context.Background(), []string{"http://127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "cannot list the models of http://127.0.0.1:1") {
+		t.Errorf("a dead engine: %v", err)
+	}
+}
