@@ -8,6 +8,20 @@
 // TTFT; BenchmarkAddedLatency and BenchmarkRelay; bench/nginx-compare.sh
 // against nginx).
 //
+// # Model pools
+//
+// A LocalFleet's Layout gives each engine its own models (issue 29):
+// "mixed" is five engines, org/alpha on three (its adapter alpha-tuned on
+// two of those) and org/beta on two, saltus given their URLs only;
+// "alpha" and "beta" are its pools' engines alone. With the mixed
+// workload, whose users each use one model and which sometimes names a
+// model nobody serves, a run's Summary.Models counts per model where the
+// answers came from (X-Saltus-Backend against what each engine serves:
+// ModelFleet), the non-200 answers, and whether a 404 was saltus's own
+// (no X-Saltus-Backend) or an engine's; PoolTable sets each model's
+// token hit ratio in the mixed fleet beside the same users' on its
+// pool's engines alone.
+//
 // # Goroutines
 //
 // Every goroutine runs in a rules.Group and ends with its call: Load's

@@ -16,12 +16,22 @@ import (
 // LocalFleet runs simulated engines and saltus in this process: every run
 // gets fresh (cold) engines and a fresh router.
 type LocalFleet struct {
-	Sim    vllmsim.Config   // each engine's config
+	Sim vllmsim.Config // each engine's config
+	// Layout, when set, gives each engine its models over Sim's (its
+	// Model, ExtraModels and LoRAModules are replaced) and fixes the
+	// engine count; nil: every engine serves Sim's.
+	Layout *Layout
 	Serve  dataplane.Config // the router's; Reactor.Listen, Backends and Router.Policy are set per run
 	Logger *slog.Logger     // may be nil
 	// Routers > 1 starts that many routers per run in a cluster (gossip
 	// on loopback), the load spread over them in turn.
 	Routers int
+
+	// served is each started engine's served names by URL, from its
+	// config (what ServedModels answers). Written by StartEngines, read
+	// by ServedModels: the benchmark starts and measures one run at a
+	// time.
+	served map[string][]string
 }
 
 type closers []func(context.Context) error
@@ -34,13 +44,21 @@ func (c closers) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// StartEngines starts n simulated engines on loopback ports.
+// StartEngines starts n simulated engines on loopback ports (with a
+// Layout, n must be its engine count).
 func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
+	if f.Layout != nil && n != len(f.Layout.Engines) {
+		return nil, nil, fmt.Errorf("fleet %s has %d engines, asked for %d", f.Layout.Name, len(f.Layout.Engines), n)
+	}
 	var urls []string
 	var cs closers
+	f.served = map[string][]string{}
 	for i := range n {
 		cfg := f.Sim
 		cfg.Seed += int64(i) // engines answer differently; each is deterministic
+		if f.Layout != nil {
+			f.Layout.Engines[i].apply(&cfg)
+		}
 		s, err := vllmsim.New(cfg, f.Logger)
 		if err == nil {
 			err = s.Start("127.0.0.1:0")
@@ -51,8 +69,16 @@ func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
 		}
 		cs = append(cs, s.Close)
 		urls = append(urls, s.URL())
+		f.served[s.URL()] = servedNames(&cfg)
 	}
 	return urls, cs, nil
+}
+
+// ServedModels returns the names each engine of the last StartEngines
+// serves, from its config: what a request may find there, independent of
+// what saltus learned from the engines' GET /v1/models.
+func (f *LocalFleet) ServedModels(context.Context, []string) (map[string][]string, error) {
+	return f.served, nil
 }
 
 // StartRouter starts saltus with policy over backends on a loopback port,
@@ -140,4 +166,20 @@ func (f *RemoteFleet) StartRouter(policy string, backends []string) ([]string, C
 		return []string{f.Target}, closers{}, nil
 	}
 	return f.Local.StartRouter(policy, backends)
+}
+
+// ServedModels asks each engine its GET /v1/models (every name it lists:
+// base models, aliases, adapters).
+func (f *RemoteFleet) ServedModels(ctx context.Context, engines []string) (map[string][]string, error) {
+	c := NewClient(1)
+	defer c.Close()
+	out := make(map[string][]string, len(engines))
+	for _, e := range engines {
+		names, err := c.Models(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		out[e] = names
+	}
+	return out, nil
 }

@@ -94,7 +94,7 @@ func (r *Report) ttftCDF(wl string, runs []int) (*plot.Plot, error) {
 		l.Width = vg.Points(1.5)
 		l.Dashes = plotutil.Dashes(k)
 		p.Add(l)
-		p.Legend.Add(r.Runs[i].Policy, l)
+		p.Legend.Add(r.Runs[i].Label(), l)
 		drawn++
 	}
 	if drawn == 0 {
@@ -113,7 +113,7 @@ func (r *Report) bars(wl string, runs []int, label string, value func(Summary) f
 	names := make([]string, len(runs))
 	for k, i := range runs {
 		vals[k] = value(r.Runs[i])
-		names[k] = r.Runs[i].Policy
+		names[k] = r.Runs[i].Label()
 	}
 	b, err := plotter.NewBarChart(vals, vg.Points(28))
 	if err != nil {
@@ -145,7 +145,7 @@ func (r *Report) load(wl string, runs []int) (*plot.Plot, error) {
 	w := vg.Points(max(4, 60/float64(len(names))))
 	policies := make([]string, len(runs))
 	for k, i := range runs {
-		policies[k] = r.Runs[i].Policy
+		policies[k] = r.Runs[i].Label()
 	}
 	for j, be := range names {
 		vals := make(plotter.Values, len(runs))

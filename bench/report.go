@@ -2,11 +2,13 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -106,7 +108,7 @@ func writeFile(path string, fill func(io.Writer) error) error {
 func (r *Report) workloads() []string {
 	var out []string
 	for _, s := range r.Runs {
-		if len(out) == 0 || out[len(out)-1] != s.Workload {
+		if !slices.Contains(out, s.Workload) {
 			out = append(out, s.Workload)
 		}
 	}
@@ -131,11 +133,22 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "## %s\n\n", wl)
 		b.WriteString(Table(r.runsOf(wl)))
 		b.WriteString("\n")
+		if t := ModelTable(r.runsOf(wl)); t != "" {
+			fmt.Fprintf(&b, "### %s by model\n\n%s\n%s\n", wl, t, EngineTable(r.runsOf(wl)))
+		}
+	}
+	if t := PoolTable(r.Runs); t != "" {
+		fmt.Fprintf(&b, "## Pools against their engines alone\n\n%s\n", t)
 	}
 	b.WriteString("Token hit ratio: Σ cached_tokens / Σ prompt_tokens as the engines reported them. " +
 		"Request hit rate: requests with any cached token. TTFT: first SSE event with content. " +
 		"Spread: most requests on one backend / mean per backend (1.00 = even). " +
 		"Errors include incomplete streams. Router overhead: through-router minus direct TTFT of the same request on the same backend, real time.\n")
+	if slices.ContainsFunc(r.Runs, func(s Summary) bool { return s.Models != nil }) {
+		b.WriteString("\nBy model: wrong engine counts answers whose X-Saltus-Backend is an engine that does not serve the model named (its config); " +
+			"a 404 by saltus has no X-Saltus-Backend (nothing was forwarded). Engines e0, e1, … are the run's, in order; answers per engine are of any status. " +
+			"Pools against their engines alone: each model's token hit ratio in the whole fleet, and with the same users on its pool's engines alone (a layout that is part of the fleet).\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -161,8 +174,98 @@ func Table(runs []Summary) string {
 			overhead = fmt.Sprintf("%.2f", s.RouterOverhead.P50)
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.2f | %s |\n",
-			s.Policy, s.Requests, s.Errors, s.TokenHitRatio, s.RequestHitRate,
+			s.Label(), s.Requests, s.Errors, s.TokenHitRatio, s.RequestHitRate,
 			s.TTFT.P50, s.TTFT.P95, s.TTFT.P99, s.Latency.P50, s.RPS, s.OutputTPS, s.LoadSpread, overhead)
+	}
+	return b.String()
+}
+
+// ModelTable renders the runs that name several models as one Markdown
+// table, a row per run and model; "" if none does.
+func ModelTable(runs []Summary) string {
+	var b strings.Builder
+	for _, s := range runs {
+		if s.Models == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("| policy | model | requests | non-200 | wrong engine | 404 by saltus | 404 by an engine | token hit ratio | TTFT p50 ms | TTFT p99 ms | answers per engine |\n")
+			b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		}
+		for _, m := range sortedKeys(s.Models) {
+			x := s.Models[m]
+			wrong := "—"
+			if x.WrongEngine >= 0 {
+				wrong = fmt.Sprint(x.WrongEngine)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %d | %.3f | %.0f | %.0f | %s |\n",
+				s.Label(), m, x.Requests, x.Non200, wrong, x.NotFoundRouter, x.NotFoundEngine, x.TokenHitRatio, x.TTFT.P50, x.TTFT.P99, perEngine(x.PerEngine))
+		}
+	}
+	return b.String()
+}
+
+// perEngine is "e0 12, e2 3": the engines that answered, by index.
+func perEngine(counts []int) string {
+	var parts []string
+	for i, n := range counts {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("e%d %d", i, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// EngineTable lists what each engine serves, per fleet, from the first
+// run of the fleet that knows ("" if none does).
+func EngineTable(runs []Summary) string {
+	var b strings.Builder
+	var seen []string
+	for _, s := range runs {
+		if s.Engines == nil || slices.Contains(seen, s.Fleet) {
+			continue
+		}
+		seen = append(seen, s.Fleet)
+		if b.Len() == 0 {
+			b.WriteString("| fleet | engine | serves |\n|---|---|---|\n")
+		}
+		for i, e := range s.Engines {
+			fmt.Fprintf(&b, "| %s | e%d | %s |\n", cmp.Or(s.Fleet, SingleLayout), i, strings.Join(e.Models, ", "))
+		}
+	}
+	return b.String()
+}
+
+// PoolTable compares each model's token hit ratio in a fleet's run with
+// its hit ratio on its pool's engines alone: a run of the same workload
+// and policy on a layout that is part of the fleet's (Layout.Of) and
+// that served the model. "" when the runs hold no such pair.
+func PoolTable(runs []Summary) string {
+	var b strings.Builder
+	for _, whole := range runs {
+		for _, m := range sortedKeys(whole.Models) {
+			x := whole.Models[m]
+			if x.OK == 0 {
+				continue // a model nobody serves
+			}
+			for _, part := range runs {
+				l, err := LookupLayout(part.Fleet)
+				if err != nil || l == nil || l.Of != whole.Fleet || whole.Fleet == "" ||
+					part.Workload != whole.Workload || part.Policy != whole.Policy || part.Models[m].OK == 0 {
+					continue
+				}
+				if b.Len() == 0 {
+					b.WriteString("| policy | model | requests in the fleet | token hit ratio in the fleet | pool alone | requests alone | token hit ratio alone | difference |\n")
+					b.WriteString("|---|---|--:|--:|---|--:|--:|--:|\n")
+				}
+				y := part.Models[m]
+				fmt.Fprintf(&b, "| %s | %s | %d | %.3f | %s (%d engines) | %d | %.3f | %+.3f |\n",
+					whole.Label(), m, x.OK, x.TokenHitRatio, part.Fleet, len(l.Engines), y.OK, y.TokenHitRatio, x.TokenHitRatio-y.TokenHitRatio)
+			}
+		}
 	}
 	return b.String()
 }

@@ -38,6 +38,14 @@ type Fleet interface {
 	StartRouter(policy string, backends []string) ([]string, Closer, error)
 }
 
+// ModelFleet is a Fleet that knows which models its engines serve: a run
+// whose requests name several models counts the answers from an engine
+// that does not serve theirs (ModelSummary.WrongEngine).
+type ModelFleet interface {
+	// ServedModels returns the names each of engines serves.
+	ServedModels(ctx context.Context, engines []string) (map[string][]string, error)
+}
+
 // RunConfig is one benchmark invocation.
 type RunConfig struct {
 	Backends  int           // engines per run
@@ -46,6 +54,9 @@ type RunConfig struct {
 	Policies  []string      // in order; each run starts cold
 	Workloads []Workload
 	Model     string
+	// Fleet names the fleet's layout in the summaries (Summary.Fleet);
+	// "" for a fleet of one kind of engine.
+	Fleet string
 	// TimeScale multiplies every measured duration (and divides rates):
 	// the engines' --speedup, so reports read in simulated time. 0 = 1.
 	TimeScale float64
@@ -99,7 +110,12 @@ func Run(ctx context.Context, cfg RunConfig, fleet Fleet) (*Report, error) {
 			rep.Samples = append(rep.Samples, samples)
 			if cfg.Log != nil {
 				fmt.Fprintf(cfg.Log, "%-10s %-16s %5d requests %3d errors  hit ratio %.3f  TTFT p50 %6.0f ms  p99 %6.0f ms  %.2f req/s\n",
-					sum.Workload, sum.Policy, sum.Requests, sum.Errors, sum.TokenHitRatio, sum.TTFT.P50, sum.TTFT.P99, sum.RPS)
+					sum.Workload, sum.Label(), sum.Requests, sum.Errors, sum.TokenHitRatio, sum.TTFT.P50, sum.TTFT.P99, sum.RPS)
+				for _, m := range sortedKeys(sum.Models) {
+					x := sum.Models[m]
+					fmt.Fprintf(cfg.Log, "    %-14s %5d requests %3d non-200 %3d on a wrong engine  404 by saltus %d, by an engine %d  hit ratio %.3f\n",
+						m, x.Requests, x.Non200, x.WrongEngine, x.NotFoundRouter, x.NotFoundEngine, x.TokenHitRatio)
+				}
 			}
 		}
 	}
@@ -125,6 +141,21 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 		Progress: cfg.Progress, Label: wl.Name() + " " + policy, TimeScale: cfg.TimeScale,
 	}, wl)
 	sum := Summarize(wl.Name(), policy, urls, samples)
+	sum.Fleet = cfg.Fleet
+	if severalModels(samples) {
+		var served map[string][]string
+		if mf, ok := fleet.(ModelFleet); ok {
+			if served, err = mf.ServedModels(ctx, urls); err != nil && cfg.Log != nil {
+				fmt.Fprintf(cfg.Log, "%s %s: the engines' models are not known, wrong-engine answers not counted: %v\n", wl.Name(), policy, err)
+			}
+		}
+		sum.Models = SummarizeModels(samples, urls, served)
+		if served != nil {
+			for _, u := range urls {
+				sum.Engines = append(sum.Engines, EngineModels{URL: u, Models: served[u]})
+			}
+		}
+	}
 	if cfg.OverheadPairs > 0 {
 		oh, err := MeasureOverhead(ctx, routerURLs[0], cfg.OverheadPairs, cfg.Model)
 		if err != nil && cfg.Log != nil {
@@ -206,6 +237,7 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 					return // cut by the end of the run: not a sample
 				}
 				s := SampleOf(req.Tag, at, o)
+				s.Model = model
 				if k := cfg.TimeScale; k > 0 && k != 1 {
 					s.At = time.Duration(float64(s.At) * k)
 					s.TTFT = time.Duration(float64(s.TTFT) * k)

@@ -17,14 +17,18 @@ type Sample struct {
 	Cached  int           `json:"cached_tokens"`
 	Output  int           `json:"completion_tokens"`
 	Backend string        `json:"backend,omitempty"`
-	Err     string        `json:"err,omitempty"`
+	// Model is the model the request named; Status the answer's HTTP
+	// status (0: no answer).
+	Model  string `json:"model,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Err    string `json:"err,omitempty"`
 	// Incomplete: the stream ended without [DONE].
 	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 // SampleOf turns a client Outcome sent at `at` into a Sample.
 func SampleOf(tag string, at time.Duration, o Outcome) Sample {
-	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Incomplete: o.Incomplete,
+	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Status: o.Status, Incomplete: o.Incomplete,
 		Prompt: max(o.PromptTokens, 0), Cached: max(o.CachedTokens, 0), Output: max(o.CompletionTokens, 0)}
 	if o.Err != nil {
 		s.Err = o.Err.Error()
@@ -43,6 +47,9 @@ type Percentiles struct {
 type Summary struct {
 	Workload string `json:"workload"`
 	Policy   string `json:"policy"`
+	// Fleet is the layout's name (RunConfig.Fleet); "" for a fleet of
+	// one kind of engine.
+	Fleet string `json:"fleet,omitempty"`
 	// Duration is the measured span (first send to last answer).
 	Duration time.Duration `json:"duration_ns"`
 	Requests int           `json:"requests"`
@@ -72,6 +79,121 @@ type Summary struct {
 	RouterOverhead Percentiles `json:"router_overhead"`
 	// Classes breaks the hit ratio and TTFT down by Sample.Tag.
 	Classes map[string]ClassSummary `json:"classes,omitempty"`
+	// Models breaks a run whose requests name several models down by
+	// model (SummarizeModels), and Engines is then what each engine
+	// serves, in the run's engine order (nil when not known).
+	Models  map[string]ModelSummary `json:"models,omitempty"`
+	Engines []EngineModels          `json:"engines,omitempty"`
+}
+
+// Label names the run in tables and plots: its policy, and its fleet
+// when it has one.
+func (s *Summary) Label() string {
+	if s.Fleet == "" {
+		return s.Policy
+	}
+	return s.Policy + " (" + s.Fleet + ")"
+}
+
+// EngineModels is one engine of a run and the names it serves.
+type EngineModels struct {
+	URL    string   `json:"url"`
+	Models []string `json:"models"`
+}
+
+// ModelSummary is one model's requests in a run: issue 29's model pools,
+// where each went and how it fared.
+type ModelSummary struct {
+	Requests int `json:"requests"`
+	// OK counts whole 200 streams; Non200 the answers with another
+	// status (0 for none: a transport error).
+	OK     int `json:"ok"`
+	Non200 int `json:"non_200"`
+	// WrongEngine counts answers from an engine (X-Saltus-Backend) that
+	// does not serve the model, whatever their status; -1 when the
+	// engines' models are not known.
+	WrongEngine int `json:"wrong_engine"`
+	// NotFoundRouter counts the 404s saltus answered itself (no
+	// X-Saltus-Backend: nothing was forwarded), NotFoundEngine those an
+	// engine sent.
+	NotFoundRouter int `json:"not_found_by_router"`
+	NotFoundEngine int `json:"not_found_by_engine"`
+	// TokenHitRatio and TTFT are of its whole 200 streams.
+	TokenHitRatio float64     `json:"token_hit_ratio"`
+	TTFT          Percentiles `json:"ttft"`
+	// PerEngine counts its answers (any status) by engine, in the run's
+	// engine order; answers from elsewhere are not in it.
+	PerEngine []int `json:"per_engine"`
+}
+
+// severalModels reports whether the samples name more than one model.
+func severalModels(samples []Sample) bool {
+	for _, x := range samples {
+		if x.Model != samples[0].Model {
+			return true
+		}
+	}
+	return false
+}
+
+// SummarizeModels breaks samples down by the model they named. engines
+// are the run's engine URLs (as X-Saltus-Backend gives them) and served
+// what each serves; nil served leaves WrongEngine at -1.
+func SummarizeModels(samples []Sample, engines []string, served map[string][]string) map[string]ModelSummary {
+	index := make(map[string]int, len(engines))
+	for i, e := range engines {
+		index[e] = i
+	}
+	type acc struct {
+		ModelSummary
+		prompt, cached int64
+		ttft           []time.Duration
+	}
+	accs := map[string]*acc{}
+	for _, x := range samples {
+		a := accs[x.Model]
+		if a == nil {
+			a = &acc{ModelSummary: ModelSummary{PerEngine: make([]int, len(engines))}}
+			if served == nil {
+				a.WrongEngine = -1
+			}
+			accs[x.Model] = a
+		}
+		a.Requests++
+		if x.Status != 200 {
+			a.Non200++
+		}
+		if x.Status == 404 {
+			if x.Backend == "" {
+				a.NotFoundRouter++
+			} else {
+				a.NotFoundEngine++
+			}
+		}
+		if x.Backend != "" {
+			if i, ok := index[x.Backend]; ok {
+				a.PerEngine[i]++
+			}
+			if served != nil && !slices.Contains(served[x.Backend], x.Model) {
+				a.WrongEngine++
+			}
+		}
+		if x.Err == "" {
+			a.OK++
+			a.prompt += int64(x.Prompt)
+			a.cached += int64(x.Cached)
+			a.ttft = append(a.ttft, x.TTFT)
+		}
+	}
+	out := make(map[string]ModelSummary, len(accs))
+	for m, a := range accs {
+		if a.prompt > 0 {
+			a.TokenHitRatio = float64(a.cached) / float64(a.prompt)
+		}
+		a.TTFT = percentiles(a.ttft)
+		out[m] = a.ModelSummary
+	}
+	return out
 }
 
 // ClassSummary is one request class of a run.

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,83 @@ func TestReportFiles(t *testing.T) {
 	}
 	if last.Workload != "stress" || last.Policy != "prefix" || last.TTFT != int64(59*ms) || last.Cached != 500 || last.Backend != "http://127.0.0.1:8002" {
 		t.Fatalf("last line %s: %+v", lines[99], last)
+	}
+}
+
+func TestSummarizeModels(t *testing.T) {
+	ms := time.Millisecond
+	ok := func(model, backend string, prompt, cached int) Sample {
+		return Sample{Model: model, Backend: backend, Status: 200, TTFT: 10 * ms, Prompt: prompt, Cached: cached}
+	}
+	samples := []Sample{
+		ok("a", "e0", 100, 50),
+		ok("a", "e1", 100, 100),
+		ok("a", "e2", 100, 0), // e2 does not serve a
+		{Model: "a", Backend: "e1", Status: 503, Err: "status 503"},
+		ok("b", "e2", 200, 100),
+		{Model: "b", Backend: "e2", Status: 200, Err: "stream ended without [DONE]", Incomplete: true},
+		{Model: "x", Status: 404, Err: "status 404"},                // saltus's own
+		{Model: "x", Backend: "e0", Status: 404, Err: "status 404"}, // forwarded: a wrong engine
+		{Model: "x", Status: 0, Err: "connection refused"},
+	}
+	engines := []string{"e0", "e1", "e2"}
+	served := map[string][]string{"e0": {"a"}, "e1": {"a"}, "e2": {"b"}}
+	got := SummarizeModels(samples, engines, served)
+	want := map[string]ModelSummary{
+		"a": {Requests: 4, OK: 3, Non200: 1, WrongEngine: 1, TokenHitRatio: 0.5, TTFT: Percentiles{10, 10, 10}, PerEngine: []int{1, 2, 1}},
+		"b": {Requests: 2, OK: 1, WrongEngine: 0, TokenHitRatio: 0.5, TTFT: Percentiles{10, 10, 10}, PerEngine: []int{0, 0, 2}},
+		"x": {Requests: 3, Non200: 3, WrongEngine: 1, NotFoundRouter: 1, NotFoundEngine: 1, PerEngine: []int{1, 0, 0}},
+	}
+	for m, w := range want {
+		g := got[m]
+		if g.Requests != w.Requests || g.OK != w.OK || g.Non200 != w.Non200 || g.WrongEngine != w.WrongEngine ||
+			g.NotFoundRouter != w.NotFoundRouter || g.NotFoundEngine != w.NotFoundEngine || g.TokenHitRatio != w.TokenHitRatio ||
+			g.TTFT != w.TTFT || !slices.Equal(g.PerEngine, w.PerEngine) {
+			t.Errorf("%s: %+v, want %+v", m, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d models, want %d", len(got), len(want))
+	}
+	if x := SummarizeModels(samples, engines, nil)["a"]; x.WrongEngine != -1 {
+		t.Errorf("engines' models unknown: wrong engine %d, want -1", x.WrongEngine)
+	}
+	if severalModels(samples[:4]) || !severalModels(samples) || severalModels(nil) {
+		t.Error("severalModels")
+	}
+}
+
+// TestPoolTable: a model's hit ratio in the mixed fleet sits beside its
+// hit ratio on its pool alone (same workload and policy), and only there.
+func TestPoolTable(t *testing.T) {
+	run := func(fleet, policy string, hits map[string]float64) Summary {
+		s := Summary{Workload: "mixed", Policy: policy, Fleet: fleet, Models: map[string]ModelSummary{}}
+		for m, h := range hits {
+			s.Models[m] = ModelSummary{Requests: 10, OK: 10, TokenHitRatio: h}
+		}
+		s.Models["org/gamma"] = ModelSummary{Requests: 1, Non200: 1}
+		return s
+	}
+	runs := []Summary{
+		run("mixed", "prefix", map[string]float64{"org/alpha": 0.8, "alpha-tuned": 0.7, "org/beta": 0.6}),
+		run("mixed", "round_robin", map[string]float64{"org/alpha": 0.5, "org/beta": 0.5}),
+		run("alpha", "prefix", map[string]float64{"org/alpha": 0.75, "alpha-tuned": 0.72}),
+		run("beta", "prefix", map[string]float64{"org/beta": 0.61}),
+	}
+	got := PoolTable(runs)
+	for _, row := range []string{
+		"| prefix (mixed) | alpha-tuned | 10 | 0.700 | alpha (3 engines) | 10 | 0.720 | -0.020 |",
+		"| prefix (mixed) | org/alpha | 10 | 0.800 | alpha (3 engines) | 10 | 0.750 | +0.050 |",
+		"| prefix (mixed) | org/beta | 10 | 0.600 | beta (2 engines) | 10 | 0.610 | -0.010 |",
+	} {
+		if !strings.Contains(got, row+"\n") {
+			t.Errorf("PoolTable lacks %q:\n%s", row, got)
+		}
+	}
+	if n := strings.Count(got, "\n"); n != 5 || strings.Contains(got, "round_robin") || strings.Contains(got, "gamma") {
+		t.Errorf("PoolTable has rows beyond the three pairs:\n%s", got)
+	}
+	if PoolTable(runs[1:2]) != "" {
+		t.Error("PoolTable without a pool's run alone is not empty")
 	}
 }

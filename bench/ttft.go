@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +96,40 @@ func (c *Client) Do(ctx context.Context, url string, body []byte) Outcome {
 	o.Err = readStream(io.LimitReader(resp.Body, maxStreamBytes+1), start, &o)
 	o.Latency = time.Since(start)
 	return o
+}
+
+// maxModelsBytes bounds a GET /v1/models answer (vLLM lists its served
+// names and loaded adapters: a few hundred bytes each).
+const maxModelsBytes = 4 << 20
+
+// Models returns the names engine (a base URL) lists on GET /v1/models.
+func (c *Client) Models(ctx context.Context, engine string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, engine+"/v1/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot list the models of %s: %w", engine, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxModelsBytes))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("cannot list the models of %s: status %d, %v", engine, resp.StatusCode, err)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("cannot read the models of %s: %w", engine, err)
+	}
+	names := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		names = append(names, m.ID)
+	}
+	return names, nil
 }
 
 // readStream parses SSE events until [DONE] or EOF, filling o.

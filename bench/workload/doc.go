@@ -50,6 +50,21 @@
 // Tags: "turn1" … "turn10" (user messages in the request), "branch" (the
 // first request after a branch).
 //
+// mixed: model pools (issue 29). multiturn's users and conversations,
+// each user on one model by its id mod 5: org/alpha, org/beta,
+// alpha-tuned (a LoRA adapter of org/alpha), org/alpha, org/beta, so
+// 40 / 20 / 40 %. The 4 system prompts are shared by every model: the
+// same text under two models must not share cached blocks (engines key
+// them by the served name), so a router must keep each model's prefixes
+// in its own pool. Every 50th request of a user (2 %, at a per-user
+// offset; user 0's first) is a one-turn request (a system prompt and a
+// fresh 20-200-token user message) naming org/gamma, which no engine
+// serves: the router must refuse it itself (404 model_not_found). Such a
+// request and its answer are not part of the conversation.
+// Options.Models keeps only the users of some models (the rest send
+// nothing), so that one pool's users alone are the very users it had in
+// the mixed run. Tags: multiturn's, and "unknown".
+//
 // rag: 50 documents of 2,000–8,000 tokens (lengths uniform, fixed per
 // seed) with Zipf(1.1) popularity, each request one document as the
 // system message and a unique 16–64-token question. math/rand/v2's Zipf

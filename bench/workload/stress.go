@@ -67,6 +67,7 @@ const (
 	userTrace
 	userHotspot
 	userManydocs
+	userMixed
 )
 
 type stress struct {

@@ -77,7 +77,13 @@ type Options struct {
 	Seed int64
 	// Model is copied into every request's Model; "" leaves the client's
 	// default. For a trace, a non-empty Model replaces the lines' own.
+	// The mixed workload ignores it: its users name their own models.
 	Model string
+	// Models, for the mixed workload, keeps the users of these models
+	// and idles the rest (their Next returns false); nil keeps all. A
+	// per-pool baseline so drives the very users the whole mixed fleet
+	// had on that pool. The other workloads ignore it.
+	Models []string
 	// MaxTokens is the output length every synthetic request asks for,
 	// and a trace line's when it names none. 0 leaves it to the engine.
 	MaxTokens int
@@ -136,6 +142,7 @@ var constructors = map[string]func(Options) (Workload, error){
 	"unique":    newUnique,
 	"hotspot":   newHotspot,
 	"manydocs":  newManydocs,
+	"mixed":     newMixed,
 	"trace":     newTrace,
 }
 

@@ -14,7 +14,7 @@ var synthetic = []string{"stress", "multiturn", "rag", "unique", "hotspot", "man
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	if got, want := Names(), []string{"hotspot", "manydocs", "multiturn", "rag", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
+	if got, want := Names(), []string{"hotspot", "manydocs", "mixed", "multiturn", "rag", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
 }
@@ -34,7 +34,7 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 	d := DefaultOptions()
-	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, multiturn, rag, stress, trace, unique, trace:FILE")
+	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, mixed, multiturn, rag, stress, trace, unique, trace:FILE")
 	f("", d, `unknown workload ""`)
 	f("Stress", d, "unknown workload")
 	f("trace", d, "TraceFile is empty")
@@ -170,6 +170,7 @@ func TestDescribe(t *testing.T) {
 		"unique":         {"no shared prefix", "40% 4000-8000"},
 		"hotspot":        {"80% of requests behind one 2000-token system prompt", "30 others", "1000-2000 tokens"},
 		"manydocs":       {"64 documents", "2000-4000 tokens", "Zipf(0.8)"},
+		"mixed":          {"40% org/alpha", "20% alpha-tuned", "40% org/beta", "2% of each user's requests name org/gamma"},
 		"trace:" + trace: {"trace: 2 requests from " + trace, "open-loop", "2.5s"},
 	}
 	for name, subs := range want {

@@ -42,6 +42,12 @@ type benchOptions struct {
 	simf          simFlags
 	shards        int
 	routers       int
+	// fleets is --fleet: the layouts to run, in turn.
+	fleets string
+	// given are the flags the command line set (parseBench).
+	given map[string]bool
+	// demo applies `saltus demo`'s defaults to the flags not given.
+	demo bool
 	// The prefix policy's knobs and the engine scrape of each saltus
 	// started (dataplane.Config's): to tune and compare them.
 	scrape     time.Duration
@@ -77,6 +83,9 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.BoolVar(&o.samples, "samples", false, "also write samples.jsonl into --out: one JSON line per request (workload, policy, sent at, TTFT, latency, tokens, cached tokens, backend, class, error; simulated time)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
+	fs.StringVar(&o.fleets, "fleet", bench.SingleLayout, "engine `layouts` to run in turn, comma-separated: single (--backends engines, each serving --model and --lora-modules); "+
+		"mixed (5 engines given to saltus by URL only: "+workload.ModelAlpha+" on e0-e2, its LoRA adapter "+workload.ModelAlphaTuned+" on e0-e1, "+workload.ModelBeta+" on e3-e4); "+
+		"alpha, beta (the mixed fleet's pools alone, driven by the --workloads mixed users of their models only: the baseline of each pool's token hit ratio; e.g. --fleet mixed,alpha,beta)")
 	fs.IntVar(&o.routers, "routers", 1, "saltus routers per run, `count`, 1–16: more than one run as a cluster (--cluster-bind on loopback, sharing routes and load) and the requests go to them in turn, as behind a TCP load balancer")
 	d := dataplane.DefaultConfig()
 	fs.DurationVar(&o.scrape, "scrape-interval", -1, "real `time` between saltus's scrapes of each engine's /metrics (waiting and running requests, KV usage and capacity: policy prefix's inputs); 0: off; -1: 1 s of simulated time (1s / --speedup, at least 10ms), as saltus serve's default of 1s on real engines")
@@ -107,7 +116,126 @@ func (o *benchOptions) applyQuick(set map[string]bool) {
 	}
 }
 
-// runConfig turns the options into the benchmark's run and fleet.
+// applyDemo sets `saltus demo`'s defaults for the flags not given: 4
+// engines (or the --fleet layout's), 16 users, 15 s through round-robin
+// and prefix at speedup 5, the stress workload (mixed on a mixed fleet).
+func (o *benchOptions) applyDemo(set map[string]bool) {
+	if !o.demo {
+		return
+	}
+	if !set["backends"] {
+		o.backends = 4
+	}
+	if !set["users"] {
+		o.users = 16
+	}
+	if !set["duration"] {
+		o.duration = 15 * time.Second
+	}
+	if !set["speedup"] {
+		o.sim.Speedup = 5
+	}
+	if !set["policies"] {
+		o.policies = "round_robin,prefix"
+	}
+	if !set["overhead-pairs"] {
+		o.overheadPairs = 0
+	}
+	if !set["workloads"] && o.fleets != bench.SingleLayout {
+		o.workloads = "mixed"
+	}
+}
+
+// benchPlan is one fleet layout's runs.
+type benchPlan struct {
+	rc     bench.RunConfig
+	fleet  bench.Fleet
+	layout *bench.Layout // nil: single
+}
+
+// plans turns the options into the benchmark's runs, one plan per --fleet
+// layout.
+func (o *benchOptions) plans(progress, log io.Writer, logger *slog.Logger) ([]benchPlan, error) {
+	var layouts []*bench.Layout
+	for name := range strings.SplitSeq(o.fleets, ",") {
+		l, err := bench.LookupLayout(strings.TrimSpace(name))
+		if err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		if l == nil {
+			layouts = append(layouts, nil)
+			continue
+		}
+		switch {
+		case len(o.engines) > 0 || o.target != "":
+			return nil, fmt.Errorf("fleet: %s starts simulated engines; --backend and --target measure running ones", l.Name)
+		case o.given["model"] || o.given["lora-modules"]:
+			return nil, fmt.Errorf("fleet: %s sets each engine's models; drop --model and --lora-modules", l.Name)
+		case o.given["backends"] && o.backends != len(l.Engines):
+			return nil, fmt.Errorf("fleet: %s has %d engines, --backends says %d", l.Name, len(l.Engines), o.backends)
+		}
+		layouts = append(layouts, l)
+	}
+	rc, fleet, err := o.runConfig(progress, log, logger)
+	if err != nil {
+		return nil, err
+	}
+	var plans []benchPlan
+	for _, l := range layouts {
+		if l == nil {
+			if err := o.checkSingleModels(rc); err != nil {
+				return nil, err
+			}
+			plans = append(plans, benchPlan{rc: rc, fleet: fleet})
+			continue
+		}
+		// The layout's users only (a pool alone drives the users the
+		// mixed fleet had on it), the layout's engines, and its first
+		// model as the client's default and the overhead probe's.
+		opts := o.wl
+		opts.Models = l.Models()
+		lrc := rc
+		lrc.Workloads, lrc.Backends, lrc.Model, lrc.Fleet = nil, len(l.Engines), opts.Models[0], l.Name
+		for name := range strings.SplitSeq(o.workloads, ",") {
+			w, err := workload.New(strings.TrimSpace(name), opts)
+			if err != nil {
+				return nil, err
+			}
+			lrc.Workloads = append(lrc.Workloads, w)
+		}
+		lf := *fleet.(*bench.LocalFleet)
+		lf.Layout = l
+		plans = append(plans, benchPlan{rc: lrc, fleet: &lf, layout: l})
+	}
+	return plans, nil
+}
+
+// checkSingleModels refuses the mixed workload on simulated engines that
+// do not serve its models: every request would get 404.
+func (o *benchOptions) checkSingleModels(rc bench.RunConfig) error {
+	if len(o.engines) > 0 || o.target != "" {
+		return nil // running engines: they serve what they serve
+	}
+	served := append([]string{o.sim.Model}, o.sim.ExtraModels...)
+	for _, l := range o.sim.LoRAModules {
+		served = append(served, l.Name)
+	}
+	for _, w := range rc.Workloads {
+		if w.Name() != "mixed" {
+			continue
+		}
+		for _, m := range workload.MixedModels() {
+			if !slices.Contains(served, m) {
+				return fmt.Errorf("workloads: mixed names %s, which --fleet single's engines do not serve (%s): use --fleet mixed, or --model and --lora-modules serving %s",
+					m, strings.Join(served, ", "), strings.Join(workload.MixedModels(), ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// runConfig turns the options into the benchmark's run and fleet for
+// --fleet single (plans derives the other layouts' from them).
 func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (bench.RunConfig, bench.Fleet, error) {
 	if err := applySimProfile(&o.sim, &o.simf); err != nil {
 		return bench.RunConfig{}, nil, err
@@ -246,6 +374,26 @@ func (o *benchOptions) setup() map[string]string {
 	if o.target != "" {
 		m["router"] = o.target
 	}
+	if o.fleets != bench.SingleLayout {
+		var parts []string
+		for name := range strings.SplitSeq(o.fleets, ",") {
+			if l, err := bench.LookupLayout(strings.TrimSpace(name)); err == nil && l != nil {
+				parts = append(parts, l.Describe())
+			} else {
+				parts = append(parts, bench.SingleLayout+": --backends engines serving "+strings.Join(append([]string{o.sim.Model}, o.sim.ExtraModels...), ", "))
+			}
+		}
+		m["fleet"] = strings.Join(parts, "; ") + " (saltus given the engines' URLs only)"
+		var counts []string
+		for name := range strings.SplitSeq(o.fleets, ",") {
+			n := o.backends
+			if l, err := bench.LookupLayout(strings.TrimSpace(name)); err == nil && l != nil {
+				n = len(l.Engines)
+			}
+			counts = append(counts, fmt.Sprintf("%s %d", strings.TrimSpace(name), n))
+		}
+		m["engines"] = strings.Join(counts, ", ")
+	}
 	return m
 }
 
@@ -270,7 +418,9 @@ func parseBench(name string, args []string, stderr io.Writer, o *benchOptions) i
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.given = set
 	o.applyQuick(set)
+	o.applyDemo(set)
 	return -1
 }
 
@@ -285,14 +435,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		progress = stderr
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rc, fleet, err := o.runConfig(progress, stdout, logger)
+	plans, err := o.plans(progress, stdout, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus bench: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.Run(ctx, rc, fleet)
+	rep, err := runPlans(ctx, plans)
 	if rep != nil {
 		rep.Command = "saltus bench " + strings.Join(args, " ")
 		rep.Setup = o.setup()
@@ -316,6 +466,25 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// runPlans runs every plan in turn into one report (its runs in plan
+// order), up to the first error.
+func runPlans(ctx context.Context, plans []benchPlan) (*bench.Report, error) {
+	var all *bench.Report
+	for _, p := range plans {
+		rep, err := bench.Run(ctx, p.rc, p.fleet)
+		if all == nil {
+			all = rep
+		} else if rep != nil {
+			all.Runs = append(all.Runs, rep.Runs...)
+			all.Samples = append(all.Samples, rep.Samples...)
+		}
+		if err != nil {
+			return all, err
+		}
+	}
+	return all, nil
+}
+
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // tables is every workload's table, for the terminal.
@@ -334,6 +503,12 @@ func tables(rep *bench.Report) string {
 			}
 		}
 		fmt.Fprintf(&b, "%s\n%s\n", s.Workload, bench.Table(runs))
+		if t := bench.ModelTable(runs); t != "" {
+			fmt.Fprintf(&b, "%s by model\n%s\n%s\n", s.Workload, t, bench.EngineTable(runs))
+		}
+	}
+	if t := bench.PoolTable(rep.Runs); t != "" {
+		fmt.Fprintf(&b, "pools against their engines alone\n%s\n", t)
 	}
 	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/saltus-lb/saltus/bench"
 	"github.com/saltus-lb/saltus/shard"
 )
 
@@ -29,6 +30,12 @@ func TestSimBenchDemoFlags(t *testing.T) {
 		{[]string{"bench", "--workloads", "nope"}, 2, `unknown workload "nope"`},
 		{[]string{"bench", "--users", "0"}, 2, "users must be positive"},
 		{[]string{"demo", "--help"}, 0, "Usage: saltus demo"},
+		{[]string{"bench", "--fleet", "moon"}, 2, `fleet: unknown fleet "moon", want one of single, mixed, alpha, beta`},
+		{[]string{"bench", "--fleet", "mixed", "--backends", "4"}, 2, "fleet: mixed has 5 engines, --backends says 4"},
+		{[]string{"bench", "--fleet", "alpha", "--model", "m"}, 2, "fleet: alpha sets each engine's models"},
+		{[]string{"bench", "--fleet", "mixed", "--backend", "http://127.0.0.1:1"}, 2, "fleet: mixed starts simulated engines"},
+		{[]string{"bench", "--workloads", "mixed"}, 2, "workloads: mixed names org/alpha, which --fleet single's engines do not serve (sim-llama)"},
+		{[]string{"demo", "--fleet", "mixed,beta"}, 2, `the demo runs one layout, got "mixed,beta"`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(tc.args, strings.NewReader(""), &out, &errb)
@@ -54,13 +61,66 @@ func TestBenchPolicies(t *testing.T) {
 		if code := parseBench("saltus bench", []string{"--policies", p, "--backends", "1"}, io.Discard, &o); code >= 0 {
 			t.Fatalf("--policies %s: parse exit %d", p, code)
 		}
-		rc, _, err := o.runConfig(nil, io.Discard, slog.New(slog.DiscardHandler))
+		plans, err := o.plans(nil, io.Discard, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Errorf("--policies %s: %v", p, err)
 			continue
 		}
+		rc := plans[0].rc
 		if want := benchPolicies(p); !slices.Equal(rc.Policies, want) {
 			t.Errorf("--policies %s: runs %q, want %q", p, rc.Policies, want)
+		}
+	}
+}
+
+// TestBenchFleetPlans: --fleet mixed,alpha,beta plans the mixed fleet's
+// five engines with every user, then each pool's engines with its users
+// only; --fleet single keeps today's one-kind fleet, and --quick's 4
+// engines give way to a layout's count.
+func TestBenchFleetPlans(t *testing.T) {
+	t.Parallel()
+	var o benchOptions
+	if code := parseBench("saltus bench", []string{"--fleet", "mixed,alpha,beta,single", "--workloads", "mixed,stress", "--quick",
+		"--model", "org/alpha", "--model", "org/beta", "--lora-modules", "alpha-tuned=/a"}, io.Discard, &o); code >= 0 {
+		t.Fatalf("parse exit %d", code)
+	}
+	if _, err := o.plans(nil, io.Discard, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "drop --model") {
+		t.Fatalf("layouts with --model: %v", err)
+	}
+	o = benchOptions{}
+	if code := parseBench("saltus bench", []string{"--fleet", "mixed,alpha,beta,single", "--workloads", "mixed,stress", "--quick"}, io.Discard, &o); code >= 0 {
+		t.Fatalf("parse exit %d", code)
+	}
+	o.fleets = "mixed,alpha,beta" // single's engines serve no mixed model
+	plans, err := o.plans(nil, io.Discard, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		fleet    string
+		backends int
+		model    string
+		users    []int // the users of user ids 0-4 that send
+	}{
+		{"mixed", 5, "org/alpha", []int{0, 1, 2, 3, 4}},
+		{"alpha", 3, "org/alpha", []int{0, 2, 3}},
+		{"beta", 2, "org/beta", []int{1, 4}},
+	} {
+		rc := plans[i].rc
+		if rc.Fleet != want.fleet || rc.Backends != want.backends || rc.Model != want.model || len(rc.Workloads) != 2 {
+			t.Fatalf("plan %d: fleet %q, %d engines, model %q, %d workloads; want %+v", i, rc.Fleet, rc.Backends, rc.Model, len(rc.Workloads), want)
+		}
+		if lf := plans[i].fleet.(*bench.LocalFleet); lf.Layout == nil || lf.Layout.Name != want.fleet {
+			t.Fatalf("plan %d: layout %+v", i, lf.Layout)
+		}
+		var users []int
+		for id := range 5 {
+			if _, ok := rc.Workloads[0].NewUser(id).Next(); ok {
+				users = append(users, id)
+			}
+		}
+		if !slices.Equal(users, want.users) {
+			t.Errorf("plan %s: users %v send, want %v", want.fleet, users, want.users)
 		}
 	}
 }
