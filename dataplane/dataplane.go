@@ -331,14 +331,6 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		return nil, err
 	}
 	h.h = router
-	fl, err := fleet.New(cfg.Fleet, bset, logger, set)
-	if err != nil {
-		_ = router.Close(context.Background()) // nothing was served: returns at once
-		bset.Close()
-		return nil, err
-	}
-	router.UseFleet(fl)
-	router.SetAdminToken(cfg.AdminToken)
 
 	var node *gossip.Node
 	if cfg.Cluster.Enabled() {
@@ -371,6 +363,19 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 			return nil, fmt.Errorf("discovery k8s: %w", err)
 		}
 	}
+	// The fleet last of the fallible steps: its gauges read it, and it
+	// is unregistered only when its Run ends.
+	fl, err := fleet.New(cfg.Fleet, bset, logger, set)
+	if err != nil {
+		if node != nil {
+			_ = node.Close(context.Background()) // the fleet's error is the one to report
+		}
+		_ = router.Close(context.Background()) // nothing was served: returns at once
+		bset.Close()
+		return nil, err
+	}
+	router.UseFleet(fl)
+	router.SetAdminToken(cfg.AdminToken)
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Backends: backendsAPI{bset, fl}, Routes: routesAPI{router, node, nil},

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
@@ -42,10 +43,11 @@ func (r *Router) SetAdminToken(tok string) { r.adminToken.Store(&tok) }
 
 // adapterOp is one load or unload as a client asked it.
 type adapterOp struct {
-	load bool
-	name string // lora_name
-	base string // base_model (saltus's field), "" none
-	body []byte // what is forwarded: the client's body less base_model
+	load    bool
+	inplace bool   // load_inplace: reload the weights where it is loaded too
+	name    string // lora_name
+	base    string // base_model (saltus's field), "" none
+	body    []byte // what is forwarded: the client's body less base_model
 }
 
 func (op adapterOp) verb() string {
@@ -78,18 +80,20 @@ func (r *Router) adapterWorker(ctx context.Context) {
 // adapter serves one operation. On the adapter worker.
 func (r *Router) adapter(ctx context.Context, x exchange) {
 	req := x.Request()
+	if gone(x) {
+		r.m.clientGone.Inc() // left while queued: nothing is sent
+		return
+	}
 	if !r.cfg.AdapterUpdates {
 		r.fail(x, routeAdapters, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
 			msg: fmt.Sprintf("%s is off on this router (--adapter-updates=false)", req.Path)})
 		return
 	}
-	if tok := r.adminToken.Load(); tok != nil && *tok != "" {
-		got, ok := bearer(req)
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(*tok)) != 1 {
-			r.fail(x, routeAdapters, &apiError{status: 401, typ: "invalid_request_error", code: "invalid_api_key",
-				msg: "adapter loads and unloads need the router's admin token: Authorization: Bearer <--admin-token>"})
-			return
-		}
+	if tok := r.adminToken.Load(); tok != nil && *tok != "" && !bearerMatches(req.HeaderValue("Authorization"), *tok) {
+		r.fail(x, routeAdapters, &apiError{status: 401, typ: "invalid_request_error", code: "invalid_api_key",
+			msg: "adapter loads and unloads need the router's admin token: Authorization: Bearer <--admin-token>"},
+			reactor.Header{Name: "WWW-Authenticate", Value: `Bearer realm="saltus-admin"`})
+		return
 	}
 	op, e := parseAdapterOp(req.Path == "/v1/load_lora_adapter", req.Body)
 	if e != nil {
@@ -127,10 +131,17 @@ func (r *Router) routable(b *backend.Backend) bool {
 	return ok
 }
 
-// bearer is the request's Authorization bearer token.
-func bearer(req *reactor.Request) (string, bool) {
-	tok, ok := strings.CutPrefix(req.HeaderValue("Authorization"), "Bearer ")
-	return strings.TrimSpace(tok), ok
+// bearerMatches reports whether an Authorization header carries the
+// bearer token want (the scheme in any case, RFC 9110). Both are hashed
+// first, so that the comparison takes the same time whatever the
+// tokens' lengths, as the admin listener's does.
+func bearerMatches(header, want string) bool {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got, exp := sha256.Sum256([]byte(strings.TrimSpace(tok))), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(got[:], exp[:]) == 1
 }
 
 // parseAdapterOp reads vLLM's LoadLoRAAdapterRequest (lora_name,
@@ -175,6 +186,9 @@ func parseAdapterOp(load bool, body []byte) (adapterOp, *apiError) {
 	}
 	if op.base, e = str("base_model", false); e != nil {
 		return op, e
+	}
+	if f := v.Get("load_inplace"); f != nil && f.Type() == fastjson.TypeTrue {
+		op.inplace = true
 	}
 	v.Del("base_model")
 	op.body = v.MarshalTo(nil)
@@ -258,6 +272,11 @@ func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base 
 		return nil, "", nil, &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", base)}
 	}
+	if op.inplace {
+		// New weights under the same name: every engine that has it
+		// reloads them, the others load them.
+		lack, have = append(have, lack...), nil
+	}
 	for _, b := range have {
 		done = append(done, adapterResult{Backend: r.up.Label(b), Status: 200, Message: "already loaded", id: b.ID})
 	}
@@ -292,7 +311,21 @@ func (r *Router) forwardAdapter(ctx context.Context, op adapterOp, targets []*ba
 			out[i] = res
 		})
 	}
-	wg.Wait()
+	all := make(chan struct{})
+	g.Go("shard.adapter-wait", func(context.Context) { wg.Wait(); close(all) })
+	select {
+	case <-all:
+	case <-ctx.Done():
+		// Shutting down: answer now; the forwards end when the backend
+		// set closes their connections (Set.Close), right after.
+		// (out is still theirs: a fresh answer, not read from it.)
+		cut := make([]adapterResult, len(targets))
+		for i, b := range targets {
+			cut[i] = adapterResult{Backend: r.up.Label(b), Message: "the router is shutting down", id: b.ID}
+		}
+		g.Stop()
+		return cut
+	}
 	g.Stop()
 	_ = g.Wait(context.Background()) // every forward returned: Wait returns at once
 	for _, res := range out {

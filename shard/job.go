@@ -420,7 +420,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r.m.decided(d, r.pol.kind.usesTree())
 	if d.Backend < 0 {
 		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "no backend is available to serve the request"}, backend.RetryAfter)
+			msg: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
 		return
 	}
 	cands := j.candArr[:0]
@@ -450,8 +450,8 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
 			// Its pool says it serves the model: it may have unloaded
 			// it (an adapter) behind saltus's back. Fetch its models
-			// now (never blocks).
-			r.fleet.Kick(o.Backend.ID)
+			// now (never blocks; rate-limited).
+			r.fleet.Suspect(o.Backend.ID)
 		}
 		j.prefill.done(o)
 		j.pin.release()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 
@@ -27,8 +26,9 @@ type Fleet interface {
 	Index() *fleet.Index
 	// Refresh fetches the given backends' models and waits for it.
 	Refresh(ctx context.Context, ids ...int) error
-	// Kick asks for the backends' models to be fetched soon.
-	Kick(ids ...int)
+	// Suspect asks for a backend's models to be fetched soon: it
+	// answered 404 to a request of its pool (rate-limited; never blocks).
+	Suspect(id int)
 }
 
 // UseFleet makes the Router route by model pools. Call it before the
@@ -59,23 +59,33 @@ func (j *job) admit() *apiError {
 		p = wild
 	case p == nil && wild == nil:
 		if len(r.up.Snapshot()) == 0 {
-			r.m.poolRefused[refusedNoBackend].Inc()
+			j.refused(refusedNoBackend)
 			return &apiError{status: 503, typ: "server_error", code: "no_backend",
 				msg: "no backend is available to serve the request"}
 		}
-		r.m.poolRefused[refusedNotFound].Inc()
+		j.refused(refusedNotFound)
 		return modelNotFound(j.d.model)
 	case p == nil:
 		p = wild
 	}
 	if !r.anyRoutable(p) {
-		r.m.poolRefused[refusedNoBackend].Inc()
+		j.refused(refusedNoBackend)
 		return &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: fmt.Sprintf("no backend serving the model `%.200s` is available (%d down or draining); retry later", j.d.model, p.Size())}
 	}
 	j.pool = p
-	p.Admitted()
+	if j.explain == nil { // Explain is not traffic
+		p.Admitted()
+	}
 	return nil
+}
+
+// refused counts a refusal of admit, unless j is an Explain (not
+// traffic).
+func (j *job) refused(why int) {
+	if j.explain == nil {
+		j.r.m.poolRefused[why].Inc()
+	}
 }
 
 // modelNotFound is the answer for a model no backend serves, in vLLM's
@@ -175,7 +185,7 @@ func (r *Router) retrievePooled(x exchange, id string) bool {
 		r.fail(x, routeModels, modelNotFound(id))
 	case !r.anyRoutable(p):
 		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", id)}, backend.RetryAfter)
+			msg: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", id)}) // fail adds Retry-After to a 503
 	default:
 		r.m.request(routeModels, 200) // counted first, as fail does
 		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},

@@ -31,7 +31,7 @@ func (f *fakeFleet) Refresh(_ context.Context, ids ...int) error {
 	}
 	return nil
 }
-func (f *fakeFleet) Kick(ids ...int) { f.kicked.Add(int64(len(ids))) }
+func (f *fakeFleet) Suspect(int) { f.kicked.Add(1) }
 
 // card is a listed model.
 func card(id, parent string) fleet.Model {
@@ -376,4 +376,21 @@ func FuzzBodyModel(f *testing.F) {
 
 func reactorHeader(name, value string) reactor.Header {
 	return reactor.Header{Name: name, Value: value}
+}
+
+// An engine's 404 to a request of its pool asks for its models again
+// (an adapter unloaded behind saltus's back); other statuses do not.
+func TestPools404Refetches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 5})
+	f := mixedFleet(e)
+	e.serve(t, newExchange(0, "POST", "/v1/chat/completions", modelChat("alpha-tuned", "a question for the adapter")))
+	if n := f.kicked.Load(); n != 0 {
+		t.Fatalf("a 200 asked for %d refetches", n)
+	}
+	e.up.status.Store(404)
+	e.serve(t, newExchange(0, "POST", "/v1/chat/completions", modelChat("alpha-tuned", "a question for the adapter")))
+	if n := f.kicked.Load(); n != 1 {
+		t.Fatalf("an engine's 404 asked for %d refetches, want 1", n)
+	}
 }

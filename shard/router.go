@@ -488,7 +488,7 @@ func (r *Router) modelsWorker(ctx context.Context) {
 			if errors.Is(err, backend.ErrNoCandidate) {
 				// Not an empty list: that would say the model does not exist.
 				r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-					msg: "no backend is available to list the models"}, backend.RetryAfter)
+					msg: "no backend is available to list the models"}) // fail adds Retry-After to a 503
 				continue
 			}
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fastjson"
@@ -304,8 +305,16 @@ type Fleet struct {
 
 	first chan struct{} // closed when the first round ended
 
-	fetches   [numResults]*metrics.Counter
-	truncated *metrics.Counter
+	fetches [numResults]*metrics.Counter
+	// ignored[i]: models a backend listed that the fleet ignored, by
+	// ignoredNames (over MaxModels; a name with control characters or
+	// not UTF-8, which no engine serves and no metric label can carry).
+	ignored [2]*metrics.Counter
+	// refetch[i]: Suspect's kicks, by refetchNames (kicked, suppressed
+	// by its rate limit).
+	refetch [2]*metrics.Counter
+	// lastSuspect is when Suspect last kicked (unix nanoseconds).
+	lastSuspect atomic.Int64
 }
 
 // kickQueue bounds Kick's queue of backend IDs.
@@ -337,7 +346,13 @@ func New(cfg Config, src Source, logger *slog.Logger, set *metrics.Set) (*Fleet,
 	f := &Fleet{cfg: cfg, src: src, logger: logger.With("component", "fleet"), ms: set,
 		entries: make(map[int]*entry), kicked: make(map[int]bool), roundDone: make(chan struct{}),
 		series: make(map[string]bool), kick: make(chan struct{}, 1), first: make(chan struct{}), kickq: make(chan int, kickQueue),
-		truncated: set.GetOrCreateCounter("saltus_fleet_models_truncated_total")}
+	}
+	for i, n := range [2]string{"over_limit", "invalid_name"} {
+		f.ignored[i] = set.GetOrCreateCounter(`saltus_fleet_models_ignored_total{reason="` + n + `"}`)
+	}
+	for i, n := range [2]string{"kicked", "suppressed"} {
+		f.refetch[i] = set.GetOrCreateCounter(`saltus_fleet_refetch_total{result="` + n + `"}`)
+	}
 	for i, n := range resultNames {
 		f.fetches[i] = set.GetOrCreateCounter(`saltus_fleet_model_fetches_total{result="` + n + `"}`)
 	}
@@ -413,6 +428,25 @@ func (f *Fleet) Kick(ids ...int) {
 		}
 	}
 	f.wake()
+}
+
+// suspectEvery is the least time between two of Suspect's kicks: an
+// engine that answers 404 to every request of a client (a wrong path, a
+// stale response id) costs at most four rounds a second.
+const suspectEvery = 250 * time.Millisecond
+
+// Suspect is Kick for backend id after it answered 404 to a request of a
+// pool it is in (an adapter unloaded behind saltus's back), rate-limited
+// to one kick per suspectEvery, counted. Never blocks. Any goroutine.
+func (f *Fleet) Suspect(id int) {
+	now := time.Now().UnixNano()
+	last := f.lastSuspect.Load()
+	if now-last < int64(suspectEvery) || !f.lastSuspect.CompareAndSwap(last, now) {
+		f.refetch[1].Inc()
+		return
+	}
+	f.refetch[0].Inc()
+	f.Kick(id)
 }
 
 func (f *Fleet) wake() {
@@ -491,12 +525,17 @@ func (f *Fleet) round(ctx context.Context) {
 			delete(f.entries, id)
 		}
 	}
-	if len(due) > 0 && f.cfg.Interval > 0 { // 0: never fetched (pins only)
+	fetched := len(due) > 0 && f.cfg.Interval > 0 // 0: never fetched (pins only)
+	if fetched {
 		f.fetch(ctx, due, now)
 	}
-	if ix := f.build(snap); ix.sig != f.ix.Load().sig {
-		f.ix.Store(ix)
-		f.syncSeries(ix)
+	// Rebuilt when something it is built from may have changed: answers,
+	// the backend list, or pins (a Sync kicks).
+	if fetched || len(kicked) > 0 || !sameSnap(snap, f.lastSnap) {
+		if ix := f.build(snap); ix.sig != f.ix.Load().sig {
+			f.ix.Store(ix)
+			f.syncSeries(ix)
+		}
 	}
 	f.lastSnap = snap
 
@@ -563,6 +602,11 @@ func (f *Fleet) fetch(ctx context.Context, due []*backend.Backend, now time.Time
 			// round asks again.
 			f.fetches[resultError].Inc()
 			e.err = err
+			if errors.As(err, &se) && (se.Code == 401 || se.Code == 403) && !e.warned {
+				e.warned = true
+				f.logger.Warn("backend refuses GET /v1/models (vLLM's --api-key guards /v1): its models stay unknown; pin them with --backend-models",
+					"backend", b.Name, "err", err)
+			}
 		}
 	}
 }
@@ -589,8 +633,12 @@ func (f *Fleet) parse(body []byte) ([]Model, error) {
 		if id == "" || seen[id] {
 			continue
 		}
+		if !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			f.ignored[1].Inc()
+			continue
+		}
 		if len(out) == f.cfg.MaxModels {
-			f.truncated.Inc()
+			f.ignored[0].Inc()
 			break
 		}
 		seen[id] = true
@@ -602,6 +650,12 @@ func (f *Fleet) parse(body []byte) ([]Model, error) {
 		out = append(out, mm)
 	}
 	return out, nil
+}
+
+// sameSnap reports whether two backend snapshots are the same list (the
+// Set swaps a new slice on every change).
+func sameSnap(a, b []*backend.Backend) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func sameModels(a, b []Model) bool {
@@ -772,6 +826,8 @@ func (f *Fleet) syncSeries(ix *Index) {
 	}
 }
 
+var fleetFamilies = [...]string{"saltus_fleet_pools", "saltus_fleet_unknown_backends"}
+
 var poolFamilies = [...]string{"saltus_pool_backends", "saltus_pool_routable_backends", "saltus_pool_requests_total"}
 
 // routable counts p's routable backends. Any goroutine.
@@ -785,10 +841,14 @@ func (f *Fleet) routable(p *Pool) int {
 	return n
 }
 
-// unregister removes every per-pool series (the fleet stops).
+// unregister removes the gauges that read the fleet and every per-pool
+// series (the fleet stops; R15). The counters stay: they read nothing.
 func (f *Fleet) unregister() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, n := range fleetFamilies {
+		f.ms.UnregisterMetric(n)
+	}
 	for model := range f.series {
 		for _, fam := range poolFamilies {
 			f.ms.UnregisterMetric(poolSeries(fam, model))

@@ -218,25 +218,61 @@ func TestAdapterAppearsAndBackendLeaves(t *testing.T) {
 	}
 }
 
-func TestDownBackendNotFetchedUntilBack(t *testing.T) {
+func TestDownBackendNotFetched(t *testing.T) {
 	t.Parallel()
-	f, src, _ := newFleet(t, DefaultConfig(), "a")
+	f, src, _ := newFleet(t, DefaultConfig(), "a", "b")
 	src.answer("a", list("m"))
+	src.answer("b", list("m"))
 	refresh(t, f)
 	if err := src.Drain(0); err != nil {
 		t.Fatal(err)
 	}
-	src.mu.Lock()
-	before := src.fetched["a"]
-	src.mu.Unlock()
+	count := func(name string) int {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.fetched[name]
+	}
+	a0, b0 := count("a"), count("b")
+	f.Kick()         // every routable backend: not the draining one
+	refresh(t, f, 1) // and b by name; the round ends after both
+	if a1, b1 := count("a"), count("b"); a1 != a0 || b1 <= b0 {
+		t.Fatalf("fetches: draining a %d → %d (want no more), b %d → %d (want more)", a0, a1, b0, b1)
+	}
+	// It keeps its pool while it drains (the router skips it: not
+	// routable).
+	if got := members(f.Index(), "m"); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("pool m: %v", got)
+	}
+}
+
+func TestSuspectRateLimited(t *testing.T) {
+	t.Parallel()
+	f, src, ms := newFleet(t, DefaultConfig(), "a")
+	src.answer("a", list("m"))
+	t0 := time.Now()
+	for range 5 {
+		f.Suspect(0)
+	}
+	took := time.Since(t0)
+	kicked := ms.GetOrCreateCounter(`saltus_fleet_refetch_total{result="kicked"}`).Get()
+	suppressed := ms.GetOrCreateCounter(`saltus_fleet_refetch_total{result="suppressed"}`).Get()
+	// Within one suspectEvery, one kick; a machine so loaded that the
+	// five calls took longer may kick once per period.
+	if maxKicks := uint64(1 + took/suspectEvery); kicked < 1 || kicked > maxKicks || kicked+suppressed != 5 {
+		t.Fatalf("kicked %d, suppressed %d of 5 in %v", kicked, suppressed, took)
+	}
+}
+
+func TestInvalidNamesIgnored(t *testing.T) {
+	t.Parallel()
+	f, src, ms := newFleet(t, DefaultConfig(), "a")
+	src.answer("a", `{"data":[{"id":"ok"},{"id":"bad\u0001name"},{"id":"x\ty"}]}`)
 	refresh(t, f)
-	src.mu.Lock()
-	after := src.fetched["a"]
-	src.mu.Unlock()
-	// Refresh of every backend asks even a draining one (an explicit
-	// ask); the pools keep it either way.
-	if after < before || members(f.Index(), "m") == nil {
-		t.Fatalf("fetches %d → %d, pool %v", before, after, members(f.Index(), "m"))
+	if bm, _ := f.Index().Backend(0); !slices.Equal(bm.Models, []string{"ok"}) {
+		t.Fatalf("models %v, want [ok]", bm.Models)
+	}
+	if n := ms.GetOrCreateCounter(`saltus_fleet_models_ignored_total{reason="invalid_name"}`).Get(); n != 2 {
+		t.Fatalf("invalid names counted %d, want 2", n)
 	}
 }
 
@@ -254,7 +290,7 @@ func TestParseBounds(t *testing.T) {
 	if bm, _ := f.Index().Backend(1); bm.State != StateUnknown || !strings.Contains(bm.Error, `no "data" array`) {
 		t.Errorf("bad: %+v", bm)
 	}
-	if n := ms.GetOrCreateCounter("saltus_fleet_models_truncated_total").Get(); n != 1 {
+	if n := ms.GetOrCreateCounter(`saltus_fleet_models_ignored_total{reason="over_limit"}`).Get(); n != 1 {
 		t.Errorf("truncated %d, want 1", n)
 	}
 }
@@ -312,7 +348,8 @@ func FuzzParseModels(f *testing.F) {
 	f.Add([]byte(list("a", "b<a")))
 	f.Add([]byte(`{"data":[{"id":1},{"id":"x","max_model_len":"big"},null,{"id":""},{"id":"x"}]}`))
 	f.Add([]byte(`{"data":null}`))
-	fl := &Fleet{cfg: DefaultConfig(), truncated: metrics.NewSet().NewCounter("t")}
+	ms := metrics.NewSet()
+	fl := &Fleet{cfg: DefaultConfig(), ignored: [2]*metrics.Counter{ms.NewCounter("a"), ms.NewCounter("b")}}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ms, err := fl.parse(body)
 		if err != nil {
