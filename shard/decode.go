@@ -47,6 +47,9 @@ type apiError struct {
 	typ    string // "invalid_request_error", ...
 	param  string // the offending field, "" for none
 	code   string // "" for none
+	// retryAfter is the Retry-After of a 429, in seconds (0: none; a
+	// 503 always has one).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.msg }

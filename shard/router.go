@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +63,11 @@ type backendState func(b *backend.Backend) (inFlight int64, routable bool)
 // liveState is the fleet's load: this router's requests in flight plus
 // those its cluster peers last reported (zero without a cluster).
 func liveState(b *backend.Backend) (int64, bool) {
-	return b.InFlight() + b.PeerLoad().InFlight, b.Routable()
+	ok := b.Routable()
+	if ok && !b.FullUntil().IsZero() && b.Full(time.Now()) {
+		ok = false // it refused as full lately (issue 30): others first
+	}
+	return b.InFlight() + b.PeerLoad().InFlight, ok
 }
 
 // Header names the Router adds to every routed answer.
@@ -375,7 +380,10 @@ func (r *Router) fail(x exchange, rt routeID, e *apiError, extra ...reactor.Head
 	hdr := append(make([]reactor.Header, 0, 3+len(extra)),
 		reactor.Header{Name: "Content-Type", Value: "application/json"},
 		reactor.Header{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()})
-	if e.status == 503 {
+	switch {
+	case e.retryAfter > 0:
+		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: strconv.Itoa(e.retryAfter)})
+	case e.status == 503:
 		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: retryAfter})
 	}
 	hdr = append(hdr, extra...)

@@ -95,8 +95,10 @@ func TestServeUpstreamScenarios(t *testing.T) {
 				b := `{"error":{"message":"slow down","type":"rate_limit"}}`
 				_, _ = fmt.Fprintf(rw, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 7\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 			},
-			whole:  want{status: 429, has: []string{`"slow down"`}, header: map[string]string{"Retry-After": "7"}},
-			stream: want{status: 429, has: []string{`"slow down"`}, header: map[string]string{"Retry-After": "7"}},
+			// A full engine is a signal (issue 30): with no other
+			// candidate, saltus's own 429 with the engine's Retry-After.
+			whole:  want{status: 429, has: []string{`"code":"overloaded"`, "full (429)"}, header: map[string]string{"Retry-After": "7"}},
+			stream: want{status: 429, has: []string{`"code":"overloaded"`, "full (429)"}, header: map[string]string{"Retry-After": "7"}},
 		},
 		{
 			name: "503 with a body",
@@ -104,8 +106,8 @@ func TestServeUpstreamScenarios(t *testing.T) {
 				b := `{"error":{"message":"engine overloaded"}}`
 				_, _ = fmt.Fprintf(rw, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 			},
-			whole:  want{status: 503, has: []string{"engine overloaded"}},
-			stream: want{status: 503, has: []string{"engine overloaded"}},
+			whole:  want{status: 503, has: []string{`"code":"overloaded"`, "full (503)"}, header: map[string]string{"Retry-After": "1"}},
+			stream: want{status: 503, has: []string{`"code":"overloaded"`, "full (503)"}, header: map[string]string{"Retry-After": "1"}},
 		},
 		{
 			name: "an answer over max-response-body",

@@ -1,9 +1,18 @@
 package backend
 
 import (
+	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/saltus-lb/saltus/internal/httplex"
+	"github.com/saltus-lb/saltus/reactor"
 )
+
+// errEnginesFull is an Outcome's Err when every candidate refused as full.
+var errEnginesFull = errors.New("backend: every candidate is full")
 
 // EngineLoad is what a backend's engine last reported about its own load
 // on its Prometheus /metrics (vLLM's names: vllm:num_requests_waiting,
@@ -129,4 +138,61 @@ func (b *Backend) ObserveService(d time.Duration) {
 			return
 		}
 	}
+}
+
+// Full engines (issue 30): an engine that answers 429 or 503 before any
+// answer byte is full, not broken. It is marked full until its
+// Retry-After (or fullFor) has passed, so that the router sends its next
+// requests elsewhere in the pool (Full), and the breaker is not told.
+
+// fullFor is how long an engine that refused without a Retry-After
+// counts as full: about one answer's time on a busy engine (its slot frees
+// when one of its requests ends), short enough that a fleet whose engines
+// are all full tries again soon.
+const fullFor = time.Second
+
+// maxFullFor bounds an engine's own Retry-After: a full engine is asked
+// again at least this often.
+const maxFullFor = 10 * time.Second
+
+// MarkFull marks b full until now+d (the loop path, on an engine's
+// refusal). Any goroutine.
+func (b *Backend) MarkFull(now time.Time, d time.Duration) {
+	until := now.Add(d).UnixNano()
+	for {
+		old := b.fullUntil.Load()
+		if old >= until || b.fullUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// Full reports whether b refused a request as full (429 or 503 before
+// any answer byte) within its Retry-After, at now. Any goroutine.
+func (b *Backend) Full(now time.Time) bool { return b.fullUntil.Load() > now.UnixNano() }
+
+// FullUntil is when b stops counting as full (the zero time: it does not).
+// Any goroutine.
+func (b *Backend) FullUntil() time.Time {
+	if u := b.fullUntil.Load(); u > 0 {
+		return time.Unix(0, u)
+	}
+	return time.Time{}
+}
+
+// retryAfterOf reads a Retry-After header in seconds (RFC 9110 also
+// allows a date, which engines do not send: then def), bounded by
+// maxFullFor; def without one.
+func retryAfterOf(hdr []reactor.Header, def time.Duration) time.Duration {
+	for _, h := range hdr {
+		if !httplex.EqualFold(h.Name, "Retry-After") {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(h.Value))
+		if err != nil || n < 0 {
+			return def
+		}
+		return min(time.Duration(n)*time.Second, maxFullFor)
+	}
+	return def
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -158,8 +159,13 @@ type loopReq struct {
 	// served: an attempt failed otherwise than by a refused connection
 	// (something listened); every attempt refused: 503, not 502.
 	served bool
-	o      Outcome
-	st     *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
+	// refusal: the status of the engines' refusals (429 or 503 before any
+	// answer byte: full, not broken); refusedFor the longest Retry-After
+	// they asked (engine.go).
+	refusal    int
+	refusedFor time.Duration
+	o          Outcome
+	st         *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
 }
 
 // ForwardOnLoop is Forward with the upstream I/O on loop loop, the loop of
@@ -489,6 +495,12 @@ func (c *upConn) OnUpstreamClose(_ *reactor.Upstream, err error) {
 // breaker, FirstByte; false if the client left meanwhile (lr is done).
 func (lr *loopReq) head(c *upConn, now time.Time) bool {
 	s, b := lr.s, lr.b
+	if st := c.p.Status; st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusServiceUnavailable {
+		// Full (vLLM's frontends answer 429 or 503 when their waiting
+		// queue is): a signal, not the client's answer (issue 30).
+		lr.engineRefused(c, st, now)
+		return false
+	}
 	lr.headSeen = true
 	lr.o.TTFB = now.Sub(lr.t0)
 	status := c.p.Status
@@ -504,6 +516,41 @@ func (lr *loopReq) head(c *upConn, now time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// engineRefused ends an attempt the engine refused as full before any
+// answer byte: the backend is marked full for its Retry-After (or
+// fullFor), counted, and the next candidate tried. The connection is
+// closed (its body is not read). Loop only.
+func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
+	s, b := lr.s, lr.b
+	d := retryAfterOf(c.p.Header, fullFor)
+	b.MarkFull(now, d)
+	s.countCodeLoop(lr.ls, b, status)
+	s.refusals.Inc()
+	if lr.refusal != fasthttp.StatusTooManyRequests {
+		lr.refusal = status // 429 once any engine said so: too many requests, not unavailable
+	}
+	lr.refusedFor = max(lr.refusedFor, d)
+	lr.served = true // something listened
+	lr.tried = append(lr.tried, "backend "+s.label(b)+": full ("+strconv.Itoa(status)+")")
+	c.kill()
+	lr.c = nil
+	b.inFlight.Add(-1)
+	lr.b = nil
+	lr.i++
+	if lr.i < lr.attempts && !lr.ls.closed {
+		lr.attempt(now)
+		return
+	}
+	// Every candidate is full: saltus's own refusal, with the longest
+	// wait they asked for, never a client's wait on a loop.
+	lr.o.Status, lr.o.Err = lr.refusal, errEnginesFull
+	secs := int((lr.refusedFor + time.Second - 1) / time.Second)
+	lr.sink.RespondLoop(lr.refusal, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID},
+		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}},
+		errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded"))
+	lr.finish(now)
 }
 
 // complete answers the whole response.

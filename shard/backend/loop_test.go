@@ -751,3 +751,60 @@ func TestLoopStreamOneRead(t *testing.T) {
 		t.Fatalf("after the closing answer: %d bytes, %v; want EOF", n, err)
 	}
 }
+
+// TestLoopEngineFull: an engine's 429 or 503 before any answer byte is a
+// signal: the next candidate serves, the full one is marked full for its
+// Retry-After, the breaker is not told; when every candidate is full the
+// client gets saltus's own refusal with Retry-After, not an engine's.
+func TestLoopEngineFull(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	full := func(status int, retryAfter string) string {
+		return upstream(t, func(w http.ResponseWriter, r *http.Request) {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			w.WriteHeader(status)
+			io.WriteString(w, `{"error":{"message":"waiting requests queue is full","type":"BadRequestError","code":429}}`)
+		}).URL
+	}
+	busy := mustAdd(t, e.s, full(429, "3"))
+	down := mustAdd(t, e.s, full(503, ""))
+	good := mustAdd(t, e.s, upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"ok":true}`) }).URL)
+	c := e.dial(t)
+
+	e.use(busy, down, good)
+	t0 := time.Now()
+	c.send(t, "{}")
+	resp, body := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 200 || body != `{"ok":true}` || o.Backend != good || o.Retries != 2 {
+		t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
+	}
+	if !busy.Full(t0) || !busy.Full(t0.Add(2*time.Second)) || busy.Full(time.Now().Add(4*time.Second)) {
+		t.Errorf("busy full until %v: want its Retry-After, 3 s", busy.FullUntil().Sub(t0))
+	}
+	if !down.Full(t0) || down.Full(time.Now().Add(2*fullFor)) {
+		t.Errorf("down full until %v: want %v", down.FullUntil().Sub(t0), fullFor)
+	}
+	if busy.passive.Load() != 0 || down.passive.Load() != 0 || !busy.Healthy() || !down.Healthy() {
+		t.Error("a full engine was counted by the breaker")
+	}
+	if n := counter(e.ms, "saltus_engine_refusals_total"); n != 2 {
+		t.Errorf("refusals %d, want 2", n)
+	}
+
+	e.use(busy, down)
+	c.send(t, "{}")
+	resp, body = c.read(t)
+	o = e.outcome(t)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" || !strings.Contains(body, `"code":"overloaded"`) ||
+		!strings.Contains(body, "every backend tried is full") || o.Status != 429 {
+		t.Fatalf("every candidate full: %d Retry-After %q %s, outcome %+v", resp.StatusCode, resp.Header.Get("Retry-After"), body, o)
+	}
+	for _, b := range []*Backend{busy, down, good} {
+		if b.InFlight() != 0 {
+			t.Errorf("%s in flight %d", b.URL, b.InFlight())
+		}
+	}
+}

@@ -26,6 +26,7 @@ func init() {
 		"saltus_backend_ttfb_seconds":               "Time from sending a request to each backend to its response head, in seconds.",
 		"saltus_backend_request_duration_seconds":   "Time from a request's first send to each backend to the end of its answer (retries included), in seconds.",
 		"saltus_retries_total":                      "Sends to a further candidate backend after a failure before the first byte.",
+		"saltus_engine_refusals_total":              "Engines' 429 and 503 answers before any answer byte (full, not broken): the request went to the next candidate, or saltus answered its own 429/503 with Retry-After when every candidate was full; the engine counts as full for its Retry-After (else 1 s).",
 		"saltus_backend_overload_total":             "Requests refused (503) because the backend set had its maximum of requests in flight.",
 		"saltus_proxy_in_flight":                    "Requests in flight through the backend set (bounded by its MaxInFlight).",
 		"saltus_upstream_body_spilled_total":        "Non-streamed answers over --max-response-body, relayed as they came instead of buffered whole.",

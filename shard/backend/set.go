@@ -57,6 +57,7 @@ type Backend struct {
 	engine    engineState  // the engine's own load, when scraped (engine.go)
 	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
 	peer      peerLoad     // peer routers' load on it (peer.go)
+	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
 
@@ -198,6 +199,9 @@ type Set struct {
 	conns  map[*trackedConn]struct{} // every open upstream connection
 
 	retries, overload *metrics.Counter
+	// refusals counts the engines' 429 and 503 before an answer byte
+	// (engine.go: a full engine, tried again elsewhere).
+	refusals *metrics.Counter
 
 	// probeFn is probe; tests replace it before Start.
 	probeFn func(b *Backend, timeout time.Duration) bool
@@ -238,6 +242,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		proxies:  rules.NewGroup(context.Background()),
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
+		refusals: set.GetOrCreateCounter("saltus_engine_refusals_total"),
 
 		bodySpilled:    set.GetOrCreateCounter("saltus_upstream_body_spilled_total"),
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
