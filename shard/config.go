@@ -8,6 +8,7 @@ import (
 
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/queue"
 )
 
 // Config configures a Router. It is immutable after NewRouter; a reload
@@ -29,6 +30,10 @@ type Config struct {
 	// adapter load goes to: 0 (default) every routable one, N the N
 	// least loaded (those that list it already count).
 	AdapterEngines int
+	// Queue sizes each pool's gateway queue (gate.go, upstream/queue):
+	// requests wait there while every engine of their pool is full.
+	// Default queue.DefaultConfig().
+	Queue queue.Config
 	// ChatTemplate names the template the caller built the renderer with
 	// ("" = detected from the tokenizer config). The Router only reports
 	// it: NewRouter takes the renderer itself.
@@ -180,6 +185,7 @@ func DefaultConfig() Config {
 	return Config{
 		BlockSize:        tree.DefaultBlockSize,
 		AdapterUpdates:   true,
+		Queue:            queue.DefaultConfig(),
 		Tree:             tree.DefaultConfig(),
 		Pool:             tokenpool.DefaultConfig(),
 		LoadFactor:       2.0,
@@ -219,6 +225,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Pool.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("shard: Pool: %w", err))
+	}
+	if err := c.Queue.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("shard: Queue: %w", err))
 	}
 	if c.AdapterEngines < 0 {
 		errs = append(errs, fmt.Errorf("shard: AdapterEngines must not be negative, got %d", c.AdapterEngines))

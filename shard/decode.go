@@ -38,6 +38,9 @@ type request struct {
 	hasIDs bool
 	// responses (msgs and opt as chat; responses.go)
 	prevID string // previous_response_id, "" for none
+	// priority is vLLM's request field (lower first; 0 when absent): the
+	// order of the gateway queue (gate.go).
+	priority int
 }
 
 // apiError is an OpenAI-style error answer.
@@ -130,6 +133,13 @@ func decodeValue(dst *request, k kind, v *fastjson.Value, sc *chat.Scratch) *api
 			e.param, e.msg = "stream_options.include_usage", "stream_options."+e.msg
 			return e
 		}
+	}
+	if pv := chat.Field(v, "priority"); pv != nil && pv.Type() != fastjson.TypeNull {
+		n, err := pv.Int()
+		if err != nil {
+			return badRequest("priority", "priority: want an integer, got %s", pv.Type())
+		}
+		dst.priority = n
 	}
 	switch k {
 	case kindChat:

@@ -91,6 +91,12 @@ type job struct {
 	// pool is the backends that serve the request's model (pools.go);
 	// nil: every backend.
 	pool *fleet.Pool
+	// waitFull: its pool is saturated and it waits in the pool's gateway
+	// queue (gate.go), to resume there; tenant is its fair-share key.
+	waitFull bool
+	resume   func()
+	tenant   string
+	requeues int // times every candidate refused as full and it waited again
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its
@@ -447,6 +453,13 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	h := backend.Hooks{Done: func(o backend.Outcome) {
+		if o.Requeued {
+			j.requeue(o)
+			return
+		}
+		if j.pool != nil {
+			r.kickGate(j.d.model) // a slot freed: a queued request may go
+		}
 		if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
 			// Its pool says it serves the model: it may have unloaded
 			// it (an adapter) behind saltus's back. Fetch its models
@@ -458,6 +471,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		r.m.request(j.route, o.Status)
 		j.settle(o)
 	}, Usage: j.wantsUsage()}
+	if j.pool != nil && j.requeues < maxRequeues {
+		h.Requeue = func() bool { return true }
+	}
 	// A refused ForwardOnLoop (MaxInFlight) answers 503 itself and
 	// reports it through Hooks.Done like any other outcome, so it is
 	// counted there. The upstream I/O runs on the client connection's

@@ -70,6 +70,10 @@ func (r *Router) decodeOff(j *job) {
 			r.fail(j.x, j.route, e)
 			return
 		}
+		if j.waitFull {
+			j.enqueue(j.decideHere)
+			return
+		}
 		r.shards[j.loop].poster(j.decideHere)
 		return
 	}
@@ -82,6 +86,10 @@ func (r *Router) decodeOff(j *job) {
 		return
 	}
 	j.owned = true
+	if j.waitFull {
+		j.enqueue(j.tokenize)
+		return
+	}
 	r.shards[j.loop].poster(j.tokenize)
 }
 

@@ -70,6 +70,14 @@ func (j *job) admit() *apiError {
 		p = wild
 	}
 	if !r.anyRoutable(p) {
+		if r.saturated(p) {
+			// Up, but none has room: it waits in the pool's queue.
+			j.waitFull, j.pool = true, p
+			if j.explain == nil {
+				p.Admitted()
+			}
+			return nil
+		}
 		if until, full := r.fullUntil(p); full {
 			// Up, but every one refused as full lately: saltus's own 429,
 			// with the wait they asked for.

@@ -64,8 +64,8 @@ type backendState func(b *backend.Backend) (inFlight int64, routable bool)
 // those its cluster peers last reported (zero without a cluster).
 func liveState(b *backend.Backend) (int64, bool) {
 	ok := b.Routable()
-	if ok && !b.FullUntil().IsZero() && b.Full(time.Now()) {
-		ok = false // it refused as full lately (issue 30): others first
+	if ok && b.Limited() {
+		ok = b.Free(time.Now()) // not full lately, under its learned capacity (issue 30)
 	}
 	return b.InFlight() + b.PeerLoad().InFlight, ok
 }
@@ -112,10 +112,12 @@ type Router struct {
 	rr     atomic.Uint32 // Explain's round-robin loop cursor
 	closed atomic.Bool
 
-	peers      Peers                      // cluster peers (cluster.go); nil: none. Set before the loops start
-	fleet      Fleet                      // model pools (pools.go); nil: every backend serves every model. Set before the loops start
-	adapters   chan exchange              // bounded queue of adapter loads and unloads (adapters.go)
-	adminToken atomic.Pointer[string]     // SetAdminToken's (adapters.go)
+	peers      Peers                  // cluster peers (cluster.go); nil: none. Set before the loops start
+	fleet      Fleet                  // model pools (pools.go); nil: every backend serves every model. Set before the loops start
+	adapters   chan exchange          // bounded queue of adapter loads and unloads (adapters.go)
+	adminToken atomic.Pointer[string] // SetAdminToken's (adapters.go)
+	queued     atomic.Int64           // requests in every pool's gateway queue (gate.go)
+	gm         gateMetrics
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
 	budget     valueBudget                // values being parsed off the loop (offload.go)
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
@@ -146,6 +148,10 @@ type Shard struct {
 	resp  *respTable  // this shard's part of the response ids (respids.go)
 	foot  *footprints // the prefixes each backend is busy with (footprint.go); prefix policy only
 	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
+	// gates are the gateway queues of the pools this loop owns
+	// (gate.go), by model; expired is tickGates' scratch.
+	gates   map[string]*gate
+	expired []*job
 
 	// Any goroutine.
 	maintained time.Time    // the last maintenance step; owned by the loop
@@ -228,6 +234,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		adapters: make(chan exchange, adaptersQueue),
 	}
 	r.tuned.Store(new(r.pol))
+	r.gm = newGateMetrics(set, func() float64 { return float64(r.queued.Load()) })
 	r.learn.Store(cfg.LearnFromUsage)
 	r.decodes = make(chan *job, cfg.DecodeQueue)
 	r.budget.init(cfg.Body.MaxValues)
@@ -247,7 +254,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			return nil, fmt.Errorf("shard: %w", err)
 		}
 		sh := &Shard{id: i, up: up.Loop(i), post: func(fn func()) bool { return post(i, fn) }, poster: posts[i],
-			tree: t, tok: pool.Shard(i), known: map[int]bool{},
+			tree: t, tok: pool.Shard(i), known: map[int]bool{}, gates: map[string]*gate{},
 			resp: newRespTable((cfg.ResponseIDs+loops-1)/loops, int64(cfg.ResponseIDTTL)),
 			foot: newFootprints((cfg.Footprints+loops-1)/loops, int64(cfg.FootprintWindow))}
 		// round_robin: loop i starts its cycle at backend i, so that the
@@ -353,6 +360,10 @@ func (r *Router) serve(x exchange) {
 			r.fail(x, rt, e)
 			return
 		}
+		if j.waitFull {
+			j.enqueue(j.decideHere)
+			return
+		}
 		j.decideHere()
 		return
 	}
@@ -362,6 +373,11 @@ func (r *Router) serve(x exchange) {
 	}
 	if e := j.admit(); e != nil {
 		r.fail(x, rt, e)
+		return
+	}
+	if j.waitFull {
+		j.own() // the loop serves others while it waits
+		j.enqueue(j.tokenize)
 		return
 	}
 	j.tokenize()
@@ -425,6 +441,9 @@ func (r *Router) Tick(loop int, now time.Time) {
 	}
 	sh := r.shards[loop]
 	sh.up.Tick(now)
+	if len(sh.gates) > 0 {
+		r.tickGates(sh)
+	}
 	if now.Sub(sh.maintained) >= r.cfg.MaintainInterval {
 		sh.maintained = now
 		r.maintain(sh)
@@ -529,6 +548,9 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.msg)
 		}
 		return d, e
+	}
+	if j.waitFull {
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {

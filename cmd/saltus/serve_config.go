@@ -142,6 +142,10 @@ var serveKeys = []serveKey{
 	{key: "models-interval", bind: func(c *serveConfig) value { return durV{&c.Fleet.Interval} },
 		help: "`duration` between fetches of each backend's GET /v1/models (its models and LoRA adapters: the pools requests are routed in); " +
 			"also fetched when a backend is added or comes back up, and after an adapter load through saltus; 0: never (only pinned models are known)"},
+	{key: "queue-max-entries", bind: func(c *serveConfig) value { return intV{&c.Router.Queue.MaxEntries} },
+		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
+	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
+		help: "`duration` a request may wait in its pool's gateway queue for an engine with room; past it: 429 with Retry-After"},
 	{key: "adapter-updates", bind: func(c *serveConfig) value { return boolV{&c.Router.AdapterUpdates} },
 		help: "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter for the fleet (forwarded to the engines of the adapter's base model, behind --admin-token when set); false: 404"},
 	{key: "adapter-engines", bind: func(c *serveConfig) value { return intV{&c.Router.AdapterEngines} },

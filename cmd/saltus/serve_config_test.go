@@ -348,6 +348,8 @@ admin-tls-client-ca-file: ""
 backends: []
 backend-models: []
 models-interval: 5s
+queue-max-entries: 1024
+queue-max-wait: 1m
 adapter-updates: true
 adapter-engines: 0
 backend-tls-ca-file: ""

@@ -196,3 +196,44 @@ func retryAfterOf(hdr []reactor.Header, def time.Duration) time.Duration {
 	}
 	return def
 }
+
+// capFor is how long a capacity learned from a refusal holds without
+// another refusal: an engine that was full under one burst may have more
+// room later (its requests were longer then, another router's load left).
+const capFor = 30 * time.Second
+
+// learnCap records that b refused a request while holding held of this
+// router's requests: it takes at most max(held, 1) at once, for capFor.
+// Any goroutine.
+func (b *Backend) learnCap(held int64, now time.Time) {
+	b.capacity.Store(max(held, 1))
+	b.capUntil.Store(now.Add(capFor).UnixNano())
+}
+
+// Capacity is how many requests at once b takes, as learned from its
+// last refusal (learnCap), and 0 when unknown or older than capFor. Any
+// goroutine.
+func (b *Backend) Capacity(now time.Time) int64 {
+	if b.capUntil.Load() <= now.UnixNano() {
+		return 0
+	}
+	return b.capacity.Load()
+}
+
+// Free reports whether b may take one more request now: not full (Full),
+// and below its learned Capacity if any. A backend that never refused is
+// free (one atomic load). Any goroutine.
+func (b *Backend) Free(now time.Time) bool {
+	if !b.Limited() {
+		return true
+	}
+	if b.Full(now) {
+		return false
+	}
+	c := b.Capacity(now)
+	return c == 0 || b.InFlight() < c
+}
+
+// Limited reports whether b ever refused a request as full (then Free
+// needs the time). Any goroutine.
+func (b *Backend) Limited() bool { return b.fullUntil.Load() != 0 || b.capUntil.Load() != 0 }

@@ -164,6 +164,7 @@ type loopReq struct {
 	// they asked (engine.go).
 	refusal    int
 	refusedFor time.Duration
+	keepBody   bool // requeued (Hooks.Requeue): the caller forwards it again
 	o          Outcome
 	st         *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
 }
@@ -526,6 +527,7 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	s, b := lr.s, lr.b
 	d := retryAfterOf(c.p.Header, fullFor)
 	b.MarkFull(now, d)
+	b.learnCap(b.inFlight.Load()-1, now) // what it held besides this one
 	s.countCodeLoop(lr.ls, b, status)
 	s.refusals.Inc()
 	if lr.refusal != fasthttp.StatusTooManyRequests {
@@ -541,6 +543,13 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	lr.i++
 	if lr.i < lr.attempts && !lr.ls.closed {
 		lr.attempt(now)
+		return
+	}
+	if lr.hooks.Requeue != nil && !gone(lr.sink) && lr.hooks.Requeue() {
+		// The caller queues it until a slot frees (Hooks.Requeue).
+		lr.o.Status, lr.o.Err, lr.o.Requeued = 0, errEnginesFull, true
+		lr.keepBody = true
+		lr.finish(now)
 		return
 	}
 	// Every candidate is full: saltus's own refusal, with the longest
@@ -786,7 +795,9 @@ func (lr *loopReq) finish(now time.Time) {
 	// Nothing resends or reads the body any more: its pooled buffer can
 	// serve another request.
 	lr.body = nil
-	lr.req.ReleaseBody()
+	if !lr.keepBody {
+		lr.req.ReleaseBody()
+	}
 }
 
 // Tick is the loop path's share of its loop's tick (the Router's,

@@ -49,6 +49,12 @@ type Hooks struct {
 	// chunks (usageopt.go says which vLLM versions add what). An event
 	// over the relay buffer (32 KiB) is passed through as is.
 	DropUsage, DropUsageNull bool
+	// Requeue, when set, is asked when every candidate refused as full
+	// (429 or 503 before an answer byte): true means the caller takes the
+	// request back to forward it again later (its pool's gateway queue):
+	// nothing is answered, the body is kept, and Done runs with
+	// Outcome.Requeued. False: saltus's own 429/503 with Retry-After.
+	Requeue func() bool
 }
 
 // Outcome is how one ForwardOnLoop ended.
@@ -61,7 +67,10 @@ type Outcome struct {
 	// connection failed after the head. TimedOut: no head within
 	// FirstByteTimeout, or RequestTimeout passed.
 	ClientGone, UpstreamDied, TimedOut bool
-	TTFB, Total                        time.Duration // TTFB: request sent → head (last attempt)
+	// Requeued: every candidate was full and Hooks.Requeue took the
+	// request back; nothing was answered (Status 0).
+	Requeued    bool
+	TTFB, Total time.Duration // TTFB: request sent → head (last attempt)
 	// FirstData: request sent → the first bytes of a streamed body (last
 	// attempt): the time to first token. 0 for answers read whole, and
 	// when no body byte came.

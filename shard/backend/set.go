@@ -58,6 +58,8 @@ type Backend struct {
 	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
 	peer      peerLoad     // peer routers' load on it (peer.go)
 	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
+	capacity  atomic.Int64 // Capacity (engine.go), learned from refusals
+	capUntil  atomic.Int64 // when capacity stops holding: unix nanoseconds; 0 never learned
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
 
