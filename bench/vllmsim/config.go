@@ -136,6 +136,11 @@ type Config struct {
 	Seed int64
 	// MaxWaiting bounds the waiting queue; a request over it gets 503.
 	MaxWaiting int
+	// SchedulingPolicy orders the waiting queue, as vLLM's
+	// --scheduling-policy: "fcfs" (default: by arrival; a request with a
+	// non-zero "priority" gets vLLM's 400) or "priority" (by the
+	// request's "priority", lower first, then by arrival).
+	SchedulingPolicy string
 	// MaxTokens is the output length of a request that names neither
 	// max_tokens nor max_completion_tokens.
 	MaxTokens int
@@ -157,15 +162,16 @@ type Config struct {
 // DefaultConfig returns the a100-13b profile in byte-block mode.
 func DefaultConfig() Config {
 	return Config{
-		Profile:    Profiles[DefaultProfile],
-		Model:      "sim-llama", // any name; the benchmark passes its own
-		BlockSize:  16,          // vLLM's default
-		Speedup:    1,           // real time
-		Seed:       1,
-		MaxWaiting: 1024,
-		MaxTokens:  100, // the benchmark's workloads ask for 100 too
-		MaxBody:    16 << 20,
-		FailRate:   0,
+		Profile:          Profiles[DefaultProfile],
+		Model:            "sim-llama", // any name; the benchmark passes its own
+		BlockSize:        16,          // vLLM's default
+		Speedup:          1,           // real time
+		Seed:             1,
+		MaxWaiting:       1024,
+		SchedulingPolicy: PolicyFCFS, // vLLM's default
+		MaxTokens:        100,        // the benchmark's workloads ask for 100 too
+		MaxBody:          16 << 20,
+		FailRate:         0,
 		// A conversation's history is its prompt's text: 1,024 stored
 		// responses of the benchmark's few-KB prompts stay far below the
 		// byte bound, which caps a store of long prompts instead.
@@ -175,6 +181,12 @@ func DefaultConfig() Config {
 		RuntimeLoRA:        true, // load and unload adapters, as tests of model pools do
 	}
 }
+
+// The scheduling policies (Config.SchedulingPolicy), vLLM's names.
+const (
+	PolicyFCFS     = "fcfs"
+	PolicyPriority = "priority"
+)
 
 // LoRA is one LoRA adapter an engine serves: vLLM's LoRAModulePath.
 type LoRA struct {
@@ -243,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWaiting < 1 || c.MaxWaiting > maxWaiting {
 		bad("max-waiting", "must be between 1 (every request waits for its first step) and %d, got %d", maxWaiting, c.MaxWaiting)
+	}
+	if c.SchedulingPolicy != PolicyFCFS && c.SchedulingPolicy != PolicyPriority {
+		bad("scheduling-policy", "must be %s or %s, got %q", PolicyFCFS, PolicyPriority, c.SchedulingPolicy)
 	}
 	if c.MaxTokens < 1 {
 		bad("max-tokens", "must be at least 1, got %d", c.MaxTokens)

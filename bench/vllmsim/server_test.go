@@ -437,6 +437,53 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestPriorityField: vLLM's "priority". Under fcfs a non-zero one gets
+// vLLM's 400 (after the model's 404), 0 or none is served; a value that
+// is not an integer is a 400 naming the field under either policy; the
+// priority policy serves any integer; /tokenize ignores the field.
+func TestPriorityField(t *testing.T) {
+	t.Parallel()
+	fcfs := startSim(t, nil)
+	prio := startSim(t, func(c *Config) { c.SchedulingPolicy = PolicyPriority })
+	const refused = `{"error":{"message":"Got priority 5 but Priority scheduling is not enabled.","type":"BadRequestError","param":null,"code":400}}`
+	chat := func(extra string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1` + extra + `}`
+	}
+	for _, tc := range []struct {
+		s          *Sim
+		path, body string
+		code       int
+		want       string // the exact body; "" for any
+		param      string // a 400 of the simulator's own: the field it names
+	}{
+		{fcfs, "/v1/chat/completions", chat(`,"priority":5`), 400, refused, ""},
+		{fcfs, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1,"priority":5}`, 400, refused, ""},
+		{fcfs, "/v1/responses", `{"model":"m","input":"hi","max_output_tokens":1,"priority":5}`, 400, refused, ""},
+		{fcfs, "/v1/chat/completions", `{"model":"other","messages":[{"role":"user","content":"hi"}],"priority":5}`, 404, "", ""},
+		{fcfs, "/v1/chat/completions", chat(`,"priority":0`), 200, "", ""},
+		{fcfs, "/v1/chat/completions", chat(``), 200, "", ""},
+		{fcfs, "/tokenize", `{"model":"m","prompt":"hi","priority":5}`, 200, "", ""},
+		{fcfs, "/v1/chat/completions", chat(`,"priority":"5"`), 400, "", "priority"},
+		{fcfs, "/v1/chat/completions", chat(`,"priority":1.5`), 400, "", "priority"},
+		{prio, "/v1/chat/completions", chat(`,"priority":null`), 400, "", "priority"},
+		{prio, "/v1/responses", `{"model":"m","input":"hi","priority":[1]}`, 400, "", "priority"},
+		{prio, "/v1/chat/completions", chat(`,"priority":5`), 200, "", ""},
+		{prio, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1,"priority":-3}`, 200, "", ""},
+		{prio, "/v1/responses", `{"model":"m","input":"hi","max_output_tokens":1,"priority":7}`, 200, "", ""},
+	} {
+		code, b := post(t, tc.s, tc.path, tc.body)
+		var e struct {
+			Error struct{ Param *string } `json:"error"`
+		}
+		switch {
+		case code != tc.code || (tc.want != "" && string(b) != tc.want):
+			t.Errorf("%s %s (%s): %d %s, want %d %s", tc.path, tc.body, tc.s.cfg.SchedulingPolicy, code, b, tc.code, tc.want)
+		case tc.param != "" && (json.Unmarshal(b, &e) != nil || e.Error.Param == nil || *e.Error.Param != tc.param):
+			t.Errorf("%s %s: %s, want the error to name %s", tc.path, tc.body, b, tc.param)
+		}
+	}
+}
+
 // TestQueueingHTTP: six requests at once, two running at most: /metrics
 // shows requests waiting, and the last ones' TTFT grows by the time the
 // earlier ones take.
@@ -751,8 +798,10 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	cfg.KVTokens, cfg.Speedup, cfg.Model, cfg.BlockSize = 0, 0, `a"b`, 32
+	cfg.SchedulingPolicy = "lifo"
 	_, err = New(cfg, nil)
-	for _, field := range []string{"kv-tokens", "speedup", "model", "block-size: must be 16 without a tokenizer"} {
+	for _, field := range []string{"kv-tokens", "speedup", "model", "block-size: must be 16 without a tokenizer",
+		`scheduling-policy: must be fcfs or priority, got "lifo"`} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("New with bad fields: %v, want it to name %s", err, field)
 		}
