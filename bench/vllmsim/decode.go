@@ -57,7 +57,7 @@ type apiError struct {
 	// type (vLLM's err_type: "NotFoundError", "InvalidUserInput", …) and
 	// the status as a numeric code, for the errors the simulator words
 	// as vLLM does (an unknown model, LoRA adapter loads and unloads, a
-	// refused priority).
+	// refused priority, a full waiting queue).
 	vllmType string
 }
 

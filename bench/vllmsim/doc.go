@@ -61,7 +61,7 @@
 // vllmsim_injected_failures_total. Errors are OpenAI error bodies
 // ({"error":{"message","type","param","code"}}, reactor.ErrorBody); those
 // worded as vLLM words them (an unknown model, LoRA loads and unloads,
-// a refused priority: below) in vLLM's own
+// a refused priority, a full waiting queue: below) in vLLM's own
 // ErrorResponse: the same fields, type vLLM's ("NotFoundError",
 // "InvalidUserInput", "Bad Request", "BadRequestError", …) and code the
 // status as a number.
@@ -240,7 +240,25 @@
 // common --max-model-len for Llama-3.1-8B (128k context). Result: miss
 // 172 ms (one chunk), hit 8.6 ms, decode 8.5 ms.
 //
-// # Priority
+// # Overload and priority
+//
+// MaxNumSeqs requests run, MaxWaiting more wait; a request over that is
+// refused at once with Config.OverloadStatus (`saltus sim
+// --max-num-seqs 2 --max-waiting 2 --overload-status 429` is a
+// saturated engine at the fifth concurrent request), counted in
+// vllmsim_rejected_total and Stats.Rejected (the simulator's metric),
+// in vLLM's ErrorResponse with llm-d-inference-sim's words and no
+// Retry-After (neither sends one):
+//
+//	429: {"error":{"message":"waiting requests queue is full","type":"RateLimitError","param":null,"code":429}}
+//	503: {"error":{"message":"waiting requests queue is full","type":"ServiceUnavailableError","param":null,"code":503}}
+//
+// 429 is the default: llm-d-inference-sim answers it over its
+// --max-waiting-queue-length, as does vLLM's proposed flag of that name
+// (PR 49330); vLLM's --max-num-queued-reqs (PR 49445), which bounds
+// waiting and running requests together, answers 503. A request taken
+// while the engine shuts down still gets the simulator's 503
+// ("overloaded", "the engine is shutting down").
 //
 // Chat, completions and Responses requests take vLLM's "priority": an
 // integer JSON number, default 0 (another type, null included, is a
@@ -271,7 +289,7 @@
 // # Bounds
 //
 // Body Config.MaxBody (413), head 16 KiB (431), waiting requests
-// MaxWaiting (503), connections MaxNumSeqs + MaxWaiting + 256 (fasthttp
+// MaxWaiting (OverloadStatus: 429 or 503), connections MaxNumSeqs + MaxWaiting + 256 (fasthttp
 // answers 503), stalls 1,024, prompt + max_tokens MaxModelLen (400, in
 // vLLM's words), LoRA adapters MaxLoRAs (400), base models 256. A request's memory is its prompt's (tokens and keys)
 // plus its answer; progress is published through two atomics and a

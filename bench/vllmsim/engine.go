@@ -89,7 +89,7 @@ func (s *seq) end(state int32) {
 }
 
 var (
-	errQueueFull = errors.New("the waiting queue is full")
+	errQueueFull = errors.New("waiting requests queue is full") // llm-d-inference-sim's words
 	errClosed    = errors.New("the engine is shutting down")
 )
 
@@ -348,7 +348,8 @@ type Stats struct {
 	// PrefixQueries and PrefixHits are prompt tokens looked up in the
 	// prefix cache and found there.
 	PrefixQueries, PrefixHits uint64
-	// Rejected counts requests answered 503 because the waiting queue
-	// was full; Injected those failed on purpose (FailRate, X-Sim-Fail).
+	// Rejected counts requests refused (Config.OverloadStatus) because
+	// the waiting queue was full; Injected those failed on purpose
+	// (FailRate, X-Sim-Fail).
 	Rejected, Injected uint64
 }
