@@ -134,8 +134,22 @@ type Config struct {
 	// Seed makes output text a function of (Seed, prompt), and seeds
 	// FailRate's draws.
 	Seed int64
-	// MaxWaiting bounds the waiting queue; a request over it gets 503.
+	// MaxWaiting bounds the waiting queue; a request over it gets
+	// OverloadStatus at once. With a small MaxNumSeqs it makes a
+	// saturated engine: MaxNumSeqs running, MaxWaiting waiting, the rest
+	// refused.
 	MaxWaiting int
+	// OverloadStatus is the status of a request refused over MaxWaiting:
+	// 429 (default) or 503, with a vLLM-style error body and no
+	// Retry-After (doc.go, Overload and priority). vLLM's own queue bounds differ:
+	// llm-d-inference-sim and vLLM's open --max-waiting-queue-length
+	// (PR 49330) answer 429, vLLM's --max-num-queued-reqs (PR 49445) 503.
+	OverloadStatus int
+	// SchedulingPolicy orders the waiting queue, as vLLM's
+	// --scheduling-policy: "fcfs" (default: by arrival; a request with a
+	// non-zero "priority" gets vLLM's 400) or "priority" (by the
+	// request's "priority", lower first, then by arrival).
+	SchedulingPolicy string
 	// MaxTokens is the output length of a request that names neither
 	// max_tokens nor max_completion_tokens.
 	MaxTokens int
@@ -163,9 +177,13 @@ func DefaultConfig() Config {
 		Speedup:    1,           // real time
 		Seed:       1,
 		MaxWaiting: 1024,
-		MaxTokens:  100, // the benchmark's workloads ask for 100 too
-		MaxBody:    16 << 20,
-		FailRate:   0,
+		// The status of a bounded waiting queue's refusal in
+		// llm-d-inference-sim and vLLM's PR 49330: "retry elsewhere".
+		OverloadStatus:   429,
+		SchedulingPolicy: PolicyFCFS, // vLLM's default
+		MaxTokens:        100,        // the benchmark's workloads ask for 100 too
+		MaxBody:          16 << 20,
+		FailRate:         0,
 		// A conversation's history is its prompt's text: 1,024 stored
 		// responses of the benchmark's few-KB prompts stay far below the
 		// byte bound, which caps a store of long prompts instead.
@@ -175,6 +193,12 @@ func DefaultConfig() Config {
 		RuntimeLoRA:        true, // load and unload adapters, as tests of model pools do
 	}
 }
+
+// The scheduling policies (Config.SchedulingPolicy), vLLM's names.
+const (
+	PolicyFCFS     = "fcfs"
+	PolicyPriority = "priority"
+)
 
 // LoRA is one LoRA adapter an engine serves: vLLM's LoRAModulePath.
 type LoRA struct {
@@ -243,6 +267,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWaiting < 1 || c.MaxWaiting > maxWaiting {
 		bad("max-waiting", "must be between 1 (every request waits for its first step) and %d, got %d", maxWaiting, c.MaxWaiting)
+	}
+	if c.OverloadStatus != 429 && c.OverloadStatus != 503 {
+		bad("overload-status", "must be 429 or 503, got %d", c.OverloadStatus)
+	}
+	if c.SchedulingPolicy != PolicyFCFS && c.SchedulingPolicy != PolicyPriority {
+		bad("scheduling-policy", "must be %s or %s, got %q", PolicyFCFS, PolicyPriority, c.SchedulingPolicy)
 	}
 	if c.MaxTokens < 1 {
 		bad("max-tokens", "must be at least 1, got %d", c.MaxTokens)

@@ -42,8 +42,9 @@ type request struct {
 	model string
 
 	stream       bool
-	includeUsage bool // stream_options.include_usage
-	maxTokens    int  // max_completion_tokens or max_tokens; 0: not given
+	includeUsage bool  // stream_options.include_usage
+	maxTokens    int   // max_completion_tokens or max_tokens; 0: not given
+	priority     int64 // vLLM's "priority"; 0 when not given
 }
 
 // apiError is an answer with an OpenAI-style error body.
@@ -55,7 +56,8 @@ type apiError struct {
 	// vllmType, when set, makes the body vLLM's own ErrorResponse: this
 	// type (vLLM's err_type: "NotFoundError", "InvalidUserInput", …) and
 	// the status as a numeric code, for the errors the simulator words
-	// as vLLM does (an unknown model, LoRA adapter loads and unloads).
+	// as vLLM does (an unknown model, LoRA adapter loads and unloads, a
+	// refused priority, a full waiting queue).
 	vllmType string
 }
 
@@ -163,6 +165,9 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 				break
 			}
 		}
+		if e := optPriority(v, &r.priority); e != nil {
+			return r, e
+		}
 		if nv := chat.Field(v, "n"); nv != nil && nv.Type() != fastjson.TypeNull {
 			if n, err := nv.Int(); err != nil || n != 1 {
 				return r, badRequest("n", "n: the simulator answers one choice per request, got %.40s", nv)
@@ -201,6 +206,24 @@ func optPositive(v *fastjson.Value, dst *int, name string) *apiError {
 		return badRequest(name, "%s: want an integer of at least 1, got %.40s", name, f)
 	}
 	*dst = int(n)
+	return nil
+}
+
+// optPriority reads vLLM's "priority" (chat, completions and Responses
+// requests): an integer, default 0, lower served first under the
+// priority policy. vLLM's field is a plain int, so null is refused too.
+// Whether a non-zero one is allowed is the handler's question
+// (Config.SchedulingPolicy).
+func optPriority(v *fastjson.Value, dst *int64) *apiError {
+	f := chat.Field(v, "priority")
+	if f == nil {
+		return nil
+	}
+	n, err := f.Int64()
+	if f.Type() != fastjson.TypeNumber || err != nil {
+		return badRequest("priority", "priority: want an integer, got %.40s", f)
+	}
+	*dst = n
 	return nil
 }
 

@@ -3,11 +3,13 @@ package vllmsim
 import (
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"testing"
 )
 
 // FuzzDecodeRequest: any body decodes or gets a 400 with a valid error
-// body, never a panic; a decoded request has exactly one prompt, and its
+// body, never a panic; a decoded request has exactly one prompt, its
+// priority is the body's (checkPriority; /tokenize ignores it), and its
 // byte-block tokenization is consistent (4 bytes a token, a key per full
 // 64-byte block; token ids: a key per 16 ids).
 func FuzzDecodeRequest(f *testing.F) {
@@ -21,6 +23,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false,"chat_template_kwargs":{"enable_thinking":false}}`,
 		`{"model":null,"prompt":"x","max_tokens":null,"stream":null}`,
 		`{"prompt":[1e3]}`, `{"prompt":[]}`, `[]`, `{`, `{"max_tokens":-1}`, `{"n":2.5}`,
+		`{"prompt":"x","priority":-7}`, `{"messages":[{"role":"user","content":"x"}],"priority":3,"priority":1}`,
+		`{"prompt":"x","priority":1.5}`, `{"prompt":"x","priority":null}`, `{"prompt":"x","pr\u0069ority":2}`,
+		`{"prompt":"x","priority":9223372036854775808}`,
 	} {
 		for k := kindChat; k <= kindTokenize; k++ {
 			f.Add([]byte(seed), uint8(k))
@@ -46,8 +51,11 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		if r.maxTokens < 0 || (kind(k) == kindTokenize && (r.stream || r.maxTokens != 0)) {
+		if r.maxTokens < 0 || (kind(k) == kindTokenize && (r.stream || r.maxTokens != 0 || r.priority != 0)) {
 			t.Fatalf("decoded %+v", r)
+		}
+		if kind(k) != kindTokenize {
+			checkPriority(t, body, r.priority)
 		}
 		prompts := 0
 		if r.msgs != nil {
@@ -94,4 +102,27 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("%d keys for %d tokens, want %d", len(tk.keys), tk.n, want)
 		}
 	})
+}
+
+// checkPriority is the fuzz tests' oracle for "priority": a decoded
+// request holds the body's "priority" as encoding/json reads the body
+// (the last of duplicate keys, escapes undone), an integer, or 0 when
+// the body has none. Bodies encoding/json refuses are not checked.
+func checkPriority(t *testing.T, body []byte, got int64) {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return
+	}
+	raw, ok := m["priority"]
+	if !ok {
+		if got != 0 {
+			t.Fatalf("no priority in the body, %d decoded", got)
+		}
+		return
+	}
+	want, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || got != want {
+		t.Fatalf("priority %s decoded as %d", raw, got)
+	}
 }

@@ -60,9 +60,10 @@
 // and vllmsim_rejected_total (waiting queue full) and
 // vllmsim_injected_failures_total. Errors are OpenAI error bodies
 // ({"error":{"message","type","param","code"}}, reactor.ErrorBody); those
-// worded as vLLM words them (an unknown model, LoRA loads and unloads)
-// in vLLM's own ErrorResponse: the same fields, type vLLM's
-// ("NotFoundError", "InvalidUserInput", "Bad Request") and code the
+// worded as vLLM words them (an unknown model, LoRA loads and unloads,
+// a refused priority, a full waiting queue: below) in vLLM's own
+// ErrorResponse: the same fields, type vLLM's ("NotFoundError",
+// "InvalidUserInput", "Bad Request", "BadRequestError", …) and code the
 // status as a number.
 //
 // # Models and LoRA adapters
@@ -179,10 +180,12 @@
 // the running requests in admission order take what they need of the
 // step's token budget (MaxBatchedTokens): one token each when decoding,
 // the rest of the prompt (or what budget is left: chunked prefill) when
-// prefilling. Then waiting requests are admitted, first come first
-// served, while budget, a running slot (MaxNumSeqs) and KV room remain;
-// the first that does not fit stops admission (nothing jumps the queue)
-// and waits: nothing is preempted. A step lasts, in simulated time,
+// prefilling. Then waiting requests are admitted in the queue's order
+// (first come first served; under the priority policy by priority, then
+// arrival: below) while budget, a running slot (MaxNumSeqs) and KV room
+// remain; the first that does not fit stops admission (nothing jumps
+// the queue) and waits: nothing is preempted. A step lasts, in
+// simulated time,
 //
 //	StepBase + PrefillPerToken × prefill tokens in the step + DecodePerSeq × decoding requests in the step
 //
@@ -237,6 +240,39 @@
 // common --max-model-len for Llama-3.1-8B (128k context). Result: miss
 // 172 ms (one chunk), hit 8.6 ms, decode 8.5 ms.
 //
+// # Overload and priority
+//
+// MaxNumSeqs requests run, MaxWaiting more wait; a request over that is
+// refused at once with Config.OverloadStatus (`saltus sim
+// --max-num-seqs 2 --max-waiting 2 --overload-status 429` is a
+// saturated engine at the fifth concurrent request), counted in
+// vllmsim_rejected_total and Stats.Rejected (the simulator's metric),
+// in vLLM's ErrorResponse with llm-d-inference-sim's words and no
+// Retry-After (neither sends one):
+//
+//	429: {"error":{"message":"waiting requests queue is full","type":"RateLimitError","param":null,"code":429}}
+//	503: {"error":{"message":"waiting requests queue is full","type":"ServiceUnavailableError","param":null,"code":503}}
+//
+// 429 is the default: llm-d-inference-sim answers it over its
+// --max-waiting-queue-length, as does vLLM's proposed flag of that name
+// (PR 49330); vLLM's --max-num-queued-reqs (PR 49445), which bounds
+// waiting and running requests together, answers 503. A request taken
+// while the engine shuts down still gets the simulator's 503
+// ("overloaded", "the engine is shutting down").
+//
+// Chat, completions and Responses requests take vLLM's "priority": an
+// integer JSON number, default 0 (another type, null included, is a
+// 400 naming the field; /tokenize ignores it, as vLLM). Under
+// SchedulingPolicy "fcfs" (vLLM's default) a non-zero one is refused,
+// after the other checks (model, prompt length) and before the queue,
+// as vLLM's input processor refuses it:
+//
+//	400: {"error":{"message":"Got priority 5 but Priority scheduling is not enabled.","type":"BadRequestError","param":null,"code":400}}
+//
+// Under "priority" the waiting queue is ordered by (priority, arrival),
+// lower first, as vLLM V1's PriorityRequestQueue; a full queue refuses
+// a request whatever its priority.
+//
 // # Failure injection
 //
 // Config.FailRate answers that fraction of completion requests 503 before
@@ -253,7 +289,7 @@
 // # Bounds
 //
 // Body Config.MaxBody (413), head 16 KiB (431), waiting requests
-// MaxWaiting (503), connections MaxNumSeqs + MaxWaiting + 256 (fasthttp
+// MaxWaiting (OverloadStatus: 429 or 503), connections MaxNumSeqs + MaxWaiting + 256 (fasthttp
 // answers 503), stalls 1,024, prompt + max_tokens MaxModelLen (400, in
 // vLLM's words), LoRA adapters MaxLoRAs (400), base models 256. A request's memory is its prompt's (tokens and keys)
 // plus its answer; progress is published through two atomics and a
@@ -278,7 +314,11 @@
 //     slower with context length (attention over long contexts).
 //   - No preemption: admission reserves the output's blocks up front,
 //     where vLLM V1 allocates them as it goes and preempts (recomputes)
-//     the newest running request when a step finds no free block.
+//     the newest running request when a step finds no free block (under
+//     the priority policy, the running request of the highest priority
+//     number). Priority orders the waiting queue only.
+//   - "priority" must be an integer JSON number: vLLM (pydantic's lax
+//     int) also takes 5.0 and "5".
 //   - Output blocks are not cached: vLLM caches full blocks of generated
 //     tokens too, so a follow-up turn that sends the reply back hits a
 //     few blocks more on vLLM than here.

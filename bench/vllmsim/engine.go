@@ -27,10 +27,14 @@ type seq struct {
 	// lora counts the seq under its LoRA adapter while it waits and
 	// runs (vllm:lora_requests_info); nil for a base model's request.
 	lora *loraLoad
+	// priority is the request's "priority" (vLLM's: lower is served
+	// first); the waiting queue orders by it under the priority policy.
+	priority int64
 
 	// Set by submit under engine.mu, read by the scheduler after it
 	// takes the seq off the queue (under the same lock).
 	arrived time.Duration // simulated time of submit
+	arrival uint64        // arrival number: the queue's order among equal priorities
 
 	// Written by the scheduler before it publishes produced or state
 	// (atomic stores); the handler reads them after loading those.
@@ -85,7 +89,7 @@ func (s *seq) end(state int32) {
 }
 
 var (
-	errQueueFull = errors.New("the waiting queue is full")
+	errQueueFull = errors.New("waiting requests queue is full") // llm-d-inference-sim's words
 	errClosed    = errors.New("the engine is shutting down")
 )
 
@@ -122,7 +126,7 @@ type engine struct {
 	wake chan struct{} // one slot: a submit happened
 
 	mu      sync.Mutex // guards the fields below
-	waiting []*seq     // FIFO; at most cfg.MaxWaiting
+	waiting waitQueue  // at most cfg.MaxWaiting; in the policy's order
 	closed  bool       // run has returned: submit refuses
 
 	// Published by the scheduler for metrics and Stats; any goroutine
@@ -132,7 +136,8 @@ type engine struct {
 }
 
 func newEngine(cfg Config, clk clock, m engineMetrics) *engine {
-	return &engine{cfg: cfg, clk: clk, m: m, kv: newKVCache(cfg.KVTokens / cfg.BlockSize), wake: make(chan struct{}, 1)}
+	return &engine{cfg: cfg, clk: clk, m: m, kv: newKVCache(cfg.KVTokens / cfg.BlockSize), wake: make(chan struct{}, 1),
+		waiting: waitQueue{byPriority: cfg.SchedulingPolicy == PolicyPriority}}
 }
 
 // submit queues s: errQueueFull when MaxWaiting requests wait, errClosed
@@ -143,7 +148,7 @@ func (e *engine) submit(s *seq) error {
 		e.mu.Unlock()
 		return errClosed
 	}
-	if len(e.waiting) >= e.cfg.MaxWaiting {
+	if e.waiting.Len() >= e.cfg.MaxWaiting {
 		e.mu.Unlock()
 		return errQueueFull
 	}
@@ -151,8 +156,8 @@ func (e *engine) submit(s *seq) error {
 	if s.lora != nil {
 		s.lora.waiting.Add(1) // before the scheduler can admit it
 	}
-	e.waiting = append(e.waiting, s)
-	e.nWaiting.Store(int64(len(e.waiting)))
+	e.waiting.push(s)
+	e.nWaiting.Store(int64(e.waiting.Len()))
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
@@ -200,9 +205,10 @@ func (e *engine) stepTime(prefill, decodes int) time.Duration {
 // schedule plans one step, as vLLM V1's scheduler does: running requests
 // in admission order each take what they need of the token budget (one
 // token when decoding, the rest of the prompt when prefilling), then
-// waiting requests are admitted, FIFO, while budget, a running slot and
-// KV room remain; a waiting request that does not fit stops admission
-// (nothing jumps the queue). It returns the running requests (admitted
+// waiting requests are admitted in the queue's order (arrival, or
+// priority then arrival) while budget, a running slot and KV room
+// remain; a waiting request that does not fit stops admission (nothing
+// jumps the queue). It returns the running requests (admitted
 // appended), the tokens planned for each, and the step's prefill tokens
 // and decoding requests.
 func (e *engine) schedule(running []*seq, plan []int) (_ []*seq, _ []int, prefill, decodes int) {
@@ -222,10 +228,10 @@ func (e *engine) schedule(running []*seq, plan []int) (_ []*seq, _ []int, prefil
 		prefill += n
 	}
 	e.mu.Lock()
-	for budget > 0 && len(running) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
-		s := e.waiting[0]
+	for budget > 0 && len(running) < e.cfg.MaxNumSeqs && e.waiting.Len() > 0 {
+		s := e.waiting.peek()
 		if s.cancelled.Load() {
-			e.popWaitingLocked()
+			e.waiting.pop()
 			s.end(seqAborted)
 			continue
 		}
@@ -238,7 +244,7 @@ func (e *engine) schedule(running []*seq, plan []int) (_ []*seq, _ []int, prefil
 		if !e.kv.reserve(s.keys, anon) {
 			break // waits for room
 		}
-		e.popWaitingLocked()
+		e.waiting.pop()
 		s.admit()
 		s.anon, s.cached, s.prefilled, s.ready = anon, hit*bs, hit*bs, hit
 		e.m.queries.Add(s.prompt)
@@ -250,16 +256,11 @@ func (e *engine) schedule(running []*seq, plan []int) (_ []*seq, _ []int, prefil
 		budget -= n
 		prefill += n
 	}
-	e.nWaiting.Store(int64(len(e.waiting)))
+	e.nWaiting.Store(int64(e.waiting.Len()))
 	e.mu.Unlock()
 	e.nRunning.Store(int64(len(running)))
 	e.usage.Store(math.Float64bits(e.kv.usage()))
 	return running, plan, prefill, decodes
-}
-
-func (e *engine) popWaitingLocked() {
-	e.waiting[0] = nil
-	e.waiting = e.waiting[1:]
 }
 
 // finishStep applies a step that ended at simulated time end: prefill
@@ -329,8 +330,7 @@ func (e *engine) abort(running []*seq) {
 	}
 	e.mu.Lock()
 	e.closed = true
-	left := e.waiting
-	e.waiting = nil
+	left := e.waiting.drain()
 	e.mu.Unlock()
 	for _, s := range left {
 		s.end(seqAborted)
@@ -348,7 +348,8 @@ type Stats struct {
 	// PrefixQueries and PrefixHits are prompt tokens looked up in the
 	// prefix cache and found there.
 	PrefixQueries, PrefixHits uint64
-	// Rejected counts requests answered 503 because the waiting queue
-	// was full; Injected those failed on purpose (FailRate, X-Sim-Fail).
+	// Rejected counts requests refused (Config.OverloadStatus) because
+	// the waiting queue was full; Injected those failed on purpose
+	// (FailRate, X-Sim-Fail).
 	Rejected, Injected uint64
 }

@@ -422,3 +422,64 @@ func TestKVCacheReserve(t *testing.T) {
 		t.Fatal("an uncomputed block nobody uses stayed")
 	}
 }
+
+// TestPriorityScheduling: one running slot, taken by x; h (priority 5)
+// and then l (priority 1) arrive while x runs. The priority policy
+// serves l before the earlier h, fcfs h first. With one slot a request
+// is admitted when the one before it has ended, so the simulated times
+// of the first tokens give the completion order.
+func TestPriorityScheduling(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy     string
+		lowerFirst bool // l before h
+	}{{PolicyPriority, true}, {PolicyFCFS, false}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			e, v, start := testEngine(t, func(c *Config) { c.MaxNumSeqs, c.SchedulingPolicy = 1, tc.policy })
+			inStep := make(chan struct{}, 1)
+			release := make(chan struct{})
+			v.onStep = func() {
+				select {
+				case inStep <- struct{}{}:
+				default:
+				}
+				<-release // the first step waits until h and l wait
+			}
+			x := newSeq(distinctKeys(1, 64, 16), 64, 3, nil)
+			h := newSeq(distinctKeys(2, 64, 16), 64, 3, nil)
+			l := newSeq(distinctKeys(3, 64, 16), 64, 3, nil)
+			h.priority, l.priority = 5, 1
+			if err := e.submit(x); err != nil {
+				t.Fatal(err)
+			}
+			start()
+			<-inStep // x runs its first step
+			for _, s := range []*seq{h, l} {
+				if err := e.submit(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r, w := e.nRunning.Load(), e.nWaiting.Load(); r != 1 || w != 2 {
+				t.Fatalf("running %d, waiting %d: want x running, h and l waiting", r, w)
+			}
+			close(release)
+			for _, s := range []*seq{x, h, l} {
+				if wait(s) != seqDone {
+					t.Fatal("a request did not finish")
+				}
+			}
+			first, second, want := h, l, "h (arrived first)"
+			if tc.lowerFirst {
+				first, second, want = l, h, "l (priority 1)"
+			}
+			// Each runs 3 tokens: the next one's first token is at least
+			// 2 decode steps after this one's.
+			gap := 2 * (e.cfg.StepBase + e.cfg.DecodePerSeq)
+			if first.first-x.first < gap || second.first-first.first < gap {
+				t.Errorf("first tokens x %v, h %v, l %v: want x, then %s, then the other, each after the one before ended",
+					x.first, h.first, l.first, want)
+			}
+		})
+	}
+}

@@ -212,7 +212,7 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 			maxLen, t.n+max(maxTokens, 1), t.n, param, max(maxTokens, 1), param))
 		return
 	}
-	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens)
+	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens, req.priority)
 	if sq == nil {
 		return
 	}
@@ -306,12 +306,22 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 }
 
 // start submits a sequence of the prompt's keys and n tokens, generating
-// up to maxTokens for the served model m, to the engine, and returns it;
-// or answers ctx itself and returns nil: a connection reset before any
-// answer when resetNow (X-Sim-Fail: reset on a whole answer), 503 when
-// the waiting queue is full. Chat, completions and Responses requests
-// start through it.
-func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, keys []uint64, n, maxTokens int) *seq {
+// up to maxTokens for the served model m at the given priority, to the
+// engine, and returns it; or answers ctx itself and returns nil: vLLM's
+// 400 for a non-zero priority under fcfs, a connection reset before any
+// answer when resetNow (X-Sim-Fail: reset on a whole answer),
+// Config.OverloadStatus when the waiting queue is full. Chat,
+// completions and Responses requests start through it, after their own
+// checks.
+func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, keys []uint64, n, maxTokens int, priority int64) *seq {
+	if priority != 0 && s.cfg.SchedulingPolicy != PolicyPriority {
+		// vLLM's input processor raises this ValueError as it takes the
+		// request, after the server's own checks (model, prompt length);
+		// the server answers it as a BadRequestError.
+		s.answerError(ctx, &apiError{status: fasthttp.StatusBadRequest,
+			msg: fmt.Sprintf("Got priority %d but Priority scheduling is not enabled.", priority), vllmType: "BadRequestError"})
+		return nil
+	}
 	if resetNow {
 		s.injected.Inc()
 		ctx.HijackSetNoResponse(true)
@@ -319,15 +329,30 @@ func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, key
 		return nil
 	}
 	sq := newSeq(keys, n, maxTokens, m.load)
-	if err := s.eng.submit(sq); err != nil {
-		if errors.Is(err, errQueueFull) {
-			s.rejected.Inc()
-			err = fmt.Errorf("%w (%d requests)", err, s.cfg.MaxWaiting)
-		}
+	sq.priority = priority
+	switch err := s.eng.submit(sq); {
+	case err == nil:
+		return sq
+	case errors.Is(err, errQueueFull):
+		s.rejected.Inc()
+		s.answerError(ctx, overloaded(s.cfg.OverloadStatus))
+	default: // errClosed
 		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: err.Error(), code: "overloaded"})
-		return nil
 	}
-	return sq
+	return nil
+}
+
+// overloaded is the answer to a request over MaxWaiting, in vLLM's
+// ErrorResponse: llm-d-inference-sim's words (errQueueFull) and, for
+// 429, its type (OpenAI's SDK's name for a 429); for 503 the type of
+// vLLM's RequestRejectedError (PR 27064). No Retry-After: neither sends
+// one.
+func overloaded(status int) *apiError {
+	typ := "RateLimitError"
+	if status == fasthttp.StatusServiceUnavailable {
+		typ = "ServiceUnavailableError"
+	}
+	return &apiError{status: status, msg: errQueueFull.Error(), vllmType: typ}
 }
 
 // resetStream sends the chunks in buf, then resets the connection.

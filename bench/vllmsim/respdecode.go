@@ -20,7 +20,8 @@ type respRequest struct {
 	store        bool           // default true
 	stream       bool
 	background   bool
-	maxOutput    int // max_output_tokens; 0: not given
+	maxOutput    int   // max_output_tokens; 0: not given
+	priority     int64 // vLLM's "priority"; 0 when not given
 
 	// Echoed in the response object as given (raw JSON), else their
 	// defaults.
@@ -49,6 +50,9 @@ func decodeResponsesRequest(body []byte) (respRequest, *apiError) {
 		}
 	}
 	if e := optPositive(v, &r.maxOutput, "max_output_tokens"); e != nil {
+		return r, e
+	}
+	if e := optPriority(v, &r.priority); e != nil {
 		return r, e
 	}
 	for _, s := range []struct {

@@ -220,7 +220,7 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		maxTokens = req.maxOutput
 	}
 	maxTokens = min(maxTokens, maxLen-t.n)
-	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens)
+	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens, req.priority)
 	if sq == nil {
 		return
 	}

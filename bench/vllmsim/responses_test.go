@@ -269,6 +269,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"input":[{"type":"reasoning","summary":[{"type":"summary_text","text":"t"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"x"},{"type":"refusal","refusal":"no"}]}]}`,
 		`{"input":"x","previous_response_id":"resp_1","tools":[{"type":"function","name":"f"}],"tool_choice":"none","metadata":{"k":"v"},"temperature":0.5,"top_p":null}`,
 		`{"input":null}`, `{"input":[]}`, `[]`, `{`, `{"input":[1]}`, `{"input":"x","temperature":"hot"}`,
+		`{"input":"x","priority":-2}`, `{"input":"x","priority":"1"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -288,5 +289,6 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		if r.input == nil {
 			t.Fatal("decoded without input")
 		}
+		checkPriority(t, body, r.priority)
 	})
 }

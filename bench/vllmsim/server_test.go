@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -412,33 +413,129 @@ func TestErrors(t *testing.T) {
 }
 
 // TestQueueFull: with one running slot and one waiting place, a third
-// request gets 503 at once, counted; the others are served.
+// request is refused at once with OverloadStatus (429 by default, or
+// 503) in vLLM's error JSON, without Retry-After, and counted; the
+// running and waiting ones were taken (200, streaming).
 func TestQueueFull(t *testing.T) {
 	t.Parallel()
-	s := startSim(t, func(c *Config) { c.MaxNumSeqs, c.MaxWaiting, c.MaxBatchedTokens, c.Speedup = 1, 1, 2048, 10 })
-	var wg sync.WaitGroup
-	results := make([]int, 2)
-	for i := range results {
-		wg.Add(1)
-		go func() { // test clients
-			defer wg.Done()
-			code, _ := post(t, s, "/v1/completions", prompt(text(fmt.Sprint(i), 400), 40))
-			results[i] = code
-		}()
-		for s.Stats().Running+s.Stats().Waiting <= i { // the first runs before the second is sent
-			time.Sleep(time.Millisecond)
+	for _, tc := range []struct {
+		status int // OverloadStatus; 0: the default
+		code   int
+		body   string
+	}{
+		{0, 429, `{"error":{"message":"waiting requests queue is full","type":"RateLimitError","param":null,"code":429}}`},
+		{503, 503, `{"error":{"message":"waiting requests queue is full","type":"ServiceUnavailableError","param":null,"code":503}}`},
+	} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			t.Parallel()
+			s := startSim(t, func(c *Config) {
+				c.MaxNumSeqs, c.MaxWaiting, c.MaxBatchedTokens, c.Speedup = 1, 1, 2048, 10
+				if tc.status != 0 {
+					c.OverloadStatus = tc.status
+				}
+			})
+			// Two long streams: the first runs, then the second waits
+			// (sent once the first is running: both sent at once could
+			// both be in the queue before the scheduler takes one), until
+			// the test cancels them (their next write fails and the
+			// engine drops them).
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			heads := make([]int, 2)
+			for i := range heads {
+				wg.Add(1)
+				go func() { // test clients
+					defer wg.Done()
+					body := `{"model":"m","prompt":"` + text(fmt.Sprint(i), 400) + `","max_tokens":10000,"stream":true}`
+					req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions", strings.NewReader(body))
+					if err != nil {
+						panic(err)
+					}
+					resp, err := client().Do(req)
+					if err != nil {
+						return // cancelled before the head came
+					}
+					heads[i] = resp.StatusCode
+					_, _ = io.Copy(io.Discard, resp.Body) // until cancelled
+					resp.Body.Close()
+				}()
+				deadline := time.Now().Add(10 * time.Second)
+				for st := s.Stats(); st.Running != 1 || st.Waiting != i; st = s.Stats() {
+					if time.Now().After(deadline) {
+						t.Fatalf("request %d: running %d, waiting %d, want 1 and %d", i, st.Running, st.Waiting, i)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			resp, err := client().Post(s.URL()+"/v1/completions", "application/json", strings.NewReader(prompt("third", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != tc.code || string(b) != tc.body || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("third request: %d %s (%v), want %d %s", resp.StatusCode, b, err, tc.code, tc.body)
+			}
+			if ra := resp.Header.Get("Retry-After"); ra != "" {
+				t.Errorf("Retry-After %q on the refusal: vLLM sends none", ra)
+			}
+			if st := s.Stats(); st.Rejected != 1 || metric(t, s, "vllmsim_rejected_total") != 1 {
+				t.Errorf("rejected: stats %d", st.Rejected)
+			}
+			cancel()
+			wg.Wait()
+			if heads[0] != http.StatusOK || heads[1] != http.StatusOK {
+				t.Errorf("running and waiting requests: %v, want 200 heads", heads)
+			}
+		})
+	}
+}
+
+// TestPriorityField: vLLM's "priority". Under fcfs a non-zero one gets
+// vLLM's 400 (after the model's 404), 0 or none is served; a value that
+// is not an integer is a 400 naming the field under either policy; the
+// priority policy serves any integer; /tokenize ignores the field.
+func TestPriorityField(t *testing.T) {
+	t.Parallel()
+	fcfs := startSim(t, nil)
+	prio := startSim(t, func(c *Config) { c.SchedulingPolicy = PolicyPriority })
+	const refused = `{"error":{"message":"Got priority 5 but Priority scheduling is not enabled.","type":"BadRequestError","param":null,"code":400}}`
+	chat := func(extra string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1` + extra + `}`
+	}
+	for _, tc := range []struct {
+		s          *Sim
+		path, body string
+		code       int
+		want       string // the exact body; "" for any
+		param      string // a 400 of the simulator's own: the field it names
+	}{
+		{fcfs, "/v1/chat/completions", chat(`,"priority":5`), 400, refused, ""},
+		{fcfs, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1,"priority":5}`, 400, refused, ""},
+		{fcfs, "/v1/responses", `{"model":"m","input":"hi","max_output_tokens":1,"priority":5}`, 400, refused, ""},
+		{fcfs, "/v1/chat/completions", `{"model":"other","messages":[{"role":"user","content":"hi"}],"priority":5}`, 404, "", ""},
+		{fcfs, "/v1/chat/completions", chat(`,"priority":0`), 200, "", ""},
+		{fcfs, "/v1/chat/completions", chat(``), 200, "", ""},
+		{fcfs, "/tokenize", `{"model":"m","prompt":"hi","priority":5}`, 200, "", ""},
+		{fcfs, "/v1/chat/completions", chat(`,"priority":"5"`), 400, "", "priority"},
+		{fcfs, "/v1/chat/completions", chat(`,"priority":1.5`), 400, "", "priority"},
+		{prio, "/v1/chat/completions", chat(`,"priority":null`), 400, "", "priority"},
+		{prio, "/v1/responses", `{"model":"m","input":"hi","priority":[1]}`, 400, "", "priority"},
+		{prio, "/v1/chat/completions", chat(`,"priority":5`), 200, "", ""},
+		{prio, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1,"priority":-3}`, 200, "", ""},
+		{prio, "/v1/responses", `{"model":"m","input":"hi","max_output_tokens":1,"priority":7}`, 200, "", ""},
+	} {
+		code, b := post(t, tc.s, tc.path, tc.body)
+		var e struct {
+			Error struct{ Param *string } `json:"error"`
 		}
-	}
-	code, b := post(t, s, "/v1/completions", prompt("third", 1))
-	if code != http.StatusServiceUnavailable || !strings.Contains(string(b), "the waiting queue is full (1 requests)") {
-		t.Errorf("third request: %d %s", code, b)
-	}
-	wg.Wait()
-	if results[0] != http.StatusOK || results[1] != http.StatusOK {
-		t.Errorf("running and waiting requests: %v", results)
-	}
-	if st := s.Stats(); st.Rejected != 1 || metric(t, s, "vllmsim_rejected_total") != 1 {
-		t.Errorf("rejected: stats %d", st.Rejected)
+		switch {
+		case code != tc.code || (tc.want != "" && string(b) != tc.want):
+			t.Errorf("%s %s (%s): %d %s, want %d %s", tc.path, tc.body, tc.s.cfg.SchedulingPolicy, code, b, tc.code, tc.want)
+		case tc.param != "" && (json.Unmarshal(b, &e) != nil || e.Error.Param == nil || *e.Error.Param != tc.param):
+			t.Errorf("%s %s: %s, want the error to name %s", tc.path, tc.body, b, tc.param)
+		}
 	}
 }
 
@@ -756,8 +853,10 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	cfg.KVTokens, cfg.Speedup, cfg.Model, cfg.BlockSize = 0, 0, `a"b`, 32
+	cfg.OverloadStatus, cfg.SchedulingPolicy = 500, "lifo"
 	_, err = New(cfg, nil)
-	for _, field := range []string{"kv-tokens", "speedup", "model", "block-size: must be 16 without a tokenizer"} {
+	for _, field := range []string{"kv-tokens", "speedup", "model", "block-size: must be 16 without a tokenizer",
+		"overload-status: must be 429 or 503, got 500", `scheduling-policy: must be fcfs or priority, got "lifo"`} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("New with bad fields: %v, want it to name %s", err, field)
 		}

@@ -39,7 +39,7 @@ func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	fs.IntVar(&cfg.MaxLoRAs, "max-loras", cfg.MaxLoRAs, "LoRA adapters loaded at most, `count`, from --lora-modules and run-time loads together; a load over it gets 400")
 	fs.BoolVar(&cfg.RuntimeLoRA, "runtime-lora", cfg.RuntimeLoRA, "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter, as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (false: both 404; --runtime-lora=false)")
 	fs.IntVar(&sf.kvTokens, "kv-tokens", 0, "KV cache capacity in `tokens` (0: the profile's)")
-	fs.IntVar(&sf.maxNumSeqs, "max-num-seqs", 0, "requests running at most, `count` (0: the profile's)")
+	fs.IntVar(&sf.maxNumSeqs, "max-num-seqs", 0, "requests running at most, `count` (0: the profile's); more wait, up to --max-waiting. A saturated engine: --max-num-seqs 2 --max-waiting 2")
 	fs.IntVar(&sf.maxBatched, "max-num-batched-tokens", 0, "token budget of one scheduler step, `tokens`: decode tokens plus prefill chunks (0: the profile's)")
 	fs.IntVar(&sf.maxModelLen, "max-model-len", 0, "longest prompt plus max_tokens, `tokens`; longer requests get 400 (0: the profile's, capped at --kv-tokens)")
 	fs.DurationVar(&sf.stepBase, "step-base", 0, "simulated fixed cost of one scheduler step, `duration` (0: the profile's)")
@@ -50,7 +50,9 @@ func addSimFlags(fs *flag.FlagSet, cfg *vllmsim.Config, sf *simFlags) {
 	fs.StringVar(&cfg.ChatTemplate, "chat-template", cfg.ChatTemplate, "chat template `name`: "+strings.Join(chatpkg.Names(), ", ")+"; empty: detect from the tokenizer_config.json beside the tokenizer")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in `tokens` (vLLM's default; must be 16 in byte-block mode)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "`seed` of the output text (a function of seed and prompt) and of --fail-rate's draws")
-	fs.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "waiting requests at most, `count`; more get 503")
+	fs.IntVar(&cfg.MaxWaiting, "max-waiting", cfg.MaxWaiting, "waiting requests at most, `count`; more are refused at once with --overload-status")
+	fs.IntVar(&cfg.OverloadStatus, "overload-status", cfg.OverloadStatus, "HTTP `status` of a request refused over --max-waiting: 429 (as llm-d-inference-sim) or 503 (as vLLM's --max-num-queued-reqs); vLLM's error JSON, no Retry-After")
+	fs.StringVar(&cfg.SchedulingPolicy, "scheduling-policy", cfg.SchedulingPolicy, "waiting queue order, `policy`, as vLLM's --scheduling-policy: fcfs (by arrival; a request with a non-zero \"priority\" gets vLLM's 400) or priority (lower \"priority\" first, then arrival)")
 	fs.IntVar(&cfg.ResponseStore, "response-store", cfg.ResponseStore, "stored Responses API responses at most, `count`; the oldest is evicted")
 	fs.IntVar(&cfg.ResponseStoreBytes, "response-store-bytes", cfg.ResponseStoreBytes, "stored Responses API conversations at most, in `bytes` of text; the oldest is evicted")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output `tokens` of a request that names neither max_tokens nor max_completion_tokens")
@@ -271,7 +273,11 @@ func parseSim(args []string, stderr io.Writer) (simOptions, int) {
 			"and loads and unloads adapters at run time (POST /v1/load_lora_adapter and\n"+
 			"/v1/unload_lora_adapter, vLLM's JSON bodies). Times are simulated:\n"+
 			"a step lasts step-base + prefill-per-token × prefill tokens + decode-per-seq × decoding\n"+
-			"requests, divided by --speedup in real time.\n\nProfiles:\n"+profileTable()+"\nFlags:\n")
+			"requests, divided by --speedup in real time.\n\n"+
+			"A saturated engine, for overload handling: --max-num-seqs 2 --max-waiting 2 --overload-status 429\n"+
+			"runs 2 requests, queues 2 and refuses the rest at once (429, or 503); add --scheduling-policy\n"+
+			"priority to serve waiting requests by their \"priority\" (lower first), as vLLM does.\n\n"+
+			"Profiles:\n"+profileTable()+"\nFlags:\n")
 		printFlags(stderr, fs, nil)
 	}
 	if err := fs.Parse(spreadFlagValues(args, "model", "lora-modules")); err != nil {

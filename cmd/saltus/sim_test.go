@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -47,6 +48,8 @@ func TestSimFlags(t *testing.T) {
 		{[]string{"--speedup", "0.5"}, 2, "saltus sim: vllmsim: speedup: must be at least 1"},
 		{[]string{"--block-size", "32"}, 2, "block-size: must be 16 without a tokenizer"},
 		{[]string{"--max-body", "12XB"}, 2, "unknown size unit"},
+		{[]string{"--overload-status", "500"}, 2, "saltus sim: vllmsim: overload-status: must be 429 or 503, got 500"},
+		{[]string{"--scheduling-policy", "lifo"}, 2, `saltus sim: vllmsim: scheduling-policy: must be fcfs or priority, got "lifo"`},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--listen", "127.0.0.1:-5"}, 1, "cannot listen on 127.0.0.1:-5"},
 	} {
@@ -55,6 +58,38 @@ func TestSimFlags(t *testing.T) {
 			t.Errorf("saltus sim %q: code %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.err)
 		}
 	}
+}
+
+// TestSimSaturatedFlags: the flags that make a saturated engine, as
+// `saltus sim --help` gives them, reach the engine's config, in `saltus
+// sim` and, shared through addSimFlags, in `saltus bench`.
+func TestSimSaturatedFlags(t *testing.T) {
+	t.Parallel()
+	args := []string{"--max-num-seqs", "2", "--max-waiting", "2", "--overload-status", "503", "--scheduling-policy", "priority"}
+	check := func(cmd string, cfg vllmsim.Config) {
+		t.Helper()
+		if cfg.MaxNumSeqs != 2 || cfg.MaxWaiting != 2 || cfg.OverloadStatus != 503 || cfg.SchedulingPolicy != vllmsim.PolicyPriority {
+			t.Errorf("%s %q: max-num-seqs %d, max-waiting %d, overload-status %d, scheduling-policy %q",
+				cmd, args, cfg.MaxNumSeqs, cfg.MaxWaiting, cfg.OverloadStatus, cfg.SchedulingPolicy)
+		}
+	}
+	o, code := parseSim(args, io.Discard)
+	if code >= 0 {
+		t.Fatalf("saltus sim %q: exit %d", args, code)
+	}
+	check("saltus sim", o.cfg)
+	if d := vllmsim.DefaultConfig(); d.OverloadStatus != 429 || d.SchedulingPolicy != vllmsim.PolicyFCFS {
+		t.Errorf("defaults: overload-status %d, scheduling-policy %q; want 429 and fcfs", d.OverloadStatus, d.SchedulingPolicy)
+	}
+
+	var b benchOptions
+	if code := parseBench("saltus bench", append(args, "--backends", "1"), io.Discard, &b); code >= 0 {
+		t.Fatalf("saltus bench %q: exit %d", args, code)
+	}
+	if _, _, err := b.runConfig(nil, io.Discard, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	check("saltus bench", b.sim)
 }
 
 // TestApplySimProfile: the profile's values, then the flags given.
