@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -60,6 +61,11 @@ type Config struct {
 	// for several). A pinned backend serves exactly its pinned models
 	// (upstream/fleet). Validate with CheckBackendModels.
 	BackendModels []string
+	// PriorityBackends names the configured backends (name or URL) whose
+	// engines run vLLM's --scheduling-policy priority: only they are
+	// passed a request's "priority" field (vLLM refuses a non-zero one
+	// otherwise); the others get the body without it.
+	PriorityBackends []string
 	// Fleet discovers each backend's models (GET /v1/models) and groups
 	// them into pools (upstream/fleet).
 	Fleet fleet.Config
@@ -93,7 +99,8 @@ const DiscoveryK8s = "k8s"
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
 		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(),
-		BackendModels: []string{}, // as a config file's `backend-models: []` decodes
+		BackendModels:    []string{}, // as a config file's `backend-models: []` decodes
+		PriorityBackends: []string{},
 	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
@@ -123,7 +130,9 @@ type Path struct {
 	// backend (whose probe starts in probes) once probes stopped.
 	sources *rules.Group
 	cfg     Config // as built
-	logger  *slog.Logger
+	// priority is PriorityBackends as the last Retune set them.
+	priority atomic.Pointer[[]string]
+	logger   *slog.Logger
 }
 
 // Start starts the data plane (Data.Start), then joins the cluster: a
@@ -363,6 +372,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 			return nil, fmt.Errorf("discovery k8s: %w", err)
 		}
 	}
+	applyPriority(bset, cfg.Backends, cfg.PriorityBackends)
 	// The fleet last of the fallible steps: its gauges read it, and it
 	// is unregistered only when its Run ends.
 	fl, err := fleet.New(cfg.Fleet, bset, logger, set)
@@ -487,6 +497,7 @@ func CheckBackendModels(backends, models []string) error {
 // backend.Managed.Sync. Any goroutine.
 func (p *Path) SyncBackends(list, models []string) backend.SyncResult {
 	res := p.Static.Sync(Targets(list, models))
+	applyPriority(p.Set, list, p.cfgPriority())
 	p.Fleet.Kick() // a new backend's models (and changed pins) now, not at the next watch
 	return res
 }
@@ -505,6 +516,8 @@ func (p *Path) Retune(cfg Config) error {
 		return err // nothing applied
 	}
 	p.Router.SetAdminToken(cfg.AdminToken)
+	pb := slices.Clone(cfg.PriorityBackends)
+	p.priority.Store(&pb)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
 }
 
@@ -670,4 +683,56 @@ func (a routesAPI) Explain(body []byte, path string) (any, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// applyPriority marks the backends of set named (by name or URL) in prio
+// among the configured ones (list) as running priority scheduling, and
+// the other configured ones as not.
+func applyPriority(set *backend.Set, list, prio []string) {
+	for _, b := range set.Snapshot() {
+		on := false
+		for _, nu := range list {
+			name, u := SplitBackend(nu)
+			norm, _, _ := backend.ParseURL(u)
+			if norm != b.URL {
+				continue
+			}
+			for _, who := range prio {
+				if (name != "" && who == name) || who == u || who == norm {
+					on = true
+				}
+			}
+		}
+		b.SetPriorityScheduling(on)
+	}
+}
+
+// cfgPriority is the priority backends a reload last applied (Retune
+// records them).
+func (p *Path) cfgPriority() []string {
+	if v := p.priority.Load(); v != nil {
+		return *v
+	}
+	return p.cfg.PriorityBackends
+}
+
+// CheckPriorityBackends validates PriorityBackends against the configured
+// backends: each names one of them (by name or URL).
+func CheckPriorityBackends(backends, prio []string) error {
+	var errs []error
+	for i, who := range prio {
+		found := false
+		for _, nu := range backends {
+			name, u := SplitBackend(nu)
+			norm, _, _ := backend.ParseURL(u)
+			if who != "" && (who == name || who == u || who == norm) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("backend-priority[%d]: no configured backend is named %q (give its name=URL in backends, or its URL)", i, who))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -40,7 +40,8 @@ type request struct {
 	prevID string // previous_response_id, "" for none
 	// priority is vLLM's request field (lower first; 0 when absent): the
 	// order of the gateway queue (gate.go).
-	priority int
+	priority    int
+	hasPriority bool // the body has a "priority" member (stripped for engines without priority scheduling)
 }
 
 // apiError is an OpenAI-style error answer.
@@ -139,7 +140,7 @@ func decodeValue(dst *request, k kind, v *fastjson.Value, sc *chat.Scratch) *api
 		if err != nil {
 			return badRequest("priority", "priority: want an integer, got %s", pv.Type())
 		}
-		dst.priority = n
+		dst.priority, dst.hasPriority = n, true
 	}
 	switch k {
 	case kindChat:

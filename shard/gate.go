@@ -224,3 +224,14 @@ func (j *job) requeue(o backend.Outcome) {
 	}
 	j.enqueue(resume)
 }
+
+// allPriority reports whether every candidate's engine runs priority
+// scheduling (backend.Backend.PriorityScheduling).
+func allPriority(cands []*backend.Backend) bool {
+	for _, b := range cands {
+		if !b.PriorityScheduling() {
+			return false
+		}
+	}
+	return len(cands) > 0
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/gossip/wire"
+	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -504,7 +505,14 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		// prefill: that ends the prefill pending there.
 		h.FirstData = j.prefill.release
 	}
-	body := r.askUsage(j, &h)
+	body := j.req.Body
+	if j.d.hasPriority && !allPriority(cands) {
+		// vLLM refuses a non-zero priority unless it runs priority
+		// scheduling: the field ordered saltus's queue; it is not passed
+		// on (issue 30).
+		body, _ = jsonscan.DeleteMember(make([]byte, 0, len(body)), body, "priority") // rare: not the spare buffer askUsage may take
+	}
+	body = r.askUsage(j, &h, body)
 	if loop == cur {
 		r.shards[loop].up.ForwardOnLoop(j.req, body, cands, j.x, hdr, h)
 		return

@@ -37,8 +37,7 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 // cost a splice and an event scan, and the engine's usage chunk, for
 // nothing (1-3 µs of CPU per streamed request, round_robin against
 // nginx in bench/nginx-compare.sh's setup). On the deciding loop.
-func (r *Router) askUsage(j *job, h *backend.Hooks) []byte {
-	body := j.req.Body
+func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
 	if !r.learn.Load() || !j.d.stream || j.d.includeUsage || !j.wantsUsage() {
 		return body
 	}

@@ -89,3 +89,68 @@ func TestServeFullEngines(t *testing.T) {
 		})
 	}
 }
+
+// TestServePriority (issue 30, item 3): vLLM's "priority" orders saltus's
+// queue and reaches only engines configured to run priority scheduling:
+// under saturation, clients at -10 and 10 are all answered by fcfs
+// engines (which refuse a non-zero priority: it is removed), the -10
+// class first; an engine named in --backend-priority gets the field.
+func TestServePriority(t *testing.T) {
+	t.Parallel()
+	var urls []string
+	for i := range 2 {
+		s := startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 30, int64(i+1)
+			c.MaxNumSeqs, c.MaxWaiting = 1, 1
+		})
+		urls = append(urls, s.URL())
+	}
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = urls
+	})
+	const clients = 16
+	status := make([]int, clients)
+	order := make(chan int, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() { // bounded: one request each
+			defer wg.Done()
+			prio := map[bool]int{true: -10, false: 10}[i%2 == 0]
+			body, _ := json.Marshal(map[string]any{"model": "llama3", "max_tokens": 30, "priority": prio, "messages": []map[string]string{
+				{"role": "user", "content": fmt.Sprintf("Client %d asks a question long enough to be a prompt of several blocks.", i)}}})
+			a := s.chat(t, string(body))
+			status[i] = a.status
+			if a.status != 200 {
+				t.Errorf("client %d (priority %d): %d %s", i, prio, a.status, a.body)
+			}
+			order <- i
+		}()
+	}
+	wg.Wait()
+	close(order)
+	var highRank, lowRank, rank int
+	for i := range order {
+		if i%2 == 0 {
+			highRank += rank
+		} else {
+			lowRank += rank
+		}
+		rank++
+	}
+	t.Logf("mean finishing rank: priority -10 %.1f, priority 10 %.1f (of %d)", float64(highRank)/8, float64(lowRank)/8, clients)
+
+	// Misconfigured on purpose: an fcfs engine named as running priority
+	// scheduling gets the field, and refuses it as vLLM does.
+	s2 := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = urls[:1]
+		c.PriorityBackends = urls[:1]
+	})
+	a := s2.chat(t, `{"model":"llama3","max_tokens":2,"priority":5,"messages":[{"role":"user","content":"Passed on?"}]}`)
+	if a.status != 400 || !strings.Contains(a.body, "Priority scheduling is not enabled") {
+		t.Fatalf("priority to a backend named in --backend-priority: %d %s", a.status, a.body)
+	}
+}

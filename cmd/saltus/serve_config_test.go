@@ -348,6 +348,7 @@ admin-tls-client-ca-file: ""
 backends: []
 backend-models: []
 models-interval: 5s
+backend-priority: []
 queue-max-entries: 1024
 queue-max-wait: 1m
 adapter-updates: true

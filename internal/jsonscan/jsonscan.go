@@ -154,3 +154,61 @@ func SkipValue(b []byte, i int) int {
 	}
 	return j
 }
+
+// DeleteMember appends to dst the object b without its top-level members
+// named key (every one: an engine reads the last, and none is left for
+// it to read) and reports true; when b is not an object this scanner
+// reads, it appends b unchanged and reports false. The members kept are
+// copied as they are; the white space between them is not.
+func DeleteMember(dst, b []byte, key string) ([]byte, bool) {
+	orig := len(dst)
+	fail := func() ([]byte, bool) { return append(dst[:orig], b...), false }
+	open := SkipWS(b, 0)
+	if open >= len(b) || b[open] != '{' {
+		return fail()
+	}
+	dst = append(dst, b[:open+1]...)
+	i := SkipWS(b, open+1)
+	if i < len(b) && b[i] == '}' {
+		return append(dst, b[i:]...), true
+	}
+	first := true
+	for i < len(b) {
+		if b[i] != '"' {
+			return fail()
+		}
+		ks := i
+		ke := SkipString(b, i)
+		if ke < 0 {
+			return fail()
+		}
+		i = SkipWS(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return fail()
+		}
+		ve := SkipValue(b, SkipWS(b, i+1))
+		if ve < 0 {
+			return fail()
+		}
+		if !KeyIs(b[ks:ke], key) {
+			if !first {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, b[ks:ve]...)
+			first = false
+		}
+		i = SkipWS(b, ve)
+		if i >= len(b) {
+			return fail()
+		}
+		switch b[i] {
+		case '}':
+			return append(dst, b[i:]...), true
+		case ',':
+			i = SkipWS(b, i+1)
+		default:
+			return fail()
+		}
+	}
+	return fail()
+}

@@ -59,3 +59,33 @@ func FuzzLastMember(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDeleteMember: on any JSON object encoding/json reads, the result is
+// an object encoding/json reads as the same map without the key.
+func FuzzDeleteMember(f *testing.F) {
+	for _, s := range []string{`{"priority":-10,"model":"m"}`, `{"model":"m","priority":1}`, `{"priority":1}`, `{}`, `{"a":{"priority":1},"priority":2,"priority":3}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in map[string]json.RawMessage
+		if json.Unmarshal(body, &in) != nil {
+			return
+		}
+		out, ok := DeleteMember(nil, body, "priority")
+		if !ok {
+			t.Fatalf("DeleteMember refused an object encoding/json reads: %q", body)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%q → %q: not JSON: %v", body, out, err)
+		}
+		var want map[string]any
+		_ = json.Unmarshal(body, &want) // read above
+		delete(want, "priority")
+		wj, _ := json.Marshal(want)
+		gj, _ := json.Marshal(got)
+		if string(wj) != string(gj) {
+			t.Fatalf("%q → %s, want %s", body, gj, wj)
+		}
+	})
+}

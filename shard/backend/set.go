@@ -59,6 +59,7 @@ type Backend struct {
 	peer      peerLoad     // peer routers' load on it (peer.go)
 	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
 	capacity  atomic.Int64 // Capacity (engine.go), learned from refusals
+	priority  atomic.Bool  // PriorityScheduling
 	capUntil  atomic.Int64 // when capacity stops holding: unix nanoseconds; 0 never learned
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
@@ -356,6 +357,16 @@ func (b *Backend) SetPinnedModels(models []string) {
 	c := slices.Clone(models)
 	b.models.Store(&c)
 }
+
+// PriorityScheduling reports whether b's engine runs vLLM's
+// --scheduling-policy priority (configuration says so): only then is a
+// request's "priority" field passed on to it (vLLM refuses a non-zero
+// one otherwise). Any goroutine.
+func (b *Backend) PriorityScheduling() bool { return b.priority.Load() }
+
+// SetPriorityScheduling records whether b's engine runs priority
+// scheduling. Any goroutine.
+func (b *Backend) SetPriorityScheduling(on bool) { b.priority.Store(on) }
 
 // AddTarget is AddNamed for t, with t's pinned models. Any goroutine.
 func (s *Set) AddTarget(t Target) (*Backend, error) {
