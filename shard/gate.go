@@ -67,13 +67,17 @@ func (r *Router) saturated(p *fleet.Pool) bool {
 	return false
 }
 
-// tenantOf is the request's tenant for fair share: its bearer token's
-// hash ("" for none: the anonymous clients share one share).
+// tenantOf is the request's tenant for fair share: the hash of its
+// Authorization header, else of its x-api-key ("" for none: the
+// anonymous clients share one share).
 func tenantOf(x exchange) string {
 	if x == nil {
 		return ""
 	}
 	a := x.Request().HeaderValue("Authorization")
+	if a == "" {
+		a = x.Request().HeaderValue("X-Api-Key") // Anthropic's clients send their key so
+	}
 	if a == "" {
 		return ""
 	}
