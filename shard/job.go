@@ -97,7 +97,8 @@ type job struct {
 	waitFull bool
 	resume   func()
 	tenant   string
-	requeues int // times every candidate refused as full and it waited again
+	requeues int    // times every candidate refused as full and it waited again
+	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its
