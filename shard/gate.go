@@ -225,6 +225,12 @@ func (j *job) requeue(o backend.Outcome) {
 	j.settle(o)
 	j.fb, j.fresh, j.prefill, j.pin = routeFeedback{}, false, pendingPrefill{}, pinned{}
 	j.requeues++
+	j.waitAgain()
+}
+
+// waitAgain queues j again, to resume at its decision. On its
+// connection's loop.
+func (j *job) waitAgain() {
 	resume := j.decideHere
 	if routedByPrefix(j.route) && len(j.keys) > 0 {
 		resume = j.dispatch // keyed already: the lookup and decision again
