@@ -87,12 +87,16 @@ func tenantOf(x exchange) string {
 }
 
 // enqueue queues j in its pool's gate; resume continues it once
-// dispatched (on its own loop). Any goroutine; j's texts are its own.
+// dispatched (on its own loop). On j's connection loop (its gone hook is
+// that loop's); j's texts are its own.
 func (j *job) enqueue(resume func()) {
 	r := j.r
 	j.resume = resume
 	j.tenant = tenantOf(j.x)
 	owner := r.gateLoop(j.d.model)
+	// A client that leaves while queued is taken out at once: nothing is
+	// sent upstream for it. (The forward sets its own hook when it goes.)
+	j.x.SetGoneHook(func() { r.postTo(owner, func() { r.gateRemove(owner, j) }) })
 	if !r.postTo(owner, func() { r.gatePush(owner, j) }) {
 		r.m.poolRefused[refusedFull].Inc()
 		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
@@ -120,20 +124,19 @@ func (r *Router) gatePush(owner int, j *job) {
 			msg: fmt.Sprintf("every backend serving the model `%.200s` is full and its queue holds %d requests already; retry later", j.d.model, r.cfg.Queue.MaxEntries)})
 		return
 	}
+	j.queueID = id
 	r.queued.Add(1)
 	r.gm.queued.Inc()
-	model := j.d.model
-	// A client that leaves while queued is taken out at once: nothing is
-	// sent upstream for it.
-	j.x.SetGoneHook(func() {
-		r.postTo(owner, func() {
-			if g := sh.gates[model]; g != nil && g.q.Remove(id) {
-				r.queued.Add(-1)
-				r.gm.gone.Inc()
-			}
-		})
-	})
 	r.dispatch(sh, g)
+}
+
+// gateRemove takes j out of its gate: its client left. On the gate's loop
+// (queueID is that loop's).
+func (r *Router) gateRemove(owner int, j *job) {
+	if g := r.shards[owner].gates[j.d.model]; g != nil && g.q.Remove(j.queueID) {
+		r.queued.Add(-1)
+		r.gm.gone.Inc()
+	}
 }
 
 // dispatch sends on as many queued requests as g's pool has free slots:
@@ -222,6 +225,12 @@ func (j *job) requeue(o backend.Outcome) {
 	j.settle(o)
 	j.fb, j.fresh, j.prefill, j.pin = routeFeedback{}, false, pendingPrefill{}, pinned{}
 	j.requeues++
+	j.waitAgain()
+}
+
+// waitAgain queues j again, to resume at its decision. On its
+// connection's loop.
+func (j *job) waitAgain() {
 	resume := j.decideHere
 	if routedByPrefix(j.route) && len(j.keys) > 0 {
 		resume = j.dispatch // keyed already: the lookup and decision again

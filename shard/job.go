@@ -97,7 +97,8 @@ type job struct {
 	waitFull bool
 	resume   func()
 	tenant   string
-	requeues int // times every candidate refused as full and it waited again
+	requeues int    // times every candidate refused as full and it waited again
+	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its
@@ -425,6 +426,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		return
 	}
 	r.m.decided(d, r.pol.kind.usesTree())
+	if d.Backend < 0 && j.pool != nil && j.requeues < maxRequeues && r.saturated(j.pool) {
+		// Its pool filled up since its admission: it waits after all.
+		j.requeues++
+		r.shards[j.x.Loop()].poster(j.waitAgain)
+		return
+	}
 	if d.Backend < 0 {
 		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: "no backend is available to serve the request"}) // fail adds Retry-After to a 503

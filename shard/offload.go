@@ -71,7 +71,7 @@ func (r *Router) decodeOff(j *job) {
 			return
 		}
 		if j.waitFull {
-			j.enqueue(j.decideHere)
+			r.shards[j.loop].poster(func() { j.enqueue(j.decideHere) }) // its gone hook is its loop's
 			return
 		}
 		r.shards[j.loop].poster(j.decideHere)
@@ -87,7 +87,7 @@ func (r *Router) decodeOff(j *job) {
 	}
 	j.owned = true
 	if j.waitFull {
-		j.enqueue(j.tokenize)
+		r.shards[j.loop].poster(func() { j.enqueue(j.tokenize) }) // its gone hook is its loop's
 		return
 	}
 	r.shards[j.loop].poster(j.tokenize)

@@ -154,3 +154,47 @@ func TestServePriority(t *testing.T) {
 		t.Fatalf("priority to a backend named in --backend-priority: %d %s", a.status, a.body)
 	}
 }
+
+// TestServeQueuedClientLeaves: a client that leaves while its request
+// waits in the gateway queue is taken out of it, and nothing is sent
+// upstream for it.
+func TestServeQueuedClientLeaves(t *testing.T) {
+	t.Parallel()
+	sim := startSim(t, func(c *vllmsim.Config) {
+		c.Tokenizer, c.ChatTemplate = "", ""
+		c.Speedup, c.MaxTokens = 1, 200 // slow: the engine stays full while the test runs
+		c.MaxNumSeqs, c.MaxWaiting = 1, 1
+	})
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = []string{sim.URL()}
+	})
+	body := func(i int) string {
+		return fmt.Sprintf(`{"model":"llama3","max_tokens":200,"messages":[{"role":"user","content":"Request %d, long enough for a few blocks of prompt."}]}`, i)
+	}
+	req := func(i int) string {
+		b := body(i)
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+	}
+	// Fill the engine (1 running, 1 waiting), then one more: refused by
+	// the engine, it waits in saltus's queue.
+	var conns []*rawConn
+	for i := range 3 {
+		c := dialRaw(t, s.addr)
+		c.send(t, req(i))
+		conns = append(conns, c)
+		if i < 2 {
+			waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
+		}
+	}
+	waitLong(t, "a request queued", func() bool { return s.metric(t, "saltus_queue_depth") == 1 })
+	before := sim.Stats()
+	conns[2].Close()
+	waitLong(t, "the queued client's removal", func() bool {
+		return s.metric(t, `saltus_queue_requests_total{result="gone"}`) == 1 && s.metric(t, "saltus_queue_depth") == 0
+	})
+	// Nothing more reached the engine: still its two, no new refusal.
+	if st := sim.Stats(); st.Running+st.Waiting != 2 || st.Rejected != before.Rejected {
+		t.Errorf("engine after the queued client left: %+v (before %+v)", st, before)
+	}
+}
