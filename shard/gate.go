@@ -91,6 +91,16 @@ func tenantOf(x exchange) string {
 // that loop's); j's texts are its own.
 func (j *job) enqueue(resume func()) {
 	r := j.r
+	if j.firstQueued == 0 {
+		j.firstQueued = r.now()
+	} else if r.now()-j.firstQueued > int64(r.cfg.Queue.MaxWait) {
+		// Waited its whole MaxWait over its requeues: refused, not
+		// queued once more.
+		r.gm.expired.Inc()
+		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
+			msg: fmt.Sprintf("no backend serving the model `%.200s` had room within %v; retry later", j.d.model, r.cfg.Queue.MaxWait)})
+		return
+	}
 	j.resume = resume
 	j.tenant = tenantOf(j.x)
 	owner := r.gateLoop(j.d.model)
@@ -211,9 +221,11 @@ func (r *Router) tickGates(sh *Shard) {
 }
 
 // maxRequeues bounds how often one request goes back to its queue after
-// every engine it was sent to refused it as full: then saltus answers its
-// own 429 (a fleet that refuses what it said it had room for).
-const maxRequeues = 3
+// every engine it was sent to refused it as full (or its pool filled
+// between its admission and its decision): then saltus answers its own
+// 429 or 503. Each time waits for a freed slot, so this bounds work, not
+// time (MaxWait does).
+const maxRequeues = 10
 
 // requeue takes a forwarded request back into its pool's queue: every
 // candidate refused it as full (backend.Hooks.Requeue). The attempt's

@@ -99,6 +99,9 @@ type job struct {
 	tenant   string
 	requeues int    // times every candidate refused as full and it waited again
 	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
+	// firstQueued is when it first waited in its gate (the router's
+	// clock; 0: never): its requeues end at MaxWait from it.
+	firstQueued int64
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its

@@ -96,9 +96,10 @@ func TestServeUpstreamScenarios(t *testing.T) {
 				_, _ = fmt.Fprintf(rw, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 7\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 			},
 			// A full engine is a signal (issue 30): with no other
-			// candidate, saltus's own 429 with the engine's Retry-After.
-			whole:  want{status: 429, has: []string{`"code":"overloaded"`, "full (429)"}, header: map[string]string{"Retry-After": "7"}},
-			stream: want{status: 429, has: []string{`"code":"overloaded"`, "full (429)"}, header: map[string]string{"Retry-After": "7"}},
+			// candidate the request waits in saltus's queue, here for
+			// --queue-max-wait 300ms, then saltus's own 429.
+			whole:  want{status: 429, has: []string{`"code":"overloaded"`}, header: map[string]string{"Retry-After": "1"}},
+			stream: want{status: 429, has: []string{`"code":"overloaded"`}, header: map[string]string{"Retry-After": "1"}},
 		},
 		{
 			name: "503 with a body",
@@ -106,8 +107,8 @@ func TestServeUpstreamScenarios(t *testing.T) {
 				b := `{"error":{"message":"engine overloaded"}}`
 				_, _ = fmt.Fprintf(rw, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 			},
-			whole:  want{status: 503, has: []string{`"code":"overloaded"`, "full (503)"}, header: map[string]string{"Retry-After": "1"}},
-			stream: want{status: 503, has: []string{`"code":"overloaded"`, "full (503)"}, header: map[string]string{"Retry-After": "1"}},
+			whole:  want{status: 429, has: []string{`"code":"overloaded"`}, header: map[string]string{"Retry-After": "1"}},
+			stream: want{status: 429, has: []string{`"code":"overloaded"`}, header: map[string]string{"Retry-After": "1"}},
 		},
 		{
 			name: "an answer over max-response-body",
@@ -143,6 +144,7 @@ func TestServeUpstreamScenarios(t *testing.T) {
 						c.Backend.FirstByteTimeout = 500 * time.Millisecond
 						c.Backend.StreamIdleTimeout = 300 * time.Millisecond
 						c.Backend.MaxResponseBody = 1 << 20
+						c.Router.Queue.MaxWait = 300 * time.Millisecond // a full engine's request waits this long
 					})
 					a := s.chat(t, chatJSON(stream, "system", sysA, "user", "Hello?"))
 					if a.status != w.status {

@@ -231,7 +231,17 @@ func (b *Backend) Free(now time.Time) bool {
 		return false
 	}
 	c := b.Capacity(now)
-	return c == 0 || b.InFlight() < c
+	if c == 0 {
+		return true // the last refusal is older than capFor
+	}
+	// An engine that refused lately is given no more than it runs at
+	// once (its learned running limit, when its /metrics are scraped):
+	// what it would queue waits in saltus instead, where priority and
+	// fair share order it (issue 30); its own queue is first come.
+	if s := b.Slots(); s > 0 && s < c {
+		c = s
+	}
+	return b.InFlight() < c
 }
 
 // Limited reports whether b ever refused a request as full (then Free
