@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,11 @@ type Config struct {
 	// passed a request's "priority" field (vLLM refuses a non-zero one
 	// otherwise); the others get the body without it.
 	PriorityBackends []string
+	// BackendMaxConcurrency caps configured backends: "backend=N"
+	// entries (name or URL), N requests at once at most; what a pool
+	// cannot send waits in its gateway queue. Validate with
+	// CheckBackendMaxConcurrency.
+	BackendMaxConcurrency []string
 	// Fleet discovers each backend's models (GET /v1/models) and groups
 	// them into pools (upstream/fleet).
 	Fleet fleet.Config
@@ -99,8 +105,9 @@ const DiscoveryK8s = "k8s"
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
 		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(),
-		BackendModels:    []string{}, // as a config file's `backend-models: []` decodes
-		PriorityBackends: []string{},
+		BackendModels:         []string{}, // as a config file's `backend-models: []` decodes
+		PriorityBackends:      []string{},
+		BackendMaxConcurrency: []string{},
 	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
@@ -132,6 +139,7 @@ type Path struct {
 	cfg     Config // as built
 	// priority is PriorityBackends as the last Retune set them.
 	priority atomic.Pointer[[]string]
+	maxConc  atomic.Pointer[[]string] // BackendMaxConcurrency as the last Retune set it
 	logger   *slog.Logger
 }
 
@@ -373,6 +381,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		}
 	}
 	applyPriority(bset, cfg.Backends, cfg.PriorityBackends)
+	applyMaxConcurrency(bset, cfg.Backends, cfg.BackendMaxConcurrency)
 	// The fleet last of the fallible steps: its gauges read it, and it
 	// is unregistered only when its Run ends.
 	fl, err := fleet.New(cfg.Fleet, bset, logger, set)
@@ -498,6 +507,7 @@ func CheckBackendModels(backends, models []string) error {
 func (p *Path) SyncBackends(list, models []string) backend.SyncResult {
 	res := p.Static.Sync(Targets(list, models))
 	applyPriority(p.Set, list, p.cfgPriority())
+	applyMaxConcurrency(p.Set, list, p.cfgMaxConc())
 	p.Fleet.Kick() // a new backend's models (and changed pins) now, not at the next watch
 	return res
 }
@@ -518,6 +528,8 @@ func (p *Path) Retune(cfg Config) error {
 	p.Router.SetAdminToken(cfg.AdminToken)
 	pb := slices.Clone(cfg.PriorityBackends)
 	p.priority.Store(&pb)
+	mc := slices.Clone(cfg.BackendMaxConcurrency)
+	p.maxConc.Store(&mc)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
 }
 
@@ -732,6 +744,58 @@ func CheckPriorityBackends(backends, prio []string) error {
 		}
 		if !found {
 			errs = append(errs, fmt.Errorf("backend-priority[%d]: no configured backend is named %q (give its name=URL in backends, or its URL)", i, who))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyMaxConcurrency sets each backend's configured cap from entries
+// ("backend=N", validated) among the configured backends (list); the
+// others get none.
+func applyMaxConcurrency(set *backend.Set, list, entries []string) {
+	for _, b := range set.Snapshot() {
+		var n int64
+		for _, nu := range list {
+			name, u := SplitBackend(nu)
+			norm, _, _ := backend.ParseURL(u)
+			if norm != b.URL {
+				continue
+			}
+			for _, e := range entries {
+				who, v := splitPin(e)
+				if (name != "" && who == name) || who == u || who == norm {
+					n, _ = strconv.ParseInt(v, 10, 64) // validated
+				}
+			}
+		}
+		b.SetMaxConcurrency(n)
+	}
+}
+
+// cfgMaxConc is BackendMaxConcurrency as the last reload applied it.
+func (p *Path) cfgMaxConc() []string {
+	if v := p.maxConc.Load(); v != nil {
+		return *v
+	}
+	return p.cfg.BackendMaxConcurrency
+}
+
+// maxBackendConcurrency bounds --backend-max-concurrency's N.
+const maxBackendConcurrency = 1 << 20
+
+// CheckBackendMaxConcurrency validates "backend=N" caps: each names a
+// configured backend (name or URL) and N is 1 to 1,048,576.
+func CheckBackendMaxConcurrency(backends, entries []string) error {
+	var errs []error
+	for i, e := range entries {
+		who, v := splitPin(e)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if who == "" || err != nil || n < 1 || n > maxBackendConcurrency {
+			errs = append(errs, fmt.Errorf("backend-max-concurrency[%d]: %q: want BACKEND=N, N from 1 to %d", i, e, maxBackendConcurrency))
+			continue
+		}
+		if err := CheckPriorityBackends(backends, []string{who}); err != nil {
+			errs = append(errs, fmt.Errorf("backend-max-concurrency[%d]: %q: no configured backend is named %q", i, e, who))
 		}
 	}
 	return errors.Join(errs...)

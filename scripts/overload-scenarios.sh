@@ -11,6 +11,8 @@
 #
 # The second argument is the binary whose `sim` runs the engines (default:
 # the first), so that two routers can be compared on the same engines.
+# CAP=N caps each engine at N requests at once (--backend-max-concurrency;
+# the engines run 2): default none, the router learns from their refusals.
 # SPEEDUP (default 2: one 1–2 KB request with 50 output tokens takes about
 # 0.7 s alone on profile a100-13b) and SCENARIOS (default all) are read
 # from the environment; METRICS_OUT names a file for saltus's whole
@@ -41,6 +43,7 @@ for i in 0 1 2 3; do
     --speedup "$SPEEDUP" --max-tokens 50 >"$work/sim$i.log" 2>&1 &
   pids+=("$!")
   backends+=(--backend "http://127.0.0.1:$p")
+  if [ -n "${CAP:-}" ]; then backends+=(--backend-max-concurrency "http://127.0.0.1:$p=$CAP"); fi
 done
 API=$(port) ADM=$(port)
 "$BIN" serve --listen "127.0.0.1:$API" --admin-listen "127.0.0.1:$ADM" "${backends[@]}" >"$work/saltus.log" 2>&1 &

@@ -162,8 +162,8 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 		if !g.pool.Has(b.ID) || !b.Routable() || !b.Free(now) {
 			continue
 		}
-		if c := b.Capacity(now); c > 0 {
-			slots += c - b.InFlight()
+		if l := b.Limit(now); l > 0 {
+			slots += l - b.InFlight()
 		} else {
 			slots++
 		}

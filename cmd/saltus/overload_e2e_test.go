@@ -198,3 +198,63 @@ func TestServeQueuedClientLeaves(t *testing.T) {
 		t.Errorf("engine after the queued client left: %+v (before %+v)", st, before)
 	}
 }
+
+// TestServeBackendCap (issue 30, item 1's cap): with each engine capped at
+// what it runs at once, saltus holds the rest of a burst in its queue,
+// where priority orders it: the -10 class is served before the 10 class
+// (but for what went at once), and every request is answered.
+func TestServeBackendCap(t *testing.T) {
+	t.Parallel()
+	var urls []string
+	for i := range 2 {
+		s := startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 30, int64(i+1)
+			c.MaxNumSeqs, c.MaxWaiting = 1, 100 // never refuses: only the cap holds requests back
+		})
+		urls = append(urls, s.URL())
+	}
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = urls
+		c.BackendMaxConcurrency = []string{urls[0] + "=1", urls[1] + "=1"}
+	})
+	// Two long requests take both engines first: the burst then waits.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.chat(t, fmt.Sprintf(`{"model":"llama3","max_tokens":30,"messages":[{"role":"user","content":"Warm-up %d takes the engine."}]}`, i))
+		}()
+	}
+	waitLong(t, "both engines taken", func() bool { return s.metric(t, "saltus_proxy_in_flight") == 2 })
+	const clients = 12
+	order := make(chan int, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() { // bounded: one request each
+			defer wg.Done()
+			prio := map[bool]int{true: -10, false: 10}[i%2 == 0]
+			a := s.chat(t, fmt.Sprintf(`{"model":"llama3","max_tokens":30,"priority":%d,"messages":[{"role":"user","content":"Client %d asks."}]}`, prio, i))
+			if a.status != 200 {
+				t.Errorf("client %d: %d %s", i, a.status, a.body)
+			}
+			order <- i
+		}()
+	}
+	waitLong(t, "the burst queued", func() bool { return s.metric(t, "saltus_queue_depth") == clients })
+	wg.Wait()
+	close(order)
+	lowFirst := 0
+	rank := 0
+	for i := range order {
+		if rank < clients/2 && i%2 == 1 {
+			lowFirst++
+		}
+		rank++
+	}
+	if lowFirst > 1 {
+		t.Errorf("%d of the first %d answers were priority 10: want the -10 class first", lowFirst, clients/2)
+	}
+}

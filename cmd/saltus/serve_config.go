@@ -144,6 +144,8 @@ var serveKeys = []serveKey{
 			"also fetched when a backend is added or comes back up, and after an adapter load through saltus; 0: never (only pinned models are known)"},
 	{key: "backend-priority", live: true, bind: func(c *serveConfig) value { return listV{p: &c.PriorityBackends, set: new(bool)} },
 		help: "configured `backends` (name or URL; repeat, or separate by commas) whose engines run vLLM's --scheduling-policy priority: only they are passed a request's \"priority\" field, which vLLM refuses otherwise; saltus's queue orders by it either way"},
+	{key: "backend-max-concurrency", live: true, bind: func(c *serveConfig) value { return listV{p: &c.BackendMaxConcurrency, set: new(bool)} },
+		help: "cap a configured backend: `cap` BACKEND=N (name or URL), at most N requests at once (its engine's --max-num-seqs, say); what its pool cannot send waits in the pool's gateway queue, in priority and fair-share order; repeat (or separate by commas)"},
 	{key: "queue-max-entries", bind: func(c *serveConfig) value { return intV{&c.Router.Queue.MaxEntries} },
 		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
 	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
@@ -461,6 +463,9 @@ func (c serveConfig) Validate() error {
 		} else if _, err := tlsconf.LoadCAFile(c.AdminTLSClientCAFile, false); err != nil {
 			bad("admin-tls-client-ca-file", "%v", err)
 		}
+	}
+	if err := dataplane.CheckBackendMaxConcurrency(c.Backends, c.BackendMaxConcurrency); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if err := dataplane.CheckPriorityBackends(c.Backends, c.PriorityBackends); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))

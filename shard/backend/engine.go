@@ -230,20 +230,38 @@ func (b *Backend) Free(now time.Time) bool {
 	if b.Full(now) {
 		return false
 	}
-	c := b.Capacity(now)
-	if c == 0 {
-		return true // the last refusal is older than capFor
-	}
-	// An engine that refused lately is given no more than it runs at
-	// once (its learned running limit, when its /metrics are scraped):
-	// what it would queue waits in saltus instead, where priority and
-	// fair share order it (issue 30); its own queue is first come.
-	if s := b.Slots(); s > 0 && s < c {
-		c = s
-	}
-	return b.InFlight() < c
+	l := b.Limit(now)
+	return l == 0 || b.InFlight() < l
 }
+
+// Limit is how many requests at once b is given now, 0 for no limit: the
+// configured MaxConcurrency, and, while a refusal is recent (Capacity),
+// what it held then, or its learned running limit (its /metrics) if
+// lower: what it would queue waits in saltus instead, where priority and
+// fair share order it (issue 30); its own queue is first come. Any
+// goroutine.
+func (b *Backend) Limit(now time.Time) int64 {
+	l := b.maxConc.Load()
+	if c := b.Capacity(now); c > 0 {
+		if s := b.Slots(); s > 0 && s < c {
+			c = s
+		}
+		if l == 0 || c < l {
+			l = c
+		}
+	}
+	return l
+}
+
+// MaxConcurrency is the most requests at once configuration allows b
+// (--backend-max-concurrency), 0 for no limit. Any goroutine.
+func (b *Backend) MaxConcurrency() int64 { return b.maxConc.Load() }
+
+// SetMaxConcurrency sets MaxConcurrency (0: none). Any goroutine.
+func (b *Backend) SetMaxConcurrency(n int64) { b.maxConc.Store(max(n, 0)) }
 
 // Limited reports whether b ever refused a request as full (then Free
 // needs the time). Any goroutine.
-func (b *Backend) Limited() bool { return b.fullUntil.Load() != 0 || b.capUntil.Load() != 0 }
+func (b *Backend) Limited() bool {
+	return b.fullUntil.Load() != 0 || b.capUntil.Load() != 0 || b.maxConc.Load() != 0
+}

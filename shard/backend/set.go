@@ -60,6 +60,7 @@ type Backend struct {
 	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
 	capacity  atomic.Int64 // Capacity (engine.go), learned from refusals
 	priority  atomic.Bool  // PriorityScheduling
+	maxConc   atomic.Int64 // MaxConcurrency (engine.go); 0 none
 	capUntil  atomic.Int64 // when capacity stops holding: unix nanoseconds; 0 never learned
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
