@@ -764,7 +764,9 @@ func applyMaxConcurrency(set *backend.Set, list, entries []string) {
 			for _, e := range entries {
 				who, v := splitPin(e)
 				if (name != "" && who == name) || who == u || who == norm {
-					n, _ = strconv.ParseInt(v, 10, 64) // validated
+					if c, err := strconv.ParseInt(v, 10, 64); err == nil { // validated (CheckBackendMaxConcurrency)
+						n = c
+					}
 				}
 			}
 		}
