@@ -23,7 +23,7 @@ type Config struct {
 	// for a minute is better told to back off than held, and the slot it
 	// waits for may never come while a pool is saturated. There is no "no
 	// limit" value: every queue fed by client input has a bound
-	// (CONVENTIONS.md); set hours if that is what you want.
+	// (rules/RULES.md, R4); set hours if that is what you want.
 	MaxWait time.Duration
 	// MaxExpirePerCall bounds the entries one Expire call returns, so a
 	// burst that arrived together does not make one tick answer all of
