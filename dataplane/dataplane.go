@@ -137,10 +137,9 @@ type Path struct {
 	// backend (whose probe starts in probes) once probes stopped.
 	sources *rules.Group
 	cfg     Config // as built
-	// priority is PriorityBackends as the last Retune set them.
-	priority atomic.Pointer[[]string]
-	maxConc  atomic.Pointer[[]string] // BackendMaxConcurrency as the last Retune set it
-	logger   *slog.Logger
+	// live are the per-backend settings the last Retune set (settings).
+	live   atomic.Pointer[backendSettings]
+	logger *slog.Logger
 }
 
 // Start starts the data plane (Data.Start), then joins the cluster: a
@@ -380,8 +379,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 			return nil, fmt.Errorf("discovery k8s: %w", err)
 		}
 	}
-	applyPriority(bset, cfg.Backends, cfg.PriorityBackends)
-	applyMaxConcurrency(bset, cfg.Backends, cfg.BackendMaxConcurrency)
+	applySettings(bset, cfg.Backends, settingsOf(cfg))
 	// The fleet last of the fallible steps: its gauges read it, and it
 	// is unregistered only when its Run ends.
 	fl, err := fleet.New(cfg.Fleet, bset, logger, set)
@@ -450,10 +448,9 @@ func Targets(list, models []string) []backend.Target {
 	for _, nu := range list {
 		name, u := SplitBackend(nu)
 		t := backend.Target{Name: name, URL: u}
-		norm, _, _ := backend.ParseURL(u) // "" for a bad URL: AddTarget reports it
 		for _, m := range models {
 			who, model := splitPin(m)
-			if (name != "" && who == name) || who == u || (norm != "" && who == norm) {
+			if names(nu, who) {
 				if !slices.Contains(t.Models, model) {
 					t.Models = append(t.Models, model)
 				}
@@ -462,6 +459,26 @@ func Targets(list, models []string) []backend.Target {
 		out = append(out, t)
 	}
 	return out
+}
+
+// names reports whether who (a name or a URL, as configuration entries
+// give it) names the configured backend nu ("name=url" or "url"); a URL
+// matches as written or normalized.
+func names(nu, who string) bool {
+	if who == "" {
+		return false
+	}
+	name, u := SplitBackend(nu)
+	if who == name || who == u {
+		return true
+	}
+	norm, _, _ := backend.ParseURL(u) // "" for a bad URL: AddTarget reports it
+	return norm != "" && who == norm
+}
+
+// configured reports whether who names one of the configured backends.
+func configured(backends []string, who string) bool {
+	return slices.ContainsFunc(backends, func(nu string) bool { return names(nu, who) })
 }
 
 // splitPin splits a "backend=model" pin at its last '=' before the model
@@ -485,16 +502,7 @@ func CheckBackendModels(backends, models []string) error {
 			errs = append(errs, fmt.Errorf("backend-models[%d]: %q: want BACKEND=MODEL (BACKEND a configured backend's name or URL)", i, m))
 			continue
 		}
-		found := false
-		for _, nu := range backends {
-			name, u := SplitBackend(nu)
-			norm, _, _ := backend.ParseURL(u)
-			if who == name || who == u || (norm != "" && who == norm) {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !configured(backends, who) {
 			errs = append(errs, fmt.Errorf("backend-models[%d]: %q: no configured backend is named %q (give its name=URL in backends, or its URL)", i, m, who))
 		}
 	}
@@ -506,8 +514,7 @@ func CheckBackendModels(backends, models []string) error {
 // backend.Managed.Sync. Any goroutine.
 func (p *Path) SyncBackends(list, models []string) backend.SyncResult {
 	res := p.Static.Sync(Targets(list, models))
-	applyPriority(p.Set, list, p.cfgPriority())
-	applyMaxConcurrency(p.Set, list, p.cfgMaxConc())
+	applySettings(p.Set, list, p.settings())
 	p.Fleet.Kick() // a new backend's models (and changed pins) now, not at the next watch
 	return res
 }
@@ -526,10 +533,8 @@ func (p *Path) Retune(cfg Config) error {
 		return err // nothing applied
 	}
 	p.Router.SetAdminToken(cfg.AdminToken)
-	pb := slices.Clone(cfg.PriorityBackends)
-	p.priority.Store(&pb)
-	mc := slices.Clone(cfg.BackendMaxConcurrency)
-	p.maxConc.Store(&mc)
+	st := settingsOf(cfg)
+	p.live.Store(&st)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
 }
 
@@ -697,35 +702,46 @@ func (a routesAPI) Explain(body []byte, path string) (any, error) {
 	return d, nil
 }
 
-// applyPriority marks the backends of set named (by name or URL) in prio
-// among the configured ones (list) as running priority scheduling, and
-// the other configured ones as not.
-func applyPriority(set *backend.Set, list, prio []string) {
+// applySettings applies the configured per-backend settings to the
+// backends of set that the configured list holds: priority scheduling for
+// those named in prio, the cap of caps ("backend=N", validated); the
+// others get neither.
+func applySettings(set *backend.Set, list []string, st backendSettings) {
 	for _, b := range set.Snapshot() {
-		on := false
+		on, n := false, int64(0)
 		for _, nu := range list {
-			name, u := SplitBackend(nu)
-			norm, _, _ := backend.ParseURL(u)
-			if norm != b.URL {
+			_, u := SplitBackend(nu)
+			if norm, _, _ := backend.ParseURL(u); norm != b.URL {
 				continue
 			}
-			for _, who := range prio {
-				if (name != "" && who == name) || who == u || who == norm {
-					on = true
+			on = on || slices.ContainsFunc(st.prio, func(who string) bool { return names(nu, who) })
+			for _, e := range st.caps {
+				who, v := splitPin(e)
+				if c, err := strconv.ParseInt(v, 10, 64); err == nil && names(nu, who) { // validated (CheckBackendMaxConcurrency)
+					n = c
 				}
 			}
 		}
 		b.SetPriorityScheduling(on)
+		b.SetMaxConcurrency(n)
 	}
 }
 
-// cfgPriority is the priority backends a reload last applied (Retune
-// records them).
-func (p *Path) cfgPriority() []string {
-	if v := p.priority.Load(); v != nil {
+// backendSettings are the per-backend settings a reload may change
+// (PriorityBackends, BackendMaxConcurrency).
+type backendSettings struct{ prio, caps []string }
+
+func settingsOf(cfg Config) backendSettings {
+	return backendSettings{slices.Clone(cfg.PriorityBackends), slices.Clone(cfg.BackendMaxConcurrency)}
+}
+
+// settings are the per-backend settings the last Retune set (the built
+// ones before any).
+func (p *Path) settings() backendSettings {
+	if v := p.live.Load(); v != nil {
 		return *v
 	}
-	return p.cfg.PriorityBackends
+	return settingsOf(p.cfg)
 }
 
 // CheckPriorityBackends validates PriorityBackends against the configured
@@ -733,53 +749,11 @@ func (p *Path) cfgPriority() []string {
 func CheckPriorityBackends(backends, prio []string) error {
 	var errs []error
 	for i, who := range prio {
-		found := false
-		for _, nu := range backends {
-			name, u := SplitBackend(nu)
-			norm, _, _ := backend.ParseURL(u)
-			if who != "" && (who == name || who == u || who == norm) {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !configured(backends, who) {
 			errs = append(errs, fmt.Errorf("backend-priority[%d]: no configured backend is named %q (give its name=URL in backends, or its URL)", i, who))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// applyMaxConcurrency sets each backend's configured cap from entries
-// ("backend=N", validated) among the configured backends (list); the
-// others get none.
-func applyMaxConcurrency(set *backend.Set, list, entries []string) {
-	for _, b := range set.Snapshot() {
-		var n int64
-		for _, nu := range list {
-			name, u := SplitBackend(nu)
-			norm, _, _ := backend.ParseURL(u)
-			if norm != b.URL {
-				continue
-			}
-			for _, e := range entries {
-				who, v := splitPin(e)
-				if (name != "" && who == name) || who == u || who == norm {
-					if c, err := strconv.ParseInt(v, 10, 64); err == nil { // validated (CheckBackendMaxConcurrency)
-						n = c
-					}
-				}
-			}
-		}
-		b.SetMaxConcurrency(n)
-	}
-}
-
-// cfgMaxConc is BackendMaxConcurrency as the last reload applied it.
-func (p *Path) cfgMaxConc() []string {
-	if v := p.maxConc.Load(); v != nil {
-		return *v
-	}
-	return p.cfg.BackendMaxConcurrency
 }
 
 // maxBackendConcurrency bounds --backend-max-concurrency's N.
@@ -796,7 +770,7 @@ func CheckBackendMaxConcurrency(backends, entries []string) error {
 			errs = append(errs, fmt.Errorf("backend-max-concurrency[%d]: %q: want BACKEND=N, N from 1 to %d", i, e, maxBackendConcurrency))
 			continue
 		}
-		if err := CheckPriorityBackends(backends, []string{who}); err != nil {
+		if !configured(backends, who) {
 			errs = append(errs, fmt.Errorf("backend-max-concurrency[%d]: %q: no configured backend is named %q", i, e, who))
 		}
 	}
