@@ -10,6 +10,23 @@ import (
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 )
 
+// smallSims starts n simulated engines that run 1 request at once and
+// queue maxWaiting (then refuse), each answer 30 tokens at speedup 20, and
+// returns their URLs.
+func smallSims(t *testing.T, n, maxWaiting int) []string {
+	t.Helper()
+	var urls []string
+	for i := range n {
+		s := startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 30, int64(i+1)
+			c.MaxNumSeqs, c.MaxWaiting = 1, maxWaiting
+		})
+		urls = append(urls, s.URL())
+	}
+	return urls
+}
+
 // TestServeFullEngines (issue 30, items 1, 2 and 5): engines that run 1
 // request and queue 1 refuse the rest of a burst; saltus tries another
 // engine, and what none can take waits in the pool's gateway queue until
@@ -24,15 +41,7 @@ func TestServeFullEngines(t *testing.T) {
 	}{{"queue", 1024}, {"queue of 1", 1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var urls []string
-			for i := range 2 {
-				s := startSim(t, func(c *vllmsim.Config) {
-					c.Tokenizer, c.ChatTemplate = "", ""
-					c.Speedup, c.MaxTokens, c.Seed = 20, 30, int64(i+1)
-					c.MaxNumSeqs, c.MaxWaiting = 1, 1
-				})
-				urls = append(urls, s.URL())
-			}
+			urls := smallSims(t, 2, 1)
 			s := startServeWith(t, nil, func(c *serveConfig) {
 				c.Tokenizer = ""
 				c.Backends = urls
@@ -97,15 +106,7 @@ func TestServeFullEngines(t *testing.T) {
 // class first; an engine named in --backend-priority gets the field.
 func TestServePriority(t *testing.T) {
 	t.Parallel()
-	var urls []string
-	for i := range 2 {
-		s := startSim(t, func(c *vllmsim.Config) {
-			c.Tokenizer, c.ChatTemplate = "", ""
-			c.Speedup, c.MaxTokens, c.Seed = 20, 30, int64(i+1)
-			c.MaxNumSeqs, c.MaxWaiting = 1, 1
-		})
-		urls = append(urls, s.URL())
-	}
+	urls := smallSims(t, 2, 1)
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
 		c.Backends = urls
@@ -205,15 +206,7 @@ func TestServeQueuedClientLeaves(t *testing.T) {
 // (but for what went at once), and every request is answered.
 func TestServeBackendCap(t *testing.T) {
 	t.Parallel()
-	var urls []string
-	for i := range 2 {
-		s := startSim(t, func(c *vllmsim.Config) {
-			c.Tokenizer, c.ChatTemplate = "", ""
-			c.Speedup, c.MaxTokens, c.Seed = 20, 30, int64(i+1)
-			c.MaxNumSeqs, c.MaxWaiting = 1, 100 // never refuses: only the cap holds requests back
-		})
-		urls = append(urls, s.URL())
-	}
+	urls := smallSims(t, 2, 100) // never refuse: only the cap holds requests back
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
 		c.Backends = urls
