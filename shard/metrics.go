@@ -34,7 +34,7 @@ func init() {
 		"saltus_responses_ids_expired_total":   "Response ids forgotten after their TTL.",
 		"saltus_responses_ids_dropped_total":   "Response ids not remembered because their owner shard's mailbox was full.",
 		"saltus_responses_id_lookups_total":    "Requests naming a response id (previous_response_id, /v1/responses/{id}), by result: hit (sent to its backend), unknown, unroutable (its backend is gone or not routable).",
-		"saltus_pool_refused_total":            "Requests saltus answered itself for their model, by reason: model_not_found (404: no backend serves the model; nothing forwarded), no_backend (503: every backend serving it is down or draining), full (429 with Retry-After: every backend serving it refused as full lately).",
+		"saltus_pool_refused_total":            "Requests saltus answered itself for their model, by reason: model_not_found (404: no backend serves the model; nothing forwarded), no_backend (503: every backend serving it is down or draining), full (429 with Retry-After: every backend serving it is full and the request could not be handed to its gateway queue, whose loop was too busy).",
 		"saltus_adapter_operations_total":      "LoRA adapter loads and unloads forwarded to engines, by op (load, unload) and result (ok, error: the engine refused or did not answer).",
 		"saltus_queue_depth":                   "Requests waiting in the model pools' gateway queues (every engine of their pool full), summed over pools.",
 		"saltus_queue_requests_total":          "Requests of the gateway queues, by result: queued (every engine of the pool full), dispatched (a slot freed), full (the queue held --queue-max-entries: 429), expired (waited --queue-max-wait: 429), gone (the client left while queued: nothing sent).",

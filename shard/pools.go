@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/valyala/fastjson"
 
@@ -78,14 +77,6 @@ func (j *job) admit() *apiError {
 			}
 			return nil
 		}
-		if until, full := r.fullUntil(p); full {
-			// Up, but every one refused as full lately: saltus's own 429,
-			// with the wait they asked for.
-			j.refused(refusedFull)
-			secs := int(time.Until(until)/time.Second) + 1
-			return &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: max(secs, 1),
-				msg: fmt.Sprintf("every backend serving the model `%.200s` is full; retry after %d s", j.d.model, max(secs, 1))}
-		}
 		j.refused(refusedNoBackend)
 		return &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: fmt.Sprintf("no backend serving the model `%.200s` is available (%d down or draining); retry later", j.d.model, p.Size())}
@@ -134,25 +125,6 @@ const (
 )
 
 var refusedNames = [numRefused]string{"model_not_found", "no_backend", "full"}
-
-// fullUntil reports whether p's backends that are up (healthy, not
-// draining) all count as full, and when the first stops. Any goroutine.
-func (r *Router) fullUntil(p *fleet.Pool) (time.Time, bool) {
-	var first time.Time
-	for _, b := range r.up.Snapshot() {
-		if !p.Has(b.ID) || !b.Routable() {
-			continue
-		}
-		u := b.FullUntil()
-		if u.IsZero() {
-			return time.Time{}, false
-		}
-		if first.IsZero() || u.Before(first) {
-			first = u
-		}
-	}
-	return first, !first.IsZero() && time.Now().Before(first)
-}
 
 // bodyModel returns the top-level "model" string of a JSON object body ("" if
 // the body is not such an object or has none), its last occurrence as the
