@@ -34,6 +34,15 @@ type Config struct {
 	// requests wait there while every engine of their pool is full.
 	// Default queue.DefaultConfig().
 	Queue queue.Config
+	// PriorityModels names models whose pools' engines all run vLLM's
+	// --scheduling-policy priority: a request for one of them (or for an
+	// adapter an engine of its pool serves) keeps its "priority" field
+	// when forwarded, as for a backend with priority scheduling set
+	// (backend.Backend.PriorityScheduling). For fleets whose engines are
+	// discovered (Kubernetes), where backends cannot be named in
+	// configuration. Default none: the field is stripped (vLLM refuses a
+	// non-zero priority otherwise). Retune may change it.
+	PriorityModels []string
 	// ChatTemplate names the template the caller built the renderer with
 	// ("" = detected from the tokenizer config). The Router only reports
 	// it: NewRouter takes the renderer itself.
@@ -186,6 +195,7 @@ func DefaultConfig() Config {
 		BlockSize:        tree.DefaultBlockSize,
 		AdapterUpdates:   true,
 		Queue:            queue.DefaultConfig(),
+		PriorityModels:   []string{},
 		Tree:             tree.DefaultConfig(),
 		Pool:             tokenpool.DefaultConfig(),
 		LoadFactor:       2.0,
@@ -219,6 +229,14 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.BlockSize <= 0 {
 		errs = append(errs, fmt.Errorf("shard: BlockSize must be positive, got %d", c.BlockSize))
+	}
+	for i, m := range c.PriorityModels {
+		if m == "" || len(m) > maxPriorityModelLen {
+			errs = append(errs, fmt.Errorf("shard: PriorityModels[%d]: want a model name of 1 to %d bytes, got %d", i, maxPriorityModelLen, len(m)))
+		}
+	}
+	if len(c.PriorityModels) > maxPriorityModels {
+		errs = append(errs, fmt.Errorf("shard: PriorityModels: at most %d models, got %d", maxPriorityModels, len(c.PriorityModels)))
 	}
 	if err := c.Tree.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("shard: Tree: %w", err))

@@ -250,13 +250,37 @@ func (j *job) waitAgain() {
 	j.enqueue(resume)
 }
 
+// Bounds of Config.PriorityModels: each is looked up in the fleet's
+// index for a request with a "priority" field.
+const (
+	maxPriorityModels   = 256
+	maxPriorityModelLen = 512
+)
+
 // allPriority reports whether every candidate's engine runs priority
-// scheduling (backend.Backend.PriorityScheduling).
-func allPriority(cands []*backend.Backend) bool {
+// scheduling: set on the backend (backend.Backend.PriorityScheduling), or
+// it serves a model of Config.PriorityModels (an engine runs one
+// scheduling policy for all it serves). Any goroutine.
+func (r *Router) allPriority(cands []*backend.Backend) bool {
+	var ix *fleet.Index
+	if r.fleet != nil {
+		ix = r.fleet.Index()
+	}
+	models := *r.prioModels.Load()
 	for _, b := range cands {
-		if !b.PriorityScheduling() {
+		if !b.PriorityScheduling() && !servesAny(ix, models, b.ID) {
 			return false
 		}
 	}
 	return len(cands) > 0
+}
+
+// servesAny reports whether backend id is in the pool of one of models.
+func servesAny(ix *fleet.Index, models []string, id int) bool {
+	for _, m := range models {
+		if p := ix.Lookup(m); p != nil && p.Has(id) {
+			return true
+		}
+	}
+	return false
 }

@@ -516,7 +516,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		h.FirstData = j.prefill.release
 	}
 	body := j.req.Body
-	if j.d.hasPriority && !allPriority(cands) {
+	if j.d.hasPriority && !r.allPriority(cands) {
 		// vLLM refuses a non-zero priority unless it runs priority
 		// scheduling: the field ordered saltus's queue; it is not passed
 		// on (issue 30).

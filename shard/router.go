@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -94,19 +95,21 @@ type Router struct {
 	pol policy // its kind never changes; decisions use tuned's knobs
 	// tuned is pol with the knobs Retune last set (load factor, slack,
 	// tokens, KV tokens). Any goroutine reads it; Retune writes it.
-	tuned  atomic.Pointer[policy]
-	learn  atomic.Bool // Config.LearnFromUsage, as Retune last set it
-	up     upstream
-	state  backendState
-	tmpl   *chat.Renderer // never nil: the none rendering when none is given
-	pool   *tokenpool.Pool
-	shards []*Shard // one per loop
-	logger *slog.Logger
-	m      *routerMetrics
-	fb     *feedbackMetrics // pending routes and engine feedback (feedback.go)
-	rs     *respState       // response ids (respids.go)
-	group  *rules.Group
-	epoch  time.Time // the tree's clock: monotonic nanoseconds since then
+	tuned atomic.Pointer[policy]
+	learn atomic.Bool // Config.LearnFromUsage, as Retune last set it
+	// prioModels is Config.PriorityModels as Retune last set it (gate.go).
+	prioModels atomic.Pointer[[]string]
+	up         upstream
+	state      backendState
+	tmpl       *chat.Renderer // never nil: the none rendering when none is given
+	pool       *tokenpool.Pool
+	shards     []*Shard // one per loop
+	logger     *slog.Logger
+	m          *routerMetrics
+	fb         *feedbackMetrics // pending routes and engine feedback (feedback.go)
+	rs         *respState       // response ids (respids.go)
+	group      *rules.Group
+	epoch      time.Time // the tree's clock: monotonic nanoseconds since then
 
 	models chan exchange // bounded queue of GET /v1/models
 	rr     atomic.Uint32 // Explain's round-robin loop cursor
@@ -236,6 +239,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	r.tuned.Store(new(r.pol))
 	r.gm = newGateMetrics(set, func() float64 { return float64(r.queued.Load()) })
 	r.learn.Store(cfg.LearnFromUsage)
+	r.prioModels.Store(new(slices.Clone(cfg.PriorityModels)))
 	r.decodes = make(chan *job, cfg.DecodeQueue)
 	r.budget.init(cfg.Body.MaxValues)
 	posts := make([]func(func()), loops)
@@ -596,5 +600,6 @@ func (r *Router) Retune(c Config) error {
 	p.loadTokens, p.kvTokens = float64(c.LoadTokens), float64(c.KVTokens)
 	r.tuned.Store(&p)
 	r.learn.Store(c.LearnFromUsage)
+	r.prioModels.Store(new(slices.Clone(c.PriorityModels)))
 	return nil
 }

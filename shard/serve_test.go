@@ -168,9 +168,10 @@ func TestConfigValidate(t *testing.T) {
 	c := DefaultConfig()
 	c.BlockSize, c.LoadFactor, c.Policy, c.MaxCandidates = 0, 0.5, "random", 0
 	c.Body.MaxDepth, c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = MaxScanDepth+1, -1, 0, 0
+	c.PriorityModels = []string{"ok", ""}
 	err := c.Validate()
 	for _, field := range []string{"BlockSize", "LoadFactor", "Policy", "MaxCandidates",
-		"Body: MaxDepth", "OffloopBytes", "DecodeWorkers", "DecodeQueue"} {
+		"Body: MaxDepth", "OffloopBytes", "DecodeWorkers", "DecodeQueue", "PriorityModels[1]"} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Fatalf("error %v does not name %s", err, field)
 		}

@@ -154,6 +154,25 @@ func TestServePriority(t *testing.T) {
 	if a.status != 400 || !strings.Contains(a.body, "Priority scheduling is not enabled") {
 		t.Fatalf("priority to a backend named in --backend-priority: %d %s", a.status, a.body)
 	}
+	// The same by pool (--model-priority): the engines serving llama3 get
+	// the field; a model not named keeps it stripped.
+	s3 := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = urls[:1]
+		c.Router.PriorityModels = []string{"llama3", "not-served"}
+	})
+	a = s3.chat(t, `{"model":"llama3","max_tokens":2,"priority":5,"messages":[{"role":"user","content":"Passed on by pool?"}]}`)
+	if a.status != 400 || !strings.Contains(a.body, "Priority scheduling is not enabled") {
+		t.Fatalf("priority to a pool named in --model-priority: %d %s", a.status, a.body)
+	}
+	s4 := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = urls[:1]
+		c.Router.PriorityModels = []string{"not-served"}
+	})
+	if a = s4.chat(t, `{"model":"llama3","max_tokens":2,"priority":5,"messages":[{"role":"user","content":"Stripped?"}]}`); a.status != 200 {
+		t.Fatalf("priority to a pool not named in --model-priority: %d %s", a.status, a.body)
+	}
 }
 
 // TestServeQueuedClientLeaves: a client that leaves while its request

@@ -144,6 +144,8 @@ var serveKeys = []serveKey{
 			"also fetched when a backend is added or comes back up, and after an adapter load through saltus; 0: never (only pinned models are known)"},
 	{key: "backend-priority", live: true, bind: func(c *serveConfig) value { return listV{p: &c.PriorityBackends, set: new(bool)} },
 		help: "configured `backends` (name or URL; repeat, or separate by commas) whose engines run vLLM's --scheduling-policy priority: only they are passed a request's \"priority\" field, which vLLM refuses otherwise; saltus's queue orders by it either way"},
+	{key: "model-priority", live: true, bind: func(c *serveConfig) value { return listV{p: &c.Router.PriorityModels, set: new(bool)} },
+		help: "`models` (repeat, or separate by commas) whose pools' engines all run vLLM's --scheduling-policy priority: their requests keep the \"priority\" field, as for --backend-priority, for engines that cannot be named (discovered); an engine serving one of them gets it for all it serves"},
 	{key: "backend-max-concurrency", live: true, bind: func(c *serveConfig) value { return listV{p: &c.BackendMaxConcurrency, set: new(bool)} },
 		help: "cap a configured backend: `cap` BACKEND=N (name or URL), at most N requests at once (its engine's --max-num-seqs, say); what its pool cannot send waits in the pool's gateway queue, in priority and fair-share order; repeat (or separate by commas)"},
 	{key: "queue-max-entries", bind: func(c *serveConfig) value { return intV{&c.Router.Queue.MaxEntries} },

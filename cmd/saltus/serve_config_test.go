@@ -349,6 +349,7 @@ backends: []
 backend-models: []
 models-interval: 5s
 backend-priority: []
+model-priority: []
 backend-max-concurrency: []
 queue-max-entries: 1024
 queue-max-wait: 1m
