@@ -100,6 +100,11 @@ type PoolsInfo struct {
 	Unknown []PoolMember `json:"unknown"`
 	// Backends says, per backend by ID, where its models come from.
 	Backends []BackendModels `json:"backends"`
+	// OtherQueue counts the requests queued for models without a pool
+	// of their own (sent to the backends whose models are not known, or
+	// past the bound on per-pool metrics: model "(other)" in /metrics);
+	// absent while nothing was counted there.
+	OtherQueue *PoolQueue `json:"other_queue,omitempty"`
 }
 
 // nonNil makes the lists "[]", not "null", in JSON. It writes into p's
@@ -135,6 +140,33 @@ type PoolInfo struct {
 	Backends    []PoolMember `json:"backends"`      // by ID, routable or not
 	Routable    int          `json:"routable"`      // how many of Backends are healthy and not draining now
 	Requests    uint64       `json:"requests"`      // requests admitted to the pool since start (saltus_pool_requests_total)
+	// Queue is the pool's gateway queue (requests waiting while every
+	// engine of the pool is full); nil when the Backends does not report
+	// queues.
+	Queue *PoolQueue `json:"queue,omitempty"`
+}
+
+// PoolQueue is a pool's gateway queue: what waits now, and what became of
+// the requests it took since start (saltus_queue_depth,
+// saltus_queue_requests_total).
+type PoolQueue struct {
+	Depth int64 `json:"depth"` // requests waiting now
+	// ByClass: Depth by priority band: high (priority < 0), normal (0 or
+	// none), low (> 0).
+	ByClass map[string]int64 `json:"by_class"`
+	// OldestWaitMS: how long the request waiting longest has waited, in
+	// milliseconds, as of the queue's last tick (50 ms); 0 when empty.
+	OldestWaitMS int64 `json:"oldest_wait_ms"`
+	// Since start: queued (every engine full), dispatched (a slot freed),
+	// full (refused: the queue held its maximum), expired (refused: waited
+	// its maximum), gone (the client left), shutdown (answered 503 when
+	// saltus stopped).
+	Queued     uint64 `json:"queued"`
+	Dispatched uint64 `json:"dispatched"`
+	Full       uint64 `json:"full"`
+	Expired    uint64 `json:"expired"`
+	Gone       uint64 `json:"gone"`
+	Shutdown   uint64 `json:"shutdown"`
 }
 
 // PoolMember names a backend of a pool.

@@ -39,6 +39,7 @@ import (
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
 	"github.com/saltus-lb/saltus/upstream/fleet"
+	"github.com/saltus-lb/saltus/upstream/queue"
 )
 
 // Config is the serving path's configuration: each component's own
@@ -253,10 +254,14 @@ func (p *Path) DiscoveryStatus() any {
 }
 
 // StopAccepting is the drain's first step: the listener closes
-// (Data.StopAccepting), then the route table is saved one last time while
-// the loops still run (Config.State). Any goroutine but a loop.
+// (Data.StopAccepting), the requests waiting in the gateway queues are
+// answered 503 shutting_down with Retry-After (Router.StopQueues: a
+// client is better sent to another replica at once than held until the
+// drain times out), then the route table is saved one last time while the
+// loops still run (Config.State). Any goroutine but a loop.
 func (p *Path) StopAccepting() {
 	p.Data.StopAccepting()
+	p.Router.StopQueues()
 	if p.State != nil {
 		_ = p.State.Save(context.Background()) // logged and counted by Save
 	}
@@ -395,7 +400,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	router.SetAdminToken(cfg.AdminToken)
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
-	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Backends: backendsAPI{bset, fl}, Routes: routesAPI{router, node, nil},
+	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
 		Cluster: node, State: saver, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
 		logger: logger.With("component", "dataplane")}
 	if watches != nil {
@@ -573,6 +578,7 @@ func (l *lateHandler) OwnAnswer(status int) {
 type backendsAPI struct {
 	s  *backend.Set
 	fl *fleet.Fleet
+	r  *shard.Router // the pools' gateway queues
 }
 
 var _ admin.Pools = backendsAPI{} // GET /admin/pools
@@ -625,6 +631,7 @@ func (a backendsAPI) Pools() admin.PoolsInfo {
 				pi.Routable++
 			}
 		}
+		pi.Queue = a.queue(p.Model.ID)
 		out.Pools = append(out.Pools, pi)
 	}
 	if w := ix.Wild(); w != nil {
@@ -632,12 +639,28 @@ func (a backendsAPI) Pools() admin.PoolsInfo {
 			out.Unknown = append(out.Unknown, member(id))
 		}
 	}
+	if st, ok := a.r.QueueStatus(shard.OtherModel); ok && st != (shard.QueueStatus{}) {
+		out.OtherQueue = a.queue(shard.OtherModel)
+	}
 	for _, bm := range ix.Backends() {
 		m := member(bm.ID)
 		out.Backends = append(out.Backends, admin.BackendModels{ID: bm.ID, Name: m.Name, URL: m.URL,
 			Models: bm.Models, State: string(bm.State), Error: bm.Error})
 	}
 	return out
+}
+
+// queue is model's gateway queue as the admin API shows it (an empty one
+// for a pool nothing ever waited in).
+func (a backendsAPI) queue(model string) *admin.PoolQueue {
+	st, _ := a.r.QueueStatus(model)
+	q := &admin.PoolQueue{ByClass: map[string]int64{}, OldestWaitMS: st.OldestWait.Milliseconds(),
+		Queued: st.Queued, Dispatched: st.Dispatched, Full: st.Full, Expired: st.Expired, Gone: st.Gone, Shutdown: st.Shutdown}
+	for b, n := range st.Depth {
+		q.Depth += n
+		q.ByClass[queue.Band(b).String()] = n
+	}
+	return q
 }
 
 // addModelsWait bounds how long POST /admin/backends waits for the new

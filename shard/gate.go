@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 	"github.com/saltus-lb/saltus/upstream/queue"
@@ -31,22 +29,7 @@ import (
 type gate struct {
 	q    *queue.Queue[*job]
 	pool *fleet.Pool // the pool as its last request saw it
-}
-
-// gateMetrics are the queue's counters (atomics: the loops update them).
-type gateMetrics struct {
-	queued, dispatched, full, expired, gone *metrics.Counter
-}
-
-func newGateMetrics(set *metrics.Set, depth func() float64) gateMetrics {
-	set.NewGauge("saltus_queue_depth", depth)
-	return gateMetrics{
-		queued:     set.NewCounter(`saltus_queue_requests_total{result="queued"}`),
-		dispatched: set.NewCounter(`saltus_queue_requests_total{result="dispatched"}`),
-		full:       set.NewCounter(`saltus_queue_requests_total{result="full"}`),
-		expired:    set.NewCounter(`saltus_queue_requests_total{result="expired"}`),
-		gone:       set.NewCounter(`saltus_queue_requests_total{result="gone"}`),
-	}
+	m    *poolStats  // its model's counts (queuemetrics.go), resolved when the gate is made
 }
 
 // gateLoop is the loop that owns model's queue.
@@ -91,14 +74,20 @@ func tenantOf(x exchange) string {
 // that loop's); j's texts are its own.
 func (j *job) enqueue(resume func()) {
 	r := j.r
+	if r.draining.Load() {
+		r.refusedFor(j.d.model, refusedShutdown)
+		r.fail(j.x, j.route, shuttingDown())
+		return
+	}
 	if j.firstQueued == 0 {
 		j.firstQueued = r.now()
 	} else if r.now()-j.firstQueued > int64(r.cfg.Queue.MaxWait) {
 		// Waited its whole MaxWait over its requeues: refused, not
 		// queued once more.
-		r.gm.expired.Inc()
-		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
-			msg: fmt.Sprintf("no backend serving the model `%.200s` had room within %v; retry later", j.d.model, r.cfg.Queue.MaxWait)})
+		s := r.statsFor(j.d.model)
+		s.results[resExpired].Add(1)
+		s.refused[refusedExpired].Add(1)
+		r.fail(j.x, j.route, expiredError(j.d.model, r.cfg.Queue.MaxWait))
 		return
 	}
 	j.resume = resume
@@ -108,7 +97,7 @@ func (j *job) enqueue(resume func()) {
 	// sent upstream for it. (The forward sets its own hook when it goes.)
 	j.x.SetGoneHook(func() { r.postTo(owner, func() { r.gateRemove(owner, j) }) })
 	if !r.postTo(owner, func() { r.gatePush(owner, j) }) {
-		r.m.poolRefused[refusedFull].Inc()
+		r.refusedFor(j.d.model, refusedBusy)
 		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
 			msg: "every backend serving the model is full and the router is too busy to queue the request; retry later"})
 	}
@@ -116,6 +105,11 @@ func (j *job) enqueue(resume func()) {
 
 // gatePush is enqueue on the gate's loop.
 func (r *Router) gatePush(owner int, j *job) {
+	if r.draining.Load() {
+		r.refusedFor(j.d.model, refusedShutdown)
+		r.fail(j.x, j.route, shuttingDown())
+		return
+	}
 	sh := r.shards[owner]
 	g := sh.gates[j.d.model]
 	if g == nil {
@@ -123,29 +117,41 @@ func (r *Router) gatePush(owner int, j *job) {
 		if err != nil {
 			panic("BUG: shard: the queue config was validated: " + err.Error())
 		}
-		g = &gate{q: q}
+		g = &gate{q: q, m: r.statsFor(j.d.model)}
 		sh.gates[j.d.model] = g
 	}
 	g.pool = j.pool
-	id, ok := g.q.Push(j, j.d.priority, j.tenant, 1, 1, r.now())
+	now := r.now()
+	id, ok := g.q.Push(j, j.d.priority, j.tenant, 1, 1, now)
 	if !ok {
-		r.gm.full.Inc()
+		g.m.results[resFull].Add(1)
+		g.m.refused[refusedQueueFull].Add(1)
 		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
 			msg: fmt.Sprintf("every backend serving the model `%.200s` is full and its queue holds %d requests already; retry later", j.d.model, r.cfg.Queue.MaxEntries)})
 		return
 	}
-	j.queueID = id
+	j.queueID, j.queuedAt = id, now
 	r.queued.Add(1)
-	r.gm.queued.Inc()
+	g.m.depth[queue.BandOf(j.d.priority)].Add(1)
+	g.m.results[resQueued].Add(1)
 	r.dispatch(sh, g)
+}
+
+// left accounts for j leaving g's queue (popped, removed, expired or
+// flushed): the depths go down. On the gate's loop.
+func (r *Router) left(g *gate, j *job) queue.Band {
+	b := queue.BandOf(j.d.priority)
+	r.queued.Add(-1)
+	g.m.depth[b].Add(-1)
+	return b
 }
 
 // gateRemove takes j out of its gate: its client left. On the gate's loop
 // (queueID is that loop's).
 func (r *Router) gateRemove(owner int, j *job) {
 	if g := r.shards[owner].gates[j.d.model]; g != nil && g.q.Remove(j.queueID) {
-		r.queued.Add(-1)
-		r.gm.gone.Inc()
+		r.left(g, j)
+		g.m.results[resGone].Add(1)
 	}
 }
 
@@ -153,7 +159,7 @@ func (r *Router) gateRemove(owner int, j *job) {
 // for each free backend its learned capacity left, or one when not known
 // (each answer dispatches again). On the gate's loop.
 func (r *Router) dispatch(sh *Shard, g *gate) {
-	if g.q.Len() == 0 || g.pool == nil {
+	if g.q.Len() == 0 || g.pool == nil || r.draining.Load() { // draining: flushGates answers them
 		return
 	}
 	now := time.Now()
@@ -169,14 +175,15 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 		}
 	}
 	for ; slots > 0 && g.q.Len() > 0; slots-- {
-		j, _, _ := g.q.Pop(r.now())
-		r.queued.Add(-1)
+		j, waited, _ := g.q.Pop(r.now())
+		b := r.left(g, j)
 		if gone(j.x) {
-			r.gm.gone.Inc()
+			g.m.results[resGone].Add(1)
 			slots++
 			continue
 		}
-		r.gm.dispatched.Inc()
+		g.m.results[resDispatched].Add(1)
+		g.m.observeWait(b, waited)
 		r.shards[j.loop].poster(j.resume)
 	}
 }
@@ -198,19 +205,26 @@ func (r *Router) kickGate(model string) {
 
 // tickGates refuses what waited past MaxWait and dispatches what became
 // free (a full engine's Retry-After passed), on sh's loop tick; an empty
-// gate is dropped (made again by its next request).
+// gate is dropped (made again by its next request). Once saltus stops
+// (StopQueues), it answers what is queued instead. It then publishes
+// each gate's oldest wait for the admin API (QueueStatus).
 func (r *Router) tickGates(sh *Shard) {
+	if r.draining.Load() {
+		r.flushGates(sh)
+	}
+	now := r.now()
 	for model, g := range sh.gates {
-		sh.expired = g.q.Expire(r.now(), sh.expired[:0])
+		sh.expired = g.q.Expire(now, sh.expired[:0])
 		for _, j := range sh.expired {
-			r.queued.Add(-1)
+			b := r.left(g, j)
 			if gone(j.x) {
-				r.gm.gone.Inc()
+				g.m.results[resGone].Add(1)
 				continue
 			}
-			r.gm.expired.Inc()
-			r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
-				msg: fmt.Sprintf("no backend serving the model `%.200s` had room within %v; retry later", model, r.cfg.Queue.MaxWait)})
+			g.m.results[resExpired].Add(1)
+			g.m.refused[refusedExpired].Add(1)
+			g.m.observeWait(b, time.Duration(now-j.queuedAt))
+			r.fail(j.x, j.route, expiredError(model, r.cfg.Queue.MaxWait))
 		}
 		clear(sh.expired)
 		r.dispatch(sh, g)
@@ -218,6 +232,80 @@ func (r *Router) tickGates(sh *Shard) {
 			delete(sh.gates, model)
 		}
 	}
+	r.publishGates(sh)
+}
+
+// publishGates publishes sh's gates' oldest waits (gateSnaps). On sh's
+// loop.
+func (r *Router) publishGates(sh *Shard) {
+	if len(sh.gates) == 0 {
+		if sh.queues.Load() != nil {
+			sh.queues.Store(nil)
+		}
+		return
+	}
+	snaps := make([]gateSnap, 0, len(sh.gates))
+	now := r.now()
+	for _, g := range sh.gates {
+		snaps = append(snaps, gateSnap{stats: g.m, oldest: g.q.Oldest(now)})
+	}
+	sh.queues.Store(&snaps)
+}
+
+// StopQueues answers every request waiting in a gateway queue, and every
+// one that would wait from now on, with saltus's 503 shutting_down and
+// Retry-After: saltus stops (the drain's first step), and a queued
+// request is better sent to another replica at once than held until the
+// drain times out. Requests already forwarded finish. Each loop answers
+// its queued requests when it gets the message (or at its next tick if
+// its mailbox is full), at most Queue.MaxExpirePerCall a call, the rest
+// at the following ticks. Any goroutine.
+func (r *Router) StopQueues() {
+	if r.draining.Swap(true) {
+		return
+	}
+	for i, sh := range r.shards {
+		_ = r.postTo(i, func() { r.flushGates(sh) }) // refused: its tick flushes
+	}
+}
+
+// flushGates answers up to MaxExpirePerCall of sh's queued requests with
+// 503 shutting_down (StopQueues); the tick answers the rest. On sh's loop.
+func (r *Router) flushGates(sh *Shard) {
+	budget := r.cfg.Queue.MaxExpirePerCall
+	for model, g := range sh.gates {
+		for ; budget > 0; budget-- {
+			j, _, ok := g.q.Pop(r.now())
+			if !ok {
+				break
+			}
+			r.left(g, j)
+			if gone(j.x) {
+				g.m.results[resGone].Add(1)
+				continue
+			}
+			g.m.results[resShutdown].Add(1)
+			g.m.refused[refusedShutdown].Add(1)
+			r.fail(j.x, j.route, shuttingDown())
+		}
+		if g.q.Len() == 0 {
+			delete(sh.gates, model)
+		}
+	}
+	r.publishGates(sh)
+}
+
+// expiredError is the 429 of a request that waited its pool's MaxWait.
+func expiredError(model string, wait time.Duration) *apiError {
+	return &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
+		msg: fmt.Sprintf("no backend serving the model `%.200s` had room within %v; retry later", model, wait)}
+}
+
+// shuttingDown is the 503 of a request that waited (or would wait) in a
+// gateway queue when saltus stops: fail adds Retry-After.
+func shuttingDown() *apiError {
+	return &apiError{status: 503, typ: "server_error", code: "shutting_down",
+		msg: "the router is shutting down; retry on another replica"}
 }
 
 // maxRequeues bounds how often one request goes back to its queue after

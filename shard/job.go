@@ -99,6 +99,7 @@ type job struct {
 	tenant   string
 	requeues int    // times every candidate refused as full and it waited again
 	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
+	queuedAt int64  // when it was pushed there (the router's clock); the gate's loop's
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64
@@ -436,6 +437,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		return
 	}
 	if d.Backend < 0 {
+		r.refusedFor(j.d.model, refusedNoBackend)
 		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
 			msg: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
 		return
@@ -467,6 +469,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		if o.Requeued {
 			j.requeue(o)
 			return
+		}
+		if o.Err == backend.ErrEnginesFull {
+			r.refusedFor(j.d.model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
 		}
 		if j.pool != nil {
 			r.kickGate(j.d.model) // a slot freed: a queued request may go

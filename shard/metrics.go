@@ -34,10 +34,12 @@ func init() {
 		"saltus_responses_ids_expired_total":   "Response ids forgotten after their TTL.",
 		"saltus_responses_ids_dropped_total":   "Response ids not remembered because their owner shard's mailbox was full.",
 		"saltus_responses_id_lookups_total":    "Requests naming a response id (previous_response_id, /v1/responses/{id}), by result: hit (sent to its backend), unknown, unroutable (its backend is gone or not routable).",
-		"saltus_pool_refused_total":            "Requests saltus answered itself for their model, by reason: model_not_found (404: no backend serves the model; nothing forwarded), no_backend (503: every backend serving it is down or draining), full (429 with Retry-After: every backend serving it is full and the request could not be handed to its gateway queue, whose loop was too busy).",
+		"saltus_pool_refused_total":            "Requests saltus answered itself for their model, by model (a pool of the fleet, or (other): a name no pool serves, pools past the 100th) and reason: model_not_found (404: no backend serves the model; nothing forwarded), no_backend (503: every backend serving it is down or draining), queue_busy (429: every backend serving it is full and its gateway queue's loop was too busy to take it), queue_full (429: the queue held --queue-max-entries), queue_expired (429: it waited --queue-max-wait), engines_full (429 or 503: every engine tried refused it as full and its requeues were spent), shutting_down (503: it waited in a gateway queue when saltus stopped). Every one has Retry-After but model_not_found.",
 		"saltus_adapter_operations_total":      "LoRA adapter loads and unloads forwarded to engines, by op (load, unload) and result (ok, error: the engine refused or did not answer).",
-		"saltus_queue_depth":                   "Requests waiting in the model pools' gateway queues (every engine of their pool full), summed over pools.",
-		"saltus_queue_requests_total":          "Requests of the gateway queues, by result: queued (every engine of the pool full), dispatched (a slot freed), full (the queue held --queue-max-entries: 429), expired (waited --queue-max-wait: 429), gone (the client left while queued: nothing sent).",
+		"saltus_queue_depth":                   "Requests waiting in a model pool's gateway queue (every engine of the pool full), by model (as saltus_pool_refused_total) and class: the request's priority band, high (priority < 0), normal (0 or none), low (> 0).",
+		"saltus_queue_requests_total":          "Requests of the gateway queues, by model (as saltus_pool_refused_total) and result: queued (every engine of the pool full), dispatched (a slot freed), full (the queue held --queue-max-entries: 429), expired (waited --queue-max-wait: 429), gone (the client left while queued: nothing sent), shutdown (waiting when saltus stopped: 503 shutting_down).",
+		"saltus_queue_wait_seconds":            "How long requests waited in a model pool's gateway queue before a slot freed (dispatched) or their --queue-max-wait passed (expired), by model (as saltus_pool_refused_total) and class (as saltus_queue_depth), in seconds.",
+		"saltus_queue_pools_folded_total":      "Requests counted under model \"(other)\" in the per-pool queue and refusal metrics because 100 pools had series of their own already (the bound on their series).",
 		"saltus_tree_nodes":                    "Nodes of the route table, summed over shards.",
 		"saltus_tree_blocks":                   "Blocks (16-token edges, or 64-byte blocks without a tokenizer) the route table holds, summed over shards.",
 		"saltus_tree_evictions_total":          "Route table nodes removed (LRU under its block bound, TTL expiry, backend removal), summed over shards.",
@@ -146,9 +148,6 @@ type routerMetrics struct {
 	overflow, learned, learnSkipped, learnDropped, learnErrors, clientGone *metrics.Counter
 	footFull, remoteInserted                                               *metrics.Counter
 
-	// poolRefused counts requests refused for their model (pools.go), by
-	// refusedNames.
-	poolRefused [numRefused]*metrics.Counter
 	// adapterOps[op][result]: op 0 load, 1 unload; result 0 ok, 1 error
 	// (adapters.go).
 	adapterOps [2][2]*metrics.Counter
@@ -177,9 +176,6 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		for res, rn := range [2]string{"ok", "error"} {
 			m.adapterOps[op][res] = set.NewCounter(`saltus_adapter_operations_total{op="` + on + `",result="` + rn + `"}`)
 		}
-	}
-	for i, n := range refusedNames {
-		m.poolRefused[i] = set.NewCounter(`saltus_pool_refused_total{reason="` + n + `"}`)
 	}
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))

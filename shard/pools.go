@@ -92,7 +92,7 @@ func (j *job) admit() *apiError {
 // traffic).
 func (j *job) refused(why int) {
 	if j.explain == nil {
-		j.r.m.poolRefused[why].Inc()
+		j.r.refusedFor(j.d.model, why)
 	}
 }
 
@@ -116,15 +116,20 @@ func (r *Router) anyRoutable(p *fleet.Pool) bool {
 	return false
 }
 
-// Pool refusals, the reason label of saltus_pool_refused_total.
+// Pool refusals, the reason label of saltus_pool_refused_total: the
+// answers saltus gives itself for a request's model.
 const (
-	refusedNotFound = iota
-	refusedNoBackend
-	refusedFull
+	refusedNotFound    = iota // 404: no backend serves the model
+	refusedNoBackend          // 503: every backend serving it is down or draining
+	refusedBusy               // 429: its queue's loop was too busy to take it
+	refusedQueueFull          // 429: its queue held Queue.MaxEntries
+	refusedExpired            // 429: it waited Queue.MaxWait
+	refusedEnginesFull        // 429/503: every engine tried refused it as full, its requeues spent
+	refusedShutdown           // 503: saltus stops (StopQueues)
 	numRefused
 )
 
-var refusedNames = [numRefused]string{"model_not_found", "no_backend", "full"}
+var refusedNames = [numRefused]string{"model_not_found", "no_backend", "queue_busy", "queue_full", "queue_expired", "engines_full", "shutting_down"}
 
 // bodyModel returns the top-level "model" string of a JSON object body ("" if
 // the body is not such an object or has none), its last occurrence as the
@@ -190,7 +195,7 @@ func (r *Router) retrievePooled(x exchange, id string) bool {
 	p := ix.Lookup(id)
 	switch {
 	case p == nil:
-		r.m.poolRefused[refusedNotFound].Inc()
+		r.refusedFor(id, refusedNotFound)
 		r.fail(x, routeModels, modelNotFound(id))
 	case !r.anyRoutable(p):
 		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",

@@ -151,8 +151,8 @@ func TestPoolsUnknownModelIs404(t *testing.T) {
 			t.Fatalf("%s: %d %s", path, x.status, x.body)
 		}
 	}
-	if n := e.set.GetOrCreateCounter(`saltus_pool_refused_total{reason="model_not_found"}`).Get(); n != 3 {
-		t.Fatalf("model_not_found counted %d, want 3", n)
+	if n := sample(exposition(t, e), `saltus_pool_refused_total{model="(other)",reason="model_not_found"}`); n != 3 {
+		t.Fatalf("model_not_found counted %v, want 3", n)
 	}
 }
 

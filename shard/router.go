@@ -115,12 +115,13 @@ type Router struct {
 	rr     atomic.Uint32 // Explain's round-robin loop cursor
 	closed atomic.Bool
 
-	peers      Peers                  // cluster peers (cluster.go); nil: none. Set before the loops start
-	fleet      Fleet                  // model pools (pools.go); nil: every backend serves every model. Set before the loops start
-	adapters   chan exchange          // bounded queue of adapter loads and unloads (adapters.go)
-	adminToken atomic.Pointer[string] // SetAdminToken's (adapters.go)
-	queued     atomic.Int64           // requests in every pool's gateway queue (gate.go)
-	gm         gateMetrics
+	peers      Peers                      // cluster peers (cluster.go); nil: none. Set before the loops start
+	fleet      Fleet                      // model pools (pools.go); nil: every backend serves every model. Set before the loops start
+	adapters   chan exchange              // bounded queue of adapter loads and unloads (adapters.go)
+	adminToken atomic.Pointer[string]     // SetAdminToken's (adapters.go)
+	queued     atomic.Int64               // requests in every pool's gateway queue (gate.go)
+	draining   atomic.Bool                // StopQueues was called: nothing waits any more (gate.go)
+	pm         *poolMetrics               // per-pool queue and refusal counts (queuemetrics.go)
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
 	budget     valueBudget                // values being parsed off the loop (offload.go)
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
@@ -155,6 +156,9 @@ type Shard struct {
 	// (gate.go), by model; expired is tickGates' scratch.
 	gates   map[string]*gate
 	expired []*job
+	// queues are the gates' oldest waits as the loop last published
+	// them (publishGates); any goroutine reads them.
+	queues atomic.Pointer[[]gateSnap]
 
 	// Any goroutine.
 	maintained time.Time    // the last maintenance step; owned by the loop
@@ -237,7 +241,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		adapters: make(chan exchange, adaptersQueue),
 	}
 	r.tuned.Store(new(r.pol))
-	r.gm = newGateMetrics(set, func() float64 { return float64(r.queued.Load()) })
+	r.pm = newPoolMetrics(set)
 	r.learn.Store(cfg.LearnFromUsage)
 	r.prioModels.Store(new(slices.Clone(cfg.PriorityModels)))
 	r.decodes = make(chan *job, cfg.DecodeQueue)
@@ -277,6 +281,7 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	}
 	set.RegisterMetricsWriter(r.writeMetrics)
 	set.RegisterMetricsWriter(r.rs.writeMetrics)
+	set.RegisterMetricsWriter(r.pm.writeMetrics)
 	for i := range modelsWorkers {
 		r.group.Go(fmt.Sprintf("shard.models/%d", i), r.modelsWorker)
 	}

@@ -153,6 +153,7 @@
       ttft: hist(d, 'saltus_route_ttft_seconds'),
       inflight: byLabel(d, 'saltus_backend_in_flight', 'backend'),
       pool: byLabel(d, 'saltus_pool_requests_total', 'model'),
+      qwait: histByLabel(d, 'saltus_queue_wait_seconds', 'model'),
       be: {},
     };
     const req = byLabel(d, 'saltus_backend_requests_total', 'backend');
@@ -426,16 +427,48 @@
     return td;
   }
 
+  // queueCells adds a pool's gateway queue to its row: the requests
+  // waiting now (by class in the title and below: h high, n normal, l
+  // low priority), the oldest one's wait, and the p50 / p99 of the waits
+  // of the last minute (saltus_queue_wait_seconds, every class).
+  function queueCells(tr, model, q) {
+    if (!q) {
+      for (let i = 0; i < 3; i++) cell(tr, '–', 'n muted');
+      return;
+    }
+    const by = q.by_class || {};
+    tr.dataset.queued = String(q.depth);
+    tr.dataset.queueDispatched = String(q.dispatched);
+    const d = cell(tr, fmtInt(q.depth), 'n');
+    d.dataset.value = String(q.depth);
+    d.title = 'high ' + (by.high || 0) + ' · normal ' + (by.normal || 0) + ' · low ' + (by.low || 0) +
+      ' — since start: queued ' + q.queued + ', dispatched ' + q.dispatched + ', refused full ' + q.full +
+      ', expired ' + q.expired + ', gone ' + q.gone + (q.shutdown ? ', at shutdown ' + q.shutdown : '');
+    if (q.depth > 0) {
+      d.classList.add('warn');
+      const cls = document.createElement('span');
+      cls.className = 'url';
+      cls.textContent = 'h ' + (by.high || 0) + ' · n ' + (by.normal || 0) + ' · l ' + (by.low || 0);
+      d.appendChild(cls);
+    }
+    cell(tr, q.depth > 0 ? fmtSec(q.oldest_wait_ms / 1000) : '–', 'n').dataset.value = String(q.oldest_wait_ms);
+    const w = windowed((x) => (x.qwait ? x.qwait[model] || null : null), quantileSec);
+    const p50 = quantile(0.5, w.h), p99 = quantile(0.99, w.h);
+    const c = cell(tr, p50 === null ? '–' : fmtSec(p50) + ' / ' + fmtSec(p99), 'n');
+    c.title = 'waits ' + w.scope;
+  }
+
   // renderPools fills the pools table from /admin/dashboard.json's pools
   // (GET /admin/pools): per model its base (an adapter's parent), its
   // backends routable of total, the requests admitted since start and
-  // their rate from the history (saltus_pool_requests_total).
+  // their rate from the history (saltus_pool_requests_total), and its
+  // gateway queue (queueCells).
   function renderPools(pools) {
     const body = $('pools-body');
     const summary = $('pools-summary');
     if (!pools) {
       const tr = document.createElement('tr');
-      cell(tr, 'this saltus does not report model pools', 'muted').colSpan = 5;
+      cell(tr, 'this saltus does not report model pools', 'muted').colSpan = 8;
       body.replaceChildren(tr);
       summary.textContent = '';
       return;
@@ -462,11 +495,21 @@
       else if (pl.routable < total) bc.classList.add('warn');
       cell(tr, fmtInt(pl.requests), 'n').dataset.value = String(pl.requests);
       cell(tr, fmtRate(rate((x) => x.pool[pl.model] || 0, rateSec)), 'n');
+      queueCells(tr, pl.model, pl.queue);
       return tr;
     });
     if (!rows.length) {
       const tr = document.createElement('tr');
-      cell(tr, 'no model known yet: every backend is sent any model', 'muted').colSpan = 5;
+      cell(tr, 'no model known yet: every backend is sent any model', 'muted').colSpan = 8;
+      rows.push(tr);
+    }
+    if (pools.other_queue) {
+      // Requests for models without a pool of their own ("(other)").
+      const tr = document.createElement('tr');
+      tr.dataset.pool = '(other)';
+      cell(tr, '(other models)', 'muted').title = 'models no pool lists (sent to the backends whose models are not known), and pools past the 100th';
+      for (let i = 0; i < 4; i++) cell(tr, '', 'muted');
+      queueCells(tr, '(other)', pools.other_queue);
       rows.push(tr);
     }
     body.replaceChildren(...rows);

@@ -237,6 +237,11 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Errorf("the pools table's llama3 %s: %v, /metrics %s: %v (%v)", name, got, family, want, ok)
 		}
 	}
+	// Its gateway queue: what /metrics has waiting (nothing: the fleet
+	// is not saturated here; the queue's numbers are the e2e tests').
+	if got, want := attr("queued"), metricSum(m, "saltus_queue_depth", `model="llama3"`); got != want {
+		t.Errorf("the pools table's llama3 queued: %v, /metrics saltus_queue_depth: %v", got, want)
+	}
 	if attr("backends") != 3 || attr("requests") != 12 {
 		t.Errorf("the pools table's llama3: %v backends, %v requests; want 3, 12", attr("backends"), attr("requests"))
 	}

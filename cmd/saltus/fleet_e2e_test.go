@@ -189,7 +189,7 @@ func TestServeMixedFleet(t *testing.T) {
 			t.Fatalf("%s while beta is down: %d from %q", model, a.status, a.backend)
 		}
 	}
-	if n := s.metric(t, `saltus_pool_refused_total{reason="no_backend"}`); n < 1 {
+	if n := s.metric(t, `saltus_pool_refused_total{model="org/beta",reason="no_backend"}`); n < 1 {
 		t.Fatalf("no_backend refusals counted %v", n)
 	}
 }

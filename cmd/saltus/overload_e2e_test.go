@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 )
 
@@ -89,12 +93,30 @@ func TestServeFullEngines(t *testing.T) {
 				t.Errorf("none refused with a queue of 1")
 			}
 			m := s.metrics(t)
-			if m["saltus_engine_refusals_total"] < 1 || m[`saltus_queue_requests_total{result="queued"}`] < 1 {
-				t.Errorf("engine refusals %v, queued %v", m["saltus_engine_refusals_total"], m[`saltus_queue_requests_total{result="queued"}`])
+			queued := m[`saltus_queue_requests_total{model="llama3",result="queued"}`]
+			if m["saltus_engine_refusals_total"] < 1 || queued < 1 {
+				t.Errorf("engine refusals %v, queued %v", m["saltus_engine_refusals_total"], queued)
 			}
-			if d := m["saltus_queue_depth"]; d != 0 {
+			if d := metricSum(m, "saltus_queue_depth"); d != 0 {
 				t.Errorf("queue depth %v after the burst", d)
 			}
+			// Every queued request left the queue: dispatched (its wait
+			// observed), or refused as expired; the full ones were never
+			// queued. Each refusal of saltus's own is counted by reason.
+			dispatched := m[`saltus_queue_requests_total{model="llama3",result="dispatched"}`]
+			waits := metricSum(m, "saltus_queue_wait_seconds_count", `model="llama3"`)
+			if dispatched < 1 || waits != dispatched+m[`saltus_queue_requests_total{model="llama3",result="expired"}`] {
+				t.Errorf("queued %v, dispatched %v, waits observed %v", queued, dispatched, waits)
+			}
+			if full := m[`saltus_pool_refused_total{model="llama3",reason="queue_full"}`]; full != float64(refused) {
+				t.Errorf("queue_full refusals %v, want the %d refused", full, refused)
+			}
+			if n := m[`saltus_engine_refusal_outcomes_total{outcome="requeued"}`]; n < 1 {
+				t.Errorf("engine refusals requeued %v, want some", n)
+			}
+			t.Logf("engine refusals: retried %v, requeued %v, refused %v; queue: queued %v, dispatched %v, full %v",
+				m[`saltus_engine_refusal_outcomes_total{outcome="retried"}`], m[`saltus_engine_refusal_outcomes_total{outcome="requeued"}`],
+				m[`saltus_engine_refusal_outcomes_total{outcome="refused"}`], queued, dispatched, m[`saltus_queue_requests_total{model="llama3",result="full"}`])
 		})
 	}
 }
@@ -207,11 +229,12 @@ func TestServeQueuedClientLeaves(t *testing.T) {
 			waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
 		}
 	}
-	waitLong(t, "a request queued", func() bool { return s.metric(t, "saltus_queue_depth") == 1 })
+	waitLong(t, "a request queued", func() bool { return metricSum(s.metrics(t), "saltus_queue_depth") == 1 })
 	before := sim.Stats()
 	conns[2].Close()
 	waitLong(t, "the queued client's removal", func() bool {
-		return s.metric(t, `saltus_queue_requests_total{result="gone"}`) == 1 && s.metric(t, "saltus_queue_depth") == 0
+		m := s.metrics(t)
+		return m[`saltus_queue_requests_total{model="llama3",result="gone"}`] == 1 && metricSum(m, "saltus_queue_depth") == 0
 	})
 	// Nothing more reached the engine: still its two, no new refusal.
 	if st := sim.Stats(); st.Running+st.Waiting != 2 || st.Rejected != before.Rejected {
@@ -255,9 +278,39 @@ func TestServeBackendCap(t *testing.T) {
 			order <- i
 		}()
 	}
-	waitLong(t, "the burst queued", func() bool { return s.metric(t, "saltus_queue_depth") == clients })
+	// The queue by class while the burst waits: half at -10 (high), half
+	// at 10 (low), in /metrics and in GET /admin/pools, whose oldest wait
+	// grows from the loop's next tick.
+	waitLong(t, "the burst queued", func() bool { return metricSum(s.metrics(t), "saltus_queue_depth") == clients })
+	m := s.metrics(t)
+	for class, want := range map[string]float64{"high": clients / 2, "normal": 0, "low": clients / 2} {
+		if got := m[`saltus_queue_depth{model="llama3",class="`+class+`"}`]; got != want {
+			t.Errorf("queue depth of class %s: %v, want %v", class, got, want)
+		}
+	}
+	var q *admin.PoolQueue
+	waitLong(t, "the admin API's queue", func() bool {
+		q = poolOf(t, s.pools(t), "llama3").Queue
+		return q != nil && q.Depth == clients && q.OldestWaitMS > 0
+	})
+	if q.ByClass["high"] != clients/2 || q.ByClass["low"] != clients/2 || q.ByClass["normal"] != 0 || q.Queued < clients {
+		t.Errorf("GET /admin/pools queue: %+v", q)
+	}
 	wg.Wait()
 	close(order)
+	// Every one of them waited, and its wait is in its class's histogram.
+	m = s.metrics(t)
+	for _, class := range []string{"high", "low"} {
+		if got := m[`saltus_queue_wait_seconds_count{model="llama3",class="`+class+`"}`]; got < clients/2 {
+			t.Errorf("waits observed in class %s: %v, want at least %d", class, got, clients/2)
+		}
+		if got := m[`saltus_queue_wait_seconds_sum{model="llama3",class="`+class+`"}`]; !(got > 0) {
+			t.Errorf("wait sum of class %s: %v", class, got)
+		}
+	}
+	if q := poolOf(t, s.pools(t), "llama3").Queue; q.Depth != 0 || q.Dispatched < clients {
+		t.Errorf("GET /admin/pools queue after the burst: %+v", q)
+	}
 	lowFirst := 0
 	rank := 0
 	for i := range order {
@@ -268,5 +321,114 @@ func TestServeBackendCap(t *testing.T) {
 	}
 	if lowFirst > 1 {
 		t.Errorf("%d of the first %d answers were priority 10: want the -10 class first", lowFirst, clients/2)
+	}
+}
+
+// metricSum sums the series of family in m (served.metrics) that have
+// every one of labels (`name="value"`); a family's bare series counts too
+// when no label is asked.
+func metricSum(m map[string]float64, family string, labels ...string) float64 {
+	sum := 0.0
+	for k, v := range m {
+		name, rest, _ := strings.Cut(k, "{")
+		if name != family {
+			continue
+		}
+		have := strings.Split(strings.TrimSuffix(rest, "}"), ",")
+		ok := true
+		for _, l := range labels {
+			ok = ok && slices.Contains(have, l)
+		}
+		if ok {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// poolOf is model's pool in GET /admin/pools.
+func poolOf(t *testing.T, info admin.PoolsInfo, model string) admin.PoolInfo {
+	t.Helper()
+	for _, p := range info.Pools {
+		if p.Model == model {
+			return p
+		}
+	}
+	t.Fatalf("GET /admin/pools has no pool %s: %+v", model, info)
+	return admin.PoolInfo{}
+}
+
+// TestServeShutdownAnswersQueued (issue 30, item 5): when saltus stops,
+// the requests waiting in a gateway queue are answered at once with 503
+// shutting_down and Retry-After in OpenAI's error shape, not held until
+// the drain ends or cut; counted by model and reason.
+func TestServeShutdownAnswersQueued(t *testing.T) {
+	t.Parallel()
+	sim := startSim(t, func(c *vllmsim.Config) {
+		c.Tokenizer, c.ChatTemplate = "", ""
+		c.Speedup, c.MaxTokens = 1, 200 // slow: the engine stays full while the test runs
+		c.MaxNumSeqs, c.MaxWaiting = 1, 1
+	})
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = []string{sim.URL()}
+		c.DrainTimeout = time.Second // the engine's two are cut then
+	})
+	req := func(i, prio int) string {
+		b := fmt.Sprintf(`{"model":"llama3","max_tokens":200,"priority":%d,"messages":[{"role":"user","content":"Request %d, long enough for a few blocks of prompt."}]}`, prio, i)
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+	}
+	// Fill the engine (1 running, 1 waiting), then queue four more.
+	for i := range 2 {
+		c := dialRaw(t, s.addr)
+		c.send(t, req(i, 0))
+		waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
+	}
+	const queued = 4
+	var conns []*rawConn
+	for i := range queued {
+		c := dialRaw(t, s.addr)
+		c.send(t, req(10+i, i%2*-5))
+		conns = append(conns, c)
+		waitLong(t, "the request queued", func() bool { return metricSum(s.metrics(t), "saltus_queue_depth") == float64(i+1) })
+	}
+	rejected := sim.Stats().Rejected
+	t0 := time.Now()
+	s.term()
+	for i, c := range conns {
+		resp, body := c.answer(t, "POST")
+		var e struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    string  `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" ||
+			e.Error.Code != "shutting_down" || e.Error.Type != "server_error" || e.Error.Message == "" ||
+			!strings.Contains(body, `"param":null`) || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("queued request %d at shutdown: %d (Retry-After %q) %s", i, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	if d := time.Since(t0); d > 900*time.Millisecond {
+		t.Errorf("the queued requests were answered %v after SIGTERM: want at once, before the 1 s drain ends", d)
+	}
+	// Counted (the admin listener stops with the drain: its Set read
+	// directly), and nothing more reached the engine.
+	var buf bytes.Buffer
+	s.set.WritePrometheus(&buf)
+	for series, want := range map[string]string{
+		`saltus_queue_requests_total{model="llama3",result="shutdown"}`:    "4",
+		`saltus_pool_refused_total{model="llama3",reason="shutting_down"}`: "4",
+		`saltus_queue_depth{model="llama3",class="high"}`:                  "0",
+		`saltus_queue_depth{model="llama3",class="normal"}`:                "0",
+	} {
+		if !strings.Contains(buf.String(), "\n"+series+" "+want+"\n") {
+			t.Errorf("/metrics: want %s %s", series, want)
+		}
+	}
+	if st := sim.Stats(); st.Rejected != rejected {
+		t.Errorf("the engine refused %d more after SIGTERM", st.Rejected-rejected)
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 )
 
-// errEnginesFull is an Outcome's Err when every candidate refused as full.
-var errEnginesFull = errors.New("backend: every candidate is full")
+// ErrEnginesFull is an Outcome's Err when every candidate refused as full
+// (requeued, or saltus's own 429/503 with Retry-After).
+var ErrEnginesFull = errors.New("backend: every candidate is full")
 
 // EngineLoad is what a backend's engine last reported about its own load
 // on its Prometheus /metrics (vLLM's names: vllm:num_requests_waiting,

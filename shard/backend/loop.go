@@ -542,19 +542,22 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	lr.b = nil
 	lr.i++
 	if lr.i < lr.attempts && !lr.ls.closed {
+		s.refusalOutcomes[refusalRetried].Inc()
 		lr.attempt(now)
 		return
 	}
 	if lr.hooks.Requeue != nil && !gone(lr.sink) && lr.hooks.Requeue() {
 		// The caller queues it until a slot frees (Hooks.Requeue).
-		lr.o.Status, lr.o.Err, lr.o.Requeued = 0, errEnginesFull, true
+		s.refusalOutcomes[refusalRequeued].Inc()
+		lr.o.Status, lr.o.Err, lr.o.Requeued = 0, ErrEnginesFull, true
 		lr.keepBody = true
 		lr.finish(now)
 		return
 	}
 	// Every candidate is full: saltus's own refusal, with the longest
 	// wait they asked for, never a client's wait on a loop.
-	lr.o.Status, lr.o.Err = lr.refusal, errEnginesFull
+	s.refusalOutcomes[refusalRefused].Inc()
+	lr.o.Status, lr.o.Err = lr.refusal, ErrEnginesFull
 	secs := int((lr.refusedFor + time.Second - 1) / time.Second)
 	lr.sink.RespondLoop(lr.refusal, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID},
 		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}},

@@ -799,8 +799,15 @@ func TestLoopEngineFull(t *testing.T) {
 	resp, body = c.read(t)
 	o = e.outcome(t)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" || !strings.Contains(body, `"code":"overloaded"`) ||
-		!strings.Contains(body, "every backend tried is full") || o.Status != 429 {
+		!strings.Contains(body, "every backend tried is full") || o.Status != 429 || o.Err != ErrEnginesFull {
 		t.Fatalf("every candidate full: %d Retry-After %q %s, outcome %+v", resp.StatusCode, resp.Header.Get("Retry-After"), body, o)
+	}
+	// What followed each of the four refusals: the next candidate three
+	// times, saltus's own 429 once (no Requeue hook).
+	for outcome, want := range map[string]uint64{"retried": 3, "requeued": 0, "refused": 1} {
+		if n := counter(e.ms, `saltus_engine_refusal_outcomes_total{outcome="`+outcome+`"}`); n != want {
+			t.Errorf("refusal outcome %s: %d, want %d", outcome, n, want)
+		}
 	}
 	for _, b := range []*Backend{busy, down, good} {
 		if b.InFlight() != 0 {

@@ -27,6 +27,7 @@ func init() {
 		"saltus_backend_request_duration_seconds":   "Time from a request's first send to each backend to the end of its answer (retries included), in seconds.",
 		"saltus_retries_total":                      "Sends to a further candidate backend after a failure before the first byte.",
 		"saltus_engine_refusals_total":              "Engines' 429 and 503 answers before any answer byte (full, not broken): the request went to the next candidate, or saltus answered its own 429/503 with Retry-After when every candidate was full; the engine counts as full for its Retry-After (else 1 s).",
+		"saltus_engine_refusal_outcomes_total":      "What followed each engine refusal (saltus_engine_refusals_total), by outcome: retried (sent to the next candidate engine), requeued (every candidate refused: back to its pool's gateway queue until a slot frees), refused (every candidate refused and its requeues were spent: saltus's own 429/503 with Retry-After).",
 		"saltus_backend_overload_total":             "Requests refused (503) because the backend set had its maximum of requests in flight.",
 		"saltus_proxy_in_flight":                    "Requests in flight through the backend set (bounded by its MaxInFlight).",
 		"saltus_upstream_body_spilled_total":        "Non-streamed answers over --max-response-body, relayed as they came instead of buffered whole.",
@@ -34,3 +35,14 @@ func init() {
 		"saltus_backend_loop_samples_dropped_total": "Latency and status samples of the loop path dropped because the metrics flusher's queue was full.",
 	})
 }
+
+// What followed an engine's refusal, the outcome label of
+// saltus_engine_refusal_outcomes_total.
+const (
+	refusalRetried  = iota // the next candidate was tried
+	refusalRequeued        // Hooks.Requeue took it back
+	refusalRefused         // saltus's own 429/503
+	numRefusalOutcomes
+)
+
+var refusalOutcomeNames = [numRefusalOutcomes]string{"retried", "requeued", "refused"}

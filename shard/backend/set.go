@@ -206,6 +206,9 @@ type Set struct {
 	// refusals counts the engines' 429 and 503 before an answer byte
 	// (engine.go: a full engine, tried again elsewhere).
 	refusals *metrics.Counter
+	// refusalOutcomes counts what followed each refusal, by
+	// refusalOutcomeNames (loop.go's engineRefused).
+	refusalOutcomes [numRefusalOutcomes]*metrics.Counter
 
 	// probeFn is probe; tests replace it before Start.
 	probeFn func(b *Backend, timeout time.Duration) bool
@@ -255,6 +258,9 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 	s.tun.Store(new(cfg.tunables()))
 	s.probeFn = s.probe
 	s.scrapeFn = s.scrape
+	for i, o := range refusalOutcomeNames {
+		s.refusalOutcomes[i] = set.GetOrCreateCounter(`saltus_engine_refusal_outcomes_total{outcome="` + o + `"}`)
+	}
 	for i, r := range scrapeResults {
 		s.scrapes[i] = set.GetOrCreateCounter(`saltus_engine_scrapes_total{result="` + r + `"}`)
 	}

@@ -223,6 +223,16 @@ func (q *Queue[T]) LenBand(b Band) int {
 	return q.bands[b]
 }
 
+// Oldest returns how long the entry queued longest has waited at now; 0
+// when the queue is empty. Loop only.
+func (q *Queue[T]) Oldest(now int64) time.Duration {
+	if q.oldest == none {
+		return 0
+	}
+	now = max(now, q.now) // as clock, without moving it
+	return time.Duration(now - q.entries[q.oldest].arrival)
+}
+
 // Stats returns the queue's counters. Loop only.
 func (q *Queue[T]) Stats() Stats {
 	s := q.stats

@@ -480,6 +480,38 @@ func TestWaited(t *testing.T) {
 	}
 }
 
+func TestOldest(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, nil)
+	if d := q.Oldest(5 * ms); d != 0 {
+		t.Errorf("empty: Oldest = %v", d)
+	}
+	idA, _ := q.Push("a", 5, "t", 1, 1, 100*ms)
+	q.Push("b", -5, "u", 1, 1, 110*ms)
+	for _, tc := range []struct {
+		now  int64
+		want time.Duration
+	}{
+		{130 * ms, 30 * time.Millisecond},
+		{90 * ms, 10 * time.Millisecond}, // a now before the latest seen (110 ms) counts as it; Oldest does not move the clock
+	} {
+		if d := q.Oldest(tc.now); d != tc.want {
+			t.Errorf("Oldest(%d ms) = %v, want %v", tc.now/ms, d, tc.want)
+		}
+	}
+	// Pop takes b (priority -5), the younger: a is still the oldest.
+	if item, _, _ := q.Pop(140 * ms); item != "b" {
+		t.Fatalf("popped %s", item)
+	}
+	if d := q.Oldest(140 * ms); d != 40*time.Millisecond {
+		t.Errorf("after Pop: Oldest = %v, want 40ms", d)
+	}
+	q.Remove(idA)
+	if d := q.Oldest(150 * ms); d != 0 {
+		t.Errorf("emptied: Oldest = %v", d)
+	}
+}
+
 func TestBands(t *testing.T) {
 	t.Parallel()
 	for p, want := range map[int]Band{-5000: High, -1: High, 0: Normal, 1: Low, 1 << 40: Low} {

@@ -1,0 +1,339 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/fleet"
+	"github.com/saltus-lb/saltus/upstream/queue"
+)
+
+// fullPool gives e two healthy backends (0 and 1, from a backend.Set: the
+// fake's are never healthy) that serve model "m" and are full for an
+// hour: a request for "m" waits in its gateway queue. free replaces them
+// with two fresh backends, not full, so the queue dispatches.
+func fullPool(t *testing.T, e *env) (free func()) {
+	t.Helper()
+	fresh := func() []*backend.Backend {
+		s, err := backend.NewSet(backend.DefaultConfig(), nil, metrics.NewSet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		for i := range 2 {
+			if _, err := s.Add(fmt.Sprintf("http://127.0.0.1:%d", 9001+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Snapshot()
+	}
+	snap := fresh()
+	for _, b := range snap {
+		b.MarkFull(time.Now(), time.Hour)
+	}
+	e.up.snap.Store(&snap)
+	e.up.down[0].Store(true) // the fake's state: neither has room
+	e.up.down[1].Store(true)
+	f := &fakeFleet{}
+	f.ix.Store(fleet.NewIndex(snap, map[int][]fleet.Model{0: {card("m", "")}, 1: {card("m", "")}}))
+	e.r.UseFleet(f)
+	return func() {
+		next := fresh()
+		e.up.snap.Store(&next)
+		e.up.down[0].Store(false)
+		e.up.down[1].Store(false)
+	}
+}
+
+// exposition is e's /metrics text (without metadata: the admin listener
+// turns it on, and the e2e tests check the whole exposition's format).
+func exposition(t *testing.T, e *env) string {
+	t.Helper()
+	var buf bytes.Buffer
+	e.set.WritePrometheus(&buf)
+	for _, f := range []string{"saltus_queue_depth", "saltus_queue_wait_seconds", "saltus_queue_requests_total", "saltus_pool_refused_total", "saltus_queue_pools_folded_total"} {
+		if promtext.Help(f) == "" {
+			t.Errorf("%s has no HELP text", f)
+		}
+	}
+	return buf.String()
+}
+
+// sample returns the value of the series named exactly series in text (-1
+// when absent).
+func sample(text, series string) float64 {
+	for l := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// waitUntil polls cond every millisecond for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func chatAt(prio int, i int) string {
+	return fmt.Sprintf(`{"model":"m","priority":%d,"messages":[{"role":"user","content":"question %d, long enough to be a few blocks of prompt"}]}`, prio, i)
+}
+
+// TestQueueMetricsMove: requests that wait in a pool's queue show in its
+// depth by class, leave it when slots free (dispatched, with their waits
+// in the histogram by class), and /metrics says so in a valid exposition.
+func TestQueueMetricsMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 2, backends: 2})
+	free := fullPool(t, e)
+	prios := []int{-5, -1, 0, 0, 0, 7}
+	var xs []*fakeExchange
+	for i, p := range prios {
+		x := newExchange(i%2, "POST", "/v1/chat/completions", chatAt(p, i))
+		xs = append(xs, x)
+		e.loops.run(t, x.loop, func() { e.r.serve(x) })
+	}
+	waitUntil(t, "6 queued", func() bool { return e.r.queued.Load() == int64(len(prios)) })
+	text := exposition(t, e)
+	for class, want := range map[string]float64{"high": 2, "normal": 3, "low": 1} {
+		if got := sample(text, `saltus_queue_depth{model="m",class="`+class+`"}`); got != want {
+			t.Errorf("depth of class %s: %v, want %v\n%s", class, got, want, text)
+		}
+	}
+	if got := sample(text, `saltus_queue_requests_total{model="m",result="queued"}`); got != 6 {
+		t.Errorf("queued %v, want 6", got)
+	}
+	if got := sample(text, `saltus_queue_depth{model="(other)",class="normal"}`); got != 0 {
+		t.Errorf("(other) depth %v, want 0", got)
+	}
+	// The admin API's view: depth by class, and the oldest wait once a
+	// tick has published it.
+	waitUntil(t, "an oldest wait published", func() bool {
+		st, ok := e.r.QueueStatus("m")
+		return ok && st.OldestWait > 0
+	})
+	if st, _ := e.r.QueueStatus("m"); st.Depth != [queue.NumBands]int64{2, 3, 1} || st.Queued != 6 || st.Dispatched != 0 {
+		t.Errorf("QueueStatus %+v", st)
+	}
+	if _, ok := e.r.QueueStatus("nope"); ok {
+		t.Error("QueueStatus of a model never counted: ok")
+	}
+
+	free()
+	for i := range xs {
+		select {
+		case <-e.up.calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d not forwarded after the slots freed", i)
+		}
+	}
+	waitUntil(t, "the queue empty", func() bool { return e.r.queued.Load() == 0 })
+	text = exposition(t, e)
+	for class, want := range map[string]float64{"high": 2, "normal": 3, "low": 1} {
+		if got := sample(text, `saltus_queue_depth{model="m",class="`+class+`"}`); got != 0 {
+			t.Errorf("depth of class %s after: %v", class, got)
+		}
+		if got := sample(text, `saltus_queue_wait_seconds_count{model="m",class="`+class+`"}`); got != want {
+			t.Errorf("waits of class %s: %v, want %v\n%s", class, got, want, text)
+		}
+		if got := sample(text, `saltus_queue_wait_seconds_sum{model="m",class="`+class+`"}`); !(got > 0) {
+			t.Errorf("wait sum of class %s: %v", class, got)
+		}
+	}
+	if got := sample(text, `saltus_queue_requests_total{model="m",result="dispatched"}`); got != 6 {
+		t.Errorf("dispatched %v, want 6", got)
+	}
+	if st, _ := e.r.QueueStatus("m"); st.Depth != [queue.NumBands]int64{} || st.OldestWait != 0 || st.Dispatched != 6 {
+		t.Errorf("QueueStatus after: %+v", st)
+	}
+}
+
+// TestQueueRefusalsCounted: a full queue and an expired wait are refused
+// with 429 and Retry-After in OpenAI's shape, counted by model and reason
+// (and the expired one's wait observed); an unknown model's 404 counts
+// under (other).
+func TestQueueRefusalsCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2, config: func(c *Config) {
+		c.Queue.MaxEntries = 2
+		c.Queue.MaxWait = 100 * time.Millisecond
+	}})
+	fullPool(t, e)
+	var xs []*fakeExchange
+	for i := range 3 {
+		x := newExchange(0, "POST", "/v1/chat/completions", chatAt(0, i))
+		xs = append(xs, x)
+		e.loops.run(t, 0, func() { e.r.serve(x) })
+	}
+	for i, x := range xs {
+		select {
+		case <-x.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d not answered", i)
+		}
+		var body struct {
+			Error struct {
+				Message, Type string
+				Code          *string
+				Param         *string
+			}
+		}
+		if err := json.Unmarshal(x.body, &body); err != nil || x.status != 429 || x.header("Retry-After") == "" ||
+			body.Error.Code == nil || *body.Error.Code != "overloaded" || body.Error.Message == "" {
+			t.Errorf("request %d: %d %s (Retry-After %q)", i, x.status, x.body, x.header("Retry-After"))
+		}
+	}
+	x := newExchange(0, "POST", "/v1/chat/completions", `{"model":"gone-model","messages":[{"role":"user","content":"hi"}]}`)
+	e.loops.run(t, 0, func() { e.r.serve(x) })
+	<-x.done
+	text := exposition(t, e)
+	for series, want := range map[string]float64{
+		`saltus_pool_refused_total{model="m",reason="queue_full"}`:                  1,
+		`saltus_pool_refused_total{model="m",reason="queue_expired"}`:               2,
+		`saltus_queue_requests_total{model="m",result="full"}`:                      1,
+		`saltus_queue_requests_total{model="m",result="expired"}`:                   2,
+		`saltus_queue_wait_seconds_count{model="m",class="normal"}`:                 2,
+		`saltus_queue_wait_seconds_bucket{model="m",class="normal",le="0.05"}`:      0, // waited past MaxWait
+		`saltus_pool_refused_total{model="(other)",reason="model_not_found"}`:       1,
+		`saltus_pool_refused_total{model="m",reason="model_not_found"}`:             0,
+		`saltus_queue_depth{model="m",class="normal"}`:                              0,
+		`saltus_queue_wait_seconds_bucket{model="m",class="normal",le="+Inf"}`:      2,
+		`saltus_queue_requests_total{model="(other)",result="queued"}`:              0,
+		`saltus_pool_refused_total{model="(other)",reason="shutting_down"}`:         0,
+		`saltus_queue_wait_seconds_count{model="m",class="high"}`:                   -1, // never observed: not written
+		`saltus_queue_pools_folded_total`:                                           0,
+		`saltus_pool_refused_total{model="m",reason="engines_full"}`:                0,
+		`saltus_queue_requests_total{model="m",result="queued"}`:                    2,
+		`saltus_queue_requests_total{model="m",result="dispatched"}`:                0,
+		`saltus_queue_requests_total{model="m",result="shutdown"}`:                  0,
+		`saltus_queue_requests_total{model="m",result="gone"}`:                      0,
+		`saltus_pool_refused_total{model="m",reason="no_backend"}`:                  0,
+		`saltus_pool_refused_total{model="m",reason="queue_busy"}`:                  0,
+		`saltus_pool_refused_total{model="(other)",reason="queue_full"}`:            0,
+		`saltus_queue_depth{model="(other)",class="low"}`:                           0,
+		`saltus_queue_requests_total{model="(other)",result="expired"}`:             0,
+		`saltus_pool_refused_total{model="(other)",reason="no_backend"}`:            0,
+		`saltus_queue_depth{model="m",class="high"}`:                                0,
+		`saltus_queue_depth{model="m",class="low"}`:                                 0,
+		`saltus_pool_refused_total{model="(other)",reason="engines_full"}`:          0,
+		`saltus_pool_refused_total{model="(other)",reason="queue_expired"}`:         0,
+		`saltus_pool_refused_total{model="(other)",reason="queue_busy"}`:            0,
+		`saltus_queue_requests_total{model="(other)",result="dispatched"}`:          0,
+		`saltus_queue_requests_total{model="(other)",result="full"}`:                0,
+		`saltus_queue_requests_total{model="(other)",result="gone"}`:                0,
+		`saltus_queue_requests_total{model="(other)",result="shutdown"}`:            0,
+		`saltus_queue_depth{model="(other)",class="high"}`:                          0,
+		`saltus_queue_depth{model="(other)",class="normal"}`:                        0,
+		`saltus_pool_refused_total{model="m",reason="shutting_down"}`:               0,
+		`saltus_queue_wait_seconds_bucket{model="m",class="normal",le="0.1"}`:       0,
+		`saltus_queue_wait_seconds_bucket{model="m",class="normal",le="600"}`:       2,
+		`saltus_queue_wait_seconds_bucket{model="m",class="normal",le="0.0025"}`:    0,
+		`saltus_queue_wait_seconds_bucket{model="(other)",class="normal",le="600"}`: -1,
+	} {
+		if got := sample(text, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
+
+// TestStopQueues: when saltus stops, every queued request is answered at
+// once with 503 shutting_down and Retry-After, counted; a request that
+// would wait from then on is refused the same way.
+func TestStopQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 2, backends: 2})
+	fullPool(t, e)
+	var xs []*fakeExchange
+	for i := range 5 {
+		x := newExchange(i%2, "POST", "/v1/chat/completions", chatAt(i-2, i))
+		xs = append(xs, x)
+		e.loops.run(t, x.loop, func() { e.r.serve(x) })
+	}
+	waitUntil(t, "5 queued", func() bool { return e.r.queued.Load() == 5 })
+	e.r.StopQueues()
+	late := newExchange(1, "POST", "/v1/chat/completions", chatAt(0, 99))
+	e.loops.run(t, 1, func() { e.r.serve(late) })
+	for i, x := range append(xs, late) {
+		select {
+		case <-x.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d not answered after StopQueues", i)
+		}
+		var body struct {
+			Error struct {
+				Message, Type, Code string
+				Param               *string
+			}
+		}
+		if err := json.Unmarshal(x.body, &body); err != nil || x.status != 503 || x.header("Retry-After") != "1" ||
+			body.Error.Code != "shutting_down" || body.Error.Type != "server_error" || body.Error.Message == "" {
+			t.Errorf("request %d: %d %s (Retry-After %q)", i, x.status, x.body, x.header("Retry-After"))
+		}
+	}
+	waitUntil(t, "the queue empty", func() bool { return e.r.queued.Load() == 0 })
+	text := exposition(t, e)
+	for series, want := range map[string]float64{
+		`saltus_queue_requests_total{model="m",result="shutdown"}`:          5,
+		`saltus_pool_refused_total{model="m",reason="shutting_down"}`:       6,
+		`saltus_queue_depth{model="m",class="high"}`:                        0,
+		`saltus_queue_requests_total{model="m",result="dispatched"}`:        0,
+		`saltus_queue_requests_total{model="m",result="queued"}`:            5,
+		`saltus_pool_refused_total{model="(other)",reason="shutting_down"}`: 0,
+	} {
+		if got := sample(text, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
+
+// TestQueueMetricsPoolsBounded: pools past maxMetricPools are counted
+// under (other), and the fold is counted.
+func TestQueueMetricsPoolsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 1})
+	var models []fleet.Model
+	for i := range maxMetricPools + 2 {
+		models = append(models, card(fmt.Sprintf("lora-%03d", i), ""))
+	}
+	f := &fakeFleet{}
+	f.ix.Store(fleet.NewIndex(e.up.Snapshot(), map[int][]fleet.Model{0: models}))
+	e.r.UseFleet(f)
+	for _, m := range models {
+		e.r.refusedFor(m.ID, refusedNoBackend)
+	}
+	e.r.refusedFor("not-listed", refusedNotFound)
+	text := exposition(t, e)
+	for series, want := range map[string]float64{
+		`saltus_pool_refused_total{model="lora-000",reason="no_backend"}`:     1,
+		`saltus_pool_refused_total{model="lora-099",reason="no_backend"}`:     1,
+		`saltus_pool_refused_total{model="lora-100",reason="no_backend"}`:     -1,
+		`saltus_pool_refused_total{model="(other)",reason="no_backend"}`:      2,
+		`saltus_pool_refused_total{model="(other)",reason="model_not_found"}`: 1,
+		`saltus_queue_pools_folded_total`:                                     2,
+	} {
+		if got := sample(text, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if n := len(*e.r.pm.pools.Load()); n != maxMetricPools {
+		t.Errorf("%d pools with series, want %d", n, maxMetricPools)
+	}
+}
