@@ -352,6 +352,8 @@ backend-priority: []
 backend-max-concurrency: []
 queue-max-entries: 1024
 queue-max-wait: 1m
+api-keys-file: ""
+tenant-header: ""
 adapter-updates: true
 adapter-engines: 0
 backend-tls-ca-file: ""
