@@ -140,8 +140,8 @@ func TestFormatDuration(t *testing.T) {
 func TestMask(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"sk-abcdefghijyz": "sk-ab********yz",
-		"short":           "***",
+		"sk-abcdefghijyz":    "sk-ab********yz",
+		"short":              "***",
 		"sk-abc\x01defghijk": "***",
 		"sk-" + string(make([]byte, 0)) + "0123456789012345678901234567890123456789yz": "sk-01" + "********************************" + "yz",
 	} {
