@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/keys"
@@ -287,5 +290,41 @@ func TestKeysHashCommand(t *testing.T) {
 	}
 	if code := run([]string{"keys"}, strings.NewReader(""), &out, &errb); code != 2 {
 		t.Errorf("keys without a command: exit %d", code)
+	}
+}
+
+// TestKeysSIGHUP: a reload (SIGHUP, POST /admin/reload) reads the key
+// file at once, whatever its periodic check would do; a reload whose key
+// file is invalid is refused with the file's error, and the keys in force
+// stay.
+func TestKeysSIGHUP(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, "a")
+	file := keyFile(t, "", keyEntry("old", "sk-old-secret-000", ""))
+	args := []string{"--backend", up.srv.URL, "--api-keys-file", file, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--shards", "2"}
+	cfg, _, err := loadServeConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Keys.Interval = time.Hour // only the reload reads the file
+	s := startServeCfg(t, cfg, args)
+	auth := func(secret string) int {
+		return s.chat(t, keyChat, "Authorization", "Bearer "+secret).status
+	}
+	if st := auth("sk-old-secret-000"); st != 200 {
+		t.Fatalf("old key: %d", st)
+	}
+	keyFile(t, file, keyEntry("new", "sk-new-secret-000", ""))
+	s.signals <- syscall.SIGHUP
+	waitLong(t, "the new key after SIGHUP", func() bool { return auth("sk-new-secret-000") == 200 })
+	if st := auth("sk-old-secret-000"); st != 401 {
+		t.Fatalf("removed key after SIGHUP: %d", st)
+	}
+	keyFile(t, file, "- name: bad\n  hash: sk-plaintext\n")
+	if a := s.adm(t, "POST", "/admin/reload", ""); a.status != 400 || !strings.Contains(a.body, "keys[0].hash") {
+		t.Fatalf("reload with an invalid key file: %d %s", a.status, a.body)
+	}
+	if st := auth("sk-new-secret-000"); st != 200 {
+		t.Fatalf("after an invalid key file: %d", st)
 	}
 }
