@@ -31,6 +31,7 @@ import (
 	"github.com/saltus-lb/saltus/discovery/kube"
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/gossip/wire"
+	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
@@ -93,6 +94,9 @@ type Config struct {
 	// to its model).
 	Discovery string
 	K8s       kube.Config
+	// Keys are the API keys clients must present (keys.Config: a file
+	// and/or SALTUS_API_KEYS); off by default.
+	Keys keys.Config
 }
 
 // DiscoveryK8s is Config.Discovery's value for Kubernetes EndpointSlices.
@@ -105,7 +109,7 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(),
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(),
 		BackendModels:         []string{}, // as a config file's `backend-models: []` decodes
 		PriorityBackends:      []string{},
 		BackendMaxConcurrency: []string{},
@@ -123,6 +127,7 @@ type Path struct {
 	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
 	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
 	Fleet    *fleet.Fleet   // the model pools
+	Keys     *keys.Ring     // the API keys (off unless Config.Keys says)
 	State    *state.Saver   // nil without Config.State.Dir
 	// Static owns the configured backends (Config.Backends): Reload's
 	// SyncBackends keeps them equal to the file's list.
@@ -316,6 +321,13 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		logger.Info("no tokenizer: byte-block mode (64-byte blocks of the rendered prompt)")
 	}
 
+	// The keys first of the fallible steps that register metrics: an
+	// invalid key list is the commonest start error here.
+	ring, err := keys.New(cfg.Keys, logger, set)
+	if err != nil {
+		return nil, err
+	}
+
 	// reactor, backend and shard add their own component attribute.
 	bset, err := backend.NewSet(cfg.Backend, logger, set)
 	if err != nil {
@@ -397,10 +409,11 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		return nil, err
 	}
 	router.UseFleet(fl)
+	router.UseKeys(ring)
 	router.SetAdminToken(cfg.AdminToken)
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
-	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
+	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Keys: ring, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
 		Cluster: node, State: saver, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
 		logger: logger.With("component", "dataplane")}
 	if watches != nil {
@@ -409,6 +422,9 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		p.Routes = routesAPI{router, node, p}
 	}
 	sources.Go("backends.reap", p.reap)
+	if ring.Enabled() {
+		sources.Go("keys.watch", ring.Watch) // the key file, read again when it changes
+	}
 	sources.Go("fleet", fl.Run)
 	// The first round of GET /v1/models before anything listens: a
 	// request that came before it could go to a backend whose models
@@ -538,6 +554,11 @@ func (p *Path) Retune(cfg Config) error {
 		return err // nothing applied
 	}
 	p.Router.SetAdminToken(cfg.AdminToken)
+	// The key file is read again on every reload, whatever its stat says
+	// (its own watch reads it when it changes): an invalid one keeps the
+	// keys in force, logged and counted by the Ring, and fails nothing
+	// else of the reload. Its path is fixed until a restart.
+	_, _ = p.Keys.Reload()
 	st := settingsOf(cfg)
 	p.live.Store(&st)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))

@@ -187,6 +187,11 @@ type Config struct {
 	// an idle session stays pinned. Default 1 h.
 	Sessions   int
 	SessionTTL time.Duration
+	// TenantHeader is a request header whose value names the request's
+	// tenant for the gateway queue's fair share when it has neither an
+	// API key nor a bearer token or x-api-key (whose hash is the tenant
+	// then). "" (the default): such requests share one anonymous tenant.
+	TenantHeader string
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
@@ -285,5 +290,23 @@ func (c Config) Validate() error {
 	if c.DecodeQueue < 1 {
 		errs = append(errs, fmt.Errorf("shard: DecodeQueue must be at least 1, got %d", c.DecodeQueue))
 	}
+	if !headerToken(c.TenantHeader) {
+		errs = append(errs, fmt.Errorf("shard: TenantHeader must be a header name (letters, digits, '-', '_'), got %q", c.TenantHeader))
+	}
 	return errors.Join(errs...)
+}
+
+// headerToken reports whether s is "" or a plain header name: letters,
+// digits, '-' and '_', at most 128 bytes.
+func headerToken(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -81,6 +81,10 @@
 //     outbox); ApplyRemote, Restore, Recent and Saved run on gossip's or
 //     the state saver's goroutines and reach the trees only by posting
 //     to the owner loops (at most 256 routes per message).
+//   - API keys (keys.go, optional): the key set is package keys'
+//     immutable snapshot behind an atomic pointer, its limiters atomics
+//     shared by every loop; serve looks the key up before any body work,
+//     with no lock and no message.
 //   - Counters are atomics; Serve is loop only, Explain, RouteStats and
 //     Close any goroutine but a loop.
 package shard

@@ -17,8 +17,9 @@ import (
 // its pool's queue, instead of being refused or retried in a loop. A
 // pool's queue lives on one loop (the model's hash mod loops) and is
 // reached by its mailbox; it orders by the request's `priority` (vLLM's
-// field, lower first), then fair share between tenants (the bearer
-// token's hash), then arrival (upstream/queue). A slot freed by an
+// field, lower first), then fair share between tenants (Router.tenantOf:
+// the API key's name, weighted, else the bearer token's hash), then
+// arrival (upstream/queue). A slot freed by an
 // answer on one of the pool's engines posts a dispatch to that loop (an
 // event, no polling); the loop's tick dispatches what became free when a
 // full engine's Retry-After passed, and refuses what waited past
@@ -50,24 +51,40 @@ func (r *Router) saturated(p *fleet.Pool) bool {
 	return false
 }
 
-// tenantOf is the request's tenant for fair share: the hash of its
-// Authorization header, else of its x-api-key ("" for none: the
-// anonymous clients share one share).
-func tenantOf(x exchange) string {
-	if x == nil {
-		return ""
+// tenantOf is the request's tenant for fair share, and its weight: its
+// API key's name and weight when keys are on; else the hash of its
+// Authorization header, else of its x-api-key; else the value of
+// Config.TenantHeader (cut to maxTenantLen); else "" (the anonymous
+// clients share one share), each of weight 1.
+func (r *Router) tenantOf(j *job) (string, float64) {
+	if j.key != nil {
+		return j.key.Name, j.key.Weight
 	}
-	a := x.Request().HeaderValue("Authorization")
+	if j.x == nil {
+		return "", 1
+	}
+	req := j.x.Request()
+	a := req.HeaderValue("Authorization")
 	if a == "" {
-		a = x.Request().HeaderValue("X-Api-Key") // Anthropic's clients send their key so
+		a = req.HeaderValue("X-Api-Key") // Anthropic's clients send their key so
 	}
 	if a == "" {
-		return ""
+		if r.cfg.TenantHeader != "" {
+			if v := req.HeaderValue(r.cfg.TenantHeader); v != "" {
+				// "h:" keeps it apart from the hashes (base 36, no ':').
+				return "h:" + v[:min(len(v), maxTenantLen)], 1
+			}
+		}
+		return "", 1
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(a)) // a hash.Hash never fails
-	return strconv.FormatUint(h.Sum64(), 36)
+	return strconv.FormatUint(h.Sum64(), 36), 1
 }
+
+// maxTenantLen bounds a tenant named by Config.TenantHeader: the queue
+// keeps it as a map key while the tenant has requests queued.
+const maxTenantLen = 256
 
 // enqueue queues j in its pool's gate; resume continues it once
 // dispatched (on its own loop). On j's connection loop (its gone hook is
@@ -91,7 +108,7 @@ func (j *job) enqueue(resume func()) {
 		return
 	}
 	j.resume = resume
-	j.tenant = tenantOf(j.x)
+	j.tenant, j.weight = r.tenantOf(j)
 	owner := r.gateLoop(j.d.model)
 	// A client that leaves while queued is taken out at once: nothing is
 	// sent upstream for it. (The forward sets its own hook when it goes.)
@@ -122,7 +139,7 @@ func (r *Router) gatePush(owner int, j *job) {
 	}
 	g.pool = j.pool
 	now := r.now()
-	id, ok := g.q.Push(j, j.d.priority, j.tenant, 1, 1, now)
+	id, ok := g.q.Push(j, j.d.priority, j.tenant, j.weight, 1, now)
 	if !ok {
 		g.m.results[resFull].Add(1)
 		g.m.refused[refusedQueueFull].Add(1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/internal/jsonscan"
+	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -103,6 +104,11 @@ type job struct {
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64
+	// key is the request's API key (keys.go; nil: keys off), ks its
+	// accounting, weight its fair-share weight in its gate.
+	key    *keys.Key
+	ks     keyState
+	weight float64
 
 	// Room for the common case, so that a request is one allocation
 	// rather than several: the keys of a prompt up to 64 blocks, its
@@ -263,6 +269,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	switch {
 	case res.Reason == tokenpool.ReasonNone && !res.Cut.On:
 		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res.IDs, bs)
+		j.keyTokenized(len(res.IDs)) // an API key's reservation, to the exact count (keys.go)
 		for i, e := range res.Ends {
 			if j.msgEnd[i] && e/bs > 0 {
 				j.bounds = append(j.bounds, e/bs)
@@ -473,6 +480,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		if o.Err == backend.ErrEnginesFull {
 			r.refusedFor(j.d.model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
 		}
+		j.keyDone(o.Status, o.Usage) // an API key's tokens (keys.go)
 		if j.pool != nil {
 			r.kickGate(j.d.model) // a slot freed: a queued request may go
 		}
@@ -486,7 +494,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		j.pin.release()
 		r.m.request(j.route, o.Status)
 		j.settle(o)
-	}, Usage: j.wantsUsage()}
+	}, Usage: j.wantsUsage() || j.key != nil}
 	if j.pool != nil && j.requeues < maxRequeues {
 		h.Requeue = func() bool { return true }
 	}

@@ -47,6 +47,11 @@ func (r *Router) UseFleet(f Fleet) { r.fleet = f }
 // backend. Any goroutine (it reads atomics only).
 func (j *job) admit() *apiError {
 	r := j.r
+	if j.key != nil {
+		if e := j.admitKey(); e != nil { // the key's models and limits (keys.go)
+			return e
+		}
+	}
 	if r.fleet == nil || j.d.model == "" {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard/backend"
@@ -117,6 +118,7 @@ type Router struct {
 
 	peers      Peers                      // cluster peers (cluster.go); nil: none. Set before the loops start
 	fleet      Fleet                      // model pools (pools.go); nil: every backend serves every model. Set before the loops start
+	keys       *keys.Ring                 // API keys (keys.go); nil: off. Set before the loops start
 	adapters   chan exchange              // bounded queue of adapter loads and unloads (adapters.go)
 	adminToken atomic.Pointer[string]     // SetAdminToken's (adapters.go)
 	queued     atomic.Int64               // requests in every pool's gateway queue (gate.go)
@@ -329,6 +331,16 @@ func (r *Router) serve(x exchange) {
 			msg: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
 			reactor.Header{Name: "Allow", Value: allow})
 		return
+	}
+	// API keys (keys.go): before any work on the body. The adapter
+	// endpoints keep the admin token.
+	var key *keys.Key
+	if r.keys != nil && rt != routeAdapters {
+		if key = r.authenticate(x, rt); key == nil {
+			return
+		}
+	}
+	switch {
 	case rt == routeAdapters:
 		select {
 		case r.adapters <- x:
@@ -338,6 +350,9 @@ func (r *Router) serve(x exchange) {
 		}
 		return
 	case rt == routeModels:
+		if key != nil {
+			x = &keyHolder{exchange: x, key: key} // the list shows only its models
+		}
 		select {
 		case r.models <- x:
 		default:
@@ -347,6 +362,9 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	j := &job{r: r, x: x, req: req, route: rt, loop: x.Loop()}
+	if key != nil {
+		j.key, j.x = key, &keyedExchange{exchange: x, j: j}
+	}
 	j.session = r.sessionOf(req)
 	if rt == routeResponseID {
 		j.d.prevID, _, _ = responsePathID(req.Path) // classify matched it
@@ -362,11 +380,11 @@ func (r *Router) serve(x exchange) {
 		// is read, for its pool. prefix and consistent_hash send it to
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
-		if r.fleet != nil {
+		if r.fleet != nil || key != nil {
 			j.d.model = bodyModel(req.Body)
 		}
 		if e := j.admit(); e != nil {
-			r.fail(x, rt, e)
+			r.fail(j.x, rt, e)
 			return
 		}
 		if j.waitFull {
@@ -377,11 +395,11 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	if e := j.prepare(req.Body, &r.shards[j.loop].dec); e != nil {
-		r.fail(x, rt, e)
+		r.fail(j.x, rt, e)
 		return
 	}
 	if e := j.admit(); e != nil {
-		r.fail(x, rt, e)
+		r.fail(j.x, rt, e)
 		return
 	}
 	if j.waitFull {
@@ -503,6 +521,11 @@ func (r *Router) modelsWorker(ctx context.Context) {
 			}
 		case x := <-r.models:
 			if id := modelPathID(x.Request().Path); id != "" {
+				if k := r.modelsKey(x); k != nil && !k.Allows(id) {
+					r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
+						msg: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", id)})
+					continue
+				}
 				if r.fleet == nil || !r.retrievePooled(x, id) {
 					r.retrieveModel(ctx, x, id) // GET /v1/models/{id} (models.go)
 				}
@@ -520,6 +543,9 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				c, cancel := context.WithTimeout(ctx, modelsTimeout)
 				body, err = r.up.Models(c)
 				cancel()
+			}
+			if k := r.modelsKey(x); k != nil && k.Restricted() && err == nil {
+				body = filterModels(body, k) // only the models the key may use
 			}
 			if errors.Is(err, backend.ErrNoCandidate) {
 				// Not an empty list: that would say the model does not exist.

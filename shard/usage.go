@@ -38,7 +38,10 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 // nothing (1-3 µs of CPU per streamed request, round_robin against
 // nginx in bench/nginx-compare.sh's setup). On the deciding loop.
 func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
-	if !r.learn.Load() || !j.d.stream || j.d.includeUsage || !j.wantsUsage() {
+	// A keyed request's tokens are charged from its usage (keys.go),
+	// under every policy and whether or not saltus learns from it.
+	keyed := j.key != nil && (j.route == routeChat || j.route == routeCompletions)
+	if !j.d.stream || j.d.includeUsage || !(keyed || r.learn.Load() && j.wantsUsage()) {
 		return body
 	}
 	out, ok := backend.InjectIncludeUsage(j.req.SpareBody(len(body)+backend.MaxInjectGrowth), body)

@@ -2,8 +2,8 @@
 //
 // This file stays thin: it parses the subcommand and its flags, builds the
 // component configs and runs them. Subcommands land with their issues; today
-// there are `serve`, `sim`, `bench`, `demo`, `tokenize`, `cluster-key` and
-// `version`.
+// there are `serve`, `sim`, `bench`, `demo`, `tokenize`, `cluster-key`,
+// `keys` and `version`.
 //
 // Goroutines: main's own runs the subcommand and waits for it; `serve`
 // starts the data plane (dataplane.Start: the reactor's event loops, each
@@ -42,6 +42,7 @@ Commands:
   bench     compare routing policies on simulated (or real) engines; writes a report
   tokenize  encode text (or chat messages, --chat) to token ids with a HuggingFace tokenizer.json
   cluster-key  print a new random key for serve --cluster-key-file
+  keys      hash an API key's secret for serve --api-keys-file (saltus keys hash < secret), or make a new one
   version   print the version and build information
   help      print this help
 `
@@ -72,6 +73,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, gossip.NewKey())
 		return 0
+	case "keys":
+		return runKeys(args[1:], stdin, stdout, stderr)
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -152,6 +152,11 @@ var serveKeys = []serveKey{
 		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
 	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
 		help: "`duration` a request may wait in its pool's gateway queue for an engine with room; past it: 429 with Retry-After"},
+	{key: "api-keys-file", bind: func(c *serveConfig) value { return strV{&c.Keys.File} },
+		help: "`path` of the API keys clients must present (Authorization: Bearer or x-api-key), a YAML or JSON list of name, hash (sha256:<hex> of the secret: saltus keys hash), models, rpm, tpm, weight; " +
+			"read again within 2s of a change and on every reload; SALTUS_API_KEYS may hold more in the same format; empty and no SALTUS_API_KEYS: no keys (every request served)"},
+	{key: "tenant-header", bind: func(c *serveConfig) value { return strV{&c.Router.TenantHeader} },
+		help: "request `header` whose value names the tenant a request's fair share in its pool's gateway queue is counted under, for requests without an API key, bearer token or x-api-key; empty: those share one anonymous tenant"},
 	{key: "adapter-updates", bind: func(c *serveConfig) value { return boolV{&c.Router.AdapterUpdates} },
 		help: "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter for the fleet (forwarded to the engines of the adapter's base model, behind --admin-token when set); false: 404"},
 	{key: "adapter-engines", bind: func(c *serveConfig) value { return intV{&c.Router.AdapterEngines} },
@@ -478,6 +483,15 @@ func (c serveConfig) Validate() error {
 	if err := c.Fleet.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
+	if err := checkKeys(c.Keys); err != nil {
+		errs = append(errs, err)
+	}
+	for i := 0; i < len(c.Router.TenantHeader); i++ {
+		if b := c.Router.TenantHeader[i]; !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_') || i >= 128 {
+			bad("tenant-header", "want a header name (letters, digits, '-', '_'; at most 128), got %.40q", c.Router.TenantHeader)
+			break
+		}
+	}
 	switch c.Discovery {
 	case "":
 		for _, k := range []struct{ key, v string }{{"k8s-service", c.K8s.Service}, {"k8s-namespace", c.K8s.Namespace}, {"k8s-port-name", c.K8s.PortName}, {"k8s-kubeconfig", c.K8s.Kubeconfig},
@@ -609,6 +623,9 @@ func loadServeConfig(args []string, out io.Writer) (cfg serveConfig, dryRun bool
 	// arguments, parsed again onto cfg (they parsed once: no error).
 	if err := newServeFlags(io.Discard, &cfg).fs.Parse(args); err != nil {
 		return cfg, false, fmt.Errorf("BUG: flags parsed twice disagree: %v", err)
+	}
+	if env := os.Getenv(keysEnv); env != "" {
+		cfg.Keys.Env = []byte(env)
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })

@@ -353,6 +353,8 @@ model-priority: []
 backend-max-concurrency: []
 queue-max-entries: 1024
 queue-max-wait: 1m
+api-keys-file: ""
+tenant-header: ""
 adapter-updates: true
 adapter-engines: 0
 backend-tls-ca-file: ""

@@ -1,0 +1,11 @@
+package keys
+
+import (
+	"testing"
+
+	"github.com/saltus-lb/saltus/rules/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	leakcheck.Main(m)
+}
