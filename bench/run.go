@@ -232,12 +232,13 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 				path, body := requestBody(req, model)
 				at := time.Since(start)
 				url := cfg.URLs[int((turn.Add(1)-1)%uint64(len(cfg.URLs)))]
-				o := client.Do(ctx, url+path, body)
+				o := client.DoAs(ctx, url+path, body, req.Key)
 				if ctx.Err() != nil {
 					return // cut by the end of the run: not a sample
 				}
 				s := SampleOf(req.Tag, at, o)
-				s.Model = model
+				s.Model, s.Priority, s.Key = model, req.Priority, req.Key
+				s.Late = req.At > 0 && at-req.At > lateSend
 				if k := cfg.TimeScale; k > 0 && k != 1 {
 					s.At = time.Duration(float64(s.At) * k)
 					s.TTFT = time.Duration(float64(s.TTFT) * k)
@@ -258,6 +259,11 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 	return samples
 }
 
+// lateSend is how long after its time (Request.At) an open-loop request
+// may be sent before it counts as late (Sample.Late): every user was
+// busy, so the load was less open than the workload asked.
+const lateSend = 20 * time.Millisecond
+
 // requestBody is the streamed OpenAI request for req.
 func requestBody(req Request, model string) (path string, body []byte) {
 	type streamOptions struct {
@@ -268,10 +274,11 @@ func requestBody(req Request, model string) (path string, body []byte) {
 		Messages      []Message     `json:"messages,omitempty"`
 		Prompt        string        `json:"prompt,omitempty"`
 		MaxTokens     int           `json:"max_tokens,omitempty"`
+		Priority      int           `json:"priority,omitempty"`
 		Stream        bool          `json:"stream"`
 		StreamOptions streamOptions `json:"stream_options"`
 	}
-	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, Stream: true, StreamOptions: streamOptions{true}}
+	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, Priority: req.Priority, Stream: true, StreamOptions: streamOptions{true}}
 	path = "/v1/chat/completions"
 	if len(req.Messages) == 0 {
 		c.Prompt, path = req.Prompt, "/v1/completions"

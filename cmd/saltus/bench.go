@@ -37,6 +37,7 @@ type benchOptions struct {
 	quick         bool
 	overheadPairs int
 	samples       bool
+	rate          float64 // --rate, simulated time
 	wl            workload.Options
 	sim           vllmsim.Config
 	simf          simFlags
@@ -82,6 +83,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
 	fs.BoolVar(&o.samples, "samples", false, "also write samples.jsonl into --out: one JSON line per request (workload, policy, sent at, TTFT, latency, tokens, cached tokens, backend, class, error; simulated time)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
+	fs.Float64Var(&o.rate, "rate", 6, "workload saturation: open-loop arrivals a second of simulated time, `rate` (6: about 1.1 × what 4 engines of --max-num-seqs 2 answer with profile a100-13b and --max-tokens 50); each user sends the next arrival when free, so --users bounds the requests in flight (default 256 with saturation)")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
 	fs.StringVar(&o.fleets, "fleet", bench.SingleLayout, "engine `layouts` to run in turn, comma-separated: single (--backends engines, each serving --model and --lora-modules); "+
 		"mixed (5 engines given to saltus by URL only: "+workload.ModelAlpha+" on e0-e2, its LoRA adapter "+workload.ModelAlphaTuned+" on e0-e1, "+workload.ModelBeta+" on e3-e4); "+
@@ -144,6 +146,26 @@ func (o *benchOptions) applyDemo(set map[string]bool) {
 	if !set["workloads"] && o.fleets != bench.SingleLayout {
 		o.workloads = "mixed"
 	}
+}
+
+// applySaturation gives the saturation workload enough users that its
+// arrivals stay open loop (each user holds one request in flight: a
+// saturated fleet's queue holds many) unless --users is given.
+func (o *benchOptions) applySaturation(set map[string]bool) {
+	if set["users"] || !o.runs("saturation") {
+		return
+	}
+	o.users = 256
+}
+
+// runs reports whether --workloads names workload.
+func (o *benchOptions) runs(workload string) bool {
+	for name := range strings.SplitSeq(o.workloads, ",") {
+		if strings.TrimSpace(name) == workload {
+			return true
+		}
+	}
+	return false
 }
 
 // benchPlan is one fleet layout's runs.
@@ -244,6 +266,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	// Think times are real time: scale them with the engines' clock.
 	o.wl.ThinkMin = time.Duration(float64(o.wl.ThinkMin) / o.sim.Speedup)
 	o.wl.ThinkMax = time.Duration(float64(o.wl.ThinkMax) / o.sim.Speedup)
+	o.wl.Rate = o.rate * o.sim.Speedup // arrivals a second of real time
 	if o.sim.Tokenizer == "" {
 		// Byte-block engines count 4 bytes a token; a generated word
 		// and its space average 6 bytes.
@@ -351,6 +374,9 @@ func (o *benchOptions) setup() map[string]string {
 		"time per request": "TTFT and latency as the client saw them",
 		"engine scrape":    "off",
 	}
+	if o.runs("saturation") {
+		m["saturation arrivals"] = fmt.Sprintf("%g a second of simulated time (%g real), Poisson, open loop while a user is free", o.rate, o.rate*o.sim.Speedup)
+	}
 	if iv := o.scrapeInterval(); iv > 0 && o.target == "" {
 		m["engine scrape"] = "every " + iv.String() + " (real time) by each saltus started"
 	}
@@ -421,6 +447,7 @@ func parseBench(name string, args []string, stderr io.Writer, o *benchOptions) i
 	o.given = set
 	o.applyQuick(set)
 	o.applyDemo(set)
+	o.applySaturation(set)
 	return -1
 }
 
@@ -505,6 +532,9 @@ func tables(rep *bench.Report) string {
 		fmt.Fprintf(&b, "%s\n%s\n", s.Workload, bench.Table(runs))
 		if t := bench.ModelTable(runs); t != "" {
 			fmt.Fprintf(&b, "%s by model\n%s\n%s\n", s.Workload, t, bench.EngineTable(runs))
+		}
+		if t := bench.OverloadTable(runs); t != "" {
+			fmt.Fprintf(&b, "%s under overload\n%s\n", s.Workload, t)
 		}
 	}
 	if t := bench.PoolTable(rep.Runs); t != "" {
