@@ -34,6 +34,9 @@ type Sample struct {
 	Priority int    `json:"priority,omitempty"`
 	Key      string `json:"key,omitempty"`
 	Late     bool   `json:"late,omitempty"`
+	// Cut: the request was still in flight at the end of the run (and
+	// its drain): no answer. Summarize counts it apart (Summary.Cut).
+	Cut bool `json:"cut,omitempty"`
 }
 
 // SampleOf turns a client Outcome sent at `at` into a Sample.
@@ -63,6 +66,9 @@ type Summary struct {
 	// Duration is the measured span (first send to last answer).
 	Duration time.Duration `json:"duration_ns"`
 	Requests int           `json:"requests"`
+	// Cut counts the requests still in flight at the end of the run
+	// (Sample.Cut), which are in no other count but Overload's.
+	Cut int `json:"cut,omitempty"`
 	// Errors counts failed requests (any non-2xx, transport error, bad
 	// stream); Incomplete those among them whose stream ended early.
 	Errors     int `json:"errors"`
@@ -165,6 +171,9 @@ func SummarizeModels(samples []Sample, engines []string, served map[string][]str
 	}
 	accs := map[string]*acc{}
 	for _, x := range samples {
+		if x.Cut {
+			continue // no answer: nothing to say about its model's pool
+		}
 		a := accs[x.Model]
 		if a == nil {
 			a = &acc{ModelSummary: ModelSummary{PerEngine: make([]int, len(engines))}}
@@ -220,7 +229,7 @@ type ClassSummary struct {
 // Summarize computes a run's summary from its samples; backends are the
 // run's backend URLs (so that one that got nothing counts in the spread).
 func Summarize(workload, policy string, backends []string, samples []Sample) Summary {
-	s := Summary{Workload: workload, Policy: policy, Requests: len(samples), PerBackend: map[string]int{}}
+	s := Summary{Workload: workload, Policy: policy, PerBackend: map[string]int{}}
 	for _, b := range backends {
 		s.PerBackend[b] = 0
 	}
@@ -229,6 +238,11 @@ func Summarize(workload, policy string, backends []string, samples []Sample) Sum
 	var first, last time.Duration = math.MaxInt64, 0
 	classes := map[string][]Sample{}
 	for _, x := range samples {
+		if x.Cut {
+			s.Cut++
+			continue
+		}
+		s.Requests++
 		first = min(first, x.At)
 		last = max(last, x.At+x.Latency)
 		if x.Err != "" {
@@ -307,8 +321,10 @@ type Overload struct {
 type Outcomes struct {
 	Requests int `json:"requests"`
 	// OK counts whole 200 streams; Failed the others, by status ("429",
-	// "503"), "none" for no answer and "cut" for a 2xx whose stream
-	// failed; RetryAfter the non-2xx answers that carried Retry-After.
+	// "503"), "none" for no answer, "cut" for a 2xx whose stream failed
+	// and "unfinished" for a request still in flight at the end of the
+	// run (Sample.Cut); RetryAfter the non-2xx answers that carried
+	// Retry-After.
 	OK         int            `json:"ok"`
 	Failed     map[string]int `json:"failed,omitempty"`
 	RetryAfter int            `json:"retry_after"`
@@ -335,7 +351,7 @@ func SummarizeOverload(samples []Sample, span time.Duration) *Overload {
 	for _, x := range samples {
 		priorities = priorities || x.Priority != 0
 		tenants = tenants || x.Key != ""
-		interesting = interesting || x.Err != "" || x.Priority != 0 || x.Key != ""
+		interesting = interesting || x.Err != "" || x.Priority != 0 || x.Key != "" // a Cut one has an Err
 	}
 	if !interesting {
 		return nil
@@ -378,6 +394,8 @@ func outcomes(xs []Sample, span time.Duration) Outcomes {
 	var ttft, lat []time.Duration
 	for _, x := range xs {
 		switch {
+		case x.Cut:
+			o.fail("unfinished")
 		case x.Err == "":
 			o.OK++
 			ttft = append(ttft, x.TTFT)

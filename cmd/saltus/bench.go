@@ -38,6 +38,7 @@ type benchOptions struct {
 	overheadPairs int
 	samples       bool
 	rate          float64 // --rate, simulated time
+	drain         time.Duration
 	wl            workload.Options
 	sim           vllmsim.Config
 	simf          simFlags
@@ -78,6 +79,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE")
 	fs.IntVar(&o.users, "users", 30, "closed-loop simulated users, `count`")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured `time` per policy and workload")
+	fs.DurationVar(&o.drain, "drain", 0, "real `time` the requests in flight when a run's --duration ends get to finish, nothing new being sent (0: they are cut; 90s with --workloads saturation unless given): a saturated fleet's queued requests are its slowest, so cutting them hides its tail")
 	fs.StringVar(&o.out, "out", "bench-results", "`directory` for report.md, results.json and the PNG plots")
 	fs.BoolVar(&o.quick, "quick", false, "a run of about a minute: 4 engines, 16 users, 12 s per policy, --speedup 10 (flags given still win)")
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
@@ -150,12 +152,26 @@ func (o *benchOptions) applyDemo(set map[string]bool) {
 
 // applySaturation gives the saturation workload enough users that its
 // arrivals stay open loop (each user holds one request in flight: a
-// saturated fleet's queue holds many) unless --users is given.
+// saturated fleet's queue holds many) and a drain long enough for every
+// queued request to be answered, unless --users or --drain is given.
 func (o *benchOptions) applySaturation(set map[string]bool) {
-	if set["users"] || !o.runs("saturation") {
+	if !o.runs("saturation") {
 		return
 	}
-	o.users = 256
+	if !set["users"] {
+		o.users = 256
+	}
+	if !set["drain"] {
+		o.drain = 90 * time.Second // serve's --queue-max-wait (1m) and an answer
+	}
+}
+
+// drainNote says how a run ends: its requests in flight cut, or drained.
+func drainNote(d time.Duration) string {
+	if d <= 0 {
+		return "; requests in flight then are cut"
+	}
+	return "; requests in flight then get " + d.String() + " to finish"
 }
 
 // runs reports whether --workloads names workload.
@@ -310,7 +326,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	}
 	rc := bench.RunConfig{
 		Backends: o.backends, Users: o.users, Duration: o.duration, Policies: pols, Workloads: wls,
-		Model: o.sim.Model, OverheadPairs: o.overheadPairs, Progress: progress, Log: log, TimeScale: o.sim.Speedup,
+		Model: o.sim.Model, OverheadPairs: o.overheadPairs, Progress: progress, Log: log, TimeScale: o.sim.Speedup, Drain: o.drain,
 	}
 	if len(o.engines) > 0 || o.target != "" {
 		rc.TimeScale = 1 // real engines: real time
@@ -365,7 +381,7 @@ func (o *benchOptions) setup() map[string]string {
 	m := map[string]string{
 		"engines":          fmt.Sprint(o.backends),
 		"users":            fmt.Sprint(o.users),
-		"duration":         o.duration.String() + " per run (real time)",
+		"duration":         o.duration.String() + " per run (real time)" + drainNote(o.drain),
 		"workload seed":    fmt.Sprint(o.wl.Seed),
 		"output tokens":    fmt.Sprint(o.wl.MaxTokens),
 		"engine profile":   fmt.Sprintf("%s (KV %d tokens, max-num-seqs %d)", o.sim.Name, o.sim.KVTokens, o.sim.MaxNumSeqs),

@@ -160,7 +160,7 @@ func TestBenchSaturation(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
 	code := run([]string{"bench", "--workloads", "saturation", "--backends", "2", "--max-num-seqs", "1", "--max-waiting", "1",
-		"--overload-status", "429", "--max-tokens", "20", "--rate", "20", "--speedup", "20", "--duration", "1500ms",
+		"--overload-status", "429", "--max-tokens", "20", "--rate", "20", "--speedup", "20", "--duration", "1500ms", "--drain", "1s",
 		"--policies", "prefix", "--overhead-pairs", "0", "--out", dir},
 		strings.NewReader(""), &out, &errb)
 	if code != 0 {
