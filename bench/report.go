@@ -155,7 +155,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if slices.ContainsFunc(r.Runs, func(s Summary) bool { return s.Overload != nil }) {
 		b.WriteString("\nUnder overload: each run's requests by priority, by tenant (Authorization: Bearer key) and by class; 200 % counts whole 200 streams, " +
-			"the others by status (none: no answer; cut: a 2xx stream that failed), and how many non-2xx answers carried Retry-After. " +
+			"the others by status (none: no answer; cut: a 2xx stream that failed; unfinished: still in flight when the run and its drain ended), and how many non-2xx answers carried Retry-After. " +
 			"TTFT and latency are of the 200s; goodput is 200s a second of the run. The ratios compare latency p50: the lowest priority value against the highest, the tenant with fewer requests against the one with more. " +
 			"Late: open-loop requests sent more than 20 ms (real time) after their time because every user was busy (raise --users).\n")
 	}

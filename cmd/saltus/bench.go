@@ -85,7 +85,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
 	fs.BoolVar(&o.samples, "samples", false, "also write samples.jsonl into --out: one JSON line per request (workload, policy, sent at, TTFT, latency, tokens, cached tokens, backend, class, error; simulated time)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
-	fs.Float64Var(&o.rate, "rate", 6, "workload saturation: open-loop arrivals a second of simulated time, `rate` (6: about 1.1 × what 4 engines of --max-num-seqs 2 answer with profile a100-13b and --max-tokens 50); each user sends the next arrival when free, so --users bounds the requests in flight (default 256 with saturation)")
+	fs.Float64Var(&o.rate, "rate", 6, "workload saturation: open-loop arrivals a second of simulated time, `rate` (6: about 1.3 × the 4.7 a second that 4 engines of --max-num-seqs 2 answered with profile a100-13b and --max-tokens 50); each user sends the next arrival when free, so --users bounds the requests in flight (default 256 with saturation)")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
 	fs.StringVar(&o.fleets, "fleet", bench.SingleLayout, "engine `layouts` to run in turn, comma-separated: single (--backends engines, each serving --model and --lora-modules); "+
 		"mixed (5 engines given to saltus by URL only: "+workload.ModelAlpha+" on e0-e2, its LoRA adapter "+workload.ModelAlphaTuned+" on e0-e1, "+workload.ModelBeta+" on e3-e4); "+
@@ -384,7 +384,7 @@ func (o *benchOptions) setup() map[string]string {
 		"duration":         o.duration.String() + " per run (real time)" + drainNote(o.drain),
 		"workload seed":    fmt.Sprint(o.wl.Seed),
 		"output tokens":    fmt.Sprint(o.wl.MaxTokens),
-		"engine profile":   fmt.Sprintf("%s (KV %d tokens, max-num-seqs %d)", o.sim.Name, o.sim.KVTokens, o.sim.MaxNumSeqs),
+		"engine profile":   fmt.Sprintf("%s (KV %d tokens, max-num-seqs %d, max-waiting %d, then %d)", o.sim.Name, o.sim.KVTokens, o.sim.MaxNumSeqs, o.sim.MaxWaiting, o.sim.OverloadStatus),
 		"speedup":          fmt.Sprintf("%g (times in the tables are simulated: measured × speedup)", o.sim.Speedup),
 		"tokenizer":        "byte-block (4 bytes a token)",
 		"time per request": "TTFT and latency as the client saw them",
