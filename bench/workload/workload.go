@@ -137,7 +137,7 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("ThinkMin and ThinkMax must satisfy 0 <= ThinkMin <= ThinkMax <= %v, got %v and %v", maxThink, o.ThinkMin, o.ThinkMax))
 	}
 	if !(o.Rate >= 0 && o.Rate <= maxRate) {
-		errs = append(errs, fmt.Errorf("Rate must be in [0, %.0f] a second, got %v", maxRate, o.Rate))
+		errs = append(errs, fmt.Errorf("rate (Rate) must be in [0, %.0f] a second, got %v", maxRate, o.Rate))
 	}
 	return errors.Join(errs...)
 }

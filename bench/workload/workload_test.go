@@ -41,7 +41,7 @@ func TestNewErrors(t *testing.T) {
 	f("saturation", d, "Rate must be positive")
 	fast := d
 	fast.Rate = 2e6
-	f("saturation", fast, "Rate must be in [0, 1000000]")
+	f("saturation", fast, "rate (Rate) must be in [0, 1000000]")
 	f("trace:/nonexistent/trace.jsonl", d, "cannot open trace", "/nonexistent/trace.jsonl")
 
 	bad := d
