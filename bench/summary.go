@@ -344,14 +344,17 @@ func (o Outcomes) OKShare() float64 {
 }
 
 // SummarizeOverload groups samples by priority, tenant and class; nil
-// when every one is a 200 stream and none named a priority or a key.
+// when every one is a 200 stream (or cut at the end of the run) and none
+// named a priority or a key.
 // span is the run's (Summary.Duration), for goodput.
 func SummarizeOverload(samples []Sample, span time.Duration) *Overload {
 	interesting, priorities, tenants := false, false, false
 	for _, x := range samples {
 		priorities = priorities || x.Priority != 0
 		tenants = tenants || x.Key != ""
-		interesting = interesting || x.Err != "" || x.Priority != 0 || x.Key != "" // a Cut one has an Err
+		// A request cut at the end of a run (Cut) says nothing of
+		// overload: every closed-loop run has some.
+		interesting = interesting || (x.Err != "" && !x.Cut) || x.Priority != 0 || x.Key != ""
 	}
 	if !interesting {
 		return nil
