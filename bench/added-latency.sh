@@ -4,7 +4,13 @@
 # each; STREAM=0 for whole answers), once straight to an instant upstream
 # and once through saltus (byte-block mode, SHARDS loops); the p50 of each
 # and their difference, ROUNDS times (each round on new connections, so
-# on whichever loop the reactor gives them).
+# on whichever loop the reactor gives them). BASE=/path/to/saltus (another
+# build, e.g. an older commit's) is measured in the same rounds, on its own
+# port, the order of the two routers alternating round by round; the
+# medians of both and their ratio end the output:
+#   git worktree add /tmp/wt-pre 4a57920 && (cd /tmp/wt-pre && go build -o /tmp/saltus-pre ./cmd/saltus)
+#   git worktree remove /tmp/wt-pre --force
+#   BASE=/tmp/saltus-pre ROUNDS=9 bench/added-latency.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -12,24 +18,47 @@ REQUESTS=${REQUESTS:-2000}
 SHARDS=${SHARDS:-2}
 EVENTS=${EVENTS:-16}
 STREAM=${STREAM:-1}
-UP=127.0.0.1:18401 SAL=127.0.0.1:18480
+UP=127.0.0.1:18401 SAL=127.0.0.1:18480 SALB=127.0.0.1:18481
+BASE=${BASE:-}
 
 . bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
+targets="$UP $SAL"
+if [ -n "$BASE" ]; then
+  "$BASE" serve --listen $SALB --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
+  targets="$targets $SALB"
+fi
 flag=""; [ "$STREAM" = 1 ] && flag="--stream"
-for t in $UP $SAL; do
+for t in $targets; do
   for _ in $(seq 100); do
     "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 $flag >/dev/null 2>&1 && break
     sleep 0.1
   done
 done
 "$work/loadgen" --target $SAL --conns 1 --duration 10s --requests 500 $flag >/dev/null # warm
+[ -z "$BASE" ] || "$work/loadgen" --target $SALB --conns 1 --duration 10s --requests 500 $flag >/dev/null
 p50() { "$work/loadgen" --target "$1" --conns 1 --duration 60s --requests "$REQUESTS" $flag --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["p50_us"])'; }
-added=()
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+added=() addedb=()
 for i in $(seq "$ROUNDS"); do
-  d=$(p50 $UP); s=$(p50 $SAL)
-  echo "round $i: direct p50 ${d} µs, saltus p50 ${s} µs, added $((s - d)) µs"
+  if [ -z "$BASE" ]; then
+    d=$(p50 $UP); s=$(p50 $SAL)
+    echo "round $i: direct p50 ${d} µs, saltus p50 ${s} µs, added $((s - d)) µs"
+  elif [ $((i % 2)) = 1 ]; then
+    d=$(p50 $UP); s=$(p50 $SAL); b=$(p50 $SALB)
+  else
+    d=$(p50 $UP); b=$(p50 $SALB); s=$(p50 $SAL)
+  fi
+  if [ -n "$BASE" ]; then
+    echo "round $i: direct p50 ${d} µs, saltus p50 ${s} µs (added $((s - d))), base p50 ${b} µs (added $((b - d)))"
+    addedb+=($((b - d)))
+  fi
   added+=($((s - d)))
 done
-printf '%s\n' "${added[@]}" | sort -n | awk '{a[NR]=$1} END {print "median added p50: " a[int((NR+1)/2)] " µs"}'
+m=$(median "${added[@]}")
+echo "median added p50: $m µs"
+if [ -n "$BASE" ]; then
+  mb=$(median "${addedb[@]}")
+  echo "median added p50 of base $BASE: $mb µs; this build / base: $(awk -v a="$m" -v b="$mb" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}')"
+fi

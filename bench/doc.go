@@ -22,6 +22,25 @@
 // token hit ratio in the mixed fleet beside the same users' on its
 // pool's engines alone.
 //
+// # Overload
+//
+// The saturation workload (bench/workload) sends open-loop Poisson
+// arrivals at a rate (Options.Rate, in the client's time; `saltus bench
+// --rate` is in simulated time and scaled by --speedup), each with vLLM's
+// "priority" -10 or 10 and a tenant key (Authorization: Bearer "small"
+// for 1 in 12, else "big"), against engines made saturated with the
+// simulator's MaxNumSeqs, MaxWaiting and OverloadStatus (issue 30). Drive
+// sends a request when its time comes and a user is free: each user holds
+// one request in flight, so the users bound what is in flight, and a
+// request sent late because every user was busy is counted
+// (Sample.Late). Any run whose answers were not all 200, or whose
+// requests named a priority or a key, gets Summary.Overload
+// (SummarizeOverload): the requests by priority, by tenant and by class,
+// each with its share of whole 200 streams, the other answers by status
+// and how many carried Retry-After, TTFT and latency percentiles of the
+// 200s, and goodput (200s a second of the run); OverloadTable renders it
+// with the latency p50 ratios of the priorities and of the tenants.
+//
 // # Goroutines
 //
 // Every goroutine runs in a rules.Group and ends with its call: Load's

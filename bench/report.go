@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -136,6 +137,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if t := ModelTable(r.runsOf(wl)); t != "" {
 			fmt.Fprintf(&b, "### %s by model\n\n%s\n%s\n", wl, t, EngineTable(r.runsOf(wl)))
 		}
+		if t := OverloadTable(r.runsOf(wl)); t != "" {
+			fmt.Fprintf(&b, "### %s under overload\n\n%s\n", wl, t)
+		}
 	}
 	if t := PoolTable(r.Runs); t != "" {
 		fmt.Fprintf(&b, "## Pools against their engines alone\n\n%s\n", t)
@@ -148,6 +152,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("\nBy model: wrong engine counts answers whose X-Saltus-Backend is an engine that does not serve the model named (its config); " +
 			"a 404 by saltus has no X-Saltus-Backend (nothing was forwarded). Engines e0, e1, … are the run's, in order; answers per engine are of any status. " +
 			"Pools against their engines alone: each model's token hit ratio in the whole fleet, and with the same users on its pool's engines alone (a layout that is part of the fleet).\n")
+	}
+	if slices.ContainsFunc(r.Runs, func(s Summary) bool { return s.Overload != nil }) {
+		b.WriteString("\nUnder overload: each run's requests by priority, by tenant (Authorization: Bearer key) and by class; 200 % counts whole 200 streams, " +
+			"the others by status (none: no answer; cut: a 2xx stream that failed; unfinished: still in flight when the run and its drain ended), and how many non-2xx answers carried Retry-After. " +
+			"TTFT and latency are of the 200s; goodput is 200s a second of the run. The ratios compare latency p50: the lowest priority value against the highest, the tenant with fewer requests against the one with more. " +
+			"Late: open-loop requests sent more than 20 ms (real time) after their time because every user was busy (raise --users).\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -268,4 +278,89 @@ func PoolTable(runs []Summary) string {
 		}
 	}
 	return b.String()
+}
+
+// overloadClassRows bounds the class rows of OverloadTable: a workload
+// with many classes (stress has 12) shows its priorities and tenants only.
+const overloadClassRows = 8
+
+// OverloadTable renders the runs' Overload as one Markdown table, a row
+// per run and group (all, each priority, each tenant, each class), and
+// under it a line per run with the latency ratios; "" if no run has one.
+func OverloadTable(runs []Summary) string {
+	var b, notes strings.Builder
+	for _, s := range runs {
+		o := s.Overload
+		if o == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("| policy | requests of | requests | 200 % | not 200 | non-2xx with Retry-After | TTFT p50 ms | TTFT p99 ms | latency p50 ms | latency p99 ms | goodput req/s |\n")
+			b.WriteString("|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|\n")
+		}
+		row := func(group string, x Outcomes) {
+			fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %s | %d | %.0f | %.0f | %.0f | %.0f | %.2f |\n",
+				s.Label(), group, x.Requests, 100*x.OKShare(), failed(x.Failed), x.RetryAfter, x.TTFT.P50, x.TTFT.P99, x.Latency.P50, x.Latency.P99, x.Goodput)
+		}
+		row("all", o.All)
+		prios := sortedKeys(o.ByPriority)
+		slices.SortFunc(prios, func(a, b string) int { return cmp.Compare(atoiOr0(a), atoiOr0(b)) })
+		for _, k := range prios {
+			row("priority "+k, o.ByPriority[k])
+		}
+		tenants := sortedKeys(o.ByTenant)
+		for _, k := range tenants {
+			row("tenant "+k, o.ByTenant[k])
+		}
+		if len(o.ByClass) <= overloadClassRows {
+			for _, k := range sortedKeys(o.ByClass) {
+				row("class "+k, o.ByClass[k])
+			}
+		}
+		var parts []string
+		if len(prios) >= 2 {
+			hi, lo := prios[0], prios[len(prios)-1]
+			parts = append(parts, fmt.Sprintf("latency p50 priority %s / %s %s", hi, lo, ratioOf(o.ByPriority[hi].Latency.P50, o.ByPriority[lo].Latency.P50)))
+		}
+		if len(tenants) >= 2 {
+			slices.SortStableFunc(tenants, func(a, b string) int { return cmp.Compare(o.ByTenant[a].Requests, o.ByTenant[b].Requests) })
+			few, many := tenants[0], tenants[len(tenants)-1]
+			parts = append(parts, fmt.Sprintf("tenant %s / %s %s", few, many, ratioOf(o.ByTenant[few].Latency.P50, o.ByTenant[many].Latency.P50)))
+		}
+		parts = append(parts, fmt.Sprintf("late sends %d", o.Late))
+		fmt.Fprintf(&notes, "%s: %s.  \n", s.Label(), strings.Join(parts, "; "))
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return b.String() + "\n" + notes.String()
+}
+
+// failed is "429 12, 503 1" ("—" for none), statuses in order.
+func failed(m map[string]int) string {
+	if len(m) == 0 {
+		return "—"
+	}
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// atoiOr0 orders priority keys, which Summarize made with strconv.Itoa.
+func atoiOr0(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0 // not a number: not one of Summarize's keys, sorted as 0
+	}
+	return n
+}
+
+// ratioOf is "0.12×", or "—" when either side has no value.
+func ratioOf(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
 }

@@ -60,6 +60,9 @@ type RunConfig struct {
 	// TimeScale multiplies every measured duration (and divides rates):
 	// the engines' --speedup, so reports read in simulated time. 0 = 1.
 	TimeScale float64
+	// Drain is how long each run's requests in flight at the end of
+	// Duration get to finish (DriveConfig.Drain); 0 cuts them.
+	Drain time.Duration
 	// OverheadPairs > 0 measures the router's added latency after each
 	// run with that many request pairs (MeasureOverhead).
 	OverheadPairs int
@@ -138,7 +141,7 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 
 	samples := Drive(ctx, DriveConfig{
 		URLs: routerURLs, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
-		Progress: cfg.Progress, Label: wl.Name() + " " + policy, TimeScale: cfg.TimeScale,
+		Progress: cfg.Progress, Label: wl.Name() + " " + policy, TimeScale: cfg.TimeScale, Drain: cfg.Drain,
 	}, wl)
 	sum := Summarize(wl.Name(), policy, urls, samples)
 	sum.Fleet = cfg.Fleet
@@ -186,13 +189,20 @@ type DriveConfig struct {
 	Label    string
 	// TimeScale multiplies the samples' durations (RunConfig.TimeScale).
 	TimeScale float64
+	// Drain is how long the requests in flight at the end of Duration
+	// get to finish (nothing new is sent after Duration); 0 cuts them
+	// then. A request still in flight after it is a Cut sample.
+	Drain time.Duration
 }
 
 // Drive runs cfg.Users closed-loop users of wl against cfg.URLs for
 // cfg.Duration and returns every request's sample. Requests in flight when
-// the time is up are cut and not counted.
+// the time is up (Duration, then Drain) are cut: their samples have Cut
+// set and no answer.
 func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	reqCtx, cancelReqs := context.WithTimeout(ctx, cfg.Duration+max(cfg.Drain, 0))
+	defer cancelReqs()
+	ctx, cancel := context.WithTimeout(reqCtx, cfg.Duration) // sends
 	defer cancel()
 	client := NewClient(cfg.Users)
 	defer client.Close()
@@ -207,7 +217,7 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 	for i := range cfg.Users {
 		u := wl.NewUser(i)
 		g.Go("bench.user", func(ctx context.Context) {
-			for {
+			for ctx.Err() == nil { // nothing new is sent after Duration
 				req, ok := u.Next()
 				if !ok {
 					return
@@ -232,12 +242,14 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 				path, body := requestBody(req, model)
 				at := time.Since(start)
 				url := cfg.URLs[int((turn.Add(1)-1)%uint64(len(cfg.URLs)))]
-				o := client.Do(ctx, url+path, body)
-				if ctx.Err() != nil {
-					return // cut by the end of the run: not a sample
-				}
+				o := client.DoAs(reqCtx, url+path, body, req.Key)
+				cut := o.Err != nil && reqCtx.Err() != nil // cut by the end of the run: no answer
 				s := SampleOf(req.Tag, at, o)
-				s.Model = model
+				if cut {
+					s = Sample{Tag: req.Tag, At: at, Cut: true, Err: "cut by the end of the run"}
+				}
+				s.Model, s.Priority, s.Key = model, req.Priority, req.Key
+				s.Late = req.At > 0 && at-req.At > lateSend
 				if k := cfg.TimeScale; k > 0 && k != 1 {
 					s.At = time.Duration(float64(s.At) * k)
 					s.TTFT = time.Duration(float64(s.TTFT) * k)
@@ -248,15 +260,26 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 				n := len(samples)
 				mu.Unlock()
 				bar.update(time.Since(start), n)
+				if cut {
+					return
+				}
 				u.Reply(o.Text)
 			}
 		})
 	}
 	<-ctx.Done()
+	// The users send nothing more; those with a request in flight wait
+	// for its answer until reqCtx ends (Drain).
+	_ = g.Wait(reqCtx) // an error: the drain is over; Stop cuts the rest
 	g.Stop()
 	_ = g.Wait(context.Background()) // users return once their request is cut
 	return samples
 }
+
+// lateSend is how long after its time (Request.At) an open-loop request
+// may be sent before it counts as late (Sample.Late): every user was
+// busy, so the load was less open than the workload asked.
+const lateSend = 20 * time.Millisecond
 
 // requestBody is the streamed OpenAI request for req.
 func requestBody(req Request, model string) (path string, body []byte) {
@@ -268,10 +291,11 @@ func requestBody(req Request, model string) (path string, body []byte) {
 		Messages      []Message     `json:"messages,omitempty"`
 		Prompt        string        `json:"prompt,omitempty"`
 		MaxTokens     int           `json:"max_tokens,omitempty"`
+		Priority      int           `json:"priority,omitempty"`
 		Stream        bool          `json:"stream"`
 		StreamOptions streamOptions `json:"stream_options"`
 	}
-	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, Stream: true, StreamOptions: streamOptions{true}}
+	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, Priority: req.Priority, Stream: true, StreamOptions: streamOptions{true}}
 	path = "/v1/chat/completions"
 	if len(req.Messages) == 0 {
 		c.Prompt, path = req.Prompt, "/v1/completions"

@@ -131,6 +131,11 @@ func TestRunAgainstFakeFleet(t *testing.T) {
 		if s.Requests < 10 || s.Errors != 0 {
 			t.Fatalf("run %d: %+v", i, s)
 		}
+		// Every answer a 200, no priority or key: nothing to say of
+		// overload, the requests cut at the end notwithstanding.
+		if s.Overload != nil {
+			t.Fatalf("run %d: overload summary %+v (%d cut)", i, s.Overload, s.Cut)
+		}
 		// The first request of the run is the only miss (fresh engines).
 		want := float64(s.Requests-1) / float64(s.Requests)
 		if s.TokenHitRatio != want {

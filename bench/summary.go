@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -24,11 +26,22 @@ type Sample struct {
 	Err    string `json:"err,omitempty"`
 	// Incomplete: the stream ended without [DONE].
 	Incomplete bool `json:"incomplete,omitempty"`
+	// RetryAfter: the answer carried Retry-After.
+	RetryAfter bool `json:"retry_after,omitempty"`
+	// Priority and Key are the request's "priority" and tenant key
+	// (workload.Request's); Late: an open-loop request sent more than
+	// lateSend after its time, every user being busy.
+	Priority int    `json:"priority,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Late     bool   `json:"late,omitempty"`
+	// Cut: the request was still in flight at the end of the run (and
+	// its drain): no answer. Summarize counts it apart (Summary.Cut).
+	Cut bool `json:"cut,omitempty"`
 }
 
 // SampleOf turns a client Outcome sent at `at` into a Sample.
 func SampleOf(tag string, at time.Duration, o Outcome) Sample {
-	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Status: o.Status, Incomplete: o.Incomplete,
+	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Status: o.Status, Incomplete: o.Incomplete, RetryAfter: o.RetryAfter,
 		Prompt: max(o.PromptTokens, 0), Cached: max(o.CachedTokens, 0), Output: max(o.CompletionTokens, 0)}
 	if o.Err != nil {
 		s.Err = o.Err.Error()
@@ -53,6 +66,9 @@ type Summary struct {
 	// Duration is the measured span (first send to last answer).
 	Duration time.Duration `json:"duration_ns"`
 	Requests int           `json:"requests"`
+	// Cut counts the requests still in flight at the end of the run
+	// (Sample.Cut), which are in no other count but Overload's.
+	Cut int `json:"cut,omitempty"`
 	// Errors counts failed requests (any non-2xx, transport error, bad
 	// stream); Incomplete those among them whose stream ended early.
 	Errors     int `json:"errors"`
@@ -84,6 +100,10 @@ type Summary struct {
 	// serves, in the run's engine order (nil when not known).
 	Models  map[string]ModelSummary `json:"models,omitempty"`
 	Engines []EngineModels          `json:"engines,omitempty"`
+	// Overload is what the requests got by priority, tenant and class
+	// (SummarizeOverload); nil when every answer was a 200 and no
+	// request named a priority or a key.
+	Overload *Overload `json:"overload,omitempty"`
 }
 
 // Label names the run in tables and plots: its policy, and its fleet
@@ -151,6 +171,9 @@ func SummarizeModels(samples []Sample, engines []string, served map[string][]str
 	}
 	accs := map[string]*acc{}
 	for _, x := range samples {
+		if x.Cut {
+			continue // no answer: nothing to say about its model's pool
+		}
 		a := accs[x.Model]
 		if a == nil {
 			a = &acc{ModelSummary: ModelSummary{PerEngine: make([]int, len(engines))}}
@@ -206,7 +229,7 @@ type ClassSummary struct {
 // Summarize computes a run's summary from its samples; backends are the
 // run's backend URLs (so that one that got nothing counts in the spread).
 func Summarize(workload, policy string, backends []string, samples []Sample) Summary {
-	s := Summary{Workload: workload, Policy: policy, Requests: len(samples), PerBackend: map[string]int{}}
+	s := Summary{Workload: workload, Policy: policy, PerBackend: map[string]int{}}
 	for _, b := range backends {
 		s.PerBackend[b] = 0
 	}
@@ -215,6 +238,11 @@ func Summarize(workload, policy string, backends []string, samples []Sample) Sum
 	var first, last time.Duration = math.MaxInt64, 0
 	classes := map[string][]Sample{}
 	for _, x := range samples {
+		if x.Cut {
+			s.Cut++
+			continue
+		}
+		s.Requests++
 		first = min(first, x.At)
 		last = max(last, x.At+x.Latency)
 		if x.Err != "" {
@@ -253,6 +281,7 @@ func Summarize(workload, policy string, backends []string, samples []Sample) Sum
 		s.OutputTPS = float64(s.OutputTokens) / s.Duration.Seconds()
 	}
 	s.LoadSpread = spread(s.PerBackend)
+	s.Overload = SummarizeOverload(samples, s.Duration)
 	if len(classes) > 0 {
 		s.Classes = map[string]ClassSummary{}
 		for tag, xs := range classes {
@@ -271,6 +300,133 @@ func Summarize(workload, policy string, backends []string, samples []Sample) Sum
 		}
 	}
 	return s
+}
+
+// Overload is what users felt of an overloaded fleet (issue 30): each
+// group of a run's requests, the answers it got and how long they took.
+type Overload struct {
+	All Outcomes `json:"all"`
+	// ByPriority groups the requests by their "priority" ("-10", "0",
+	// "10"), when some request named one; ByTenant by their key ("" is
+	// "none"), when some request had one; ByClass by Sample.Tag.
+	ByPriority map[string]Outcomes `json:"by_priority,omitempty"`
+	ByTenant   map[string]Outcomes `json:"by_tenant,omitempty"`
+	ByClass    map[string]Outcomes `json:"by_class,omitempty"`
+	// Late counts the open-loop requests sent late (Sample.Late): more
+	// users (--users) would have kept the arrivals open.
+	Late int `json:"late"`
+}
+
+// Outcomes is one group of requests and what they got.
+type Outcomes struct {
+	Requests int `json:"requests"`
+	// OK counts whole 200 streams; Failed the others, by status ("429",
+	// "503"), "none" for no answer, "cut" for a 2xx whose stream failed
+	// and "unfinished" for a request still in flight at the end of the
+	// run (Sample.Cut); RetryAfter the non-2xx answers that carried
+	// Retry-After.
+	OK         int            `json:"ok"`
+	Failed     map[string]int `json:"failed,omitempty"`
+	RetryAfter int            `json:"retry_after"`
+	// TTFT and Latency are of the OK requests; Goodput is OK requests a
+	// second of the run (Summary.Duration).
+	TTFT    Percentiles `json:"ttft"`
+	Latency Percentiles `json:"latency"`
+	Goodput float64     `json:"goodput_per_s"`
+}
+
+// OKShare is OK / Requests (0 for none).
+func (o Outcomes) OKShare() float64 {
+	if o.Requests == 0 {
+		return 0
+	}
+	return float64(o.OK) / float64(o.Requests)
+}
+
+// SummarizeOverload groups samples by priority, tenant and class; nil
+// when every one is a 200 stream (or cut at the end of the run) and none
+// named a priority or a key.
+// span is the run's (Summary.Duration), for goodput.
+func SummarizeOverload(samples []Sample, span time.Duration) *Overload {
+	interesting, priorities, tenants := false, false, false
+	for _, x := range samples {
+		priorities = priorities || x.Priority != 0
+		tenants = tenants || x.Key != ""
+		// A request cut at the end of a run (Cut) says nothing of
+		// overload: every closed-loop run has some.
+		interesting = interesting || (x.Err != "" && !x.Cut) || x.Priority != 0 || x.Key != ""
+	}
+	if !interesting {
+		return nil
+	}
+	var o Overload
+	byPriority, byTenant, byClass := map[string][]Sample{}, map[string][]Sample{}, map[string][]Sample{}
+	for _, x := range samples {
+		if x.Late {
+			o.Late++
+		}
+		if priorities {
+			k := strconv.Itoa(x.Priority)
+			byPriority[k] = append(byPriority[k], x)
+		}
+		if tenants {
+			k := cmp.Or(x.Key, "none")
+			byTenant[k] = append(byTenant[k], x)
+		}
+		if x.Tag != "" {
+			byClass[x.Tag] = append(byClass[x.Tag], x)
+		}
+	}
+	o.All = outcomes(samples, span)
+	group := func(m map[string][]Sample) map[string]Outcomes {
+		if len(m) == 0 {
+			return nil
+		}
+		out := make(map[string]Outcomes, len(m))
+		for k, xs := range m {
+			out[k] = outcomes(xs, span)
+		}
+		return out
+	}
+	o.ByPriority, o.ByTenant, o.ByClass = group(byPriority), group(byTenant), group(byClass)
+	return &o
+}
+
+func outcomes(xs []Sample, span time.Duration) Outcomes {
+	o := Outcomes{Requests: len(xs)}
+	var ttft, lat []time.Duration
+	for _, x := range xs {
+		switch {
+		case x.Cut:
+			o.fail("unfinished")
+		case x.Err == "":
+			o.OK++
+			ttft = append(ttft, x.TTFT)
+			lat = append(lat, x.Latency)
+			continue
+		case x.Status == 0:
+			o.fail("none")
+		case x.Status/100 == 2:
+			o.fail("cut")
+		default:
+			o.fail(strconv.Itoa(x.Status))
+			if x.RetryAfter {
+				o.RetryAfter++
+			}
+		}
+	}
+	o.TTFT, o.Latency = percentiles(ttft), percentiles(lat)
+	if span > 0 {
+		o.Goodput = float64(o.OK) / span.Seconds()
+	}
+	return o
+}
+
+func (o *Outcomes) fail(kind string) {
+	if o.Failed == nil {
+		o.Failed = map[string]int{}
+	}
+	o.Failed[kind]++
 }
 
 // percentiles returns the nearest-rank p50, p95 and p99 of ds in ms (ds

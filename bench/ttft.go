@@ -27,6 +27,8 @@ type Outcome struct {
 	PromptTokens, CompletionTokens, CachedTokens int
 	// Backend is saltus's X-Saltus-Backend header, if any.
 	Backend string
+	// RetryAfter: the answer carried a Retry-After header.
+	RetryAfter bool
 	// Text is the assistant's content, concatenated (multi-turn workloads
 	// append it to the history).
 	Text string
@@ -64,6 +66,11 @@ func (c *Client) Close() { c.HTTP.CloseIdleConnections() }
 // Do posts body (a JSON request with "stream": true) to url and reads the
 // SSE answer to its end. A non-2xx answer is an error with its status.
 func (c *Client) Do(ctx context.Context, url string, body []byte) Outcome {
+	return c.DoAs(ctx, url, body, "")
+}
+
+// DoAs is Do with "Authorization: Bearer key" when key is not empty.
+func (c *Client) DoAs(ctx context.Context, url string, body []byte, key string) Outcome {
 	o := Outcome{PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -72,6 +79,9 @@ func (c *Client) Do(ctx context.Context, url string, body []byte) Outcome {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	start := time.Now()
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
@@ -82,6 +92,7 @@ func (c *Client) Do(ctx context.Context, url string, body []byte) Outcome {
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
 	o.Backend = resp.Header.Get("X-Saltus-Backend")
+	o.RetryAfter = resp.Header.Get("Retry-After") != ""
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))

@@ -16,7 +16,12 @@
 # SPEEDUP (default 2: one 1–2 KB request with 50 output tokens takes about
 # 0.7 s alone on profile a100-13b) and SCENARIOS (default all) are read
 # from the environment; METRICS_OUT names a file for saltus's whole
-# /metrics after the run, KEEP_LOGS a directory for the processes' logs. Ports are picked at random in 20000-29999; every
+# /metrics after the run, KEEP_LOGS a directory for the processes' logs.
+# ARRIVAL (closed, burst or open; default closed), RATE and DURATION (open's
+# requests a second and span, default 12 and 30s) and SPACING (poisson or
+# fixed) are passed to bench/cmd/overload, e.g.
+#   ARRIVAL=open RATE=12 DURATION=30s SCENARIOS=priority scripts/overload-scenarios.sh /tmp/saltus
+# Ports are picked at random in 20000-29999; every
 # wait is bounded and every process started is stopped on exit.
 set -euo pipefail
 BIN=${1:?usage: $0 path/to/saltus [path/to/saltus-for-sim]}
@@ -73,7 +78,8 @@ done
 [ -n "$known" ] || { echo "saltus does not know every engine's models after 15 s" >&2; exit 1; }
 
 echo "router $BIN ($("$BIN" version 2>/dev/null || echo '?')), engines $SIMBIN sim, speedup $SPEEDUP"
-timeout 900 "$work/overload" --url "http://127.0.0.1:$API" --model sim-llama --scenarios "$SCENARIOS"
+timeout 900 "$work/overload" --url "http://127.0.0.1:$API" --model sim-llama --scenarios "$SCENARIOS" \
+  --arrival "${ARRIVAL:-closed}" --rate "${RATE:-12}" --duration "${DURATION:-30s}" --spacing "${SPACING:-poisson}"
 curl -s -m 5 "http://127.0.0.1:$ADM/metrics" >"${METRICS_OUT:-/dev/null}" || true
 echo "saltus /metrics:"
 curl -s -m 5 "http://127.0.0.1:$ADM/metrics" |

@@ -99,6 +99,18 @@
 // has nothing to win here, so it must not lose to least-request. Tags:
 // the size class.
 //
+// saturation: the overload workload (issue 30). Open loop: arrivals are
+// Poisson at Options.Rate a second, on one schedule that every user
+// shares (as a trace's cursor: each Next takes the next arrival, whose
+// Request.At is its send time), so that a saturated fleet's queue grows
+// and its order shows in every percentile, not only in the tail as with
+// closed-loop users. Each request is one unique user message of 256-512
+// tokens (unique's opener, numbered by arrival) with vLLM's "priority"
+// -10 or 10 (half each) and a tenant key sent as Authorization: Bearer,
+// "small" for 1 in 12 requests (4 of issue 30's 48 clients) and "big"
+// for the rest; a request's content and time depend on its number only.
+// Tags: "high/big", "high/small", "low/big", "low/small".
+//
 // trace FILE (New("trace:FILE", …) or Options.TraceFile): replays a JSONL
 // file. Each line is one JSON object, the body of an OpenAI request:
 //
@@ -146,8 +158,8 @@
 //
 // # Concurrency
 //
-// A Workload is immutable after New (a trace's cursor is atomic) and safe
-// for concurrent use. A User is owned by one goroutine: its random source,
+// A Workload is immutable after New (a trace's cursor is atomic; the
+// saturation schedule is behind a mutex) and safe for concurrent use. A User is owned by one goroutine: its random source,
 // conversation and buffers are its own. Requests returned are the
 // caller's; users never touch them again.
 package workload

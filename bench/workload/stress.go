@@ -68,6 +68,7 @@ const (
 	userHotspot
 	userManydocs
 	userMixed
+	userSaturation
 )
 
 type stress struct {

@@ -30,6 +30,20 @@ type unique struct {
 	key  uint64 // scrambles request numbers per seed
 }
 
+// numberWords spells n, scrambled by key, as uniqueDigits short words:
+// n -> x is a bijection (xor, then multiplication by an odd number mod
+// 2^64), and so is x -> words, so distinct numbers open with distinct
+// words.
+func numberWords(n, key uint64) [uniqueDigits]int {
+	var lead [uniqueDigits]int
+	x := (n ^ key) * 0x9e3779b97f4a7c15
+	for i := range lead {
+		lead[i] = shortWords[x%uint64(len(shortWords))]
+		x /= uint64(len(shortWords))
+	}
+	return lead
+}
+
 func newUnique(opts Options) (Workload, error) {
 	return &unique{opts: opts, size: sizer{opts.TokensPerWord}, key: mix(uint64(opts.Seed) ^ 0x756e6971)}, nil
 }
@@ -66,16 +80,7 @@ func (u *uniqueUser) Next() (Request, bool) {
 	w, r := u.w, u.r
 	c := pickClass(r)
 	tokens := c.min + r.IntN(c.max-c.min+1)
-	var lead [uniqueDigits]int
-	// (id, seq) -> x is a bijection (xor, then multiplication by an odd
-	// number mod 2^64), and so is x -> digits: no two requests of a
-	// workload share their opener.
-	x := (uint64(u.id)<<32 | uint64(u.seq)) ^ w.key
-	x *= 0x9e3779b97f4a7c15
-	for i := range lead {
-		lead[i] = shortWords[x%uint64(len(shortWords))]
-		x /= uint64(len(shortWords))
-	}
+	lead := numberWords(uint64(u.id)<<32|uint64(u.seq), w.key)
 	u.seq++
 	u.buf = appendText(u.buf[:0], r, max(w.size.units(tokens), uniqueDigits+1), lead[:], nil)
 	return Request{

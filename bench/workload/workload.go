@@ -40,6 +40,12 @@ type Request struct {
 	// Tag is the request's class in per-class statistics, e.g.
 	// "xlarge/prefix3".
 	Tag string
+	// Priority is vLLM's request field "priority" (lower is served
+	// first); 0, vLLM's default, is not sent.
+	Priority int
+	// Key, when set, is sent as "Authorization: Bearer Key": the
+	// request's tenant, whose fair share a router's queue keeps.
+	Key string
 }
 
 // User is one simulated user. A closed-loop client repeats: Next, wait
@@ -96,6 +102,10 @@ type Options struct {
 	ThinkMin, ThinkMax time.Duration
 	// TraceFile is the JSONL file of the trace workload (format: doc.go).
 	TraceFile string
+	// Rate is the saturation workload's arrivals a second (in the
+	// client's time: a caller driving sped-up engines scales it). The
+	// other workloads ignore it.
+	Rate float64
 }
 
 // maxThink bounds think times: longer is no benchmark, and the bound
@@ -126,8 +136,15 @@ func (o Options) Validate() error {
 	if o.ThinkMin < 0 || o.ThinkMax < o.ThinkMin || o.ThinkMax > maxThink {
 		errs = append(errs, fmt.Errorf("ThinkMin and ThinkMax must satisfy 0 <= ThinkMin <= ThinkMax <= %v, got %v and %v", maxThink, o.ThinkMin, o.ThinkMax))
 	}
+	if !(o.Rate >= 0 && o.Rate <= maxRate) {
+		errs = append(errs, fmt.Errorf("rate (Rate) must be in [0, %.0f] a second, got %v", maxRate, o.Rate))
+	}
 	return errors.Join(errs...)
 }
+
+// maxRate bounds Options.Rate: a million requests a second is beyond any
+// client this package drives, and the bound keeps the gaps positive.
+const maxRate = 1e6
 
 // think draws a think time.
 func (o *Options) think(r *rand.Rand) time.Duration {
@@ -136,14 +153,15 @@ func (o *Options) think(r *rand.Rand) time.Duration {
 
 // constructors are the workloads New knows, by name.
 var constructors = map[string]func(Options) (Workload, error){
-	"stress":    newStress,
-	"multiturn": newMultiturn,
-	"rag":       newRAG,
-	"unique":    newUnique,
-	"hotspot":   newHotspot,
-	"manydocs":  newManydocs,
-	"mixed":     newMixed,
-	"trace":     newTrace,
+	"stress":     newStress,
+	"multiturn":  newMultiturn,
+	"rag":        newRAG,
+	"unique":     newUnique,
+	"hotspot":    newHotspot,
+	"manydocs":   newManydocs,
+	"mixed":      newMixed,
+	"trace":      newTrace,
+	"saturation": newSaturation,
 }
 
 // Names lists the workload names New accepts, sorted; the trace is

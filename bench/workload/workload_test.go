@@ -14,7 +14,7 @@ var synthetic = []string{"stress", "multiturn", "rag", "unique", "hotspot", "man
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	if got, want := Names(), []string{"hotspot", "manydocs", "mixed", "multiturn", "rag", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
+	if got, want := Names(), []string{"hotspot", "manydocs", "mixed", "multiturn", "rag", "saturation", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
 }
@@ -34,10 +34,14 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 	d := DefaultOptions()
-	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, mixed, multiturn, rag, stress, trace, unique, trace:FILE")
+	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, mixed, multiturn, rag, saturation, stress, trace, unique, trace:FILE")
 	f("", d, `unknown workload ""`)
 	f("Stress", d, "unknown workload")
 	f("trace", d, "TraceFile is empty")
+	f("saturation", d, "Rate must be positive")
+	fast := d
+	fast.Rate = 2e6
+	f("saturation", fast, "rate (Rate) must be in [0, 1000000]")
 	f("trace:/nonexistent/trace.jsonl", d, "cannot open trace", "/nonexistent/trace.jsonl")
 
 	bad := d

@@ -37,6 +37,8 @@ type benchOptions struct {
 	quick         bool
 	overheadPairs int
 	samples       bool
+	rate          float64 // --rate, simulated time
+	drain         time.Duration
 	wl            workload.Options
 	sim           vllmsim.Config
 	simf          simFlags
@@ -77,11 +79,13 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE")
 	fs.IntVar(&o.users, "users", 30, "closed-loop simulated users, `count`")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured `time` per policy and workload")
+	fs.DurationVar(&o.drain, "drain", 0, "real `time` the requests in flight when a run's --duration ends get to finish, nothing new being sent (0: they are cut; 90s with --workloads saturation unless given): a saturated fleet's queued requests are its slowest, so cutting them hides its tail")
 	fs.StringVar(&o.out, "out", "bench-results", "`directory` for report.md, results.json and the PNG plots")
 	fs.BoolVar(&o.quick, "quick", false, "a run of about a minute: 4 engines, 16 users, 12 s per policy, --speedup 10 (flags given still win)")
 	fs.IntVar(&o.overheadPairs, "overhead-pairs", 40, "request pairs measuring the router's added latency after each run (0: skip)")
 	fs.BoolVar(&o.samples, "samples", false, "also write samples.jsonl into --out: one JSON line per request (workload, policy, sent at, TTFT, latency, tokens, cached tokens, backend, class, error; simulated time)")
 	fs.Int64Var(&o.wl.Seed, "workload-seed", o.wl.Seed, "workload `seed`: equal seeds, equal requests")
+	fs.Float64Var(&o.rate, "rate", 6, "workload saturation: open-loop arrivals a second of simulated time, `rate` (6: about 1.3 × the 4.7 a second that 4 engines of --max-num-seqs 2 answered with profile a100-13b and --max-tokens 50); each user sends the next arrival when free, so --users bounds the requests in flight (default 256 with saturation)")
 	fs.IntVar(&o.shards, "shards", 0, "saltus event loops, `count` (0: GOMAXPROCS)")
 	fs.StringVar(&o.fleets, "fleet", bench.SingleLayout, "engine `layouts` to run in turn, comma-separated: single (--backends engines, each serving --model and --lora-modules); "+
 		"mixed (5 engines given to saltus by URL only: "+workload.ModelAlpha+" on e0-e2, its LoRA adapter "+workload.ModelAlphaTuned+" on e0-e1, "+workload.ModelBeta+" on e3-e4); "+
@@ -144,6 +148,40 @@ func (o *benchOptions) applyDemo(set map[string]bool) {
 	if !set["workloads"] && o.fleets != bench.SingleLayout {
 		o.workloads = "mixed"
 	}
+}
+
+// applySaturation gives the saturation workload enough users that its
+// arrivals stay open loop (each user holds one request in flight: a
+// saturated fleet's queue holds many) and a drain long enough for every
+// queued request to be answered, unless --users or --drain is given.
+func (o *benchOptions) applySaturation(set map[string]bool) {
+	if !o.runs("saturation") {
+		return
+	}
+	if !set["users"] {
+		o.users = 256
+	}
+	if !set["drain"] {
+		o.drain = 90 * time.Second // serve's --queue-max-wait (1m) and an answer
+	}
+}
+
+// drainNote says how a run ends: its requests in flight cut, or drained.
+func drainNote(d time.Duration) string {
+	if d <= 0 {
+		return "; requests in flight then are cut"
+	}
+	return "; requests in flight then get " + d.String() + " to finish"
+}
+
+// runs reports whether --workloads names workload.
+func (o *benchOptions) runs(workload string) bool {
+	for name := range strings.SplitSeq(o.workloads, ",") {
+		if strings.TrimSpace(name) == workload {
+			return true
+		}
+	}
+	return false
 }
 
 // benchPlan is one fleet layout's runs.
@@ -244,6 +282,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	// Think times are real time: scale them with the engines' clock.
 	o.wl.ThinkMin = time.Duration(float64(o.wl.ThinkMin) / o.sim.Speedup)
 	o.wl.ThinkMax = time.Duration(float64(o.wl.ThinkMax) / o.sim.Speedup)
+	o.wl.Rate = o.rate * o.sim.Speedup // arrivals a second of real time
 	if o.sim.Tokenizer == "" {
 		// Byte-block engines count 4 bytes a token; a generated word
 		// and its space average 6 bytes.
@@ -287,7 +326,7 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	}
 	rc := bench.RunConfig{
 		Backends: o.backends, Users: o.users, Duration: o.duration, Policies: pols, Workloads: wls,
-		Model: o.sim.Model, OverheadPairs: o.overheadPairs, Progress: progress, Log: log, TimeScale: o.sim.Speedup,
+		Model: o.sim.Model, OverheadPairs: o.overheadPairs, Progress: progress, Log: log, TimeScale: o.sim.Speedup, Drain: o.drain,
 	}
 	if len(o.engines) > 0 || o.target != "" {
 		rc.TimeScale = 1 // real engines: real time
@@ -342,14 +381,17 @@ func (o *benchOptions) setup() map[string]string {
 	m := map[string]string{
 		"engines":          fmt.Sprint(o.backends),
 		"users":            fmt.Sprint(o.users),
-		"duration":         o.duration.String() + " per run (real time)",
+		"duration":         o.duration.String() + " per run (real time)" + drainNote(o.drain),
 		"workload seed":    fmt.Sprint(o.wl.Seed),
 		"output tokens":    fmt.Sprint(o.wl.MaxTokens),
-		"engine profile":   fmt.Sprintf("%s (KV %d tokens, max-num-seqs %d)", o.sim.Name, o.sim.KVTokens, o.sim.MaxNumSeqs),
+		"engine profile":   fmt.Sprintf("%s (KV %d tokens, max-num-seqs %d, max-waiting %d, then %d)", o.sim.Name, o.sim.KVTokens, o.sim.MaxNumSeqs, o.sim.MaxWaiting, o.sim.OverloadStatus),
 		"speedup":          fmt.Sprintf("%g (times in the tables are simulated: measured × speedup)", o.sim.Speedup),
 		"tokenizer":        "byte-block (4 bytes a token)",
 		"time per request": "TTFT and latency as the client saw them",
 		"engine scrape":    "off",
+	}
+	if o.runs("saturation") {
+		m["saturation arrivals"] = fmt.Sprintf("%g a second of simulated time (%g real), Poisson, open loop while a user is free", o.rate, o.rate*o.sim.Speedup)
 	}
 	if iv := o.scrapeInterval(); iv > 0 && o.target == "" {
 		m["engine scrape"] = "every " + iv.String() + " (real time) by each saltus started"
@@ -421,6 +463,7 @@ func parseBench(name string, args []string, stderr io.Writer, o *benchOptions) i
 	o.given = set
 	o.applyQuick(set)
 	o.applyDemo(set)
+	o.applySaturation(set)
 	return -1
 }
 
@@ -505,6 +548,9 @@ func tables(rep *bench.Report) string {
 		fmt.Fprintf(&b, "%s\n%s\n", s.Workload, bench.Table(runs))
 		if t := bench.ModelTable(runs); t != "" {
 			fmt.Fprintf(&b, "%s by model\n%s\n%s\n", s.Workload, t, bench.EngineTable(runs))
+		}
+		if t := bench.OverloadTable(runs); t != "" {
+			fmt.Fprintf(&b, "%s under overload\n%s\n", s.Workload, t)
 		}
 	}
 	if t := bench.PoolTable(rep.Runs); t != "" {

@@ -151,3 +151,33 @@ func TestBenchRun(t *testing.T) {
 		t.Errorf("stdout: %s", out.String())
 	}
 }
+
+// TestBenchSaturation: the saturation workload on saturated simulated
+// engines (one running, one waiting, the rest refused) reports its
+// priorities and tenants under overload, with the users raised so that
+// arrivals stay open loop.
+func TestBenchSaturation(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workloads", "saturation", "--backends", "2", "--max-num-seqs", "1", "--max-waiting", "1",
+		"--overload-status", "429", "--max-tokens", "20", "--rate", "20", "--speedup", "20", "--duration", "1500ms", "--drain", "1s",
+		"--policies", "prefix", "--overhead-pairs", "0", "--out", dir},
+		strings.NewReader(""), &out, &errb)
+	if code != 0 {
+		t.Fatalf("code %d: %s\n%s", code, out.String(), errb.String())
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"### saturation under overload", "| prefix | priority -10 |", "| prefix | priority 10 |",
+		"| prefix | tenant small |", "| prefix | tenant big |", "latency p50 priority -10 / 10", "| users | 256 |",
+		"| saturation arrivals | 20 a second of simulated time (400 real)"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("report.md lacks %q:\n%s", s, md)
+		}
+	}
+	if !strings.Contains(out.String(), "saturation under overload") {
+		t.Errorf("stdout lacks the overload table: %s", out.String())
+	}
+}

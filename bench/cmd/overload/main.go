@@ -19,12 +19,31 @@
 //   - spike: 384 requests at once, one each: answers by status, the non-200
 //     without Retry-After, and when the last answer came.
 //
+// --arrival says when the requests of burst, priority and fairness are
+// sent (spike's are always at once):
+//
+//   - closed (default, the scenarios above): each client sends its next
+//     request when the previous one is answered. Under strict priority the
+//     low class then waits once, for its first requests, and runs alone
+//     after that: the classes' medians are equal by construction and the
+//     order shows in the tail only.
+//   - burst: every client sends all its requests at once, without waiting
+//     for answers (48 × 4 = 192 requests at the start).
+//   - open: requests arrive at --rate a second for --duration (Poisson, or
+//     evenly spaced with --spacing fixed), rate × duration in all, the k-th
+//     sent as client k mod 48's, so each class keeps its share of the
+//     clients (priority half and half, fairness 4 of 48) and saturation is
+//     sustained: the queue's order shows at the median.
+//
 // Every request has --answer-timeout to be answered (an unanswered one
 // counts as err), and every scenario --scenario-timeout in all. Prompts are
 // distinct per request (1–2 KB of text) so that no two share a prefix past
-// a few words.
+// a few words. Each class's line gives its requests, share of 200, p50, p90
+// and p99 of the 200s' latency (send to last body byte); each scenario's the
+// answers by status and the non-200 with and without Retry-After.
 //
 //	go run ./bench/cmd/overload --url http://127.0.0.1:8080 --model sim-llama
+//	go run ./bench/cmd/overload --arrival open --rate 12 --duration 30s --scenarios priority
 //
 // scripts/overload-scenarios.sh starts the engines and saltus around it.
 package main
@@ -57,7 +76,17 @@ type options struct {
 	scenarioTimeout time.Duration
 	scenarios       []string
 	words           []string // the prompts' vocabulary
+	// arrival is closed, burst or open (the command's doc); rate (a
+	// second), duration and spacing (poisson or fixed) are open's.
+	arrival  string
+	rate     float64
+	duration time.Duration
+	spacing  string
 }
+
+// maxOpenRequests bounds an open run's requests (rate × duration): each
+// is a goroutine waiting for its send time.
+const maxOpenRequests = 20000
 
 // result is one request's outcome.
 type result struct {
@@ -86,7 +115,15 @@ func main() {
 	flag.DurationVar(&o.answerTimeout, "answer-timeout", 90*time.Second, "`duration` each request has to be answered whole; past it, it counts as err")
 	flag.DurationVar(&o.scenarioTimeout, "scenario-timeout", 5*time.Minute, "`duration` one scenario may last in all; past it, requests in flight count as err")
 	flag.StringVar(&scen, "scenarios", "burst,priority,fairness,spike", "comma-separated `list` of scenarios to run, in order")
+	flag.StringVar(&o.arrival, "arrival", "closed", "when burst, priority and fairness send, `mode`: closed (each client's next request after its last answer), burst (every request at once) or open (--rate a second for --duration)")
+	flag.Float64Var(&o.rate, "rate", 12, "open arrival: requests a second, `rate` (12: about 1.1 × what scripts/overload-scenarios.sh's four engines answer)")
+	flag.DurationVar(&o.duration, "duration", 30*time.Second, "open arrival: `duration` of the arrivals; rate × duration requests in all")
+	flag.StringVar(&o.spacing, "spacing", "poisson", "open arrival: `spacing` of the arrivals, poisson (exponential gaps) or fixed (1/rate apart)")
 	flag.Parse()
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "overload: %v\n", err)
+		os.Exit(2)
+	}
 	o.scenarios = strings.Split(scen, ",")
 	o.words = strings.Fields(fillerText)
 	for _, s := range o.scenarios {
@@ -107,6 +144,24 @@ func main() {
 		fmt.Println(scenario(s)(hc, &o))
 		tr.CloseIdleConnections() // each scenario starts with fresh connections
 	}
+}
+
+// validate checks the arrival flags.
+func (o *options) validate() error {
+	switch o.arrival {
+	case "closed", "burst":
+		return nil
+	case "open":
+	default:
+		return fmt.Errorf("--arrival: want closed, burst or open, got %q", o.arrival)
+	}
+	if o.spacing != "poisson" && o.spacing != "fixed" {
+		return fmt.Errorf("--spacing: want poisson or fixed, got %q", o.spacing)
+	}
+	if n := o.rate * o.duration.Seconds(); !(o.rate > 0) || !(n >= 1) || n > maxOpenRequests {
+		return fmt.Errorf("--rate × --duration: want 1 to %d requests, got %v a second for %v", maxOpenRequests, o.rate, o.duration)
+	}
+	return nil
 }
 
 // scenario returns the run of the scenario named, which returns its line;
@@ -130,10 +185,10 @@ func burst(hc *http.Client, o *options) string {
 	for i := range cs {
 		cs[i] = client{id: i, count: 4}
 	}
-	rs, wall := run(hc, o, "burst", cs)
+	rs, wall := sendAll(hc, o, "burst", cs)
 	all := flatten(rs)
-	return fmt.Sprintf("burst: requests %d, %s; non-200 with Retry-After %d, without %d; wall %.1fs",
-		len(all), byStatus(all), countRA(all, true), countRA(all, false), wall.Seconds())
+	return fmt.Sprintf("burst%s: requests %d, %s; non-200 with Retry-After %d, without %d; wall %.1fs",
+		o.mode(), len(all), byStatus(all), countRA(all, true), countRA(all, false), wall.Seconds())
 }
 
 func priority(hc *http.Client, o *options) string {
@@ -146,7 +201,7 @@ func priority(hc *http.Client, o *options) string {
 		}
 		cs[i] = client{id: i, count: 4, priority: p}
 	}
-	rs, wall := run(hc, o, "priority", cs)
+	rs, wall := sendAll(hc, o, "priority", cs)
 	var high, low []result
 	for i, r := range rs {
 		if i%2 == 0 {
@@ -155,8 +210,10 @@ func priority(hc *http.Client, o *options) string {
 			low = append(low, r...)
 		}
 	}
-	return fmt.Sprintf("priority: high(-10) %s; low(10) %s; p50 high/low %s; all %s; wall %.1fs",
-		classLine(high), classLine(low), ratio(p(high, 50), p(low, 50)), byStatus(append(high, low...)), wall.Seconds())
+	all := append(high, low...)
+	return fmt.Sprintf("priority%s: high(-10) %s; low(10) %s; p50 high/low %s, p90 %s; all %s; non-200 with Retry-After %d, without %d; wall %.1fs",
+		o.mode(), classLine(high), classLine(low), ratio(p(high, 50), p(low, 50)), ratio(p(high, 90), p(low, 90)),
+		byStatus(all), countRA(all, true), countRA(all, false), wall.Seconds())
 }
 
 func fairness(hc *http.Client, o *options) string {
@@ -168,7 +225,7 @@ func fairness(hc *http.Client, o *options) string {
 		}
 		cs[i] = client{id: i, count: 4, key: key}
 	}
-	rs, wall := run(hc, o, "fairness", cs)
+	rs, wall := sendAll(hc, o, "fairness", cs)
 	var small, big []result
 	for i, r := range rs {
 		if cs[i].key == "small" {
@@ -177,8 +234,10 @@ func fairness(hc *http.Client, o *options) string {
 			big = append(big, r...)
 		}
 	}
-	return fmt.Sprintf("fairness: small(4 clients) %s; big(44 clients) %s; p50 small/big %s; all %s; wall %.1fs",
-		classLine(small), classLine(big), ratio(p(small, 50), p(big, 50)), byStatus(append(small, big...)), wall.Seconds())
+	all := append(small, big...)
+	return fmt.Sprintf("fairness%s: small(4 clients) %s; big(44 clients) %s; p50 small/big %s, p90 %s; all %s; non-200 with Retry-After %d, without %d; wall %.1fs",
+		o.mode(), classLine(small), classLine(big), ratio(p(small, 50), p(big, 50)), ratio(p(small, 90), p(big, 90)),
+		byStatus(all), countRA(all, true), countRA(all, false), wall.Seconds())
 }
 
 func spike(hc *http.Client, o *options) string {
@@ -194,6 +253,118 @@ func spike(hc *http.Client, o *options) string {
 	}
 	return fmt.Sprintf("spike: requests %d, %s; non-200 without Retry-After %d; last answer at %.1fs",
 		len(all), byStatus(all), countRA(all, false), last.Seconds())
+}
+
+// mode names the arrival in a scenario's line: "" for closed (so that
+// the closed loop's lines read as before), " (burst)", " (open 12/s
+// poisson 30s)".
+func (o *options) mode() string {
+	switch o.arrival {
+	case "burst":
+		return " (burst)"
+	case "open":
+		return fmt.Sprintf(" (open %g/s %s %v)", o.rate, o.spacing, o.duration)
+	}
+	return ""
+}
+
+// sendAll sends the clients' requests as --arrival says and returns each
+// client's results, in the clients' order, and the time until the last
+// answer.
+func sendAll(hc *http.Client, o *options, scenario string, cs []client) ([][]result, time.Duration) {
+	switch o.arrival {
+	case "burst":
+		var shots []shot
+		for _, c := range cs {
+			for n := range c.count {
+				shots = append(shots, shot{client: c.id, n: n})
+			}
+		}
+		return runShots(hc, o, scenario, cs, shots)
+	case "open":
+		return runShots(hc, o, scenario, cs, openShots(o, len(cs), scenario))
+	}
+	return run(hc, o, scenario, cs)
+}
+
+// shot is one request of an open or burst run: its client, its number
+// among the client's, and when to send it after the start.
+type shot struct {
+	client, n int
+	at        time.Duration
+}
+
+// openShots are rate × duration arrivals (validate bounds the count),
+// Poisson or evenly spaced, the k-th for client k mod clients. The draws
+// are seeded by the scenario's name: a run is repeatable.
+func openShots(o *options, clients int, scenario string) []shot {
+	total := int(o.rate*o.duration.Seconds() + 0.5)
+	rng := rand.New(rand.NewPCG(uint64(len(scenario)), 0x6f70656e))
+	gap := float64(time.Second) / o.rate
+	shots := make([]shot, total)
+	var t float64
+	for k := range shots {
+		shots[k] = shot{client: k % clients, n: k / clients, at: time.Duration(t)}
+		if o.spacing == "fixed" {
+			t += gap
+		} else {
+			t += rng.ExpFloat64() * gap
+		}
+	}
+	return shots
+}
+
+// runShots sends each shot from its own goroutine at its time and returns
+// each client's results (its shots in order of n) and the time until the
+// last answer. Goroutines: one per shot, at most maxOpenRequests (open)
+// or 48 × 4 (burst).
+func runShots(hc *http.Client, o *options, scenario string, cs []client, shots []shot) ([][]result, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.scenarioTimeout)
+	defer cancel()
+	g := rules.NewGroup(ctx)
+	rs := make([]result, len(shots)) // rs[i] is shot i's, written by its goroutine only
+	start := make(chan struct{})
+	var t0 time.Time // set before start is closed; read after
+	for i, s := range shots {
+		c := cs[s.client]
+		g.Go(fmt.Sprintf("overload-%s-%d", scenario, i), func(ctx context.Context) {
+			rng := rand.New(rand.NewPCG(uint64(c.id)<<20|uint64(s.n), uint64(len(scenario))))
+			body := requestBody(o, scenario, c, s.n, rng)
+			select {
+			case <-start:
+			case <-ctx.Done():
+				rs[i] = result{err: ctx.Err()}
+				return
+			}
+			if wait := s.at - time.Since(t0); wait > 0 {
+				tm := time.NewTimer(wait)
+				select {
+				case <-tm.C:
+				case <-ctx.Done():
+					tm.Stop()
+					rs[i] = result{err: ctx.Err()}
+					return
+				}
+			}
+			r := send(ctx, hc, o, c, body)
+			r.end = time.Since(t0)
+			rs[i] = r
+		})
+	}
+	t0 = time.Now()
+	close(start)
+	// Every shot returns by the scenario's deadline (each request's
+	// context ends with ctx), so this Wait is bounded by it.
+	if err := g.Wait(context.Background()); err != nil {
+		panic("BUG: Wait without a deadline returned " + err.Error())
+	}
+	wall := time.Since(t0)
+	g.Stop()
+	out := make([][]result, len(cs))
+	for i, s := range shots { // shots are in order of n within each client
+		out[s.client] = append(out[s.client], rs[i])
+	}
+	return out, wall
 }
 
 // run starts every client at once and returns each one's results, in the
@@ -385,7 +556,8 @@ func p(rs []result, q int) time.Duration {
 	return ls[max(i, 0)]
 }
 
-// classLine is a class's requests, share of 200, and p50/p90 of the 200s.
+// classLine is a class's requests, share of 200, and p50/p90/p99 of the
+// 200s.
 func classLine(rs []result) string {
 	ok := 0
 	for _, r := range rs {
@@ -393,7 +565,7 @@ func classLine(rs []result) string {
 			ok++
 		}
 	}
-	return fmt.Sprintf("n %d, 200 %.0f%%, p50 %s, p90 %s", len(rs), 100*float64(ok)/float64(max(len(rs), 1)), secs(p(rs, 50)), secs(p(rs, 90)))
+	return fmt.Sprintf("n %d, 200 %.0f%%, p50 %s, p90 %s, p99 %s", len(rs), 100*float64(ok)/float64(max(len(rs), 1)), secs(p(rs, 50)), secs(p(rs, 90)), secs(p(rs, 99)))
 }
 
 func secs(d time.Duration) string {
