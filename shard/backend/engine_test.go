@@ -67,3 +67,40 @@ func TestObserveService(t *testing.T) {
 		t.Fatalf("two samples: %v, want %v", got, want)
 	}
 }
+
+// TestFullMarkEndsWithASlot: a full mark the engine gave no Retry-After
+// for ends when one of its requests ends (its room is back); one its
+// Retry-After set, or a later one that outlasts it, stays until its time.
+func TestFullMarkEndsWithASlot(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	f := func(name string, mark func(b *Backend), freedAt time.Time, fullAfter bool) {
+		t.Helper()
+		b := &Backend{}
+		b.inFlight.Store(1)
+		mark(b)
+		b.slotFreed(freedAt)
+		if got := b.Full(freedAt); got != fullAfter {
+			t.Errorf("%s: full after a slot freed: %v, want %v (until %v)", name, got, fullAfter, b.FullUntil().Sub(t0))
+		}
+		if b.InFlight() != 0 {
+			t.Errorf("%s: in flight %d after slotFreed", name, b.InFlight())
+		}
+		if !b.Limited() {
+			t.Errorf("%s: no longer Limited", name)
+		}
+	}
+	at := t0.Add(100 * time.Millisecond)
+	f("soft", func(b *Backend) { b.markFull(t0, fullFor, true) }, at, false)
+	f("Retry-After", func(b *Backend) { b.markFull(t0, 3*time.Second, false) }, at, true)
+	f("soft, then Retry-After", func(b *Backend) {
+		b.markFull(t0, fullFor, true)
+		b.markFull(t0, 3*time.Second, false)
+	}, at, true)
+	f("Retry-After, then a shorter soft", func(b *Backend) {
+		b.markFull(t0, 3*time.Second, false)
+		b.markFull(t0, fullFor, true) // shorter: ignored
+	}, at, true)
+	f("soft, expired", func(b *Backend) { b.markFull(t0, fullFor, true) }, t0.Add(2*fullFor), false)
+	f("never full", func(b *Backend) { b.SetMaxConcurrency(2) }, at, false)
+}

@@ -525,8 +525,8 @@ func (lr *loopReq) head(c *upConn, now time.Time) bool {
 // closed (its body is not read). Loop only.
 func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	s, b := lr.s, lr.b
-	d := retryAfterOf(c.p.Header, fullFor)
-	b.MarkFull(now, d)
+	d, own := retryAfter(c.p.Header, fullFor)
+	b.markFull(now, d, !own)
 	b.learnCap(b.inFlight.Load()-1, now) // what it held besides this one
 	s.countCodeLoop(lr.ls, b, status)
 	s.refusals.Inc()
@@ -583,7 +583,7 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 	// a client's next request (maybe on another loop) must not find this
 	// one still in flight (consistent_hash's bound skipped a backend so).
 	if lr.b != nil {
-		lr.b.inFlight.Add(-1)
+		lr.b.slotFreed(now)
 		lr.b = nil
 	}
 	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn, false), body)
@@ -780,7 +780,7 @@ func (lr *loopReq) finish(now time.Time) {
 	delete(ls.active, lr)
 	lr.sink.SetGoneHook(nil)
 	if lr.b != nil {
-		lr.b.inFlight.Add(-1)
+		lr.b.slotFreed(now)
 		lr.b = nil
 	}
 	s.inFlight.Add(-1)

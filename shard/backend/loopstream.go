@@ -138,7 +138,7 @@ func (lr *loopReq) streamEnd(c *upConn, reuse bool, now time.Time) {
 	lr.c = nil
 	c.release(reuse, now)
 	if lr.b != nil {
-		lr.b.inFlight.Add(-1)
+		lr.b.slotFreed(now)
 		lr.b = nil
 	}
 	if lr.sink.EndLoop() != nil {

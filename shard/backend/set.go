@@ -58,6 +58,7 @@ type Backend struct {
 	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
 	peer      peerLoad     // peer routers' load on it (peer.go)
 	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
+	fullSoft  atomic.Int64 // the fullUntil of the last mark without the engine's Retry-After (engine.go: slotFreed)
 	capacity  atomic.Int64 // Capacity (engine.go), learned from refusals
 	priority  atomic.Bool  // PriorityScheduling
 	maxConc   atomic.Int64 // MaxConcurrency (engine.go); 0 none

@@ -206,7 +206,9 @@ func TestHealthProbesLive(t *testing.T) {
 		}
 	})
 	s, _ := testSet(t, func(c *Config) {
-		c.HealthPath, c.HealthInterval, c.HealthFailsDown, c.HealthOKUp = "/healthz", 5*time.Millisecond, 2, 2
+		// A probe is bounded by HealthInterval: 100 ms, not less, since a
+		// loopback dial took up to 10 ms on an idle, shared VM.
+		c.HealthPath, c.HealthInterval, c.HealthFailsDown, c.HealthOKUp = "/healthz", 100*time.Millisecond, 2, 2
 	})
 	b := mustAdd(t, s, srv.URL)
 	g := rules.NewGroup(context.Background())
