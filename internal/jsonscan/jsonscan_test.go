@@ -35,8 +35,8 @@ func FuzzLastMember(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var obj map[string]json.RawMessage
-		if json.Unmarshal(body, &obj) != nil {
-			return
+		if json.Unmarshal(body, &obj) != nil || obj == nil {
+			return // not an object (encoding/json reads null into a nil map)
 		}
 		m, ok := LastMember(body, SkipWS(body, 0), "model")
 		if !ok {
@@ -68,8 +68,8 @@ func FuzzDeleteMember(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var in map[string]json.RawMessage
-		if json.Unmarshal(body, &in) != nil {
-			return
+		if json.Unmarshal(body, &in) != nil || in == nil {
+			return // not an object (encoding/json reads null into a nil map)
 		}
 		out, ok := DeleteMember(nil, body, "priority")
 		if !ok {
