@@ -2,7 +2,7 @@
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
-FUZZTIME  ?= 10s
+FUZZTIME  ?= 5s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
@@ -64,7 +64,7 @@ browser-check: ## browser-test without keeping screenshots (part of check)
 browser-test: ## the dashboard in headless Chromium against a running saltus, numbers checked against /metrics, screenshots to bench/results/issue14-dashboard (scripts/browser-test.sh; installs chromium with apt-get if missing; check runs it as browser-check)
 	GO=$(GO) scripts/browser-test.sh
 
-fuzz-smoke: ## each fuzz target for FUZZTIME (default 10s); see scripts/fuzz-smoke.sh
+fuzz-smoke: ## each fuzz target for FUZZTIME (default 5s: CI time; run longer with FUZZTIME=5m); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
 check: vet lint rules race fuzz-smoke build browser-check ## what CI runs

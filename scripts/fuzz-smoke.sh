@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the packages given (default ./...) for FUZZTIME
-# each (default 10s). Called by `make fuzz-smoke`.
+# each (default 5s). Called by `make fuzz-smoke`.
 #
 # Go 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when -fuzztime ends while a worker is mid-call on a loaded
@@ -10,7 +10,7 @@
 # deadline exceeded" is reported as that known flake and retried once.
 set -uo pipefail
 GO=${GO:-go}
-FUZZTIME=${FUZZTIME:-10s}
+FUZZTIME=${FUZZTIME:-5s}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
