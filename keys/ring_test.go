@@ -16,7 +16,7 @@ import (
 )
 
 // writeKeys writes a key file and returns its path.
-func writeKeys(t *testing.T, path, text string) string {
+func writeKeys(t testing.TB, path, text string) string {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "keys.yaml")
@@ -36,7 +36,7 @@ func keyYAML(name, secret, extra string) string {
 }
 
 // newTestRing builds a Ring on a fake clock.
-func newTestRing(t *testing.T, cfg Config) (*Ring, *metrics.Set, *atomic.Int64) {
+func newTestRing(t testing.TB, cfg Config) (*Ring, *metrics.Set, *atomic.Int64) {
 	t.Helper()
 	set := metrics.NewSet()
 	r, err := New(cfg, nil, set)
