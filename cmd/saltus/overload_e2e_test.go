@@ -202,33 +202,17 @@ func TestServePriority(t *testing.T) {
 // upstream for it.
 func TestServeQueuedClientLeaves(t *testing.T) {
 	t.Parallel()
-	sim := startSim(t, func(c *vllmsim.Config) {
-		c.Tokenizer, c.ChatTemplate = "", ""
-		c.Speedup, c.MaxTokens = 1, 200 // slow: the engine stays full while the test runs
-		c.MaxNumSeqs, c.MaxWaiting = 1, 1
-	})
+	sim := startSlowOneSeatSim(t)
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
 		c.Backends = []string{sim.URL()}
 	})
-	body := func(i int) string {
-		return fmt.Sprintf(`{"model":"llama3","max_tokens":200,"messages":[{"role":"user","content":"Request %d, long enough for a few blocks of prompt."}]}`, i)
-	}
-	req := func(i int) string {
-		b := body(i)
-		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
-	}
 	// Fill the engine (1 running, 1 waiting), then one more: refused by
 	// the engine, it waits in saltus's queue.
-	var conns []*rawConn
-	for i := range 3 {
-		c := dialRaw(t, s.addr)
-		c.send(t, req(i))
-		conns = append(conns, c)
-		if i < 2 {
-			waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
-		}
-	}
+	conns := fillOneSeat(t, s, sim)
+	c := dialRaw(t, s.addr)
+	c.send(t, queuedChat(2, 0))
+	conns = append(conns, c)
 	waitLong(t, "a request queued", func() bool { return metricSum(s.metrics(t), "saltus_queue_depth") == 1 })
 	before := sim.Stats()
 	conns[2].Close()
@@ -364,31 +348,19 @@ func poolOf(t *testing.T, info admin.PoolsInfo, model string) admin.PoolInfo {
 // the drain ends or cut; counted by model and reason.
 func TestServeShutdownAnswersQueued(t *testing.T) {
 	t.Parallel()
-	sim := startSim(t, func(c *vllmsim.Config) {
-		c.Tokenizer, c.ChatTemplate = "", ""
-		c.Speedup, c.MaxTokens = 1, 200 // slow: the engine stays full while the test runs
-		c.MaxNumSeqs, c.MaxWaiting = 1, 1
-	})
+	sim := startSlowOneSeatSim(t)
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
 		c.Backends = []string{sim.URL()}
 		c.DrainTimeout = time.Second // the engine's two are cut then
 	})
-	req := func(i, prio int) string {
-		b := fmt.Sprintf(`{"model":"llama3","max_tokens":200,"priority":%d,"messages":[{"role":"user","content":"Request %d, long enough for a few blocks of prompt."}]}`, prio, i)
-		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
-	}
 	// Fill the engine (1 running, 1 waiting), then queue four more.
-	for i := range 2 {
-		c := dialRaw(t, s.addr)
-		c.send(t, req(i, 0))
-		waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
-	}
+	fillOneSeat(t, s, sim)
 	const queued = 4
 	var conns []*rawConn
 	for i := range queued {
 		c := dialRaw(t, s.addr)
-		c.send(t, req(10+i, i%2*-5))
+		c.send(t, queuedChat(10+i, i%2*-5))
 		conns = append(conns, c)
 		waitLong(t, "the request queued", func() bool { return metricSum(s.metrics(t), "saltus_queue_depth") == float64(i+1) })
 	}
@@ -431,4 +403,42 @@ func TestServeShutdownAnswersQueued(t *testing.T) {
 	if st := sim.Stats(); st.Rejected != rejected {
 		t.Errorf("the engine refused %d more after SIGTERM", st.Rejected-rejected)
 	}
+}
+
+// startSlowOneSeatSim is an engine that runs one request and queues one,
+// each slow enough (200 tokens at speedup 1) to stay full while a test
+// queues more in saltus.
+func startSlowOneSeatSim(t *testing.T) *vllmsim.Sim {
+	t.Helper()
+	return startSim(t, func(c *vllmsim.Config) {
+		c.Tokenizer, c.ChatTemplate = "", ""
+		c.Speedup, c.MaxTokens = 1, 200
+		c.MaxNumSeqs, c.MaxWaiting = 1, 1
+	})
+}
+
+// queuedChat is raw request i of a long chat with vLLM's priority prio
+// (0: none).
+func queuedChat(i, prio int) string {
+	p := ""
+	if prio != 0 {
+		p = fmt.Sprintf(`"priority":%d,`, prio)
+	}
+	b := fmt.Sprintf(`{"model":"llama3","max_tokens":200,%s"messages":[{"role":"user","content":"Request %d, long enough for a few blocks of prompt."}]}`, p, i)
+	return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+}
+
+// fillOneSeat sends the one-seat engine behind s its running and its
+// waiting request, each once the engine holds the one before, and
+// returns their connections.
+func fillOneSeat(t *testing.T, s *served, sim *vllmsim.Sim) []*rawConn {
+	t.Helper()
+	var conns []*rawConn
+	for i := range 2 {
+		c := dialRaw(t, s.addr)
+		c.send(t, queuedChat(i, 0))
+		conns = append(conns, c)
+		waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
+	}
+	return conns
 }
