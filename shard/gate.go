@@ -168,8 +168,16 @@ func (r *Router) left(g *gate, j *job) queue.Band {
 func (r *Router) gateRemove(owner int, j *job) {
 	if g := r.shards[owner].gates[j.d.model]; g != nil && g.q.Remove(j.queueID) {
 		r.left(g, j)
-		g.m.results[resGone].Add(1)
+		g.gone(j)
 	}
+}
+
+// gone counts j, taken out of g's queue, as left by its client: nothing
+// answers it, so its API key's reservation is given back here (keyDone;
+// a refund, counted as an error). On the gate's loop, which owns j then.
+func (g *gate) gone(j *job) {
+	g.m.results[resGone].Add(1)
+	j.keyDone(0, nil)
 }
 
 // dispatch sends on as many queued requests as g's pool has free slots:
@@ -195,7 +203,7 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 		j, waited, _ := g.q.Pop(r.now())
 		b := r.left(g, j)
 		if gone(j.x) {
-			g.m.results[resGone].Add(1)
+			g.gone(j)
 			slots++
 			continue
 		}
@@ -235,7 +243,7 @@ func (r *Router) tickGates(sh *Shard) {
 		for _, j := range sh.expired {
 			b := r.left(g, j)
 			if gone(j.x) {
-				g.m.results[resGone].Add(1)
+				g.gone(j)
 				continue
 			}
 			g.m.results[resExpired].Add(1)
@@ -298,7 +306,7 @@ func (r *Router) flushGates(sh *Shard) {
 			}
 			r.left(g, j)
 			if gone(j.x) {
-				g.m.results[resGone].Add(1)
+				g.gone(j)
 				continue
 			}
 			g.m.results[resShutdown].Add(1)

@@ -328,3 +328,33 @@ func TestKeysSIGHUP(t *testing.T) {
 		t.Fatalf("after an invalid key file: %d", st)
 	}
 }
+
+// TestKeysQueuedClientLeaves: a keyed request that waits in the gateway
+// queue and whose client leaves gets its tokens back (nothing answers it
+// to settle them): the key's outcome "error" counts it (without the
+// refund nothing counts it).
+func TestKeysQueuedClientLeaves(t *testing.T) {
+	t.Parallel()
+	sim := startSlowOneSeatSim(t)
+	file := keyFile(t, "", keyEntry("delta", "sk-delta-secret-4", "  tpm: 100000\n"))
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = []string{sim.URL()}
+		c.Keys.File = file
+	})
+	const auth = "Authorization: Bearer sk-delta-secret-4\r\n"
+	keyed := func(i int) string { return strings.Replace(queuedChat(i, 0), "Host: x\r\n", "Host: x\r\n"+auth, 1) }
+	// The engine's two, then one that waits in saltus's queue.
+	for i := range 2 {
+		c := dialRaw(t, s.addr)
+		c.send(t, keyed(i))
+		waitLong(t, "the engine to take it", func() bool { st := sim.Stats(); return st.Running+st.Waiting >= i+1 })
+	}
+	c := dialRaw(t, s.addr)
+	c.send(t, keyed(2))
+	waitLong(t, "a request queued", func() bool { return metricSum(s.metrics(t), "saltus_queue_depth") == 1 })
+	c.Close()
+	waitLong(t, "the queued keyed request settled", func() bool {
+		return s.metric(t, `saltus_key_requests_total{key="delta",outcome="error"}`) == 1
+	})
+}
