@@ -26,7 +26,7 @@
 // Decode refuses a payload whole when it is over a Limit (bytes, events,
 // hashes per event, tokens per event), malformed (wrong types, trailing
 // bytes, values nested deeper than 8 in a skipped field, a hash longer
-// than 32 bytes, a token id outside int32) or cut short; Reason names
+// than 32 bytes, a token id outside uint32) or cut short; Reason names
 // the refusal for the drop counter. Allocation is bounded by the payload:
 // no slice is sized by a declared length beyond the bytes left.
 //

@@ -171,7 +171,7 @@ func TestSubscriberConnect(t *testing.T) {
 	})
 
 	t.Run("oversize", func(t *testing.T) {
-		big := Batch{Events: []Event{{Kind: BlockStored, Hashes: []Hash{sha(1)}, Tokens: make([]int32, 3000), BlockSize: 3000}}}
+		big := Batch{Events: []Event{{Kind: BlockStored, Hashes: []Hash{sha(1)}, Tokens: make([]uint32, 3000), BlockSize: 3000}}}
 		p.Publish(big)
 		p.Publish(marker(3))
 		m := recv(t, ch)

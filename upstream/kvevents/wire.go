@@ -139,7 +139,9 @@ type Event struct {
 	Parent Opt[Hash]
 	// Tokens are the token ids of the stored blocks, BlockSize a block,
 	// len(Hashes)*BlockSize in all (BlockStored; the consumer checks).
-	Tokens    []int32
+	// uint32: vLLM's ids are below 2^31, the simulator's byte-block
+	// pseudo-ids (4 bytes of text each) use all 32 bits.
+	Tokens    []uint32
 	BlockSize int
 	LoRAID    Opt[int64]  // deprecated by vLLM for LoRAName; kept as sent
 	Medium    Opt[string] // "GPU", "CPU", …: where the blocks live
@@ -558,7 +560,7 @@ func (dec *Decoder) optHash() (Opt[Hash], error) {
 	return Some(h), err
 }
 
-func (dec *Decoder) tokens() ([]int32, error) {
+func (dec *Decoder) tokens() ([]uint32, error) {
 	n, err := dec.d.DecodeArrayLen()
 	if err != nil {
 		return nil, err
@@ -569,16 +571,16 @@ func (dec *Decoder) tokens() ([]int32, error) {
 	if n > dec.lim.MaxTokens {
 		return nil, fmt.Errorf("%w: %d token ids, MaxTokens %d", ErrOverLimit, n, dec.lim.MaxTokens)
 	}
-	ts := make([]int32, 0, min(n, dec.r.Len())) // each takes ≥ 1 byte
+	ts := make([]uint32, 0, min(n, dec.r.Len())) // each takes ≥ 1 byte
 	for range n {
 		v, err := dec.int()
 		if err != nil {
 			return nil, err
 		}
-		if v < 0 || v > math.MaxInt32 {
+		if v < 0 || v > math.MaxUint32 {
 			return nil, fmt.Errorf("token id %d out of range", v)
 		}
-		ts = append(ts, int32(v))
+		ts = append(ts, uint32(v))
 	}
 	return ts, nil
 }

@@ -21,9 +21,9 @@ func sha(i byte) Hash {
 
 // sample is a batch of every kind with every optional field set or not.
 func sample(enc Encoding, hashOf func(i byte) Hash) Batch {
-	toks := make([]int32, 32)
+	toks := make([]uint32, 32)
 	for i := range toks {
-		toks[i] = int32(1000 + i)
+		toks[i] = uint32(1000 + i)
 	}
 	return Batch{
 		TS:       1.75e9 + 0.25,
@@ -89,7 +89,7 @@ func TestDecodesVLLMShapes(t *testing.T) {
 	f("array, old vLLM (5 fields, no dp rank)",
 		[]any{1.5, []any{[]any{"BlockStored", []any{int64(-5), uint64(math.MaxUint64)}, nil, []any{1, 2, 3, 4}, 2}}},
 		Batch{TS: 1.5, Encoding: ArrayEncoding, Events: []Event{{Kind: BlockStored,
-			Hashes: []Hash{IntHash(uint64(math.MaxUint64 - 4)), IntHash(math.MaxUint64)}, Tokens: []int32{1, 2, 3, 4}, BlockSize: 2}}})
+			Hashes: []Hash{IntHash(uint64(math.MaxUint64 - 4)), IntHash(math.MaxUint64)}, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 2}}})
 	f("array, extra_keys and an unknown trailing field",
 		[]any{2, []any{
 			[]any{"BlockStored", []any{h32}, h32, []any{9}, 1, nil, "GPU", nil, []any{[]any{"mm", 1}}, 3, "future"},
@@ -97,7 +97,7 @@ func TestDecodesVLLMShapes(t *testing.T) {
 			[]any{"AllBlocksCleared"},
 		}, 4},
 		Batch{TS: 2, Encoding: ArrayEncoding, DPRank: Some[int64](4), Events: []Event{
-			{Kind: BlockStored, Hashes: []Hash{hb}, Parent: Some(hb), Tokens: []int32{9}, BlockSize: 1, Medium: Some("GPU"), GroupIdx: Some[int64](3)},
+			{Kind: BlockStored, Hashes: []Hash{hb}, Parent: Some(hb), Tokens: []uint32{9}, BlockSize: 1, Medium: Some("GPU"), GroupIdx: Some[int64](3)},
 			{Kind: Unknown},
 			{Kind: AllBlocksCleared},
 		}})
@@ -109,7 +109,7 @@ func TestDecodesVLLMShapes(t *testing.T) {
 			map[string]any{"type": "BlockRemoved", "block_hashes": []any{7}, "medium": "CPU"},
 		}, "ts": 3.0, "data_parallel_rank": nil},
 		Batch{TS: 3, Encoding: MapEncoding, Events: []Event{
-			{Kind: BlockStored, Hashes: []Hash{hb}, Tokens: []int32{5, 6}, BlockSize: 2, LoRAName: Some("a")},
+			{Kind: BlockStored, Hashes: []Hash{hb}, Tokens: []uint32{5, 6}, BlockSize: 2, LoRAName: Some("a")},
 			{Kind: BlockRemoved, Hashes: []Hash{IntHash(7)}, Medium: Some("CPU")},
 		}})
 }
@@ -148,7 +148,7 @@ func TestDecodeRefuses(t *testing.T) {
 	f("one field", []any{1}, "malformed")
 	f("trailing bytes", append(must(msgpack.Marshal([]any{1, []any{}})), 0), "malformed")
 	f("negative token", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{-1}, 1}}}, "malformed")
-	f("token over int32", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{int64(1) << 31}, 1}}}, "malformed")
+	f("token over uint32", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{int64(1) << 32}, 1}}}, "malformed")
 	f("33-byte hash", []any{1, []any{[]any{"BlockRemoved", []any{make([]byte, 33)}}}}, "malformed")
 	f("float hash", []any{1, []any{[]any{"BlockRemoved", []any{1.5}}}}, "malformed")
 	f("block size 0", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{1}, 0}}}, "malformed")
