@@ -32,11 +32,25 @@ type PublisherConfig struct {
 	Topic string
 	// Encoding is the payload's layout (vLLM's newer default is the map).
 	Encoding Encoding
-	// Queue bounds the batches waiting to be encoded and sent (default
-	// 1,024); Publish drops one past it. The socket's own queue (its
+	// Queue bounds the batches waiting to be encoded and sent (0: the
+	// default, 1,024); Publish drops one past it. The socket's own queue (its
 	// high-water mark) has the same bound and drops silently: either way
 	// the sequence number skips, so a subscriber sees the gap.
 	Queue int
+}
+
+// Validate names the first field that is wrong.
+func (c PublisherConfig) Validate() error {
+	if _, err := guarded(c.Endpoint); err != nil {
+		return fmt.Errorf("kvevents: Endpoint: %w", err)
+	}
+	if c.Queue < 0 {
+		return fmt.Errorf("kvevents: Queue %d < 0", c.Queue)
+	}
+	if len(c.Topic) > maxTopic {
+		return fmt.Errorf("kvevents: Topic longer than %d bytes", maxTopic)
+	}
+	return nil
 }
 
 // binds is vLLM's rule: bind when the endpoint has a wildcard host.
@@ -71,15 +85,15 @@ type queued struct {
 // NewPublisher opens the socket: a binding one listens now (its errors
 // are New's), a connecting one dials in Run.
 func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	ep, err := guarded(cfg.Endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("kvevents: Endpoint: %w", err)
+		panic("BUG: kvevents: endpoint validated: " + err.Error())
 	}
 	if cfg.Queue == 0 {
 		cfg.Queue = 1024
-	}
-	if cfg.Queue < 1 {
-		return nil, fmt.Errorf("kvevents: Queue %d < 1", cfg.Queue)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: logger.With("component", "kvevents.pub", "endpoint", cfg.Endpoint),
