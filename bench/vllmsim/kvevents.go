@@ -27,6 +27,8 @@ type KVEventsConfig struct {
 	// default tcp://*:5557), else it connects to a router that binds
 	// (llm-d's wiring).
 	Endpoint string
+	// Bind binds Endpoint whatever it is (tests: tcp://127.0.0.1:0).
+	Bind bool
 	// Topic is each message's topic (vLLM's default ""; llm-d's wiring
 	// names the engine: kv@<ip>:<port>@<model>).
 	Topic string
@@ -73,7 +75,7 @@ func (k KVEventsConfig) validate() error {
 }
 
 func (k KVEventsConfig) publisherConfig() kvevents.PublisherConfig {
-	pc := kvevents.PublisherConfig{Endpoint: k.Endpoint, Topic: k.Topic, Encoding: kvevents.MapEncoding, Queue: k.Queue}
+	pc := kvevents.PublisherConfig{Endpoint: k.Endpoint, Bind: k.Bind, Topic: k.Topic, Encoding: kvevents.MapEncoding, Queue: k.Queue}
 	if pc.Endpoint == "" {
 		pc.Endpoint = DefaultKVEventsEndpoint
 	}
