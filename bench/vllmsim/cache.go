@@ -12,6 +12,7 @@ type kvCache struct {
 	head, tail *block
 	free       int
 	evicted    uint64
+	ev         *kvEvents // nil: no events published
 }
 
 type block struct {
@@ -75,13 +76,37 @@ func (c *kvCache) reserve(keys []uint64, anon int) bool {
 	return true
 }
 
-// computed marks keys as computed: later prompts hit them.
-func (c *kvCache) computed(keys []uint64) {
-	for _, k := range keys {
-		if b := c.blocks[k]; b != nil {
+// computed marks keys[from:to] of a prompt as computed: later prompts
+// hit them. Each run of blocks that were not computed before is a
+// BlockStored event (ids: the prompt's token ids; lora: its adapter).
+func (c *kvCache) computed(keys []uint64, from, to int, ids []int32, lora string) {
+	run := -1 // start of the current run of newly computed blocks
+	for i := from; i < to; i++ {
+		b := c.blocks[keys[i]]
+		if b != nil && !b.ready {
 			b.ready = true
+			if run < 0 {
+				run = i
+			}
+			continue
+		}
+		if run >= 0 {
+			c.ev.stored(keys, run, i, ids, lora)
+			run = -1
 		}
 	}
+	if run >= 0 {
+		c.ev.stored(keys, run, to, ids, lora)
+	}
+}
+
+// clear drops every block: POST /reset_prefix_cache. The caller checks
+// that nothing runs (no block is pinned).
+func (c *kvCache) clear() {
+	c.blocks = make(map[uint64]*block)
+	c.head, c.tail = nil, nil
+	c.used, c.free = 0, 0
+	c.ev.cleared()
 }
 
 // release unpins what reserve pinned: computed blocks nobody uses go to
@@ -120,6 +145,7 @@ func (c *kvCache) evictOne() {
 	delete(c.blocks, b.key)
 	c.used--
 	c.evicted++
+	c.ev.removed(b.key)
 }
 
 func (c *kvCache) pushTail(b *block) {

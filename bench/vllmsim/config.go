@@ -166,6 +166,9 @@ type Config struct {
 	// TLS, when not nil, serves HTTPS with it (tests of https backends);
 	// URL then starts with https://. Default nil: plain HTTP.
 	TLS *tls.Config
+	// KVEvents publishes the KV cache's events as vLLM does with
+	// --kv-events-config (kvevents.go). Default: off.
+	KVEvents KVEventsConfig
 }
 
 // DefaultConfig returns the a100-13b profile in byte-block mode.
@@ -249,6 +252,9 @@ func (c Config) Validate() error {
 	} else if c.Tokenizer == "" && c.BlockSize != tree.ByteBlockBytes/4 {
 		bad("block-size", "must be %d without a tokenizer (byte-block mode: a block is %d bytes of text, 4 bytes a token), got %d",
 			tree.ByteBlockBytes/4, tree.ByteBlockBytes, c.BlockSize)
+	}
+	if err := c.KVEvents.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.KVTokens < c.BlockSize || c.KVTokens > maxKVTokens {
 		bad("kv-tokens", "must be between one block (%d) and %d, got %d", c.BlockSize, maxKVTokens, c.KVTokens)

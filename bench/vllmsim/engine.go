@@ -22,6 +22,8 @@ const (
 type seq struct {
 	// Set by the handler before submit; read-only after.
 	keys      []uint64 // the prompt's full blocks' chained hashes
+	ids       []int32  // the prompt's token ids, when KV events are published
+	adapter   string   // the LoRA adapter's name, "" for a base model (KV events)
 	prompt    int      // prompt tokens
 	maxTokens int      // output tokens to produce
 	// lora counts the seq under its LoRA adapter while it waits and
@@ -124,6 +126,9 @@ type engine struct {
 	kv   *kvCache // owned by the scheduler goroutine
 	m    engineMetrics
 	wake chan struct{} // one slot: a submit happened
+	// resets carries POST /reset_prefix_cache to the scheduler; each
+	// asks with a one-slot reply channel (true: cleared).
+	resets chan chan bool
 
 	mu      sync.Mutex // guards the fields below
 	waiting waitQueue  // at most cfg.MaxWaiting; in the policy's order
@@ -137,6 +142,7 @@ type engine struct {
 
 func newEngine(cfg Config, clk clock, m engineMetrics) *engine {
 	return &engine{cfg: cfg, clk: clk, m: m, kv: newKVCache(cfg.KVTokens / cfg.BlockSize), wake: make(chan struct{}, 1),
+		resets:  make(chan chan bool),
 		waiting: waitQueue{byPriority: cfg.SchedulingPolicy == PolicyPriority}}
 }
 
@@ -180,12 +186,24 @@ func (e *engine) run(ctx context.Context) {
 		var prefill, decodes int
 		running, plan, prefill, decodes = e.schedule(running, plan[:0])
 		if len(running) == 0 {
+			e.kv.ev.flush()
 			select {
 			case <-ctx.Done():
 				return
 			case <-e.wake:
 				continue
+			case reply := <-e.resets:
+				e.kv.clear()
+				e.kv.ev.flush()
+				e.usage.Store(0)
+				reply <- true // one slot: never blocks
+				continue
 			}
+		}
+		select {
+		case reply := <-e.resets:
+			reply <- false // requests run: vLLM refuses to reset then
+		default:
 		}
 		// A step starts when the last one ended, or now if the engine
 		// was idle or fell behind real time.
@@ -194,6 +212,7 @@ func (e *engine) run(ctx context.Context) {
 			return
 		}
 		running = e.finishStep(running, plan, end)
+		e.kv.ev.flush()
 	}
 }
 
@@ -280,7 +299,7 @@ func (e *engine) finishStep(running []*seq, plan []int, end time.Duration) []*se
 		if s.prefilled < s.prompt {
 			s.prefilled += n
 			if full := min(s.prefilled/bs, len(s.keys)); full > s.ready {
-				e.kv.computed(s.keys[s.ready:full])
+				e.kv.computed(s.keys, s.ready, full, s.ids, s.adapter)
 				s.ready = full
 			}
 			if s.prefilled < s.prompt {

@@ -50,6 +50,10 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 		if s.method(ctx, fasthttp.MethodGet) {
 			s.models(ctx)
 		}
+	case "/reset_prefix_cache":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.resetPrefixCache(ctx)
+		}
 	case "/health":
 		if s.method(ctx, fasthttp.MethodGet) {
 			ctx.SetStatusCode(fasthttp.StatusOK)
@@ -188,7 +192,7 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 		s.answerError(ctx, e)
 		return
 	}
-	t, e := s.p.encode(&req, m, false)
+	t, e := s.p.encode(&req, m, s.cfg.KVEvents.Enable)
 	if e != nil {
 		s.answerError(ctx, e)
 		return
@@ -212,7 +216,7 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 			maxLen, t.n+max(maxTokens, 1), t.n, param, max(maxTokens, 1), param))
 		return
 	}
-	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens, req.priority)
+	sq := s.start(ctx, reset && !req.stream, m, t, maxTokens, req.priority)
 	if sq == nil {
 		return
 	}
@@ -305,7 +309,7 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 	_ = w.Flush()
 }
 
-// start submits a sequence of the prompt's keys and n tokens, generating
+// start submits a sequence of the tokenized prompt t, generating
 // up to maxTokens for the served model m at the given priority, to the
 // engine, and returns it; or answers ctx itself and returns nil: vLLM's
 // 400 for a non-zero priority under fcfs, a connection reset before any
@@ -313,7 +317,7 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 // Config.OverloadStatus when the waiting queue is full. Chat,
 // completions and Responses requests start through it, after their own
 // checks.
-func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, keys []uint64, n, maxTokens int, priority int64) *seq {
+func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, t tokenized, maxTokens int, priority int64) *seq {
 	if priority != 0 && s.cfg.SchedulingPolicy != PolicyPriority {
 		// vLLM's input processor raises this ValueError as it takes the
 		// request, after the server's own checks (model, prompt length);
@@ -328,8 +332,12 @@ func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, key
 		ctx.Hijack(func(c net.Conn) { setLingerZero(c) }) // fasthttp closes c when this returns
 		return nil
 	}
-	sq := newSeq(keys, n, maxTokens, m.load)
+	sq := newSeq(t.keys, t.n, maxTokens, m.load)
 	sq.priority = priority
+	sq.ids = t.ids // nil unless KV events are published
+	if m.parent != "" {
+		sq.adapter = m.name
+	}
 	switch err := s.eng.submit(sq); {
 	case err == nil:
 		return sq
@@ -421,4 +429,32 @@ func (s *Sim) stallDone() {
 	if s.closed && s.stalling == 0 {
 		close(s.stallsDone)
 	}
+}
+
+// resetTimeout bounds POST /reset_prefix_cache's wait for the scheduler
+// (it answers between steps).
+const resetTimeout = 5 * time.Second
+
+// resetPrefixCache is vLLM's POST /reset_prefix_cache: the scheduler
+// drops every cached block (an AllBlocksCleared event) when no request
+// runs, else refuses, as vLLM's reset_prefix_cache does (409 here; vLLM
+// answers 200 and logs its refusal).
+func (s *Sim) resetPrefixCache(ctx *fasthttp.RequestCtx) {
+	reply := make(chan bool, 1)
+	t := time.NewTimer(resetTimeout)
+	defer t.Stop()
+	select {
+	case s.eng.resets <- reply:
+	case <-s.done:
+		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "overloaded"})
+		return
+	case <-t.C:
+		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: "the scheduler did not answer in time"})
+		return
+	}
+	if !<-reply { // the scheduler answers at once
+		s.answerError(ctx, &apiError{status: fasthttp.StatusConflict, msg: "requests are running: the prefix cache was not reset"})
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
 }

@@ -198,7 +198,7 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		msgs = append(msgs, chat.Message{Role: "assistant", Content: prev.output})
 	}
 	msgs = append(msgs, req.input...)
-	t, e := s.p.encode(&request{kind: kindChat, msgs: msgs, opt: chat.Options{AddGenerationPrompt: true}}, m, false)
+	t, e := s.p.encode(&request{kind: kindChat, msgs: msgs, opt: chat.Options{AddGenerationPrompt: true}}, m, s.cfg.KVEvents.Enable)
 	if e != nil {
 		e.param = "input"
 		s.answerError(ctx, e)
@@ -220,7 +220,7 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 		maxTokens = req.maxOutput
 	}
 	maxTokens = min(maxTokens, maxLen-t.n)
-	sq := s.start(ctx, reset && !req.stream, m, t.keys, t.n, maxTokens, req.priority)
+	sq := s.start(ctx, reset && !req.stream, m, t, maxTokens, req.priority)
 	if sq == nil {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/upstream/kvevents"
 )
 
 // Bounds of the HTTP side besides Config's.
@@ -51,9 +52,11 @@ type Sim struct {
 	loraInfo bool
 
 	rejected, injected *metrics.Counter
-	done               chan struct{} // closed by Close
-	ids                atomic.Uint64 // response ids
-	draws              atomic.Uint64 // FailRate draws
+	kvDropped          *metrics.Counter    // KV-event batches dropped (Config.KVEvents)
+	pub                *kvevents.Publisher // nil until Start, or without KV events
+	done               chan struct{}       // closed by Close
+	ids                atomic.Uint64       // response ids
+	draws              atomic.Uint64       // FailRate draws
 
 	mu         sync.Mutex // guards the fields below
 	srv        *fasthttp.Server
@@ -100,6 +103,9 @@ func New(cfg Config, logger *slog.Logger) (*Sim, error) {
 	s.rejected = s.set.NewCounter("vllmsim_rejected_total" + label) // waiting queue full
 	s.store = newRespStore(cfg.ResponseStore, cfg.ResponseStoreBytes, s.set, label)
 	s.injected = s.set.NewCounter("vllmsim_injected_failures_total" + label)
+	if cfg.KVEvents.Enable {
+		s.kvDropped = s.set.NewCounter("vllmsim_kv_events_dropped_total" + label)
+	}
 	return s, nil
 }
 
@@ -121,6 +127,15 @@ func (s *Sim) Start(addr string) error {
 	if s.cfg.TLS != nil {
 		tl = tls.NewListener(tl, s.cfg.TLS)
 	}
+	if s.cfg.KVEvents.Enable {
+		pub, err := kvevents.NewPublisher(s.cfg.KVEvents.publisherConfig(), s.log)
+		if err != nil {
+			_ = tl.Close() // never served
+			return fmt.Errorf("vllmsim: KV events: %w", err)
+		}
+		s.pub = pub
+		s.eng.kv.ev = &kvEvents{pub: pub, dropped: s.kvDropped, ints: s.cfg.KVEvents.HashForm == "int", blockSize: s.cfg.BlockSize}
+	}
 	ln := &signalListener{Listener: tl, accepting: make(chan struct{})}
 	s.ln = ln
 	s.srv = &fasthttp.Server{
@@ -141,6 +156,9 @@ func (s *Sim) Start(addr string) error {
 	}
 	s.group = rules.NewGroup(context.Background())
 	s.group.Go("vllmsim.scheduler", s.eng.run)
+	if s.pub != nil {
+		s.group.Go("vllmsim.kvevents", s.pub.Run)
+	}
 	srv := s.srv
 	s.group.Go("vllmsim.serve", func(context.Context) {
 		if err := srv.Serve(ln); err != nil {
@@ -229,6 +247,18 @@ func (s *Sim) Stats() Stats {
 		Rejected:      s.rejected.Get(),
 		Injected:      s.injected.Get(),
 	}
+}
+
+// KVEventsAddr is where a binding KV-event publisher listens; "" before
+// Start, without KV events, or when it connects. Any goroutine.
+func (s *Sim) KVEventsAddr() string {
+	s.mu.Lock()
+	pub := s.pub
+	s.mu.Unlock()
+	if pub == nil || pub.Addr() == nil {
+		return ""
+	}
+	return pub.Addr().String()
 }
 
 // Config returns the engine's configuration. Any goroutine.

@@ -264,6 +264,7 @@ func parseSim(args []string, stderr io.Writer) (simOptions, int) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8001", "`host:port` to serve the OpenAI-compatible API on")
 	fs.StringVar(&o.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	addSimFlags(fs, &o.cfg, &sf)
+	addSimKVEventFlags(fs, &o.cfg.KVEvents)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: saltus sim [flags]\n\n"+
 			"A simulated vLLM engine: OpenAI-compatible API (chat and completions, streamed or not,\n"+
@@ -277,6 +278,9 @@ func parseSim(args []string, stderr io.Writer) (simOptions, int) {
 			"A saturated engine, for overload handling: --max-num-seqs 2 --max-waiting 2 --overload-status 429\n"+
 			"runs 2 requests, queues 2 and refuses the rest at once (429, or 503); add --scheduling-policy\n"+
 			"priority to serve waiting requests by their \"priority\" (lower first), as vLLM does.\n\n"+
+			"KV events: --kv-events publishes the cache's BlockStored, BlockRemoved and AllBlocksCleared\n"+
+			"as vLLM's --kv-events-config does (ZMQ PUB, msgpack KVEventBatch); POST /reset_prefix_cache\n"+
+			"clears the cache when nothing runs.\n\n"+
 			"Profiles:\n"+profileTable()+"\nFlags:\n")
 		printFlags(stderr, fs, nil)
 	}
@@ -329,4 +333,16 @@ func simWith(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 		return 1
 	}
 	return 0
+}
+
+// addSimKVEventFlags registers `saltus sim`'s KV-event flags, vLLM's
+// --kv-events-config fields (only saltus sim has them: bench runs
+// several engines in one process).
+func addSimKVEventFlags(fs *flag.FlagSet, k *vllmsim.KVEventsConfig) {
+	fs.BoolVar(&k.Enable, "kv-events", false, "publish KV-cache events as vLLM's --kv-events-config enable_kv_cache_events does: a ZMQ PUB socket sending msgpack KVEventBatch messages [topic, seq, payload] (default false)")
+	fs.StringVar(&k.Endpoint, "kv-events-endpoint", vllmsim.DefaultKVEventsEndpoint, "the PUB socket's `endpoint`, tcp://HOST:PORT: with * or :: it binds and subscribers connect (vLLM's default); otherwise it connects to a router that binds (llm-d's wiring)")
+	fs.StringVar(&k.Topic, "kv-events-topic", "", "every message's `topic` (default empty, as vLLM's; llm-d's wiring names the engine: kv@IP:PORT@MODEL)")
+	fs.StringVar(&k.HashForm, "kv-events-hash", "bytes", "block hash `form`: bytes (32 bytes, as vLLM's sha256 hashes) or int (64 bits, as older vLLM)")
+	fs.StringVar(&k.Encoding, "kv-events-encoding", "map", "payload `layout`: map (vLLM since PR 42892) or array (msgspec array_like, older vLLM)")
+	fs.IntVar(&k.Queue, "kv-events-queue", 1024, "batches waiting to be sent at most, `count`; past it one is dropped and counted (vllmsim_kv_events_dropped_total), its sequence number skipped")
 }

@@ -1,0 +1,9 @@
+package kvevents
+
+import (
+	"testing"
+
+	"github.com/saltus-lb/saltus/rules/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
