@@ -238,16 +238,18 @@ func TestServeBackendCap(t *testing.T) {
 		c.Backends = urls
 		c.BackendMaxConcurrency = []string{urls[0] + "=1", urls[1] + "=1"}
 	})
-	// Two long requests take both engines first: the burst then waits.
-	var wg sync.WaitGroup
+	// Two requests the engines hold until their clients leave (the sim's
+	// stall) take both engines first: the burst waits while the test
+	// looks at the queue, then goes when they leave.
+	var holders []*rawConn
 	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.chat(t, fmt.Sprintf(`{"model":"llama3","max_tokens":30,"messages":[{"role":"user","content":"Warm-up %d takes the engine."}]}`, i))
-		}()
+		b := fmt.Sprintf(`{"model":"llama3","max_tokens":30,"messages":[{"role":"user","content":"Holder %d takes the engine."}]}`, i)
+		c := dialRaw(t, s.addr)
+		c.send(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Sim-Fail: stall\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b))
+		holders = append(holders, c)
 	}
 	waitLong(t, "both engines taken", func() bool { return s.metric(t, "saltus_proxy_in_flight") == 2 })
+	var wg sync.WaitGroup
 	const clients = 12
 	order := make(chan int, clients)
 	for i := range clients {
@@ -279,6 +281,9 @@ func TestServeBackendCap(t *testing.T) {
 	})
 	if q.ByClass["high"] != clients/2 || q.ByClass["low"] != clients/2 || q.ByClass["normal"] != 0 || q.Queued < clients {
 		t.Errorf("GET /admin/pools queue: %+v", q)
+	}
+	for _, c := range holders {
+		c.Close() // their slots free: the burst goes, -10 first
 	}
 	wg.Wait()
 	close(order)
