@@ -207,6 +207,9 @@ func (w *mooncake) Describe() string {
 		n, w.total, w.file, w.span.Round(time.Millisecond), cmp.Or(w.opts.TraceSpeed, 1), w.block, in/n, out/n)
 }
 
+// Restart rewinds the cursor: the next run replays from the first row.
+func (w *mooncake) Restart() { w.next.Store(0) }
+
 // Span is the replay's length in client time: the last kept row's send
 // time (Request.At).
 func (w *mooncake) Span() time.Duration { return w.at[len(w.at)-1] }

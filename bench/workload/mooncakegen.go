@@ -26,7 +26,7 @@ type ConversationTrace struct {
 
 // DefaultConversationTrace is the shipped trace's configuration.
 func DefaultConversationTrace() ConversationTrace {
-	return ConversationTrace{Seed: 1, Rows: 300, Rate: 0.12}
+	return ConversationTrace{Seed: 1, Rows: 300, Rate: 0.02}
 }
 
 // The shape of the conversations (trace time, tokens).

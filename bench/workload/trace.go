@@ -55,6 +55,10 @@ func newTrace(opts Options) (Workload, error) {
 
 func (w *trace) Name() string { return "trace" }
 
+// Restart rewinds the cursor: the next run sends the trace from its
+// first line.
+func (w *trace) Restart() { w.next.Store(0) }
+
 func (w *trace) Describe() string {
 	if w.timed {
 		return fmt.Sprintf("trace: %d requests from %s, replayed open-loop at their timestamps over %v",

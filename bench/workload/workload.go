@@ -85,6 +85,16 @@ type Workload interface {
 	NewUser(id int) User
 }
 
+// Replay is a Workload whose users share one schedule (a trace's
+// cursor, the saturation workload's arrivals) that a run uses up or
+// moves on. Restart rewinds it, so that every run of a benchmark (one
+// per policy) sends the same requests at the same times. Call it
+// between runs, never while a run's users are running.
+type Replay interface {
+	Workload
+	Restart()
+}
+
 // Options configures New. Immutable once passed to New.
 type Options struct {
 	// Seed picks every random choice: equal seeds, equal requests.
