@@ -101,7 +101,7 @@ func SummarizeSLO(samples []Sample, slo, span time.Duration, block int) SLOSumma
 		} else {
 			s.Under -= d
 		}
-		if d < int64(block) && d > -int64(block) {
+		if d <= int64(block) && d >= -int64(block) { // vLLM keeps the last prompt token uncached: a whole-prompt hit reads one block short
 			agree++
 		}
 		n++
