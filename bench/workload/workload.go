@@ -172,7 +172,7 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("TraceSpeed must be in [0, %.0f], got %v", maxRate, o.TraceSpeed))
 	}
 	if !(o.Speedup >= 0 && o.Speedup <= maxRate) {
-		errs = append(errs, fmt.Errorf("Speedup must be in [0, %.0f], got %v", maxRate, o.Speedup))
+		errs = append(errs, fmt.Errorf("speedup (Speedup) must be in [0, %.0f], got %v", maxRate, o.Speedup))
 	}
 	if o.TraceWindow < 0 || o.TraceRequests < 0 {
 		errs = append(errs, fmt.Errorf("TraceWindow and TraceRequests must not be negative, got %v and %d", o.TraceWindow, o.TraceRequests))
