@@ -41,6 +41,25 @@
 // 200s, and goodput (200s a second of the run); OverloadTable renders it
 // with the latency p50 ratios of the priorities and of the tenants.
 //
+// # Trace replay
+//
+// `saltus bench --workloads mooncake:FILE` replays a Mooncake-format
+// trace (bench/workload: token-id prompts built from the rows' hash ids,
+// exact input and output lengths) open loop at its own arrival times,
+// once per load point (--trace-speeds: each its own workload,
+// "mooncake-x4", so each policy runs it on cold engines), the same rows
+// at the same times for every policy (workload.Replay). A run ends when
+// its trace is sent and answered (Drive returns once every user is
+// done). RunConfig.SLO judges each run (SummarizeSLO, SLOTable): TTFT
+// mean, p50 and p99 of the 200s, goodput (200s within the TTFT
+// objective a second of the run; a failed or unfinished request counts
+// as missed), failed requests, the engines' token hit ratio from their
+// usage.prompt_tokens_details.cached_tokens, and, for the policies that
+// read the route table, saltus's own prediction: X-Saltus-Route's
+// matched blocks × RunConfig.RouteBlock, against what each engine
+// reported (the share within a block, the tokens predicted but not
+// cached and cached but not predicted).
+//
 // # Goroutines
 //
 // Every goroutine runs in a rules.Group and ends with its call: Load's

@@ -140,6 +140,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if t := OverloadTable(r.runsOf(wl)); t != "" {
 			fmt.Fprintf(&b, "### %s under overload\n\n%s\n", wl, t)
 		}
+		if t := SLOTable(r.runsOf(wl)); t != "" {
+			fmt.Fprintf(&b, "### %s against the TTFT objective\n\n%s\n", wl, t)
+		}
 	}
 	if t := PoolTable(r.Runs); t != "" {
 		fmt.Fprintf(&b, "## Pools against their engines alone\n\n%s\n", t)
@@ -158,6 +161,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			"the others by status (none: no answer; cut: a 2xx stream that failed; unfinished: still in flight when the run and its drain ended), and how many non-2xx answers carried Retry-After. " +
 			"TTFT and latency are of the 200s; goodput is 200s a second of the run. The ratios compare latency p50: the lowest priority value against the highest, the tenant with fewer requests against the one with more. " +
 			"Late: open-loop requests sent more than 20 ms (real time) after their time because every user was busy (raise --users).\n")
+	}
+	if slices.ContainsFunc(r.Runs, func(s Summary) bool { return s.SLO != nil }) {
+		b.WriteString("\nAgainst the TTFT objective: failed counts every request that did not end in a whole 200 stream (cut ones too); TTFT mean and percentiles are of the 200s; " +
+			"goodput is the 200s whose TTFT was within the objective, a second of the run (a failed request counts as missed). " +
+			"Token hit ratio is the engines' (usage.prompt_tokens_details.cached_tokens over prompt_tokens); predicted hit ratio is saltus's own, from X-Saltus-Route " +
+			"(matched blocks × the route block, at most the prompt), for the policies that read the route table (prefix, ranvier; — for the others); " +
+			"a prediction within a block of the engine's cached tokens counts as right.\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

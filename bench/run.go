@@ -66,6 +66,12 @@ type RunConfig struct {
 	// OverheadPairs > 0 measures the router's added latency after each
 	// run with that many request pairs (MeasureOverhead).
 	OverheadPairs int
+	// SLO, when set, is a TTFT objective (simulated time) every run is
+	// judged against (Summary.SLO); RouteBlock is the router's tokens
+	// per route block, which turns its X-Saltus-Route into predicted
+	// tokens (0: predictions not read).
+	SLO        time.Duration
+	RouteBlock int
 	// Progress, when set, gets one progress bar per run.
 	Progress io.Writer
 	// Log, when set, gets a line per finished run.
@@ -114,6 +120,13 @@ func Run(ctx context.Context, cfg RunConfig, fleet Fleet) (*Report, error) {
 			if cfg.Log != nil {
 				fmt.Fprintf(cfg.Log, "%-10s %-16s %5d requests %3d errors  hit ratio %.3f  TTFT p50 %6.0f ms  p99 %6.0f ms  %.2f req/s\n",
 					sum.Workload, sum.Label(), sum.Requests, sum.Errors, sum.TokenHitRatio, sum.TTFT.P50, sum.TTFT.P99, sum.RPS)
+				if x := sum.SLO; x != nil {
+					fmt.Fprintf(cfg.Log, "    TTFT mean %.0f ms, goodput (TTFT <= %v) %.2f req/s, %d failed", x.TTFTMean, x.SLO, x.Goodput, x.Failed)
+					if x.Predicted {
+						fmt.Fprintf(cfg.Log, ", predicted hit ratio %.3f against the engines' %.3f", x.PredictedRatio, x.TokenHitRatio)
+					}
+					fmt.Fprintln(cfg.Log)
+				}
 				for _, m := range sortedKeys(sum.Models) {
 					x := sum.Models[m]
 					fmt.Fprintf(cfg.Log, "    %-14s %5d requests %3d non-200 %3d on a wrong engine  404 by saltus %d, by an engine %d  hit ratio %.3f\n",
@@ -139,12 +152,19 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 	}
 	defer closeQuietly(router)
 
+	if r, ok := wl.(workload.Replay); ok {
+		r.Restart() // the same requests at the same times for every policy
+	}
 	samples := Drive(ctx, DriveConfig{
 		URLs: routerURLs, Users: cfg.Users, Duration: cfg.Duration, Model: cfg.Model,
 		Progress: cfg.Progress, Label: wl.Name() + " " + policy, TimeScale: cfg.TimeScale, Drain: cfg.Drain,
 	}, wl)
 	sum := Summarize(wl.Name(), policy, urls, samples)
 	sum.Fleet = cfg.Fleet
+	if cfg.SLO > 0 {
+		slo := SummarizeSLO(samples, cfg.SLO, sum.Duration, cfg.RouteBlock)
+		sum.SLO = &slo
+	}
 	if severalModels(samples) {
 		var served map[string][]string
 		if mf, ok := fleet.(ModelFleet); ok {
@@ -196,7 +216,8 @@ type DriveConfig struct {
 }
 
 // Drive runs cfg.Users closed-loop users of wl against cfg.URLs for
-// cfg.Duration and returns every request's sample. Requests in flight when
+// cfg.Duration, or until every user has no more requests and its last
+// one is answered (a trace), and returns every request's sample. Requests in flight when
 // the time is up (Duration, then Drain) are cut: their samples have Cut
 // set and no answer.
 func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
@@ -267,7 +288,9 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 			}
 		})
 	}
-	<-ctx.Done()
+	// Until Duration, or until every user is done: a trace that is used
+	// up and answered ends its run early.
+	_ = g.Wait(ctx) // an error: Duration is over
 	// The users send nothing more; those with a request in flight wait
 	// for its answer until reqCtx ends (Drain).
 	_ = g.Wait(reqCtx) // an error: the drain is over; Stop cuts the rest
@@ -289,15 +312,19 @@ func requestBody(req Request, model string) (path string, body []byte) {
 	type chat struct {
 		Model         string        `json:"model"`
 		Messages      []Message     `json:"messages,omitempty"`
-		Prompt        string        `json:"prompt,omitempty"`
+		Prompt        any           `json:"prompt,omitempty"`
 		MaxTokens     int           `json:"max_tokens,omitempty"`
+		IgnoreEOS     bool          `json:"ignore_eos,omitempty"`
 		Priority      int           `json:"priority,omitempty"`
 		Stream        bool          `json:"stream"`
 		StreamOptions streamOptions `json:"stream_options"`
 	}
-	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, Priority: req.Priority, Stream: true, StreamOptions: streamOptions{true}}
+	c := chat{Model: model, Messages: req.Messages, MaxTokens: req.MaxTokens, IgnoreEOS: req.IgnoreEOS, Priority: req.Priority, Stream: true, StreamOptions: streamOptions{true}}
 	path = "/v1/chat/completions"
-	if len(req.Messages) == 0 {
+	switch {
+	case req.PromptIDs != nil: // vLLM takes token ids as the prompt
+		c.Prompt, path = req.PromptIDs, "/v1/completions"
+	case len(req.Messages) == 0:
 		c.Prompt, path = req.Prompt, "/v1/completions"
 	}
 	b, err := json.Marshal(c)

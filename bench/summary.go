@@ -19,6 +19,8 @@ type Sample struct {
 	Cached  int           `json:"cached_tokens"`
 	Output  int           `json:"completion_tokens"`
 	Backend string        `json:"backend,omitempty"`
+	// Route is saltus's X-Saltus-Route ("12/40 tree …"), if any.
+	Route string `json:"route,omitempty"`
 	// Model is the model the request named; Status the answer's HTTP
 	// status (0: no answer).
 	Model  string `json:"model,omitempty"`
@@ -41,7 +43,7 @@ type Sample struct {
 
 // SampleOf turns a client Outcome sent at `at` into a Sample.
 func SampleOf(tag string, at time.Duration, o Outcome) Sample {
-	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Status: o.Status, Incomplete: o.Incomplete, RetryAfter: o.RetryAfter,
+	s := Sample{Tag: tag, At: at, TTFT: o.TTFT, Latency: o.Latency, Backend: o.Backend, Route: o.Route, Status: o.Status, Incomplete: o.Incomplete, RetryAfter: o.RetryAfter,
 		Prompt: max(o.PromptTokens, 0), Cached: max(o.CachedTokens, 0), Output: max(o.CompletionTokens, 0)}
 	if o.Err != nil {
 		s.Err = o.Err.Error()
@@ -104,6 +106,10 @@ type Summary struct {
 	// (SummarizeOverload); nil when every answer was a 200 and no
 	// request named a priority or a key.
 	Overload *Overload `json:"overload,omitempty"`
+	// SLO judges the run against a TTFT objective and compares the
+	// router's predictions with the engines' cached tokens
+	// (SummarizeSLO); nil unless RunConfig.SLO is set.
+	SLO *SLOSummary `json:"slo,omitempty"`
 }
 
 // Label names the run in tables and plots: its policy, and its fleet

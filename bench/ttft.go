@@ -25,8 +25,10 @@ type Outcome struct {
 	// Usage as the engine reported it in its final chunk
 	// (stream_options.include_usage); -1 when it sent none.
 	PromptTokens, CompletionTokens, CachedTokens int
-	// Backend is saltus's X-Saltus-Backend header, if any.
-	Backend string
+	// Backend is saltus's X-Saltus-Backend header, if any; Route its
+	// X-Saltus-Route ("matched/total reason …": the blocks the router
+	// predicted the engine holds).
+	Backend, Route string
 	// RetryAfter: the answer carried a Retry-After header.
 	RetryAfter bool
 	// Text is the assistant's content, concatenated (multi-turn workloads
@@ -92,6 +94,7 @@ func (c *Client) DoAs(ctx context.Context, url string, body []byte, key string) 
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
 	o.Backend = resp.Header.Get("X-Saltus-Backend")
+	o.Route = resp.Header.Get("X-Saltus-Route")
 	o.RetryAfter = resp.Header.Get("Retry-After") != ""
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

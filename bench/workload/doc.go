@@ -142,6 +142,51 @@
 // user asks next, and Next returns false when it is used up. An open-loop
 // replay needs enough users (or a client that does not wait) to keep up.
 //
+// mooncake FILE (New("mooncake:FILE", …)): replays a trace in the format
+// of Mooncake's public FAST'25 traces (kvcache-ai/Mooncake,
+// FAST25-release/traces), one JSON object a line:
+//
+//	{"timestamp": 27482, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}
+//
+// timestamp is the arrival in milliseconds (an integer or not; any
+// origin), input_length and output_length the prompt's and the answer's
+// tokens (1 to 2^20 each), and hash_ids one id per block of the prompt
+// (Options.TraceBlock tokens, 512 by default, as in the public traces;
+// at most 2^16 ids, each an integer in [0, 2^53)): rows sharing leading
+// ids share that prefix. All blocks but the last are whole: the row's
+// ids must cover its input_length, the last block holding 1 to a block
+// of tokens (every row of the public conversation and synthetic traces
+// does). Other fields are ignored; a bad row is an error naming its line
+// and field; line and file bounds are trace's. Each row becomes a
+// completions request whose prompt is token ids (vLLM takes a list of
+// ints; saltus keys it by those ids, so the router's blocks and the
+// engine's are the same whatever the tokenizer): each hash id's block is
+// a fixed function of the seed and the id, its first 4 tokens spelling
+// the id in base 29,900 (distinct ids, distinct blocks), the others
+// drawn, all in [100, 30,000) (below any vocabulary's size, clear of
+// special tokens), the last block cut to the row's length.
+// output_length is max_tokens, with vLLM's ignore_eos so the engine
+// generates exactly that many. The rows are replayed open loop, in
+// timestamp order, each at (timestamp − first) / (TraceSpeed × Speedup)
+// (Request.At; Speedup is the engines' clock), the users sharing one
+// cursor as trace's do; TraceWindow and TraceRequests keep the first
+// rows. The workload's name carries its load point, "mooncake-x4", so
+// that `saltus bench` reports each speed apart. Tags: the input size,
+// "in<2k", "in2k-8k", "in8k-32k", "in32k+".
+//
+// MooncakeConversations writes such a trace of multi-turn conversations
+// (bench/traces/mooncake-small.jsonl, 300 rows, is
+// DefaultConversationTrace's; `go run ./bench/cmd/mooncaketrace` makes
+// it): conversations start at Poisson times, each behind one of 4 shared
+// system prompts of 1-4 blocks, with 2-8 turns of 50-1,500-token user
+// messages and 30-500-token answers 10-60 s apart, each turn's ids
+// extending the previous turn's, prompts kept under 12,000 tokens so
+// that a turn and its answer fit the simulator's a100-13b context.
+//
+// Trace replays (trace, mooncake) and saturation share one schedule
+// between their users; Replay.Restart rewinds it, so that every run of
+// a benchmark sends the same requests at the same times.
+//
 // # Text
 //
 // Generated text is English-like: words from a fixed list of common

@@ -48,10 +48,18 @@ func newSaturation(opts Options) (Workload, error) {
 	if opts.Rate <= 0 {
 		return nil, errors.New("workload saturation: Rate must be positive (arrivals a second)")
 	}
-	return &saturation{
-		opts: opts, size: sizer{opts.TokensPerWord}, key: mix(uint64(opts.Seed) ^ 0x73617475),
-		gaps: rand.New(rand.NewPCG(uint64(opts.Seed), mix(streamUser+userSaturation<<40))),
-	}, nil
+	w := &saturation{opts: opts, size: sizer{opts.TokensPerWord}, key: mix(uint64(opts.Seed) ^ 0x73617475)}
+	w.Restart()
+	return w, nil
+}
+
+// Restart rewinds the schedule: the next run's arrivals are the first
+// run's, from time 0.
+func (w *saturation) Restart() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next, w.at = 0, 0
+	w.gaps = rand.New(rand.NewPCG(uint64(w.opts.Seed), mix(streamUser+userSaturation<<40)))
 }
 
 func (w *saturation) Name() string { return "saturation" }

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +75,34 @@ func TestSaturation(t *testing.T) {
 	}
 	if d := w.Describe(); !strings.Contains(d, "50 a second") || !strings.Contains(d, "Poisson") {
 		t.Errorf("Describe() = %q", d)
+	}
+}
+
+// TestSaturationRestart: Restart rewinds the schedule, so a second run
+// (the next policy's) sends the first run's requests at the first run's
+// times; the trace's cursor likewise.
+func TestSaturationRestart(t *testing.T) {
+	t.Parallel()
+	opts := DefaultOptions()
+	opts.Rate = 50
+	w := mustNew(t, "saturation", opts)
+	first := make([]Request, 5)
+	for i := range first {
+		first[i], _ = w.NewUser(i).Next()
+	}
+	w.(Replay).Restart()
+	for i := range first {
+		r, _ := w.NewUser(i + 7).Next()
+		if !reflect.DeepEqual(r, first[i]) {
+			t.Fatalf("after Restart, request %d: %+v, want %+v", i, r, first[i])
+		}
+	}
+	tr := mustNew(t, "trace:"+writeTrace(t, `{"prompt":"a"}`, `{"prompt":"b"}`), opts)
+	u := tr.NewUser(0)
+	u.Next()
+	u.Next()
+	tr.(Replay).Restart()
+	if r, ok := u.Next(); !ok || r.Prompt != "a" {
+		t.Fatalf("trace after Restart: %+v %v", r, ok)
 	}
 }

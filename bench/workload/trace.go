@@ -55,6 +55,10 @@ func newTrace(opts Options) (Workload, error) {
 
 func (w *trace) Name() string { return "trace" }
 
+// Restart rewinds the cursor: the next run sends the trace from its
+// first line.
+func (w *trace) Restart() { w.next.Store(0) }
+
 func (w *trace) Describe() string {
 	if w.timed {
 		return fmt.Sprintf("trace: %d requests from %s, replayed open-loop at their timestamps over %v",
@@ -110,45 +114,26 @@ type traceLimits struct {
 // without max_tokens have MaxTokens -1. timed: the lines have timestamps;
 // the requests are then in timestamp order (stable) with At set.
 func readTrace(r io.Reader, lim traceLimits) (reqs []Request, timed bool, err error) {
-	lr := &io.LimitedReader{R: r, N: lim.bytes + 1}
-	sc := bufio.NewScanner(lr)
-	// The buffer holds a longest line with its \r\n (which the scanner
-	// drops); a line one byte longer still fits, for the check below.
-	sc.Buffer(make([]byte, 0, min(64<<10, lim.line+2)), lim.line+2)
 	var times []float64
-	line := 0
-	for sc.Scan() {
-		line++
-		if lr.N == 0 { // read past the bound: the last lines may be cut
-			return nil, false, fmt.Errorf("larger than %d bytes", lim.bytes)
-		}
-		b := sc.Bytes()
-		if len(b) > lim.line {
-			return nil, false, fmt.Errorf("line %d: longer than %d bytes", line, lim.line)
-		}
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
+	err = scanLines(r, lim, func(line int, b []byte) error {
 		req, t, hasT, err := parseTraceLine(b)
 		if err != nil {
-			return nil, false, fmt.Errorf("line %d: %w", line, err)
+			return err
 		}
 		if len(reqs) == 0 {
 			timed = hasT
 		} else if hasT != timed {
 			if timed {
-				return nil, false, fmt.Errorf("line %d: no timestamp, but earlier lines have one (all lines or none)", line)
+				return errors.New("no timestamp, but earlier lines have one (all lines or none)")
 			}
-			return nil, false, fmt.Errorf("line %d: a timestamp, but earlier lines have none (all lines or none)", line)
+			return errors.New("a timestamp, but earlier lines have none (all lines or none)")
 		}
 		reqs = append(reqs, req)
 		times = append(times, t)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, false, fmt.Errorf("line %d: longer than %d bytes", line+1, lim.line)
-		}
-		return nil, false, fmt.Errorf("cannot read: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	if len(reqs) == 0 {
 		return nil, false, errors.New("no requests")
@@ -168,6 +153,42 @@ func readTrace(r io.Reader, lim traceLimits) (reqs []Request, timed bool, err er
 		reqs = sorted
 	}
 	return reqs, timed, nil
+}
+
+// scanLines calls each with every non-blank line of a JSONL file within
+// lim (its number counted from 1, the line without its \r\n; the bytes
+// are the scanner's, valid during the call). An error, each's or a
+// bound's, names the line.
+func scanLines(r io.Reader, lim traceLimits, each func(line int, b []byte) error) error {
+	lr := &io.LimitedReader{R: r, N: lim.bytes + 1}
+	sc := bufio.NewScanner(lr)
+	// The buffer holds a longest line with its \r\n (which the scanner
+	// drops); a line one byte longer still fits, for the check below.
+	sc.Buffer(make([]byte, 0, min(64<<10, lim.line+2)), lim.line+2)
+	line := 0
+	for sc.Scan() {
+		line++
+		if lr.N == 0 { // read past the bound: the last lines may be cut
+			return fmt.Errorf("larger than %d bytes", lim.bytes)
+		}
+		b := sc.Bytes()
+		if len(b) > lim.line {
+			return fmt.Errorf("line %d: longer than %d bytes", line, lim.line)
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		if err := each(line, b); err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("line %d: longer than %d bytes", line+1, lim.line)
+		}
+		return fmt.Errorf("cannot read: %w", err)
+	}
+	return nil
 }
 
 func cmpFloat(a, b float64) int {

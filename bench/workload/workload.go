@@ -23,6 +23,14 @@ type Request struct {
 	// (legacy) completions request.
 	Messages []Message
 	Prompt   string
+	// PromptIDs, when not nil, is a completions request whose prompt is
+	// these token ids (vLLM takes a list of ints as the prompt), so the
+	// engine's token count is exact whatever its tokenizer; Messages and
+	// Prompt are then empty. The mooncake workload sends them.
+	PromptIDs []int32
+	// IgnoreEOS asks the engine to generate exactly MaxTokens (vLLM's
+	// ignore_eos), as a trace's output length says.
+	IgnoreEOS bool
 	// MaxTokens is the output length to ask for; 0 leaves it to the
 	// engine (omit max_tokens).
 	MaxTokens int
@@ -77,6 +85,16 @@ type Workload interface {
 	NewUser(id int) User
 }
 
+// Replay is a Workload whose users share one schedule (a trace's
+// cursor, the saturation workload's arrivals) that a run uses up or
+// moves on. Restart rewinds it, so that every run of a benchmark (one
+// per policy) sends the same requests at the same times. Call it
+// between runs, never while a run's users are running.
+type Replay interface {
+	Workload
+	Restart()
+}
+
 // Options configures New. Immutable once passed to New.
 type Options struct {
 	// Seed picks every random choice: equal seeds, equal requests.
@@ -106,6 +124,20 @@ type Options struct {
 	// client's time: a caller driving sped-up engines scales it). The
 	// other workloads ignore it.
 	Rate float64
+	// The mooncake workload (mooncake.go). TraceSpeed divides the
+	// trace's arrival times (4: four times the trace's rate); 0 means 1.
+	// Speedup is the engines' clock speed-up (the simulator's
+	// --speedup), which divides them too, so that the load is the one
+	// asked for in the engines' time; 0 means 1. TraceWindow keeps the
+	// rows whose time is before it (trace time, from the first row; 0:
+	// all), TraceRequests the first that many of them (0: all).
+	// TraceBlock is the tokens a hash id stands for; 0 means 512, the
+	// Mooncake traces' block.
+	TraceSpeed    float64
+	Speedup       float64
+	TraceWindow   time.Duration
+	TraceRequests int
+	TraceBlock    int
 }
 
 // maxThink bounds think times: longer is no benchmark, and the bound
@@ -136,6 +168,18 @@ func (o Options) Validate() error {
 	if o.ThinkMin < 0 || o.ThinkMax < o.ThinkMin || o.ThinkMax > maxThink {
 		errs = append(errs, fmt.Errorf("ThinkMin and ThinkMax must satisfy 0 <= ThinkMin <= ThinkMax <= %v, got %v and %v", maxThink, o.ThinkMin, o.ThinkMax))
 	}
+	if !(o.TraceSpeed >= 0 && o.TraceSpeed <= maxRate) {
+		errs = append(errs, fmt.Errorf("TraceSpeed must be in [0, %.0f], got %v", maxRate, o.TraceSpeed))
+	}
+	if !(o.Speedup >= 0 && o.Speedup <= maxRate) {
+		errs = append(errs, fmt.Errorf("speedup (Speedup) must be in [0, %.0f], got %v", maxRate, o.Speedup))
+	}
+	if o.TraceWindow < 0 || o.TraceRequests < 0 {
+		errs = append(errs, fmt.Errorf("TraceWindow and TraceRequests must not be negative, got %v and %d", o.TraceWindow, o.TraceRequests))
+	}
+	if o.TraceBlock != 0 && (o.TraceBlock < minTraceBlock || o.TraceBlock > maxTraceBlock) {
+		errs = append(errs, fmt.Errorf("TraceBlock must be 0 (512) or in [%d, %d] tokens, got %d", minTraceBlock, maxTraceBlock, o.TraceBlock))
+	}
 	if !(o.Rate >= 0 && o.Rate <= maxRate) {
 		errs = append(errs, fmt.Errorf("rate (Rate) must be in [0, %.0f] a second, got %v", maxRate, o.Rate))
 	}
@@ -162,10 +206,12 @@ var constructors = map[string]func(Options) (Workload, error){
 	"mixed":      newMixed,
 	"trace":      newTrace,
 	"saturation": newSaturation,
+	"mooncake":   newMooncake,
 }
 
-// Names lists the workload names New accepts, sorted; the trace is
-// "trace" (with Options.TraceFile) or "trace:FILE".
+// Names lists the workload names New accepts, sorted; the traces are
+// "trace" and "mooncake" (with Options.TraceFile), or "trace:FILE" and
+// "mooncake:FILE".
 func Names() []string {
 	names := make([]string, 0, len(constructors))
 	for n := range constructors {
@@ -176,16 +222,19 @@ func Names() []string {
 }
 
 // New returns the workload called name. "trace:FILE" is the trace
-// workload reading FILE (it overrides opts.TraceFile). The shared texts of
+// workload reading FILE (it overrides opts.TraceFile), "mooncake:FILE"
+// the mooncake workload reading FILE. The shared texts of
 // a synthetic workload are generated here, once (at most 4 ms and 3.5 MB,
 // for rag: BenchmarkNew); a trace is read here, whole.
 func New(name string, opts Options) (Workload, error) {
 	if file, ok := strings.CutPrefix(name, "trace:"); ok {
 		name, opts.TraceFile = "trace", file
+	} else if file, ok := strings.CutPrefix(name, "mooncake:"); ok {
+		name, opts.TraceFile = "mooncake", file
 	}
 	mk, ok := constructors[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown workload %q (valid: %s, trace:FILE)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("unknown workload %q (valid: %s, trace:FILE, mooncake:FILE)", name, strings.Join(Names(), ", "))
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("workload %s: %w", name, err)

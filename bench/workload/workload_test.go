@@ -14,7 +14,7 @@ var synthetic = []string{"stress", "multiturn", "rag", "unique", "hotspot", "man
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	if got, want := Names(), []string{"hotspot", "manydocs", "mixed", "multiturn", "rag", "saturation", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
+	if got, want := Names(), []string{"hotspot", "manydocs", "mixed", "mooncake", "multiturn", "rag", "saturation", "stress", "trace", "unique"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
 }
@@ -34,7 +34,7 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 	d := DefaultOptions()
-	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, mixed, multiturn, rag, saturation, stress, trace, unique, trace:FILE")
+	f("bogus", d, `unknown workload "bogus"`, "valid: hotspot, manydocs, mixed, mooncake, multiturn, rag, saturation, stress, trace, unique, trace:FILE, mooncake:FILE")
 	f("", d, `unknown workload ""`)
 	f("Stress", d, "unknown workload")
 	f("trace", d, "TraceFile is empty")

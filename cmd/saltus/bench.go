@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +57,10 @@ type benchOptions struct {
 	scrape     time.Duration
 	loadSlack  float64
 	loadTokens int
+	// Trace replay (--workloads mooncake:FILE): the load points (arrival
+	// speed-ups), each a workload of its own, and the TTFT objective.
+	traceSpeeds string
+	slo         time.Duration
 }
 
 type multiFlag []string
@@ -76,7 +82,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.Var(&o.engines, "backend", "use this running engine `URL` instead of simulators (repeat); they are not restarted between policies")
 	fs.StringVar(&o.target, "target", "", "measure this running router `URL` instead of starting saltus per policy (one run per workload)")
 	fs.StringVar(&o.policies, "policies", "round_robin,least_request,consistent_hash,prefix", "routing `policies` to compare, in order, comma-separated, or all (every one saltus serve --policy takes): "+strings.Join(shard.Policies(), ", "))
-	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE")
+	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE, mooncake:FILE (a Mooncake-format trace: JSONL rows of timestamp in ms, input_length, output_length, hash_ids; e.g. bench/traces/mooncake-small.jsonl)")
 	fs.IntVar(&o.users, "users", 30, "closed-loop simulated users, `count`")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured `time` per policy and workload")
 	fs.DurationVar(&o.drain, "drain", 0, "real `time` the requests in flight when a run's --duration ends get to finish, nothing new being sent (0: they are cut; 90s with --workloads saturation unless given): a saturated fleet's queued requests are its slowest, so cutting them hides its tail")
@@ -95,6 +101,11 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.DurationVar(&o.scrape, "scrape-interval", -1, "real `time` between saltus's scrapes of each engine's /metrics (waiting and running requests, KV usage and capacity: policy prefix's inputs); 0: off; -1: 1 s of simulated time (1s / --speedup, at least 10ms), as saltus serve's default of 1s on real engines")
 	fs.Float64Var(&o.loadSlack, "load-slack", d.Router.LoadSlack, "saltus serve --load-slack of each saltus started (policy prefix's bounded load)")
 	fs.IntVar(&o.loadTokens, "load-tokens", d.Router.LoadTokens, "saltus serve --load-tokens of each saltus started (policy prefix: prompt `tokens` one request in flight costs)")
+	fs.StringVar(&o.traceSpeeds, "trace-speeds", "1", "mooncake:FILE load points: arrival speed-ups of the trace, comma-separated `factors` (4: four times the trace's rate, in the engines' time), each a run per policy on cold engines")
+	fs.DurationVar(&o.wl.TraceWindow, "trace-window", 0, "mooncake:FILE replays the rows within this much trace `time` from its first (0: all; the public FAST'25 conversation trace spans about an hour, e.g. 300s)")
+	fs.IntVar(&o.wl.TraceRequests, "trace-requests", 0, "mooncake:FILE replays at most this many rows, `count` (0: all within --trace-window)")
+	fs.IntVar(&o.wl.TraceBlock, "trace-block", 512, "mooncake:FILE: prompt `tokens` a hash id stands for (the Mooncake traces': 512)")
+	fs.DurationVar(&o.slo, "slo-ttft", time.Second, "TTFT objective, simulated `time`: each run's goodput counts the 200 answers whose first token came within it (judged with mooncake:FILE, or when given)")
 	addSimFlags(fs, &o.sim, &o.simf)
 }
 
@@ -166,6 +177,30 @@ func (o *benchOptions) applySaturation(set map[string]bool) {
 	}
 }
 
+// traceCount is ", at most N rows" for --trace-requests N > 0.
+func traceCount(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", at most %d rows", n)
+}
+
+// applyMooncake gives a trace replay enough users that its arrivals stay
+// open loop (each user holds one request in flight) and a drain for the
+// requests still in flight when the last row is sent, unless --users or
+// --drain is given.
+func (o *benchOptions) applyMooncake(set map[string]bool) {
+	if !o.runsMooncake() {
+		return
+	}
+	if !set["users"] {
+		o.users = 256
+	}
+	if !set["drain"] {
+		o.drain = 2 * time.Minute // real time; the run ends at its last answer
+	}
+}
+
 // drainNote says how a run ends: its requests in flight cut, or drained.
 func drainNote(d time.Duration) string {
 	if d <= 0 {
@@ -173,6 +208,50 @@ func drainNote(d time.Duration) string {
 	}
 	return "; requests in flight then get " + d.String() + " to finish"
 }
+
+// runsMooncake reports whether --workloads names a mooncake trace.
+func (o *benchOptions) runsMooncake() bool {
+	for name := range strings.SplitSeq(o.workloads, ",") {
+		if strings.HasPrefix(strings.TrimSpace(name), "mooncake:") {
+			return true
+		}
+	}
+	return false
+}
+
+// newWorkloads makes --workloads' workloads with opts: a mooncake:FILE
+// once per --trace-speeds load point.
+func (o *benchOptions) newWorkloads(opts workload.Options) ([]bench.Workload, error) {
+	var speeds []float64
+	for f := range strings.SplitSeq(o.traceSpeeds, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0 && v <= maxTraceSpeed) {
+			return nil, fmt.Errorf("trace-speeds: want factors in (0, %d], got %q", maxTraceSpeed, f)
+		}
+		speeds = append(speeds, v)
+	}
+	var wls []bench.Workload
+	for name := range strings.SplitSeq(o.workloads, ",") {
+		name = strings.TrimSpace(name)
+		points := []float64{0}
+		if strings.HasPrefix(name, "mooncake:") {
+			points = speeds
+		}
+		for _, v := range points {
+			opts.TraceSpeed = v
+			w, err := workload.New(name, opts)
+			if err != nil {
+				return nil, err
+			}
+			wls = append(wls, w)
+		}
+	}
+	return wls, nil
+}
+
+// maxTraceSpeed bounds --trace-speeds: beyond it a trace's arrivals are
+// one burst.
+const maxTraceSpeed = 10_000
 
 // runs reports whether --workloads names workload.
 func (o *benchOptions) runs(workload string) bool {
@@ -233,13 +312,9 @@ func (o *benchOptions) plans(progress, log io.Writer, logger *slog.Logger) ([]be
 		opts := o.wl
 		opts.Models = l.Models()
 		lrc := rc
-		lrc.Workloads, lrc.Backends, lrc.Model, lrc.Fleet = nil, len(l.Engines), opts.Models[0], l.Name
-		for name := range strings.SplitSeq(o.workloads, ",") {
-			w, err := workload.New(strings.TrimSpace(name), opts)
-			if err != nil {
-				return nil, err
-			}
-			lrc.Workloads = append(lrc.Workloads, w)
+		lrc.Backends, lrc.Model, lrc.Fleet = len(l.Engines), opts.Models[0], l.Name
+		if lrc.Workloads, err = o.newWorkloads(opts); err != nil {
+			return nil, err
 		}
 		lf := *fleet.(*bench.LocalFleet)
 		lf.Layout = l
@@ -288,13 +363,25 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 		// and its space average 6 bytes.
 		o.wl.TokensPerWord = 1.5
 	}
-	var wls []bench.Workload
-	for name := range strings.SplitSeq(o.workloads, ",") {
-		w, err := workload.New(strings.TrimSpace(name), o.wl)
-		if err != nil {
-			return bench.RunConfig{}, nil, err
+	o.wl.Speedup = o.sim.Speedup
+	if len(o.engines) > 0 || o.target != "" {
+		o.wl.Speedup = 1 // running engines keep real time
+	}
+	wls, err := o.newWorkloads(o.wl)
+	if err != nil {
+		return bench.RunConfig{}, nil, err
+	}
+	var replay time.Duration // the longest trace replay, real time
+	for _, w := range wls {
+		if sp, ok := w.(interface{ Span() time.Duration }); ok {
+			replay = max(replay, sp.Span())
 		}
-		wls = append(wls, w)
+	}
+	if replay > 0 && !o.given["duration"] {
+		// A cap, not the run's length: a run ends once its trace is
+		// sent and answered. Twice the replay leaves room for sends
+		// that came late because every user was busy.
+		o.duration = 2*replay + 30*time.Second
 	}
 	pols := benchPolicies(o.policies)
 	serve := dataplane.DefaultConfig()
@@ -330,6 +417,9 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	}
 	if len(o.engines) > 0 || o.target != "" {
 		rc.TimeScale = 1 // real engines: real time
+	}
+	if o.runsMooncake() || o.given["slo-ttft"] {
+		rc.SLO, rc.RouteBlock = o.slo, o.sim.BlockSize
 	}
 	return rc, fleet, rc.Validate()
 }
@@ -389,6 +479,10 @@ func (o *benchOptions) setup() map[string]string {
 		"tokenizer":        "byte-block (4 bytes a token)",
 		"time per request": "TTFT and latency as the client saw them",
 		"engine scrape":    "off",
+	}
+	if o.runsMooncake() {
+		m["trace replay"] = fmt.Sprintf("open loop at the trace's arrival times sped up %s× (each a run per policy on cold engines), rows within %v of trace time%s; prompts of token ids, %d tokens a hash id; output_length as max_tokens with ignore_eos",
+			o.traceSpeeds, o.wl.TraceWindow, traceCount(o.wl.TraceRequests), cmp.Or(o.wl.TraceBlock, 512))
 	}
 	if o.runs("saturation") {
 		m["saturation arrivals"] = fmt.Sprintf("%g a second of simulated time (%g real), Poisson, open loop while a user is free", o.rate, o.rate*o.sim.Speedup)
@@ -464,6 +558,7 @@ func parseBench(name string, args []string, stderr io.Writer, o *benchOptions) i
 	o.applyQuick(set)
 	o.applyDemo(set)
 	o.applySaturation(set)
+	o.applyMooncake(set)
 	return -1
 }
 
@@ -551,6 +646,9 @@ func tables(rep *bench.Report) string {
 		}
 		if t := bench.OverloadTable(runs); t != "" {
 			fmt.Fprintf(&b, "%s under overload\n%s\n", s.Workload, t)
+		}
+		if t := bench.SLOTable(runs); t != "" {
+			fmt.Fprintf(&b, "%s against the TTFT objective\n%s\n", s.Workload, t)
 		}
 	}
 	if t := bench.PoolTable(rep.Runs); t != "" {

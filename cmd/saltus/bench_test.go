@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -179,5 +180,73 @@ func TestBenchSaturation(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "saturation under overload") {
 		t.Errorf("stdout lacks the overload table: %s", out.String())
+	}
+}
+
+// TestBenchMooncake replays the shipped Mooncake trace's first rows at two
+// load points through two policies on simulated engines: every row is
+// answered (token-id prompts, exact output lengths), each load point has
+// its table against the TTFT objective, and prefix's predictions are
+// compared with the engines' cached tokens.
+func TestBenchMooncake(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workloads", "mooncake:../../bench/traces/mooncake-small.jsonl", "--trace-requests", "40", "--trace-speeds", "8,16",
+		"--backends", "2", "--speedup", "50", "--policies", "round_robin,prefix", "--overhead-pairs", "0", "--samples", "--out", dir},
+		strings.NewReader(""), &out, &errb)
+	if code != 0 {
+		t.Fatalf("code %d: %s\n%s", code, out.String(), errb.String())
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"## mooncake-x8", "## mooncake-x16", "### mooncake-x8 against the TTFT objective", "### mooncake-x16 against the TTFT objective",
+		"goodput (TTFT ≤ 1s)", "| round_robin | 40 | 0 |", "| prefix | 40 | 0 |", "| users | 256 |", "| trace replay | open loop at the trace's arrival times sped up 8,16×"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("report.md lacks %q:\n%s", s, md)
+		}
+	}
+	var rep struct {
+		Runs []bench.Summary `json:"runs"`
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err == nil {
+		err = json.Unmarshal(js, &rep)
+	}
+	if err != nil || len(rep.Runs) != 4 {
+		t.Fatalf("results.json: %d runs, %v", len(rep.Runs), err)
+	}
+	for _, r := range rep.Runs {
+		x := r.SLO
+		if x == nil || x.Requests != 40 || x.Failed != 0 || x.PromptTokens == 0 || r.OutputTokens == 0 {
+			t.Fatalf("%s %s: %+v", r.Workload, r.Policy, x)
+		}
+		if x.Predicted != (r.Policy == "prefix") {
+			t.Errorf("%s %s: predicted %v", r.Workload, r.Policy, x.Predicted)
+		}
+		if r.Policy == "prefix" && (x.CachedTokens == 0 || x.PredictedTokens == 0) {
+			t.Errorf("%s prefix: nothing cached or predicted on a trace of conversations: %+v", r.Workload, x)
+		}
+	}
+	// Every answer generated exactly the row's output_length.
+	var want []int
+	rows, _ := os.ReadFile("../../bench/traces/mooncake-small.jsonl")
+	for line := range strings.SplitSeq(string(rows), "\n") {
+		var row struct {
+			Output int `json:"output_length"`
+		}
+		if len(want) < 40 && json.Unmarshal([]byte(line), &row) == nil {
+			want = append(want, row.Output)
+		}
+	}
+	var sum int64
+	for _, n := range want {
+		sum += int64(n)
+	}
+	for _, r := range rep.Runs {
+		if r.OutputTokens != sum {
+			t.Errorf("%s %s: %d output tokens, want the trace's %d", r.Workload, r.Policy, r.OutputTokens, sum)
+		}
 	}
 }
