@@ -350,6 +350,8 @@ backend-models: []
 models-interval: 5s
 backend-priority: []
 backend-max-concurrency: []
+kv-events: []
+kv-events-port: 0
 queue-max-entries: 1024
 queue-max-wait: 1m
 adapter-updates: true
