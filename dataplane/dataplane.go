@@ -148,7 +148,7 @@ type Path struct {
 	sources *rules.Group
 	cfg     Config // as built
 	// live are the per-backend settings the last Retune set (settings).
-	live   atomic.Pointer[backendSettings]
+	live atomic.Pointer[backendSettings]
 	// static is the configured backends' list the last SyncBackends set
 	// (nil: cfg.Backends).
 	static atomic.Pointer[[]string]
