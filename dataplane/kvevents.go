@@ -124,10 +124,11 @@ func (p *Path) kvSync(ctx context.Context) {
 	// own: only it starts them and stops it, so none starts after Stop.
 	g := rules.NewGroup(ctx)
 	engines := map[int]*kvEngine{} // by backend ID
+	dup := map[int]bool{}          // backends skipped as sharing another's endpoint, warned once
 	t := time.NewTicker(kvSyncInterval)
 	defer t.Stop()
 	for {
-		p.kvRound(g, engines)
+		p.kvRound(g, engines, dup)
 		select {
 		case <-ctx.Done():
 			g.Stop()
@@ -141,17 +142,36 @@ func (p *Path) kvSync(ctx context.Context) {
 }
 
 // kvRound is one comparison of the subscriptions with the backends.
-func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine) {
+func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bool) {
 	st := p.settings()
 	want := map[int]*backend.Backend{}
 	eps := map[int]string{}
-	for _, b := range p.Set.Snapshot() {
+	owner := map[string]int{} // endpoint → the backend subscribed to it
+	for id, e := range engines {
+		if !e.stopping {
+			owner[e.endpoint] = id
+		}
+	}
+	for _, b := range p.Set.Snapshot() { // in ID order
 		if !b.Healthy() {
 			continue
 		}
-		if ep := kvEndpoint(b, p.staticList(), st); ep != "" {
-			want[b.ID], eps[b.ID] = b, ep
+		ep := kvEndpoint(b, p.staticList(), st)
+		if ep == "" {
+			continue
 		}
+		// One engine publishes at one endpoint: two backends at one
+		// (two ports of one host under --kv-events-port) cannot both
+		// be its; the first keeps it.
+		if o, ok := owner[ep]; ok && o != b.ID {
+			if !dup[b.ID] {
+				dup[b.ID] = true
+				p.logger.Warn("backend's KV-event endpoint is another backend's; not subscribed (name it with kv-events)", "backend", b.URL, "endpoint", ep)
+			}
+			continue
+		}
+		owner[ep] = b.ID
+		want[b.ID], eps[b.ID] = b, ep
 	}
 	for id, e := range engines {
 		if !e.stopping && eps[id] == e.endpoint {
