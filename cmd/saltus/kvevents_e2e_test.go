@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 )
@@ -71,6 +73,7 @@ func TestServeKVEvents(t *testing.T) {
 	}
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
+		c.Backend.HealthInterval = 100 * time.Millisecond // a killed engine is found soon
 		for i, sim := range sims {
 			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
 			c.KVEvents = append(c.KVEvents, names[i]+"=tcp://"+sim.KVEventsAddr())
@@ -162,5 +165,33 @@ func TestServeKVEvents(t *testing.T) {
 			}
 			return !(strings.TrimSuffix(d.URL, "/") == strings.TrimSuffix(sims[0].URL(), "/") && d.MatchedBlocks > 0)
 		})
+	}
+	// Engine 3 is killed: its health fails, its subscription stops and
+	// its holders go from the route table.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := sims[3].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLong(t, "engine 3's view to go", func() bool {
+		_, ok := s.metrics(t)[`saltus_kvview_blocks{backend="e3"}`]
+		return !ok
+	})
+	t.Logf("engine 3's view dropped %d ms after it was killed", time.Since(t0).Milliseconds())
+	if got := s.metrics(t)[`saltus_kvview_resets_total{reason="gone"}`]; got < 1 {
+		t.Errorf("resets gone %v, want ≥ 1", got)
+	}
+	ids := append(append([]int(nil), prefixes[3]...), 7, 8, 9)
+	a := s.adm(t, "POST", "/admin/explain?path=/v1/completions", idPrompt(t, ids))
+	var d struct {
+		URL           string `json:"url"`
+		MatchedBlocks int    `json:"matched_blocks"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &d); err != nil {
+		t.Fatalf("explain: %d %s: %v", a.status, a.body, err)
+	}
+	if d.MatchedBlocks > 0 {
+		t.Errorf("prefix 3 after its engine was killed: %d blocks matched on %s, want none", d.MatchedBlocks, d.URL)
 	}
 }
