@@ -59,16 +59,18 @@ func init() {
 
 // ViewConfig bounds the exact views.
 type ViewConfig struct {
-	// MaxBlocks bounds the engine blocks one view maps (default 1<<20,
-	// a large vLLM cache: 16M tokens at 16 a block; ≈ 100 bytes each, so
-	// ≈ 100 MiB at the bound). Past it the view is reset (counted,
-	// reason overflow): a view that dropped blocks could not follow
-	// their descendants' chains.
+	// MaxBlocks bounds the engine blocks one view maps (default 1<<18:
+	// 4M tokens at 16 a block, a large engine's cache). A mapped block
+	// costs ≈ 240 heap bytes (TestViewMemoryPerBlock: 32-byte hashes),
+	// so ≈ 60 MiB at the bound; a view holds what its engine caches, far
+	// less for most. Past it the view is reset (counted, reason
+	// overflow): a view that dropped blocks could not follow their
+	// descendants' chains.
 	MaxBlocks int
 }
 
 // DefaultViewConfig is ViewConfig with the defaults above.
-func DefaultViewConfig() ViewConfig { return ViewConfig{MaxBlocks: 1 << 20} }
+func DefaultViewConfig() ViewConfig { return ViewConfig{MaxBlocks: 1 << 18} }
 
 // Validate names the field that is wrong.
 func (c ViewConfig) Validate() error {
