@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +197,57 @@ func TestServeKVEvents(t *testing.T) {
 	if d.MatchedBlocks > 0 {
 		t.Errorf("prefix 3 after its engine was killed: %d blocks matched on %s, want none", d.MatchedBlocks, d.URL)
 	}
+}
+
+// TestReloadKVEvents: kv-events is reloadable: a reload that names a
+// backend's publisher subscribes to it, one that drops it forgets the
+// engine.
+func TestReloadKVEvents(t *testing.T) {
+	t.Parallel()
+	sim := startSim(t, func(c *vllmsim.Config) {
+		c.Tokenizer, c.ChatTemplate = "", ""
+		c.Speedup, c.MaxTokens = 20, 2
+		c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true}
+	})
+	path := filepath.Join(t.TempDir(), "saltus.yaml")
+	write := func(extra string) {
+		t.Helper()
+		y := strings.Replace(reloadYAML([]string{"e0=" + sim.URL()}, 1, extra), "tokenizer: ../../tokenpool/testdata/models/llama3/tokenizer.json.gz\n", "", 1)
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	args := []string{"--config", path}
+	cfg, _, err := loadServeConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServeCfg(t, cfg, args)
+	const gauge = `saltus_kvview_blocks{backend="e0"}`
+	if _, ok := s.metrics(t)[gauge]; ok {
+		t.Fatal("a view before kv-events named the backend")
+	}
+	write("kv-events: [e0=tcp://" + sim.KVEventsAddr() + "]\n")
+	if a := s.adm(t, "POST", "/admin/reload", ""); a.status != 200 {
+		t.Fatalf("reload: %d %s", a.status, a.body)
+	}
+	try := 0
+	waitLong(t, "the view after the reload", func() bool {
+		if try < 200 {
+			try++
+			if a := do(t, "POST", sim.URL()+"/v1/completions", idPrompt(t, idRange(try, 32))); a.status != 200 {
+				t.Fatalf("engine directly: %d %s", a.status, a.body)
+			}
+		}
+		return s.metrics(t)[gauge] > 0
+	})
+	write("")
+	if a := s.adm(t, "POST", "/admin/reload", ""); a.status != 200 {
+		t.Fatalf("reload: %d %s", a.status, a.body)
+	}
+	waitLong(t, "the view to go after the second reload", func() bool {
+		_, ok := s.metrics(t)[gauge]
+		return !ok
+	})
 }
