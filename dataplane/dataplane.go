@@ -74,6 +74,15 @@ type Config struct {
 	// cannot send waits in its gateway queue. Validate with
 	// CheckBackendMaxConcurrency.
 	BackendMaxConcurrency []string
+	// KVEvents subscribes to configured backends' KV-cache events:
+	// "backend=tcp://host:port" entries (name or URL), the engine's
+	// publisher (vLLM's --kv-events-config endpoint). Validate with
+	// CheckKVEvents. See kvevents.go.
+	KVEvents []string
+	// KVEventsPort, when not 0, subscribes every backend KVEvents does
+	// not name, discovered ones included, at tcp://<its host>:port.
+	// Default 0: off.
+	KVEventsPort int
 	// Fleet discovers each backend's models (GET /v1/models) and groups
 	// them into pools (upstream/fleet).
 	Fleet fleet.Config
@@ -113,6 +122,7 @@ func DefaultConfig() Config {
 		BackendModels:         []string{}, // as a config file's `backend-models: []` decodes
 		PriorityBackends:      []string{},
 		BackendMaxConcurrency: []string{},
+		KVEvents:              []string{},
 	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
@@ -144,8 +154,14 @@ type Path struct {
 	sources *rules.Group
 	cfg     Config // as built
 	// live are the per-backend settings the last Retune set (settings).
-	live   atomic.Pointer[backendSettings]
+	live atomic.Pointer[backendSettings]
+	// static is the configured backends' list the last SyncBackends set
+	// (nil: cfg.Backends).
+	static atomic.Pointer[[]string]
+	views  *shard.Views // the evented backends' exact views (kvevents.go)
 	logger *slog.Logger
+	base   *slog.Logger // Build's, for components that name themselves
+	set    *metrics.Set
 }
 
 // Start starts the data plane (Data.Start), then joins the cluster: a
@@ -169,6 +185,7 @@ func (p *Path) Start() error {
 	if p.Cluster != nil {
 		p.Cluster.JoinSeeds()
 	}
+	p.sources.Go("kvevents.sync", p.kvSync)
 	return nil
 }
 
@@ -411,11 +428,15 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	router.UseFleet(fl)
 	router.UseKeys(ring)
 	router.SetAdminToken(cfg.AdminToken)
+	views, err := shard.NewViews(router, shard.DefaultViewConfig(), set)
+	if err != nil {
+		panic("BUG: shard.DefaultViewConfig does not validate: " + err.Error())
+	}
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Keys: ring, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
 		Cluster: node, State: saver, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
-		logger: logger.With("component", "dataplane")}
+		views: views, logger: logger.With("component", "dataplane"), base: logger, set: set}
 	if watches != nil {
 		p.Discovered = bset.Managed(cfg.Discovery)
 		p.disc.lists = make([][]kube.Target, len(watches))
@@ -535,6 +556,8 @@ func CheckBackendModels(backends, models []string) error {
 // backend.Managed.Sync. Any goroutine.
 func (p *Path) SyncBackends(list, models []string) backend.SyncResult {
 	res := p.Static.Sync(Targets(list, models))
+	l := slices.Clone(list)
+	p.static.Store(&l)
 	applySettings(p.Set, list, p.settings())
 	p.Fleet.Kick() // a new backend's models (and changed pins) now, not at the next watch
 	return res
@@ -772,11 +795,14 @@ func applySettings(set *backend.Set, list []string, st backendSettings) {
 }
 
 // backendSettings are the per-backend settings a reload may change
-// (PriorityBackends, BackendMaxConcurrency).
-type backendSettings struct{ prio, caps []string }
+// (PriorityBackends, BackendMaxConcurrency, KVEvents, KVEventsPort).
+type backendSettings struct {
+	prio, caps, kv []string
+	kvPort         int
+}
 
 func settingsOf(cfg Config) backendSettings {
-	return backendSettings{slices.Clone(cfg.PriorityBackends), slices.Clone(cfg.BackendMaxConcurrency)}
+	return backendSettings{slices.Clone(cfg.PriorityBackends), slices.Clone(cfg.BackendMaxConcurrency), slices.Clone(cfg.KVEvents), cfg.KVEventsPort}
 }
 
 // settings are the per-backend settings the last Retune set (the built

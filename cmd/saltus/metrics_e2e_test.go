@@ -46,6 +46,7 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
 		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
+		c.KVEventsPort = kvDeadPort(t) // a subscription per backend, retrying: its series exist
 	})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	api := "https://" + s.addr

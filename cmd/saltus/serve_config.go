@@ -148,6 +148,11 @@ var serveKeys = []serveKey{
 		help: "`models` (repeat, or separate by commas) whose pools' engines all run vLLM's --scheduling-policy priority: their requests keep the \"priority\" field, as for --backend-priority, for engines that cannot be named (discovered); an engine serving one of them gets it for all it serves"},
 	{key: "backend-max-concurrency", live: true, bind: func(c *serveConfig) value { return listV{p: &c.BackendMaxConcurrency, set: new(bool)} },
 		help: "cap a configured backend: `cap` BACKEND=N (name or URL), at most N requests at once (its engine's --max-num-seqs, say); what its pool cannot send waits in the pool's gateway queue, in priority and fair-share order; repeat (or separate by commas)"},
+	{key: "kv-events", live: true, bind: func(c *serveConfig) value { return listV{p: &c.KVEvents, set: new(bool)} },
+		help: "subscribe to a configured backend's KV-cache events: `sub` BACKEND=tcp://HOST:PORT (name or URL), its engine's publisher (vLLM's --kv-events-config endpoint, tcp://*:5557 on the engine); " +
+			"the backend's route-table holders then follow the blocks its engine reports stored, removed and cleared; repeat (or separate by commas); none by default"},
+	{key: "kv-events-port", live: true, bind: func(c *serveConfig) value { return intV{&c.KVEventsPort} },
+		help: "`port` of the KV-event publisher of every backend --kv-events does not name, discovered ones included (tcp://<backend host>:PORT; vLLM's default 5557); 0: off"},
 	{key: "queue-max-entries", bind: func(c *serveConfig) value { return intV{&c.Router.Queue.MaxEntries} },
 		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
 	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
@@ -472,6 +477,9 @@ func (c serveConfig) Validate() error {
 		}
 	}
 	if err := dataplane.CheckBackendMaxConcurrency(c.Backends, c.BackendMaxConcurrency); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	if err := dataplane.CheckKVEvents(c.Backends, c.KVEvents, c.KVEventsPort); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if err := dataplane.CheckPriorityBackends(c.Backends, c.PriorityBackends); err != nil {

@@ -351,6 +351,8 @@ models-interval: 5s
 backend-priority: []
 model-priority: []
 backend-max-concurrency: []
+kv-events: []
+kv-events-port: 0
 queue-max-entries: 1024
 queue-max-wait: 1m
 api-keys-file: ""

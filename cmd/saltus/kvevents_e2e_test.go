@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/saltus-lb/saltus/bench/vllmsim"
+)
+
+// kvDeadPort is a port nothing listens on until the test ends (deadPort).
+func kvDeadPort(t *testing.T) int {
+	t.Helper()
+	u, err := url.Parse(deadPort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p int
+	if _, err := fmt.Sscanf(u.Port(), "%d", &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// idPrompt is a completions body whose prompt is token ids: saltus and
+// the simulator both key it by those ids (tree.BlockKeys), and the
+// simulator's BlockStored events carry them.
+func idPrompt(t *testing.T, ids []int) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"model": "llama3", "prompt": ids, "max_tokens": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func idRange(salt, n int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = salt*10_000 + i + 1
+	}
+	return ids
+}
+
+// TestServeKVEvents (issue 31, items 1-3, connect wiring): four
+// simulated engines publish their KV events (both hash forms, both
+// layouts); saltus subscribes to each (--kv-events). Prefixes placed on
+// engines directly, behind saltus's back, are routed to their holder;
+// after one engine's cache is reset, its view is empty and its prefixes
+// no longer match it.
+func TestServeKVEvents(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	var (
+		sims  []*vllmsim.Sim
+		names []string
+		byURL = map[string]int{}
+	)
+	for i := range n {
+		s := startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
+			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true,
+				HashForm: []string{"bytes", "int"}[i%2], Encoding: []string{"map", "array"}[i/2]}
+		})
+		sims = append(sims, s)
+		names = append(names, fmt.Sprintf("e%d", i))
+		byURL[s.URL()] = i
+	}
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backend.HealthInterval = 100 * time.Millisecond // a killed engine is found soon
+		for i, sim := range sims {
+			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
+			c.KVEvents = append(c.KVEvents, names[i]+"=tcp://"+sim.KVEventsAddr())
+		}
+	})
+	blocks := func(i int) float64 {
+		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
+	}
+	direct := func(i int, ids []int) {
+		t.Helper()
+		if a := do(t, "POST", sims[i].URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
+			t.Fatalf("engine %d directly: %d %s", i, a.status, a.body)
+		}
+	}
+	// Each subscription is up once the view has seen a batch: until then
+	// (ZMQ's late joiner) an engine's events would be lost, so a warm-up
+	// prompt, a new one each try, goes to each engine until its view
+	// holds blocks.
+	for i := range n {
+		try := 0
+		waitLong(t, fmt.Sprintf("engine %d's view", i), func() bool {
+			if try < 200 {
+				try++
+				direct(i, idRange(1000+i*1000+try, 32))
+			}
+			return blocks(i) > 0
+		})
+	}
+	// Six long prefixes (32 blocks each), placed directly.
+	const prefixBlocks = 32
+	holder := []int{0, 1, 2, 3, 0, 1}
+	want := make([]float64, n)
+	for i := range n {
+		want[i] = blocks(i)
+	}
+	prefixes := make([][]int, len(holder))
+	for p, h := range holder {
+		prefixes[p] = idRange(p+1, prefixBlocks*16)
+		direct(h, prefixes[p])
+		want[h] += prefixBlocks - 1 // the prompt's last block may be its partial one
+	}
+	for i := range n {
+		waitLong(t, fmt.Sprintf("engine %d's placed blocks in its view", i), func() bool { return blocks(i) >= want[i] })
+	}
+	// Each prefix with a new suffix, through saltus.
+	hits, total := 0, 0
+	for p, h := range holder {
+		for k := range 5 {
+			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
+			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
+			if a.status != 200 {
+				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
+			}
+			total++
+			if byURL[a.backend] == h {
+				hits++
+			} else {
+				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
+			}
+		}
+	}
+	if hits*10 < total*9 {
+		t.Fatalf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
+	}
+	t.Logf("%d of %d requests to the holder", hits, total)
+	// Engine 0's cache is reset: its view empties, its prefixes match
+	// nothing on it.
+	if a := do(t, "POST", sims[0].URL()+"/reset_prefix_cache", ""); a.status != 200 {
+		t.Fatalf("reset_prefix_cache: %d %s", a.status, a.body)
+	}
+	waitLong(t, "engine 0's view to empty", func() bool { return blocks(0) == 0 })
+	if got := s.metrics(t)[`saltus_kvview_resets_total{reason="cleared"}`]; got < 1 {
+		t.Errorf("resets cleared %v, want ≥ 1", got)
+	}
+	for _, p := range []int{0, 4} {
+		ids := append(append([]int(nil), prefixes[p]...), 7, 8, 9)
+		var d struct {
+			Backend       int    `json:"backend"`
+			URL           string `json:"url"`
+			MatchedBlocks int    `json:"matched_blocks"`
+		}
+		waitLong(t, fmt.Sprintf("prefix %d to match nothing on engine 0", p), func() bool {
+			a := s.adm(t, "POST", "/admin/explain?path=/v1/completions", idPrompt(t, ids))
+			if a.status != 200 {
+				t.Fatalf("explain: %d %s", a.status, a.body)
+			}
+			if err := json.Unmarshal([]byte(a.body), &d); err != nil {
+				t.Fatal(err)
+			}
+			return !(strings.TrimSuffix(d.URL, "/") == strings.TrimSuffix(sims[0].URL(), "/") && d.MatchedBlocks > 0)
+		})
+	}
+	// Engine 3 is killed: its health fails, its subscription stops and
+	// its holders go from the route table.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := sims[3].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLong(t, "engine 3's view to go", func() bool {
+		_, ok := s.metrics(t)[`saltus_kvview_blocks{backend="e3"}`]
+		return !ok
+	})
+	t.Logf("engine 3's view dropped %d ms after it was killed", time.Since(t0).Milliseconds())
+	if got := s.metrics(t)[`saltus_kvview_resets_total{reason="gone"}`]; got < 1 {
+		t.Errorf("resets gone %v, want ≥ 1", got)
+	}
+	ids := append(append([]int(nil), prefixes[3]...), 7, 8, 9)
+	a := s.adm(t, "POST", "/admin/explain?path=/v1/completions", idPrompt(t, ids))
+	var d struct {
+		URL           string `json:"url"`
+		MatchedBlocks int    `json:"matched_blocks"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &d); err != nil {
+		t.Fatalf("explain: %d %s: %v", a.status, a.body, err)
+	}
+	if d.MatchedBlocks > 0 {
+		t.Errorf("prefix 3 after its engine was killed: %d blocks matched on %s, want none", d.MatchedBlocks, d.URL)
+	}
+}
+
+// TestReloadKVEvents: kv-events is reloadable: a reload that names a
+// backend's publisher subscribes to it, one that drops it forgets the
+// engine.
+func TestReloadKVEvents(t *testing.T) {
+	t.Parallel()
+	sim := startSim(t, func(c *vllmsim.Config) {
+		c.Tokenizer, c.ChatTemplate = "", ""
+		c.Speedup, c.MaxTokens = 20, 2
+		c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true}
+	})
+	path := filepath.Join(t.TempDir(), "saltus.yaml")
+	write := func(extra string) {
+		t.Helper()
+		y := strings.Replace(reloadYAML([]string{"e0=" + sim.URL()}, 1, extra), "tokenizer: ../../tokenpool/testdata/models/llama3/tokenizer.json.gz\n", "", 1)
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	args := []string{"--config", path}
+	cfg, _, err := loadServeConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServeCfg(t, cfg, args)
+	const gauge = `saltus_kvview_blocks{backend="e0"}`
+	if _, ok := s.metrics(t)[gauge]; ok {
+		t.Fatal("a view before kv-events named the backend")
+	}
+	write("kv-events: [e0=tcp://" + sim.KVEventsAddr() + "]\n")
+	if a := s.adm(t, "POST", "/admin/reload", ""); a.status != 200 {
+		t.Fatalf("reload: %d %s", a.status, a.body)
+	}
+	try := 0
+	waitLong(t, "the view after the reload", func() bool {
+		if try < 200 {
+			try++
+			if a := do(t, "POST", sim.URL()+"/v1/completions", idPrompt(t, idRange(try, 32))); a.status != 200 {
+				t.Fatalf("engine directly: %d %s", a.status, a.body)
+			}
+		}
+		return s.metrics(t)[gauge] > 0
+	})
+	write("")
+	if a := s.adm(t, "POST", "/admin/reload", ""); a.status != 200 {
+		t.Fatalf("reload: %d %s", a.status, a.body)
+	}
+	waitLong(t, "the view to go after the second reload", func() bool {
+		_, ok := s.metrics(t)[gauge]
+		return !ok
+	})
+}

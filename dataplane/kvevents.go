@@ -1,0 +1,253 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/saltus-lb/saltus/rules"
+	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/kvevents"
+)
+
+// KV events, the connect wiring (issue 31): saltus subscribes to each
+// evented backend's publisher (vLLM's --kv-events-config, a PUB socket
+// the engine binds) and feeds the backend's exact view (shard.EngineView).
+// A backend is evented when Config.KVEvents names it or, failing that,
+// when Config.KVEventsPort is set (its host, that port: discovered
+// backends included). kvSync, one goroutine of Path.sources, keeps one
+// subscription per evented healthy backend: it starts one when a backend
+// comes (added, discovered, healthy again) and stops it when the backend
+// leaves, goes unhealthy or its endpoint changes (a reload), which
+// forgets the engine's holders on every loop (its cached blocks are
+// unknown until it stores them again). The bind wiring (llm-d's: engines
+// dial saltus) is not wired in serve yet.
+
+// kvSyncInterval is how often kvSync compares the subscriptions with
+// the backends: a backend that went unhealthy is forgotten within it
+// (issue 31: a killed engine's stale blocks go within a second).
+const kvSyncInterval = 250 * time.Millisecond
+
+// kvQueue bounds the batches between a subscription and its view: past
+// it a batch is dropped (counted, saltus_kvevents_dropped_total
+// {reason="queue_full"}) and the view goes stale. vLLM publishes one
+// batch a scheduler step; the view applies one in microseconds.
+const kvQueue = 256
+
+// kvStopWait bounds how long kvSync waits for a stopped subscription's
+// goroutines before going on; one not done by then is waited for again at
+// the next round, and its backend is not subscribed again before.
+const kvStopWait = 2 * time.Second
+
+// kvEngine is one subscription and its view's goroutines. Owned by
+// kvSync.
+type kvEngine struct {
+	endpoint string
+	cancel   context.CancelFunc
+	done     chan struct{} // closed once both goroutines returned
+	stopping bool
+}
+
+// kvEndpoint is the publisher endpoint of backend b under the settings,
+// "" when b has no KV events.
+func kvEndpoint(b *backend.Backend, list []string, st backendSettings) string {
+	for _, nu := range list {
+		_, u := SplitBackend(nu)
+		if norm, _, _ := backend.ParseURL(u); norm != b.URL {
+			continue
+		}
+		for _, e := range st.kv {
+			who, ep := splitKVEvents(e)
+			if names(nu, who) {
+				return ep
+			}
+		}
+	}
+	if st.kvPort <= 0 {
+		return ""
+	}
+	_, hp, err := backend.ParseURL(b.URL)
+	if err != nil {
+		return "" // cannot happen: b.URL was parsed when b was added
+	}
+	host, _, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "" // cannot happen: ParseURL's host:port
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(st.kvPort))
+}
+
+// splitKVEvents splits a "backend=tcp://host:port" entry at the '='
+// before the endpoint (a backend's name or URL holds none after it).
+func splitKVEvents(s string) (who, endpoint string) {
+	i := strings.LastIndex(s, "=tcp://")
+	if i < 0 {
+		return "", s
+	}
+	return s[:i], s[i+1:]
+}
+
+// CheckKVEvents validates "backend=tcp://host:port" entries against the
+// configured backends, and the default port.
+func CheckKVEvents(backends, entries []string, port int) error {
+	var errs []error
+	for i, e := range entries {
+		who, ep := splitKVEvents(e)
+		if who == "" {
+			errs = append(errs, fmt.Errorf("kv-events[%d]: %q: want BACKEND=tcp://HOST:PORT (BACKEND a configured backend's name or URL)", i, e))
+			continue
+		}
+		cfg := kvevents.DefaultConfig()
+		cfg.Endpoint = ep
+		if err := cfg.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("kv-events[%d]: %q: %w", i, e, err))
+			continue
+		}
+		if !configured(backends, who) {
+			errs = append(errs, fmt.Errorf("kv-events[%d]: %q: no configured backend is named %q", i, e, who))
+		}
+	}
+	if port < 0 || port > 65535 {
+		errs = append(errs, fmt.Errorf("kv-events-port: %d: want 0 (off) to 65535", port))
+	}
+	return errors.Join(errs...)
+}
+
+// kvSync keeps the subscriptions equal to the evented healthy backends
+// until ctx ends, then stops them all. On its own goroutine (sources).
+func (p *Path) kvSync(ctx context.Context) {
+	// The subscriptions' goroutines are a group of this goroutine's
+	// own: only it starts them and stops it, so none starts after Stop.
+	g := rules.NewGroup(ctx)
+	engines := map[int]*kvEngine{} // by backend ID
+	dup := map[int]bool{}          // backends skipped as sharing another's endpoint, warned once
+	t := time.NewTicker(kvSyncInterval)
+	defer t.Stop()
+	for {
+		p.kvRound(g, engines, dup)
+		select {
+		case <-ctx.Done():
+			g.Stop()
+			for _, e := range engines {
+				<-e.done // their contexts are done: they return at once
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// kvRound is one comparison of the subscriptions with the backends.
+func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bool) {
+	st := p.settings()
+	want := map[int]*backend.Backend{}
+	eps := map[int]string{}
+	owner := map[string]int{} // endpoint → the backend subscribed to it
+	for id, e := range engines {
+		if !e.stopping {
+			owner[e.endpoint] = id
+		}
+	}
+	for _, b := range p.Set.Snapshot() { // in ID order
+		if !b.Healthy() {
+			continue
+		}
+		ep := kvEndpoint(b, p.staticList(), st)
+		if ep == "" {
+			continue
+		}
+		// One engine publishes at one endpoint: two backends at one
+		// (two ports of one host under --kv-events-port) cannot both
+		// be its; the first keeps it.
+		if o, ok := owner[ep]; ok && o != b.ID {
+			if !dup[b.ID] {
+				dup[b.ID] = true
+				p.logger.Warn("backend's KV-event endpoint is another backend's; not subscribed (name it with kv-events)", "backend", b.URL, "endpoint", ep)
+			}
+			continue
+		}
+		owner[ep] = b.ID
+		want[b.ID], eps[b.ID] = b, ep
+	}
+	for id, e := range engines {
+		if !e.stopping && eps[id] == e.endpoint {
+			continue
+		}
+		if !e.stopping {
+			e.cancel()
+			e.stopping = true
+		}
+		select {
+		case <-e.done:
+			delete(engines, id)
+		case <-time.After(kvStopWait):
+			// Not done yet: waited for again next round; its backend
+			// is not subscribed again before.
+		}
+	}
+	for id, b := range want {
+		if _, ok := engines[id]; ok {
+			continue
+		}
+		e, err := p.kvStart(g, b, eps[id])
+		if err != nil {
+			p.logger.Warn("cannot subscribe to a backend's KV events", "backend", b.URL, "endpoint", eps[id], "err", err)
+			continue
+		}
+		engines[id] = e
+	}
+}
+
+// kvStart subscribes to backend b's events at endpoint and starts its
+// view: two goroutines of g, ended by the returned engine's cancel (or
+// g's Stop).
+func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint string) (*kvEngine, error) {
+	cfg := kvevents.DefaultConfig()
+	cfg.Endpoint = endpoint
+	ch := make(chan kvevents.Message, kvQueue)
+	sub, err := kvevents.New(cfg, ch, p.base, p.set)
+	if err != nil {
+		return nil, err
+	}
+	label := b.Name
+	if label == "" {
+		label = b.URL
+	}
+	v := p.views.New(b.ID, label)
+	ectx, cancel := context.WithCancel(context.Background())
+	e := &kvEngine{endpoint: endpoint, cancel: cancel, done: make(chan struct{})}
+	subDone := make(chan struct{})
+	g.Go("kvevents.sub", func(gctx context.Context) {
+		defer close(subDone)
+		stop := context.AfterFunc(gctx, cancel) // g's Stop ends it too
+		defer stop()
+		sub.Run(ectx)
+		sub.Close()
+	})
+	g.Go("kvevents.view", func(context.Context) {
+		defer close(e.done)
+		for {
+			select {
+			case m := <-ch:
+				v.Apply(m)
+			case <-ectx.Done():
+				<-subDone // its series unregistered before a new one registers them
+				v.Close()
+				return
+			}
+		}
+	})
+	return e, nil
+}
+
+// staticList is the configured backends the last SyncBackends set.
+func (p *Path) staticList() []string {
+	if l := p.static.Load(); l != nil {
+		return *l
+	}
+	return p.cfg.Backends
+}

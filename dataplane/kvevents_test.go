@@ -1,0 +1,51 @@
+package dataplane
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/saltus-lb/saltus/shard/backend"
+)
+
+// TestKVEndpoint: a backend named by kv-events (name or URL) gets its
+// entry's endpoint; the others get their host at kv-events-port, or none.
+func TestKVEndpoint(t *testing.T) {
+	t.Parallel()
+	list := []string{"gpu-a=http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://[fd00::3]:8000"}
+	st := backendSettings{kv: []string{"gpu-a=tcp://10.0.0.1:5557", "http://10.0.0.2:8000=tcp://10.9.9.9:6000"}}
+	f := func(u string, port int, want string) {
+		t.Helper()
+		norm, _, err := backend.ParseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.kvPort = port
+		if got := kvEndpoint(&backend.Backend{URL: norm}, list, st); got != want {
+			t.Errorf("%s (port %d): %q, want %q", u, port, got, want)
+		}
+	}
+	f("http://10.0.0.1:8000", 0, "tcp://10.0.0.1:5557")
+	f("http://10.0.0.2:8000", 7000, "tcp://10.9.9.9:6000")
+	f("http://[fd00::3]:8000", 0, "")
+	f("http://[fd00::3]:8000", 5557, "tcp://[fd00::3]:5557")
+	f("http://10.1.1.1:8000", 5557, "tcp://10.1.1.1:5557") // discovered: not in the list
+	if err := CheckKVEvents(list, st.kv, 5557); err != nil {
+		t.Errorf("valid entries refused: %v", err)
+	}
+	for _, tc := range []struct {
+		entry string
+		port  int
+		want  string
+	}{
+		{"gpu-b=tcp://10.0.0.1:5557", 0, `no configured backend is named "gpu-b"`},
+		{"gpu-a", 0, "want BACKEND=tcp://HOST:PORT"},
+		{"=tcp://10.0.0.1:5557", 0, "want BACKEND=tcp://HOST:PORT"},
+		{"gpu-a=udp://10.0.0.1:5557", 0, "want BACKEND=tcp://HOST:PORT"},
+		{"gpu-a=tcp://10.0.0.1:5557", 70000, "kv-events-port"},
+	} {
+		err := CheckKVEvents(list, []string{tc.entry}, tc.port)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q port %d: %v, want %q", tc.entry, tc.port, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,403 @@
+package shard
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/kvevents"
+)
+
+// The exact view (issue 31, item 2): an engine's own KV events, turned
+// into the route table's keys, so that the holders of an evented engine
+// come from what it reports rather than only from what saltus routed
+// there. An EngineView maps each engine block hash to its saltus route
+// key and its parent's hash; a BlockStored event becomes the whole chain
+// of route keys from the root (the parent's chain, walked in the map,
+// then tree.BlockKeys over the new blocks' token ids, seeded as a
+// request's keys are), inserted on the chain's owner loop; a
+// BlockRemoved demotes the engine from that block on; an
+// AllBlocksCleared, a stale mark (a sequence gap, a reconnect, a restart)
+// or an overflow of the map forgets the engine on every loop
+// (tree.RemoveBackend): what saltus learned by routing there goes too,
+// as it is no better than the events it missed.
+//
+// The view is exact when saltus keys prompts as the engine does: token-id
+// prompts (prompt as a list of ids), or a tokenizer matching the
+// engine's; byte-block mode keys text prompts over bytes, which no
+// engine's token ids reproduce, so their stored blocks insert chains that
+// no request matches (harmless, and bounded by the tree's capacity).
+//
+// Holders from events are inserted with origin tree.Local: they expire
+// after the tree's TTL unless the engine stores or a request refreshes
+// them, they are shared with peers like routes this router learned (a
+// peer then knows the engine holds the prefix, which is true), and they
+// are saved with the route table (a restart restores them; the engine's
+// first batch after it is stale only if events were missed). A separate
+// origin would cost a bit of the tree's packed holder and a third LRU
+// list for no routing difference yet.
+//
+// # Concurrency
+//
+// An EngineView is owned by one goroutine (its subscriber's consumer);
+// the map updates run there, off the loops, and only the tree updates
+// are posted to the loops, as values, through the bounded mailboxes
+// (postTo: a full mailbox drops the update, counted as
+// saltus_shard_mailbox_overflow_total). Blocks is any goroutine.
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_kvview_blocks":         "Engine KV blocks the exact view maps to route keys, per backend with KV events (bounded per engine; 0 after a reset).",
+		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map).",
+		"saltus_kvview_resets_total":   "Times an engine's exact view was emptied and its holders removed from the route table, by reason: cleared (AllBlocksCleared), stale (a sequence gap, reconnect or engine restart), overflow (past the view's block bound), gone (the backend left, went unhealthy, or its subscription ended).",
+	})
+}
+
+// ViewConfig bounds the exact views.
+type ViewConfig struct {
+	// MaxBlocks bounds the engine blocks one view maps (default 1<<18:
+	// 4M tokens at 16 a block, a large engine's cache). A mapped block
+	// costs ≈ 240 heap bytes (TestViewMemoryPerBlock: 32-byte hashes),
+	// so ≈ 60 MiB at the bound; a view holds what its engine caches, far
+	// less for most. Past it the view is reset (counted, reason
+	// overflow): a view that dropped blocks could not follow their
+	// descendants' chains.
+	MaxBlocks int
+}
+
+// DefaultViewConfig is ViewConfig with the defaults above.
+func DefaultViewConfig() ViewConfig { return ViewConfig{MaxBlocks: 1 << 18} }
+
+// Validate names the field that is wrong.
+func (c ViewConfig) Validate() error {
+	if c.MaxBlocks < 1 {
+		return fmt.Errorf("shard: ViewConfig.MaxBlocks %d < 1", c.MaxBlocks)
+	}
+	return nil
+}
+
+// maxViewDepth bounds a parent walk: 65,536 blocks (1M tokens at 16 a
+// block) is past any model's context; a hostile cycle of parents ends
+// there too.
+const maxViewDepth = 1 << 16
+
+// viewBlock is one engine block: its route key and its parent's hash.
+type viewBlock struct {
+	key uint64
+	// sub are the keys of the block's saltus blocks before key, when the
+	// engine's block is several of saltus's (nil when it is one).
+	sub       []uint64
+	parent    kvevents.Hash
+	hasParent bool
+}
+
+// Views makes the exact views of one Router and holds their counters.
+// Any goroutine.
+type Views struct {
+	r   *Router
+	cfg ViewConfig
+	set *metrics.Set
+	// unusable and resets by reason (see init's HELP).
+	unModel, unBlockSize, unParent, unTokens, unRemoved *metrics.Counter
+	reCleared, reStale, reOverflow, reGone              *metrics.Counter
+}
+
+// NewViews validates cfg and registers the views' counters in set.
+func NewViews(r *Router, cfg ViewConfig, set *metrics.Set) (*Views, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	un := func(reason string) *metrics.Counter {
+		return set.GetOrCreateCounter(`saltus_kvview_unusable_total{reason="` + reason + `"}`)
+	}
+	re := func(reason string) *metrics.Counter {
+		return set.GetOrCreateCounter(`saltus_kvview_resets_total{reason="` + reason + `"}`)
+	}
+	return &Views{r: r, cfg: cfg, set: set,
+		unModel: un("model"), unBlockSize: un("block_size"), unParent: un("parent"), unTokens: un("tokens"), unRemoved: un("removed_unknown"),
+		reCleared: re("cleared"), reStale: re("stale"), reOverflow: re("overflow"), reGone: re("gone")}, nil
+}
+
+// EngineView is one evented backend's exact view. Owned by one
+// goroutine (Apply, Close); Blocks any goroutine.
+type EngineView struct {
+	vs      *Views
+	backend int // the backend's ID (tree index)
+	gauge   string
+	blocks  map[kvevents.Hash]viewBlock
+	n       atomic.Int64 // len(blocks), for the gauge
+	// Scratch, reused between events.
+	chain []uint64
+	ids   []int32
+}
+
+// New returns backend id's view, empty; label names it in its gauge (the
+// backend's name or URL). Close it when the backend leaves.
+func (vs *Views) New(id int, label string) *EngineView {
+	v := &EngineView{vs: vs, backend: id, blocks: map[kvevents.Hash]viewBlock{},
+		gauge: `saltus_kvview_blocks{backend=` + promtext.QuoteLabel(label) + `}`}
+	vs.set.GetOrCreateGauge(v.gauge, func() float64 { return float64(v.n.Load()) })
+	return v
+}
+
+// Blocks is how many engine blocks the view maps. Any goroutine.
+func (v *EngineView) Blocks() int { return int(v.n.Load()) }
+
+// Close forgets the engine (its holders on every loop, reason gone) and
+// unregisters its gauge. Owner only.
+func (v *EngineView) Close() {
+	v.reset(v.vs.reGone)
+	v.vs.set.UnregisterMetric(v.gauge)
+}
+
+// Reset forgets the engine now, reason gone (its backend went unhealthy).
+// Owner only.
+func (v *EngineView) Reset() { v.reset(v.vs.reGone) }
+
+func (v *EngineView) reset(c *metrics.Counter) {
+	c.Inc()
+	clear(v.blocks)
+	v.blocks = map[kvevents.Hash]viewBlock{} // a large map's buckets are not kept at their high-water mark
+	v.n.Store(0)
+	r := v.vs.r
+	id := v.backend
+	for i, sh := range r.shards {
+		r.postTo(i, func() {
+			// Only IDs beyond MaxBackends fail, and those were never
+			// inserted.
+			_ = sh.tree.RemoveBackend(id)
+			sh.publish()
+		})
+	}
+}
+
+// viewOp is one tree update on a loop: insert chain, or demote the
+// engine from its block keep on (the engine's last block, which may be
+// several of saltus's).
+type viewOp struct {
+	chain  []uint64
+	demote bool
+	keep   int
+}
+
+// Apply applies one batch of the engine's events: the map here, the
+// tree updates posted to their owner loops. Owner only.
+func (v *EngineView) Apply(msg kvevents.Message) {
+	if msg.Stale && msg.StaleReason != "start" && len(v.blocks) > 0 {
+		v.reset(v.vs.reStale)
+	}
+	r := v.vs.r
+	per := make([][]viewOp, len(r.shards))
+	for i := range msg.Batch.Events {
+		e := &msg.Batch.Events[i]
+		switch e.Kind {
+		case kvevents.AllBlocksCleared:
+			v.post(per)
+			clear(per)
+			v.reset(v.vs.reCleared)
+		case kvevents.BlockStored:
+			if !v.stored(e, per) {
+				v.post(per)
+				clear(per)
+				c := v.vs.reOverflow
+				if len(v.blocks)+len(e.Hashes) <= v.vs.cfg.MaxBlocks {
+					c = v.vs.reStale // a block size it cannot key
+				}
+				v.reset(c)
+			}
+		case kvevents.BlockRemoved:
+			v.removed(e, per)
+		}
+	}
+	v.n.Store(int64(len(v.blocks)))
+	v.post(per)
+}
+
+// post sends the ops gathered per loop, at most applyChunk per message.
+func (v *EngineView) post(per [][]viewOp) {
+	r := v.vs.r
+	id := v.backend
+	for i, ops := range per {
+		sh := r.shards[i]
+		for len(ops) > 0 {
+			chunk := ops[:min(len(ops), applyChunk)]
+			ops = ops[len(chunk):]
+			r.postTo(i, func() { r.applyView(sh, id, chunk) })
+		}
+	}
+}
+
+// applyView applies a view's tree updates on sh's loop.
+func (r *Router) applyView(sh *Shard, backend int, ops []viewOp) {
+	now := r.now()
+	for _, op := range ops {
+		chain := op.chain
+		if op.demote {
+			sh.tree.Demote(chain, backend, op.keep, now)
+			// Demote drops the holder from the whole node that holds the
+			// removed block (tree.Demote: conservative); the engine still
+			// holds the blocks before it, which this insert gives back.
+			if chain = chain[:op.keep]; len(chain) == 0 {
+				continue
+			}
+		}
+		if err := sh.tree.Insert(chain, nil, backend, tree.Local, now); err != nil {
+			r.m.learnErrors.Inc() // beyond tree.Config.MaxBackends, as a local learn
+			continue
+		}
+		sh.known[backend] = true
+	}
+	sh.publish()
+}
+
+// chainOf appends to dst the route keys from the root to the engine
+// block h, inclusive; false when a block on the way is unknown or the
+// walk is deeper than maxViewDepth.
+func (v *EngineView) chainOf(dst []uint64, h kvevents.Hash) ([]uint64, bool) {
+	start := len(dst)
+	for range maxViewDepth {
+		b, ok := v.blocks[h]
+		if !ok {
+			return dst[:start], false
+		}
+		dst = append(dst, b.key)
+		for i := len(b.sub) - 1; i >= 0; i-- {
+			dst = append(dst, b.sub[i])
+		}
+		if !b.hasParent {
+			slices.Reverse(dst[start:])
+			return dst, true
+		}
+		h = b.parent
+	}
+	return dst[:start], false
+}
+
+// seed is the seed of the event's chains, as a request's (job.seedModel):
+// the router's fixed model, else the adapter's name, else the backend's
+// one base model.
+func (v *EngineView) seed(e *kvevents.Event) (uint64, bool) {
+	r := v.vs.r
+	switch {
+	case r.cfg.Model != "":
+		return tree.ModelSeed(r.cfg.Model), true
+	case e.LoRAName.OK && e.LoRAName.V != "":
+		return tree.ModelSeed(e.LoRAName.V), true
+	}
+	m, ok := r.baseModel(v.backend)
+	if !ok {
+		return 0, false
+	}
+	return tree.ModelSeed(m), true
+}
+
+// baseModel is the base model backend id serves when it serves exactly
+// one (its other served names being that model's adapters). Any
+// goroutine.
+func (r *Router) baseModel(id int) (string, bool) {
+	if r.fleet == nil {
+		return "", false
+	}
+	ix := r.fleet.Index()
+	bm, ok := ix.Backend(id)
+	if !ok {
+		return "", false
+	}
+	base := ""
+	for _, m := range bm.Models {
+		p := ix.Lookup(m)
+		if p == nil || p.Model.Parent != "" {
+			continue
+		}
+		if base != "" {
+			return "", false
+		}
+		base = m
+	}
+	return base, base != ""
+}
+
+// stored maps a BlockStored event's blocks and queues the insert of
+// their chain; false when the view must be reset: the map would pass
+// MaxBlocks, or the engine's blocks cannot be keyed as saltus's.
+func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
+	vs := v.vs
+	bs := vs.r.cfg.BlockSize
+	if len(e.Hashes) == 0 {
+		return true
+	}
+	if e.BlockSize <= 0 || e.BlockSize%bs != 0 {
+		vs.unBlockSize.Inc()
+		return len(v.blocks) == 0 // what it stored before is not keyed as saltus keys: stale
+	}
+	if len(e.Tokens) != len(e.Hashes)*e.BlockSize {
+		vs.unTokens.Inc()
+		return true
+	}
+	seed, ok := v.seed(e)
+	if !ok {
+		vs.unModel.Inc()
+		return true
+	}
+	if len(v.blocks)+len(e.Hashes) > vs.cfg.MaxBlocks {
+		return false
+	}
+	chain := v.chain[:0]
+	if e.Parent.OK {
+		if chain, ok = v.chainOf(chain, e.Parent.V); !ok {
+			vs.unParent.Inc()
+			v.chain = chain
+			return true
+		}
+		seed = tree.ContinueSeed(chain[len(chain)-1])
+	}
+	base := len(chain)
+	v.ids = v.ids[:0]
+	for _, t := range e.Tokens {
+		v.ids = append(v.ids, int32(t)) // the same 32 bits BlockKeys hashes
+	}
+	// An engine block of k saltus blocks is keyed by its last one: its
+	// sub-blocks' keys are in the chain, and the next block continues
+	// from it.
+	chain = tree.BlockKeys(chain, seed, v.ids, bs)
+	k := e.BlockSize / bs
+	parent, hasParent := e.Parent.V, e.Parent.OK
+	for i, h := range e.Hashes {
+		b := viewBlock{key: chain[base+(i+1)*k-1], parent: parent, hasParent: hasParent}
+		if k > 1 {
+			b.sub = slices.Clone(chain[base+i*k : base+(i+1)*k-1])
+		}
+		v.blocks[h] = b
+		parent, hasParent = h, true
+	}
+	if len(chain) > 0 {
+		own := int(chain[0] % uint64(len(per)))
+		per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
+	}
+	v.chain = chain
+	return true
+}
+
+// removed forgets a BlockRemoved event's blocks and queues the demotion
+// of the engine from each on. A removed block's descendants keep their
+// holders until their own removal (vLLM frees a request's blocks
+// children first, so they usually go before it); one whose parent chain
+// is gone by then cannot be resolved and is counted as removed_unknown.
+func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
+	for _, h := range e.Hashes {
+		chain, ok := v.chainOf(v.chain[:0], h)
+		v.chain = chain
+		keep := len(chain) - 1 - len(v.blocks[h].sub)
+		delete(v.blocks, h)
+		if !ok {
+			v.vs.unRemoved.Inc()
+			continue
+		}
+		own := int(chain[0] % uint64(len(per)))
+		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: keep})
+	}
+}

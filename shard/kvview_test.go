@@ -1,0 +1,165 @@
+package shard
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/saltus-lb/saltus/upstream/kvevents"
+)
+
+// idsBody is a completions body whose prompt is token ids, keyed by them.
+func viewBody(t *testing.T, model string, ids []uint32) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"model": model, "prompt": ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func viewIDs(n int, salt uint32) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = salt*100_000 + uint32(i) + 1
+	}
+	return ids
+}
+
+// stored is a BlockStored of ids in blocks of bs tokens, hashes named
+// from base, after parent (0: none); the adapter name seeds as "m".
+func storedEv(ids []uint32, bs int, base uint64, parent uint64) kvevents.Event {
+	e := kvevents.Event{Kind: kvevents.BlockStored, Tokens: ids, BlockSize: bs, LoRAName: kvevents.Some("m")}
+	for i := range len(ids) / bs {
+		e.Hashes = append(e.Hashes, kvevents.IntHash(base+uint64(i)))
+	}
+	if parent != 0 {
+		e.Parent = kvevents.Some(kvevents.IntHash(parent))
+	}
+	return e
+}
+
+func batch(evs ...kvevents.Event) kvevents.Message {
+	return kvevents.Message{Batch: kvevents.Batch{Events: evs}}
+}
+
+// TestEngineView: stored blocks (in two events, the second continuing
+// the first by its parent) make their engine the holder of the whole
+// chain; a removed block takes the holder from it on; a clear, a stale
+// mark and an overflow forget the engine; unusable events are counted.
+func TestEngineView(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64}, e.set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs.New(2, "b2")
+	ids := viewIDs(16*8, 1) // 8 blocks
+	body := viewBody(t, "m", append(append([]uint32(nil), ids...), 7, 8, 9))
+	matched := func() (int, int) {
+		e.loops.settle(t)
+		dd, err := e.r.Explain([]byte(body), "/v1/completions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dd.Backend, dd.MatchedBlocks
+	}
+	e.loops.settle(t)
+	if _, m := matched(); m != 0 {
+		t.Fatalf("before any event: %d blocks matched, want 0", m)
+	}
+	v.Apply(batch(storedEv(ids[:16*5], 16, 100, 0)))
+	v.Apply(batch(storedEv(ids[16*5:], 16, 200, 104)))
+	e.loops.settle(t)
+	if b, m := matched(); b != 2 || m != 8 {
+		t.Fatalf("after 8 stored blocks: backend %d, %d matched, want 2 and 8", b, m)
+	}
+	if v.Blocks() != 8 || e.metric(t, `saltus_kvview_blocks{backend="b2"}`) != "8" {
+		t.Fatalf("view holds %d blocks (gauge %s), want 8", v.Blocks(), e.metric(t, `saltus_kvview_blocks{backend="b2"}`))
+	}
+	// The 7th block (hash 201) goes: the engine holds 6.
+	v.Apply(batch(kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []kvevents.Hash{kvevents.IntHash(201)}}))
+	e.loops.settle(t)
+	if b, m := matched(); b != 2 || m != 6 {
+		t.Fatalf("after removing block 7: backend %d, %d matched, want 2 and 6", b, m)
+	}
+	// Unusable: an unknown parent, a block size that is not a multiple.
+	v.Apply(batch(storedEv(viewIDs(16, 3), 16, 300, 999)))
+	if got := e.metric(t, `saltus_kvview_unusable_total{reason="parent"}`); got != "1" {
+		t.Errorf("unusable parent: %s, want 1", got)
+	}
+	v.Apply(batch(kvevents.Event{Kind: kvevents.AllBlocksCleared}))
+	e.loops.settle(t)
+	if _, m := matched(); m != 0 || v.Blocks() != 0 {
+		t.Fatalf("after AllBlocksCleared: %d matched, view %d blocks, want 0 and 0", m, v.Blocks())
+	}
+	// An engine block of 32 tokens keys two of saltus's 16.
+	v.Apply(batch(storedEv(ids[:32*3], 32, 400, 0)))
+	v.Apply(batch(storedEv(ids[32*3:32*4], 32, 500, 402)))
+	e.loops.settle(t)
+	if b, m := matched(); b != 2 || m != 8 {
+		t.Fatalf("after 4 stored 32-token blocks: backend %d, %d matched, want 2 and 8", b, m)
+	}
+	// The 4th 32-token block goes: the engine holds 6 of saltus's blocks.
+	v.Apply(batch(kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []kvevents.Hash{kvevents.IntHash(500)}}))
+	e.loops.settle(t)
+	if b, m := matched(); b != 2 || m != 6 {
+		t.Fatalf("after removing the 4th 32-token block: backend %d, %d matched, want 2 and 6", b, m)
+	}
+	// A gap: the view is stale, the engine forgotten.
+	v.Apply(kvevents.Message{Stale: true, StaleReason: "gap"})
+	e.loops.settle(t)
+	if _, m := matched(); m != 0 {
+		t.Fatalf("after a gap: %d matched, want 0", m)
+	}
+	// 24 blocks of 8 tokens: not a multiple of 16; reset when it held any.
+	v.Apply(batch(storedEv(ids[:16], 16, 600, 0)))
+	v.Apply(batch(storedEv(ids[:24], 8, 700, 0)))
+	if got := e.metric(t, `saltus_kvview_unusable_total{reason="block_size"}`); got != "1" || v.Blocks() != 0 {
+		t.Errorf("unusable block_size: %s, view %d blocks, want 1 and 0", got, v.Blocks())
+	}
+	// Past MaxBlocks (64): reset, counted.
+	v.Apply(batch(storedEv(viewIDs(16*60, 4), 16, 1000, 0)))
+	v.Apply(batch(storedEv(viewIDs(16*8, 5), 16, 2000, 0)))
+	if got := e.metric(t, `saltus_kvview_resets_total{reason="overflow"}`); got != "1" || v.Blocks() != 0 {
+		t.Errorf("overflow resets: %s, view %d blocks, want 1 and 0", got, v.Blocks())
+	}
+	if got := e.metric(t, `saltus_kvview_resets_total{reason="stale"}`); got != "2" {
+		t.Errorf("stale resets: %s, want 2 (the gap, the block size)", got)
+	}
+	v.Close()
+	if got := e.metric(t, `saltus_kvview_blocks{backend="b2"}`); got != "" {
+		t.Errorf("gauge after Close: %q, want none", got)
+	}
+}
+
+// TestEngineViewHostile: a cycle of parents (a block stored again under
+// its own descendant) ends the walk at its bound, counted, and the view
+// stays usable.
+func TestEngineViewHostile(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	vs, err := NewViews(e.r, DefaultViewConfig(), e.set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs.New(1, "b1")
+	defer v.Close()
+	ids := viewIDs(16, 7)
+	v.Apply(batch(storedEv(ids, 16, 1, 0), storedEv(ids, 16, 2, 1), storedEv(ids, 16, 1, 2), storedEv(ids, 16, 3, 1)))
+	if got := e.metric(t, `saltus_kvview_unusable_total{reason="parent"}`); got != "1" {
+		t.Errorf("a cycle: unusable parent %s, want 1", got)
+	}
+	short := storedEv(ids, 16, 9, 0)
+	short.Tokens = short.Tokens[:5]
+	v.Apply(batch(short, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []kvevents.Hash{kvevents.IntHash(77)}}))
+	if a, b := e.metric(t, `saltus_kvview_unusable_total{reason="tokens"}`), e.metric(t, `saltus_kvview_unusable_total{reason="removed_unknown"}`); a != "1" || b != "1" {
+		t.Errorf("short tokens %s, unknown removal %s, want 1 and 1", a, b)
+	}
+	v.Apply(batch(storedEv(viewIDs(32, 8), 16, 50, 0)))
+	e.loops.settle(t)
+	d, err := e.r.Explain([]byte(viewBody(t, "m", viewIDs(40, 8))), "/v1/completions")
+	if err != nil || d.Backend != 1 || d.MatchedBlocks != 2 {
+		t.Fatalf("after hostile events, a good one: %+v %v, want backend 1, 2 blocks", d, err)
+	}
+}
