@@ -83,6 +83,12 @@ type Config struct {
 	// not name, discovered ones included, at tcp://<its host>:port.
 	// Default 0: off.
 	KVEventsPort int
+	// KVEventsListen, when not "", binds this tcp://HOST:PORT endpoint
+	// for engines' KV-event publishers to dial (llm-d's wiring), each
+	// message's topic kv@<ip>:<port>@<model> naming its backend. Default
+	// "": off. Not reloadable. Validate with CheckKVEventsListen. See
+	// kvbind.go.
+	KVEventsListen string
 	// Fleet discovers each backend's models (GET /v1/models) and groups
 	// them into pools (upstream/fleet).
 	Fleet fleet.Config
@@ -186,6 +192,9 @@ func (p *Path) Start() error {
 		p.Cluster.JoinSeeds()
 	}
 	p.sources.Go("kvevents.sync", p.kvSync)
+	if p.cfg.KVEventsListen != "" {
+		p.sources.Go("kvevents.bind.views", p.kvBind)
+	}
 	return nil
 }
 

@@ -25,7 +25,7 @@ import (
 // leaves, goes unhealthy or its endpoint changes (a reload), which
 // forgets the engine's holders on every loop (its cached blocks are
 // unknown until it stores them again). The bind wiring (llm-d's: engines
-// dial saltus) is not wired in serve yet.
+// dial saltus) is kvbind.go's.
 
 // kvSyncInterval is how often kvSync compares the subscriptions with
 // the backends: a backend that went unhealthy is forgotten within it

@@ -153,6 +153,8 @@ var serveKeys = []serveKey{
 			"the backend's route-table holders then follow the blocks its engine reports stored, removed and cleared; repeat (or separate by commas); none by default"},
 	{key: "kv-events-port", live: true, bind: func(c *serveConfig) value { return intV{&c.KVEventsPort} },
 		help: "`port` of the KV-event publisher of every backend --kv-events does not name, discovered ones included (tcp://<backend host>:PORT; vLLM's default 5557); 0: off"},
+	{key: "kv-events-listen", bind: func(c *serveConfig) value { return strV{&c.KVEventsListen} },
+		help: "`endpoint` tcp://HOST:PORT where saltus listens for engines' KV-event publishers to connect (llm-d's wiring; tcp://*:PORT for every interface); each message's topic kv@IP:PORT@MODEL names the backend whose URL has that host:port (a backend with --kv-events or --kv-events-port takes its events from there); empty (the default): off; not reloadable"},
 	{key: "queue-max-entries", bind: func(c *serveConfig) value { return intV{&c.Router.Queue.MaxEntries} },
 		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
 	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
@@ -480,6 +482,9 @@ func (c serveConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if err := dataplane.CheckKVEvents(c.Backends, c.KVEvents, c.KVEventsPort); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	if err := dataplane.CheckKVEventsListen(c.KVEventsListen); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if err := dataplane.CheckPriorityBackends(c.Backends, c.PriorityBackends); err != nil {
