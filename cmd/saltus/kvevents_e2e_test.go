@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -250,4 +251,151 @@ func TestReloadKVEvents(t *testing.T) {
 		_, ok := s.metrics(t)[gauge]
 		return !ok
 	})
+}
+
+// freeLoopbackPort is a loopback port free a moment ago: the bind wiring
+// needs each engine's port in its topic, and saltus's bind endpoint, before
+// either starts. Another process may take it meanwhile (then the test
+// fails at Start, not silently).
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startSimAt is startSim at addr.
+func startSimAt(t *testing.T, addr string, mod func(*vllmsim.Config)) *vllmsim.Sim {
+	t.Helper()
+	cfg := vllmsim.DefaultConfig()
+	cfg.Model = "llama3"
+	cfg.Tokenizer, cfg.ChatTemplate = "", ""
+	cfg.Speedup, cfg.MaxTokens = 20, 2
+	mod(&cfg)
+	sim, err := vllmsim.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sim.Close(ctx); err != nil {
+			t.Errorf("sim close: %v", err)
+		}
+	})
+	return sim
+}
+
+// TestServeKVEventsBind (issue 31, the bind wiring, llm-d's): saltus
+// listens (--kv-events-listen); two simulated engines' publishers connect
+// to it, each message's topic kv@127.0.0.1:<engine port>@llama3 naming
+// its engine. Prefixes placed on the engines directly are routed to their
+// holder; a third publisher whose topic names no backend is counted and
+// ignored.
+func TestServeKVEventsBind(t *testing.T) {
+	t.Parallel()
+	const n = 2
+	listen := fmt.Sprintf("tcp://127.0.0.1:%d", freeLoopbackPort(t))
+	var (
+		sims  []*vllmsim.Sim
+		names []string
+		byURL = map[string]int{}
+	)
+	for i := range n {
+		addr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+		s := startSimAt(t, addr, func(c *vllmsim.Config) {
+			c.Seed = int64(i + 1)
+			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: listen, Topic: "kv@" + addr + "@llama3",
+				HashForm: []string{"bytes", "int"}[i], Encoding: []string{"map", "array"}[i]}
+		})
+		sims = append(sims, s)
+		names = append(names, fmt.Sprintf("e%d", i))
+		byURL[s.URL()] = i
+	}
+	stray := startSimAt(t, "127.0.0.1:0", func(c *vllmsim.Config) {
+		c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: listen, Topic: fmt.Sprintf("kv@127.0.0.1:%d@llama3", kvDeadPort(t))}
+	})
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.KVEventsListen = listen
+		for i, sim := range sims {
+			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
+		}
+	})
+	blocks := func(i int) float64 {
+		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
+	}
+	direct := func(sim *vllmsim.Sim, ids []int) {
+		t.Helper()
+		if a := do(t, "POST", sim.URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
+			t.Fatalf("engine %s directly: %d %s", sim.URL(), a.status, a.body)
+		}
+	}
+	// Each publisher has connected once its view holds blocks (before,
+	// ZMQ drops what it sends): a new warm-up prompt each try.
+	for i := range n {
+		try := 0
+		waitLong(t, fmt.Sprintf("engine %d's view", i), func() bool {
+			if try < 200 {
+				try++
+				direct(sims[i], idRange(1000+i*1000+try, 32))
+			}
+			return blocks(i) > 0
+		})
+	}
+	try := 0
+	waitLong(t, "the stray publisher's batches counted", func() bool {
+		if try < 200 {
+			try++
+			direct(stray, idRange(5000+try, 32))
+		}
+		return s.metrics(t)[`saltus_kvevents_bind_ignored_total{reason="unknown"}`] > 0
+	})
+	const prefixBlocks = 32
+	holder := []int{0, 1, 0, 1}
+	want := make([]float64, n)
+	for i := range n {
+		want[i] = blocks(i)
+	}
+	prefixes := make([][]int, len(holder))
+	for p, h := range holder {
+		prefixes[p] = idRange(p+1, prefixBlocks*16)
+		direct(sims[h], prefixes[p])
+		want[h] += prefixBlocks - 1 // the prompt's last block may be its partial one
+	}
+	for i := range n {
+		waitLong(t, fmt.Sprintf("engine %d's placed blocks in its view", i), func() bool { return blocks(i) >= want[i] })
+	}
+	hits, total := 0, 0
+	for p, h := range holder {
+		for k := range 5 {
+			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
+			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
+			if a.status != 200 {
+				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
+			}
+			total++
+			if byURL[a.backend] == h {
+				hits++
+			} else {
+				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
+			}
+		}
+	}
+	if hits*10 < total*9 {
+		t.Fatalf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
+	}
+	t.Logf("%d of %d requests to the holder", hits, total)
+	if got := s.metrics(t)[`saltus_kvevents_bind_ignored_total{reason="connect"}`]; got != 0 {
+		t.Errorf("ignored as connect: %v, want 0 (no backend has --kv-events)", got)
+	}
 }
