@@ -399,3 +399,36 @@ func TestServeKVEventsBind(t *testing.T) {
 		t.Errorf("ignored as connect: %v, want 0 (no backend has --kv-events)", got)
 	}
 }
+
+// TestServeKVEventsBindConnectWins: a backend with a connect
+// subscription (--kv-events) takes its events from there only: its bind
+// messages are counted (reason connect) and feed no view.
+func TestServeKVEventsBindConnectWins(t *testing.T) {
+	t.Parallel()
+	listen := fmt.Sprintf("tcp://127.0.0.1:%d", freeLoopbackPort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	sim := startSimAt(t, addr, func(c *vllmsim.Config) {
+		c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: listen, Topic: "kv@" + addr + "@llama3"}
+	})
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.KVEventsListen = listen
+		c.Backends = append(c.Backends, "e0="+sim.URL())
+		// Its publisher is not there: the connect subscription gets
+		// nothing, and the bind messages must not fill the view either.
+		c.KVEvents = append(c.KVEvents, fmt.Sprintf("e0=tcp://127.0.0.1:%d", kvDeadPort(t)))
+	})
+	try := 0
+	waitLong(t, "the engine's bind batches counted as connect", func() bool {
+		if try < 200 {
+			try++
+			if a := do(t, "POST", sim.URL()+"/v1/completions", idPrompt(t, idRange(try, 32))); a.status != 200 {
+				t.Fatalf("engine directly: %d %s", a.status, a.body)
+			}
+		}
+		return s.metrics(t)[`saltus_kvevents_bind_ignored_total{reason="connect"}`] > 0
+	})
+	if got := s.metrics(t)[`saltus_kvview_blocks{backend="e0"}`]; got != 0 {
+		t.Errorf("e0's view holds %v blocks, want 0 (its events come from --kv-events only)", got)
+	}
+}
