@@ -327,6 +327,7 @@ func TestServeKVEventsBind(t *testing.T) {
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
 		c.KVEventsListen = listen
+		c.Backend.HealthInterval = 100 * time.Millisecond // a killed engine is found soon
 		for i, sim := range sims {
 			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
 		}
@@ -397,6 +398,22 @@ func TestServeKVEventsBind(t *testing.T) {
 	t.Logf("%d of %d requests to the holder", hits, total)
 	if got := s.metrics(t)[`saltus_kvevents_bind_ignored_total{reason="connect"}`]; got != 0 {
 		t.Errorf("ignored as connect: %v, want 0 (no backend has --kv-events)", got)
+	}
+	// Engine 1 is killed: its health fails and its bound view goes,
+	// with its holders.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := sims[1].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLong(t, "engine 1's view to go", func() bool {
+		_, ok := s.metrics(t)[`saltus_kvview_blocks{backend="e1"}`]
+		return !ok
+	})
+	t.Logf("engine 1's view dropped %d ms after it was killed", time.Since(t0).Milliseconds())
+	if got := s.metrics(t)[`saltus_kvview_resets_total{reason="gone"}`]; got < 1 {
+		t.Errorf("resets gone %v, want ≥ 1", got)
 	}
 }
 
