@@ -46,7 +46,8 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
 		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
-		c.KVEventsPort = kvDeadPort(t) // a subscription per backend, retrying: its series exist
+		c.KVEventsPort = kvDeadPort(t)                                            // a subscription per backend, retrying: its series exist
+		c.KVEventsListen = "tcp://127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t)) // the bound subscription's series too
 	})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	api := "https://" + s.addr
