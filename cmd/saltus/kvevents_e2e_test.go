@@ -107,42 +107,7 @@ func TestServeKVEvents(t *testing.T) {
 		})
 	}
 	// Six long prefixes (32 blocks each), placed directly.
-	const prefixBlocks = 32
-	holder := []int{0, 1, 2, 3, 0, 1}
-	want := make([]float64, n)
-	for i := range n {
-		want[i] = blocks(i)
-	}
-	prefixes := make([][]int, len(holder))
-	for p, h := range holder {
-		prefixes[p] = idRange(p+1, prefixBlocks*16)
-		direct(h, prefixes[p])
-		want[h] += prefixBlocks - 1 // the prompt's last block may be its partial one
-	}
-	for i := range n {
-		waitLong(t, fmt.Sprintf("engine %d's placed blocks in its view", i), func() bool { return blocks(i) >= want[i] })
-	}
-	// Each prefix with a new suffix, through saltus.
-	hits, total := 0, 0
-	for p, h := range holder {
-		for k := range 5 {
-			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
-			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
-			if a.status != 200 {
-				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
-			}
-			total++
-			if byURL[a.backend] == h {
-				hits++
-			} else {
-				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
-			}
-		}
-	}
-	if hits*10 < total*9 {
-		t.Fatalf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
-	}
-	t.Logf("%d of %d requests to the holder", hits, total)
+	prefixes := placeAndRoute(t, s, sims, names, byURL, []int{0, 1, 2, 3, 0, 1})
 	// Engine 0's cache is reset: its view empties, its prefixes match
 	// nothing on it.
 	if a := do(t, "POST", sims[0].URL()+"/reset_prefix_cache", ""); a.status != 200 {
@@ -361,41 +326,7 @@ func TestServeKVEventsBind(t *testing.T) {
 		}
 		return s.metrics(t)[`saltus_kvevents_bind_ignored_total{reason="unknown"}`] > 0
 	})
-	const prefixBlocks = 32
-	holder := []int{0, 1, 0, 1}
-	want := make([]float64, n)
-	for i := range n {
-		want[i] = blocks(i)
-	}
-	prefixes := make([][]int, len(holder))
-	for p, h := range holder {
-		prefixes[p] = idRange(p+1, prefixBlocks*16)
-		direct(sims[h], prefixes[p])
-		want[h] += prefixBlocks - 1 // the prompt's last block may be its partial one
-	}
-	for i := range n {
-		waitLong(t, fmt.Sprintf("engine %d's placed blocks in its view", i), func() bool { return blocks(i) >= want[i] })
-	}
-	hits, total := 0, 0
-	for p, h := range holder {
-		for k := range 5 {
-			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
-			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
-			if a.status != 200 {
-				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
-			}
-			total++
-			if byURL[a.backend] == h {
-				hits++
-			} else {
-				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
-			}
-		}
-	}
-	if hits*10 < total*9 {
-		t.Fatalf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
-	}
-	t.Logf("%d of %d requests to the holder", hits, total)
+	placeAndRoute(t, s, sims, names, byURL, []int{0, 1, 0, 1})
 	if got := s.metrics(t)[`saltus_kvevents_bind_ignored_total{reason="connect"}`]; got != 0 {
 		t.Errorf("ignored as connect: %v, want 0 (no backend has --kv-events)", got)
 	}
@@ -448,4 +379,52 @@ func TestServeKVEventsBindConnectWins(t *testing.T) {
 	if got := s.metrics(t)[`saltus_kvview_blocks{backend="e0"}`]; got != 0 {
 		t.Errorf("e0's view holds %v blocks, want 0 (its events come from --kv-events only)", got)
 	}
+}
+
+// placeAndRoute places a long prefix (32 blocks) directly on each
+// holder[p] engine, behind saltus's back, waits until saltus's views hold
+// them, then sends each prefix with five new suffixes through saltus:
+// at least 90 % must reach the prefix's holder. It returns the prefixes.
+func placeAndRoute(t *testing.T, s *served, sims []*vllmsim.Sim, names []string, byURL map[string]int, holder []int) [][]int {
+	t.Helper()
+	const prefixBlocks = 32
+	blocks := func(i int) float64 {
+		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
+	}
+	want := make([]float64, len(sims))
+	for i := range sims {
+		want[i] = blocks(i)
+	}
+	prefixes := make([][]int, len(holder))
+	for p, h := range holder {
+		prefixes[p] = idRange(p+1, prefixBlocks*16)
+		if a := do(t, "POST", sims[h].URL()+"/v1/completions", idPrompt(t, prefixes[p])); a.status != 200 {
+			t.Fatalf("engine %d directly: %d %s", h, a.status, a.body)
+		}
+		want[h] += prefixBlocks - 1 // the prompt's last block may be its partial one
+	}
+	for i := range sims {
+		waitLong(t, fmt.Sprintf("engine %d's placed blocks in its view", i), func() bool { return blocks(i) >= want[i] })
+	}
+	hits, total := 0, 0
+	for p, h := range holder {
+		for k := range 5 {
+			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
+			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
+			if a.status != 200 {
+				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
+			}
+			total++
+			if byURL[a.backend] == h {
+				hits++
+			} else {
+				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
+			}
+		}
+	}
+	if hits*10 < total*9 {
+		t.Fatalf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
+	}
+	t.Logf("%d of %d requests to the holder", hits, total)
+	return prefixes
 }
