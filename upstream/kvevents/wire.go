@@ -472,7 +472,7 @@ func (dec *Decoder) field(e *Event, name string) error {
 	case "block_hashes":
 		e.Hashes, err = dec.hashes()
 	case "parent_block_hash":
-		e.Parent, err = dec.optHash()
+		e.Parent, err = dec.parentHash()
 	case "token_ids":
 		e.Tokens, err = dec.tokens()
 	case "block_size":
@@ -550,6 +550,19 @@ func (dec *Decoder) hash() (Hash, error) {
 		return h, err
 	}
 	return Hash{}, fmt.Errorf("block hash is neither an int nor bytes (code %#x)", c)
+}
+
+// parentHash is a BlockStored's parent_block_hash: nil for a chain's
+// first block, as vLLM sends it; the int 0 too, as llm-d-inference-sim
+// sends it in the positional layout (its EmptyBlockHash, "no parent"; a
+// real block's 64-bit hash is never 0 but by a 2^-64 chance, which then
+// costs one block's chain).
+func (dec *Decoder) parentHash() (Opt[Hash], error) {
+	h, err := dec.optHash()
+	if h.OK && h.V == IntHash(0) {
+		return Opt[Hash]{}, err
+	}
+	return h, err
 }
 
 func (dec *Decoder) optHash() (Opt[Hash], error) {

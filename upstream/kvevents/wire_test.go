@@ -101,6 +101,13 @@ func TestDecodesVLLMShapes(t *testing.T) {
 			{Kind: Unknown},
 			{Kind: AllBlocksCleared},
 		}})
+	f("array, llm-d-inference-sim: parent 0 is no parent, lora_name after medium",
+		[]any{4.5, []any{[]any{"BlockStored", []any{uint64(11), uint64(12)}, uint64(0), []any{1, 2}, 1, nil, "GPU", "tuned"},
+			[]any{"BlockStored", []any{uint64(13)}, uint64(12), []any{3}, 1, nil, "GPU"}}},
+		Batch{TS: 4.5, Encoding: ArrayEncoding, Events: []Event{
+			{Kind: BlockStored, Hashes: []Hash{IntHash(11), IntHash(12)}, Tokens: []uint32{1, 2}, BlockSize: 1, Medium: Some("GPU"), LoRAName: Some("tuned")},
+			{Kind: BlockStored, Hashes: []Hash{IntHash(13)}, Parent: Some(IntHash(12)), Tokens: []uint32{3}, BlockSize: 1, Medium: Some("GPU")},
+		}})
 	f("map, keys out of order, str hash, fields skipped",
 		map[string]any{"events": []any{
 			map[string]any{"token_ids": []any{5, 6}, "block_size": 2, "type": "BlockStored", "block_hashes": []any{string(h32)},
