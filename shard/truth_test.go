@@ -55,7 +55,7 @@ func TestTruthDecides(t *testing.T) {
 		p := policy{kind: kind, loadFactor: 2, loadFloor: 4, maxCandidates: 3, blockSize: 16, concurrency: 256,
 			queueWait: 0.2, loadTokens: 500, loadSlack: 1, bridge: int64(time.Second)}
 		hits := []tree.Hit{
-			{Backend: 0, Blocks: 8, Origin: tree.Local, Used: 0},                // a guess the engine never confirmed
+			{Backend: 0, Blocks: 8, Origin: tree.Local, Used: 0},               // a guess the engine never confirmed
 			{Backend: 1, Blocks: 5, Origin: tree.Local, Used: 0, Confirmed: 5}, // the engine's word
 		}
 		s := scratch{pin: -1, home: -1} // no session, no home (decideWith sets them per decision)
