@@ -63,21 +63,18 @@ func (j *job) run() {
 // the owner's (lookup, decision), then the connection's again (forward),
 // whose hooks read keys and bounds, which no one writes any more.
 type job struct {
-	r      *Router
-	x      exchange // nil for Explain
-	req    *reactor.Request
-	route  routeID
-	loop   int // the loop that decodes and tokenizes
-	d      request
-	texts  []string // the segments to tokenize
-	msgEnd []bool   // msgEnd[i]: a message ends with texts[i]
-	keys   []uint64 // the request's own (never a loop's scratch)
-	// exact is how many leading keys are keyed by token ids (a token-id
-	// prompt, or the tokenizer up to its budget's cut), the only keys an
-	// engine's KV events can confirm (truth.go); byte-block keys follow.
-	exact   int
-	owned   bool  // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
-	bounds  []int // message ends, in blocks
+	r       *Router
+	x       exchange // nil for Explain
+	req     *reactor.Request
+	route   routeID
+	loop    int // the loop that decodes and tokenizes
+	d       request
+	texts   []string // the segments to tokenize
+	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
+	keys    []uint64 // the request's own (never a loop's scratch)
+	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
+	bounds  []int    // message ends, in blocks
+	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (truth.go); byte-block keys follow
 	owner   int
 	idOwner int           // the shard of the response id named (respids.go)
 	explain chan Decision // Explain's answer; nil for a served request
