@@ -6,11 +6,12 @@ import "github.com/saltus-lb/saltus/tree"
 // feed the route table (view.evented, Backend.Evented: its exact view is
 // live, kvview.go), what the engine confirmed supersedes what saltus
 // learned by routing there. A learned holder is a guess: right when the
-// engine stores the request's blocks, wrong when it does not (a request
-// cancelled or refused before its prefill, a route restored from the
-// saved table or received from a peer while the engine's cache changed,
-// blocks the engine never computed), and a wrong guess would attract
-// its prefix until the route TTL. So the held blocks a decision uses
+// engine stores the request's blocks, wrong when it does not (a streamed
+// request whose head came and which was cancelled while the engine still
+// queued it: a pending route is removed only when no 2xx came; a route
+// restored from the saved table or received from a peer while the
+// engine's cache changed; a request in flight longer than the bridge),
+// and a wrong guess would attract its prefix until the route TTL. So the held blocks a decision uses
 // (prefix: cost.go's held; ranvier: decide.go's deepest holder) are, for
 // an evented backend, the depth its engine confirmed (tree.Hit.Confirmed),
 // or the depth of its deepest holder if routing refreshed that holder
