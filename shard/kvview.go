@@ -57,10 +57,9 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_kvview_blocks":                "Engine KV blocks the exact view maps to route keys, per backend with KV events (bounded per engine; 0 after a reset).",
-		"saltus_kvview_unusable_total":        "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map).",
-		"saltus_kvview_resets_total":          "Times an engine's exact view was emptied and its holders removed from the route table, by reason: cleared (AllBlocksCleared), stale (a sequence gap, reconnect or engine restart), overflow (past the view's block bound), gone (the backend left, went unhealthy, or its subscription ended).",
-		"saltus_kvview_guesses_ignored_total": "Routing decisions' holders whose blocks were cut to what the engine confirmed through its KV events: a backend with a live exact view held a deeper learned guess, not refreshed within --kv-events-bridge (counted once per backend per decision; Explain not counted).",
+		"saltus_kvview_blocks":         "Engine KV blocks the exact view maps to route keys, per backend with KV events (bounded per engine; 0 after a reset).",
+		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map).",
+		"saltus_kvview_resets_total":   "Times an engine's exact view was emptied and its holders removed from the route table, by reason: cleared (AllBlocksCleared), stale (a sequence gap, reconnect or engine restart), overflow (past the view's block bound), gone (the backend left, went unhealthy, or its subscription ended).",
 	})
 }
 

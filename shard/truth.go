@@ -1,6 +1,9 @@
 package shard
 
-import "github.com/saltus-lb/saltus/tree"
+import (
+	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/tree"
+)
 
 // Engine truth (issue 31, item 2): for a backend whose engine's KV events
 // feed the route table (view.evented, Backend.Evented: its exact view is
@@ -25,6 +28,12 @@ import "github.com/saltus-lb/saltus/tree"
 // engine's events carry, so beyond its token-keyed lead (job.exact) the
 // guess is all there is: a holder confirmed over the whole lead keeps
 // its deeper guess, as a backend without events would.
+
+func init() {
+	promtext.Describe(map[string]string{
+		"saltus_kvview_guesses_ignored_total": "Routing decisions' holders whose blocks were cut to what the engine confirmed through its KV events: a backend with a live exact view held a deeper learned guess, not refreshed within --kv-events-bridge (counted once per backend per decision; Explain not counted).",
+	})
+}
 
 // truth cuts, in place, the Blocks of the hits of evented backends to
 // what their engine confirmed, where their deeper guess is older than
