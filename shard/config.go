@@ -187,6 +187,25 @@ type Config struct {
 	// an idle session stays pinned. Default 1 h.
 	Sessions   int
 	SessionTTL time.Duration
+	// KVEventsBridge (prefix and ranvier policies, truth.go): for a
+	// backend whose engine's KV events feed the route table, how long a
+	// learned holder deeper than what the engine confirmed still counts
+	// after routing last refreshed it. It covers the time from routing a
+	// request to the engine's BlockStored for it: the engine's queue wait
+	// and the prefill step that computes its first blocks (vLLM publishes
+	// once per scheduler step, and caches a chunked prefill's blocks as
+	// each chunk is computed, so the first blocks come within a step of
+	// admission), plus the event's trip to the loop (milliseconds).
+	// Default 10 s: longer than a healthy engine's queue wait and a long
+	// prompt's first prefill chunk (vLLM's default chunk, 2,048 to 8,192
+	// tokens, is well under a second on a GPU that serves it), and far
+	// shorter than the route TTL (1 h) during which a wrong guess
+	// otherwise attracts its prefix. Too short, and requests that follow
+	// a pending route while its engine still queues it take a copy
+	// elsewhere; too long, and a guess the engine never stored (a request
+	// cancelled before its prefill, a restored or peer's route) misleads
+	// that much longer. 0: only confirmed blocks count. Reloadable.
+	KVEventsBridge time.Duration
 	// TenantHeader is a request header whose value names the request's
 	// tenant for the gateway queue's fair share when it has neither an
 	// API key nor a bearer token or x-api-key (whose hash is the tenant
@@ -226,6 +245,7 @@ func DefaultConfig() Config {
 		Footprints:       16384,
 		Sessions:         100_000,
 		SessionTTL:       time.Hour,
+		KVEventsBridge:   10 * time.Second,
 	}
 }
 
@@ -289,6 +309,9 @@ func (c Config) Validate() error {
 	}
 	if c.DecodeQueue < 1 {
 		errs = append(errs, fmt.Errorf("shard: DecodeQueue must be at least 1, got %d", c.DecodeQueue))
+	}
+	if c.KVEventsBridge < 0 {
+		errs = append(errs, fmt.Errorf("shard: KVEventsBridge must not be negative, got %v", c.KVEventsBridge))
 	}
 	if !headerToken(c.TenantHeader) {
 		errs = append(errs, fmt.Errorf("shard: TenantHeader must be a header name (letters, digits, '-', '_'), got %q", c.TenantHeader))

@@ -132,6 +132,7 @@ type view struct {
 	service float64 // b.Service() in seconds: how long an answer holds a slot; 0: unknown
 	pinned  int64   // b.Pinned(): KV tokens the router's requests in flight there pin
 	shared  bool    // a request of this request's group is in flight there (footprint.go)
+	evented bool    // b.Evented(): its engine's KV events feed the tree (truth.go)
 }
 
 // policyKind is Config.Policy, parsed.
@@ -169,6 +170,8 @@ type policy struct {
 	queueWait   float64
 	// prefix only (cost.go): Config.LoadTokens, LoadSlack, KVTokens.
 	loadTokens, loadSlack, kvTokens float64
+	// bridge is Config.KVEventsBridge in nanoseconds (truth.go).
+	bridge int64
 }
 
 // scratch is reusable decision memory and the per-loop state of the

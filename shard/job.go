@@ -74,6 +74,7 @@ type job struct {
 	keys    []uint64 // the request's own (never a loop's scratch)
 	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
 	bounds  []int    // message ends, in blocks
+	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (truth.go); byte-block keys follow
 	owner   int
 	idOwner int           // the shard of the response id named (respids.go)
 	explain chan Decision // Explain's answer; nil for a served request
@@ -230,6 +231,7 @@ func (j *job) seedModel() string {
 func (j *job) tokenize() {
 	if j.d.hasIDs {
 		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
+		j.exact = len(j.keys)
 		j.dispatch()
 		return
 	}
@@ -269,6 +271,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	switch {
 	case res.Reason == tokenpool.ReasonNone && !res.Cut.On:
 		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res.IDs, bs)
+		j.exact = len(j.keys)
 		j.keyTokenized(len(res.IDs)) // an API key's reservation, to the exact count (keys.go)
 		for i, e := range res.Ends {
 			if j.msgEnd[i] && e/bs > 0 {
@@ -282,6 +285,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 		c := res.Cut
 		var nTok int
 		j.keys, nTok = tokenpool.TailKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res, j.texts, bs)
+		j.exact = nTok
 		for i, e := range res.Ends[:c.Seg] {
 			if j.msgEnd[i] && e/bs > 0 {
 				j.bounds = append(j.bounds, e/bs)
@@ -359,6 +363,9 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap, j.pool)
+	if n := j.r.tuned.Load().truth(sh.views, sh.hits, j.exact, now); n > 0 && j.explain == nil {
+		j.r.m.guessesIgnored.Add(n)
+	}
 	d := j.decideWith(sh, sh.hits, true)
 	j.markFresh(d, sh.hits, now)
 	j.pend(d, now)
@@ -413,7 +420,7 @@ func (r *Router) views(dst []view, snap []*backend.Backend, pool *fleet.Pool) []
 			continue
 		}
 		inFlight, routable := r.state(b)
-		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable}
+		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable, evented: b.Evented()}
 		if r.pol.kind == kindPrefix {
 			costInputs(&v, b)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/kvevents"
 )
@@ -32,14 +33,19 @@ import (
 // engine's token ids reproduce, so their stored blocks insert chains that
 // no request matches (harmless, and bounded by the tree's capacity).
 //
-// Holders from events are inserted with origin tree.Local: they expire
+// Holders from events are inserted with origin tree.Engine: Local
+// holders the engine confirmed. The tree keeps the confirmation apart
+// (one bit of its packed holder; Match reports the confirmed depth as
+// Hit.Confirmed) and everything else treats them as Local: they expire
 // after the tree's TTL unless the engine stores or a request refreshes
-// them, they are shared with peers like routes this router learned (a
-// peer then knows the engine holds the prefix, which is true), and they
-// are saved with the route table (a restart restores them; the engine's
-// first batch after it is stale only if events were missed). A separate
-// origin would cost a bit of the tree's packed holder and a third LRU
-// list for no routing difference yet.
+// them, they are shared with peers and saved with the route table as
+// Local routes (a peer, or this router after a restart, takes them for
+// guesses). While a backend's view is live (Backend.Evented: from its
+// first batch until it is closed or reset for the backend's health) the
+// decision believes the engine over routing (truth.go): a guess deeper
+// than what the engine confirmed counts only within the bridge after it
+// was last refreshed (--kv-events-bridge), the time between routing a
+// request and the engine's BlockStored for it.
 //
 // # Concurrency
 //
@@ -126,7 +132,8 @@ func NewViews(r *Router, cfg ViewConfig, set *metrics.Set) (*Views, error) {
 // goroutine (Apply, Close); Blocks any goroutine.
 type EngineView struct {
 	vs      *Views
-	backend int // the backend's ID (tree index)
+	backend int              // the backend's ID (tree index)
+	b       *backend.Backend // the backend, for SetEvented; nil if it left before the view was made
 	gauge   string
 	blocks  map[kvevents.Hash]viewBlock
 	n       atomic.Int64 // len(blocks), for the gauge
@@ -140,6 +147,13 @@ type EngineView struct {
 func (vs *Views) New(id int, label string) *EngineView {
 	v := &EngineView{vs: vs, backend: id, blocks: map[kvevents.Hash]viewBlock{},
 		gauge: `saltus_kvview_blocks{backend=` + promtext.QuoteLabel(label) + `}`}
+	if vs.r.up != nil {
+		for _, b := range vs.r.up.Snapshot() {
+			if b.ID == id {
+				v.b = b
+			}
+		}
+	}
 	vs.set.GetOrCreateGauge(v.gauge, func() float64 { return float64(v.n.Load()) })
 	return v
 }
@@ -160,6 +174,9 @@ func (v *EngineView) Reset() { v.reset(v.vs.reGone) }
 
 func (v *EngineView) reset(c *metrics.Counter) {
 	c.Inc()
+	if c == v.vs.reGone && v.b != nil {
+		v.b.SetEvented(false) // the engine's word is gone with its view: guesses count again
+	}
 	clear(v.blocks)
 	v.blocks = map[kvevents.Hash]viewBlock{} // a large map's buckets are not kept at their high-water mark
 	v.n.Store(0)
@@ -187,6 +204,11 @@ type viewOp struct {
 // Apply applies one batch of the engine's events: the map here, the
 // tree updates posted to their owner loops. Owner only.
 func (v *EngineView) Apply(msg kvevents.Message) {
+	if v.b != nil {
+		// Live from the first batch: a subscription that never
+		// connected leaves the backend's guesses as they were.
+		v.b.SetEvented(true)
+	}
 	if msg.Stale && msg.StaleReason != "start" && len(v.blocks) > 0 {
 		v.reset(v.vs.reStale)
 	}
@@ -245,7 +267,7 @@ func (r *Router) applyView(sh *Shard, backend int, ops []viewOp) {
 				continue
 			}
 		}
-		if err := sh.tree.Insert(chain, nil, backend, tree.Local, now); err != nil {
+		if err := sh.tree.Insert(chain, nil, backend, tree.Engine, now); err != nil {
 			r.m.learnErrors.Inc() // beyond tree.Config.MaxBackends, as a local learn
 			continue
 		}

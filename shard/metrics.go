@@ -147,6 +147,7 @@ type routerMetrics struct {
 
 	overflow, learned, learnSkipped, learnDropped, learnErrors, clientGone *metrics.Counter
 	footFull, remoteInserted                                               *metrics.Counter
+	guessesIgnored                                                         *metrics.Counter // truth.go
 
 	// adapterOps[op][result]: op 0 load, 1 unload; result 0 ok, 1 error
 	// (adapters.go).
@@ -172,6 +173,7 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		footFull:     set.NewCounter("saltus_route_footprint_full_total"),
 	}
 	m.remoteInserted = set.NewCounter("saltus_route_remote_inserted_total")
+	m.guessesIgnored = set.NewCounter("saltus_kvview_guesses_ignored_total")
 	for op, on := range [2]string{"load", "unload"} {
 		for res, rn := range [2]string{"ok", "error"} {
 			m.adapterOps[op][res] = set.NewCounter(`saltus_adapter_operations_total{op="` + on + `",result="` + rn + `"}`)

@@ -229,7 +229,8 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 		cfg: cfg,
 		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
 			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds(),
-			loadTokens: float64(cfg.LoadTokens), loadSlack: cfg.LoadSlack, kvTokens: float64(cfg.KVTokens)},
+			loadTokens: float64(cfg.LoadTokens), loadSlack: cfg.LoadSlack, kvTokens: float64(cfg.KVTokens),
+			bridge: int64(cfg.KVEventsBridge)},
 		up:       up,
 		state:    state,
 		tmpl:     tmpl,
@@ -618,7 +619,8 @@ func (r *Router) Close(ctx context.Context) error {
 }
 
 // Retune applies the knobs of c that may change while the router runs:
-// LoadFactor, LoadSlack, LoadTokens, KVTokens and LearnFromUsage. The
+// LoadFactor, LoadSlack, LoadTokens, KVTokens, KVEventsBridge and
+// LearnFromUsage. The
 // next decisions use them. Every other field of c must equal the running
 // configuration's (the caller reports those as needing a restart); only
 // the tunable ones are read. c is validated first. Any goroutine.
@@ -629,6 +631,7 @@ func (r *Router) Retune(c Config) error {
 	p := r.pol
 	p.loadFactor, p.loadSlack = c.LoadFactor, c.LoadSlack
 	p.loadTokens, p.kvTokens = float64(c.LoadTokens), float64(c.KVTokens)
+	p.bridge = int64(c.KVEventsBridge)
 	r.tuned.Store(&p)
 	r.learn.Store(c.LearnFromUsage)
 	r.prioModels.Store(new(slices.Clone(c.PriorityModels)))

@@ -43,6 +43,9 @@ func (t *Tree) check() error {
 					local++
 				} else {
 					remote++
+					if h.confirmed() {
+						return fmt.Errorf("node %d: backend %d remote and confirmed", c, h.backend)
+					}
 				}
 			}
 			reach++
@@ -126,6 +129,7 @@ type oholder struct {
 	backend  uint16
 	epoch    uint16
 	origin   Origin
+	conf     bool // confirmed by the engine (inserted with origin Engine)
 }
 
 func (o *oracle) valid(h oholder, now int64) bool {
@@ -139,15 +143,17 @@ func (o *oracle) insert(chain []uint64, b uint16, org Origin, now int64) {
 		found := false
 		for i := range hs {
 			if hs[i].backend == b {
-				if !o.valid(hs[i], now) || org == Local {
-					hs[i].origin = org
+				valid := o.valid(hs[i], now)
+				hs[i].conf = org == Engine || (valid && hs[i].conf)
+				if !valid || org != Remote {
+					hs[i].origin = org.kept()
 				}
 				hs[i].lastUsed, hs[i].epoch = now, o.epochs[b]
 				found = true
 			}
 		}
 		if !found {
-			nh := oholder{lastUsed: now, backend: b, epoch: o.epochs[b], origin: org}
+			nh := oholder{lastUsed: now, backend: b, epoch: o.epochs[b], origin: org.kept(), conf: org == Engine}
 			if len(hs) < o.h {
 				hs = append(hs, nh)
 			} else {
@@ -158,6 +164,8 @@ func (o *oracle) insert(chain []uint64, b uint16, org Origin, now int64) {
 						rank = 0
 					} else if h.origin == Remote {
 						rank = 1
+					} else if h.conf {
+						rank = 3
 					}
 					if best < 0 || rank < bestRank || (rank == bestRank && h.lastUsed < hs[best].lastUsed) {
 						best, bestRank = i, rank
@@ -179,7 +187,11 @@ func (o *oracle) match(chain []uint64, now int64) []Hit {
 		}
 		for _, h := range hs {
 			if o.valid(h, now) {
-				res = addHit(res, 0, int(h.backend), d, h.origin, h.lastUsed)
+				var i int
+				res, i = addHit(res, 0, int(h.backend), d, h.origin, h.lastUsed)
+				if h.conf {
+					res[i].Confirmed = d
+				}
 			}
 		}
 	}
@@ -239,10 +251,7 @@ func decodeOps(data []byte, backends int) []op {
 				o.bounds = append(o.bounds, int(next()%16)-1)
 			}
 			o.backend = uint16(int(next()) % backends)
-			o.origin = Local
-			if next()%2 == 1 {
-				o.origin = Remote
-			}
+			o.origin = [...]Origin{Local, Remote, Engine}[next()%3]
 			if o.kind == 5 {
 				o.n = int(next()%16) - 1 // keepBlocks
 			}

@@ -22,7 +22,9 @@
 // replaces per-node child maps, and a lookup costs one map probe per node
 // on the path plus a slice comparison per block.
 //
-// A node has up to MaxHolders holders (backend, last-used time, origin). A
+// A node has up to MaxHolders holders (backend, last-used time, origin,
+// and whether the backend's engine confirmed it: origin [Engine], whose
+// depth [Tree.Match] reports apart as Hit.Confirmed). A
 // holder on a node means the backend holds every block from the root to the
 // end of that node's edge, so a match that stops inside an edge still
 // credits the node's holders with the blocks matched so far.

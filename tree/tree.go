@@ -15,6 +15,16 @@ const (
 	// Remote holders were learned from a peer router. They are evicted
 	// before local ones: a peer's guess is worth less than what we saw.
 	Remote Origin = 2
+	// Engine holders were reported by the backend's engine itself (its
+	// KV-cache events: issue 31, the exact view). Only Insert takes it:
+	// the holder is a Local one that is also confirmed, and every other
+	// API (Hit.Origin, Recent, Stats, the LRU lists) reports it as Local,
+	// so what is gossiped and persisted is unchanged and a restored or
+	// received route is a guess again. Match reports the confirmed depth
+	// apart (Hit.Confirmed). Routing's inserts (Local or Remote) on a
+	// confirmed holder keep it confirmed and refresh its time; Demote,
+	// RemoveBackend, expiry and a holder's replacement drop it.
+	Engine Origin = 3
 )
 
 func (o Origin) String() string {
@@ -23,12 +33,24 @@ func (o Origin) String() string {
 		return "local"
 	case Remote:
 		return "remote"
+	case Engine:
+		return "engine"
 	}
 	return fmt.Sprintf("origin(%d)", uint8(o))
 }
 
+// kept is the origin a holder inserted with o keeps: Engine holders are
+// Local ones with the confirmed bit.
+func (o Origin) kept() Origin {
+	if o == Engine {
+		return Local
+	}
+	return o
+}
+
 // Hit reports that a backend holds the first Blocks blocks of a matched
-// chain. Origin is the origin of its deepest holder entry on the path.
+// chain. Origin is the origin of its deepest holder entry on the path
+// (Local or Remote: an Engine holder reports Local).
 type Hit struct {
 	Backend int
 	Blocks  int
@@ -36,6 +58,10 @@ type Hit struct {
 	// Used is when an insert last refreshed the holder at Blocks (the
 	// tree's clock, as Match's now).
 	Used int64
+	// Confirmed is the deepest block count at which the backend's holder
+	// is confirmed by its engine (inserted with origin Engine, or kept
+	// confirmed since), 0 if none; at most Blocks.
+	Confirmed int
 }
 
 // nodeID indexes Tree.nodes. 0 is the root, which is nobody's child,
@@ -69,18 +95,25 @@ type node struct {
 	live             bool
 }
 
-// holder packs last-used time (caller's clock, nanoseconds, never negative)
-// and origin into two 32-bit words, so that it takes 12 bytes.
+// holder packs last-used time (caller's clock, nanoseconds, never negative),
+// origin and the engine's confirmation into two 32-bit words, so that it
+// takes 12 bytes. The time keeps 62 bits: 146 years of nanoseconds.
 type holder struct {
-	lo, hi  uint32 // hi's top bit: remote origin; the rest: last-used time
+	lo, hi  uint32 // hi's top bit: remote origin; the next: confirmed; the rest: last-used time
 	backend uint16
 	epoch   uint16 // Tree.epochs[backend] when learned; stale means removed
 }
 
-const remoteBit = 1 << 31
+const (
+	remoteBit    = 1 << 31
+	confirmedBit = 1 << 30
+	flagBits     = remoteBit | confirmedBit
+	// maxTime is the latest time a holder can store.
+	maxTime = 1<<62 - 1
+)
 
 func (h *holder) lastUsed() int64 {
-	return int64(uint64(h.hi&^remoteBit)<<32 | uint64(h.lo))
+	return int64(uint64(h.hi&^flagBits)<<32 | uint64(h.lo))
 }
 
 func (h *holder) origin() Origin {
@@ -90,10 +123,19 @@ func (h *holder) origin() Origin {
 	return Local
 }
 
-func (h *holder) set(now int64, o Origin) {
-	h.lo, h.hi = uint32(now), uint32(uint64(now)>>32)
-	if o == Remote {
+// confirmed: the engine reported the blocks (origin Engine); always a
+// Local holder.
+func (h *holder) confirmed() bool { return h.hi&confirmedBit != 0 }
+
+// set stores now and origin o (Local or Remote), confirmed by the engine
+// when conf (Local only).
+func (h *holder) set(now int64, o Origin, conf bool) {
+	h.lo, h.hi = uint32(now), uint32(uint64(now)>>32)&^flagBits
+	switch {
+	case o == Remote:
 		h.hi |= remoteBit
+	case conf:
+		h.hi |= confirmedBit
 	}
 }
 
@@ -193,7 +235,11 @@ func (t *Tree) Match(dst []Hit, chain []uint64, now int64) ([]Hit, int) {
 			if !t.valid(h, now) {
 				continue
 			}
-			dst = addHit(dst, base, int(h.backend), p, h.origin(), h.lastUsed())
+			var j int
+			dst, j = addHit(dst, base, int(h.backend), p, h.origin(), h.lastUsed())
+			if h.confirmed() {
+				dst[j].Confirmed = p // deeper than any earlier node's
+			}
 		}
 		cur = id
 		if k < int(n.kn) {
@@ -204,14 +250,16 @@ func (t *Tree) Match(dst []Hit, chain []uint64, now int64) ([]Hit, int) {
 	return dst, p
 }
 
-func addHit(dst []Hit, base, backend, blocks int, o Origin, used int64) []Hit {
+// addHit records backend's holder at depth blocks in dst[base:] and
+// returns dst and the hit's index.
+func addHit(dst []Hit, base, backend, blocks int, o Origin, used int64) ([]Hit, int) {
 	for i := base; i < len(dst); i++ {
 		if dst[i].Backend == backend {
 			dst[i].Blocks, dst[i].Origin, dst[i].Used = blocks, o, used
-			return dst
+			return dst, i
 		}
 	}
-	return append(dst, Hit{Backend: backend, Blocks: blocks, Origin: o, Used: used})
+	return append(dst, Hit{Backend: backend, Blocks: blocks, Origin: o, Used: used}), len(dst)
 }
 
 func commonPrefix(a, b []uint64) int {
@@ -226,7 +274,8 @@ func commonPrefix(a, b []uint64) int {
 
 // Insert records that backend now holds chain (the request's whole block
 // chain) with the given origin, refreshing last-used times of holders
-// already known. boundaries are message ends in blocks (token boundary
+// already known. Origin Engine inserts confirmed Local holders (see
+// Engine); Local and Remote keep a visible holder's confirmation. boundaries are message ends in blocks (token boundary
 // divided by block size, rounded down), in any order; values outside
 // (0, len(chain)] are ignored and duplicates collapse. The tree keeps a node
 // end at every boundary so that eviction trims a conversation back to its
@@ -239,16 +288,17 @@ func commonPrefix(a, b []uint64) int {
 // Insert is idempotent. A chain longer than MaxBlocks is truncated to it. It
 // copies chain and boundaries; the caller keeps ownership. It returns an
 // error only for a backend index outside [0, MaxBackends), an invalid
-// origin or a negative now. Loop only.
+// origin or a now outside [0, 2^62) (a holder keeps 62 bits of time: 146
+// years of nanoseconds). Loop only.
 func (t *Tree) Insert(chain []uint64, boundaries []int, backend int, o Origin, now int64) error {
 	if backend < 0 || backend >= len(t.epochs) {
 		return fmt.Errorf("tree: backend index %d outside [0, %d)", backend, len(t.epochs))
 	}
-	if o != Local && o != Remote {
+	if o != Local && o != Remote && o != Engine {
 		return fmt.Errorf("tree: invalid origin %d", o)
 	}
-	if now < 0 {
-		return fmt.Errorf("tree: negative time %d", now)
+	if now < 0 || now > maxTime {
+		return fmt.Errorf("tree: time %d outside [0, 2^62)", now)
 	}
 	if len(chain) > t.cfg.MaxBlocks {
 		chain = chain[:t.cfg.MaxBlocks]
@@ -379,16 +429,23 @@ func (t *Tree) countHolder(o Origin, d int) {
 	}
 }
 
-// addHolder adds or refreshes backend b on node id.
+// addHolder adds or refreshes backend b on node id with origin o (Local,
+// Remote or Engine).
 func (t *Tree) addHolder(id nodeID, b uint16, o Origin, now int64) {
 	hs := t.holdersOf(id)
 	epoch := t.epochs[b]
+	conf := o == Engine
+	o = o.kept()
 	for i := range hs {
 		h := &hs[i]
 		if h.backend != b {
 			continue
 		}
-		if !t.valid(h, now) || o == Local {
+		valid := t.valid(h, now)
+		// A visible holder stays confirmed: routing's sighting of what
+		// the engine reported only refreshes it.
+		conf = conf || (valid && h.confirmed())
+		if !valid || o == Local {
 			// A stale entry is relearned as new; a local sighting
 			// upgrades a remote one, a remote one never downgrades.
 			t.countHolder(h.origin(), -1)
@@ -396,13 +453,13 @@ func (t *Tree) addHolder(id nodeID, b uint16, o Origin, now int64) {
 		} else {
 			o = h.origin() // a remote sighting never downgrades
 		}
-		h.set(now, o)
+		h.set(now, o, conf)
 		h.epoch = epoch
 		t.relist(id, false)
 		return
 	}
 	nh := holder{backend: b, epoch: epoch}
-	nh.set(now, o)
+	nh.set(now, o, conf)
 	if len(hs) < t.h {
 		t.holders[int(id)*t.h+len(hs)] = nh
 		t.nodes[id].nHolders++
@@ -431,7 +488,8 @@ func (t *Tree) invalidReason(h *holder) DropReason {
 
 // victim picks the holder a new one replaces: an invisible one first, else
 // the least recently used remote one, else the least recently used local
-// one. Ties go to the lowest slot.
+// one the engine did not confirm, else the least recently used confirmed
+// one (a guess goes before the engine's word). Ties go to the lowest slot.
 func (t *Tree) victim(hs []holder, now int64) int {
 	best, bestRank, bestTime := -1, 0, int64(0)
 	for i := range hs {
@@ -441,6 +499,8 @@ func (t *Tree) victim(hs []holder, now int64) int {
 			rank = 0
 		case hs[i].origin() == Remote:
 			rank = 1
+		case hs[i].confirmed():
+			rank = 3
 		}
 		if best < 0 || rank < bestRank || (rank == bestRank && hs[i].lastUsed() < bestTime) {
 			best, bestRank, bestTime = i, rank, hs[i].lastUsed()

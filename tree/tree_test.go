@@ -292,7 +292,9 @@ func TestErrors(t *testing.T) {
 		{tr.Insert(c, nil, -1, Local, 1), "backend index -1"},
 		{tr.Insert(c, nil, 1024, Local, 1), "backend index 1024"},
 		{tr.Insert(c, nil, 1, 0, 1), "invalid origin"},
-		{tr.Insert(c, nil, 1, Local, -1), "negative time"},
+		{tr.Insert(c, nil, 1, Local, -1), "time -1 outside"},
+		{tr.Insert(c, nil, 1, Local, 1<<62), "outside [0, 2^62)"},
+		{tr.Insert(c, nil, 1, 4, 1), "invalid origin"},
 		{tr.RemoveBackend(5000), "backend index 5000"},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
@@ -405,12 +407,13 @@ func TestPackedSizes(t *testing.T) {
 	}
 	var h holder
 	for _, tc := range []struct {
-		now int64
-		o   Origin
-	}{{0, Local}, {1<<62 + 12345, Remote}, {time.Now().UnixNano(), Local}, {1<<63 - 1, Remote}} {
-		h.set(tc.now, tc.o)
-		if h.lastUsed() != tc.now || h.origin() != tc.o {
-			t.Fatalf("set(%d, %v) read back %d, %v", tc.now, tc.o, h.lastUsed(), h.origin())
+		now  int64
+		o    Origin
+		conf bool
+	}{{0, Local, false}, {1<<61 + 12345, Remote, false}, {time.Now().UnixNano(), Local, true}, {maxTime, Remote, false}, {maxTime, Local, true}, {1, Local, true}} {
+		h.set(tc.now, tc.o, tc.conf)
+		if h.lastUsed() != tc.now || h.origin() != tc.o || h.confirmed() != tc.conf {
+			t.Fatalf("set(%d, %v, %v) read back %d, %v, %v", tc.now, tc.o, tc.conf, h.lastUsed(), h.origin(), h.confirmed())
 		}
 	}
 }
@@ -503,4 +506,105 @@ func TestDemoteEmptiedNodesMaintained(t *testing.T) {
 	if tr.Demote(chain, -1, 0, 12) != 0 || tr.Demote(chain, 1<<20, 0, 12) != 0 {
 		t.Fatal("Demote of an invalid backend removed holders")
 	}
+}
+
+// wantHitsUsed is wantHits with Hit.Used.
+func wantHitsUsed(tb testing.TB, tr *Tree, chain []uint64, now int64, want ...Hit) {
+	tb.Helper()
+	if got := hits(tb, tr, chain, now); !slices.Equal(got, want) {
+		tb.Fatalf("Match = %v, want %v", got, want)
+	}
+	if err := tr.check(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Engine inserts confirm a holder (Hit.Confirmed, issue 31); routing's
+// inserts extend or refresh it without taking the confirmation away; a
+// split keeps it on both halves; Demote, RemoveBackend and expiry drop
+// it; it is a Local holder everywhere else.
+func TestConfirmed(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.TTL = 1000
+	tr := mustNew(t, cfg)
+	a := seq(1, 8)
+	insert(t, tr, a[:4], nil, 0, Engine, 10)
+	wantHitsUsed(t, tr, a, 11, Hit{Backend: 0, Blocks: 4, Origin: Local, Used: 10, Confirmed: 4})
+
+	// Routing extends the chain: the guess is deeper, the confirmation
+	// stays at 4; the engine's blocks are refreshed with it.
+	insert(t, tr, a, nil, 0, Local, 20)
+	wantHitsUsed(t, tr, a, 21, Hit{Backend: 0, Blocks: 8, Origin: Local, Used: 20, Confirmed: 4})
+	wantHitsUsed(t, tr, a[:4], 21, Hit{Backend: 0, Blocks: 4, Origin: Local, Used: 20, Confirmed: 4})
+
+	// A remote sighting refreshes and keeps it too.
+	insert(t, tr, a[:4], nil, 0, Remote, 30)
+	wantHitsUsed(t, tr, a[:4], 31, Hit{Backend: 0, Blocks: 4, Origin: Local, Used: 30, Confirmed: 4})
+
+	// The engine confirms the rest; a split inside the confirmed edge
+	// (another backend's boundary) keeps both halves confirmed.
+	insert(t, tr, a, nil, 0, Engine, 40)
+	wantHitsUsed(t, tr, a, 41, Hit{Backend: 0, Blocks: 8, Origin: Local, Used: 40, Confirmed: 8})
+	insert(t, tr, a[:6], nil, 1, Local, 50)
+	wantHitsUsed(t, tr, a, 51,
+		Hit{Backend: 0, Blocks: 8, Origin: Local, Used: 40, Confirmed: 8},
+		Hit{Backend: 1, Blocks: 6, Origin: Local, Used: 50})
+	wantHitsUsed(t, tr, a[:6], 51,
+		Hit{Backend: 0, Blocks: 6, Origin: Local, Used: 40, Confirmed: 6},
+		Hit{Backend: 1, Blocks: 6, Origin: Local, Used: 50})
+	if s := tr.Stats(); s.HoldersLocal != 5 || s.HoldersRemote != 0 {
+		t.Fatalf("holders local/remote %d/%d, want 5/0 (confirmed ones are local)", s.HoldersLocal, s.HoldersRemote)
+	}
+
+	// Recent reports a confirmed holder as a local one (gossip and the
+	// saved table carry no confirmation).
+	tr.Recent(52, 10, 100, func(_ []uint64, _ []int, b int, o Origin, _ int64) bool {
+		if o != Local {
+			t.Errorf("Recent: backend %d origin %v, want local", b, o)
+		}
+		return true
+	})
+
+	// Demote drops the confirmation with the holder; a later guess is
+	// not confirmed.
+	tr.Demote(a, 0, 6, 60)
+	wantHitsUsed(t, tr, a, 61,
+		Hit{Backend: 0, Blocks: 6, Origin: Local, Used: 40, Confirmed: 6},
+		Hit{Backend: 1, Blocks: 6, Origin: Local, Used: 50})
+	insert(t, tr, a, nil, 0, Local, 70)
+	wantHitsUsed(t, tr, a, 71,
+		Hit{Backend: 0, Blocks: 8, Origin: Local, Used: 70, Confirmed: 6},
+		Hit{Backend: 1, Blocks: 6, Origin: Local, Used: 50})
+
+	// RemoveBackend: what is inserted after is a guess.
+	if err := tr.RemoveBackend(0); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, tr, a, nil, 0, Local, 80)
+	wantHitsUsed(t, tr, a, 81,
+		Hit{Backend: 0, Blocks: 8, Origin: Local, Used: 80},
+		Hit{Backend: 1, Blocks: 6, Origin: Local, Used: 50})
+
+	// An expired confirmed holder relearned by routing is a guess.
+	b := seq(2, 4)
+	insert(t, tr, b, nil, 2, Engine, 100)
+	insert(t, tr, b, nil, 2, Local, 1200)
+	wantHitsUsed(t, tr, b, 1201, Hit{Backend: 2, Blocks: 4, Origin: Local, Used: 1200})
+}
+
+// A new holder on a full node replaces a guess before a confirmed
+// holder, however old.
+func TestConfirmedVictim(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxHolders = 2
+	tr := mustNew(t, cfg)
+	a := seq(1, 4)
+	insert(t, tr, a, nil, 0, Engine, 10)
+	insert(t, tr, a, nil, 1, Local, 20)
+	insert(t, tr, a, nil, 2, Local, 30)
+	wantHitsUsed(t, tr, a, 31,
+		Hit{Backend: 0, Blocks: 4, Origin: Local, Used: 10, Confirmed: 4},
+		Hit{Backend: 2, Blocks: 4, Origin: Local, Used: 30})
 }

@@ -267,7 +267,7 @@ func ExampleTree() {
 	_ = tr.Insert(chain, []int{len(system) / DefaultBlockSize}, 2, Local, 1)
 	hits, depth := tr.Match(nil, chain, 2)
 	fmt.Println(len(chain), depth, hits)
-	// Output: 6 6 [{2 6 local 1}]
+	// Output: 6 6 [{2 6 local 1 0}]
 }
 
 // BenchmarkMaintain measures one Maintain call with a budget of 1,024 slots

@@ -155,6 +155,9 @@ var serveKeys = []serveKey{
 		help: "`port` of the KV-event publisher of every backend --kv-events does not name, discovered ones included (tcp://<backend host>:PORT; vLLM's default 5557); 0: off"},
 	{key: "kv-events-listen", bind: func(c *serveConfig) value { return strV{&c.KVEventsListen} },
 		help: "`endpoint` tcp://HOST:PORT where saltus listens for engines' KV-event publishers to connect (llm-d's wiring; tcp://*:PORT for every interface); each message's topic kv@IP:PORT@MODEL names the backend whose URL has that host:port (a backend with --kv-events or --kv-events-port takes its events from there); empty (the default): off; not reloadable"},
+	{key: "kv-events-bridge", live: true, bind: func(c *serveConfig) value { return durV{&c.Router.KVEventsBridge} },
+		help: "policies prefix and ranvier, a backend whose KV events feed the route table: how long (`duration`) a route learned by routing there, deeper than what its engine's events confirmed, still counts after it was last used " +
+			"(the time from routing a request to the engine's BlockStored: its queue wait and first prefill step); past it only the confirmed blocks count; 0: only those ever"},
 	{key: "queue-max-entries", bind: func(c *serveConfig) value { return intV{&c.Router.Queue.MaxEntries} },
 		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
 	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
@@ -392,6 +395,9 @@ func (c serveConfig) Validate() error {
 		if d.v <= 0 {
 			bad(d.key, "must be positive, got %v", duration(d.v))
 		}
+	}
+	if c.Router.KVEventsBridge < 0 {
+		bad("kv-events-bridge", "must not be negative (0 = confirmed blocks only), got %v", duration(c.Router.KVEventsBridge))
 	}
 	if c.Backend.RequestTimeout < 0 {
 		bad("request-timeout", "must not be negative (0 = no limit), got %v", duration(c.Backend.RequestTimeout))

@@ -354,6 +354,7 @@ backend-max-concurrency: []
 kv-events: []
 kv-events-port: 0
 kv-events-listen: ""
+kv-events-bridge: 10s
 queue-max-entries: 1024
 queue-max-wait: 1m
 api-keys-file: ""

@@ -65,6 +65,7 @@ type Backend struct {
 	capUntil  atomic.Int64 // when capacity stops holding: unix nanoseconds; 0 never learned
 	footprint atomic.Int64 // Footprint (prefill.go)
 	pinned    atomic.Int64 // Pinned (prefill.go)
+	evented   atomic.Bool  // Evented
 
 	// models are the model names configuration pins b to (Target.Models;
 	// nil: none, b serves what its /v1/models lists). Set at Add and by a
@@ -82,6 +83,19 @@ func (b *Backend) InFlight() int64 { return b.inFlight.Load() }
 // not tripped. A draining backend may be healthy; it is not routable. Any
 // goroutine.
 func (b *Backend) Healthy() bool { return b.up.Load() && !b.tripped.Load() }
+
+// Evented reports whether b's engine's KV events feed the route table
+// now (the shard's exact view is live: it received a batch and was not
+// closed or reset for the backend's health since). Any goroutine.
+func (b *Backend) Evented() bool { return b.evented.Load() }
+
+// SetEvented sets what Evented reports; the exact view's owner calls it.
+// Any goroutine.
+func (b *Backend) SetEvented(on bool) {
+	if b.evented.Load() != on {
+		b.evented.Store(on)
+	}
+}
 
 // Draining reports whether Drain was called for b. Any goroutine.
 func (b *Backend) Draining() bool { return b.draining.Load() }
