@@ -204,7 +204,15 @@ type source struct {
 	// held are the batches received while this source's replay runs,
 	// in order, the first the one that revealed the miss; nil when none
 	// runs.
-	held []Message
+	held []heldMsg
+}
+
+// heldMsg is a batch held while a replay runs and, when it followed
+// other missed batches, the first of them: its own replay comes next.
+type heldMsg struct {
+	m          Message
+	missFrom   uint64
+	replayable bool
 }
 
 // New validates cfg and returns a Subscriber that will send to out, a
@@ -428,9 +436,10 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) bool {
 // holds it: while src's replay runs, or to start one when m follows
 // batches missed that a replay may bring back.
 func (s *Subscriber) deliver(ctx context.Context, src *source, m Message) {
+	h := heldMsg{m: m, missFrom: src.missFrom, replayable: m.Stale && src.replayable}
 	if src.held != nil {
 		if len(src.held) < s.cfg.MaxPending {
-			src.held = append(src.held, m)
+			src.held = append(src.held, h)
 			src.delivered()
 			return
 		}
@@ -440,24 +449,19 @@ func (s *Subscriber) deliver(ctx context.Context, src *source, m Message) {
 		s.m.replays[replayOverflow].Inc()
 		held := src.held
 		src.held, s.abandoned = nil, true
-		s.flush(ctx, src, held)
+		msgs := make([]Message, len(held))
+		for i := range held {
+			msgs[i] = held[i].m
+		}
+		s.flush(ctx, src, msgs)
 		if src.stale != "" && !m.Stale {
 			m.Stale, m.StaleReason = true, src.stale // some held ones found no room
 		}
+		h.replayable = false // no replay starts while the abandoned one runs
 	}
-	if m.Stale && src.replayable && s.rc != nil && s.replaying == nil {
-		if m.Seq-src.missFrom > uint64(s.cfg.MaxReplay) {
-			s.m.replays[replayTooOld].Inc() // no publisher keeps that many
-		} else {
-			from, to := src.missFrom, m.Seq
-			s.replaying = src
-			src.held = append(make([]Message, 0, 8), m)
-			src.delivered()
-			s.replays.Go("kvevents.replay", func(gctx context.Context) {
-				s.replayed <- s.rc.fetch(gctx, from, to) // one replay at a time: room for its result
-			})
-			return
-		}
+	if h.replayable && s.rc != nil && s.replaying == nil && s.replay(src, []heldMsg{h}) {
+		src.delivered()
+		return
 	}
 	select {
 	case s.out <- m:
@@ -468,9 +472,25 @@ func (s *Subscriber) deliver(ctx context.Context, src *source, m Message) {
 	}
 }
 
+// replay starts the replay of the batches held[0] followed, holding
+// held; false if the gap is too wide to ask for (counted).
+func (s *Subscriber) replay(src *source, held []heldMsg) bool {
+	from, to := held[0].missFrom, held[0].m.Seq
+	if to-from > uint64(s.cfg.MaxReplay) {
+		s.m.replays[replayTooOld].Inc() // no publisher keeps that many
+		return false
+	}
+	s.replaying, src.held = src, held
+	s.replays.Go("kvevents.replay", func(gctx context.Context) {
+		s.replayed <- s.rc.fetch(gctx, from, to) // one replay at a time: room for its result
+	})
+	return true
+}
+
 // replayDone takes a replay's result: the batches it brought back, then
 // those held meanwhile, go out; if it failed, the held ones go out, the
-// first stale.
+// first stale. A held batch that followed missed ones of its own starts
+// the next replay, holding it and those after it.
 func (s *Subscriber) replayDone(ctx context.Context, res replayResult) {
 	src := s.replaying
 	s.replaying = nil
@@ -483,28 +503,51 @@ func (s *Subscriber) replayDone(ctx context.Context, res replayResult) {
 	}
 	held := src.held
 	src.held = nil
-	if res.outcome != replayFilled {
+	first := held[0].m
+	var msgs []Message
+	if res.outcome == replayFilled {
+		s.m.replayedBatches.Add(len(res.batches))
+		first.Stale, first.StaleReason = false, ""
+		msgs = make([]Message, 0, len(res.batches)+len(held))
+		for _, r := range res.batches {
+			s.m.count(&r.b)
+			msgs = append(msgs, Message{Source: first.Source, Topic: first.Topic, Seq: r.seq, Batch: r.b})
+		}
+	} else {
 		s.log.Debug("KV-event replay failed: the view is stale", "outcome", res.outcome, "from", res.from, "to", res.to, "err", res.err)
-		s.flush(ctx, src, held)
-		return
-	}
-	s.m.replayedBatches.Add(len(res.batches))
-	first := held[0]
-	first.Stale, first.StaleReason = false, ""
-	msgs := make([]Message, 0, len(res.batches)+len(held))
-	for _, r := range res.batches {
-		s.m.count(&r.b)
-		msgs = append(msgs, Message{Source: first.Source, Topic: first.Topic, Seq: r.seq, Batch: r.b})
 	}
 	msgs = append(msgs, first)
-	msgs = append(msgs, held[1:]...)
+	rest := held[1:]
+	for len(rest) > 0 && !rest[0].replayable {
+		msgs = append(msgs, rest[0].m)
+		rest = rest[1:]
+	}
 	s.flush(ctx, src, msgs)
+	if len(rest) == 0 {
+		return
+	}
+	if src.stale == "" && s.replay(src, rest) {
+		return
+	}
+	// Delivered stale: flush found no room above, or the gap is too
+	// wide. Nothing of rest is replayable any more.
+	msgs = msgs[:0]
+	for _, h := range rest {
+		msgs = append(msgs, h.m)
+	}
+	if src.stale != "" && !msgs[0].Stale {
+		msgs[0].Stale, msgs[0].StaleReason = true, src.stale
+	}
+	if s.flush(ctx, src, msgs) {
+		src.delivered() // msgs[0] carried the stale mark
+	}
 }
 
 // flush sends msgs in order, waiting for room in the channel at most
 // ReplayTimeout in all (they are many at once: a replay's). Those that
-// found none are dropped, counted, and src's next batch is stale.
-func (s *Subscriber) flush(ctx context.Context, src *source, msgs []Message) {
+// found none are dropped, counted, and src's next batch is stale; true
+// if all went.
+func (s *Subscriber) flush(ctx context.Context, src *source, msgs []Message) bool {
 	t := time.NewTimer(s.cfg.ReplayTimeout)
 	defer t.Stop()
 	for i, m := range msgs {
@@ -512,7 +555,7 @@ func (s *Subscriber) flush(ctx context.Context, src *source, msgs []Message) {
 		case s.out <- m:
 			continue
 		case <-ctx.Done():
-			return // the subscription ends: nothing is delivered any more
+			return false // the subscription ends: nothing is delivered any more
 		case <-t.C:
 		}
 		s.m.queueFull.Add(len(msgs) - i)
@@ -522,8 +565,9 @@ func (s *Subscriber) flush(ctx context.Context, src *source, msgs []Message) {
 		if src.stale == "" || src.replayable {
 			src.stale, src.missFrom, src.replayable = "dropped", m.Seq, true
 		}
-		return
+		return false
 	}
+	return true
 }
 
 // mark records why the next delivered batch is stale; the first reason
