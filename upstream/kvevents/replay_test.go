@@ -267,11 +267,11 @@ func TestParseReplay(t *testing.T) {
 		}
 	}
 	empty := []byte{}
-	f([][]byte{empty, seq(7), []byte("x")}, 7, "x", false, false)                  // vLLM
-	f([][]byte{empty, seq(replayEnd), empty}, replayEnd, "", true, false)          // vLLM's end
+	f([][]byte{empty, seq(7), []byte("x")}, 7, "x", false, false)                 // vLLM
+	f([][]byte{empty, seq(replayEnd), empty}, replayEnd, "", true, false)         // vLLM's end
 	f([][]byte{empty, []byte("kv@a"), seq(7), []byte("x")}, 7, "x", false, false) // llm-d-inference-sim
-	f([][]byte{empty, empty, seq(replayEnd), empty}, replayEnd, "", true, false)   // its end
-	f([][]byte{seq(7), []byte("x")}, 0, "", false, true)                           // no delimiter
+	f([][]byte{empty, empty, seq(replayEnd), empty}, replayEnd, "", true, false)  // its end
+	f([][]byte{seq(7), []byte("x")}, 0, "", false, true)                          // no delimiter
 	f([][]byte{[]byte("id"), seq(7), []byte("x")}, 0, "", false, true)
 	f([][]byte{empty, []byte{1, 2}, []byte("x")}, 0, "", false, true)
 	f([][]byte{empty, seq(1), seq(2), seq(3), seq(4)}, 0, "", false, true)
