@@ -353,6 +353,8 @@ model-priority: []
 backend-max-concurrency: []
 kv-events: []
 kv-events-port: 0
+kv-events-replay: []
+kv-events-replay-port: 0
 kv-events-listen: ""
 queue-max-entries: 1024
 queue-max-wait: 1m

@@ -345,4 +345,7 @@ func addSimKVEventFlags(fs *flag.FlagSet, k *vllmsim.KVEventsConfig) {
 	fs.StringVar(&k.HashForm, "kv-events-hash", "bytes", "block hash `form`: bytes (32 bytes, as vLLM's sha256 hashes) or int (64 bits, as older vLLM)")
 	fs.StringVar(&k.Encoding, "kv-events-encoding", "map", "payload `layout`: map (vLLM since PR 42892) or array (msgspec array_like, older vLLM)")
 	fs.IntVar(&k.Queue, "kv-events-queue", 1024, "batches waiting to be sent at most, `count`; past it one is dropped and counted (vllmsim_kv_events_dropped_total), its sequence number skipped")
+	fs.StringVar(&k.ReplayEndpoint, "kv-events-replay", "", "the replay socket's `endpoint`, tcp://HOST:PORT, which it binds (vLLM's replay_endpoint, e.g. tcp://*:5558): a subscriber that missed batches asks it for them (default empty: none)")
+	fs.IntVar(&k.ReplayBuffer, "kv-events-replay-buffer", 10000, "batches kept for replay, the most recent, `count` (vLLM's buffer_steps; at most 100000)")
+	fs.IntVar(&k.LoseEvery, "kv-events-lose-every", 0, "fault injection: one batch in `N` is not sent on the PUB socket but kept for replay, so a subscriber sees a gap (default 0: none)")
 }
