@@ -112,7 +112,7 @@ func join(t *testing.T, p *Publisher, ch <-chan Message) Message {
 		select {
 		case m := <-ch:
 			for len(ch) > 0 { // markers in flight
-				m = <-ch
+				<-ch
 			}
 			return m
 		case <-time.After(20 * time.Millisecond):
