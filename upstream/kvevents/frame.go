@@ -66,12 +66,19 @@ func statsOf(ctx context.Context) *guardStats {
 }
 
 func (g guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
-	c, err := g.base.Dial(ctx, d, addr)
+	h := dialHookOf(ctx)
+	dctx := ctx
+	if h != nil {
+		// A replay's socket context outlives the replay's (replay.go):
+		// its dial ends with the replay's.
+		dctx = h.ctx
+	}
+	c, err := g.base.Dial(dctx, d, addr)
 	if err != nil {
 		return nil, err
 	}
 	fg := &frameGuard{Conn: c, st: statsOf(ctx), greet: greetingLen}
-	if h := dialHookOf(ctx); h != nil {
+	if h != nil {
 		// A replay's connection (replay.go): bounded by its deadline,
 		// closed on its first error (zmq4 leaves one whose handshake
 		// failed open).

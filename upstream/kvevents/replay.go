@@ -94,6 +94,7 @@ type replayClient struct {
 // dialHook is how fetch reaches the connection zmq4 hides: the guarded
 // transport's Dial (frame.go) sets its deadline and hands it over.
 type dialHook struct {
+	ctx      context.Context // the caller's: ends a dial in progress
 	deadline time.Time
 	mu       sync.Mutex // guards the fields below
 	conn     net.Conn
@@ -140,7 +141,7 @@ func (h *dialHook) expire() {
 // after ctx is done. Any goroutine, one call at a time per client.
 func (c *replayClient) fetch(ctx context.Context, from, to uint64) (res replayResult) {
 	res = replayResult{from: from, to: to}
-	h := &dialHook{deadline: time.Now().Add(c.timeout)}
+	h := &dialHook{ctx: ctx, deadline: time.Now().Add(c.timeout)}
 	// The socket's own context is not ctx: zmq4's reader goroutine hands
 	// each message over without watching it, so cancelling it while a
 	// message waits would leave that goroutine blocked for good. ctx and
@@ -184,7 +185,7 @@ func (c *replayClient) fetch(ctx context.Context, from, to uint64) (res replayRe
 		return res
 	}
 	dec := NewDecoder(c.limits)
-	bytes := 0
+	size := 0
 	next := from
 	for {
 		msg, err := sock.Recv()
@@ -218,7 +219,7 @@ func (c *replayClient) fetch(ctx context.Context, from, to uint64) (res replayRe
 			res.batches = nil
 			return res
 		}
-		if bytes += len(payload); bytes > c.maxBytes {
+		if size += len(payload); size > c.maxBytes {
 			res.outcome, res.batches = replayOverLim, nil
 			return res
 		}
