@@ -371,3 +371,36 @@ func replayCounts(s *Subscriber) map[string]uint64 {
 	}
 	return m
 }
+
+// TestReplayDropped: a batch dropped here (the consumer's channel was
+// full) is replayed too: once there is room, the next batch brings it
+// back first, and none is stale.
+func TestReplayDropped(t *testing.T) {
+	t.Parallel()
+	p, _ := startPub(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0"})
+	cfg := DefaultConfig()
+	cfg.Endpoint = "tcp://" + p.Addr().String()
+	cfg.ReplayEndpoint = "tcp://" + p.ReplayAddr().String()
+	ch := make(chan Message, 4)
+	s := startSub(t, cfg, ch)
+	join(t, p, ch)
+	await(t, "markers to drain", func() bool { return p.Sent() == p.seq.Load() })
+	for len(ch) > 0 {
+		<-ch
+	}
+	// The channel holds cap(ch); the batches after (one at least, more
+	// if joining markers were still on their way) are dropped.
+	for i := range cap(ch) + 1 {
+		p.Publish(marker(float64(10 + i)))
+	}
+	await(t, "the drop", func() bool { return s.m.queueFull.Get() >= 1 })
+	var prev uint64
+	for range cap(ch) {
+		prev = recv(t, ch).Seq
+	}
+	p.Publish(marker(99))
+	until(t, s, ch, prev, 99)
+	if got := s.m.replays[replayFilled].Get(); got != 1 {
+		t.Errorf("replays filled %d, want 1", got)
+	}
+}
