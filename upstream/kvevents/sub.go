@@ -187,7 +187,7 @@ type Subscriber struct {
 	// when none; abandoned says its result is to be discarded.
 	replaying *source
 	abandoned bool
-	replays   *rules.Group      // the session's: runs the replay
+	tasks     *rules.Group      // the session's goroutines: the reader, the replay
 	replayed  chan replayResult // the session's: the replay's result (one at a time)
 }
 
@@ -320,9 +320,9 @@ func (s *Subscriber) session(ctx context.Context) (got bool) {
 	// taken while no batch comes; the channel is unbuffered: the reader
 	// waits for handle, as a direct Recv did.
 	in := make(chan received)
-	s.replays = rules.NewGroup(sctx)
+	s.tasks = rules.NewGroup(sctx)
 	s.replayed = make(chan replayResult, 1)
-	s.replays.Go("kvevents.recv", func(gctx context.Context) { s.read(gctx, sock, in) })
+	s.tasks.Go("kvevents.recv", func(gctx context.Context) { s.read(gctx, sock, in) })
 	defer s.endSession(cancel)
 	for {
 		select {
@@ -377,10 +377,10 @@ func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket, in chan<- recei
 // its held batches go, and the reconnect's stale mark covers them.
 func (s *Subscriber) endSession(cancel context.CancelFunc) {
 	cancel()
-	s.replays.Stop()
+	s.tasks.Stop()
 	// Both return soon: the reader's Recv fails on the cancelled
 	// socket context, the replay's connection ends with its context.
-	_ = s.replays.Wait(context.Background()) // background: never done, so never an error
+	_ = s.tasks.Wait(context.Background()) // background: never done, so never an error
 	if s.replaying != nil {
 		s.replaying.held = nil
 		s.replaying, s.abandoned = nil, false
@@ -481,7 +481,7 @@ func (s *Subscriber) replay(src *source, held []heldMsg) bool {
 		return false
 	}
 	s.replaying, src.held = src, held
-	s.replays.Go("kvevents.replay", func(gctx context.Context) {
+	s.tasks.Go("kvevents.replay", func(gctx context.Context) {
 		s.replayed <- s.rc.fetch(gctx, from, to) // one replay at a time: room for its result
 	})
 	return true
