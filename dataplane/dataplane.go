@@ -83,6 +83,16 @@ type Config struct {
 	// not name, discovered ones included, at tcp://<its host>:port.
 	// Default 0: off.
 	KVEventsPort int
+	// KVEventsReplay names the replay endpoints of evented backends'
+	// publishers: "backend=tcp://host:port" entries (name or URL), vLLM's
+	// --kv-events-config replay_endpoint. A sequence gap is then asked
+	// of it instead of marking the view stale. Validate with
+	// CheckKVEventsReplay. See kvevents.go.
+	KVEventsReplay []string
+	// KVEventsReplayPort, when not 0, is the replay port of every evented
+	// backend KVEventsReplay does not name: its publisher's host, that
+	// port. Default 0: no replay.
+	KVEventsReplayPort int
 	// KVEventsListen, when not "", binds this tcp://HOST:PORT endpoint
 	// for engines' KV-event publishers to dial (llm-d's wiring), each
 	// message's topic kv@<ip>:<port>@<model> naming its backend. Default
@@ -129,6 +139,7 @@ func DefaultConfig() Config {
 		PriorityBackends:      []string{},
 		BackendMaxConcurrency: []string{},
 		KVEvents:              []string{},
+		KVEventsReplay:        []string{},
 	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
@@ -804,14 +815,18 @@ func applySettings(set *backend.Set, list []string, st backendSettings) {
 }
 
 // backendSettings are the per-backend settings a reload may change
-// (PriorityBackends, BackendMaxConcurrency, KVEvents, KVEventsPort).
+// (PriorityBackends, BackendMaxConcurrency, KVEvents, KVEventsPort,
+// KVEventsReplay, KVEventsReplayPort).
 type backendSettings struct {
 	prio, caps, kv []string
 	kvPort         int
+	kvReplay       []string
+	kvReplayPort   int
 }
 
 func settingsOf(cfg Config) backendSettings {
-	return backendSettings{slices.Clone(cfg.PriorityBackends), slices.Clone(cfg.BackendMaxConcurrency), slices.Clone(cfg.KVEvents), cfg.KVEventsPort}
+	return backendSettings{slices.Clone(cfg.PriorityBackends), slices.Clone(cfg.BackendMaxConcurrency), slices.Clone(cfg.KVEvents), cfg.KVEventsPort,
+		slices.Clone(cfg.KVEventsReplay), cfg.KVEventsReplayPort}
 }
 
 // settings are the per-backend settings the last Retune set (the built

@@ -24,8 +24,12 @@ import (
 // comes (added, discovered, healthy again) and stops it when the backend
 // leaves, goes unhealthy or its endpoint changes (a reload), which
 // forgets the engine's holders on every loop (its cached blocks are
-// unknown until it stores them again). The bind wiring (llm-d's: engines
-// dial saltus) is kvbind.go's.
+// unknown until it stores them again). A backend whose publisher has a
+// replay endpoint (Config.KVEventsReplay names it or, failing that,
+// Config.KVEventsReplayPort: its publisher's host, that port) replays
+// what its subscription missed instead (kvevents.Config.ReplayEndpoint);
+// a changed replay endpoint restarts the subscription too. The bind
+// wiring (llm-d's: engines dial saltus) is kvbind.go's: no replay.
 
 // kvSyncInterval is how often kvSync compares the subscriptions with
 // the backends: a backend that went unhealthy is forgotten within it
@@ -47,6 +51,7 @@ const kvStopWait = 2 * time.Second
 // kvSync.
 type kvEngine struct {
 	endpoint string
+	replay   string // "" without one
 	cancel   context.CancelFunc
 	done     chan struct{} // closed once both goroutines returned
 	stopping bool
@@ -79,6 +84,31 @@ func kvEndpoint(b *backend.Backend, list []string, st backendSettings) string {
 		return "" // cannot happen: ParseURL's host:port
 	}
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(st.kvPort))
+}
+
+// kvReplayEndpoint is the replay endpoint of backend b, whose publisher
+// is at endpoint, under the settings; "" when it has none.
+func kvReplayEndpoint(b *backend.Backend, endpoint string, list []string, st backendSettings) string {
+	for _, nu := range list {
+		_, u := SplitBackend(nu)
+		if norm, _, _ := backend.ParseURL(u); norm != b.URL {
+			continue
+		}
+		for _, e := range st.kvReplay {
+			who, ep := splitKVEvents(e)
+			if names(nu, who) {
+				return ep
+			}
+		}
+	}
+	if st.kvReplayPort <= 0 {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(strings.TrimPrefix(endpoint, "tcp://"))
+	if err != nil {
+		return "" // cannot happen: a validated tcp://HOST:PORT
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(st.kvReplayPort))
 }
 
 // splitKVEvents splits a "backend=tcp://host:port" entry at the '='
@@ -117,6 +147,32 @@ func CheckKVEvents(backends, entries []string, port int) error {
 	return errors.Join(errs...)
 }
 
+// CheckKVEventsReplay validates "backend=tcp://host:port" replay entries
+// against the configured backends, and the default replay port.
+func CheckKVEventsReplay(backends, entries []string, port int) error {
+	var errs []error
+	for i, e := range entries {
+		who, ep := splitKVEvents(e)
+		if who == "" {
+			errs = append(errs, fmt.Errorf("kv-events-replay[%d]: %q: want BACKEND=tcp://HOST:PORT (BACKEND a configured backend's name or URL)", i, e))
+			continue
+		}
+		cfg := kvevents.DefaultConfig()
+		cfg.Endpoint, cfg.ReplayEndpoint = ep, ep
+		if err := cfg.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("kv-events-replay[%d]: %q: %w", i, e, err))
+			continue
+		}
+		if !configured(backends, who) {
+			errs = append(errs, fmt.Errorf("kv-events-replay[%d]: %q: no configured backend is named %q", i, e, who))
+		}
+	}
+	if port < 0 || port > 65535 {
+		errs = append(errs, fmt.Errorf("kv-events-replay-port: %d: want 0 (off) to 65535", port))
+	}
+	return errors.Join(errs...)
+}
+
 // kvSync keeps the subscriptions equal to the evented healthy backends
 // until ctx ends, then stops them all. On its own goroutine (sources).
 func (p *Path) kvSync(ctx context.Context) {
@@ -146,6 +202,7 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 	st := p.settings()
 	want := map[int]*backend.Backend{}
 	eps := map[int]string{}
+	replays := map[int]string{}
 	owner := map[string]int{} // endpoint → the backend subscribed to it
 	for id, e := range engines {
 		if !e.stopping {
@@ -172,9 +229,10 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 		}
 		owner[ep] = b.ID
 		want[b.ID], eps[b.ID] = b, ep
+		replays[b.ID] = kvReplayEndpoint(b, ep, p.staticList(), st)
 	}
 	for id, e := range engines {
-		if !e.stopping && eps[id] == e.endpoint {
+		if !e.stopping && eps[id] == e.endpoint && replays[id] == e.replay {
 			continue
 		}
 		if !e.stopping {
@@ -193,7 +251,7 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 		if _, ok := engines[id]; ok {
 			continue
 		}
-		e, err := p.kvStart(g, b, eps[id])
+		e, err := p.kvStart(g, b, eps[id], replays[id])
 		if err != nil {
 			p.logger.Warn("cannot subscribe to a backend's KV events", "backend", b.URL, "endpoint", eps[id], "err", err)
 			continue
@@ -202,12 +260,12 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 	}
 }
 
-// kvStart subscribes to backend b's events at endpoint and starts its
-// view: two goroutines of g, ended by the returned engine's cancel (or
-// g's Stop).
-func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint string) (*kvEngine, error) {
+// kvStart subscribes to backend b's events at endpoint (replaying
+// missed ones at replay, if not "") and starts its view: two goroutines
+// of g, ended by the returned engine's cancel (or g's Stop).
+func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint, replay string) (*kvEngine, error) {
 	cfg := kvevents.DefaultConfig()
-	cfg.Endpoint = endpoint
+	cfg.Endpoint, cfg.ReplayEndpoint = endpoint, replay
 	ch := make(chan kvevents.Message, kvQueue)
 	sub, err := kvevents.New(cfg, ch, p.base, p.set)
 	if err != nil {
@@ -219,7 +277,7 @@ func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint string) (*kv
 	}
 	v := p.views.New(b.ID, label)
 	ectx, cancel := context.WithCancel(context.Background())
-	e := &kvEngine{endpoint: endpoint, cancel: cancel, done: make(chan struct{})}
+	e := &kvEngine{endpoint: endpoint, replay: replay, cancel: cancel, done: make(chan struct{})}
 	subDone := make(chan struct{})
 	g.Go("kvevents.sub", func(gctx context.Context) {
 		defer close(subDone)

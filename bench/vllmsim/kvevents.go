@@ -44,6 +44,18 @@ type KVEventsConfig struct {
 	// its sequence number skipped so subscribers see the gap. The
 	// scheduler never waits for a subscriber.
 	Queue int
+	// ReplayEndpoint, when not "", binds a replay socket there (vLLM's
+	// replay_endpoint, e.g. tcp://*:5558; tcp://127.0.0.1:0 in tests):
+	// a subscriber that missed batches asks it for them. Default: none.
+	ReplayEndpoint string
+	// ReplayBuffer bounds the batches kept for replay (default 10,000,
+	// vLLM's buffer_steps).
+	ReplayBuffer int
+	// LoseEvery, when N > 0, does not send one batch in N on the PUB
+	// socket (those whose sequence number is N-1 modulo N) but keeps it
+	// for replay: fault injection, to see a router's gap handling.
+	// Default 0: none lost.
+	LoseEvery int
 }
 
 // DefaultKVEventsEndpoint is vLLM's default publisher endpoint.
@@ -66,6 +78,17 @@ func (k KVEventsConfig) validate() error {
 	if k.Queue < 0 {
 		return fmt.Errorf("vllmsim: kv-events-queue: must be ≥ 0, got %d", k.Queue)
 	}
+	if k.ReplayBuffer < 0 || k.ReplayBuffer > 100_000 {
+		return fmt.Errorf("vllmsim: kv-events-replay-buffer: must be 0 to 100000, got %d", k.ReplayBuffer)
+	}
+	if k.LoseEvery < 0 {
+		return fmt.Errorf("vllmsim: kv-events-lose-every: must be ≥ 0, got %d", k.LoseEvery)
+	}
+	if k.ReplayEndpoint != "" {
+		if err := (kvevents.PublisherConfig{Endpoint: k.ReplayEndpoint}).Validate(); err != nil {
+			return fmt.Errorf("vllmsim: kv-events-replay: %w", err)
+		}
+	}
 	if k.Endpoint != "" {
 		if err := (kvevents.PublisherConfig{Endpoint: k.Endpoint, Topic: k.Topic}).Validate(); err != nil {
 			return fmt.Errorf("vllmsim: kv-events-endpoint: %w", err)
@@ -75,7 +98,8 @@ func (k KVEventsConfig) validate() error {
 }
 
 func (k KVEventsConfig) publisherConfig() kvevents.PublisherConfig {
-	pc := kvevents.PublisherConfig{Endpoint: k.Endpoint, Bind: k.Bind, Topic: k.Topic, Encoding: kvevents.MapEncoding, Queue: k.Queue}
+	pc := kvevents.PublisherConfig{Endpoint: k.Endpoint, Bind: k.Bind, Topic: k.Topic, Encoding: kvevents.MapEncoding, Queue: k.Queue,
+		ReplayEndpoint: k.ReplayEndpoint, ReplayBuffer: k.ReplayBuffer, LoseEvery: k.LoseEvery}
 	if pc.Endpoint == "" {
 		pc.Endpoint = DefaultKVEventsEndpoint
 	}

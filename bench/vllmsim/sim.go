@@ -261,6 +261,18 @@ func (s *Sim) KVEventsAddr() string {
 	return pub.Addr().String()
 }
 
+// KVEventsReplayAddr is where the KV-event replay socket listens; ""
+// before Start or without one. Any goroutine.
+func (s *Sim) KVEventsReplayAddr() string {
+	s.mu.Lock()
+	pub := s.pub
+	s.mu.Unlock()
+	if pub == nil || pub.ReplayAddr() == nil {
+		return ""
+	}
+	return pub.ReplayAddr().String()
+}
+
 // Config returns the engine's configuration. Any goroutine.
 func (s *Sim) Config() Config { return s.cfg }
 

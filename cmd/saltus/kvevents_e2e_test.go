@@ -428,3 +428,107 @@ func placeAndRoute(t *testing.T, s *served, sims []*vllmsim.Sim, names []string,
 	t.Logf("%d of %d requests to the holder", hits, total)
 	return prefixes
 }
+
+// TestServeKVEventsReplay (issue 31, item 1: replay): two simulated
+// engines lose every other batch on their PUB sockets
+// (--kv-events-lose-every 2) but keep it for replay; saltus subscribes
+// with their replay endpoints (--kv-events-replay). Every gap is
+// replayed: the views are never reset as stale, and prefixes placed on
+// the engines directly are routed to their holders.
+func TestServeKVEventsReplay(t *testing.T) {
+	t.Parallel()
+	const n = 2
+	var (
+		sims  []*vllmsim.Sim
+		names []string
+		byURL = map[string]int{}
+	)
+	for i := range n {
+		s := startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
+			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true,
+				ReplayEndpoint: "tcp://127.0.0.1:0", LoseEvery: 2}
+		})
+		sims = append(sims, s)
+		names = append(names, fmt.Sprintf("e%d", i))
+		byURL[s.URL()] = i
+	}
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		for i, sim := range sims {
+			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
+			c.KVEvents = append(c.KVEvents, names[i]+"=tcp://"+sim.KVEventsAddr())
+			c.KVEventsReplay = append(c.KVEventsReplay, names[i]+"=tcp://"+sim.KVEventsReplayAddr())
+		}
+	})
+	blocks := func(i int) float64 {
+		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
+	}
+	filler := 0
+	direct := func(i int, ids []int) {
+		t.Helper()
+		if a := do(t, "POST", sims[i].URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
+			t.Fatalf("engine %d directly: %d %s", i, a.status, a.body)
+		}
+	}
+	// A lost batch is replayed when the next one shows the gap: each
+	// wait sends a new short prompt to the engine, which stores blocks.
+	waitBlocks := func(i int, want float64) {
+		t.Helper()
+		waitLong(t, fmt.Sprintf("engine %d's view to hold %v blocks", i, want), func() bool {
+			if filler < 400 {
+				filler++
+				direct(i, idRange(5000+filler, 32))
+			}
+			return blocks(i) >= want
+		})
+	}
+	for i := range n {
+		waitBlocks(i, 1)
+	}
+	stale := s.metrics(t)[`saltus_kvview_resets_total{reason="stale"}`]
+	const prefixBlocks = 32
+	holder := []int{0, 1, 0, 1}
+	prefixes := make([][]int, len(holder))
+	for p, h := range holder {
+		prefixes[p] = idRange(p+1, prefixBlocks*16)
+		want := blocks(h) + prefixBlocks - 1 // the prompt's last block may be its partial one
+		direct(h, prefixes[p])
+		waitBlocks(h, want)
+	}
+	hits, total := 0, 0
+	for p, h := range holder {
+		for k := range 5 {
+			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
+			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
+			if a.status != 200 {
+				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
+			}
+			total++
+			if byURL[a.backend] == h {
+				hits++
+			} else {
+				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
+			}
+		}
+	}
+	if hits*10 < total*9 {
+		t.Errorf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
+	}
+	m := s.metrics(t)
+	filled := metricSum(m, "saltus_kvevents_replays_total", `outcome="filled"`)
+	failed := metricSum(m, "saltus_kvevents_replays_total") - filled
+	gaps := metricSum(m, "saltus_kvevents_sequence_gaps_total")
+	replayed := metricSum(m, "saltus_kvevents_replayed_batches_total")
+	t.Logf("%d of %d to the holder; gaps %v, replays filled %v (%v batches), not filled %v", hits, total, gaps, filled, replayed, failed)
+	if filled < float64(len(holder)) || replayed < filled || gaps < filled {
+		t.Errorf("replays filled %v, batches replayed %v, gaps %v: want ≥ %d filled, one batch each at least, a gap each", filled, replayed, gaps, len(holder))
+	}
+	if failed != 0 {
+		t.Errorf("%v replays not filled, want 0", failed)
+	}
+	if got := m[`saltus_kvview_resets_total{reason="stale"}`]; got != stale {
+		t.Errorf("stale resets %v → %v: a replayed gap reset a view", stale, got)
+	}
+}

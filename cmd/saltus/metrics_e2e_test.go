@@ -47,6 +47,7 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
 		c.KVEventsPort = kvDeadPort(t)                                            // a subscription per backend, retrying: its series exist
+		c.KVEventsReplayPort = kvDeadPort(t)                                      // with a replay endpoint: its series too
 		c.KVEventsListen = "tcp://127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t)) // the bound subscription's series too
 	})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}

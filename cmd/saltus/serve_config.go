@@ -153,6 +153,11 @@ var serveKeys = []serveKey{
 			"the backend's route-table holders then follow the blocks its engine reports stored, removed and cleared; repeat (or separate by commas); none by default"},
 	{key: "kv-events-port", live: true, bind: func(c *serveConfig) value { return intV{&c.KVEventsPort} },
 		help: "`port` of the KV-event publisher of every backend --kv-events does not name, discovered ones included (tcp://<backend host>:PORT; vLLM's default 5557); 0: off"},
+	{key: "kv-events-replay", live: true, bind: func(c *serveConfig) value { return listV{p: &c.KVEventsReplay, set: new(bool)} },
+		help: "the replay endpoint of a backend's KV-event publisher: `replay` BACKEND=tcp://HOST:PORT (name or URL; vLLM's --kv-events-config replay_endpoint, e.g. tcp://*:5558 on the engine); " +
+			"batches its subscription missed (a sequence gap) are asked for there, and the backend's view stays exact if they all come back, instead of being reset; repeat (or separate by commas); none by default"},
+	{key: "kv-events-replay-port", live: true, bind: func(c *serveConfig) value { return intV{&c.KVEventsReplayPort} },
+		help: "`port` of the replay endpoint of every subscribed backend --kv-events-replay does not name (tcp://<its publisher's host>:PORT); 0: off (a sequence gap resets the backend's view)"},
 	{key: "kv-events-listen", bind: func(c *serveConfig) value { return strV{&c.KVEventsListen} },
 		help: "`endpoint` tcp://HOST:PORT where saltus listens for engines' KV-event publishers to connect (llm-d's wiring; tcp://*:PORT for every interface); each message's topic kv@IP:PORT@MODEL names the backend whose URL has that host:port (a backend with --kv-events or --kv-events-port takes its events from there); empty (the default): off; not reloadable"},
 	{key: "kv-events-bridge", live: true, bind: func(c *serveConfig) value { return durV{&c.Router.KVEventsBridge} },
@@ -488,6 +493,9 @@ func (c serveConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if err := dataplane.CheckKVEvents(c.Backends, c.KVEvents, c.KVEventsPort); err != nil {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	if err := dataplane.CheckKVEventsReplay(c.Backends, c.KVEventsReplay, c.KVEventsReplayPort); err != nil {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	if err := dataplane.CheckKVEventsListen(c.KVEventsListen); err != nil {

@@ -353,6 +353,8 @@ model-priority: []
 backend-max-concurrency: []
 kv-events: []
 kv-events-port: 0
+kv-events-replay: []
+kv-events-replay-port: 0
 kv-events-listen: ""
 kv-events-bridge: 10s
 queue-max-entries: 1024

@@ -280,7 +280,8 @@ func parseSim(args []string, stderr io.Writer) (simOptions, int) {
 			"priority to serve waiting requests by their \"priority\" (lower first), as vLLM does.\n\n"+
 			"KV events: --kv-events publishes the cache's BlockStored, BlockRemoved and AllBlocksCleared\n"+
 			"as vLLM's --kv-events-config does (ZMQ PUB, msgpack KVEventBatch); POST /reset_prefix_cache\n"+
-			"clears the cache when nothing runs.\n\n"+
+			"clears the cache when nothing runs. --kv-events-replay binds vLLM's replay socket, which answers\n"+
+			"a subscriber's request for the batches it missed from the last --kv-events-replay-buffer.\n\n"+
 			"Profiles:\n"+profileTable()+"\nFlags:\n")
 		printFlags(stderr, fs, nil)
 	}
@@ -345,4 +346,7 @@ func addSimKVEventFlags(fs *flag.FlagSet, k *vllmsim.KVEventsConfig) {
 	fs.StringVar(&k.HashForm, "kv-events-hash", "bytes", "block hash `form`: bytes (32 bytes, as vLLM's sha256 hashes) or int (64 bits, as older vLLM)")
 	fs.StringVar(&k.Encoding, "kv-events-encoding", "map", "payload `layout`: map (vLLM since PR 42892) or array (msgspec array_like, older vLLM)")
 	fs.IntVar(&k.Queue, "kv-events-queue", 1024, "batches waiting to be sent at most, `count`; past it one is dropped and counted (vllmsim_kv_events_dropped_total), its sequence number skipped")
+	fs.StringVar(&k.ReplayEndpoint, "kv-events-replay", "", "the replay socket's `endpoint`, tcp://HOST:PORT, which it binds (vLLM's replay_endpoint, e.g. tcp://*:5558): a subscriber that missed batches asks it for them; empty: none")
+	fs.IntVar(&k.ReplayBuffer, "kv-events-replay-buffer", 10000, "batches kept for replay, the most recent, `count` (vLLM's buffer_steps; at most 100000)")
+	fs.IntVar(&k.LoseEvery, "kv-events-lose-every", 0, "fault injection: one batch in `N` is not sent on the PUB socket but kept for replay, so a subscriber sees a gap; 0: none")
 }

@@ -36,19 +36,78 @@
 // it: Config.Bind false, one Subscriber per engine. llm-d wires it the
 // other way: the router binds one SUB socket, every engine's PUB
 // connects to it, and the topic kv@<ip>:<port>@<model> names the engine
-// (Config.Bind true, one Subscriber for the fleet; ParseTopic). vLLM's
-// optional replay endpoint (a ROUTER answering [empty, start seq] with
-// the buffered batches from it, then seq -1) is not used yet: a gap marks
-// the source stale (Message.Stale), which is what a consumer does when
-// replay fails too.
+// (Config.Bind true, one Subscriber for the fleet; ParseTopic): engines
+// that dial have no replay endpoint saltus could name, so there a gap
+// marks the source stale (Message.Stale), which is what a consumer does
+// when a replay fails too.
+//
+// # Replay
+//
+// vLLM's publisher can also bind a ROUTER socket (KVEventsConfig
+// replay_endpoint, e.g. tcp://*:5558) that keeps its last buffer_steps
+// batches (default 10,000; a deque, the oldest dropped) and answers a
+// request for them (vllm/distributed/kv_events.py,
+// ZmqEventPublisher._service_replay):
+//
+//   - request: one frame, the first sequence number wanted, 8 bytes
+//     big-endian; a REQ socket sends it as [empty, start] and the ROUTER
+//     reads [identity, empty, start]. vLLM ignores a request of another
+//     frame count.
+//   - answer: for every buffered batch whose seq ≥ start, oldest first,
+//     [identity, empty, seq (8 bytes BE), payload], the payload the bytes
+//     the PUB socket sent; then the end marker [identity, empty, -1 as a
+//     signed 8-byte BE integer (ff…ff), empty payload]. The identity
+//     routes it back, so the client sees [empty, seq, payload]. A start
+//     older than the buffer gets what the buffer holds (its first seq
+//     then is above start: the batches before are gone); a start beyond
+//     it gets the end marker alone. Nothing but that first seq says how
+//     far back the buffer goes. vLLM serves replays on its publishing
+//     thread, between two live batches.
+//   - llm-d-inference-sim (pkg/kv-cache/kv_events_replayer.go) answers
+//     the same requests with the topic too: [identity, empty, topic, seq,
+//     payload], and its end marker is [identity, empty, empty topic,
+//     ff…ff, empty].
+//
+// vLLM's example subscriber uses a REQ socket; saltus uses a DEALER (it
+// sends the empty delimiter itself), as a REQ socket in libzmq takes one
+// reply per request, not a stream. parseReplay takes both answers.
+//
+// A connecting Subscriber with Config.ReplayEndpoint replays what it
+// missed: when a batch follows missed ones (its seq skipped some, or
+// batches were dropped here: malformed, over a limit, no room in the
+// channel), it holds that batch and asks for the missed ones, one replay
+// at a time, on a new connection bounded by ReplayTimeout (dial,
+// handshake, request and answer). Live batches that arrive meanwhile are
+// held too (MaxPending; one more abandons the replay). If every missed
+// batch comes back, in order, the replayed batches go out first, then
+// the held ones, none stale; a held batch that followed missed batches
+// of its own starts the next replay. Otherwise (the first missed batch
+// is gone, one is missing, a timeout, an error, a malformed reply or
+// batch) the held batches go out as they would have, the first stale.
+// A start, a restart of the publisher (seq went back) or a reconnect is
+// stale as before: a reconnected publisher may be a new process whose
+// sequence merely reached the old one's, and its buffer says nothing of
+// the blocks stored before it. Each reply's frames are bounded by the
+// transport's MaxFrame, each payload by Limits, a replay's payload bytes
+// by MaxReplayBytes.
+//
+// A Publisher with PublisherConfig.ReplayEndpoint answers as vLLM does
+// (the simulator's, tests'), from a ring of its last ReplayBuffer
+// batches.
 //
 // # Concurrency
 //
-// A Decoder or Encoder is used by one goroutine. A Subscriber runs one
-// goroutine (rules.Group "kvevents.<endpoint>") that owns the socket, the
-// decoder and the per-source sequence state; it hands each Message to
-// the caller's channel without blocking (a full channel drops the batch,
-// counted, and marks its source stale). Start, Close and Stats are safe
+// A Decoder or Encoder is used by one goroutine. A Subscriber's Run
+// goroutine (in the caller's rules.Group) owns the socket, the decoder,
+// the per-source sequence state and the held batches; per socket it
+// starts "kvevents.recv", which reads the socket and hands messages over
+// an unbuffered channel, and, while one runs, "kvevents.replay", which
+// owns the replay's socket and decoder and hands back its result. Run
+// hands each live Message to the caller's channel without blocking (a
+// full channel drops the batch, counted, and marks its source stale);
+// the batches a replay releases wait for room, ReplayTimeout at most in
+// all. A Publisher's Run starts "kvevents.replay" to answer replay
+// requests, when it has a replay socket. Start, Close and Stats are safe
 // from any goroutine. The ZMQ library (go-zeromq/zmq4) runs its own
 // reader goroutines per connection, ended by closing the socket.
 package kvevents

@@ -66,11 +66,29 @@ func statsOf(ctx context.Context) *guardStats {
 }
 
 func (g guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
-	c, err := g.base.Dial(ctx, d, addr)
+	h := dialHookOf(ctx)
+	dctx := ctx
+	if h != nil {
+		// A replay's socket context outlives the replay's (replay.go):
+		// its dial ends with the replay's.
+		dctx = h.ctx
+	}
+	c, err := g.base.Dial(dctx, d, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &frameGuard{Conn: c, st: statsOf(ctx), greet: greetingLen}, nil
+	fg := &frameGuard{Conn: c, st: statsOf(ctx), greet: greetingLen}
+	if h != nil {
+		// A replay's connection (replay.go): bounded by its deadline,
+		// closed on its first error (zmq4 leaves one whose handshake
+		// failed open).
+		fg.closeOnErr = true
+		if !h.dialed(fg) {
+			_ = c.Close() // a connection that cannot take a deadline is already broken
+			return nil, errors.New("kvevents: cannot set the replay connection's deadline")
+		}
+	}
+	return fg, nil
 }
 
 func (g guardedTCP) Listen(ctx context.Context, addr string) (net.Listener, error) {
@@ -141,6 +159,9 @@ type frameGuard struct {
 	size     uint64 // long size so far
 	body     uint64 // body bytes left
 	deadline bool   // the handshake deadline is set
+	// closeOnErr closes the connection on its first read error (a
+	// replay's). Set before the connection is used.
+	closeOnErr bool
 }
 
 func (g *frameGuard) Read(p []byte) (int, error) {
@@ -153,7 +174,7 @@ func (g *frameGuard) Read(p []byte) (int, error) {
 		_ = g.Close() // the connection is given up; its close error says nothing more
 		return 0, ferr
 	}
-	if err != nil && g.deadline {
+	if err != nil && (g.deadline || g.closeOnErr) {
 		_ = g.Close() // as above
 	}
 	return n, err

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/saltus-lb/saltus/rules"
 )
 
 // PublisherConfig is a PUB socket publishing batches as vLLM's
@@ -37,6 +39,20 @@ type PublisherConfig struct {
 	// high-water mark) has the same bound and drops silently: either way
 	// the sequence number skips, so a subscriber sees the gap.
 	Queue int
+	// ReplayEndpoint, when not "", binds a ROUTER socket there (vLLM's
+	// replay_endpoint, tcp://*:5558; port 0 picks one, ReplayAddr says
+	// which) that answers a subscriber's replay request with the buffered
+	// batches from the sequence number it asks for, then the end marker
+	// (doc.go, "Replay"). Default "": none.
+	ReplayEndpoint string
+	// ReplayBuffer bounds the batches kept for replay, the most recent
+	// ones (0: the default, 10,000, vLLM's buffer_steps).
+	ReplayBuffer int
+	// LoseEvery, when N > 0, does not send the batches whose sequence
+	// number is N-1 modulo N on the PUB socket, but keeps them for
+	// replay: fault injection, so that a subscriber's gap and replay can
+	// be seen without a lossy network. Default 0: none lost.
+	LoseEvery int
 }
 
 // Validate names the first field that is wrong.
@@ -50,8 +66,23 @@ func (c PublisherConfig) Validate() error {
 	if len(c.Topic) > maxTopic {
 		return fmt.Errorf("kvevents: Topic longer than %d bytes", maxTopic)
 	}
+	if c.ReplayEndpoint != "" {
+		if _, err := guarded(c.ReplayEndpoint); err != nil {
+			return fmt.Errorf("kvevents: ReplayEndpoint: %w", err)
+		}
+	}
+	if c.ReplayBuffer < 0 || c.ReplayBuffer > maxReplayBuffer {
+		return fmt.Errorf("kvevents: ReplayBuffer %d out of range [0, %d]", c.ReplayBuffer, maxReplayBuffer)
+	}
+	if c.LoseEvery < 0 {
+		return fmt.Errorf("kvevents: LoseEvery %d < 0", c.LoseEvery)
+	}
 	return nil
 }
+
+// maxReplayBuffer bounds PublisherConfig.ReplayBuffer: ten times vLLM's
+// default.
+const maxReplayBuffer = 100_000
 
 // binds is vLLM's rule: bind when the endpoint has a wildcard host.
 func (c PublisherConfig) binds() bool {
@@ -75,6 +106,48 @@ type Publisher struct {
 
 	mu   sync.Mutex // guards addr
 	addr net.Addr
+
+	replay     zmq4.Socket // the ROUTER, nil without ReplayEndpoint
+	replayAddr net.Addr
+	replayed   atomic.Uint64 // replay requests answered
+	ring       replayRing
+}
+
+// replayRing is the batches kept for replay, the most recent
+// PublisherConfig.ReplayBuffer, in sequence order. Run appends; the
+// replay server reads.
+type replayRing struct {
+	mu    sync.Mutex // guards the fields below
+	buf   []replayEntry
+	first int // index of the oldest entry once buf is full
+}
+
+type replayEntry struct {
+	seq     uint64
+	payload []byte // never written after it is stored
+}
+
+func (r *replayRing) add(seq uint64, payload []byte, limit int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf) < limit {
+		r.buf = append(r.buf, replayEntry{seq, payload})
+		return
+	}
+	r.buf[r.first] = replayEntry{seq, payload}
+	r.first = (r.first + 1) % len(r.buf)
+}
+
+// since appends to dst the entries from seq from on, oldest first.
+func (r *replayRing) since(dst []replayEntry, from uint64) []replayEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.buf {
+		if e := r.buf[(r.first+i)%len(r.buf)]; e.seq >= from {
+			dst = append(dst, e)
+		}
+	}
+	return dst
 }
 
 type queued struct {
@@ -95,6 +168,9 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 	if cfg.Queue == 0 {
 		cfg.Queue = 1024
 	}
+	if cfg.ReplayBuffer == 0 {
+		cfg.ReplayBuffer = 10_000
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: logger.With("component", "kvevents.pub", "endpoint", cfg.Endpoint),
 		q: make(chan queued, cfg.Queue), ctx: ctx, stop: cancel}
@@ -111,8 +187,29 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 		}
 		p.addr = p.sock.Addr()
 	}
+	if cfg.ReplayEndpoint != "" {
+		rep, err := guarded(cfg.ReplayEndpoint)
+		if err != nil {
+			panic("BUG: kvevents: replay endpoint validated: " + err.Error())
+		}
+		p.replay = zmq4.NewRouter(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
+		if err := p.replay.Listen(rep); err != nil {
+			cancel()
+			_ = p.sock.Close()   // never used
+			_ = p.replay.Close() // never used
+			return nil, fmt.Errorf("kvevents: cannot listen for replay requests on %s: %w", cfg.ReplayEndpoint, err)
+		}
+		p.replayAddr = p.replay.Addr()
+	}
 	return p, nil
 }
+
+// ReplayAddr is where the replay socket listens, nil without one. Any
+// goroutine.
+func (p *Publisher) ReplayAddr() net.Addr { return p.replayAddr }
+
+// Replays counts the replay requests answered. Any goroutine.
+func (p *Publisher) Replays() uint64 { return p.replayed.Load() }
 
 // Addr is where a binding publisher listens (nil for a connecting one).
 // Any goroutine.
@@ -153,6 +250,17 @@ func (p *Publisher) Run(ctx context.Context) {
 		p.stop()
 		_ = p.sock.Close() // its connections' write errors are not reported by zmq4
 	}()
+	if p.replay != nil {
+		g := rules.NewGroup(ctx)
+		g.Go("kvevents.replay", p.serveReplay)
+		defer func() {
+			g.Stop()
+			_ = p.replay.Close() // ends serveReplay's Recv; its peers' errors are theirs
+			// serveReplay returns once its Recv or Send fails, which the
+			// Close makes them do: waiting is bounded.
+			_ = g.Wait(context.Background()) // background: never done, so never an error
+		}()
+	}
 	if !p.cfg.binds() && !p.dial(ctx) {
 		return
 	}
@@ -171,15 +279,77 @@ func (p *Publisher) Run(ctx context.Context) {
 				continue
 			}
 			binary.BigEndian.PutUint64(seq, q.seq)
-			// Send copies nothing: the frames must not be reused until
-			// zmq4's writer sent them, so each message gets its own.
-			msg := zmq4.NewMsgFrom([]byte(p.cfg.Topic), bytesCopy(seq), bytesCopy(payload))
-			if err := p.sock.Send(msg); err != nil {
-				p.log.Warn("cannot publish a KV event batch", "err", err)
-				continue
-			}
-			p.sent.Add(1)
+			p.send(q.seq, seq, bytesCopy(payload))
 		}
+	}
+}
+
+// send publishes one encoded batch and keeps it for replay. Run only.
+func (p *Publisher) send(seq uint64, seqFrame, payload []byte) {
+	if p.replay != nil {
+		// After the send, as vLLM does; kept even when the send fails:
+		// the sequence number was taken either way.
+		defer p.ring.add(seq, payload, p.cfg.ReplayBuffer)
+	}
+	if n := uint64(p.cfg.LoseEvery); n > 0 && seq%n == n-1 {
+		return // lost on purpose (LoseEvery)
+	}
+	// Send copies nothing: the frames must not be reused until zmq4's
+	// writer sent them, so each message gets its own (payload is never
+	// written again: the ring shares it).
+	msg := zmq4.NewMsgFrom([]byte(p.cfg.Topic), bytesCopy(seqFrame), payload)
+	if err := p.sock.Send(msg); err != nil {
+		p.log.Warn("cannot publish a KV event batch", "err", err)
+		return
+	}
+	p.sent.Add(1)
+}
+
+// serveReplay answers replay requests until the ROUTER is closed: for a
+// request [identity, empty, start seq], every buffered batch from start
+// on as [identity, empty, seq, payload], then the end marker [identity,
+// empty, 2⁶⁴-1, empty] (vLLM's ZmqEventPublisher._service_replay). In
+// Run's group.
+func (p *Publisher) serveReplay(ctx context.Context) {
+	var batch []replayEntry
+	for {
+		msg, err := p.replay.Recv()
+		if err != nil {
+			// zmq4's ROUTER fails Recv only when its socket is closed
+			// (a peer's connection that ends is dropped silently).
+			if ctx.Err() == nil {
+				p.log.Debug("replay socket closed", "err", err)
+			}
+			return
+		}
+		f := msg.Frames
+		if len(f) != 3 || len(f[1]) != 0 || len(f[2]) != 8 {
+			p.log.Debug("ignoring a malformed replay request", "frames", len(f))
+			continue
+		}
+		id := bytesCopy(f[0])
+		batch = p.ring.since(batch[:0], binary.BigEndian.Uint64(f[2]))
+		ok := true
+		for _, e := range batch {
+			var seq [8]byte
+			binary.BigEndian.PutUint64(seq[:], e.seq)
+			if err := p.replay.Send(zmq4.NewMsgFrom(id, []byte{}, seq[:], e.payload)); err != nil {
+				p.log.Debug("cannot send a replayed batch", "err", err)
+				ok = false
+				break
+			}
+		}
+		clear(batch) // the ring's payloads are not pinned by this slice
+		if !ok {
+			continue
+		}
+		var end [8]byte
+		binary.BigEndian.PutUint64(end[:], replayEnd)
+		if err := p.replay.Send(zmq4.NewMsgFrom(id, []byte{}, end[:], []byte{})); err != nil {
+			p.log.Debug("cannot send the replay's end marker", "err", err)
+			continue
+		}
+		p.replayed.Add(1)
 	}
 }
 

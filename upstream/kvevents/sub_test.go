@@ -112,7 +112,7 @@ func join(t *testing.T, p *Publisher, ch <-chan Message) Message {
 		select {
 		case m := <-ch:
 			for len(ch) > 0 { // markers in flight
-				m = <-ch
+				<-ch
 			}
 			return m
 		case <-time.After(20 * time.Millisecond):
@@ -357,12 +357,28 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.MaxSources = 0 },
 		func(c *Config) { c.Limits.MaxPayload = MaxFrame + 1 },
 		func(c *Config) { c.Limits.MaxEvents = 0 },
+		func(c *Config) { c.ReplayEndpoint = "ipc:///tmp/r" },
+		func(c *Config) { c.ReplayEndpoint, c.Bind = "tcp://127.0.0.1:5558", true },
+		func(c *Config) { c.ReplayEndpoint, c.ReplayTimeout = "tcp://127.0.0.1:5558", 0 },
+		func(c *Config) { c.ReplayEndpoint, c.MaxReplay = "tcp://127.0.0.1:5558", 0 },
+		func(c *Config) { c.ReplayEndpoint, c.MaxReplayBytes = "tcp://127.0.0.1:5558", 1024 },
+		func(c *Config) { c.ReplayEndpoint, c.MaxPending = "tcp://127.0.0.1:5558", 0 },
 	} {
 		c := DefaultConfig()
 		c.Endpoint = "tcp://127.0.0.1:5557"
 		f(&c)
 		if c.Validate() == nil {
 			t.Errorf("accepted %+v", c)
+		}
+	}
+	for _, pc := range []PublisherConfig{
+		{Endpoint: "tcp://*:5557", ReplayEndpoint: "udp://*:5558"},
+		{Endpoint: "tcp://*:5557", ReplayBuffer: -1},
+		{Endpoint: "tcp://*:5557", ReplayBuffer: maxReplayBuffer + 1},
+		{Endpoint: "tcp://*:5557", LoseEvery: -1},
+	} {
+		if pc.Validate() == nil {
+			t.Errorf("accepted %+v", pc)
 		}
 	}
 	for _, bad := range []string{"kv@", "kv@10.0.0.1:8000", "kv@10.0.0.1@m", "x@10.0.0.1:1@m", "kv@10.0.0.1:1@"} {
