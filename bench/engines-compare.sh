@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Routers compared on running engines you start (a third-party simulator,
+# or `saltus sim`), open loop on a Mooncake-format trace: for each load
+# point and router, fresh engines (ENGINE, once per port), the router
+# (saltus serve --policy P with the engines' KV events on
+# --kv-events-listen, or nginx's `hash $request_body consistent`), then
+# `saltus bench --target` replays the trace through it and scrapes the
+# engines. Results: $OUT/x<speed>-<router>/ (report.md, results.json,
+# samples.jsonl) and $OUT/summary.md (TTFT mean, P50, P99, goodput,
+# failed, token hit ratio per router and load point).
+#
+# ENGINE is a command line with {port} where the engine's HTTP port goes;
+# it must serve model $MODEL, publish KV events to {events} (a ZMQ
+# endpoint saltus binds) when it can, and run until killed. E.g., with an
+# llm-d-inference-sim binary you built:
+#
+#   ENGINE='env POD_IP=127.0.0.1 /path/to/llm-d-inference-sim --port {port}
+#     --model sim-llama --force-dummy-tokenizer --enable-kvcache
+#     --kv-cache-size 2048 --block-size 16 --max-model-len 200000
+#     --prefill-overhead 20ms --prefill-time-per-token 80us
+#     --inter-token-latency 5ms --max-num-seqs 5 --zmq-endpoint {events}' \
+#   TRACE=/path/to/conversation_trace.jsonl TRACE_BLOCK=512 \
+#   bench/engines-compare.sh
+#
+# The default ENGINE is `saltus sim` (a100-13b profile, its KV events
+# connecting to {events}). Engines run in real time: a trace window of W
+# seconds at speed S takes W/S seconds per router (plus DRAIN). Run it on
+# a quiet machine: engines that sleep per token answer late when the CPU
+# is busy, and every router then looks overloaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results/engines-compare}
+ENGINES=${ENGINES:-8}
+MODEL=${MODEL:-sim-llama}
+SPEEDS=${SPEEDS:-4 8 16}
+ROUTERS=${ROUTERS:-prefix round_robin least_request body_hash ranvier nginx}
+TRACE=${TRACE:-bench/traces/mooncake-small.jsonl}
+TRACE_BLOCK=${TRACE_BLOCK:-512}
+WINDOW=${WINDOW:-300s}
+DRAIN=${DRAIN:-60s}
+SLO=${SLO:-1s}
+PORT0=${PORT0:-18300} # engines on PORT0+1..; the router on PORT0, its admin on PORT0+99
+EVENTS=tcp://127.0.0.1:$((PORT0 + 98))
+
+. bench/serve-lib.sh # $work with saltus built, $pids, the cleanup
+ENGINE=${ENGINE:-"$work/saltus sim --listen 127.0.0.1:{port} --model $MODEL --profile a100-13b --kv-events --kv-events-endpoint {events} --kv-events-topic kv@127.0.0.1:{port}@$MODEL"}
+mkdir -p "$OUT"
+backends=()
+for i in $(seq 1 "$ENGINES"); do backends+=(--backend "http://127.0.0.1:$((PORT0 + i))"); done
+
+wait_http() { # url: up to 20 s
+  for _ in $(seq 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+  echo "engines-compare: $1 did not answer" >&2
+  return 1
+}
+stop_all() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+  rm -f "$work/nginx.pid"
+}
+
+echo "| load | router | requests | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | goodput (TTFT ≤ $SLO) req/s | token hit ratio |" >"$OUT/summary.md"
+echo "|---|---|--:|--:|--:|--:|--:|--:|--:|" >>"$OUT/summary.md"
+for s in $SPEEDS; do
+  for r in $ROUTERS; do
+    stop_all
+    for i in $(seq 1 "$ENGINES"); do
+      cmd=${ENGINE//\{port\}/$((PORT0 + i))}
+      cmd=${cmd//\{events\}/$EVENTS}
+      $cmd >"$work/engine-$i.log" 2>&1 & pids+=($!)
+    done
+    for i in $(seq 1 "$ENGINES"); do wait_http "http://127.0.0.1:$((PORT0 + i))/v1/models"; done
+    if [ "$r" = nginx ]; then
+      {
+        echo "worker_processes 2; pid $work/nginx.pid; error_log $work/nginx.err; daemon off;"
+        echo "events { worker_connections 4096; }"
+        echo "http { access_log off; client_body_buffer_size 16m; client_max_body_size 16m;"
+        echo " upstream engines { hash \$request_body consistent;"
+        for i in $(seq 1 "$ENGINES"); do echo "  server 127.0.0.1:$((PORT0 + i));"; done
+        echo "  keepalive 64; }"
+        echo " server { listen 127.0.0.1:$PORT0; location / { proxy_pass http://engines; proxy_http_version 1.1;"
+        echo "  proxy_set_header Connection \"\"; proxy_buffering off; proxy_read_timeout 600s; } } }"
+      } >"$work/nginx.conf"
+      nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
+    else
+      "$work/saltus" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
+        --policy "$r" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-x$s-$r.log" 2>&1 & pids+=($!)
+    fi
+    wait_http "http://127.0.0.1:$PORT0/v1/models"
+    echo "engines-compare: x$s $r $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    "$work/saltus" bench --target "http://127.0.0.1:$PORT0" "${backends[@]}" --model "$MODEL" \
+      --workloads "mooncake:$TRACE" --trace-window "$WINDOW" --trace-block "$TRACE_BLOCK" --trace-speeds "$s" \
+      --speedup 1 --drain "$DRAIN" --slo-ttft "$SLO" --overhead-pairs 0 --samples --out "$OUT/x$s-$r" >"$OUT/x$s-$r.log" 2>&1
+    # The run's objective row: | target | requests | failed | mean | p50 | p99 | goodput | hit | ...
+    grep -m1 '^| target |' <(sed -n '/against the TTFT objective/,$p' "$OUT/x$s-$r/report.md") |
+      awk -F'|' -v s="x$s" -v r="$r" '{ printf "| %s | %s |%s|%s|%s|%s|%s|%s|%s|\n", s, r, $3, $4, $5, $6, $7, $8, $9 }' >>"$OUT/summary.md"
+  done
+done
+stop_all
+cat "$OUT/summary.md"
