@@ -53,12 +53,19 @@ wait_http() { # url: up to 20 s
   echo "engines-compare: $1 did not answer" >&2
   return 1
 }
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 stop_all() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  # nginx first, by its master (TERM: its workers go with it; a killed
+  # master would leave them serving the port), then the rest.
   [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   pids=()
   rm -f "$work/nginx.pid"
+  for port in $PORT0 $(seq $((PORT0 + 1)) $((PORT0 + ENGINES))); do
+    for _ in $(seq 100); do port_free "$port" && break; sleep 0.1; done
+    port_free "$port" || { echo "engines-compare: port $port still taken" >&2; exit 1; }
+  done
 }
 
 echo "| load | router | requests | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | goodput (TTFT ≤ $SLO) req/s | token hit ratio |" >"$OUT/summary.md"

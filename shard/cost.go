@@ -263,6 +263,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 	} else {
 		target = settle(s, coldSlack, p.queueWait)
 	}
+	target = noWait(s, target)
 	reason := ReasonHash
 	if pin := indexOf(bs, s.pin); s.pin >= 0 && pin >= 0 && bs[pin].routable && !s.costs[pin].queueing {
 		target, reason = pin, ReasonOverride
@@ -310,6 +311,41 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		}
 	}
 	return d
+}
+
+// noWait is the wait guard (issue 31, item 5: affinity never costs time
+// to first token that a least-loaded choice would have saved): when the
+// choice would wait at its engine for a running slot or for KV room
+// (slotWait, kvWait), and a backend that would wait for neither has a
+// lower estimated TTFT (est) by more than the near-tie tolerance, that
+// one (the least est among them) serves instead. Only these waits count:
+// they last until requests running there end, which a hit cannot win
+// back unless its saved prefill is longer, and the load and evict terms
+// (costs to other requests, over which pick trades) cannot tell an engine
+// whose slots are all taken from a busy one that runs this request at
+// once. Measured on the Mooncake conversation trace with
+// llm-d-inference-sim engines of 5 slots (docs/BENCHMARKS.md): without
+// the guard, requests waited for a slot at holders while engines with a
+// free slot and a lower estimate stood by.
+func noWait(s *scratch, target int) int {
+	t := &s.costs[target]
+	if t.slotWait <= 0 && t.kvWait <= 0 {
+		return target
+	}
+	best := -1
+	for _, sc := range s.scores {
+		c := &s.costs[sc.i]
+		if c.slotWait > 0 || c.kvWait > 0 {
+			continue
+		}
+		if best < 0 || c.est < s.costs[best].est {
+			best = sc.i
+		}
+	}
+	if best < 0 || s.costs[best].est+max(tieRel*s.costs[best].est, tieAbs) >= t.est {
+		return target
+	}
+	return best
 }
 
 // roomOnly leaves out the eligible candidates that would wait for KV room

@@ -778,3 +778,36 @@ func TestCostSlotWait(t *testing.T) {
 		t.Fatalf("below the limit: %+v", d)
 	}
 }
+
+// The wait guard (noWait): a holder whose slots are all taken keeps a
+// prefix only while its wait costs less than the prefill a backend with
+// a free slot would do; the load term (cheap at a hit) does not keep it.
+func TestCostNoWaitGuard(t *testing.T) {
+	t.Parallel()
+	bs := viewFleet(4)
+	for i := range bs {
+		bs[i].inFlight, bs[i].slots, bs[i].service = 3, 4, 2 // a free slot each; 2 s an answer
+	}
+	bs[2].inFlight = 4 // full: this request waits 500 ms for a slot there
+	s := newScratch()
+	s.explain = true
+	// A short prefix (1,280 tokens, a miss 160 ms) held by 2: waiting
+	// there costs more than the miss anywhere else.
+	short := randKeys(rand.New(rand.NewPCG(12, 12)), 80)
+	d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s)
+	if d.Backend == 2 || rowOf(t, d, d.Backend).SlotWait != 0 || !d.Diverted || d.Preferred != 2 {
+		t.Fatalf("short prefix stayed at the full holder: %+v", d)
+	}
+	// A long one (16,384 tokens, a miss 2 s): the wait is worth it.
+	long := randKeys(rand.New(rand.NewPCG(13, 13)), 1024)
+	if d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 1024}}, long, true, &s); d.Backend != 2 {
+		t.Fatalf("long prefix left its full holder: %+v", d)
+	}
+	// Every backend full: the guard has nowhere better; the holder keeps it.
+	for i := range bs {
+		bs[i].inFlight = 4
+	}
+	if d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s); d.Backend != 2 {
+		t.Fatalf("all full: %+v", d)
+	}
+}

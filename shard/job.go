@@ -50,6 +50,7 @@ func (j *job) run() {
 		j.lookup()
 	case stageForward:
 		f := &j.fwd
+		f.cands[0].AddDecided(-1) // finish's: now it counts in flight
 		j.r.shards[j.x.Loop()].up.ForwardOnLoop(j.req, f.body, f.cands, j.x, f.hdr, f.hooks)
 	case stageByID:
 		j.lookupByID()
@@ -553,6 +554,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	// connections and their pipelines; MaxInFlight is checked on arrival),
 	// and its forward must run exactly once.
 	j.fwd.cands, j.fwd.hdr, j.fwd.hooks, j.fwd.body = cands, hdr, h, body
+	cands[0].AddDecided(1) // counted as in flight until run sends it (Backend.Decided)
 	j.stage = stageForward
 	if j.runFn == nil {
 		j.runFn = j.run

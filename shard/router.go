@@ -62,14 +62,15 @@ func (s setUpstream) Loop(i int) upstreamLoop { return s.Set.Loop(i) }
 // of the Router so that tests can give fake backends a load.
 type backendState func(b *backend.Backend) (inFlight int64, routable bool)
 
-// liveState is the fleet's load: this router's requests in flight plus
+// liveState is the fleet's load: this router's requests in flight (those
+// decided and on their way to the loop that sends them included) plus
 // those its cluster peers last reported (zero without a cluster).
 func liveState(b *backend.Backend) (int64, bool) {
 	ok := b.Routable()
 	if ok && b.Limited() {
 		ok = b.Free(time.Now()) // not full lately, under its learned capacity (issue 30)
 	}
-	return b.InFlight() + b.PeerLoad().InFlight, ok
+	return b.InFlight() + b.Decided() + b.PeerLoad().InFlight, ok
 }
 
 // Header names the Router adds to every routed answer.

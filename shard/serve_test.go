@@ -235,6 +235,13 @@ func TestRouterConcurrent(t *testing.T) {
 	if len(byBackend) > 2 {
 		t.Fatalf("two system prompts spread over %d backends: %v", len(byBackend), byBackend)
 	}
+	// Requests decided on their owner's loop and sent from another count
+	// as in flight between the two, and no longer once sent.
+	for _, b := range e.r.up.Snapshot() {
+		if n := b.Decided(); n != 0 {
+			t.Fatalf("%s: %d decided requests never sent", b.Name, n)
+		}
+	}
 }
 
 func TestRouterRoleErrorAndModelsError(t *testing.T) {

@@ -41,6 +41,7 @@ type Backend struct {
 	ctl  *fasthttp.HostClient // probes and /v1/models (requests go through the loop path, loop.go)
 
 	inFlight atomic.Int64 // requests sent and not yet finished
+	decided  atomic.Int64 // requests routed here on another loop, not yet sent (Decided)
 	up       atomic.Bool  // active probes' verdict (starts true)
 	tripped  atomic.Bool  // passive breaker open: not healthy until a probe succeeds
 	draining atomic.Bool  // not routable; in-flight requests finish
@@ -78,6 +79,19 @@ type Backend struct {
 // InFlight is the number of requests sent to b and not yet finished. Any
 // goroutine.
 func (b *Backend) InFlight() int64 { return b.inFlight.Load() }
+
+// Decided is the number of requests routed to b by a loop other than the
+// one that sends them, and not sent yet (the hop between the owner
+// shard's decision and the client loop's forward). The routing policies
+// count them with InFlight: a burst of requests decided on one loop
+// before the first is sent would otherwise all see the same load and
+// herd to one backend. Any goroutine.
+func (b *Backend) Decided() int64 { return b.decided.Load() }
+
+// AddDecided adds delta to Decided: +1 when a request is routed to b on
+// one loop for another to send, −1 when that loop takes it (before it
+// sends). Any goroutine.
+func (b *Backend) AddDecided(delta int64) { b.decided.Add(delta) }
 
 // Healthy reports whether b is up per its health probes and its breaker is
 // not tripped. A draining backend may be healthy; it is not routable. Any
