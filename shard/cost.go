@@ -178,18 +178,10 @@ type Candidate struct {
 // only the Candidates slice (and, for Explain, the Table).
 func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: len(keys)}
-	s.scores = rendezvous(s.scores[:0], bs, keys)
-	if len(s.scores) == 0 {
-		return d
-	}
 	s.costs = s.costs[:0]
 	for range bs {
 		s.costs = append(s.costs, cost{rank: -1})
 	}
-	for r, sc := range s.scores {
-		s.costs[sc.i].rank = r
-	}
-	deep := -1 // the deepest holder (ties: first in rendezvous order)
 	if useTree {
 		for _, h := range hits {
 			i := indexOf(bs, h.Backend)
@@ -200,6 +192,14 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 			c.held = max(c.held, min(h.Blocks, len(keys)))
 		}
 	}
+	s.scores = rendezvous(s.scores[:0], bs, keys[sharedDepth(s, bs, len(keys)):])
+	if len(s.scores) == 0 {
+		return d
+	}
+	for r, sc := range s.scores {
+		s.costs[sc.i].rank = r
+	}
+	deep := -1 // the deepest holder (ties: first in rendezvous order)
 	total := float64(len(keys) * p.blockSize)
 	var sum int64
 	for _, sc := range s.scores {
@@ -309,6 +309,40 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 				EstMS: c.est * 1e3, Footprint: v.foot, Pinned: v.pinned, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
 				Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
 		}
+	}
+	return d
+}
+
+// sharedDepth is how many leading blocks of the request the rendezvous
+// order skips: those at least half the routable backends hold (s.costs'
+// held), a prefix the fleet shares, such as a system prompt every
+// request opens with. The order then comes from what follows, which
+// tells the request's conversation or document from the others: ties
+// between backends that hold the shared part alike, and the cold
+// placement of what follows it, spread over the fleet by conversation,
+// and each conversation's later turns find the same order again. Hashed
+// from the first blocks alone, every request behind one system prompt
+// had the same order and its ties went to one backend (the Mooncake
+// conversation trace opens every request with one shared block:
+// requests per engine 91-127, the most loaded waiting for slots). The
+// rest of the request when it is all shared, its last rendezvousBlocks
+// blocks then.
+func sharedDepth(s *scratch, bs []view, blocks int) int {
+	s.fl = s.fl[:0]
+	n := 0
+	for i := range bs {
+		if bs[i].routable {
+			n++
+			s.fl = append(s.fl, float64(s.costs[i].held))
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	slices.Sort(s.fl)
+	d := int(s.fl[n/2]) // held by ⌈n/2⌉ of them or more
+	if d >= blocks {
+		d = max(blocks-rendezvousBlocks, 0)
 	}
 	return d
 }

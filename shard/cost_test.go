@@ -222,8 +222,10 @@ func TestCostNearTieRendezvous(t *testing.T) {
 		if got := decide(costPolicy, bs, hits, keys, true, &s).Backend; got != first {
 			t.Fatalf("replicas disagree: %d and %d", first, got)
 		}
-		// The tie's winner is the first in rendezvous order.
-		if sc := rendezvous(nil, bs, keys); bs[sc[0].i].id != first {
+		// The tie's winner is the first in rendezvous order; every
+		// backend holds the whole request, so the order comes from its
+		// last rendezvousBlocks blocks (sharedDepth).
+		if sc := rendezvous(nil, bs, keys[len(keys)-rendezvousBlocks:]); bs[sc[0].i].id != first {
 			t.Fatalf("tie went to %d, rendezvous first is %d", first, bs[sc[0].i].id)
 		}
 	}
@@ -809,5 +811,34 @@ func TestCostNoWaitGuard(t *testing.T) {
 	}
 	if d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s); d.Backend != 2 {
 		t.Fatalf("all full: %+v", d)
+	}
+}
+
+// A prefix most of the fleet holds (a system prompt) does not decide the
+// rendezvous order: requests that share it and differ after it spread
+// over the fleet on ties, and one conversation's turns keep one order.
+func TestCostSharedPrefixSpreads(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(21, 21))
+	system := randKeys(r, 8)
+	per := map[int]int{}
+	for c := range 64 {
+		bs := viewFleet(8)
+		var hits []tree.Hit
+		for i := range bs {
+			hits = append(hits, tree.Hit{Backend: i, Blocks: 8}) // every backend holds the system prompt
+		}
+		conv := append(slices.Clone(system), randKeys(r, 24)...)
+		s := newScratch()
+		d := decide(costPolicy, bs, hits, conv, true, &s)
+		per[d.Backend]++
+		// The conversation's next turn, the same fleet: the same backend.
+		next := append(slices.Clone(conv), randKeys(r, 8)...)
+		if d2 := decide(costPolicy, bs, hits, next, true, &s); d2.Backend != d.Backend {
+			t.Fatalf("conversation %d: turn 1 to %d, turn 2 to %d", c, d.Backend, d2.Backend)
+		}
+	}
+	if len(per) < 6 {
+		t.Fatalf("64 conversations behind one system prompt went to %d backends: %v", len(per), per)
 	}
 }
