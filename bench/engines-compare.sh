@@ -62,7 +62,7 @@ stop_all() {
   wait 2>/dev/null || true
   pids=()
   rm -f "$work/nginx.pid"
-  for port in $PORT0 $(seq $((PORT0 + 1)) $((PORT0 + ENGINES))); do
+  for port in $PORT0 $((PORT0 + 98)) $((PORT0 + 99)) $(seq $((PORT0 + 1)) $((PORT0 + ENGINES))); do
     for _ in $(seq 100); do port_free "$port" && break; sleep 0.1; done
     port_free "$port" || { echo "engines-compare: port $port still taken" >&2; exit 1; }
   done
@@ -94,6 +94,7 @@ for s in $SPEEDS; do
     else
       "$work/saltus" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
         --policy "$r" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-x$s-$r.log" 2>&1 & pids+=($!)
+      wait_http "http://127.0.0.1:$((PORT0 + 99))/metrics" # its own admin listener: this saltus, not another
     fi
     wait_http "http://127.0.0.1:$PORT0/v1/models"
     echo "engines-compare: x$s $r $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
