@@ -60,17 +60,8 @@ type kvEngine struct {
 // kvEndpoint is the publisher endpoint of backend b under the settings,
 // "" when b has no KV events.
 func kvEndpoint(b *backend.Backend, list []string, st backendSettings) string {
-	for _, nu := range list {
-		_, u := SplitBackend(nu)
-		if norm, _, _ := backend.ParseURL(u); norm != b.URL {
-			continue
-		}
-		for _, e := range st.kv {
-			who, ep := splitKVEvents(e)
-			if names(nu, who) {
-				return ep
-			}
-		}
+	if ep := namedKV(b, list, st.kv); ep != "" {
+		return ep
 	}
 	if st.kvPort <= 0 {
 		return ""
@@ -86,20 +77,30 @@ func kvEndpoint(b *backend.Backend, list []string, st backendSettings) string {
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(st.kvPort))
 }
 
-// kvReplayEndpoint is the replay endpoint of backend b, whose publisher
-// is at endpoint, under the settings; "" when it has none.
-func kvReplayEndpoint(b *backend.Backend, endpoint string, list []string, st backendSettings) string {
+// namedKV is the endpoint that one of entries (BACKEND=tcp://HOST:PORT,
+// --kv-events or --kv-events-replay) gives backend b, whose name or URL
+// it names among the configured list; "" when none does.
+func namedKV(b *backend.Backend, list, entries []string) string {
 	for _, nu := range list {
 		_, u := SplitBackend(nu)
 		if norm, _, _ := backend.ParseURL(u); norm != b.URL {
 			continue
 		}
-		for _, e := range st.kvReplay {
+		for _, e := range entries {
 			who, ep := splitKVEvents(e)
 			if names(nu, who) {
 				return ep
 			}
 		}
+	}
+	return ""
+}
+
+// kvReplayEndpoint is the replay endpoint of backend b, whose publisher
+// is at endpoint, under the settings; "" when it has none.
+func kvReplayEndpoint(b *backend.Backend, endpoint string, list []string, st backendSettings) string {
+	if ep := namedKV(b, list, st.kvReplay); ep != "" {
+		return ep
 	}
 	if st.kvReplayPort <= 0 {
 		return ""

@@ -59,53 +59,14 @@ func idRange(salt, n int) []int {
 func TestServeKVEvents(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	var (
-		sims  []*vllmsim.Sim
-		names []string
-		byURL = map[string]int{}
-	)
-	for i := range n {
-		s := startSim(t, func(c *vllmsim.Config) {
-			c.Tokenizer, c.ChatTemplate = "", ""
-			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
-			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true,
-				HashForm: []string{"bytes", "int"}[i%2], Encoding: []string{"map", "array"}[i/2]}
-		})
-		sims = append(sims, s)
-		names = append(names, fmt.Sprintf("e%d", i))
-		byURL[s.URL()] = i
-	}
-	s := startServeWith(t, nil, func(c *serveConfig) {
-		c.Tokenizer = ""
+	e := startEvented(t, n, func(i int, k *vllmsim.KVEventsConfig) {
+		k.HashForm, k.Encoding = []string{"bytes", "int"}[i%2], []string{"map", "array"}[i/2]
+	}, func(c *serveConfig, _ *evented) {
 		c.Backend.HealthInterval = 100 * time.Millisecond // a killed engine is found soon
-		for i, sim := range sims {
-			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
-			c.KVEvents = append(c.KVEvents, names[i]+"=tcp://"+sim.KVEventsAddr())
-		}
 	})
-	blocks := func(i int) float64 {
-		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
-	}
-	direct := func(i int, ids []int) {
-		t.Helper()
-		if a := do(t, "POST", sims[i].URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
-			t.Fatalf("engine %d directly: %d %s", i, a.status, a.body)
-		}
-	}
-	// Each subscription is up once the view has seen a batch: until then
-	// (ZMQ's late joiner) an engine's events would be lost, so a warm-up
-	// prompt, a new one each try, goes to each engine until its view
-	// holds blocks.
-	for i := range n {
-		try := 0
-		waitLong(t, fmt.Sprintf("engine %d's view", i), func() bool {
-			if try < 200 {
-				try++
-				direct(i, idRange(1000+i*1000+try, 32))
-			}
-			return blocks(i) > 0
-		})
-	}
+	s, sims, names, byURL := e.s, e.sims, e.names, e.byURL
+	blocks := func(i int) float64 { return e.blocks(t, i) }
+	e.warm(t)
 	// Six long prefixes (32 blocks each), placed directly.
 	prefixes := placeAndRoute(t, s, sims, names, byURL, []int{0, 1, 2, 3, 0, 1})
 	// Engine 0's cache is reset: its view empties, its prefixes match
@@ -438,40 +399,17 @@ func placeAndRoute(t *testing.T, s *served, sims []*vllmsim.Sim, names []string,
 func TestServeKVEventsReplay(t *testing.T) {
 	t.Parallel()
 	const n = 2
-	var (
-		sims  []*vllmsim.Sim
-		names []string
-		byURL = map[string]int{}
-	)
-	for i := range n {
-		s := startSim(t, func(c *vllmsim.Config) {
-			c.Tokenizer, c.ChatTemplate = "", ""
-			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
-			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true,
-				ReplayEndpoint: "tcp://127.0.0.1:0", LoseEvery: 2}
-		})
-		sims = append(sims, s)
-		names = append(names, fmt.Sprintf("e%d", i))
-		byURL[s.URL()] = i
-	}
-	s := startServeWith(t, nil, func(c *serveConfig) {
-		c.Tokenizer = ""
-		for i, sim := range sims {
-			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
-			c.KVEvents = append(c.KVEvents, names[i]+"=tcp://"+sim.KVEventsAddr())
-			c.KVEventsReplay = append(c.KVEventsReplay, names[i]+"=tcp://"+sim.KVEventsReplayAddr())
+	e := startEvented(t, n, func(i int, k *vllmsim.KVEventsConfig) {
+		k.ReplayEndpoint, k.LoseEvery = "tcp://127.0.0.1:0", 2
+	}, func(c *serveConfig, e *evented) {
+		for i, sim := range e.sims {
+			c.KVEventsReplay = append(c.KVEventsReplay, e.names[i]+"=tcp://"+sim.KVEventsReplayAddr())
 		}
 	})
-	blocks := func(i int) float64 {
-		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
-	}
+	s, names, byURL := e.s, e.names, e.byURL
+	blocks := func(i int) float64 { return e.blocks(t, i) }
+	direct := func(i int, ids []int) { t.Helper(); e.direct(t, i, ids) }
 	filler := 0
-	direct := func(i int, ids []int) {
-		t.Helper()
-		if a := do(t, "POST", sims[i].URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
-			t.Fatalf("engine %d directly: %d %s", i, a.status, a.body)
-		}
-	}
 	// A lost batch is replayed when the next one shows the gap: each
 	// wait sends a new short prompt to the engine, which stores blocks.
 	waitBlocks := func(i int, want float64) {
@@ -530,5 +468,76 @@ func TestServeKVEventsReplay(t *testing.T) {
 	}
 	if got := m[`saltus_kvview_resets_total{reason="stale"}`]; got != stale {
 		t.Errorf("stale resets %v → %v: a replayed gap reset a view", stale, got)
+	}
+}
+
+// evented is n simulated engines publishing KV events (bound, for saltus
+// to connect to: --kv-events NAME=ENDPOINT), named e0..e(n-1), behind one
+// saltus. simEdit sets engine i's events beyond Enable, Endpoint and
+// Bind; serveEdit adds to saltus's config (e has the engines).
+type evented struct {
+	s     *served
+	sims  []*vllmsim.Sim
+	names []string
+	byURL map[string]int
+}
+
+func startEvented(t *testing.T, n int, simEdit func(i int, k *vllmsim.KVEventsConfig), serveEdit func(c *serveConfig, e *evented)) *evented {
+	t.Helper()
+	e := &evented{byURL: map[string]int{}}
+	for i := range n {
+		sim := startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
+			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true}
+			if simEdit != nil {
+				simEdit(i, &c.KVEvents)
+			}
+		})
+		e.sims = append(e.sims, sim)
+		e.names = append(e.names, fmt.Sprintf("e%d", i))
+		e.byURL[sim.URL()] = i
+	}
+	e.s = startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		for i, sim := range e.sims {
+			c.Backends = append(c.Backends, e.names[i]+"="+sim.URL())
+			c.KVEvents = append(c.KVEvents, e.names[i]+"=tcp://"+sim.KVEventsAddr())
+		}
+		if serveEdit != nil {
+			serveEdit(c, e)
+		}
+	})
+	return e
+}
+
+// blocks is engine i's view's size.
+func (e *evented) blocks(t *testing.T, i int) float64 {
+	return e.s.metrics(t)[`saltus_kvview_blocks{backend="`+e.names[i]+`"}`]
+}
+
+// direct sends ids to engine i itself, behind saltus's back.
+func (e *evented) direct(t *testing.T, i int, ids []int) {
+	t.Helper()
+	if a := do(t, "POST", e.sims[i].URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
+		t.Fatalf("engine %d directly: %d %s", i, a.status, a.body)
+	}
+}
+
+// warm waits for every subscription: each is up once its view has seen a
+// batch; until then (ZMQ's late joiner) an engine's events would be
+// lost, so a warm-up prompt, a new one each try, goes to each engine
+// until its view holds blocks.
+func (e *evented) warm(t *testing.T) {
+	t.Helper()
+	for i := range e.sims {
+		try := 0
+		waitLong(t, fmt.Sprintf("engine %d's view", i), func() bool {
+			if try < 200 {
+				try++
+				e.direct(t, i, idRange(1000+i*1000+try, 32))
+			}
+			return e.blocks(t, i) > 0
+		})
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/saltus-lb/saltus/bench/vllmsim"
 )
 
 // TestServeKVEventsTruth (issue 31, item 2: engine truth supersedes the
@@ -25,50 +23,13 @@ func TestServeKVEventsTruth(t *testing.T) {
 		n      = 4
 		bridge = 300 * time.Millisecond
 	)
-	var (
-		sims  []*vllmsim.Sim
-		names []string
-		byURL = map[string]int{}
-	)
-	for i := range n {
-		s := startSim(t, func(c *vllmsim.Config) {
-			c.Tokenizer, c.ChatTemplate = "", ""
-			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
-			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true}
-		})
-		sims = append(sims, s)
-		names = append(names, fmt.Sprintf("e%d", i))
-		byURL[s.URL()] = i
-	}
-	s := startServeWith(t, nil, func(c *serveConfig) {
-		c.Tokenizer = ""
-		c.Router.KVEventsBridge = bridge
-		for i, sim := range sims {
-			c.Backends = append(c.Backends, names[i]+"="+sim.URL())
-			c.KVEvents = append(c.KVEvents, names[i]+"=tcp://"+sim.KVEventsAddr())
-		}
-	})
-	blocks := func(i int) float64 {
-		return s.metrics(t)[`saltus_kvview_blocks{backend="`+names[i]+`"}`]
-	}
-	direct := func(i int, ids []int) {
-		t.Helper()
-		if a := do(t, "POST", sims[i].URL()+"/v1/completions", idPrompt(t, ids)); a.status != 200 {
-			t.Fatalf("engine %d directly: %d %s", i, a.status, a.body)
-		}
-	}
+	e := startEvented(t, n, nil, func(c *serveConfig, _ *evented) { c.Router.KVEventsBridge = bridge })
+	s, sims, names, byURL := e.s, e.sims, e.names, e.byURL
+	blocks := func(i int) float64 { return e.blocks(t, i) }
+	direct := func(i int, ids []int) { t.Helper(); e.direct(t, i, ids) }
 	// Every subscription is up (TestServeKVEvents: ZMQ's late joiner),
 	// and every backend evented, once its view has seen a batch.
-	for i := range n {
-		try := 0
-		waitLong(t, fmt.Sprintf("engine %d's view", i), func() bool {
-			if try < 200 {
-				try++
-				direct(i, idRange(1000+i*1000+try, 32))
-			}
-			return blocks(i) > 0
-		})
-	}
+	e.warm(t)
 	explain := func(ids []int) (backend, matched int) {
 		t.Helper()
 		a := s.adm(t, "POST", "/admin/explain?path=/v1/completions", idPrompt(t, ids))
