@@ -63,7 +63,7 @@ stop_all() {
   pids=()
   rm -f "$work/nginx.pid"
   for port in $PORT0 $((PORT0 + 98)) $((PORT0 + 99)) $(seq $((PORT0 + 1)) $((PORT0 + ENGINES))); do
-    for _ in $(seq 100); do port_free "$port" && break; sleep 0.1; done
+    for _ in $(seq 300); do port_free "$port" && break; sleep 0.1; done
     port_free "$port" || { echo "engines-compare: port $port still taken" >&2; exit 1; }
   done
 }
