@@ -451,7 +451,7 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.base = base
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
 	c.kvWait = kvWait(p, v, blocks-c.held, total)
-	c.queue = float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
+	c.queue = (1-v.queueOff)*float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
 	if v.kvCap > 0 {
 		kv = float64(v.kvCap) // the engine's own, scraped
@@ -718,6 +718,7 @@ func costInputs(v *view, b *backend.Backend) {
 	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
 	peer := b.PeerLoad() // the cluster's load, as the in-flight count (liveState)
 	v.pending = b.PendingPrefill() + peer.Prefill
+	v.queueOff = 1 - b.QueueFactor()
 	v.foot, v.pinned = max(b.Footprint(), peer.Footprint), max(b.Pinned(), peer.Pinned)
 	v.slots, v.service = b.Slots(), b.Service().Seconds()
 	if e, ok := b.Engine(); ok {
@@ -848,6 +849,12 @@ func (p *pendingPrefill) release() {
 }
 
 func (p *pendingPrefill) done(o backend.Outcome) { p.release() }
+
+// queued reports whether o is a sample the queue factor may learn from
+// (backend.ObserveQueued): as clean, but sent with prefill pending ahead.
+func (p *pendingPrefill) queued(o backend.Outcome) bool {
+	return p.b != nil && p.ahead > 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
+}
 
 // clean reports whether o is a sample the prefill model may learn from
 // (see pendingPrefill); job.feedback feeds it, with the engine's own

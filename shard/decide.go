@@ -120,19 +120,22 @@ type view struct {
 	// yet answered, the prefill model (base seconds, tokens per second;
 	// zero: the defaults) and the engine's own load when fresh (engine).
 	pending int64
-	base    float64
-	rate    float64
-	engine  bool
-	waiting int64
-	running int64
-	kvUsage float64
-	foot    int64   // b.Footprint(): prompt tokens of the prefixes in use there
-	kvCap   int64   // the engine's KV capacity in tokens when scraped; 0: unknown
-	slots   int64   // b.Slots(): the engine's learned running limit; 0: unknown
-	service float64 // b.Service() in seconds: how long an answer holds a slot; 0: unknown
-	pinned  int64   // b.Pinned(): KV tokens the router's requests in flight there pin
-	shared  bool    // a request of this request's group is in flight there (footprint.go)
-	evented bool    // b.Evented(): its engine's KV events feed the tree (truth.go)
+	// queueOff is 1 − b.QueueFactor(): the share of pending a new
+	// request does not wait for (0 on vLLM, and in tests that leave it).
+	queueOff float64
+	base     float64
+	rate     float64
+	engine   bool
+	waiting  int64
+	running  int64
+	kvUsage  float64
+	foot     int64   // b.Footprint(): prompt tokens of the prefixes in use there
+	kvCap    int64   // the engine's KV capacity in tokens when scraped; 0: unknown
+	slots    int64   // b.Slots(): the engine's learned running limit; 0: unknown
+	service  float64 // b.Service() in seconds: how long an answer holds a slot; 0: unknown
+	pinned   int64   // b.Pinned(): KV tokens the router's requests in flight there pin
+	shared   bool    // a request of this request's group is in flight there (footprint.go)
+	evented  bool    // b.Evented(): its engine's KV events feed the tree (truth.go)
 }
 
 // policyKind is Config.Policy, parsed.

@@ -68,6 +68,65 @@ type prefillState struct {
 	seen    int64
 	work    [prefillWindow]prefillSample // the fit's scratch
 	ys      [prefillWindow]float64
+
+	// The queue factor (ObserveQueued): decayed sums of the least-squares
+	// fit through the origin, under mu; qoff is 1 − the factor, as float
+	// bits (the zero value: a factor of 1, vLLM's, until learned).
+	qxy, qxx float64
+	qn       int64
+	qoff     atomic.Uint64
+}
+
+// The queue factor is the share of the prefill pending at an engine (sent,
+// first token not yet back) that a new request's first token waits for:
+// 1 on vLLM, whose scheduler runs prefills in the order they came within
+// its token budget; near 0 on an engine that prefills its running
+// requests side by side (llm-d-inference-sim's model, or a scheduler
+// with room to spare). It is learned from the streamed answers sent while
+// prefill was pending there: the first token's excess over the prefill
+// model's estimate against the pending prefill's time, fitted through
+// the origin, each sample's weight decaying by queueDecay, clamped to
+// [0, 1]; 1 until queueMinSamples are in. Measured on the Mooncake
+// conversation trace with llm-d-inference-sim engines (docs/BENCHMARKS.md):
+// priced as a full queue, the pending prefill made the prefix policy
+// leave the engine holding a conversation for one that held nothing.
+const (
+	queueDecay      = 0.98 // about the last 50 samples
+	queueMinSamples = 16
+)
+
+// ObserveQueued feeds the queue factor one streamed answer whose request
+// found ahead uncached tokens pending at b when it was sent, computed
+// uncached tokens itself and had its first token after ttfb. Needs a
+// learned prefill model (no sample otherwise). Any goroutine; never
+// blocks (a sample meeting a concurrent one is dropped, counted with
+// ObserveTTFT's).
+func (b *Backend) ObserveQueued(uncached int, ahead int64, ttfb time.Duration) {
+	m := b.Prefill()
+	if uncached < 0 || ahead <= 0 || ttfb <= 0 || m.Samples == 0 {
+		return
+	}
+	p := &b.prefill
+	if !p.mu.TryLock() {
+		p.dropped.Add(1)
+		return
+	}
+	defer p.mu.Unlock()
+	x := float64(ahead) / m.TokensPerSec
+	r := ttfb.Seconds() - m.Base.Seconds() - float64(uncached)/m.TokensPerSec
+	p.qxy = p.qxy*queueDecay + r*x
+	p.qxx = p.qxx*queueDecay + x*x
+	p.qn++
+	if p.qn >= queueMinSamples && p.qxx > 0 {
+		f := min(max(p.qxy/p.qxx, 0), 1)
+		p.qoff.Store(math.Float64bits(1 - f))
+	}
+}
+
+// QueueFactor is the share of b's pending prefill a new request waits
+// for (see queueDecay): 1 until learned. Any goroutine.
+func (b *Backend) QueueFactor() float64 {
+	return 1 - math.Float64frombits(b.prefill.qoff.Load())
 }
 
 // Prefill returns the backend's prefill model: learned, or the defaults

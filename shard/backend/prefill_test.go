@@ -104,3 +104,38 @@ func BenchmarkObserveTTFT(b *testing.B) {
 		be.ObserveTTFT(i%4096, time.Duration(i%4096)*time.Microsecond*100)
 	}
 }
+
+// The queue factor: 1 until learned; an engine whose first tokens wait
+// for the prefill pending ahead (vLLM) stays near 1, one that prefills
+// side by side goes to 0, and one that waits for half of it to ½.
+func TestQueueFactor(t *testing.T) {
+	t.Parallel()
+	for _, want := range []float64{1, 0, 0.5} {
+		var b Backend
+		if f := b.QueueFactor(); f != 1 {
+			t.Fatalf("unlearned: %v", f)
+		}
+		b.ObserveQueued(1000, 4000, time.Second) // no prefill model yet: ignored
+		for i := range 4 * prefillMinSamples {   // TTFT = 20 ms + tokens / 10,000
+			tok := 500 + 100*(i%32)
+			b.ObserveTTFT(tok, 20*time.Millisecond+time.Duration(tok)*100*time.Microsecond)
+		}
+		if m := b.Prefill(); m.Samples == 0 {
+			t.Fatalf("no fit: %+v", m)
+		}
+		for i := range queueMinSamples - 1 {
+			ahead := int64(1000 + 500*(i%8))
+			b.ObserveQueued(800, ahead, 20*time.Millisecond+80*time.Millisecond+time.Duration(want*float64(ahead))*100*time.Microsecond)
+			if f := b.QueueFactor(); f != 1 {
+				t.Fatalf("factor %v after %d samples, before %d", f, i+1, queueMinSamples)
+			}
+		}
+		for i := range 64 {
+			ahead := int64(1000 + 500*(i%8))
+			b.ObserveQueued(800, ahead, 20*time.Millisecond+80*time.Millisecond+time.Duration(want*float64(ahead))*100*time.Microsecond)
+		}
+		if f := b.QueueFactor(); math.Abs(f-want) > 0.05 {
+			t.Fatalf("factor %v, want %v", f, want)
+		}
+	}
+}
