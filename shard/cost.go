@@ -24,7 +24,7 @@ import (
 // every decision and never learn again):
 //
 //	prefill(b) = (T − H(b)) × B / rate(b)            the tokens b must compute
-//	queue(b)   = pending(b) / rate(b)                prefill sent to b, not yet answered
+//	queue(b)   = q(b) × pending(b) / rate(b)         prefill sent to b, not yet answered
 //	           + waiting(b) × (base(b) + T × B / rate(b))
 //	           + slot(b)                             the wait for a running slot
 //	           + kv(b)                               the wait for KV room (kvWait)
@@ -33,6 +33,10 @@ import (
 //	evict(b)   = fill(b) × prefill(b)
 //	cost(b)    = est(b) + load(b) + evict(b)         what the choice compares
 //
+// q(b) is b.QueueFactor(): the share of that pending prefill a new
+// request waits for, learned from the first tokens of requests sent
+// behind it (1, vLLM's, until learned; near 0 on engines that prefill
+// their running requests side by side, backend/prefill.go).
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
 // streamed requests sent to b that have had no first byte yet (added when
 // sent, removed at the first byte or failure: pendingPrefill). waiting(b)
