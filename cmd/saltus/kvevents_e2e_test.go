@@ -367,22 +367,7 @@ func placeAndRoute(t *testing.T, s *served, sims []*vllmsim.Sim, names []string,
 	for i := range sims {
 		waitLong(t, fmt.Sprintf("engine %d's placed blocks in its view", i), func() bool { return blocks(i) >= want[i] })
 	}
-	hits, total := 0, 0
-	for p, h := range holder {
-		for k := range 5 {
-			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
-			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
-			if a.status != 200 {
-				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
-			}
-			total++
-			if byURL[a.backend] == h {
-				hits++
-			} else {
-				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
-			}
-		}
-	}
+	hits, total := routeToHolders(t, s, names, byURL, prefixes, holder)
 	if hits*10 < total*9 {
 		t.Fatalf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
 	}
@@ -435,22 +420,7 @@ func TestServeKVEventsReplay(t *testing.T) {
 		direct(h, prefixes[p])
 		waitBlocks(h, want)
 	}
-	hits, total := 0, 0
-	for p, h := range holder {
-		for k := range 5 {
-			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
-			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
-			if a.status != 200 {
-				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
-			}
-			total++
-			if byURL[a.backend] == h {
-				hits++
-			} else {
-				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
-			}
-		}
-	}
+	hits, total := routeToHolders(t, s, names, byURL, prefixes, holder)
 	if hits*10 < total*9 {
 		t.Errorf("%d of %d requests went to their prefix's holder, want ≥ 90 %%", hits, total)
 	}
@@ -540,4 +510,27 @@ func (e *evented) warm(t *testing.T) {
 			return e.blocks(t, i) > 0
 		})
 	}
+}
+
+// routeToHolders sends 5 requests extending each of prefixes through
+// saltus and counts those answered by the prefix's holder (holder[p],
+// an index into names).
+func routeToHolders(t *testing.T, s *served, names []string, byURL map[string]int, prefixes [][]int, holder []int) (hits, total int) {
+	t.Helper()
+	for p, h := range holder {
+		for k := range 5 {
+			ids := append(append([]int(nil), prefixes[p]...), idRange(100+p*10+k, 20)...)
+			a := do(t, "POST", "http://"+s.addr+"/v1/completions", idPrompt(t, ids))
+			if a.status != 200 {
+				t.Fatalf("prefix %d through saltus: %d %s", p, a.status, a.body)
+			}
+			total++
+			if byURL[a.backend] == h {
+				hits++
+			} else {
+				t.Logf("prefix %d (on %s) went to %s", p, names[h], a.backend)
+			}
+		}
+	}
+	return hits, total
 }

@@ -107,8 +107,7 @@ func (b *Backend) ObserveQueued(uncached int, ahead int64, ttfb time.Duration) {
 		return
 	}
 	p := &b.prefill
-	if !p.mu.TryLock() {
-		p.dropped.Add(1)
+	if !p.lock() {
 		return
 	}
 	defer p.mu.Unlock()
@@ -127,6 +126,16 @@ func (b *Backend) ObserveQueued(uncached int, ahead int64, ttfb time.Duration) {
 // for (see queueDecay): 1 until learned. Any goroutine.
 func (b *Backend) QueueFactor() float64 {
 	return 1 - math.Float64frombits(b.prefill.qoff.Load())
+}
+
+// lock takes mu if it is free; a sample that meets a concurrent one is
+// dropped (counted) rather than waited for.
+func (p *prefillState) lock() bool {
+	if !p.mu.TryLock() {
+		p.dropped.Add(1)
+		return false
+	}
+	return true
 }
 
 // Prefill returns the backend's prefill model: learned, or the defaults
@@ -149,8 +158,7 @@ func (b *Backend) ObserveTTFT(uncached int, ttfb time.Duration) {
 		return
 	}
 	p := &b.prefill
-	if !p.mu.TryLock() {
-		p.dropped.Add(1)
+	if !p.lock() {
 		return
 	}
 	defer p.mu.Unlock()
