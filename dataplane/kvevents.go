@@ -125,51 +125,37 @@ func splitKVEvents(s string) (who, endpoint string) {
 // CheckKVEvents validates "backend=tcp://host:port" entries against the
 // configured backends, and the default port.
 func CheckKVEvents(backends, entries []string, port int) error {
-	var errs []error
-	for i, e := range entries {
-		who, ep := splitKVEvents(e)
-		if who == "" {
-			errs = append(errs, fmt.Errorf("kv-events[%d]: %q: want BACKEND=tcp://HOST:PORT (BACKEND a configured backend's name or URL)", i, e))
-			continue
-		}
-		cfg := kvevents.DefaultConfig()
-		cfg.Endpoint = ep
-		if err := cfg.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("kv-events[%d]: %q: %w", i, e, err))
-			continue
-		}
-		if !configured(backends, who) {
-			errs = append(errs, fmt.Errorf("kv-events[%d]: %q: no configured backend is named %q", i, e, who))
-		}
-	}
-	if port < 0 || port > 65535 {
-		errs = append(errs, fmt.Errorf("kv-events-port: %d: want 0 (off) to 65535", port))
-	}
-	return errors.Join(errs...)
+	return checkKVEntries("kv-events", backends, entries, port, func(c *kvevents.Config, ep string) { c.Endpoint = ep })
 }
 
 // CheckKVEventsReplay validates "backend=tcp://host:port" replay entries
 // against the configured backends, and the default replay port.
 func CheckKVEventsReplay(backends, entries []string, port int) error {
+	return checkKVEntries("kv-events-replay", backends, entries, port, func(c *kvevents.Config, ep string) { c.Endpoint, c.ReplayEndpoint = ep, ep })
+}
+
+// checkKVEntries validates the entries of flag name (each endpoint set
+// into a subscriber config by set, then validated) and its -port.
+func checkKVEntries(name string, backends, entries []string, port int, set func(c *kvevents.Config, ep string)) error {
 	var errs []error
 	for i, e := range entries {
 		who, ep := splitKVEvents(e)
 		if who == "" {
-			errs = append(errs, fmt.Errorf("kv-events-replay[%d]: %q: want BACKEND=tcp://HOST:PORT (BACKEND a configured backend's name or URL)", i, e))
+			errs = append(errs, fmt.Errorf("%s[%d]: %q: want BACKEND=tcp://HOST:PORT (BACKEND a configured backend's name or URL)", name, i, e))
 			continue
 		}
 		cfg := kvevents.DefaultConfig()
-		cfg.Endpoint, cfg.ReplayEndpoint = ep, ep
+		set(&cfg, ep)
 		if err := cfg.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("kv-events-replay[%d]: %q: %w", i, e, err))
+			errs = append(errs, fmt.Errorf("%s[%d]: %q: %w", name, i, e, err))
 			continue
 		}
 		if !configured(backends, who) {
-			errs = append(errs, fmt.Errorf("kv-events-replay[%d]: %q: no configured backend is named %q", i, e, who))
+			errs = append(errs, fmt.Errorf("%s[%d]: %q: no configured backend is named %q", name, i, e, who))
 		}
 	}
 	if port < 0 || port > 65535 {
-		errs = append(errs, fmt.Errorf("kv-events-replay-port: %d: want 0 (off) to 65535", port))
+		errs = append(errs, fmt.Errorf("%s-port: %d: want 0 (off) to 65535", name, port))
 	}
 	return errors.Join(errs...)
 }
