@@ -130,26 +130,16 @@ func TestBenchFleetPlans(t *testing.T) {
 // speedup 50) writes its report, results and plots.
 func TestBenchRun(t *testing.T) {
 	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	code := run([]string{"bench", "--backends", "2", "--users", "4", "--duration", "1500ms", "--speedup", "50",
+	out := benchReport(t, []string{"bench", "--backends", "2", "--users", "4", "--duration", "1500ms", "--speedup", "50",
 		"--policies", "round_robin,prefix", "--workloads", "multiturn", "--overhead-pairs", "5", "--out", dir},
-		strings.NewReader(""), &out, &errb)
-	if code != 0 {
-		t.Fatalf("code %d: %s\n%s", code, out.String(), errb.String())
-	}
+		"| round_robin |", "| prefix |", "saltus bench --backends 2")
 	for _, f := range []string{"report.md", "results.json", "multiturn_ttft_cdf.png", "multiturn_hit_ratio.png", "multiturn_ttft_p99.png", "multiturn_load.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, s := range []string{"| round_robin |", "| prefix |", "saltus bench --backends 2"} {
-		if !strings.Contains(string(md), s) {
-			t.Errorf("report.md lacks %q:\n%s", s, md)
-		}
-	}
-	if !strings.Contains(out.String(), "wrote ") {
-		t.Errorf("stdout: %s", out.String())
+	if !strings.Contains(out, "wrote ") {
+		t.Errorf("stdout: %s", out)
 	}
 }
 
@@ -158,28 +148,14 @@ func TestBenchRun(t *testing.T) {
 // priorities and tenants under overload, with the users raised so that
 // arrivals stay open loop.
 func TestBenchSaturation(t *testing.T) {
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	code := run([]string{"bench", "--workloads", "saturation", "--backends", "2", "--max-num-seqs", "1", "--max-waiting", "1",
+	out := benchReport(t, []string{"bench", "--workloads", "saturation", "--backends", "2", "--max-num-seqs", "1", "--max-waiting", "1",
 		"--overload-status", "429", "--max-tokens", "20", "--rate", "20", "--speedup", "20", "--duration", "1500ms", "--drain", "1s",
-		"--policies", "prefix", "--overhead-pairs", "0", "--out", dir},
-		strings.NewReader(""), &out, &errb)
-	if code != 0 {
-		t.Fatalf("code %d: %s\n%s", code, out.String(), errb.String())
-	}
-	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"### saturation under overload", "| prefix | priority -10 |", "| prefix | priority 10 |",
+		"--policies", "prefix", "--overhead-pairs", "0", "--out", t.TempDir()},
+		"### saturation under overload", "| prefix | priority -10 |", "| prefix | priority 10 |",
 		"| prefix | tenant small |", "| prefix | tenant big |", "latency p50 priority -10 / 10", "| users | 256 |",
-		"| saturation arrivals | 20 a second of simulated time (400 real)"} {
-		if !strings.Contains(string(md), s) {
-			t.Errorf("report.md lacks %q:\n%s", s, md)
-		}
-	}
-	if !strings.Contains(out.String(), "saturation under overload") {
-		t.Errorf("stdout lacks the overload table: %s", out.String())
+		"| saturation arrivals | 20 a second of simulated time (400 real)")
+	if !strings.Contains(out, "saturation under overload") {
+		t.Errorf("stdout lacks the overload table: %s", out)
 	}
 }
 
@@ -190,23 +166,10 @@ func TestBenchSaturation(t *testing.T) {
 // compared with the engines' cached tokens.
 func TestBenchMooncake(t *testing.T) {
 	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	code := run([]string{"bench", "--workloads", "mooncake:../../bench/traces/mooncake-small.jsonl", "--trace-requests", "40", "--trace-speeds", "8,16",
+	benchReport(t, []string{"bench", "--workloads", "mooncake:../../bench/traces/mooncake-small.jsonl", "--trace-requests", "40", "--trace-speeds", "8,16",
 		"--backends", "2", "--speedup", "50", "--policies", "round_robin,prefix", "--overhead-pairs", "0", "--samples", "--out", dir},
-		strings.NewReader(""), &out, &errb)
-	if code != 0 {
-		t.Fatalf("code %d: %s\n%s", code, out.String(), errb.String())
-	}
-	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"## mooncake-x8", "## mooncake-x16", "### mooncake-x8 against the TTFT objective", "### mooncake-x16 against the TTFT objective",
-		"goodput (TTFT ≤ 1s)", "| round_robin | 40 | 0 |", "| prefix | 40 | 0 |", "| users | 256 |", "| trace replay | open loop at the trace's arrival times sped up 8,16×"} {
-		if !strings.Contains(string(md), s) {
-			t.Errorf("report.md lacks %q:\n%s", s, md)
-		}
-	}
+		"## mooncake-x8", "## mooncake-x16", "### mooncake-x8 against the TTFT objective", "### mooncake-x16 against the TTFT objective",
+		"goodput (TTFT ≤ 1s)", "| round_robin | 40 | 0 |", "| prefix | 40 | 0 |", "| users | 256 |", "| trace replay | open loop at the trace's arrival times sped up 8,16×")
 	var rep struct {
 		Runs []bench.Summary `json:"runs"`
 	}
@@ -249,4 +212,25 @@ func TestBenchMooncake(t *testing.T) {
 			t.Errorf("%s %s: %d output tokens, want the trace's %d", r.Workload, r.Policy, r.OutputTokens, sum)
 		}
 	}
+}
+
+// benchReport runs saltus with args (a bench whose --out is given), fails
+// the test unless it exits 0, and checks that its report.md contains
+// each of want. It returns what it wrote to stdout.
+func benchReport(t *testing.T, args []string, want ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(args, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("code %d: %s\n%s", code, out.String(), errb.String())
+	}
+	md, err := os.ReadFile(filepath.Join(args[slices.Index(args, "--out")+1], "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("report.md lacks %q:\n%s", s, md)
+		}
+	}
+	return out.String()
 }
