@@ -19,7 +19,8 @@ import (
 // leading blocks the tree says b holds (its hit, capped at T), B the block
 // size in tokens, n(b) its requests in flight, and base(b), rate(b) its
 // prefill model (b.Prefill(): learned from observed TTFTs,
-// backend/prefill.go; the defaults until learned; kept within fleetTrust
+// backend/prefill.go; until b has its own, the fleet's pooled fit
+// (backend.Fleet), the defaults before that; kept within fleetTrust
 // of the fleet's median, so one bad fit cannot price a backend out of
 // every decision and never learn again):
 //
@@ -35,17 +36,19 @@ import (
 //
 // q(b) is b.QueueFactor(): the share of that pending prefill a new
 // request waits for, learned from the first tokens of requests sent
-// behind it (1, vLLM's, until learned; near 0 on engines that prefill
-// their running requests side by side, backend/prefill.go).
+// behind it (until learned by b or, pooled, by its fleet: 1, vLLM's;
+// near 0 on engines that prefill their running requests side by side,
+// backend/prefill.go).
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
 // streamed requests sent to b that have had no first byte yet (added when
 // sent, removed at the first byte or failure: pendingPrefill). waiting(b)
 // is the engine's own vllm:num_requests_waiting when scraped and fresh
 // (b.Engine()), or the in-flight count above S(b) if more; each is
 // priced as one request like this one, fully uncached. S(b), the requests
-// b runs at once, is the engine's limit learned from the scrape (b.Slots:
-// what it runs while it reports requests waiting, vLLM's --max-num-seqs or
-// its KV room) or Concurrency. When n(b) ≥ S(b) or requests wait, this
+// b runs at once, is the engine's limit learned from the scrape (b.Slots,
+// else the fleet's, learned the same way from every engine's scrape: what
+// it runs while it reports requests waiting, vLLM's --max-num-seqs or its
+// KV room) or Concurrency. When n(b) ≥ S(b) or requests wait, this
 // request waits for a slot too: slot(b) = (waiting(b) + 1) × service(b) /
 // R(b), service(b) being how long b takes to answer a request whole
 // (b.Service, a running average of its 2xx answers) and R(b) the requests

@@ -59,6 +59,9 @@ func (b *Backend) Engine() (EngineLoad, bool) {
 func (b *Backend) SetEngine(l EngineLoad) {
 	b.engine.load.Store(&l)
 	b.learnSlots(l)
+	if b.fleet != nil {
+		b.fleet.learnSlots(l)
+	}
 }
 
 // engineState's slot and service-time learning (the prefix policy's wait
@@ -92,9 +95,37 @@ const (
 // serviceWeight is the weight of a new sample in the service average.
 const serviceWeight = 0.05
 
-// Slots returns the engine's learned concurrent-request limit, 0 if not
-// learned. Any goroutine.
-func (b *Backend) Slots() int64 { return b.engine.slots.Load() }
+// Slots returns the engine's learned concurrent-request limit, else its
+// fleet's (Fleet: the same learning over every backend's scrapes), 0 if
+// neither is learned. Any goroutine.
+func (b *Backend) Slots() int64 {
+	if n := b.engine.slots.Load(); n > 0 || b.fleet == nil {
+		return n
+	}
+	return b.fleet.slots.Load()
+}
+
+// learnSlots is learnSlots over the scrapes of every backend of the
+// fleet: their most running while requests wait, seen slotsSeen times, is
+// the fleet's limit; one seen running more clears it (a fleet of unlike
+// engines has no one limit; each then learns its own). Any goroutine.
+func (f *Fleet) learnSlots(l EngineLoad) {
+	f.slotMu.Lock()
+	defer f.slotMu.Unlock()
+	if l.Running > f.runMax {
+		f.runMax, f.slotSeen = l.Running, 0
+		if s := f.slots.Load(); s > 0 && l.Running > s {
+			f.slots.Store(0)
+		}
+	}
+	if l.Waiting <= 0 || l.Running <= 0 || l.Running < f.runMax || l.KVUsage >= slotsKVRoom {
+		return
+	}
+	f.slotSeen++
+	if f.slotSeen >= slotsSeen {
+		f.slots.Store(l.Running)
+	}
+}
 
 // Service returns the backend's running average time to answer a request
 // whole, 0 until observed. Any goroutine.

@@ -75,6 +75,7 @@ type prefillState struct {
 	qxy, qxx float64
 	qn       int64
 	qoff     atomic.Uint64
+	qset     atomic.Bool // the factor is learned (queueMinSamples in)
 }
 
 // The queue factor is the share of the prefill pending at an engine (sent,
@@ -98,34 +99,66 @@ const (
 // ObserveQueued feeds the queue factor one streamed answer whose request
 // found ahead uncached tokens pending at b when it was sent, computed
 // uncached tokens itself and had its first token after ttfb. Needs a
-// learned prefill model (no sample otherwise). Any goroutine; never
-// blocks (a sample meeting a concurrent one is dropped, counted with
-// ObserveTTFT's).
+// prefill model learned by b or its fleet (no sample otherwise). The
+// sample feeds b's own fit and the fleet's (the prior of backends that
+// have not learned theirs). Any goroutine; never blocks (a sample meeting
+// a concurrent one is dropped, counted with ObserveTTFT's).
 func (b *Backend) ObserveQueued(uncached int, ahead int64, ttfb time.Duration) {
 	m := b.Prefill()
 	if uncached < 0 || ahead <= 0 || ttfb <= 0 || m.Samples == 0 {
 		return
 	}
-	p := &b.prefill
+	x := float64(ahead) / m.TokensPerSec
+	r := ttfb.Seconds() - m.Base.Seconds() - float64(uncached)/m.TokensPerSec
+	b.prefill.observeQueued(x, r)
+	if b.fleet != nil {
+		b.fleet.observeQueued(x, r)
+	}
+}
+
+// observeQueued adds one sample (x: the pending prefill's time, r: the
+// first token's excess over the model) to p's queue fit.
+func (p *prefillState) observeQueued(x, r float64) {
 	if !p.lock() {
 		return
 	}
 	defer p.mu.Unlock()
-	x := float64(ahead) / m.TokensPerSec
-	r := ttfb.Seconds() - m.Base.Seconds() - float64(uncached)/m.TokensPerSec
 	p.qxy = p.qxy*queueDecay + r*x
 	p.qxx = p.qxx*queueDecay + x*x
 	p.qn++
 	if p.qn >= queueMinSamples && p.qxx > 0 {
 		f := min(max(p.qxy/p.qxx, 0), 1)
 		p.qoff.Store(math.Float64bits(1 - f))
+		p.qset.Store(true)
 	}
 }
 
 // QueueFactor is the share of b's pending prefill a new request waits
-// for (see queueDecay): 1 until learned. Any goroutine.
+// for (see queueDecay): b's own once learned, else its fleet's once
+// learned, else 1. Any goroutine.
 func (b *Backend) QueueFactor() float64 {
-	return 1 - math.Float64frombits(b.prefill.qoff.Load())
+	p := &b.prefill
+	if !p.qset.Load() && b.fleet != nil && b.fleet.qset.Load() {
+		p = &b.fleet.prefillState
+	}
+	return 1 - math.Float64frombits(p.qoff.Load())
+}
+
+// Fleet pools the prefill and queue-factor samples and the scraped slot
+// limits of every backend of a Set: the prior of a backend that has not
+// yet learned its own model, factor or limit (each needs
+// prefillMinSamples, queueMinSamples or slotsSeen of its own). The engines of one fleet are nearly always alike, and the
+// pooled fit has its samples N times sooner on N backends: on the
+// Mooncake conversation trace at ×4 with 8 llm-d-inference-sim engines,
+// the last engine learned its own factor some 35 s into a 75 s run, and
+// until then the prefix policy priced the prefill pending there as a
+// queue these engines do not have (docs/BENCHMARKS.md). Its memory is one
+// backend's fit (a fixed ring).
+type Fleet struct {
+	prefillState
+	slots            atomic.Int64 // the fleet's learned limit (engine.go); 0: none
+	slotMu           sync.Mutex   // guards runMax, slotSeen (the scrapers of every backend)
+	runMax, slotSeen int64
 }
 
 // lock takes mu if it is free; a sample that meets a concurrent one is
@@ -144,6 +177,11 @@ func (b *Backend) Prefill() PrefillModel {
 	if m := b.prefill.model.Load(); m != nil {
 		return *m
 	}
+	if b.fleet != nil {
+		if m := b.fleet.model.Load(); m != nil {
+			return *m
+		}
+	}
 	return PrefillModel{Base: DefaultPrefillBase, TokensPerSec: DefaultPrefillTokensPerSec}
 }
 
@@ -157,22 +195,39 @@ func (b *Backend) ObserveTTFT(uncached int, ttfb time.Duration) {
 	if uncached < 0 || ttfb <= 0 {
 		return
 	}
-	p := &b.prefill
+	smp := prefillSample{tokens: float64(uncached), secs: ttfb.Seconds()}
+	b.prefill.observe(smp, b.Prefill().TokensPerSec)
+	if b.fleet != nil {
+		b.fleet.observe(smp, b.fleet.rate())
+	}
+}
+
+// observe adds one sample to p's ring and refits every prefillRefit
+// samples once prefillMinSamples are in; rate is the one kept when the
+// window's tokens do not spread.
+func (p *prefillState) observe(smp prefillSample, rate float64) {
 	if !p.lock() {
 		return
 	}
 	defer p.mu.Unlock()
-	p.ring[p.next] = prefillSample{tokens: float64(uncached), secs: ttfb.Seconds()}
+	p.ring[p.next] = smp
 	p.next = (p.next + 1) % prefillWindow
 	p.n = min(p.n+1, prefillWindow)
 	p.seen++
 	if p.n < prefillMinSamples || p.seen%prefillRefit != 0 {
 		return
 	}
-	prev := b.Prefill()
-	m := fitPrefill(p.ring[:p.n], p.work[:0], p.ys[:0], prev.TokensPerSec)
+	m := fitPrefill(p.ring[:p.n], p.work[:0], p.ys[:0], rate)
 	m.Samples = p.seen
 	p.model.Store(&m)
+}
+
+// rate is p's learned prefill rate, the default until learned.
+func (p *prefillState) rate() float64 {
+	if m := p.model.Load(); m != nil {
+		return m.TokensPerSec
+	}
+	return DefaultPrefillTokensPerSec
 }
 
 // fitPrefill is the resistant line over samples (see the constants);

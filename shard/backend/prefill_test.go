@@ -139,3 +139,49 @@ func TestQueueFactor(t *testing.T) {
 		}
 	}
 }
+
+// The fleet's pooled fit is the prior of a backend that has not learned
+// its own: another backend's samples teach it the prefill model, the
+// queue factor and the slot limit; its own samples then take over; an
+// engine seen running more than the fleet's limit clears that limit.
+func TestFleetPriors(t *testing.T) {
+	t.Parallel()
+	s, _ := testSet(t, nil)
+	a, b := mustAdd(t, s, "http://127.0.0.1:1"), mustAdd(t, s, "http://127.0.0.1:2")
+	if m := b.Prefill(); m.Samples != 0 || b.QueueFactor() != 1 || b.Slots() != 0 {
+		t.Fatalf("nothing learned: %+v, factor %v, slots %d", m, b.QueueFactor(), b.Slots())
+	}
+	for i := range 4 * prefillMinSamples { // a: TTFT = 20 ms + tokens / 10,000
+		tok := 500 + 100*(i%32)
+		a.ObserveTTFT(tok, 20*time.Millisecond+time.Duration(tok)*100*time.Microsecond)
+	}
+	if m := b.Prefill(); m.Samples == 0 || math.Abs(m.TokensPerSec-10000) > 500 {
+		t.Fatalf("b's prior after a's samples: %+v, want a's fit (10,000 tokens/s)", m)
+	}
+	for i := range 4 * queueMinSamples { // a prefills side by side: factor 0
+		a.ObserveQueued(800, int64(1000+500*(i%8)), 100*time.Millisecond)
+	}
+	if f := b.QueueFactor(); f > 0.05 {
+		t.Fatalf("b's queue factor after a's samples: %v, want a's (0)", f)
+	}
+	for i := range 4 * prefillMinSamples { // b's own: 5,000 tokens/s
+		tok := 500 + 100*(i%32)
+		b.ObserveTTFT(tok, 20*time.Millisecond+time.Duration(tok)*200*time.Microsecond)
+	}
+	if m := b.Prefill(); math.Abs(m.TokensPerSec-5000) > 250 {
+		t.Fatalf("b's own fit: %+v, want 5,000 tokens/s", m)
+	}
+	for range slotsSeen {
+		a.SetEngine(EngineLoad{Running: 5, Waiting: 2, KVUsage: 0.2, Until: time.Now().Add(time.Hour)})
+	}
+	if got := b.Slots(); got != 5 {
+		t.Fatalf("b's slots after a's scrapes at 5: %d, want the fleet's 5", got)
+	}
+	b.SetEngine(EngineLoad{Running: 8, KVUsage: 0.2, Until: time.Now().Add(time.Hour)})
+	if got := b.Slots(); got != 0 {
+		t.Fatalf("b runs 8: slots %d, want the fleet's 5 cleared", got)
+	}
+	if got := a.Slots(); got != 5 {
+		t.Fatalf("a's own limit: %d, want 5", got)
+	}
+}

@@ -57,6 +57,7 @@ type Backend struct {
 
 	engine    engineState  // the engine's own load, when scraped (engine.go)
 	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
+	fleet     *Fleet       // the Set's pooled fit, b's prior until it learns its own (prefill.go); nil: none
 	peer      peerLoad     // peer routers' load on it (peer.go)
 	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
 	fullSoft  atomic.Int64 // the fullUntil of the last mark without the engine's Retry-After (engine.go: slotFreed)
@@ -227,6 +228,7 @@ type Set struct {
 	inFlight     atomic.Int64 // requests in flight on the loop path (bounded by cfg.MaxInFlight)
 	closed       atomic.Bool
 	idPrefix     string // random per Set: generated X-Request-IDs are prefix-loop-seq (loop.go)
+	fleet        *Fleet // every backend's pooled prefill fit, their prior (prefill.go)
 
 	connMu sync.Mutex                // guards conns
 	conns  map[*trackedConn]struct{} // every open upstream connection
@@ -275,6 +277,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		ms:       set,
 		stops:    make(map[int]context.CancelFunc),
 		conns:    make(map[*trackedConn]struct{}),
+		fleet:    new(Fleet),
 		proxies:  rules.NewGroup(context.Background()),
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
@@ -464,7 +467,7 @@ func (s *Set) addNamed(name, rawURL string, models []string) (*Backend, error) {
 	if name == "" {
 		name = "backend-" + strconv.Itoa(s.nextID)
 	}
-	b := &Backend{ID: s.nextID, URL: norm, Name: name, Identity: ident, Key: IdentityKey(ident), host: hostport, wake: make(chan struct{}, 1)}
+	b := &Backend{ID: s.nextID, URL: norm, Name: name, Identity: ident, Key: IdentityKey(ident), host: hostport, wake: make(chan struct{}, 1), fleet: s.fleet}
 	if strings.HasPrefix(norm, "https://") {
 		b.tls = s.clientTLS(hostport)
 	}
