@@ -51,7 +51,8 @@ import (
 // KV room) or Concurrency. When n(b) ≥ S(b) or requests wait, this
 // request waits for a slot too: slot(b) = (waiting(b) + 1) × service(b) /
 // R(b), service(b) being how long b takes to answer a request whole
-// (b.Service, a running average of its 2xx answers) and R(b) the requests
+// (b.Service, a running average of how long its 2xx answers held a
+// slot: job.slotHold) and R(b) the requests
 // it runs (the engine's running count while it reports requests waiting,
 // for a slot or for KV room, else S(b)): one of them ends every
 // service/R on average. On engines of 4 slots (the third-party

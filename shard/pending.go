@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"time"
+
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/gossip/wire"
@@ -98,9 +100,36 @@ func (j *job) settle(o backend.Outcome) {
 		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
 	}
 	if o.Backend != nil && o.Err == nil && o.Retries == 0 && o.Status >= 200 && o.Status < 300 {
-		o.Backend.ObserveService(o.Total) // how long an answer holds a slot (cost.go's slot wait)
+		o.Backend.ObserveService(j.slotHold(o)) // how long an answer holds a slot (cost.go's slot wait)
 	}
 	j.feedback(o)
+}
+
+// slotHold is how long o's request held a running slot at its engine:
+// from the start of its prefill to its last byte. An engine that runs its
+// slots full keeps a new request waiting, with no slot, until one frees;
+// that wait is in the first token's time, not in the slot's. For a
+// streamed answer it is the whole time less the first token's, plus the
+// prefill the request needed (the backend's prefill model for the
+// uncached tokens predicted, at most the first token's time); an answer
+// read whole tells no first token, and its whole time counts. Counting
+// the waits (as this did first) made a saturated engine's slot wait
+// grow with its own queue: on the Mooncake conversation trace at ×16
+// with 8 llm-d-inference-sim engines, service times of 10-12 s for
+// answers that ran 2 s, and slot waits priced at 60-85 s where requests
+// waited 15 s, by which the choice followed that noise rather than the
+// queues (docs/BENCHMARKS.md).
+func (j *job) slotHold(o backend.Outcome) time.Duration {
+	if o.FirstData <= 0 || o.FirstData > o.Total {
+		return o.Total
+	}
+	m := o.Backend.Prefill()
+	uncached := 0
+	if j.prefill.b == o.Backend {
+		uncached = int(j.prefill.tokens)
+	}
+	prefill := m.Base + time.Duration(float64(uncached)/m.TokensPerSec*float64(time.Second))
+	return o.Total - o.FirstData + min(prefill, o.FirstData)
 }
 
 // demote removes backend's holder from j's chain beyond keep, on the owner

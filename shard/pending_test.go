@@ -415,3 +415,29 @@ func TestPinnedFollowsRequests(t *testing.T) {
 		}
 	}
 }
+
+// A slot is held from the prefill's start to the last byte: a streamed
+// answer's wait before its prefill (in its first token's time) is not
+// counted; an answer read whole counts whole.
+func TestSlotHold(t *testing.T) {
+	t.Parallel()
+	b := &backend.Backend{} // the default prefill model: 20 ms + 8,000 tokens/s
+	j := &job{}
+	j.prefill.b, j.prefill.tokens = b, 800 // a prefill of 120 ms
+	for _, c := range []struct {
+		total, first, want time.Duration
+	}{
+		{3 * time.Second, 2 * time.Second, 1120 * time.Millisecond}, // waited 1.88 s for a slot
+		{3 * time.Second, 50 * time.Millisecond, 3 * time.Second},   // the first token beat the model: all of it
+		{3 * time.Second, 0, 3 * time.Second},                       // read whole
+	} {
+		o := backend.Outcome{Backend: b, Total: c.total, FirstData: c.first}
+		if got := j.slotHold(o); got != c.want {
+			t.Errorf("total %v, first token %v: hold %v, want %v", c.total, c.first, got, c.want)
+		}
+	}
+	other := &backend.Backend{} // retried elsewhere: no prediction there, the base only
+	if got := j.slotHold(backend.Outcome{Backend: other, Total: 3 * time.Second, FirstData: 2 * time.Second}); got != 1020*time.Millisecond {
+		t.Errorf("another backend: hold %v, want 1.02s", got)
+	}
+}
