@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Routers compared on running engines you start (a third-party simulator,
-# or `saltus sim`), open loop on a Mooncake-format trace: for each load
-# point and router, fresh engines (ENGINE, once per port), the router
-# (saltus serve --policy P with the engines' KV events on
-# --kv-events-listen, or nginx's `hash $request_body consistent`), then
-# `saltus bench --target` replays the trace through it and scrapes the
-# engines. Results: $OUT/x<speed>-<router>/ (report.md, results.json,
+# or `saltus sim`): for each workload, load point and router, fresh
+# engines (ENGINE, once per port), the router (saltus serve --policy P
+# with the engines' KV events on --kv-events-listen, nginx's `hash
+# $request_body consistent`, or a router command of yours), then `saltus
+# bench --target` drives the workload through it and scrapes the engines.
+# Results: $OUT/<workload>-x<speed>-<router>/ (report.md, results.json,
 # samples.jsonl) and $OUT/summary.md (TTFT mean, P50, P99, goodput,
-# failed, token hit ratio per router and load point).
+# failed, token hit ratio per workload, router and load point).
+#
+# WORKLOADS (comma-separated) are `saltus bench --workloads` names: a
+# Mooncake-format trace (mooncake:FILE, the default with TRACE), replayed
+# open loop on its own arrival times at each speed-up of SPEEDS; or a
+# synthetic workload (rag, multiturn, hotspot, manydocs, ...), closed loop
+# with USERS users for DURATION, once (SPEEDS does not apply).
 #
 # ENGINE is a command line with {port} where the engine's HTTP port goes;
 # it must serve model $MODEL, publish KV events to {events} (a ZMQ
@@ -22,6 +28,15 @@
 #   TRACE=/path/to/conversation_trace.jsonl TRACE_BLOCK=512 \
 #   bench/engines-compare.sh
 #
+# ROUTERS names saltus policies, nginx, or routers of yours: a name R
+# whose command line is in the variable ROUTER_R, with {port} (where it
+# listens), {backends} (the engines' URLs, comma-separated) and {model};
+# it must run until killed. E.g. vLLM production-stack's router:
+#
+#   ROUTERS='prefix nginx pstack' \
+#   ROUTER_pstack='python3 -m vllm_router.app --port {port} --service-discovery static
+#     --static-backends {backends} --static-models ... --routing-logic prefixaware'
+#
 # The default ENGINE is `saltus sim` (a100-13b profile, its KV events
 # connecting to {events}). Engines run in real time: a trace window of W
 # seconds at speed S takes W/S seconds per router (plus DRAIN). Run it on
@@ -35,6 +50,9 @@ MODEL=${MODEL:-sim-llama}
 SPEEDS=${SPEEDS:-4 8 16}
 ROUTERS=${ROUTERS:-prefix round_robin least_request body_hash ranvier nginx}
 TRACE=${TRACE:-bench/traces/mooncake-small.jsonl}
+WORKLOADS=${WORKLOADS:-mooncake:$TRACE}
+USERS=${USERS:-30}
+DURATION=${DURATION:-60s}
 TRACE_BLOCK=${TRACE_BLOCK:-512}
 WINDOW=${WINDOW:-300s}
 DRAIN=${DRAIN:-60s}
@@ -46,7 +64,11 @@ EVENTS=tcp://127.0.0.1:$((PORT0 + 98))
 ENGINE=${ENGINE:-"$work/saltus sim --listen 127.0.0.1:{port} --model $MODEL --profile a100-13b --kv-events --kv-events-endpoint {events} --kv-events-topic kv@127.0.0.1:{port}@$MODEL"}
 mkdir -p "$OUT"
 backends=()
-for i in $(seq 1 "$ENGINES"); do backends+=(--backend "http://127.0.0.1:$((PORT0 + i))"); done
+urls=()
+for i in $(seq 1 "$ENGINES"); do
+  backends+=(--backend "http://127.0.0.1:$((PORT0 + i))")
+  urls+=("http://127.0.0.1:$((PORT0 + i))")
+done
 
 wait_http() { # url: up to 20 s
   for _ in $(seq 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
@@ -57,7 +79,11 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 stop_all() {
   # nginx first, by its master (TERM: its workers go with it; a killed
   # master would leave them serving the port), then the rest.
-  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  if [ -f "$work/nginx.pid" ]; then
+    np=$(cat "$work/nginx.pid")
+    kill "$np" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$np" 2>/dev/null || break; sleep 0.1; done
+  fi
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   pids=()
@@ -68,42 +94,58 @@ stop_all() {
   done
 }
 
-echo "| load | router | requests | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | goodput (TTFT ≤ $SLO) req/s | token hit ratio |" >"$OUT/summary.md"
-echo "|---|---|--:|--:|--:|--:|--:|--:|--:|" >>"$OUT/summary.md"
-for s in $SPEEDS; do
-  for r in $ROUTERS; do
-    stop_all
-    for i in $(seq 1 "$ENGINES"); do
-      cmd=${ENGINE//\{port\}/$((PORT0 + i))}
-      cmd=${cmd//\{events\}/$EVENTS}
-      $cmd >"$work/engine-$i.log" 2>&1 & pids+=($!)
+echo "| workload | load | router | requests | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | goodput (TTFT ≤ $SLO) req/s | token hit ratio |" >"$OUT/summary.md"
+echo "|---|---|---|--:|--:|--:|--:|--:|--:|--:|" >>"$OUT/summary.md"
+start_router() { # router: nginx, a saltus policy, or ROUTER_<router>'s command
+  local r=$1 var="ROUTER_$1"
+  if [ -n "${!var:-}" ]; then
+    local cmd=${!var//\{port\}/$PORT0}
+    cmd=${cmd//\{backends\}/$(IFS=,; echo "${urls[*]}")}
+    cmd=${cmd//\{model\}/$MODEL}
+    $cmd >"$OUT/router-$run.log" 2>&1 & pids+=($!)
+  elif [ "$r" = nginx ]; then
+    {
+      echo "worker_processes 2; pid $work/nginx.pid; error_log $work/nginx.err; daemon off;"
+      echo "events { worker_connections 4096; }"
+      echo "http { access_log off; client_body_buffer_size 16m; client_max_body_size 16m;"
+      echo " upstream engines { hash \$request_body consistent;"
+      for u in "${urls[@]}"; do echo "  server ${u#http://};"; done
+      echo "  keepalive 64; }"
+      echo " server { listen 127.0.0.1:$PORT0; location / { proxy_pass http://engines; proxy_http_version 1.1;"
+      echo "  proxy_set_header Connection \"\"; proxy_buffering off; proxy_read_timeout 600s; } } }"
+    } >"$work/nginx.conf"
+    nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
+  else
+    "$work/saltus" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
+      --policy "$r" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-$run.log" 2>&1 & pids+=($!)
+    wait_http "http://127.0.0.1:$((PORT0 + 99))/metrics" # its own admin listener: this saltus, not another
+  fi
+}
+for wl in ${WORKLOADS//,/ }; do
+  name=${wl%%:*}
+  speeds=1
+  [[ $wl == mooncake:* ]] && speeds=$SPEEDS
+  for s in $speeds; do
+    for r in $ROUTERS; do
+      run=$name-x$s-$r
+      stop_all
+      for i in $(seq 1 "$ENGINES"); do
+        cmd=${ENGINE//\{port\}/$((PORT0 + i))}
+        cmd=${cmd//\{events\}/$EVENTS}
+        $cmd >"$work/engine-$i.log" 2>&1 & pids+=($!)
+      done
+      for u in "${urls[@]}"; do wait_http "$u/v1/models"; done
+      start_router "$r"
+      wait_http "http://127.0.0.1:$PORT0/v1/models"
+      echo "engines-compare: $run $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+      "$work/saltus" bench --target "http://127.0.0.1:$PORT0" "${backends[@]}" --model "$MODEL" \
+        --workloads "$wl" --trace-window "$WINDOW" --trace-block "$TRACE_BLOCK" --trace-speeds "$s" \
+        --users "$USERS" --duration "$DURATION" \
+        --speedup 1 --drain "$DRAIN" --slo-ttft "$SLO" --overhead-pairs 0 --samples --out "$OUT/$run" >"$OUT/$run.log" 2>&1
+      # The run's objective row: | target | requests | failed | mean | p50 | p99 | goodput | hit | ...
+      grep -m1 '^| target |' <(sed -n '/against the TTFT objective/,$p' "$OUT/$run/report.md") |
+        awk -F'|' -v w="$name" -v s="x$s" -v r="$r" '{ printf "| %s | %s | %s |%s|%s|%s|%s|%s|%s|%s|\n", w, s, r, $3, $4, $5, $6, $7, $8, $9 }' >>"$OUT/summary.md"
     done
-    for i in $(seq 1 "$ENGINES"); do wait_http "http://127.0.0.1:$((PORT0 + i))/v1/models"; done
-    if [ "$r" = nginx ]; then
-      {
-        echo "worker_processes 2; pid $work/nginx.pid; error_log $work/nginx.err; daemon off;"
-        echo "events { worker_connections 4096; }"
-        echo "http { access_log off; client_body_buffer_size 16m; client_max_body_size 16m;"
-        echo " upstream engines { hash \$request_body consistent;"
-        for i in $(seq 1 "$ENGINES"); do echo "  server 127.0.0.1:$((PORT0 + i));"; done
-        echo "  keepalive 64; }"
-        echo " server { listen 127.0.0.1:$PORT0; location / { proxy_pass http://engines; proxy_http_version 1.1;"
-        echo "  proxy_set_header Connection \"\"; proxy_buffering off; proxy_read_timeout 600s; } } }"
-      } >"$work/nginx.conf"
-      nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
-    else
-      "$work/saltus" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
-        --policy "$r" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-x$s-$r.log" 2>&1 & pids+=($!)
-      wait_http "http://127.0.0.1:$((PORT0 + 99))/metrics" # its own admin listener: this saltus, not another
-    fi
-    wait_http "http://127.0.0.1:$PORT0/v1/models"
-    echo "engines-compare: x$s $r $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    "$work/saltus" bench --target "http://127.0.0.1:$PORT0" "${backends[@]}" --model "$MODEL" \
-      --workloads "mooncake:$TRACE" --trace-window "$WINDOW" --trace-block "$TRACE_BLOCK" --trace-speeds "$s" \
-      --speedup 1 --drain "$DRAIN" --slo-ttft "$SLO" --overhead-pairs 0 --samples --out "$OUT/x$s-$r" >"$OUT/x$s-$r.log" 2>&1
-    # The run's objective row: | target | requests | failed | mean | p50 | p99 | goodput | hit | ...
-    grep -m1 '^| target |' <(sed -n '/against the TTFT objective/,$p' "$OUT/x$s-$r/report.md") |
-      awk -F'|' -v s="x$s" -v r="$r" '{ printf "| %s | %s |%s|%s|%s|%s|%s|%s|%s|\n", s, r, $3, $4, $5, $6, $7, $8, $9 }' >>"$OUT/summary.md"
   done
 done
 stop_all
