@@ -73,9 +73,10 @@ func (b *Backend) SetEngine(l EngineLoad) {
 // on slotsSeen scrapes, is at its limit (vLLM's --max-num-seqs); seen
 // running more, what was learned is cleared. 0: not learned.
 //
-// Service is a running average of how long the backend takes to answer a
-// request whole (sent → last byte, 2xx, first try): how long a request
-// holds a slot, so how long one waiting for a slot waits. An
+// Service is a running average of how long the backend's answers held a
+// running slot (2xx, first try; the caller's measure: the prefix policy
+// feeds the time from the prefill's start to the last byte, shard's
+// job.slotHold), so how long one waiting for a slot waits. An
 // exponentially weighted mean, weight serviceWeight per sample, so it
 // follows a workload whose answers get longer or shorter within tens of
 // requests; 0 until observed.
@@ -127,8 +128,8 @@ func (f *Fleet) learnSlots(l EngineLoad) {
 	}
 }
 
-// Service returns the backend's running average time to answer a request
-// whole, 0 until observed. Any goroutine.
+// Service returns the backend's running average time an answer holds a
+// slot, 0 until observed. Any goroutine.
 func (b *Backend) Service() time.Duration { return time.Duration(b.engine.service.Load()) }
 
 // learnSlots updates Slots from one scrape's load. The scraper is the
@@ -153,7 +154,8 @@ func (b *Backend) learnSlots(l EngineLoad) {
 	}
 }
 
-// ObserveService feeds Service one answer's duration (2xx, first try).
+// ObserveService feeds Service how long one answer held its slot (2xx,
+// first try).
 // Lock-free: concurrent samples each land (compare-and-swap). Any
 // goroutine.
 func (b *Backend) ObserveService(d time.Duration) {

@@ -147,8 +147,9 @@ func (b *Backend) QueueFactor() float64 {
 // Fleet pools the prefill and queue-factor samples and the scraped slot
 // limits of every backend of a Set: the prior of a backend that has not
 // yet learned its own model, factor or limit (each needs
-// prefillMinSamples, queueMinSamples or slotsSeen of its own). The engines of one fleet are nearly always alike, and the
-// pooled fit has its samples N times sooner on N backends: on the
+// prefillMinSamples, queueMinSamples or slotsSeen of its own). The
+// engines of one fleet are nearly always alike, and the pooled fit has
+// its samples N times sooner on N backends: on the
 // Mooncake conversation trace at ×4 with 8 llm-d-inference-sim engines,
 // the last engine learned its own factor some 35 s into a 75 s run, and
 // until then the prefix policy priced the prefill pending there as a
