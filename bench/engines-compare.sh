@@ -123,8 +123,8 @@ start_router() { # router: nginx, a saltus policy, or ROUTER_<router>'s command
 }
 for wl in ${WORKLOADS//,/ }; do
   name=${wl%%:*}
-  speeds=1
-  [[ $wl == mooncake:* ]] && speeds=$SPEEDS
+  speeds=1 shape=(--users "$USERS" --duration "$DURATION") # closed loop; a trace sets its own
+  [[ $wl == mooncake:* ]] && speeds=$SPEEDS shape=()
   for s in $speeds; do
     for r in $ROUTERS; do
       run=$name-x$s-$r
@@ -140,7 +140,7 @@ for wl in ${WORKLOADS//,/ }; do
       echo "engines-compare: $run $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
       "$work/saltus" bench --target "http://127.0.0.1:$PORT0" "${backends[@]}" --model "$MODEL" \
         --workloads "$wl" --trace-window "$WINDOW" --trace-block "$TRACE_BLOCK" --trace-speeds "$s" \
-        --users "$USERS" --duration "$DURATION" \
+        "${shape[@]}" \
         --speedup 1 --drain "$DRAIN" --slo-ttft "$SLO" --overhead-pairs 0 --samples --out "$OUT/$run" >"$OUT/$run.log" 2>&1
       # The run's objective row: | target | requests | failed | mean | p50 | p99 | goodput | hit | ...
       grep -m1 '^| target |' <(sed -n '/against the TTFT objective/,$p' "$OUT/$run/report.md") |
