@@ -96,10 +96,12 @@ import (
 //   - every holder is queueing (a hot prefix): the holders and one
 //     newcomer, chosen among the backends that hold nothing as a cold
 //     prefix's backend is (settle); those that would wait for KV room
-//     drop out while another would not (roomOnly: that wait lasts until
-//     running requests end, which the estimate cannot tell well; on
-//     manydocs, 60 s runs, P99 TTFT 744 and 788 ms with the rule, 1,011
-//     without, the router's own KV account in both); the least cost wins, so a copy is made
+//     drop out while another would not and is estimated no slower than
+//     they would be with that wait at its bound, a whole service
+//     (roomOnly: that wait lasts until running requests end, which the
+//     estimate cannot tell well; on manydocs, 60 s runs, P99 TTFT 744 and
+//     788 ms with the rule, 1,011 without, the router's own KV account in
+//     both); the least cost wins, so a copy is made
 //     only when the holders' load outweighs the newcomer's miss, the
 //     stall it causes there and what it evicts, and requests then spread
 //     over the holders by cost. Holders not used age out of the tree
@@ -149,6 +151,7 @@ type cost struct {
 	base, queue, prefill float64
 	slotWait             float64 // part of queue: the wait for a running slot
 	kvWait               float64 // part of queue: the wait for KV room
+	kvBound              float64 // est with kvWait at its bound, one whole service (roomOnly)
 	est                  float64
 	load, evict          float64
 	cmp                  float64 // est + load + evict: what pick compares
@@ -391,22 +394,29 @@ func noWait(s *scratch, target int) int {
 }
 
 // roomOnly leaves out the eligible candidates that would wait for KV room
-// when another eligible one would not. Such a wait is not priced well
-// enough to be traded against a miss: it lasts until enough running
-// requests end, and requests that start together end together.
+// while an eligible one that would not has an estimate no greater than
+// theirs with that wait at its bound (kvBound: one whole service, the
+// longest kvWait prices). Such a wait is not priced well enough to be
+// traded against a miss: it lasts until enough running requests end, and
+// requests that start together end together. Left out whatever the
+// alternative's estimate (as this rule first was), the candidates with
+// room took every request while the others waited for it: on the
+// Mooncake conversation trace at ×16 with 8 llm-d-inference-sim engines,
+// the engines serving short prompts never lacked room, and queued
+// requests for 17-19 s while the others' estimates, KV wait included,
+// were 6-10 s (P99 TTFT 1.30× least request's; docs/BENCHMARKS.md).
 func roomOnly(s *scratch) {
-	room := false
+	best := -1 // the least estimate among the eligible with room
 	for _, sc := range s.scores {
-		if c := &s.costs[sc.i]; c.eligible && c.kvWait == 0 {
-			room = true
-			break
+		if c := &s.costs[sc.i]; c.eligible && c.kvWait == 0 && (best < 0 || c.est < s.costs[best].est) {
+			best = sc.i
 		}
 	}
-	if !room {
+	if best < 0 {
 		return
 	}
 	for _, sc := range s.scores {
-		if c := &s.costs[sc.i]; c.kvWait > 0 {
+		if c := &s.costs[sc.i]; c.kvWait > 0 && c.kvBound >= s.costs[best].est {
 			c.eligible = false
 		}
 	}
@@ -461,6 +471,10 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.kvWait = kvWait(p, v, blocks-c.held, total)
 	c.queue = (1-v.queueOff)*float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
+	c.kvBound = c.est
+	if c.kvWait > 0 {
+		c.kvBound += max(v.service-c.kvWait, 0)
+	}
 	if v.kvCap > 0 {
 		kv = float64(v.kvCap) // the engine's own, scraped
 	}

@@ -179,6 +179,40 @@ func TestCostKVWait(t *testing.T) {
 	}
 }
 
+// The wait for KV room is not trusted against a miss, but it is not
+// worth any wait either: a candidate that would wait for room stays
+// eligible when the candidates with room are estimated slower than its
+// estimate with that wait at its bound (one whole service). Engines that
+// never lack room, all slots taken with a long queue, do not take every
+// request while the others wait a little for room.
+func TestCostRoomOnlyBounded(t *testing.T) {
+	t.Parallel()
+	bs := viewFleet(2)
+	for i := range bs {
+		bs[i].base, bs[i].rate, bs[i].service = 0.010, 1000, 2
+		bs[i].engine, bs[i].kvCap, bs[i].running, bs[i].slots = true, 16000, 5, 5
+	}
+	bs[0].kvUsage, bs[0].inFlight = 0.95, 5                    // slots full, no queue; a wait for room of 0.8 s
+	bs[1].kvUsage, bs[1].inFlight, bs[1].waiting = 0.1, 30, 25 // room, but 25 queued for its slots
+	keys := randKeys(rand.New(rand.NewPCG(4, 4)), 250)         // 4,000 tokens
+	hits := []tree.Hit{{Backend: 0, Blocks: 10}, {Backend: 1, Blocks: 10}}
+	s := newScratch()
+	s.explain = true
+	d := decide(costPolicy, bs, hits, keys, true, &s)
+	if r := rowOf(t, d, 0); !near(r.KVWait, 800) {
+		t.Fatalf("setup: backend 0 should wait 0.8 s for room: %+v", r)
+	}
+	if d.Backend != 0 {
+		t.Errorf("went to %d (est %v ms), behind its 25 queued, over a wait for room (est %v ms)", d.Backend, rowOf(t, d, 1).EstMS, rowOf(t, d, 0).EstMS)
+	}
+	// With the queue gone, room wins again, though its miss costs more
+	// than the priced wait.
+	bs[1].inFlight, bs[1].waiting = 2, 0
+	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
+		t.Errorf("went to %d, which waits for room, over a backend with room and a free slot", d.Backend)
+	}
+}
+
 // A holder that is not queueing is never skipped for one that holds
 // less, however much cheaper that one looks.
 func TestCostNotQueueingNeverSkipped(t *testing.T) {
