@@ -25,8 +25,8 @@ import (
 // every decision and never learn again):
 //
 //	prefill(b) = (T − H(b)) × B / rate(b)            the tokens b must compute
-//	queue(b)   = q(b) × pending(b) / rate(b)         prefill sent to b, not yet answered
-//	           + waiting(b) × (base(b) + T × B / rate(b))
+//	queue(b)   = q(b) × (pending(b) / rate(b)        prefill sent to b, not yet answered
+//	             + waiting(b) × (base(b) + T × B / rate(b)))
 //	           + slot(b)                             the wait for a running slot
 //	           + kv(b)                               the wait for KV room (kvWait)
 //	est(b)     = base(b) + queue(b) + prefill(b)     the estimated TTFT
@@ -34,9 +34,10 @@ import (
 //	evict(b)   = fill(b) × prefill(b)
 //	cost(b)    = est(b) + load(b) + evict(b)         what the choice compares
 //
-// q(b) is b.QueueFactor(): the share of that pending prefill a new
-// request waits for, learned from the first tokens of requests sent
-// behind it (until learned by b or, pooled, by its fleet: 1, vLLM's;
+// q(b) is b.QueueFactor(): the share of the prefill ahead a new request
+// waits for, learned from the first tokens of requests sent behind
+// pending prefill while a running slot was free (pendingPrefill.slot;
+// until learned by b or, pooled, by its fleet: 1, vLLM's;
 // near 0 on engines that prefill their running requests side by side,
 // backend/prefill.go).
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
@@ -469,7 +470,8 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	c.base = base
 	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
 	c.kvWait = kvWait(p, v, blocks-c.held, total)
-	c.queue = (1-v.queueOff)*float64(max(v.pending, 0))/rate + float64(waiting)*(base+total/rate) + c.slotWait + c.kvWait
+	q := 1 - v.queueOff // the share of the prefill ahead this request waits for
+	c.queue = q*(float64(max(v.pending, 0))/rate+float64(waiting)*(base+total/rate)) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
 	c.kvBound = c.est
 	if c.kvWait > 0 {
@@ -847,6 +849,14 @@ type pendingPrefill struct {
 	tokens int64            // the request's predicted uncached tokens
 	ahead  int64            // b's pending prefill when it was sent
 	held   bool             // tokens are still in b's PendingPrefill
+	// slot: b had a free running slot when it was sent (its learned
+	// limit above its in-flight count, or no limit learned). Only such
+	// requests teach the queue factor (queued): one that waited for a
+	// slot waited for an answer to end, which slot(b) prices; at
+	// saturation that wait grows with the prefill pending, and the factor
+	// learned from it counted the wait twice (Mooncake ×16:
+	// docs/BENCHMARKS.md).
+	slot bool
 }
 
 func (p *pendingPrefill) add(d Decision, snap []*backend.Backend, blockSize int) {
@@ -857,6 +867,8 @@ func (p *pendingPrefill) add(d Decision, snap []*backend.Backend, blockSize int)
 	p.b = snap[i]
 	p.tokens = int64((d.TotalBlocks - d.MatchedBlocks) * blockSize)
 	p.ahead = max(p.b.PendingPrefill(), 0)
+	n := p.b.Slots()
+	p.slot = n <= 0 || p.b.InFlight() < n
 	if p.tokens > 0 {
 		p.b.AddPendingPrefill(p.tokens)
 		p.held = true
@@ -875,7 +887,7 @@ func (p *pendingPrefill) done(o backend.Outcome) { p.release() }
 // queued reports whether o is a sample the queue factor may learn from
 // (backend.ObserveQueued): as clean, but sent with prefill pending ahead.
 func (p *pendingPrefill) queued(o backend.Outcome) bool {
-	return p.b != nil && p.ahead > 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
+	return p.b != nil && p.ahead > 0 && p.slot && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
 }
 
 // clean reports whether o is a sample the prefill model may learn from

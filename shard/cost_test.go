@@ -60,6 +60,13 @@ func TestCostEstimateTerms(t *testing.T) {
 	if r2.Held != 0 || !near(r2.PrefillMS, full*1e3) || !near(r2.QueueMS, 3*(10+full*1e3)) || !r2.Queueing || !near(r2.BaseMS, 10) {
 		t.Errorf("engine waiting: %+v", r2)
 	}
+	// An engine that prefills side by side (queue factor 0) keeps none of
+	// this request waiting for the prefill of those waiting there.
+	bs[2].queueOff = 1
+	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 2); !near(r.QueueMS, 0) {
+		t.Errorf("waiting, queue factor 0: %+v", r)
+	}
+	bs[2].queueOff = 0
 	// All holders queue: the holders and one newcomer (2, the only one)
 	// compete on cost = est + load + evict. 1's four requests in flight
 	// cost 4 × (500 tokens / 1000 tokens/s) = 2 s of load: 0 wins on its

@@ -441,3 +441,36 @@ func TestSlotHold(t *testing.T) {
 		t.Errorf("another backend: hold %v, want 1.02s", got)
 	}
 }
+
+// The queue factor learns only from requests sent with a free slot: one
+// that waited for a slot waited for an answer to end (the slot wait), not
+// for the prefill ahead.
+func TestQueuedNeedsFreeSlot(t *testing.T) {
+	t.Parallel()
+	b := &backend.Backend{}
+	o := backend.Outcome{Backend: b, Status: 200, Total: time.Second, FirstData: 500 * time.Millisecond}
+	var p pendingPrefill
+	p.add(Decision{Backend: 0, TotalBlocks: 10}, []*backend.Backend{b}, 16)
+	if !p.slot {
+		t.Fatal("no slot limit learned: the slot counts as free")
+	}
+	p.ahead = 1000
+	if !p.queued(o) {
+		t.Error("sent behind pending prefill with a free slot: not a sample")
+	}
+	p.slot = false
+	if p.queued(o) {
+		t.Error("sent with every slot taken: a sample")
+	}
+	for range 3 { // the engine runs 1 while requests wait: its limit
+		b.SetEngine(backend.EngineLoad{Running: 1, Waiting: 1, KVUsage: 0.1, Until: time.Now().Add(time.Hour)})
+	}
+	if b.Slots() != 1 {
+		t.Fatalf("slots %d, want 1", b.Slots())
+	}
+	var q pendingPrefill
+	q.add(Decision{Backend: 0, TotalBlocks: 10}, []*backend.Backend{b}, 16)
+	if !q.slot {
+		t.Error("nothing in flight under a limit of 1: the slot counts as taken")
+	}
+}
