@@ -87,7 +87,7 @@ func (f *LocalFleet) WaitKVEvents(ctx context.Context, routers ...*Saltus) error
 	if !f.KVEvents {
 		return nil
 	}
-	c := &http.Client{Timeout: kvResetTimeout}
+	c := &http.Client{Transport: &http.Transport{}, Timeout: kvResetTimeout}
 	defer c.CloseIdleConnections()
 	deadline := time.NewTimer(kvWait)
 	defer deadline.Stop()
@@ -132,8 +132,7 @@ func resetPrefixCache(ctx context.Context, c *http.Client, engine string) error 
 		return fmt.Errorf("kv events: cannot ask %s to publish: %w", engine, err)
 	}
 	defer resp.Body.Close()
-	// Read for the connection's reuse; the answer's text does not matter.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // for the connection's reuse; the text does not matter
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("kv events: %s answered POST /reset_prefix_cache with status %d", engine, resp.StatusCode)
 	}
@@ -162,22 +161,28 @@ func (r routerSet) KVEventsStored() int64 {
 // storedEvents sums s's saltus_kvevents_events_total{type="BlockStored"}
 // over its subscriptions.
 func storedEvents(s *Saltus) int64 {
+	return int64(sumSeries(s, "saltus_kvevents_events_total", promtext.Label{Name: "type", Value: "BlockStored"}))
+}
+
+// sumSeries sums the series of family in s's metrics that have label
+// (any series when label is the zero Label).
+func sumSeries(s *Saltus, family string, label promtext.Label) float64 {
 	var b bytes.Buffer
 	s.Metrics.WritePrometheus(&b)
 	var n float64
 	for l := range strings.SplitSeq(b.String(), "\n") {
-		if !strings.HasPrefix(l, "saltus_kvevents_events_total{") {
+		if !strings.HasPrefix(l, family+"{") && !strings.HasPrefix(l, family+" ") {
 			continue
 		}
 		_, labels, v, err := promtext.SplitSample(l)
 		if err != nil {
 			continue // cannot happen: VictoriaMetrics/metrics writes valid samples
 		}
-		if slices.Contains(labels, promtext.Label{Name: "type", Value: "BlockStored"}) {
+		if label == (promtext.Label{}) || slices.Contains(labels, label) {
 			n += v
 		}
 	}
-	return int64(n)
+	return n
 }
 
 // kvCounter is a router Closer that counts its KV events (routerSet).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/internal/promtext"
 )
 
 // kvTestFleet is two routers' fleet of byte-block engines at speedup 20
@@ -42,7 +43,7 @@ func postIDs(t *testing.T, router, model string, ids []int) string {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	c := &http.Client{}
+	c := &http.Client{Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
 	resp, err := c.Do(req)
 	if err != nil {
@@ -111,6 +112,19 @@ func TestLocalFleetKVEvents(t *testing.T) {
 	}
 	if n := rs.KVEventsStored(); n < 2 {
 		t.Errorf("KVEventsStored %d, want at least one per router", n)
+	}
+	// Each router's exact view maps the engine's 4 blocks to route keys
+	// (seeded by the engine's one model): nothing unusable.
+	for i, s := range rs.saltus {
+		for sumSeries(s, "saltus_kvview_blocks", promtext.Label{}) < 4 {
+			if time.Now().After(deadline) {
+				t.Fatalf("router %d: view maps %v blocks, want 4", i, sumSeries(s, "saltus_kvview_blocks", promtext.Label{}))
+			}
+			time.Sleep(20 * time.Millisecond) // polling a condition, bounded by the deadline
+		}
+		if n := sumSeries(s, "saltus_kvview_unusable_total", promtext.Label{}); n != 0 {
+			t.Errorf("router %d: %v events unusable", i, n)
+		}
 	}
 }
 

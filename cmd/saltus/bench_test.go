@@ -308,9 +308,9 @@ func TestBenchKVEvents(t *testing.T) {
 			t.Fatalf("%s: results.json: %d runs, %v", tc.flag, len(rep.Runs), err)
 		}
 		if r := rep.Runs[0]; (r.KVEventsStored > 0) != tc.on {
-			t.Errorf("%s: saltus received %d BlockStored events", tc.flag, r.KVEventsStored)
+			t.Errorf("%q: saltus received %d BlockStored events", tc.flag, r.KVEventsStored)
 		} else {
-			t.Logf("%s: saltus received %d BlockStored events; token hit ratio %.3f", tc.flag, r.KVEventsStored, r.TokenHitRatio)
+			t.Logf("%q: saltus received %d BlockStored events; token hit ratio %.3f", tc.flag, r.KVEventsStored, r.TokenHitRatio)
 		}
 	}
 }
