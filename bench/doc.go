@@ -60,6 +60,17 @@
 // reported (the share within a block, the tokens predicted but not
 // cached and cached but not predicted).
 //
+// # KV events
+//
+// A LocalFleet with KVEvents (`saltus bench --kv-events`, on by default
+// when saltus keys prompts as the engines do) has each simulated engine
+// publish its KV-cache events and each router of a run subscribe to
+// every engine (the connect wiring, dataplane.Config.KVEvents), so
+// policies prefix and ranvier route by what the engines confirm; a run
+// starts once every router has heard every engine (WaitKVEvents), and
+// Summary.KVEventsStored counts the BlockStored events the routers
+// received. kvevents.go.
+//
 // # Goroutines
 //
 // Every goroutine runs in a rules.Group and ends with its call: Load's

@@ -26,12 +26,22 @@ type LocalFleet struct {
 	// Routers > 1 starts that many routers per run in a cluster (gossip
 	// on loopback), the load spread over them in turn.
 	Routers int
+	// KVEvents wires the engines' KV-cache events into the routers
+	// (kvevents.go): each engine publishes them as vLLM does, each
+	// router subscribes to every engine. Policies prefix and ranvier then
+	// route by what the engines confirm; exact only when saltus keys
+	// prompts as the engines do (a tokenizer, or token-id prompts).
+	KVEvents bool
 
 	// served is each started engine's served names by URL, from its
 	// config (what ServedModels answers). Written by StartEngines, read
 	// by ServedModels: the benchmark starts and measures one run at a
 	// time.
 	served map[string][]string
+	// kvEndpoints is each started engine's KV-event publisher
+	// (tcp://HOST:PORT) by URL, with KVEvents; written by StartEngines,
+	// read by RouterConfig, as served.
+	kvEndpoints map[string]string
 }
 
 type closers []func(context.Context) error
@@ -53,11 +63,15 @@ func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
 	var urls []string
 	var cs closers
 	f.served = map[string][]string{}
+	f.kvEndpoints = map[string]string{}
 	for i := range n {
 		cfg := f.Sim
 		cfg.Seed += int64(i) // engines answer differently; each is deterministic
 		if f.Layout != nil {
 			f.Layout.Engines[i].apply(&cfg)
+		}
+		if f.KVEvents {
+			cfg.KVEvents = kvEventsConfig(cfg.KVEvents)
 		}
 		s, err := vllmsim.New(cfg, f.Logger)
 		if err == nil {
@@ -70,6 +84,9 @@ func (f *LocalFleet) StartEngines(n int) ([]string, Closer, error) {
 		cs = append(cs, s.Close)
 		urls = append(urls, s.URL())
 		f.served[s.URL()] = servedNames(&cfg)
+		if f.KVEvents {
+			f.kvEndpoints[s.URL()] = "tcp://" + s.KVEventsAddr()
+		}
 	}
 	return urls, cs, nil
 }
@@ -83,16 +100,22 @@ func (f *LocalFleet) ServedModels(context.Context, []string) (map[string][]strin
 
 // StartRouter starts saltus with policy over backends on a loopback port,
 // or Routers of them in a cluster (each on its own loopback ports, every
-// one joining the first), and returns once every router sees them all.
+// one joining the first), and returns once every router sees them all
+// and, with KVEvents, has heard every engine's events (WaitKVEvents).
+// The Closer also counts the routers' KV events (KVEventsStored).
 func (f *LocalFleet) StartRouter(policy string, backends []string) ([]string, Closer, error) {
 	n := max(f.Routers, 1)
 	var urls []string
 	var cs closers
+	var started []*Saltus
 	var nodes []*gossip.Node
 	var seed string
 	for i := range n {
-		cfg := f.Serve
-		cfg.Reactor.Listen, cfg.Backends, cfg.Router.Policy = "127.0.0.1:0", backends, policy
+		cfg, err := f.RouterConfig(policy, backends)
+		if err != nil {
+			_ = cs.Close(context.Background()) // the config's error is the one to report
+			return nil, nil, fmt.Errorf("router %d: %w", i, err)
+		}
 		if n > 1 {
 			cfg.Cluster.Bind = "127.0.0.1:0"
 			cfg.Cluster.NodeName = fmt.Sprintf("router-%d", i)
@@ -106,6 +129,7 @@ func (f *LocalFleet) StartRouter(policy string, backends []string) ([]string, Cl
 			return nil, nil, fmt.Errorf("router %d: %w", i, err)
 		}
 		cs = append(cs, s.Close)
+		started = append(started, s)
 		urls = append(urls, "http://"+s.Addr)
 		if c := s.path.Cluster; c != nil {
 			nodes = append(nodes, c)
@@ -114,11 +138,15 @@ func (f *LocalFleet) StartRouter(policy string, backends []string) ([]string, Cl
 			}
 		}
 	}
-	if err := waitMembers(nodes, n); err != nil {
+	err := waitMembers(nodes, n)
+	if err == nil {
+		err = f.WaitKVEvents(context.Background(), started...)
+	}
+	if err != nil {
 		_ = cs.Close(context.Background()) // the wait's error is the one to report
 		return nil, nil, err
 	}
-	return urls, cs, nil
+	return urls, routerSet{closers: cs, saltus: started}, nil
 }
 
 // clusterWait bounds how long a benchmark's routers take to meet.

@@ -127,6 +127,9 @@ func Run(ctx context.Context, cfg RunConfig, fleet Fleet) (*Report, error) {
 					}
 					fmt.Fprintln(cfg.Log)
 				}
+				if sum.KVEventsStored > 0 {
+					fmt.Fprintf(cfg.Log, "    saltus received %d BlockStored KV events from the engines\n", sum.KVEventsStored)
+				}
 				for _, m := range sortedKeys(sum.Models) {
 					x := sum.Models[m]
 					fmt.Fprintf(cfg.Log, "    %-14s %5d requests %3d non-200 %3d on a wrong engine  404 by saltus %d, by an engine %d  hit ratio %.3f\n",
@@ -161,6 +164,9 @@ func runOne(ctx context.Context, cfg RunConfig, fleet Fleet, wl Workload, policy
 	}, wl)
 	sum := Summarize(wl.Name(), policy, urls, samples)
 	sum.Fleet = cfg.Fleet
+	if k, ok := router.(kvCounter); ok {
+		sum.KVEventsStored = k.KVEventsStored() // before the deferred Close
+	}
 	if cfg.SLO > 0 {
 		slo := SummarizeSLO(samples, cfg.SLO, sum.Duration, cfg.RouteBlock)
 		sum.SLO = &slo

@@ -110,6 +110,10 @@ type Summary struct {
 	// router's predictions with the engines' cached tokens
 	// (SummarizeSLO); nil unless RunConfig.SLO is set.
 	SLO *SLOSummary `json:"slo,omitempty"`
+	// KVEventsStored counts the BlockStored events the run's routers
+	// received from the engines' KV events (LocalFleet.KVEvents), summed
+	// over routers; 0 when the events are not wired.
+	KVEventsStored int64 `json:"kv_events_stored,omitempty"`
 }
 
 // Label names the run in tables and plots: its policy, and its fleet

@@ -61,7 +61,31 @@ type benchOptions struct {
 	// speed-ups), each a workload of its own, and the TTFT objective.
 	traceSpeeds string
 	slo         time.Duration
+	// kvEvents is --kv-events: auto unless given (kvEventsOn decides).
+	kvEvents autoBool
 }
+
+// autoBool is a boolean flag whose default is decided from the other
+// flags ("auto" until given).
+type autoBool struct{ on, set bool }
+
+func (b *autoBool) String() string {
+	if b == nil || !b.set {
+		return "auto"
+	}
+	return strconv.FormatBool(b.on)
+}
+
+func (b *autoBool) Set(v string) error {
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("want true or false, got %q", v)
+	}
+	b.on, b.set = on, true
+	return nil
+}
+
+func (b *autoBool) IsBoolFlag() bool { return true }
 
 type multiFlag []string
 
@@ -105,6 +129,8 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.DurationVar(&o.wl.TraceWindow, "trace-window", 0, "mooncake:FILE replays the rows within this much trace `time` from its first (0: all; the public FAST'25 conversation trace spans about an hour, e.g. 300s)")
 	fs.IntVar(&o.wl.TraceRequests, "trace-requests", 0, "mooncake:FILE replays at most this many rows, `count` (0: all within --trace-window)")
 	fs.IntVar(&o.wl.TraceBlock, "trace-block", 512, "mooncake:FILE: prompt `tokens` a hash id stands for (the Mooncake traces': 512)")
+	fs.Var(&o.kvEvents, "kv-events", "wire the simulated engines' KV-cache events into each saltus started: every engine publishes them as vLLM's --kv-events-config does (a ZMQ PUB socket on a loopback port), every saltus subscribes to each engine (serve's --kv-events), so policies prefix and ranvier route by what the engines confirm; "+
+		"auto: on when saltus keys prompts as the engines do (--tokenizer given, or a mooncake:FILE workload's token-id prompts), off in byte-block mode, where saltus keys text prompts by bytes that no event carries; --kv-events=false turns it off; not with --backend or --target")
 	fs.DurationVar(&o.slo, "slo-ttft", time.Second, "TTFT objective, simulated `time`: each run's goodput counts the 200 answers whose first token came within it (judged with mooncake:FILE, or when given)")
 	addSimFlags(fs, &o.sim, &o.simf)
 }
@@ -389,6 +415,10 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	serve.Backend.FirstByteTimeout = 10 * time.Minute // a queued engine is slow, not broken
 	serve.Backend.ScrapeInterval, serve.Router.LoadSlack, serve.Router.LoadTokens = o.scrapeInterval(), o.loadSlack, o.loadTokens
 	o.scaleCluster(&serve.Cluster)
+	kv, _ := o.kvEventsOn()
+	if kv {
+		serve.Router.KVEventsBridge = o.scaleBridge(serve.Router.KVEventsBridge)
+	}
 	for _, p := range pols {
 		if !slices.Contains(shard.Policies(), p) {
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
@@ -400,7 +430,10 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 	if o.routers > 1 && o.target != "" {
 		return bench.RunConfig{}, nil, errors.New("routers: --target measures one running router; start a cluster of saltus serve and name one")
 	}
-	local := bench.LocalFleet{Sim: o.sim, Serve: serve, Logger: logger, Routers: o.routers}
+	if o.kvEvents.on && (len(o.engines) > 0 || o.target != "") {
+		return bench.RunConfig{}, nil, errors.New("kv-events: wires the simulated engines the bench starts; --backend and --target measure running ones (give saltus serve --kv-events BACKEND=tcp://HOST:PORT for those)")
+	}
+	local := bench.LocalFleet{Sim: o.sim, Serve: serve, Logger: logger, Routers: o.routers, KVEvents: kv}
 	var fleet bench.Fleet = &local
 	if len(o.engines) > 0 || o.target != "" {
 		fleet = &bench.RemoteFleet{Engines: o.engines, Target: o.target, Local: local}
@@ -450,6 +483,40 @@ func (o *benchOptions) scrapeInterval() time.Duration {
 	return max(time.Duration(float64(time.Second)/sp), 10*time.Millisecond)
 }
 
+// kvEventsOn is whether the simulated engines' KV events are wired into
+// each saltus started (--kv-events), and why, for the report. Unless
+// given, on when the run is exact: saltus keys prompts by the engines'
+// token ids (--tokenizer, or the token-id prompts of a mooncake:FILE
+// workload); in byte-block mode it keys text prompts by bytes, which no
+// event's token ids reproduce, and keeps its guesses for them
+// (shard/truth.go), so the events would add nothing but work. Running
+// engines (--backend, --target) are not the bench's to wire.
+func (o *benchOptions) kvEventsOn() (on bool, why string) {
+	switch {
+	case len(o.engines) > 0 || o.target != "":
+		return false, "running engines, which the bench does not wire: saltus serve --kv-events does"
+	case o.kvEvents.set && o.kvEvents.on:
+		return true, "--kv-events"
+	case o.kvEvents.set:
+		return false, "--kv-events=false"
+	case o.sim.Tokenizer != "":
+		return true, "the default with --tokenizer: saltus keys prompts by the engines' token ids"
+	case o.runsMooncake():
+		return true, "the default with mooncake:FILE: token-id prompts"
+	}
+	return false, "the default in byte-block mode: no event carries the byte keys of text prompts"
+}
+
+// scaleBridge divides serve's --kv-events-bridge by the engines'
+// speedup, as the scrape's interval: the bridge covers an engine's queue
+// wait and first prefill step, which the simulated engines run --speedup
+// times faster. At least 100 ms: an event's trip to the loops on a
+// loaded machine.
+func (o *benchOptions) scaleBridge(d time.Duration) time.Duration {
+	sp := max(o.sim.Speedup, 1)
+	return max(time.Duration(float64(d)/sp), 100*time.Millisecond)
+}
+
 // scaleCluster divides the cluster's real-time periods (route batches,
 // gossip, load reports) by the engines' speedup, as the scrape's: the
 // simulated engines run --speedup times faster, so the routers must share
@@ -496,8 +563,16 @@ func (o *benchOptions) setup() map[string]string {
 		m["routers"] = fmt.Sprintf("%d saltus in a cluster (gossip on loopback; route batches every %v, load reports every %v real time: serve's defaults / speedup), requests sent to them in turn",
 			o.routers, c.BatchInterval, c.LoadInterval)
 	}
+	if on, why := o.kvEventsOn(); on {
+		d := dataplane.DefaultConfig()
+		m["KV events"] = fmt.Sprintf("wired (%s): each engine publishes its KV-cache events (vLLM's ZMQ publisher on loopback), each saltus subscribes to every engine (serve's --kv-events); "+
+			"prefix and ranvier route by what the engines confirm, a guess counting for --kv-events-bridge %v real time (serve's %v / speedup)", why, o.scaleBridge(d.Router.KVEventsBridge), d.Router.KVEventsBridge)
+	} else {
+		m["KV events"] = "off (" + why + ")"
+	}
 	if o.target != "" {
 		delete(m, "engine scrape")
+		delete(m, "KV events")
 	}
 	if o.sim.Tokenizer != "" {
 		m["tokenizer"] = o.sim.Tokenizer

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/saltus-lb/saltus/bench"
 	"github.com/saltus-lb/saltus/shard"
@@ -37,6 +38,8 @@ func TestSimBenchDemoFlags(t *testing.T) {
 		{[]string{"bench", "--fleet", "mixed", "--backend", "http://127.0.0.1:1"}, 2, "fleet: mixed starts simulated engines"},
 		{[]string{"bench", "--workloads", "mixed"}, 2, "workloads: mixed names org/alpha, which --fleet single's engines do not serve (sim-llama)"},
 		{[]string{"demo", "--fleet", "mixed,beta"}, 2, `the demo runs one layout, got "mixed,beta"`},
+		{[]string{"bench", "--kv-events", "--backend", "http://127.0.0.1:1"}, 2, "kv-events: wires the simulated engines the bench starts"},
+		{[]string{"bench", "--kv-events=maybe"}, 2, `invalid boolean value "maybe" for -kv-events`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(tc.args, strings.NewReader(""), &out, &errb)
@@ -210,6 +213,104 @@ func TestBenchMooncake(t *testing.T) {
 	for _, r := range rep.Runs {
 		if r.OutputTokens != sum {
 			t.Errorf("%s %s: %d output tokens, want the trace's %d", r.Workload, r.Policy, r.OutputTokens, sum)
+		}
+	}
+}
+
+// TestBenchKVEventsDefault: --kv-events is on by default when saltus
+// keys prompts as the engines do (--tokenizer, mooncake:FILE's token-id
+// prompts) and off in byte-block mode; given, it wins; running engines
+// are not wired. The report's settings say which and why, and a wired
+// run's saltus gets serve's --kv-events-bridge scaled by the speedup.
+func TestBenchKVEventsDefault(t *testing.T) {
+	t.Parallel()
+	const trace = "mooncake:../../bench/traces/mooncake-small.jsonl"
+	for _, tc := range []struct {
+		args []string
+		on   bool
+		row  string // the report's KV events row starts so; "" none
+	}{
+		{nil, false, "off (the default in byte-block mode"},
+		{[]string{"--tokenizer", "x"}, true, "wired (the default with --tokenizer"},
+		{[]string{"--workloads", trace}, true, "wired (the default with mooncake:FILE"},
+		{[]string{"--workloads", trace, "--kv-events=false"}, false, "off (--kv-events=false)"},
+		{[]string{"--tokenizer", "x", "--kv-events=false"}, false, "off (--kv-events=false)"},
+		{[]string{"--kv-events"}, true, "wired (--kv-events)"},
+		{[]string{"--backend", "http://127.0.0.1:1"}, false, "off (running engines"},
+		{[]string{"--target", "http://127.0.0.1:1"}, false, ""},
+	} {
+		var o benchOptions
+		if code := parseBench("saltus bench", tc.args, io.Discard, &o); code >= 0 {
+			t.Fatalf("%q: parse exit %d", tc.args, code)
+		}
+		if on, why := o.kvEventsOn(); on != tc.on {
+			t.Errorf("%q: on %v (%s), want %v", tc.args, on, why, tc.on)
+		}
+		row, ok := o.setup()["KV events"]
+		if tc.row == "" && ok || !strings.HasPrefix(row, tc.row) {
+			t.Errorf("%q: KV events row %q, want %q…", tc.args, row, tc.row)
+		}
+	}
+	for _, args := range [][]string{nil, {"--tokenizer", "x"}} {
+		d := benchOptions{demo: true}
+		if code := parseBench("saltus demo", args, io.Discard, &d); code >= 0 {
+			t.Fatalf("demo %q: parse exit %d", args, code)
+		}
+		if on, _ := d.kvEventsOn(); on != (args != nil) {
+			t.Errorf("demo %q: kv events %v", args, on)
+		}
+	}
+	var o benchOptions
+	if code := parseBench("saltus bench", []string{"--workloads", trace, "--speedup", "10", "--backends", "2"}, io.Discard, &o); code >= 0 {
+		t.Fatalf("parse exit %d", code)
+	}
+	plans, err := o.plans(nil, io.Discard, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf := plans[0].fleet.(*bench.LocalFleet)
+	if !lf.KVEvents || lf.Serve.Router.KVEventsBridge != time.Second {
+		t.Errorf("fleet: kv events %v, bridge %v; want true, 1s (10s / speedup 10)", lf.KVEvents, lf.Serve.Router.KVEventsBridge)
+	}
+	if row := o.setup()["KV events"]; !strings.Contains(row, "--kv-events-bridge 1s real time (serve's 10s / speedup)") {
+		t.Errorf("KV events row %q", row)
+	}
+}
+
+// TestBenchKVEvents (issue 31, item 3): a trace replay of token-id
+// prompts wires the simulated engines' KV events into the saltus it
+// starts by default: the report says so and the run's saltus received
+// BlockStored events; with --kv-events=false it received none.
+func TestBenchKVEvents(t *testing.T) {
+	for _, tc := range []struct {
+		flag string // "": the default
+		row  string
+		on   bool
+	}{
+		{"", "| KV events | wired (the default with mooncake:FILE", true},
+		{"--kv-events=false", "| KV events | off (--kv-events=false) |", false},
+	} {
+		dir := t.TempDir()
+		args := []string{"bench", "--workloads", "mooncake:../../bench/traces/mooncake-small.jsonl", "--trace-requests", "20", "--trace-speeds", "16",
+			"--backends", "2", "--speedup", "50", "--policies", "prefix", "--overhead-pairs", "0", "--out", dir}
+		if tc.flag != "" {
+			args = append(args, tc.flag)
+		}
+		benchReport(t, args, "| prefix | 20 | 0 |", tc.row)
+		var rep struct {
+			Runs []bench.Summary `json:"runs"`
+		}
+		js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+		if err == nil {
+			err = json.Unmarshal(js, &rep)
+		}
+		if err != nil || len(rep.Runs) != 1 {
+			t.Fatalf("%s: results.json: %d runs, %v", tc.flag, len(rep.Runs), err)
+		}
+		if r := rep.Runs[0]; (r.KVEventsStored > 0) != tc.on {
+			t.Errorf("%q: saltus received %d BlockStored events", tc.flag, r.KVEventsStored)
+		} else {
+			t.Logf("%q: saltus received %d BlockStored events; token hit ratio %.3f", tc.flag, r.KVEventsStored, r.TokenHitRatio)
 		}
 	}
 }

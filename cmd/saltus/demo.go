@@ -48,9 +48,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			plan.layout.Name, plan.rc.Backends, o.sim.Name, strings.Join(plan.layout.Models(), ", "))
 	}
 	pols := strings.Join(plan.rc.Policies, ", then ")
+	kv := ""
+	if on, _ := o.kvEventsOn(); on {
+		kv = " The engines' KV-cache events are wired into saltus: it routes by what they confirm."
+	}
 	fmt.Fprintf(stdout, "saltus demo: %s (speedup %g), %d users of the %s workload,\n"+
-		"%v through %s, each on cold engines.\n\n",
-		fleetDesc, o.sim.Speedup, o.users, o.workloads, o.duration, pols)
+		"%v through %s, each on cold engines.%s\n\n",
+		fleetDesc, o.sim.Speedup, o.users, o.workloads, o.duration, pols, kv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, plan.rc, plan.fleet)
@@ -76,14 +80,22 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeWithin(engines)
-	serve := lf.Serve
-	serve.Reactor.Listen, serve.Backends, serve.Router.Policy = demoListen, urls, "prefix"
+	serve, err := lf.RouterConfig("prefix", urls)
+	if err != nil {
+		fmt.Fprintf(stderr, "saltus demo: %v\n", err)
+		return 1
+	}
+	serve.Reactor.Listen = demoListen
 	s, err := bench.StartSaltus(serve, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus demo: cannot serve on %s: %v\n", demoListen, err)
 		return 1
 	}
 	defer closeWithin(s)
+	if err := lf.WaitKVEvents(ctx, s); err != nil {
+		fmt.Fprintf(stderr, "saltus demo: %v\n", err)
+		return 1
+	}
 	fmt.Fprintf(stdout, "saltus is serving on http://%s with prefix routing over %s. Try:\n\n", s.Addr, strings.Join(urls, " "))
 	models := []string{plan.rc.Model}
 	if plan.layout != nil {
