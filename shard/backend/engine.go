@@ -33,12 +33,39 @@ type EngineLoad struct {
 
 // engineState holds the last EngineLoad of a backend. Any goroutine.
 type engineState struct {
-	load  atomic.Pointer[EngineLoad]
-	slots atomic.Int64 // Slots
-	// The scraper's: the most requests the engine was seen running, and
-	// how many scrapes showed it running that many with requests waiting.
+	load    atomic.Pointer[EngineLoad]
+	slots   slotLimit    // Slots; fed by the scraper, one goroutine per backend
+	service atomic.Int64 // Service, nanoseconds
+}
+
+// slotLimit learns a concurrent-request limit from scrapes (learn): the
+// limit (0 until learned), and the learner's state, the most requests
+// seen running and how many scrapes showed that many with requests
+// waiting. learn has one caller at a time (a backend's scraper, or under
+// Fleet's lock); limit is read by any goroutine.
+type slotLimit struct {
+	limit            atomic.Int64
 	runMax, slotSeen int64
-	service          atomic.Int64 // Service, nanoseconds
+}
+
+// learn updates the limit from one scrape's load.
+func (s *slotLimit) learn(l EngineLoad) {
+	if l.Running > s.runMax {
+		s.runMax, s.slotSeen = l.Running, 0
+		if n := s.limit.Load(); n > 0 && l.Running > n {
+			s.limit.Store(0) // it runs more: that was no limit
+		}
+	}
+	// At a limit the engine runs its most ever while requests wait. A
+	// request that came between two scheduler steps waits too, at any
+	// running count: those teach nothing.
+	if l.Waiting <= 0 || l.Running <= 0 || l.Running < s.runMax || l.KVUsage >= slotsKVRoom {
+		return
+	}
+	s.slotSeen++
+	if s.slotSeen >= slotsSeen {
+		s.limit.Store(l.Running)
+	}
 }
 
 // Engine returns the backend's last engine load and true while it is
@@ -58,7 +85,7 @@ func (b *Backend) Engine() (EngineLoad, bool) {
 // or a test). Any goroutine.
 func (b *Backend) SetEngine(l EngineLoad) {
 	b.engine.load.Store(&l)
-	b.learnSlots(l)
+	b.engine.slots.learn(l) // the scraper is the only caller, one goroutine per backend
 	if b.fleet != nil {
 		b.fleet.learnSlots(l)
 	}
@@ -100,59 +127,26 @@ const serviceWeight = 0.05
 // fleet's (Fleet: the same learning over every backend's scrapes), 0 if
 // neither is learned. Any goroutine.
 func (b *Backend) Slots() int64 {
-	if n := b.engine.slots.Load(); n > 0 || b.fleet == nil {
+	if n := b.engine.slots.limit.Load(); n > 0 || b.fleet == nil {
 		return n
 	}
-	return b.fleet.slots.Load()
+	return b.fleet.slots.limit.Load()
 }
 
-// learnSlots is learnSlots over the scrapes of every backend of the
-// fleet: their most running while requests wait, seen slotsSeen times, is
-// the fleet's limit; one seen running more clears it (a fleet of unlike
-// engines has no one limit; each then learns its own). Any goroutine.
+// learnSlots is the slot learning over the scrapes of every backend of
+// the fleet: their most running while requests wait, seen slotsSeen
+// times, is the fleet's limit; one seen running more clears it (a fleet
+// of unlike engines has no one limit; each then learns its own). Any
+// goroutine.
 func (f *Fleet) learnSlots(l EngineLoad) {
 	f.slotMu.Lock()
 	defer f.slotMu.Unlock()
-	if l.Running > f.runMax {
-		f.runMax, f.slotSeen = l.Running, 0
-		if s := f.slots.Load(); s > 0 && l.Running > s {
-			f.slots.Store(0)
-		}
-	}
-	if l.Waiting <= 0 || l.Running <= 0 || l.Running < f.runMax || l.KVUsage >= slotsKVRoom {
-		return
-	}
-	f.slotSeen++
-	if f.slotSeen >= slotsSeen {
-		f.slots.Store(l.Running)
-	}
+	f.slots.learn(l)
 }
 
 // Service returns the backend's running average time an answer holds a
 // slot, 0 until observed. Any goroutine.
 func (b *Backend) Service() time.Duration { return time.Duration(b.engine.service.Load()) }
-
-// learnSlots updates Slots from one scrape's load. The scraper is the
-// only caller, one goroutine per backend, so its fields need no lock.
-func (b *Backend) learnSlots(l EngineLoad) {
-	e := &b.engine
-	if l.Running > e.runMax {
-		e.runMax, e.slotSeen = l.Running, 0
-		if s := e.slots.Load(); s > 0 && l.Running > s {
-			e.slots.Store(0) // it runs more: that was no limit
-		}
-	}
-	// At a limit the engine runs its most ever while requests wait. A
-	// request that came between two scheduler steps waits too, at any
-	// running count: those teach nothing.
-	if l.Waiting <= 0 || l.Running <= 0 || l.Running < e.runMax || l.KVUsage >= slotsKVRoom {
-		return
-	}
-	e.slotSeen++
-	if e.slotSeen >= slotsSeen {
-		e.slots.Store(l.Running)
-	}
-}
 
 // ObserveService feeds Service how long one answer held its slot (2xx,
 // first try).

@@ -157,9 +157,8 @@ func (b *Backend) QueueFactor() float64 {
 // backend's fit (a fixed ring).
 type Fleet struct {
 	prefillState
-	slots            atomic.Int64 // the fleet's learned limit (engine.go); 0: none
-	slotMu           sync.Mutex   // guards runMax, slotSeen (the scrapers of every backend)
-	runMax, slotSeen int64
+	slotMu sync.Mutex // serializes slots.learn (the scrapers of every backend)
+	slots  slotLimit  // the fleet's learned limit (engine.go)
 }
 
 // lock takes mu if it is free; a sample that meets a concurrent one is
