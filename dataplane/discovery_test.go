@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/saltus-lb/saltus/discovery/kube"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // TestMergeDiscovered: the watches' lists become one backend list: one

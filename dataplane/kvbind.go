@@ -13,7 +13,7 @@ import (
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/kvevents"
 )
 

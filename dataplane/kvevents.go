@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/rules"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/kvevents"
 )
 

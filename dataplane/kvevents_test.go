@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // TestKVEndpoint: a backend named by kv-events (name or URL) gets its

@@ -15,7 +15,7 @@ import (
 
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // LoRA adapters at run time (issue 29): POST /v1/load_lora_adapter and

@@ -8,8 +8,8 @@ import (
 
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/internal/promtext"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // The cluster (issue 13, stage 10). Every change the prefix policy makes

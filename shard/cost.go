@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // The prefix policy: the least estimated cost of answering, led by the

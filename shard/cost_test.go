@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // costPolicy is prefix's, with the defaults' knobs.

@@ -1,6 +1,6 @@
 // Package shard is saltus's routing core: for every request the reactor
 // hands it, it finds the backend most likely to hold the request's prefix
-// in its KV cache, forwards the request there (through shard/backend) and
+// in its KV cache, forwards the request there (through upstream/backend) and
 // learns from the answer.
 //
 // # Place in the request path

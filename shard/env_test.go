@@ -15,10 +15,10 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/rules/leakcheck"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }

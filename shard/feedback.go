@@ -10,7 +10,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // Feedback from the engine (issue 11). A routed chat or completions

@@ -3,7 +3,7 @@ package shard
 import (
 	"sync/atomic"
 
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // Footprints (issue 11): which prefixes each backend's KV cache is busy

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // A group counts on a backend from its second use within the window, at

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 	"github.com/saltus-lb/saltus/upstream/queue"
 )

@@ -6,8 +6,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/gossip/wire"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // Pending routes (issue 11). When the prefix policy decides on the owner

@@ -15,8 +15,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // heldCall is a Forward the test answers later, through its hooks.

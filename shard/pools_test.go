@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 	"github.com/saltus-lb/saltus/upstream/queue"
 )

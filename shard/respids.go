@@ -11,8 +11,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fastjson"
 
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // Response ids: vLLM keeps a Responses answer (store, the default) in the

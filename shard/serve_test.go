@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/shard/backend"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 func TestRouterDirectAnswers(t *testing.T) {

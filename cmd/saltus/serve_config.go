@@ -22,8 +22,8 @@ import (
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/shard"
-	"github.com/saltus-lb/saltus/shard/backend"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // serveConfig is everything `saltus serve` is configured with: the

@@ -3,7 +3,7 @@
 // pass over the bytes, no allocation. The router uses it where a full
 // parse would cost more than the answer is worth: a body's "model" on
 // endpoints it does not decode (shard), the stream options it edits and
-// the usage chunk it removes (shard/backend). The input is not validated
+// the usage chunk it removes (upstream/backend). The input is not validated
 // beyond what each function says; what it cannot read it reports.
 //
 // # Concurrency

@@ -25,7 +25,7 @@ var Ignored = []goleak.Option{
 	// purges it.
 	goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1"),
 	// fasthttp's idle-connection cleaner sleeps IdleConnTimeout before it
-	// sees no connections left (shard/backend/doc.go).
+	// sees no connections left (upstream/backend/doc.go).
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 	// fasthttp's Date-header clock: one goroutine per process, started by
 	// the first fasthttp.Server, never stopped (header.go updateServerDate).

@@ -1,6 +1,6 @@
 // Package fleet knows which models each backend serves and groups the
 // backends into pools, one per model name (a base model, an alias, or a
-// LoRA adapter). It sits beside the upstream transport (shard/backend):
+// LoRA adapter). It sits beside the upstream transport (upstream/backend):
 // the router (shard) resolves each request's model to its pool before
 // it decides, so every policy chooses only among engines that serve the
 // model. Its state is owned by one goroutine (Run); the pools are an

@@ -19,7 +19,7 @@ import (
 
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/rules"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // Config configures the fleet's discovery of models. Immutable once New

@@ -15,7 +15,7 @@ import (
 
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/rules/leakcheck"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/bench/vllmsim"
-	"github.com/saltus-lb/saltus/shard/backend"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // TestParseEngineMetricsSim: what `saltus sim` serves on /metrics (vLLM's
