@@ -525,7 +525,7 @@ func (s *Server) serveAdd(w http.ResponseWriter, r *http.Request) {
 		writeMappedError(w, err, fmt.Sprintf("cannot add backend %s", *req.URL))
 		return
 	}
-	s.logger.Info("backend added", "id", info.ID, "url", info.URL)
+	s.logger.Info("backend added", "id", info.ID, "backend", info.URL)
 	w.Header().Set("Location", "/admin/backends/"+strconv.Itoa(info.ID))
 	writeJSON(w, http.StatusCreated, info)
 }

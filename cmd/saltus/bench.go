@@ -647,7 +647,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		progress = stderr
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger, _ := newLogger(stderr, "text", "warn") // a valid format and level: no error
 	plans, err := o.plans(progress, stdout, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus bench: %v\n", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,7 +27,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if code := parseBench("saltus demo", args, stderr, &o); code >= 0 {
 		return code
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	logger, _ := newLogger(stderr, "text", "error") // a valid format and level: no error
 	var progress io.Writer
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		progress = stderr

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -176,7 +175,12 @@ func startServeCfg(t *testing.T, cfg serveConfig, args []string) *served {
 	}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))
+	// runServe's handler in cfg's format (durations in ms), at info: the
+	// "serving" line below must show.
+	logger, err := newLogger(lockedWriter{&logs, &logMu}, cfg.LogFormat, "info")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// One set for the data plane and the admin listener, as runServe has:
 	// /metrics shows the serving path's metrics.
 	set := metrics.NewSet()
@@ -213,6 +217,9 @@ func startServeCfg(t *testing.T, cfg serveConfig, args []string) *served {
 	})
 	// The lifecycle logs the addresses once the data plane listens.
 	re := regexp.MustCompile(`msg=serving component=serve listen=(\S+) admin=(\S+)`)
+	if cfg.LogFormat == "json" {
+		re = regexp.MustCompile(`"msg":"serving","component":"serve","listen":"([^"]+)","admin":"([^"]+)"`)
+	}
 	waitFor(t, func() bool {
 		m := re.FindStringSubmatch(s.logs())
 		if m != nil {

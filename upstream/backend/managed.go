@@ -115,7 +115,7 @@ func (m *Managed) syncLocked(targets []Target) SyncResult {
 				delete(m.gone, norm)
 				b.draining.Store(false)
 				res.Restored = append(res.Restored, norm)
-				m.s.logger.Info("backend back in its source: routable again", "source", m.source, "id", b.ID, "url", b.URL)
+				m.s.logger.Info("backend back in its source: routable again", "source", m.source, "id", b.ID, "backend", b.URL)
 			}
 			continue
 		}
@@ -193,7 +193,7 @@ func (m *Managed) addWaitingLocked() []string {
 		}
 		b, err := m.s.AddTarget(t)
 		if err != nil {
-			m.s.logger.Warn("backend waiting for its URL or name not added", "source", m.source, "url", t.URL, "name", t.Name, "err", err)
+			m.s.logger.Warn("backend waiting for its URL or name not added", "source", m.source, "backend", t.URL, "name", t.Name, "err", err)
 		} else {
 			m.owned[norm] = b
 			added = append(added, norm)

@@ -481,7 +481,7 @@ func (s *Set) addNamed(name, rawURL string, models []string) (*Backend, error) {
 	if s.probes != nil {
 		s.startProbeLocked(b)
 	}
-	s.logger.Info("backend added", "id", b.ID, "name", b.Name, "url", b.URL)
+	s.logger.Info("backend added", "id", b.ID, "name", b.Name, "backend", b.URL)
 	return b, nil
 }
 
@@ -628,7 +628,7 @@ func (s *Set) Remove(id int) error {
 	}
 	b.ctl.CloseIdleConnections()
 	s.unregisterMetricsLocked(b)
-	s.logger.Info("backend removed", "id", id, "url", b.URL, "in_flight", b.InFlight())
+	s.logger.Info("backend removed", "id", id, "backend", b.URL, "in_flight", b.InFlight())
 	return nil
 }
 
@@ -641,7 +641,7 @@ func (s *Set) Drain(id int) error {
 	for _, b := range s.snap.Load().all {
 		if b.ID == id {
 			if !b.draining.Swap(true) {
-				s.logger.Info("backend draining", "id", id, "url", b.URL, "in_flight", b.InFlight())
+				s.logger.Info("backend draining", "id", id, "backend", b.URL, "in_flight", b.InFlight())
 			}
 			return nil
 		}
