@@ -94,8 +94,8 @@ func TestLogDurations(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := componentLogger(l, "serve")
-	serve.Info("draining", "signal", "terminated", "drain_timeout", 30*time.Second)         // lifecycle.run
-	serve.Info("drained", "after", (1234567 * time.Microsecond).Round(time.Millisecond))    // lifecycle.run
+	serve.Info("draining", "signal", "terminated", "drain_timeout", 30*time.Second)      // lifecycle.run
+	serve.Info("drained", "after", (1234567 * time.Microsecond).Round(time.Millisecond)) // lifecycle.run
 	componentLogger(l, "reactor").Error("cannot accept a TLS connection", "err", errors.New("EMFILE"), "retry_in", 5*time.Millisecond, "suppressed", 0)
 	componentLogger(l, "discovery").Debug("the watch ended early without an event", "after", 250*time.Microsecond)
 	componentLogger(l, "reload").Info("configuration reloaded", "applied", []string{"drain-timeout"}, "backends_added", []string{})
