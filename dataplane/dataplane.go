@@ -145,6 +145,35 @@ func DefaultConfig() Config {
 	return c
 }
 
+// Validate reports every invalid field of c: each component's own
+// Validate (the router's with MaxCandidates as Build sets it) and the
+// wiring's checks of its lists against Backends. It is the one place
+// these settings are checked: `saltus serve` runs it on its flags and
+// YAML at start and on every reload (naming the keys), Build runs it, so
+// the benchmark's routers do too. It reads no file (the tokenizer and
+// key files are cmd/saltus's to check).
+func (c Config) Validate() error {
+	rc := c.Router
+	rc.MaxCandidates = c.Backend.MaxRetries + 1 // as Build sets it
+	errs := []error{c.Reactor.Validate(), c.Backend.Validate(), rc.Validate(),
+		CheckBackendMaxConcurrency(c.Backends, c.BackendMaxConcurrency),
+		CheckKVEvents(c.Backends, c.KVEvents, c.KVEventsPort),
+		CheckKVEventsReplay(c.Backends, c.KVEventsReplay, c.KVEventsReplayPort),
+		CheckKVEventsListen(c.KVEventsListen),
+		CheckPriorityBackends(c.Backends, c.PriorityBackends),
+		CheckBackendModels(c.Backends, c.BackendModels),
+		c.Fleet.Validate()}
+	switch c.Discovery {
+	case "":
+	case DiscoveryK8s:
+		errs = append(errs, c.K8s.Validate())
+	default:
+		errs = append(errs, fmt.Errorf(`discovery: must be %q or empty (none), got %q`, DiscoveryK8s, c.Discovery))
+	}
+	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate())
+	return errors.Join(errs...)
+}
+
 // Path is a built serving path. Nothing listens until Start.
 type Path struct {
 	Data     *reactor.Server
@@ -331,6 +360,9 @@ func (p *Path) Close(ctx context.Context) error {
 
 // Build builds the serving path from cfg. logger and set must not be nil.
 func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	var (
 		tok  *tokenizer.Tokenizer
 		tmpl *chat.Renderer

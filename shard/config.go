@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -275,8 +276,8 @@ func (c Config) Validate() error {
 	if c.AdapterEngines < 0 {
 		errs = append(errs, fmt.Errorf("shard: AdapterEngines must not be negative, got %d", c.AdapterEngines))
 	}
-	if !(c.LoadFactor >= 1) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("shard: LoadFactor must be at least 1, got %g", c.LoadFactor))
+	if !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("shard: LoadFactor must be a finite number of at least 1, got %v", c.LoadFactor))
 	}
 	if c.LoadFloor < 0 {
 		errs = append(errs, fmt.Errorf("shard: LoadFloor must not be negative, got %d", c.LoadFloor))
@@ -311,10 +312,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shard: DecodeQueue must be at least 1, got %d", c.DecodeQueue))
 	}
 	if c.KVEventsBridge < 0 {
-		errs = append(errs, fmt.Errorf("shard: KVEventsBridge must not be negative, got %v", c.KVEventsBridge))
+		errs = append(errs, fmt.Errorf("shard: KVEventsBridge must not be negative (0 = confirmed blocks only), got %v", c.KVEventsBridge))
 	}
 	if !headerToken(c.TenantHeader) {
-		errs = append(errs, fmt.Errorf("shard: TenantHeader must be a header name (letters, digits, '-', '_'), got %q", c.TenantHeader))
+		errs = append(errs, fmt.Errorf("shard: TenantHeader: want a header name (letters, digits, '-', '_'; at most 128), got %.40q", c.TenantHeader))
 	}
 	return errors.Join(errs...)
 }

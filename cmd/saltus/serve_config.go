@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"slices"
@@ -304,15 +303,16 @@ func (k serveKey) flagName() string {
 const (
 	maxBlockSize = 1024
 	maxShards    = 1024
-	maxRetries   = 10
 	maxMaxBlocks = 1<<31 - 2 // tree.Config's bound
 )
 
 // Validate reports every invalid value, each error naming its key.
 func (c serveConfig) Validate() error {
 	var errs []error
+	reported := map[string]bool{} // keys bad has reported
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("config: %s: "+format, append([]any{key}, args...)...))
+		reported[key] = true
 	}
 	checkAddr := func(key, v string) {
 		if _, port, err := net.SplitHostPort(v); err != nil {
@@ -372,9 +372,6 @@ func (c serveConfig) Validate() error {
 	if c.Router.Body.MaxValues < 1 {
 		bad("max-body-values", "must be at least 1, got %d", c.Router.Body.MaxValues)
 	}
-	if c.Router.Body.MaxDepth < 1 || c.Router.Body.MaxDepth > shard.MaxScanDepth {
-		bad("max-body-depth", "must be between 1 and %d, got %d", shard.MaxScanDepth, c.Router.Body.MaxDepth)
-	}
 	if c.GCHeapFloor < 0 || c.GCHeapFloor > 4<<30 {
 		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", byteSize(c.GCHeapFloor))
 	}
@@ -390,22 +387,10 @@ func (c serveConfig) Validate() error {
 	}{
 		{"header-timeout", c.Reactor.HeaderTimeout},
 		{"idle-timeout", c.Reactor.IdleTimeout},
-		{"connect-timeout", c.Backend.ConnectTimeout},
-		{"first-byte-timeout", c.Backend.FirstByteTimeout},
-		{"stream-idle-timeout", c.Backend.StreamIdleTimeout},
-		{"health-interval", c.Backend.HealthInterval},
-		{"health-down-interval", c.Backend.HealthDownInterval},
-		{"route-ttl", c.Router.Tree.TTL},
 	} {
 		if d.v <= 0 {
 			bad(d.key, "must be positive, got %v", duration(d.v))
 		}
-	}
-	if c.Router.KVEventsBridge < 0 {
-		bad("kv-events-bridge", "must not be negative (0 = confirmed blocks only), got %v", duration(c.Router.KVEventsBridge))
-	}
-	if c.Backend.RequestTimeout < 0 {
-		bad("request-timeout", "must not be negative (0 = no limit), got %v", duration(c.Backend.RequestTimeout))
 	}
 	if c.ResponseTimeout != 0 {
 		bad("response-timeout", "BUG: the deprecated alias was not resolved")
@@ -413,35 +398,14 @@ func (c serveConfig) Validate() error {
 	if c.Backend.MaxResponseBody < 1<<10 || c.Backend.MaxResponseBody > 1<<30 {
 		bad("max-response-body", "must be between 1KiB and 1GiB, got %v", byteSize(c.Backend.MaxResponseBody))
 	}
-	if c.Backend.BackendHeader != "url" && c.Backend.BackendHeader != "name" && c.Backend.BackendHeader != "none" {
-		bad("backend-header", `must be "url", "name" or "none", got %q`, c.Backend.BackendHeader)
-	}
 	if c.DrainTimeout < 0 {
 		bad("drain-timeout", "must not be negative (0 = do not wait), got %v", duration(c.DrainTimeout))
-	}
-	if c.Backend.MaxRetries < 0 || c.Backend.MaxRetries > maxRetries {
-		bad("max-retries", "must be between 0 and %d, got %d", maxRetries, c.Backend.MaxRetries)
 	}
 	if c.UpstreamIO != "" && c.UpstreamIO != "loop" {
 		bad("upstream-io", `was removed: every request takes the loop path (drop the key), got %q`, c.UpstreamIO)
 	}
-	if c.Backend.ScrapeInterval < 0 {
-		bad("scrape-interval", "must not be negative (0 = off), got %v", duration(c.Backend.ScrapeInterval))
-	}
 	if c.Router.Tree.MaxBlocks < 1 || c.Router.Tree.MaxBlocks > maxMaxBlocks {
 		bad("max-blocks", "must be between 1 and %d, got %d", maxMaxBlocks, c.Router.Tree.MaxBlocks)
-	}
-	if !(c.Router.LoadFactor >= 1) || math.IsInf(c.Router.LoadFactor, 0) {
-		bad("load-factor", "must be a finite number of at least 1, got %v", c.Router.LoadFactor)
-	}
-	if !(c.Router.LoadSlack >= 0) || math.IsInf(c.Router.LoadSlack, 0) {
-		bad("load-slack", "must be a finite number of at least 0, got %v", c.Router.LoadSlack)
-	}
-	if c.Router.LoadTokens < 0 {
-		bad("load-tokens", "must not be negative, got %d", c.Router.LoadTokens)
-	}
-	if c.Router.KVTokens < 0 {
-		bad("kv-tokens", "must not be negative (0 = unknown), got %d", c.Router.KVTokens)
 	}
 	if c.Router.Pool.TokenBudget < 1<<10 || c.Router.Pool.TokenBudget > 1<<30 {
 		bad("token-budget", "must be between 1KiB and 1GiB, got %v", byteSize(c.Router.Pool.TokenBudget))
@@ -489,63 +453,100 @@ func (c serveConfig) Validate() error {
 			bad("admin-tls-client-ca-file", "%v", err)
 		}
 	}
-	if err := dataplane.CheckBackendMaxConcurrency(c.Backends, c.BackendMaxConcurrency); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
-	if err := dataplane.CheckKVEvents(c.Backends, c.KVEvents, c.KVEventsPort); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
-	if err := dataplane.CheckKVEventsReplay(c.Backends, c.KVEventsReplay, c.KVEventsReplayPort); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
-	if err := dataplane.CheckKVEventsListen(c.KVEventsListen); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
-	if err := dataplane.CheckPriorityBackends(c.Backends, c.PriorityBackends); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
-	if err := dataplane.CheckBackendModels(c.Backends, c.BackendModels); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
-	if err := c.Fleet.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
-	}
 	if err := checkKeys(c.Keys); err != nil {
 		errs = append(errs, err)
 	}
-	for i := 0; i < len(c.Router.TenantHeader); i++ {
-		if b := c.Router.TenantHeader[i]; !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_') || i >= 128 {
-			bad("tenant-header", "want a header name (letters, digits, '-', '_'; at most 128), got %.40q", c.Router.TenantHeader)
-			break
-		}
-	}
-	switch c.Discovery {
-	case "":
+	if c.Discovery == "" {
 		for _, k := range []struct{ key, v string }{{"k8s-service", c.K8s.Service}, {"k8s-namespace", c.K8s.Namespace}, {"k8s-port-name", c.K8s.PortName}, {"k8s-kubeconfig", c.K8s.Kubeconfig},
 			{"k8s-model-selector", strings.Join(c.K8s.ModelSelectors, "; ")}} {
 			if k.v != "" {
 				bad(k.key, "needs discovery: k8s")
 			}
 		}
-	case dataplane.DiscoveryK8s:
-		if err := c.K8s.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("config: %w", err))
-		}
-	default:
-		bad("discovery", `must be "k8s" or empty (none), got %q`, c.Discovery)
-	}
-	if err := c.State.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("config: state-interval: %w", err))
 	}
 	if c.State.Dir != "" {
 		if fi, err := os.Stat(c.State.Dir); err == nil && !fi.IsDir() {
 			bad("state-dir", "%s is not a directory", c.State.Dir)
 		}
 	}
-	if err := c.Cluster.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("config: %w", err))
+	// The components' own checks (dataplane.Config.Validate), each line
+	// under the key that sets its field; a key reported above is not
+	// reported twice (a bound stricter than the component's, or a
+	// message in the key's units).
+	if err := c.Config.Validate(); err != nil {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			key, rest := componentKey(line)
+			switch {
+			case key == "":
+				errs = append(errs, errors.New("config: "+line))
+			case !reported[key]:
+				bad(key, "%s", rest)
+			}
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// componentKeys maps the start of a component's Validate error, which
+// names the field, to the key that sets the field: the error then reads
+// "config: key: must be …" (dataplane.Config.Validate's errors name the
+// component's field). A field no key sets is not listed: its error keeps
+// the component's words.
+var componentKeys = []struct{ prefix, key string }{
+	{"reactor: Listen ", "listen"},
+	{"reactor: Loops ", "shards"},
+	{"reactor: MaxHeaderBytes ", "max-header"},
+	{"reactor: MaxBodyBytes ", "max-body"},
+	{"reactor: HeaderTimeout ", "header-timeout"},
+	{"reactor: IdleTimeout ", "idle-timeout"},
+	{"reactor: MaxConns ", "max-conns"},
+	{"reactor: TLSHandshakeTimeout ", "tls-handshake-timeout"},
+	{"backend: ConnectTimeout ", "connect-timeout"},
+	{"backend: FirstByteTimeout ", "first-byte-timeout"},
+	{"backend: StreamIdleTimeout ", "stream-idle-timeout"},
+	{"backend: HealthInterval ", "health-interval"},
+	{"backend: HealthDownInterval ", "health-down-interval"},
+	{"backend: ScrapeInterval ", "scrape-interval"},
+	{"backend: RequestTimeout ", "request-timeout"},
+	{"backend: MaxResponseBody ", "max-response-body"},
+	{"backend: MaxRetries ", "max-retries"},
+	{"backend: BackendHeader ", "backend-header"},
+	{"shard: BlockSize ", "block-size"},
+	{"shard: PriorityModels", "model-priority"},
+	{"shard: Tree: tree: MaxBlocks ", "max-blocks"},
+	{"shard: Tree: tree: TTL ", "route-ttl"},
+	{"shard: Pool: tokenpool: TokenBudget ", "token-budget"},
+	{"tokenpool: TokenBudget ", "token-budget"}, // a second line of the pool's errors
+	{"shard: Queue: queue: MaxEntries ", "queue-max-entries"},
+	{"shard: Queue: queue: MaxWait ", "queue-max-wait"},
+	{"shard: AdapterEngines ", "adapter-engines"},
+	{"shard: LoadFactor ", "load-factor"},
+	{"shard: LoadSlack ", "load-slack"},
+	{"shard: LoadTokens ", "load-tokens"},
+	{"shard: KVTokens ", "kv-tokens"},
+	{"shard: Policy ", "policy"},
+	{"shard: Body: MaxValues ", "max-body-values"},
+	{"shard: Body: MaxDepth ", "max-body-depth"},
+	{"shard: KVEventsBridge ", "kv-events-bridge"},
+	{"shard: TenantHeader: ", "tenant-header"},
+	{"fleet: models-interval ", "models-interval"},
+	{"state: Interval ", "state-interval"},
+	{"discovery: ", "discovery"},
+}
+
+// componentKey returns the key of a component's error line and the line
+// after its field's name ("must be positive, got 0s"); "" if no key sets
+// the field.
+func componentKey(line string) (key, rest string) {
+	for _, k := range componentKeys {
+		if r, ok := strings.CutPrefix(line, k.prefix); ok {
+			if i := strings.IndexByte(r, ']'); strings.HasPrefix(r, "[") && i > 0 { // a list's entry: key[i]
+				return k.key + r[:i+1], strings.TrimPrefix(r[i+1:], ": ")
+			}
+			return k.key, strings.TrimPrefix(r, ": ")
+		}
+	}
+	return "", line
 }
 
 // servingConfig is the serving path's config: the keys set it directly.

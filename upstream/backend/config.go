@@ -102,6 +102,11 @@ type Config struct {
 	TLS *tls.Config
 }
 
+// MaxRetries bounds Config.MaxRetries (--max-retries): a request tries
+// at most 11 candidates, so a fleet refusing everything answers in a
+// bounded number of attempts.
+const MaxRetries = 10
+
 // DefaultConfig returns the defaults, each commented.
 func DefaultConfig() Config {
 	return Config{
@@ -131,7 +136,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	pos := func(name string, d time.Duration) {
 		if d <= 0 {
-			errs = append(errs, fmt.Errorf("backend: %s must be > 0, got %s", name, d))
+			errs = append(errs, fmt.Errorf("backend: %s must be positive, got %s", name, d))
 		}
 	}
 	pos("ConnectTimeout", c.ConnectTimeout)
@@ -141,10 +146,10 @@ func (c *Config) Validate() error {
 	pos("HealthInterval", c.HealthInterval)
 	pos("HealthDownInterval", c.HealthDownInterval)
 	if c.ScrapeInterval < 0 {
-		errs = append(errs, fmt.Errorf("backend: ScrapeInterval must be >= 0 (0 = off), got %s", c.ScrapeInterval))
+		errs = append(errs, fmt.Errorf("backend: ScrapeInterval must not be negative (0 = off), got %s", c.ScrapeInterval))
 	}
 	if c.RequestTimeout < 0 {
-		errs = append(errs, fmt.Errorf("backend: RequestTimeout must be >= 0 (0 = no limit), got %s", c.RequestTimeout))
+		errs = append(errs, fmt.Errorf("backend: RequestTimeout must not be negative (0 = no limit), got %s", c.RequestTimeout))
 	}
 	if c.MaxResponseBody < 1<<10 || c.MaxResponseBody > 1<<30 {
 		errs = append(errs, fmt.Errorf("backend: MaxResponseBody must be in [1KiB, 1GiB], got %d", c.MaxResponseBody))
@@ -152,8 +157,8 @@ func (c *Config) Validate() error {
 	if c.MaxConnsPerBackend <= 0 {
 		errs = append(errs, fmt.Errorf("backend: MaxConnsPerBackend must be > 0, got %d", c.MaxConnsPerBackend))
 	}
-	if c.MaxRetries < 0 || c.MaxRetries > 16 {
-		errs = append(errs, fmt.Errorf("backend: MaxRetries must be in [0, 16], got %d", c.MaxRetries))
+	if c.MaxRetries < 0 || c.MaxRetries > MaxRetries {
+		errs = append(errs, fmt.Errorf("backend: MaxRetries must be between 0 and %d, got %d", MaxRetries, c.MaxRetries))
 	}
 	if !strings.HasPrefix(c.HealthPath, "/") {
 		errs = append(errs, fmt.Errorf("backend: HealthPath must start with '/', got %q", c.HealthPath))
