@@ -61,7 +61,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("reactor: Listen is empty"))
 	}
 	if c.Loops < 0 || c.Loops > 1024 {
-		errs = append(errs, fmt.Errorf("reactor: Loops = %d: want 0 (GOMAXPROCS) to 1024", c.Loops))
+		errs = append(errs, fmt.Errorf("reactor: Loops must be between 0 (GOMAXPROCS) and 1024, got %d", c.Loops))
 	}
 	if c.MaxHeaderBytes < 256 {
 		errs = append(errs, fmt.Errorf("reactor: MaxHeaderBytes = %d: want ≥ 256", c.MaxHeaderBytes))
@@ -70,13 +70,13 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("reactor: MaxBodyBytes = %d: want ≥ 0", c.MaxBodyBytes))
 	}
 	if c.HeaderTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("reactor: HeaderTimeout = %v: want > 0", c.HeaderTimeout))
+		errs = append(errs, fmt.Errorf("reactor: HeaderTimeout must be positive, got %v", c.HeaderTimeout))
 	}
 	if c.IdleTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("reactor: IdleTimeout = %v: want > 0", c.IdleTimeout))
+		errs = append(errs, fmt.Errorf("reactor: IdleTimeout must be positive, got %v", c.IdleTimeout))
 	}
 	if c.MaxConns < 1 {
-		errs = append(errs, fmt.Errorf("reactor: MaxConns = %d: want ≥ 1", c.MaxConns))
+		errs = append(errs, fmt.Errorf("reactor: MaxConns must be at least 1, got %d", c.MaxConns))
 	}
 	if c.MaxOutboundBytes < 1024 {
 		errs = append(errs, fmt.Errorf("reactor: MaxOutboundBytes = %d: want ≥ 1024", c.MaxOutboundBytes))

@@ -424,6 +424,16 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
 		}
 	}
+	if err := serve.Validate(); err != nil { // the checks serve runs: --shards, --block-size, --load-slack, --load-tokens
+		var lines []string
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			if key, rest := componentKey(line); key != "" {
+				line = key + ": " + rest
+			}
+			lines = append(lines, line)
+		}
+		return bench.RunConfig{}, nil, errors.New(strings.Join(lines, "\n"))
+	}
 	if o.routers < 1 || o.routers > 16 {
 		return bench.RunConfig{}, nil, fmt.Errorf("routers: want 1 to 16, got %d", o.routers)
 	}

@@ -302,7 +302,6 @@ func (k serveKey) flagName() string {
 // Bounds Validate enforces.
 const (
 	maxBlockSize = 1024
-	maxShards    = 1024
 	maxMaxBlocks = 1<<31 - 2 // tree.Config's bound
 )
 
@@ -360,9 +359,6 @@ func (c serveConfig) Validate() error {
 	if c.Router.BlockSize < 1 || c.Router.BlockSize > maxBlockSize || c.Router.BlockSize&(c.Router.BlockSize-1) != 0 {
 		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.Router.BlockSize)
 	}
-	if c.Reactor.Loops < 0 || c.Reactor.Loops > maxShards {
-		bad("shards", "must be between 0 (GOMAXPROCS) and %d, got %d", maxShards, c.Reactor.Loops)
-	}
 	if !slices.Contains(shard.Policies(), c.Router.Policy) {
 		bad("policy", "unknown policy %q, want one of %s", c.Router.Policy, strings.Join(shard.Policies(), ", "))
 	}
@@ -377,20 +373,6 @@ func (c serveConfig) Validate() error {
 	}
 	if c.Reactor.MaxHeaderBytes < 1<<10 || c.Reactor.MaxHeaderBytes > 1<<20 {
 		bad("max-header", "must be between 1KiB and 1MiB, got %v", byteSize(c.Reactor.MaxHeaderBytes))
-	}
-	if c.Reactor.MaxConns < 1 {
-		bad("max-conns", "must be at least 1, got %d", c.Reactor.MaxConns)
-	}
-	for _, d := range []struct {
-		key string
-		v   time.Duration
-	}{
-		{"header-timeout", c.Reactor.HeaderTimeout},
-		{"idle-timeout", c.Reactor.IdleTimeout},
-	} {
-		if d.v <= 0 {
-			bad(d.key, "must be positive, got %v", duration(d.v))
-		}
 	}
 	if c.ResponseTimeout != 0 {
 		bad("response-timeout", "BUG: the deprecated alias was not resolved")
@@ -542,6 +524,9 @@ func componentKey(line string) (key, rest string) {
 		if r, ok := strings.CutPrefix(line, k.prefix); ok {
 			if i := strings.IndexByte(r, ']'); strings.HasPrefix(r, "[") && i > 0 { // a list's entry: key[i]
 				return k.key + r[:i+1], strings.TrimPrefix(r[i+1:], ": ")
+			}
+			if v, want, ok := strings.Cut(strings.TrimPrefix(r, "= "), ": want "); ok && strings.HasPrefix(r, "= ") {
+				return k.key, "want " + want + ", got " + v // reactor's "Loops = 2000: want 0 (GOMAXPROCS) to 1024"
 			}
 			return k.key, strings.TrimPrefix(r, ": ")
 		}
