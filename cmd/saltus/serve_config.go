@@ -325,12 +325,6 @@ func (c serveConfig) Validate() error {
 	if c.Reactor.Listen == c.Admin.Listen && !strings.HasSuffix(c.Reactor.Listen, ":0") {
 		bad("admin-listen", "must differ from listen, both are %q", c.Reactor.Listen)
 	}
-	for i := 0; i < len(c.Admin.BearerToken); i++ {
-		if b := c.Admin.BearerToken[i]; b <= ' ' || b >= 0x7f {
-			bad("admin-token", "must be printable ASCII without spaces (byte %d is %#x)", i, b)
-			break
-		}
-	}
 	names := map[string]int{}
 	for i, nu := range c.Backends {
 		name, u := dataplane.SplitBackend(nu)
@@ -451,11 +445,11 @@ func (c serveConfig) Validate() error {
 			bad("state-dir", "%s is not a directory", c.State.Dir)
 		}
 	}
-	// The components' own checks (dataplane.Config.Validate), each line
-	// under the key that sets its field; a key reported above is not
-	// reported twice (a bound stricter than the component's, or a
-	// message in the key's units).
-	if err := c.Config.Validate(); err != nil {
+	// The components' own checks (dataplane.Config.Validate and the
+	// admin listener's), each line under the key that sets its field; a
+	// key reported above is not reported twice (a bound stricter than the
+	// component's, or a message in the key's units).
+	if err := errors.Join(c.Config.Validate(), c.adminConfig(nil).Validate()); err != nil {
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			key, rest := componentKey(line)
 			switch {
@@ -514,6 +508,9 @@ var componentKeys = []struct{ prefix, key string }{
 	{"fleet: models-interval ", "models-interval"},
 	{"state: Interval ", "state-interval"},
 	{"discovery: ", "discovery"},
+	{"admin: Listen ", "admin-listen"},
+	{"admin: BearerToken ", "admin-token"},
+	{"admin: MaxBodyBytes ", "max-body"}, // adminConfig's, from max-body
 }
 
 // componentKey returns the key of a component's error line and the line
