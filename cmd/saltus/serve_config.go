@@ -305,7 +305,12 @@ const (
 	maxMaxBlocks = 1<<31 - 2 // tree.Config's bound
 )
 
-// Validate reports every invalid value, each error naming its key.
+// Validate reports every invalid value, each error naming its key. The
+// components check their own fields (dataplane.Config.Validate, the one
+// place, which Build and `saltus bench` run too); what is checked here is
+// what only serve knows: addresses and files, sizes in serve's units,
+// keys that need one another, and the few bounds serve sets tighter than
+// its component (block-size, max-body, max-header, token-budget).
 func (c serveConfig) Validate() error {
 	var errs []error
 	reported := map[string]bool{} // keys bad has reported
