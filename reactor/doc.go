@@ -1,5 +1,5 @@
 // Package reactor is saltus's HTTP/1.1 server on gnet event loops: stage 1
-// of DESIGN.md's request path (accept, framing, keep-alive), and the
+// of the request path (DESIGN.md § Stage 1: accept, framing, keep-alive), and the
 // transport every answer goes back through.
 //
 // # Place in the request path
