@@ -278,9 +278,14 @@ func snippet(text string, i int) string {
 	return text[i:end]
 }
 
-// readRepo reads a file of the repository by its relative path.
+// readRepo reads a file of the repository by its relative path; a folder
+// exists too (GitHub shows its listing), with no text.
 func readRepo(rel string) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+	path := filepath.Join(root, filepath.FromSlash(rel))
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return "", true
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", false
 	}
