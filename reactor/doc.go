@@ -137,7 +137,7 @@
 // streams for over a millisecond, and a burst of new connections for
 // much longer. The price of the bridge is two extra copies through a
 // unix socket and two goroutines per connection (16 KiB buffer each
-// way); the README gives the req/s it costs.
+// way); docs/BENCHMARKS.md (TLS) gives the req/s it costs.
 //
 // # Measured (2 shared cores, Go 1.26, see reactor_timing_test.go)
 //
