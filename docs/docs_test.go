@@ -24,7 +24,12 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/saltus-lb/saltus/rules/leakcheck"
 )
+
+// TestMain checks for leaked goroutines, as every package does (RULES.md R1).
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // root is the repository, seen from this package's folder.
 const root = ".."
