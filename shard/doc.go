@@ -6,7 +6,7 @@
 // # Place in the request path
 //
 // The Router is the reactor's Handler. On the connection's event loop it
-// runs stages 2 to 5 of DESIGN.md: decode the OpenAI body (fastjson,
+// runs stages 2 to 5 (DESIGN.md § Request path): decode the OpenAI body (fastjson,
 // decode.go), render a chat with the model's template (tokenpool/chat),
 // tokenize the segments through the loop's tokenpool.Shard (cache hit: at
 // once; miss: a worker, whose completion comes back to the loop), and cut
