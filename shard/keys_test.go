@@ -181,24 +181,6 @@ func TestMaxTokensOf(t *testing.T) {
 	}
 }
 
-func TestUsageTokens(t *testing.T) {
-	t.Parallel()
-	for u, want := range map[string][3]int64{
-		`{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}`: {12, 5, 1},
-		`{"input_tokens":3,"output_tokens":4}`:                         {3, 4, 1},
-		`{"prompt_tokens":12}`:                                         {12, 0, 1},
-		`{"completion_tokens":5}`:                                      {0, 5, 0},
-		`{"prompt_tokens":-1}`:                                         {0, 0, 0},
-		`not json`:                                                     {0, 0, 0},
-		``:                                                             {0, 0, 0},
-	} {
-		p, c, ok := usageTokens([]byte(u))
-		if p != want[0] || (ok && c != want[1]) || ok != (want[2] == 1) {
-			t.Errorf("usageTokens(%s) = %d, %d, %v; want %v", u, p, c, ok, want)
-		}
-	}
-}
-
 func TestFilterModels(t *testing.T) {
 	t.Parallel()
 	ring := keyRing(t, keyEntry("a", "sk-aaaaaaaaaaaa", "  models: [m1, org/m3]\n"))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -38,16 +39,16 @@ func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 		}
 	}
 	if !routable {
-		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "no backend is available to serve the request"})
+		r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: "no backend is available to serve the request"})
 		return
 	}
 	c, cancel := context.WithTimeout(ctx, modelsTimeout)
 	body, err := r.up.Models(c)
 	cancel()
 	if err != nil {
-		r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
-			msg: fmt.Sprintf("cannot list the backends' models: %v", err)})
+		r.fail(x, routeModels, &openai.Error{Status: 502, Type: "server_error", Code: "bad_gateway",
+			Message: fmt.Sprintf("cannot list the backends' models: %v", err)})
 		return
 	}
 	if m := findModel(body, id); m != nil {
@@ -55,8 +56,8 @@ func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, m)
 		return
 	}
-	r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
-		msg: fmt.Sprintf("The model `%.200s` does not exist.", id)})
+	r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+		Message: fmt.Sprintf("The model `%.200s` does not exist.", id)})
 }
 
 // findModel returns the object of model id in an OpenAI model list, or
