@@ -1,12 +1,10 @@
 package openai
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/valyala/fastjson"
 
-	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -44,30 +42,6 @@ type Request struct {
 	Priority    int
 	HasPriority bool // the body has a "priority" member (stripped for engines without priority scheduling)
 }
-
-// Error is an OpenAI-style error answer: the status, the "error" object's
-// fields (Body renders them) and, for a 429 or 503, the Retry-After.
-type Error struct {
-	Status  int
-	Message string
-	Type    string // "invalid_request_error", ...
-	Param   string // the offending field, "" for none
-	Code    string // "" for none
-	// RetryAfter is the Retry-After of a 429, in seconds (0: none; a
-	// 503 always has one).
-	RetryAfter int
-}
-
-func (e *Error) Error() string { return e.Message }
-
-// BadRequest is a 400 invalid_request_error naming the field param ("" for
-// none), its message formatted as fmt.Sprintf does.
-func BadRequest(param, format string, args ...any) *Error {
-	return &Error{Status: 400, Message: fmt.Sprintf(format, args...), Type: "invalid_request_error", Param: param}
-}
-
-// Body renders the error as reactor.ErrorBody does.
-func (e *Error) Body() []byte { return reactor.ErrorBody(e.Status, e.Type, e.Code, e.Message, e.Param) }
 
 // parsers reuse fastjson's value cache across requests; a Parser is taken
 // and returned within one decode call, on whatever goroutine decodes.

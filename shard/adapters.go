@@ -307,7 +307,7 @@ func (r *Router) forwardAdapter(ctx context.Context, op adapterOp, targets []*ba
 			if err != nil {
 				res.Message = err.Error()
 			} else {
-				res.Status, res.Message = status, engineMessage(body)
+				res.Status, res.Message = status, openai.ErrorMessage(body)
 			}
 			out[i] = res
 		})
@@ -344,30 +344,6 @@ func opIndex(op adapterOp) int {
 		return 0
 	}
 	return 1
-}
-
-// engineMessage is an engine's answer in a line: vLLM answers a success
-// as plain text and a failure as an OpenAI error object.
-func engineMessage(body []byte) string {
-	var e struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
-		Message string `json:"message"` // vLLM's older flat error shape
-	}
-	if json.Unmarshal(body, &e) == nil {
-		if e.Error.Message != "" {
-			return e.Error.Message
-		}
-		if e.Message != "" {
-			return e.Message
-		}
-	}
-	s := strings.TrimSpace(string(body))
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
 }
 
 // answerAdapter answers an operation from its engines' results: 200 when

@@ -105,7 +105,7 @@ func classify(method, path string) (routeID, string) {
 		}
 		return routeResponseID, allow
 	}
-	if modelPathID(path) != "" {
+	if openai.ModelPathID(path) != "" {
 		if method == "GET" || method == "HEAD" {
 			return routeModels, ""
 		}

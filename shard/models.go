@@ -3,9 +3,6 @@ package shard
 import (
 	"context"
 	"fmt"
-	"strings"
-
-	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
@@ -18,16 +15,6 @@ import (
 // list), so the answer follows OpenAI's: the object as listed, and the
 // not-found error with param "model" and code "model_not_found" (the
 // message in vLLM's words for an unknown model).
-
-// modelPathID is the {id} of /v1/models/{id}, "" for another path. A
-// model id may hold slashes (org/name), so it is the whole rest.
-func modelPathID(path string) string {
-	id, found := strings.CutPrefix(path, "/v1/models/")
-	if !found {
-		return ""
-	}
-	return id
-}
 
 // retrieveModel answers GET /v1/models/{id}. On a models worker.
 func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
@@ -51,27 +38,11 @@ func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 			Message: fmt.Sprintf("cannot list the backends' models: %v", err)})
 		return
 	}
-	if m := findModel(body, id); m != nil {
+	if m := openai.FindModel(body, id); m != nil {
 		r.m.request(routeModels, 200) // counted first, as fail does
 		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, m)
 		return
 	}
 	r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 		Message: fmt.Sprintf("The model `%.200s` does not exist.", id)})
-}
-
-// findModel returns the object of model id in an OpenAI model list, or
-// nil.
-func findModel(list []byte, id string) []byte {
-	var p fastjson.Parser // off the loops, once per retrieve
-	v, err := p.ParseBytes(list)
-	if err != nil {
-		return nil // Models builds the list: valid JSON
-	}
-	for _, m := range v.GetArray("data") {
-		if string(m.GetStringBytes("id")) == id {
-			return m.MarshalTo(nil)
-		}
-	}
-	return nil
 }

@@ -66,7 +66,7 @@ func (r *Router) decodeOff(j *job) {
 	}
 	if !routedByPrefix(j.route) {
 		// Only its model is read, for its pool (pools.go).
-		j.d.Model = bodyModel(j.req.Body)
+		j.d.Model = openai.BodyModel(j.req.Body)
 		if e := j.admit(); e != nil {
 			r.fail(j.x, j.route, e)
 			return

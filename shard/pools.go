@@ -1,13 +1,9 @@
 package shard
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
-	"github.com/valyala/fastjson"
-
-	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/upstream/fleet"
@@ -136,34 +132,6 @@ const (
 )
 
 var refusedNames = [numRefused]string{"model_not_found", "no_backend", "queue_busy", "queue_full", "queue_expired", "engines_full", "shutting_down"}
-
-// bodyModel returns the top-level "model" string of a JSON object body ("" if
-// the body is not such an object or has none), its last occurrence as the
-// engines read duplicate keys: the pool of an endpoint that is not routed
-// by prefix (embeddings, rerank, score, pooling, tokenize). One pass over
-// the body, no allocation but the name; a body the pass cannot read
-// yields "" (forwarded to any backend, whose own error the client gets).
-// Any goroutine; on a loop only for bodies up to Config.OffloopBytes.
-func bodyModel(body []byte) string {
-	open := jsonscan.SkipWS(body, 0)
-	if open >= len(body) || body[open] != '{' {
-		return ""
-	}
-	m, ok := jsonscan.LastMember(body, open, "model")
-	if !ok || m.Val < 0 || body[m.Val] != '"' {
-		return ""
-	}
-	q := body[m.Val:m.End]
-	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1])
-	}
-	var p fastjson.Parser // rare: an escaped model name
-	v, err := p.ParseBytes(q)
-	if err != nil {
-		return ""
-	}
-	return string(v.GetStringBytes())
-}
 
 // listModels is GET /v1/models from the pools: every pool with a
 // routable backend, each as its first backend (by ID) listed it. nil when

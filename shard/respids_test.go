@@ -158,7 +158,7 @@ func TestResponsePaths(t *testing.T) {
 	if id, _, ok := openai.ResponsePathID("/v1/responses/resp_9/cancel"); !ok || id != "resp_9" {
 		t.Fatalf("id %q %v", id, ok)
 	}
-	if id := modelPathID("/v1/models/org/m"); id != "org/m" {
+	if id := openai.ModelPathID("/v1/models/org/m"); id != "org/m" {
 		t.Fatalf("model id %q", id)
 	}
 }

@@ -384,7 +384,7 @@ func (r *Router) serve(x exchange) {
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
 		if r.fleet != nil || key != nil {
-			j.d.Model = bodyModel(req.Body)
+			j.d.Model = openai.BodyModel(req.Body)
 		}
 		if e := j.admit(); e != nil {
 			r.fail(j.x, rt, e)
@@ -523,7 +523,7 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				}
 			}
 		case x := <-r.models:
-			if id := modelPathID(x.Request().Path); id != "" {
+			if id := openai.ModelPathID(x.Request().Path); id != "" {
 				if k := r.modelsKey(x); k != nil && !k.Allows(id) {
 					r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 						Message: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", id)})
