@@ -11,16 +11,17 @@ import (
 // Error is an OpenAI-style error answer: the status, the "error" object's
 // fields (Body renders them) and, for a 429 or 503, the Retry-After.
 type Error struct {
-	Status  int
-	Message string
-	Type    string // "invalid_request_error", ...
+	Status  int    // the HTTP status: 400, 404, 413, 429, 503, ...
+	Message string // for the client, naming the field or the limit
+	Type    string // "invalid_request_error", "server_error", ...; "" picks one from Status
 	Param   string // the offending field, "" for none
 	Code    string // "" for none
-	// RetryAfter is the Retry-After of a 429, in seconds (0: none; a
-	// 503 always has one).
+	// RetryAfter is the Retry-After of a 429, in seconds (0: none; the
+	// shard's answers give every 503 one).
 	RetryAfter int
 }
 
+// Error returns the message.
 func (e *Error) Error() string { return e.Message }
 
 // BadRequest is a 400 invalid_request_error naming the field param ("" for

@@ -173,7 +173,7 @@ type Shard struct {
 
 // decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
 // render, tokenize, keys): what it holds is a view valid only while the
-// loop serves one request (see decodeWith).
+// loop serves one request (see openai.DecodeValue).
 type decodeScratch struct {
 	p      *fastjson.Parser // nil until first used, and after trim dropped it
 	sc     chat.Scratch
