@@ -67,3 +67,28 @@ func FindModel(list []byte, id string) []byte {
 	}
 	return nil
 }
+
+// FilterModels keeps, of an OpenAI model list, the models whose id keep
+// accepts (an API key's allowed models: shard/keys.go). A list that does
+// not parse is returned as it is. Any goroutine (it parses list whole:
+// off the loops).
+func FilterModels(list []byte, keep func(id string) bool) []byte {
+	var p fastjson.Parser // off the loops (shard's models workers), once per listing
+	v, err := p.ParseBytes(list)
+	if err != nil {
+		return list // built by saltus or the backends' union: valid JSON
+	}
+	out := []byte(`{"object":"list","data":[`)
+	n := 0
+	for _, m := range v.GetArray("data") {
+		if !keep(string(m.GetStringBytes("id"))) {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = m.MarshalTo(out)
+		n++
+	}
+	return append(out, "]}"...)
+}

@@ -72,3 +72,18 @@ func TestErrorMessage(t *testing.T) {
 	f("  Success: LoRA adapter 'x' added successfully.\n", "Success: LoRA adapter 'x' added successfully.")
 	f(strings.Repeat("y", 600), strings.Repeat("y", 500)+"…")
 }
+
+func TestFilterModels(t *testing.T) {
+	t.Parallel()
+	list := []byte(`{"object":"list","data":[{"id":"m1","object":"model"},{"id":"m2"},{"id":"org/m3","parent":null}]}`)
+	got := string(FilterModels(list, func(id string) bool { return id != "m2" }))
+	if want := `{"object":"list","data":[{"id":"m1","object":"model"},{"id":"org/m3","parent":null}]}`; got != want {
+		t.Fatalf("got %s\nwant %s", got, want)
+	}
+	if got := string(FilterModels(list, func(string) bool { return false })); got != `{"object":"list","data":[]}` {
+		t.Fatalf("none kept: %s", got)
+	}
+	if got := string(FilterModels([]byte(`nope`), func(string) bool { return false })); got != "nope" {
+		t.Fatalf("not JSON: %s", got)
+	}
+}

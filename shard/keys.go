@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/openai"
@@ -237,29 +235,6 @@ func (j *job) keyDone(status int, usage []byte) {
 		k.AdjustTokens(j.r.keys.Now(), prompt+completion-j.ks.reserved)
 	}
 	k.Done(keys.OutcomeOK, prompt, completion)
-}
-
-// filterModels keeps, of an OpenAI model list, the models k may use. Off
-// the loops (a models worker).
-func filterModels(list []byte, k *keys.Key) []byte {
-	var p fastjson.Parser // off the loops, once per listing
-	v, err := p.ParseBytes(list)
-	if err != nil {
-		return list // built by saltus or the backends' union: valid JSON
-	}
-	out := []byte(`{"object":"list","data":[`)
-	n := 0
-	for _, m := range v.GetArray("data") {
-		if !k.Allows(string(m.GetStringBytes("id"))) {
-			continue
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = m.MarshalTo(out)
-		n++
-	}
-	return append(out, "]}"...)
 }
 
 // keyHolder is a keyed GET /v1/models on its way to a models worker.

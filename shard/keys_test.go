@@ -8,6 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -185,8 +186,8 @@ func TestFilterModels(t *testing.T) {
 	t.Parallel()
 	ring := keyRing(t, keyEntry("a", "sk-aaaaaaaaaaaa", "  models: [m1, org/m3]\n"))
 	k := ring.Lookup("sk-aaaaaaaaaaaa")
-	got := string(filterModels([]byte(`{"object":"list","data":[{"id":"m1","object":"model"},{"id":"m2"},{"id":"org/m3","parent":null}]}`), k))
+	got := string(openai.FilterModels([]byte(`{"object":"list","data":[{"id":"m1","object":"model"},{"id":"m2"},{"id":"org/m3","parent":null}]}`), k.Allows))
 	if want := `{"object":"list","data":[{"id":"m1","object":"model"},{"id":"org/m3","parent":null}]}`; got != want {
-		t.Fatalf("filterModels = %s\nwant %s", got, want)
+		t.Fatalf("FilterModels = %s\nwant %s", got, want)
 	}
 }

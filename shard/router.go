@@ -548,7 +548,7 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				cancel()
 			}
 			if k := r.modelsKey(x); k != nil && k.Restricted() && err == nil {
-				body = filterModels(body, k) // only the models the key may use
+				body = openai.FilterModels(body, k.Allows) // only the models the key may use
 			}
 			if errors.Is(err, backend.ErrNoCandidate) {
 				// Not an empty list: that would say the model does not exist.
