@@ -60,17 +60,16 @@ const KeepDecodeBytes = 64 << 10
 // the field. Any goroutine.
 func Decode(dst *Request, k Kind, body []byte) *Error {
 	if len(body) > KeepDecodeBytes {
-		return decodeWith(dst, k, body, new(fastjson.Parser), nil) // dropped: see KeepDecodeBytes
+		return decodeWith(dst, k, body, new(fastjson.Parser)) // dropped: see KeepDecodeBytes
 	}
 	p := parsers.Get()
 	defer parsers.Put(p)
-	return decodeWith(dst, k, body, p, nil)
+	return decodeWith(dst, k, body, p)
 }
 
-// decodeWith is Decode with the parser given and, when sc is not nil,
-// chat messages as views into p's buffer and sc (chat.Scratch): valid
-// until p or sc is used again (see DecodeValue).
-func decodeWith(dst *Request, k Kind, body []byte, p *fastjson.Parser, sc *chat.Scratch) *Error {
+// decodeWith is Decode with the parser given; what it keeps is copied
+// out of p's buffer.
+func decodeWith(dst *Request, k Kind, body []byte, p *fastjson.Parser) *Error {
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		*dst = Request{Kind: k}
@@ -78,7 +77,7 @@ func decodeWith(dst *Request, k Kind, body []byte, p *fastjson.Parser, sc *chat.
 		// fastjson refuses beyond the grammar, if anything.
 		return BadRequest("", "invalid JSON: %v", err)
 	}
-	return DecodeValue(dst, k, v, sc)
+	return DecodeValue(dst, k, v, nil)
 }
 
 // DecodeValue is Decode for a body already parsed into v: with sc not
