@@ -7,8 +7,8 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// The structural cap on request bodies (DESIGN.md "Decoding untrusted
-// bodies"): before a body is parsed, one pass counts its JSON values and
+// The structural cap on request bodies (DESIGN.md § Decoding untrusted
+// bodies): before a body is parsed, one pass counts its JSON values and
 // nesting depth outside strings, and refuses a body over either limit
 // before the parser builds a value per element. (A body on the loop too
 // short to hold MaxValues values is parsed first, its depth checked on

@@ -55,7 +55,7 @@ type Config struct {
 	// LoadFactor (ranvier policy): a target whose in-flight count exceeds
 	// LoadFactor × the median in-flight count of the routable backends
 	// (and LoadFloor) is skipped for the least loaded one. Default 2.0
-	// (DESIGN.md: diverting above 2× the median cost ~5 points of hit
+	// (DESIGN.md § Numbers from the field: diverting above 2× the median cost ~5 points of hit
 	// rate, bought 45 % P99).
 	LoadFactor float64
 	// LoadFloor (ranvier and prefix policies) is the in-flight count a target may

@@ -10,7 +10,7 @@ import (
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
-// Large bodies off the loop (DESIGN.md "Decoding untrusted bodies"): a
+// Large bodies off the loop (DESIGN.md § Decoding untrusted bodies): a
 // chat or completion body over Config.OffloopBytes is checked, decoded and
 // rendered on one of Config.DecodeWorkers goroutines, so that its loop
 // serves its other connections meanwhile (a 28 MB body of 1 M messages

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/kvevents"
 )
 
 // TestTruth: truth cuts an evented backend's guess to its confirmed
@@ -100,7 +101,7 @@ func TestRouterTruth(t *testing.T) {
 	if err := e.r.Retune(c); err != nil {
 		t.Fatal(err)
 	}
-	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64}, e.set)
+	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,4 +191,95 @@ func TestRouterTruth(t *testing.T) {
 		t.Error("backend 1 evented after its view closed")
 	}
 	v2.Close()
+}
+
+// TestIncompleteViewKeepsGuesses: a view that meets a block it cannot
+// key (its parent unknown: a batch lost before the subscription, or an
+// engine warm before saltus) misses every descendant of that block, so
+// its engine's word must not cut the guesses: the backend stops being
+// evented until an AllBlocksCleared, or TrustAfter keyed stores in a
+// row; what the view does map is still inserted.
+func TestIncompleteViewKeepsGuesses(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 3)
+	c := e.r.cfg
+	c.KVEventsBridge = 0 // every guess is past the bridge
+	if err := e.r.Retune(c); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := viewIDs(16*8, 1) // 8 blocks
+	body := viewBody(t, "m", append(append([]uint32(nil), ids...), 7, 8, 9))
+	id32 := make([]int32, len(ids))
+	for i, v := range ids {
+		id32[i] = int32(v)
+	}
+	keys := tree.BlockKeys(nil, tree.ModelSeed("m"), id32, 16)
+	owner := int(keys[0] % 2)
+	// Backend 1 learned the whole chain by routing (a guess).
+	e.loops.run(t, owner, func() {
+		if err := e.r.shards[owner].tree.Insert(keys, nil, 1, tree.Local, e.r.now()); err != nil {
+			t.Error(err)
+		}
+	})
+	matched := func(what string, want int) {
+		t.Helper()
+		e.loops.settle(t)
+		d, err := e.r.Explain([]byte(body), "/v1/completions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Backend != 1 || d.MatchedBlocks != want {
+			t.Fatalf("%s: backend %d, %d matched, want backend 1 and %d", what, d.Backend, d.MatchedBlocks, want)
+		}
+	}
+	b1 := e.r.up.Snapshot()[1]
+	v := vs.New(1, "b1")
+	defer v.Close()
+
+	// Complete (its first stores keyed): the engine's word (3 blocks)
+	// supersedes the 8-block guess.
+	v.Apply(batch(storedEv(ids[:16*3], 16, 100, 0)))
+	if !b1.Evented() || !v.Complete() {
+		t.Fatalf("after keyed stores: evented %v, complete %v; want both", b1.Evented(), v.Complete())
+	}
+	matched("complete view", 3)
+
+	// A store after a parent the view never saw: incomplete, the guess
+	// counts again.
+	v.Apply(batch(storedEv(viewIDs(16, 9), 16, 500, 999)))
+	if b1.Evented() || v.Complete() {
+		t.Fatalf("after an unknown parent: evented %v, complete %v; want neither", b1.Evented(), v.Complete())
+	}
+	if got := e.metric(t, `saltus_kvview_incomplete{backend="b1"}`); got != "1" {
+		t.Errorf("incomplete gauge %s, want 1", got)
+	}
+	matched("incomplete view", 8)
+
+	// One keyed store is not enough (TrustAfter 2); two in a row are.
+	v.Apply(batch(storedEv(ids[16*3:16*4], 16, 103, 102)))
+	if b1.Evented() {
+		t.Fatal("trusted after one keyed store, want two")
+	}
+	v.Apply(batch(storedEv(viewIDs(16, 7), 16, 700, 0)))
+	if !b1.Evented() || !v.Complete() {
+		t.Fatalf("after two keyed stores: evented %v, complete %v; want both", b1.Evented(), v.Complete())
+	}
+	matched("trusted again", 4)
+
+	// Incomplete again, then the engine is emptied: complete.
+	v.Apply(batch(storedEv(viewIDs(16, 8), 16, 800, 998)))
+	if b1.Evented() {
+		t.Fatal("evented after a second unknown parent")
+	}
+	v.Apply(batch(kvevents.Event{Kind: kvevents.AllBlocksCleared}))
+	if !b1.Evented() || !v.Complete() {
+		t.Fatalf("after AllBlocksCleared: evented %v, complete %v; want both", b1.Evented(), v.Complete())
+	}
+	if got := e.metric(t, `saltus_kvview_incomplete{backend="b1"}`); got != "0" {
+		t.Errorf("incomplete gauge %s after the clear, want 0", got)
+	}
 }
