@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/queue"
@@ -100,13 +101,13 @@ type Config struct {
 	// Body caps the structure of a chat or completion body (and of
 	// Explain's), checked in one pass before it is parsed (a body on the
 	// loop too short to exceed MaxValues: after, job.prepare): over a
-	// limit is a 413 naming it. Default DefaultBodyLimits(): 1.1 M values, depth
-	// 64.
-	Body BodyLimits
+	// limit is a 413 naming it. Default openai.DefaultBodyLimits(): 1.1 M
+	// values, depth 64.
+	Body openai.BodyLimits
 	// OffloopBytes: a chat or completion body larger than this is decoded
 	// and rendered on a decode worker instead of its event loop, which
 	// meanwhile serves its other connections. Default 64 KiB, the size
-	// up to which a loop keeps its parser (keepDecodeBytes): a body of
+	// up to which a loop keeps its parser (openai.KeepDecodeBytes): a body of
 	// short messages, the dearest shape per byte, took 85 µs at 4 KiB,
 	// 1.3 ms at 64 KiB, 23 ms at 256 KiB and 114 ms at 1 MiB to decode
 	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a
@@ -231,7 +232,7 @@ func DefaultConfig() Config {
 		ExplainTimeout:   5 * time.Second,
 		ResponseIDs:      100_000,
 		ResponseIDTTL:    tree.DefaultConfig().TTL,
-		Body:             DefaultBodyLimits(),
+		Body:             openai.DefaultBodyLimits(),
 		OffloopBytes:     64 << 10,
 		DecodeWorkers:    2,
 		DecodeQueue:      32,

@@ -6,8 +6,8 @@
 // # Place in the request path
 //
 // The Router is the reactor's Handler. On the connection's event loop it
-// runs stages 2 to 5 (DESIGN.md § Request path): decode the OpenAI body (fastjson,
-// decode.go), render a chat with the model's template (tokenpool/chat),
+// runs stages 2 to 5 (DESIGN.md § Request path): decode the OpenAI body
+// (package openai), render a chat with the model's template (tokenpool/chat),
 // tokenize the segments through the loop's tokenpool.Shard (cache hit: at
 // once; miss: a worker, whose completion comes back to the loop), and cut
 // the ids into block keys (tree.BlockKeys; byte-block keys, tokenpool.

@@ -16,6 +16,7 @@ import (
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
@@ -69,7 +70,7 @@ type job struct {
 	req     *reactor.Request
 	route   routeID
 	loop    int // the loop that decodes and tokenizes
-	d       request
+	d       openai.Request
 	texts   []string // the segments to tokenize
 	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
 	keys    []uint64 // the request's own (never a loop's scratch)
@@ -137,13 +138,13 @@ type job struct {
 // serves the request) the messages, texts and msgEnd are views into ds
 // until keyed or own; without (Explain, a decode worker) they are the
 // job's own.
-func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
-	k := kindChat
+func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
+	k := openai.KindChat
 	switch j.route {
 	case routeCompletions:
-		k = kindCompletion
+		k = openai.KindCompletion
 	case routeResponses:
-		k = kindResponses
+		k = openai.KindResponses
 	}
 	lim := j.r.cfg.Body
 	// On the loop, a body (at most OffloopBytes) too short to hold more
@@ -154,7 +155,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	// (`01`, `\x`, `nan`): small bodies pass them as they did before.
 	lazy := ds != nil && (len(body)+1)/2 <= lim.MaxValues
 	if !lazy {
-		values, e, why := lim.check(body)
+		values, e, why := lim.Check(body)
 		if e != nil {
 			j.r.m.refused[why].Inc()
 			return e
@@ -167,42 +168,42 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 			defer j.r.budget.release(values) //saltus:allow R2 as acquire: off the loops only
 		}
 	}
-	var e *apiError
+	var e *openai.Error
 	if ds != nil {
 		if ds.p == nil {
 			ds.p = new(fastjson.Parser)
 		}
 		defer ds.trim(len(body)) // after the views are taken: they keep what they view
 		v, err := ds.p.ParseBytes(body)
-		if lazy && (err != nil || deeper(v, lim.MaxDepth)) {
-			if _, ce, why := lim.check(body); ce != nil {
+		if lazy && (err != nil || openai.Deeper(v, lim.MaxDepth)) {
+			if _, ce, why := lim.Check(body); ce != nil {
 				j.r.m.refused[why].Inc()
 				return ce
 			}
 		}
 		if err != nil {
-			return badRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
+			return openai.BadRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
 		}
-		e = decodeValue(&j.d, k, v, &ds.sc)
+		e = openai.DecodeValue(&j.d, k, v, &ds.sc)
 	} else {
-		e = decode(&j.d, k, body)
+		e = openai.Decode(&j.d, k, body)
 	}
 	if e != nil {
 		return e
 	}
 	switch {
-	case j.d.kind == kindChat || j.d.kind == kindResponses:
+	case j.d.Kind == openai.KindChat || j.d.Kind == openai.KindResponses:
 		var (
 			segs []chat.Segment
 			err  error
 		)
 		if ds != nil {
-			segs, err = ds.sc.Render(j.r.tmpl, j.d.msgs, j.d.opt)
+			segs, err = ds.sc.Render(j.r.tmpl, j.d.Messages, j.d.Options)
 		} else {
-			segs, err = j.r.tmpl.Render(nil, j.d.msgs, j.d.opt)
+			segs, err = j.r.tmpl.Render(nil, j.d.Messages, j.d.Options)
 		}
 		if err != nil {
-			return badRequest("messages", "%v", err)
+			return openai.BadRequest("messages", "%v", err)
 		}
 		if ds != nil {
 			j.texts, j.msgEnd = ds.texts[:0], ds.msgEnd[:0]
@@ -214,8 +215,8 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 		if ds != nil {
 			ds.texts, ds.msgEnd = j.texts, j.msgEnd
 		}
-	case !j.d.hasIDs:
-		j.texts = []string{j.d.prompt}
+	case !j.d.HasTokenIDs:
+		j.texts = []string{j.d.Prompt}
 		j.msgEnd = []bool{false} // the whole prompt is the chain's end anyway
 	}
 	return nil
@@ -225,13 +226,13 @@ func (j *job) seedModel() string {
 	if j.r.cfg.Model != "" {
 		return j.r.cfg.Model
 	}
-	return j.d.model
+	return j.d.Model
 }
 
 // tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
 func (j *job) tokenize() {
-	if j.d.hasIDs {
-		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
+	if j.d.HasTokenIDs {
+		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.TokenIDs, j.r.cfg.BlockSize)
 		j.exact = len(j.keys)
 		j.dispatch()
 		return
@@ -258,7 +259,7 @@ func (j *job) own() {
 	for i, t := range j.texts {
 		texts[i] = strings.Clone(t)
 	}
-	j.texts, j.msgEnd, j.d.msgs = texts, slices.Clone(j.msgEnd), nil
+	j.texts, j.msgEnd, j.d.Messages = texts, slices.Clone(j.msgEnd), nil
 }
 
 // tokenized is the pool's completion, on j.loop.
@@ -313,7 +314,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	}
 	// The keys are the job's own; the texts (views, see prepare) are
 	// needed no more.
-	j.texts, j.msgEnd, j.d.msgs = nil, nil, nil
+	j.texts, j.msgEnd, j.d.Messages = nil, nil, nil
 	j.dispatch()
 }
 
@@ -323,7 +324,7 @@ func (j *job) dispatch() {
 		j.r.m.clientGone.Inc()
 		return
 	}
-	if j.d.prevID != "" {
+	if j.d.PreviousResponseID != "" {
 		j.routeByID() // under every policy: only that backend has it
 		return
 	}
@@ -436,7 +437,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
 		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
-		d.Model = j.d.model
+		d.Model = j.d.Model
 		if j.pool != nil {
 			d.Pool = slices.Clone(j.pool.IDs)
 		}
@@ -452,9 +453,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		return
 	}
 	if d.Backend < 0 {
-		r.refusedFor(j.d.model, refusedNoBackend)
-		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
+		r.refusedFor(j.d.Model, refusedNoBackend)
+		r.fail(j.x, j.route, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
 		return
 	}
 	cands := j.candArr[:0]
@@ -476,8 +477,8 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
-	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
-	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+	learn := routed && len(j.keys) > 0 && j.d.PreviousResponseID == ""
+	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (cost.go)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	h := backend.Hooks{Done: func(o backend.Outcome) {
@@ -486,11 +487,11 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			return
 		}
 		if o.Err == backend.ErrEnginesFull {
-			r.refusedFor(j.d.model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
+			r.refusedFor(j.d.Model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
 		}
 		j.keyDone(o.Status, o.Usage) // an API key's tokens (keys.go)
 		if j.pool != nil {
-			r.kickGate(j.d.model) // a slot freed: a queued request may go
+			r.kickGate(j.d.Model) // a slot freed: a queued request may go
 		}
 		if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
 			// Its pool says it serves the model: it may have unloaded
@@ -523,7 +524,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	}
 	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {
-			if !j.d.stream {
+			if !j.d.Stream {
 				j.prefill.release()
 			}
 			if learn && status >= 200 && status < 300 {
@@ -531,13 +532,13 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			}
 		}
 	}
-	if j.prefill.held && j.d.stream {
+	if j.prefill.held && j.d.Stream {
 		// A stream's head comes at once, its first event after the
 		// prefill: that ends the prefill pending there.
 		h.FirstData = j.prefill.release
 	}
 	body := j.req.Body
-	if j.d.hasPriority && !r.allPriority(cands) {
+	if j.d.HasPriority && !r.allPriority(cands) {
 		// vLLM refuses a non-zero priority unless it runs priority
 		// scheduling: the field ordered saltus's queue; it is not passed
 		// on (issue 30).

@@ -10,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/openai"
 )
 
 func init() {
@@ -98,13 +99,13 @@ func classify(method, path string) (routeID, string) {
 	if rootPaths[path] {
 		return routeOther, allowOnly(method, "POST")
 	}
-	if _, allow, ok := responsePathID(path); ok {
+	if _, allow, ok := openai.ResponsePathID(path); ok {
 		if slices.Contains(strings.Split(allow, ", "), method) {
 			return routeResponseID, ""
 		}
 		return routeResponseID, allow
 	}
-	if modelPathID(path) != "" {
+	if openai.ModelPathID(path) != "" {
 		if method == "GET" || method == "HEAD" {
 			return routeModels, ""
 		}
@@ -153,9 +154,9 @@ type routerMetrics struct {
 	// (adapters.go).
 	adapterOps [2][2]*metrics.Counter
 
-	// Bodies refused by Config.Body's check, by scanKind (reason label);
+	// Bodies refused by Config.Body's check, by openai.ScanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
-	refused                  [numScanKinds]*metrics.Counter
+	refused                  [openai.NumScanKinds]*metrics.Counter
 	offloop, decodeQueueFull *metrics.Counter
 
 	usage usageMetrics // --learn-from-usage (usage.go)
@@ -182,8 +183,8 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
 	}
-	for k := scanSyntax; k < numScanKinds; k++ {
-		m.refused[k] = set.NewCounter(fmt.Sprintf("saltus_request_body_refused_total{reason=%q}", scanReasons[k]))
+	for k := openai.ScanSyntax; k < openai.NumScanKinds; k++ {
+		m.refused[k] = set.NewCounter(fmt.Sprintf("saltus_request_body_refused_total{reason=%q}", k.Reason()))
 	}
 	m.offloop = set.NewCounter("saltus_shard_decode_offloop_total")
 	m.decodeQueueFull = set.NewCounter("saltus_shard_decode_queue_full_total")

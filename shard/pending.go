@@ -57,7 +57,7 @@ type routeFeedback struct {
 // learnsRoutes reports whether j's answer teaches the tree: the conditions
 // of job.finish's learn. Any stage.
 func (j *job) learnsRoutes() bool {
-	return j.r.pol.kind == kindPrefix && len(j.keys) > 0 && j.d.prevID == "" &&
+	return j.r.pol.kind == kindPrefix && len(j.keys) > 0 && j.d.PreviousResponseID == "" &&
 		(j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
 }
 

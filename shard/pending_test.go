@@ -354,27 +354,6 @@ func TestFeedbackMetricsAndDemotion(t *testing.T) {
 	}
 }
 
-func TestPromptUsage(t *testing.T) {
-	t.Parallel()
-	f := func(u string, prompt, cached int, hasCached, ok bool) {
-		t.Helper()
-		p, c, hc, k := promptUsage([]byte(u))
-		if p != prompt || c != cached || hc != hasCached || k != ok {
-			t.Errorf("promptUsage(%q) = %d %d %v %v, want %d %d %v %v", u, p, c, hc, k, prompt, cached, hasCached, ok)
-		}
-	}
-	f(`{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}`, 100, 64, true, true)
-	f(`{"prompt_tokens":100,"prompt_tokens_details":null}`, 100, 0, false, true)
-	f(`{"prompt_tokens":100}`, 100, 0, false, true)
-	f(`{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":64}}`, 10, 10, true, true) // capped
-	f(`{"completion_tokens":1}`, 0, 0, false, false)
-	f(`{"prompt_tokens":-1}`, 0, 0, false, false)
-	f(`{"prompt_tokens":"x"}`, 0, 0, false, false)
-	f(`not json`, 0, 0, false, false)
-	f(``, 0, 0, false, false)
-	f(`{"prompt_tokens":1,"x":"`+strings.Repeat("y", 5000)+`"}`, 0, 0, false, false) // over the bound
-}
-
 // The KV a backend's requests in flight pin (footprint.go): the first of
 // a group pins its whole prompt, a sibling its tail; the base goes with
 // the group's last request, and a failed attempt releases what it added.

@@ -349,31 +349,6 @@ func TestAdapterLoadGoesToTheBasePool(t *testing.T) {
 	}
 }
 
-func FuzzBodyModel(f *testing.F) {
-	for _, s := range []string{`{"model":"a"}`, `{"input":[1,2,{"model":"x"}],"model":"b\u0041"}`, ` { "model" : "m" , "x":null}`,
-		`{"model":1}`, `{"a":"\"model\":\"x\""}`, `[]`, `{"model":"a"`, `{"model":"a","model":"b"}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		got := bodyModel(body)
-		// Against a real parser: when the body is a JSON object whose
-		// "model" (last occurrence) is a string, bodyModel finds it.
-		var m map[string]json.RawMessage
-		if json.Unmarshal(body, &m) != nil {
-			return
-		}
-		var want string
-		if raw, ok := m["model"]; ok {
-			if json.Unmarshal(raw, &want) != nil {
-				want = ""
-			}
-		}
-		if got != want && !strings.ContainsRune(want, '\uFFFD') {
-			t.Fatalf("bodyModel(%q) = %q, want %q", body, got, want)
-		}
-	})
-}
-
 func reactorHeader(name, value string) reactor.Header {
 	return reactor.Header{Name: name, Value: value}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -172,7 +173,7 @@ type Shard struct {
 
 // decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
 // render, tokenize, keys): what it holds is a view valid only while the
-// loop serves one request (see decodeWith).
+// loop serves one request (see openai.DecodeValue).
 type decodeScratch struct {
 	p      *fastjson.Parser // nil until first used, and after trim dropped it
 	sc     chat.Scratch
@@ -325,12 +326,12 @@ func (r *Router) serve(x exchange) {
 			{Name: reactor.RequestIDHeader, Value: req.RequestID()}}, nil)
 		return
 	case rt == routeUnknown:
-		r.fail(x, rt, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
-			msg: fmt.Sprintf("unknown path %.200q", req.Path)})
+		r.fail(x, rt, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "not_found",
+			Message: fmt.Sprintf("unknown path %.200q", req.Path)})
 		return
 	case allow != "":
-		r.fail(x, rt, &apiError{status: 405, typ: "invalid_request_error", code: "method_not_allowed",
-			msg: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
+		r.fail(x, rt, &openai.Error{Status: 405, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
 			reactor.Header{Name: "Allow", Value: allow})
 		return
 	}
@@ -347,8 +348,8 @@ func (r *Router) serve(x exchange) {
 		select {
 		case r.adapters <- x:
 		default:
-			r.fail(x, rt, &apiError{status: 503, typ: "server_error", code: "overloaded",
-				msg: fmt.Sprintf("too many adapter loads and unloads waiting (%d); retry later", adaptersQueue)})
+			r.fail(x, rt, &openai.Error{Status: 503, Type: "server_error", Code: "overloaded",
+				Message: fmt.Sprintf("too many adapter loads and unloads waiting (%d); retry later", adaptersQueue)})
 		}
 		return
 	case rt == routeModels:
@@ -358,8 +359,8 @@ func (r *Router) serve(x exchange) {
 		select {
 		case r.models <- x:
 		default:
-			r.fail(x, rt, &apiError{status: 503, typ: "server_error", code: "overloaded",
-				msg: "too many /v1/models requests waiting"})
+			r.fail(x, rt, &openai.Error{Status: 503, Type: "server_error", Code: "overloaded",
+				Message: "too many /v1/models requests waiting"})
 		}
 		return
 	}
@@ -369,7 +370,7 @@ func (r *Router) serve(x exchange) {
 	}
 	j.session = r.sessionOf(req)
 	if rt == routeResponseID {
-		j.d.prevID, _, _ = responsePathID(req.Path) // classify matched it
+		j.d.PreviousResponseID, _, _ = openai.ResponsePathID(req.Path) // classify matched it
 		j.routeByID()
 		return
 	}
@@ -383,7 +384,7 @@ func (r *Router) serve(x exchange) {
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
 		if r.fleet != nil || key != nil {
-			j.d.model = bodyModel(req.Body)
+			j.d.Model = openai.BodyModel(req.Body)
 		}
 		if e := j.admit(); e != nil {
 			r.fail(j.x, rt, e)
@@ -421,19 +422,19 @@ func routedByPrefix(rt routeID) bool {
 // X-Request-ID (or a generated one) like a proxied answer, and
 // Retry-After on a 503: the Router's 503s all mean that nothing can serve
 // the request now. Any goroutine.
-func (r *Router) fail(x exchange, rt routeID, e *apiError, extra ...reactor.Header) {
+func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.Header) {
 	hdr := append(make([]reactor.Header, 0, 3+len(extra)),
 		reactor.Header{Name: "Content-Type", Value: "application/json"},
 		reactor.Header{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()})
 	switch {
-	case e.retryAfter > 0:
-		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: strconv.Itoa(e.retryAfter)})
-	case e.status == 503:
+	case e.RetryAfter > 0:
+		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: strconv.Itoa(e.RetryAfter)})
+	case e.Status == 503:
 		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: retryAfter})
 	}
 	hdr = append(hdr, extra...)
-	r.m.request(rt, e.status) // counted before the client can see it (tests read /metrics right after)
-	x.Respond(e.status, hdr, e.body())
+	r.m.request(rt, e.Status) // counted before the client can see it (tests read /metrics right after)
+	x.Respond(e.Status, hdr, e.Body())
 }
 
 // retryAfter is the Retry-After of the Router's 503s, in seconds: a full
@@ -515,17 +516,17 @@ func (r *Router) modelsWorker(ctx context.Context) {
 			for {
 				select {
 				case x := <-r.models:
-					r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "shutting_down",
-						msg: "the router is shutting down"})
+					r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "shutting_down",
+						Message: "the router is shutting down"})
 				default:
 					return
 				}
 			}
 		case x := <-r.models:
-			if id := modelPathID(x.Request().Path); id != "" {
+			if id := openai.ModelPathID(x.Request().Path); id != "" {
 				if k := r.modelsKey(x); k != nil && !k.Allows(id) {
-					r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
-						msg: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", id)})
+					r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+						Message: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", id)})
 					continue
 				}
 				if r.fleet == nil || !r.retrievePooled(x, id) {
@@ -547,17 +548,17 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				cancel()
 			}
 			if k := r.modelsKey(x); k != nil && k.Restricted() && err == nil {
-				body = filterModels(body, k) // only the models the key may use
+				body = openai.FilterModels(body, k.Allows) // only the models the key may use
 			}
 			if errors.Is(err, backend.ErrNoCandidate) {
 				// Not an empty list: that would say the model does not exist.
-				r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-					msg: "no backend is available to list the models"}) // fail adds Retry-After to a 503
+				r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+					Message: "no backend is available to list the models"}) // fail adds Retry-After to a 503
 				continue
 			}
 			if err != nil {
-				r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
-					msg: fmt.Sprintf("cannot list the backends' models: %v", err)}, backend.RetryAfter)
+				r.fail(x, routeModels, &openai.Error{Status: 502, Type: "server_error", Code: "bad_gateway",
+					Message: fmt.Sprintf("cannot list the backends' models: %v", err)}, backend.RetryAfter)
 				continue
 			}
 			r.m.request(routeModels, 200) // counted first, as fail does
@@ -580,14 +581,14 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
 	}
 	if e := j.admit(); e != nil {
-		d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}
-		if e.status == 503 {
-			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.msg)
+		d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}
+		if e.Status == 503 {
+			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.Message)
 		}
 		return d, e
 	}
 	if j.waitFull {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
+		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {

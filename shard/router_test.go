@@ -377,7 +377,7 @@ func TestJobOwn(t *testing.T) {
 	for i := range ds.msgEnd {
 		ds.msgEnd[i] = !ds.msgEnd[i]
 	}
-	if !slices.Equal(j.texts, texts) || !slices.Equal(j.msgEnd, ends) || j.d.msgs != nil {
+	if !slices.Equal(j.texts, texts) || !slices.Equal(j.msgEnd, ends) || j.d.Messages != nil {
 		t.Errorf("after own and another request: texts %q ends %v, want %q %v", j.texts, j.msgEnd, texts, ends)
 	}
 }

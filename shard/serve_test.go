@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -167,7 +168,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.BlockSize, c.LoadFactor, c.Policy, c.MaxCandidates = 0, 0.5, "random", 0
-	c.Body.MaxDepth, c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = MaxScanDepth+1, -1, 0, 0
+	c.Body.MaxDepth, c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = openai.MaxScanDepth+1, -1, 0, 0
 	c.PriorityModels = []string{"ok", ""}
 	err := c.Validate()
 	for _, field := range []string{"BlockSize", "LoadFactor", "Policy", "MaxCandidates",

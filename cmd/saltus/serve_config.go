@@ -21,6 +21,7 @@ import (
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/internal/tlsconf"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/shard"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -372,8 +373,8 @@ func (c serveConfig) Validate() error {
 	if c.Router.Body.MaxValues < 1 {
 		bad("max-body-values", "must be at least 1, got %d", c.Router.Body.MaxValues)
 	}
-	if c.Router.Body.MaxDepth < 1 || c.Router.Body.MaxDepth > shard.MaxScanDepth {
-		bad("max-body-depth", "must be between 1 and %d, got %d", shard.MaxScanDepth, c.Router.Body.MaxDepth)
+	if c.Router.Body.MaxDepth < 1 || c.Router.Body.MaxDepth > openai.MaxScanDepth {
+		bad("max-body-depth", "must be between 1 and %d, got %d", openai.MaxScanDepth, c.Router.Body.MaxDepth)
 	}
 	if c.GCHeapFloor < 0 || c.GCHeapFloor > 4<<30 {
 		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", byteSize(c.GCHeapFloor))
