@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/queue"
@@ -225,7 +226,7 @@ func DefaultConfig() Config {
 		LoadFactor:       2.0,
 		LoadFloor:        4,
 		MaxCandidates:    3,
-		Policy:           PolicyPrefix,
+		Policy:           policy.Prefix.String(),
 		MaintainInterval: time.Second,
 		MaintainBudget:   4096,
 		ExplainTimeout:   5 * time.Second,
@@ -275,17 +276,8 @@ func (c Config) Validate() error {
 	if c.AdapterEngines < 0 {
 		errs = append(errs, fmt.Errorf("shard: AdapterEngines must not be negative, got %d", c.AdapterEngines))
 	}
-	if !(c.LoadFactor >= 1) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("shard: LoadFactor must be at least 1, got %g", c.LoadFactor))
-	}
-	if c.LoadFloor < 0 {
-		errs = append(errs, fmt.Errorf("shard: LoadFloor must not be negative, got %d", c.LoadFloor))
-	}
-	if c.MaxCandidates < 1 {
-		errs = append(errs, fmt.Errorf("shard: MaxCandidates must be at least 1, got %d", c.MaxCandidates))
-	}
-	if _, ok := parsePolicy(c.Policy); !ok {
-		errs = append(errs, fmt.Errorf("shard: Policy must be one of %s, got %q", strings.Join(Policies(), ", "), c.Policy))
+	if _, ok := policy.Parse(c.Policy); !ok {
+		errs = append(errs, fmt.Errorf("shard: Policy must be one of %s, got %q", strings.Join(policy.Names(), ", "), c.Policy))
 	}
 	if c.MaintainInterval <= 0 {
 		errs = append(errs, fmt.Errorf("shard: MaintainInterval must be positive, got %v", c.MaintainInterval))

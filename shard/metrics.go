@@ -10,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func init() {
@@ -124,8 +125,8 @@ func allowOnly(method, allowed string) string {
 }
 
 // reasonNames index the decision counters.
-var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback,
-	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash, ReasonResponseID, ReasonBodyHash}
+var reasonNames = [...]string{policy.ReasonTree, policy.ReasonHash, policy.ReasonOverride, policy.ReasonFallback,
+	policy.ReasonRoundRobin, policy.ReasonLeastRequest, policy.ReasonConsistentHash, ReasonResponseID, policy.ReasonBodyHash}
 
 // ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
 // matched blocks / total blocks of a routed request with keys, under the
@@ -202,7 +203,7 @@ func (m *routerMetrics) request(rt routeID, status int) {
 // decided counts a decision of a forwarded request; matched: the decision
 // asked the tree (prefix policy), so its match ratio is observed. Any
 // goroutine.
-func (m *routerMetrics) decided(d Decision, matched bool) {
+func (m *routerMetrics) decided(d policy.Decision, matched bool) {
 	for i, r := range reasonNames {
 		if r == d.Reason {
 			m.decisions[i].Inc()

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func TestRespTableBound(t *testing.T) {
@@ -194,7 +196,7 @@ func TestResponsePaths(t *testing.T) {
 // unknown one is routed as any request and counted. Explain shows it.
 func TestRouterResponseIDs(t *testing.T) {
 	t.Parallel()
-	for _, pol := range Policies() {
+	for _, pol := range policy.Names() {
 		t.Run(pol, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOpts{loops: 2, backends: 3, policy: pol})
