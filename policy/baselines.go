@@ -4,8 +4,8 @@ import "math/rand/v2"
 
 // The policies other than prefix: baselines the benchmark compares the
 // prefix policy with on identical backends (issue 5). None of them asks
-// or teaches the tree: the Router decides on the connection's loop, with
-// that loop's scratch, and learns nothing. MatchedBlocks is always 0;
+// or teaches the tree: the caller (shard's Router) decides on the
+// connection's loop, with that loop's Scratch, and learns nothing. MatchedBlocks is always 0;
 // TotalBlocks is still the request's block count (the request is keyed as
 // under prefix, so X-Saltus-Route reads "0/12 round_robin" and the
 // per-request cost before the decision is the same for every policy).

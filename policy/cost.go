@@ -15,7 +15,7 @@ import (
 // leading blocks the tree says b holds (its hit, capped at T), B the block
 // size in tokens, n(b) its requests in flight, and base(b), rate(b) its
 // prefill model (b.Prefill(): learned from observed TTFTs,
-// backend/prefill.go; until b has its own, the fleet's pooled fit
+// upstream/backend/prefill.go; until b has its own, the fleet's pooled fit
 // (backend.Fleet), the defaults before that; kept within fleetTrust
 // of the fleet's median, so one bad fit cannot price a backend out of
 // every decision and never learn again):
@@ -35,7 +35,7 @@ import (
 // pending prefill while a running slot was free (pendingPrefill.slot;
 // until learned by b or, pooled, by its fleet: 1, vLLM's;
 // near 0 on engines that prefill their running requests side by side,
-// backend/prefill.go).
+// upstream/backend/prefill.go).
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
 // streamed requests sent to b that have had no first byte yet (added when
 // sent, removed at the first byte or failure: pendingPrefill). waiting(b)
@@ -49,7 +49,7 @@ import (
 // request waits for a slot too: slot(b) = (waiting(b) + 1) × service(b) /
 // R(b), service(b) being how long b takes to answer a request whole
 // (b.Service, a running average of how long its 2xx answers held a
-// slot: job.slotHold) and R(b) the requests
+// slot: shard's job.slotHold) and R(b) the requests
 // it runs (the engine's running count while it reports requests waiting,
 // for a slot or for KV room, else S(b)): one of them ends every
 // service/R on average. On engines of 4 slots (the third-party
@@ -58,14 +58,14 @@ import (
 //
 // load(b) is what the requests in flight on b and this one cost each
 // other: one more request in the batch makes every decode step longer
-// (Config.LoadTokens prices that as prompt tokens of prefill per request
+// (Config.LoadTokens, shard.Config's too, prices that as prompt tokens of prefill per request
 // in flight), and this request's prefill stalls each of them for its
 // length (chunked prefill shares the steps). A hit on a busy backend is
 // cheap; a long miss on a busy one is not.
 //
 // evict(b) prices the prefixes this request's miss pushes out of b's KV
 // cache, which later requests then miss: fill(b) is b.Footprint() (the
-// prompt tokens of the prefixes in use there, footprint.go) over the
+// prompt tokens of the prefixes in use there, shard/footprint.go) over the
 // engine's KV capacity (vllm:cache_config_info, when scraped), else
 // Config.KVTokens, else the fleet's largest footprint, at most 1. A new
 // or replicated long prefix thus goes where the fewest prefixes in use would be evicted, and two hot
@@ -111,7 +111,7 @@ import (
 // B) / rate(fleet median) above it (the price of coldTie requests in
 // flight, each paying this request's miss);
 // within it the prefix's home (the backend its group last went to,
-// footprint.go) wins, else the first in the prefix's rendezvous order. A
+// Scratch.Home, shard/footprint.go) wins, else the first in the prefix's rendezvous order. A
 // cold prefix so goes back where it was (its copy may have survived; if
 // not, the miss is the same anywhere, and the fleet's caches stay
 // partitioned, as a hash keeps them), and replicas that see about the
@@ -119,7 +119,7 @@ import (
 //
 // Among eligible holders, costs within tieRel of the least (at least
 // tieAbs) are a tie, won by the first in rendezvous order. A session pin
-// (Scratch.Pin, Config.SessionHeader) wins over all that while its
+// (Scratch.Pin, shard.Config.SessionHeader) wins over all that while its
 // backend is routable and not queueing.
 
 // slotBound: why requests waiting at an engine make it queue only when
@@ -490,7 +490,7 @@ func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64,
 // waits behind those waiting already, and one sent to an engine whose
 // cache is pinned full waits until enough of its running requests end.
 // The pinned tokens U are the larger of the router's own account
-// (b.Pinned, footprint.go: its requests in flight there, waiting ones
+// (b.Pinned, shard/footprint.go: its requests in flight there, waiting ones
 // included, exact at once) and the scrape's when fresh (kvUsage × kvCap,
 // plus W waiting requests each priced as this one, fully uncached, as
 // queue(b) prices them: other routers' requests show there). This
@@ -659,7 +659,7 @@ func within(s *Scratch, i, best int, slack, wait float64) bool {
 // opening).
 const bodyHashBytes = 512
 
-// decideBodyHash is the body_hash policy: the routable backends in
+// DecideBodyHash is the body_hash policy: the routable backends in
 // rendezvous order of the hash of the body's first 512 bytes; the first
 // serves, no load term. Candidates: the next ones in that order. total is
 // the request's blocks (for the route receipt).

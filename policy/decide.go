@@ -75,7 +75,7 @@ const (
 	ReasonTree = "tree"
 	// ReasonHash: no routable holder; rendezvous hash of the first blocks.
 	ReasonHash = "hash"
-	// ReasonOverride: the request's session header (Config.SessionHeader)
+	// ReasonOverride: the request's session header (shard.Config.SessionHeader)
 	// names a session pinned to a routable backend that is not queueing.
 	ReasonOverride = "override"
 	// ReasonFallback: routed without the tree (the owner's mailbox was
@@ -85,7 +85,7 @@ const (
 	// without a block key.
 	ReasonFallback = "fallback"
 	// ReasonRoundRobin, ReasonLeastRequest and ReasonConsistentHash: the
-	// policy of that name decided (policies.go); the tree was not asked.
+	// policy of that name decided (baselines.go); the tree was not asked.
 	ReasonRoundRobin     = "round_robin"
 	ReasonLeastRequest   = "least_request"
 	ReasonConsistentHash = "consistent_hash"
@@ -127,7 +127,8 @@ type Decision struct {
 	RunnerUpMS float64     `json:"runner_up_ms"`
 	Table      []Candidate `json:"table,omitempty"`
 	// Model is the request's model and Pool the IDs of the backends that
-	// serve it (pools.go; empty: every backend), for Explain only.
+	// serve it (shard/pools.go; empty: every backend), for Explain only.
+	// The caller fills them.
 	Model string `json:"model,omitempty"`
 	Pool  []int  `json:"pool,omitempty"`
 }
@@ -212,10 +213,11 @@ type scored struct {
 	i     int // index into the views
 }
 
-// decide picks a backend by p's policy. hits are the tree's holders of
-// keys (empty when the tree was not asked); useTree false makes the prefix
-// policy's reason fallback. round_robin, least_request and consistent_hash
-// ignore hits and useTree (the Router asks the tree only for prefix), and
+// Decide picks a backend of bs by p's policy. hits are the tree's holders
+// of keys (empty when the tree was not asked); useTree false makes the
+// prefix policy's reason fallback. round_robin, least_request and
+// consistent_hash ignore hits and useTree (the caller asks the tree only
+// for prefix and ranvier), and
 // consistent_hash without keys decides as prefix does without the tree:
 // the least loaded backend, reason fallback. It allocates only the
 // Candidates slice. Loop only: s is the calling loop's.
@@ -227,7 +229,7 @@ func Decide(p Config, bs []View, hits []tree.Hit, keys []uint64, useTree bool, s
 		}
 	case Ranvier:
 	case BodyHash:
-		// The Router calls decideBodyHash with the body; here (tests,
+		// The caller calls DecideBodyHash with the body; here (tests,
 		// Explain without a body) the keys stand in for it.
 		return decideBodyHashKey(p, bs, keysHash(keys), len(keys), s)
 	case RoundRobin:
@@ -433,7 +435,7 @@ func keysHash(keys []uint64) uint64 {
 	return h
 }
 
-// urlHash is FNV-1a of a backend URL, finalized: with keysHash it gives
+// URLHash is FNV-1a of a backend URL, finalized: with keysHash it gives
 // every (prefix, backend) pair an independent score, the same in every
 // replica that names the backend by the same URL.
 func URLHash(url string) uint64 {

@@ -15,7 +15,7 @@ import "github.com/saltus-lb/saltus/tree"
 // (prefix: cost.go's held; ranvier: decide.go's deepest holder) are, for
 // an evented backend, the depth its engine confirmed (tree.Hit.Confirmed),
 // or the depth of its deepest holder if routing refreshed that holder
-// within the bridge (Config.KVEventsBridge): the guess bridges only the
+// within the bridge (Config.Bridge: shard.Config.KVEventsBridge): the guess bridges only the
 // time between routing a request and the engine's BlockStored for it,
 // during which the requests that follow a pending route still meet it.
 // A backend without events is decided as before.

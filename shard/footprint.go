@@ -13,7 +13,7 @@ import (
 // prefix to an engine already busy with one makes both evict each other,
 // and every request behind them then misses and waits for KV room. The
 // prefix policy therefore prices a miss on a backend by how full of
-// prefixes in use its cache is (cost.go: the eviction term), and puts a
+// prefixes in use its cache is (policy/cost.go: the eviction term), and puts a
 // new or replicated prefix where the least in use would be evicted.
 //
 // A prefix is its group: the key of its first policy.RendezvousBlocks blocks
@@ -35,7 +35,7 @@ import (
 // backend pins its whole prompt as the group's base, which stays counted
 // until the group's last request there ends; each later one pins only its
 // tail, the blocks past what the tree says the backend holds. The prefix
-// policy prices the wait for KV room from it (cost.go, kvWait): the
+// policy prices the wait for KV room from it (policy/cost.go, kvWait): the
 // scrape is a second old and misses what was sent since (manydocs, 60 s
 // runs: the slowest first tokens waited 2-3 s for room on an engine to
 // which a fifth document had been sent while four ran).

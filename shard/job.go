@@ -76,13 +76,13 @@ type job struct {
 	keys    []uint64 // the request's own (never a loop's scratch)
 	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
 	bounds  []int    // message ends, in blocks
-	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (truth.go); byte-block keys follow
+	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (policy/truth.go); byte-block keys follow
 	owner   int
 	idOwner int                  // the shard of the response id named (respids.go)
 	explain chan policy.Decision // Explain's answer; nil for a served request
 	// session is the request's Config.SessionHeader value ("" none);
 	// rawBody Explain's body (j.req is nil there); prefill the prefill
-	// accounting (cost.go).
+	// accounting (decide.go).
 	session string
 	rawBody []byte
 	prefill pendingPrefill
@@ -478,7 +478,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
 	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
-	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+	if j.d.stream { // a non-streamed answer's first byte comes when it ends (decide.go: pendingPrefill)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	h := backend.Hooks{Done: func(o backend.Outcome) {

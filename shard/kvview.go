@@ -42,7 +42,7 @@ import (
 // Local routes (a peer, or this router after a restart, takes them for
 // guesses). While a backend's view is live (Backend.Evented: from its
 // first batch until it is closed or reset for the backend's health) the
-// decision believes the engine over routing (truth.go): a guess deeper
+// decision believes the engine over routing (policy/truth.go): a guess deeper
 // than what the engine confirmed counts only within the bridge after it
 // was last refreshed (--kv-events-bridge), the time between routing a
 // request and the engine's BlockStored for it.

@@ -101,7 +101,7 @@ func (j *job) settle(o backend.Outcome) {
 		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
 	}
 	if o.Backend != nil && o.Err == nil && o.Retries == 0 && o.Status >= 200 && o.Status < 300 {
-		o.Backend.ObserveService(j.slotHold(o)) // how long an answer holds a slot (cost.go's slot wait)
+		o.Backend.ObserveService(j.slotHold(o)) // how long an answer holds a slot (policy/cost.go's slot wait)
 	}
 	j.feedback(o)
 }

@@ -155,7 +155,7 @@ type Shard struct {
 	dec   decodeScratch
 	resp  *respTable  // this shard's part of the response ids (respids.go)
 	foot  *footprints // the prefixes each backend is busy with (footprint.go); prefix policy only
-	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
+	sess  *respTable  // sessions decided here → backend (decide.go); nil: no SessionHeader
 	// gates are the gateway queues of the pools this loop owns
 	// (gate.go), by model; expired is tickGates' scratch.
 	gates   map[string]*gate

@@ -489,7 +489,7 @@ func (o *benchOptions) scrapeInterval() time.Duration {
 // token ids (--tokenizer, or the token-id prompts of a mooncake:FILE
 // workload); in byte-block mode it keys text prompts by bytes, which no
 // event's token ids reproduce, and keeps its guesses for them
-// (shard/truth.go), so the events would add nothing but work. Running
+// (policy/truth.go), so the events would add nothing but work. Running
 // engines (--backend, --target) are not the bench's to wire.
 func (o *benchOptions) kvEventsOn() (on bool, why string) {
 	switch {
