@@ -12,7 +12,7 @@ import (
 )
 
 // The glue between the Router and package policy: the policy's inputs
-// read from the backends (views, costInputs), the session pin and the
+// read from the backends (job.go's views, costInputs), the session pin and the
 // footprints' home set per decision (decideWith), and what a Decision
 // leaves behind: the route receipt and the pending prefill.
 
@@ -73,7 +73,7 @@ func (r *Router) sessionOf(req *reactor.Request) string {
 }
 
 // decideWith decides j on sh's loop with sh's views and scratch: body_hash
-// with the body, the others through decide, the prefix policy with the
+// with the body, the others through policy.Decide, the prefix policy with the
 // session's pin. A session is (re)pinned to the backend decided. The
 // session table is the deciding shard's (the keys' owner, or the loop
 // deciding without the tree): the requests of a conversation share their
