@@ -662,7 +662,8 @@ const bodyHashBytes = 512
 // DecideBodyHash is the body_hash policy: the routable backends in
 // rendezvous order of the hash of the body's first 512 bytes; the first
 // serves, no load term. Candidates: the next ones in that order. total is
-// the request's blocks (for the route receipt).
+// the request's blocks (for the route receipt). Loop only: s is the
+// calling loop's.
 func DecideBodyHash(p Config, bs []View, body []byte, total int, s *Scratch) Decision {
 	return decideBodyHashKey(p, bs, bodyKey(body), total, s)
 }

@@ -84,8 +84,8 @@ const (
 	// least loaded backend. Also consistent_hash's answer to a request
 	// without a block key.
 	ReasonFallback = "fallback"
-	// ReasonRoundRobin, ReasonLeastRequest and ReasonConsistentHash: the
-	// policy of that name decided (baselines.go); the tree was not asked.
+	// ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash and
+	// ReasonBodyHash: the policy of that name decided (baselines.go); the tree was not asked.
 	ReasonRoundRobin     = "round_robin"
 	ReasonLeastRequest   = "least_request"
 	ReasonConsistentHash = "consistent_hash"
