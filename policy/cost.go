@@ -32,13 +32,13 @@ import (
 //
 // q(b) is b.QueueFactor(): the share of the prefill ahead a new request
 // waits for, learned from the first tokens of requests sent behind
-// pending prefill while a running slot was free (pendingPrefill.slot;
+// pending prefill while a running slot was free (shard's pendingPrefill.slot;
 // until learned by b or, pooled, by its fleet: 1, vLLM's;
 // near 0 on engines that prefill their running requests side by side,
 // upstream/backend/prefill.go).
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
 // streamed requests sent to b that have had no first byte yet (added when
-// sent, removed at the first byte or failure: pendingPrefill). waiting(b)
+// sent, removed at the first byte or failure: shard's pendingPrefill). waiting(b)
 // is the engine's own vllm:num_requests_waiting when scraped and fresh
 // (b.Engine()), or the in-flight count above S(b) if more; each is
 // priced as one request like this one, fully uncached. S(b), the requests
