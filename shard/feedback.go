@@ -184,7 +184,7 @@ func (j *job) feedback(o backend.Outcome) {
 			}
 		}
 	}
-	if j.prefill.clean(o) { // streamed, first try, nothing pending ahead (cost.go)
+	if j.prefill.clean(o) { // streamed, first try, nothing pending ahead (decide.go: pendingPrefill)
 		m.observe(o.Backend, uncached, o.FirstData) // the first event: the head comes before the prefill
 	} else if j.prefill.queued(o) {
 		o.Backend.ObserveQueued(uncached, j.prefill.ahead, o.FirstData)

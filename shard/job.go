@@ -17,6 +17,7 @@ import (
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
@@ -76,13 +77,13 @@ type job struct {
 	keys    []uint64 // the request's own (never a loop's scratch)
 	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
 	bounds  []int    // message ends, in blocks
-	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (truth.go); byte-block keys follow
+	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (policy/truth.go); byte-block keys follow
 	owner   int
-	idOwner int           // the shard of the response id named (respids.go)
-	explain chan Decision // Explain's answer; nil for a served request
+	idOwner int                  // the shard of the response id named (respids.go)
+	explain chan policy.Decision // Explain's answer; nil for a served request
 	// session is the request's Config.SessionHeader value ("" none);
 	// rawBody Explain's body (j.req is nil there); prefill the prefill
-	// accounting (cost.go).
+	// accounting (decide.go).
 	session string
 	rawBody []byte
 	prefill pendingPrefill
@@ -332,7 +333,7 @@ func (j *job) dispatch() {
 		j.decideHere() // shorter than a block
 		return
 	}
-	if !j.r.pol.kind.usesTree() {
+	if !j.r.pol.Kind.UsesTree() {
 		// The other policies never use the tree: no owner lookup, no
 		// message to another loop; they decide here.
 		j.decideHere()
@@ -365,7 +366,7 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap, j.pool)
-	if n := j.r.tuned.Load().truth(sh.views, sh.hits, j.exact, now); n > 0 && j.explain == nil {
+	if n := j.r.tuned.Load().Truth(sh.views, sh.hits, j.exact, now); n > 0 && j.explain == nil {
 		j.r.m.guessesIgnored.Add(n)
 	}
 	d := j.decideWith(sh, sh.hits, true)
@@ -384,7 +385,7 @@ const learnRefresh = time.Second
 // markFresh records whether d's backend holds all of j's blocks in the
 // tree, refreshed within learnRefresh (and within half the route TTL).
 // On the owner loop, with the hits Match returned at now.
-func (j *job) markFresh(d Decision, hits []tree.Hit, now int64) {
+func (j *job) markFresh(d policy.Decision, hits []tree.Hit, now int64) {
 	refresh := min(int64(learnRefresh), int64(j.r.cfg.Tree.TTL/2))
 	for _, h := range hits {
 		if h.Backend == d.Backend && h.Blocks == len(j.keys) && h.Origin == tree.Local && now-h.Used < refresh {
@@ -403,27 +404,27 @@ func (j *job) decideAt(cur int) {
 	sh := j.r.shards[cur]
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap, j.pool)
-	rr := sh.sc.rr
+	rr := sh.sc.Turn
 	d := j.decideWith(sh, nil, false)
 	if j.explain != nil {
 		// Explain shows the turn the loop's next request would get, and
 		// leaves it to that request. (least_request's draw is not undone:
 		// Explain shows one draw, the next request draws afresh.)
-		sh.sc.rr = rr
+		sh.sc.Turn = rr
 	}
 	j.finish(d, snap, cur)
 }
 
 // views reads the state of every backend of pool (nil: every backend)
 // once.
-func (r *Router) views(dst []view, snap []*backend.Backend, pool *fleet.Pool) []view {
+func (r *Router) views(dst []policy.View, snap []*backend.Backend, pool *fleet.Pool) []policy.View {
 	for _, b := range snap {
 		if pool != nil && !pool.Has(b.ID) {
 			continue
 		}
 		inFlight, routable := r.state(b)
-		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable, evented: b.Evented()}
-		if r.pol.kind == kindPrefix {
+		v := policy.View{ID: b.ID, URL: b.URL, Name: b.Name, URLHash: policy.URLHash(b.URL), InFlight: inFlight, Routable: routable, Evented: b.Evented()}
+		if r.pol.Kind == policy.Prefix {
 			costInputs(&v, b)
 		}
 		dst = append(dst, v)
@@ -433,7 +434,7 @@ func (r *Router) views(dst []view, snap []*backend.Backend, pool *fleet.Pool) []
 
 // finish forwards the request as decided (stage 8), or hands the decision
 // to Explain. On the loop that decided (cur).
-func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
+func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
 		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
@@ -445,7 +446,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		j.explain <- d
 		return
 	}
-	r.m.decided(d, r.pol.kind.usesTree())
+	r.m.decided(d, r.pol.Kind.UsesTree())
 	if d.Backend < 0 && j.pool != nil && j.requeues < maxRequeues && r.saturated(j.pool) {
 		// Its pool filled up since its admission: it waits after all.
 		j.requeues++
@@ -473,12 +474,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
 	// Only prefix and ranvier read the tree, so only they teach it.
-	routed := r.pol.kind.usesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	routed := r.pol.Kind.UsesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
 	learn := routed && len(j.keys) > 0 && j.d.PreviousResponseID == ""
-	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (decide.go: pendingPrefill)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	h := backend.Hooks{Done: func(o backend.Outcome) {

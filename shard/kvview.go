@@ -43,7 +43,7 @@ import (
 // guesses). While a backend's view is live and complete (Backend.Evented:
 // from its first batch until it is closed or reset for the backend's
 // health, and while it maps every block the engine reports) the decision
-// believes the engine over routing (truth.go): a guess deeper than what
+// believes the engine over routing (policy/truth.go): a guess deeper than what
 // the engine confirmed counts only within the bridge after it was last
 // refreshed (--kv-events-bridge), the time between routing a request and
 // the engine's BlockStored for it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func init() {
@@ -125,8 +126,8 @@ func allowOnly(method, allowed string) string {
 }
 
 // reasonNames index the decision counters.
-var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback,
-	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash, ReasonResponseID, ReasonBodyHash}
+var reasonNames = [...]string{policy.ReasonTree, policy.ReasonHash, policy.ReasonOverride, policy.ReasonFallback,
+	policy.ReasonRoundRobin, policy.ReasonLeastRequest, policy.ReasonConsistentHash, ReasonResponseID, policy.ReasonBodyHash}
 
 // ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
 // matched blocks / total blocks of a routed request with keys, under the
@@ -203,7 +204,7 @@ func (m *routerMetrics) request(rt routeID, status int) {
 // decided counts a decision of a forwarded request; matched: the decision
 // asked the tree (prefix policy), so its match ratio is observed. Any
 // goroutine.
-func (m *routerMetrics) decided(d Decision, matched bool) {
+func (m *routerMetrics) decided(d policy.Decision, matched bool) {
 	for i, r := range reasonNames {
 		if r == d.Reason {
 			m.decisions[i].Inc()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
@@ -70,7 +71,7 @@ func modelChat(model, user string) string {
 
 func TestPoolsRouteInsideTheModelsPool(t *testing.T) {
 	t.Parallel()
-	for _, policy := range Policies() {
+	for _, policy := range policy.Names() {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOpts{loops: 2, backends: 5, policy: policy})

@@ -9,6 +9,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
@@ -257,7 +258,7 @@ func (j *job) lookupByID() {
 	}
 	r.rs.hit.Inc()
 	// One candidate: any other backend answers 404 for this id.
-	d := Decision{Backend: id, URL: snap[i].URL, Reason: ReasonResponseID, TotalBlocks: len(j.keys),
+	d := policy.Decision{Backend: id, URL: snap[i].URL, Reason: ReasonResponseID, TotalBlocks: len(j.keys),
 		Candidates: []int{id}, Preferred: -1, RunnerUp: -1}
 	j.finish(d, snap, j.idOwner)
 }
@@ -266,7 +267,7 @@ func (j *job) lookupByID() {
 // their owner shard, or, without keys (GET/DELETE by id) or under another
 // policy, on loop cur.
 func (j *job) routeWithoutID(cur int) {
-	if len(j.keys) == 0 || j.r.pol.kind != kindPrefix {
+	if len(j.keys) == 0 || j.r.pol.Kind != policy.Prefix {
 		j.decideAt(cur)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func TestRespTableBound(t *testing.T) {
@@ -168,7 +169,7 @@ func TestResponsePaths(t *testing.T) {
 // unknown one is routed as any request and counted. Explain shows it.
 func TestRouterResponseIDs(t *testing.T) {
 	t.Parallel()
-	for _, pol := range Policies() {
+	for _, pol := range policy.Names() {
 		t.Run(pol, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOpts{loops: 2, backends: 3, policy: pol})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -95,10 +96,10 @@ var ErrNoBackend = errors.New("shard: no routable backend")
 // reactor.Handler. See the package doc.
 type Router struct {
 	cfg Config
-	pol policy // its kind never changes; decisions use tuned's knobs
+	pol policy.Config // its kind never changes; decisions use tuned's knobs
 	// tuned is pol with the knobs Retune last set (load factor, slack,
 	// tokens, KV tokens). Any goroutine reads it; Retune writes it.
-	tuned atomic.Pointer[policy]
+	tuned atomic.Pointer[policy.Config]
 	learn atomic.Bool // Config.LearnFromUsage, as Retune last set it
 	// prioModels is Config.PriorityModels as Retune last set it (gate.go).
 	prioModels atomic.Pointer[[]string]
@@ -149,13 +150,13 @@ type Shard struct {
 	tok   *tokenpool.Shard
 	res   tokenpool.Result // Tokenize's dst for requests that complete at once
 	hits  []tree.Hit
-	views []view
-	sc    scratch
+	views []policy.View
+	sc    policy.Scratch
 	known map[int]bool // backend IDs inserted since their last removal
 	dec   decodeScratch
 	resp  *respTable  // this shard's part of the response ids (respids.go)
 	foot  *footprints // the prefixes each backend is busy with (footprint.go); prefix policy only
-	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
+	sess  *respTable  // sessions decided here → backend (decide.go); nil: no SessionHeader
 	// gates are the gateway queues of the pools this loop owns
 	// (gate.go), by model; expired is tickGates' scratch.
 	gates   map[string]*gate
@@ -226,13 +227,9 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			return nil, fmt.Errorf("BUG: cannot build the none template: %w", err)
 		}
 	}
-	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
-		cfg: cfg,
-		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
-			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds(),
-			loadTokens: float64(cfg.LoadTokens), loadSlack: cfg.LoadSlack, kvTokens: float64(cfg.KVTokens),
-			bridge: int64(cfg.KVEventsBridge)},
+		cfg:      cfg,
+		pol:      cfg.policy(), // Validate checked it
 		up:       up,
 		state:    state,
 		tmpl:     tmpl,
@@ -272,15 +269,15 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			foot: newFootprints((cfg.Footprints+loops-1)/loops, int64(cfg.FootprintWindow))}
 		// round_robin: loop i starts its cycle at backend i, so that the
 		// loops' first requests do not all go to backend 0.
-		sh.sc.rr = i
-		sh.sc.pin = -1
+		sh.sc.Turn = i
+		sh.sc.Pin = -1
 		if cfg.SessionHeader != "" {
 			sh.sess = newRespTable((cfg.Sessions+loops-1)/loops, int64(cfg.SessionTTL))
 		}
-		if kind == kindLeastRequest {
+		if r.pol.Kind == policy.LeastRequest {
 			// Seeded from the global source once, at construction; the
 			// loop then draws from its own, without a lock.
-			sh.sc.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			sh.sc.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		}
 		r.shards = append(r.shards, sh)
 	}
@@ -571,28 +568,28 @@ func (r *Router) modelsWorker(ctx context.Context) {
 // Explain runs stages 2 to 7 for body as if it came to path, and returns
 // the decision without forwarding. It runs on a loop (via post) and waits
 // up to Config.ExplainTimeout. Any goroutine but a loop.
-func (r *Router) Explain(body []byte, path string) (Decision, error) {
+func (r *Router) Explain(body []byte, path string) (policy.Decision, error) {
 	rt, _ := classify("POST", path)
 	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
 	}
-	j := &job{r: r, route: rt, explain: make(chan Decision, 1), rawBody: body}
+	j := &job{r: r, route: rt, explain: make(chan policy.Decision, 1), rawBody: body}
 	if e := j.prepare(body, nil); e != nil {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
 	}
 	if e := j.admit(); e != nil {
-		d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}
+		d := policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}
 		if e.Status == 503 {
 			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.Message)
 		}
 		return d, e
 	}
 	if j.waitFull {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
 	}
 	t := time.NewTimer(r.cfg.ExplainTimeout)
 	defer t.Stop()
@@ -603,7 +600,7 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 		}
 		return d, nil
 	case <-t.C:
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
 	}
 }
 
@@ -631,9 +628,9 @@ func (r *Router) Retune(c Config) error {
 		return err
 	}
 	p := r.pol
-	p.loadFactor, p.loadSlack = c.LoadFactor, c.LoadSlack
-	p.loadTokens, p.kvTokens = float64(c.LoadTokens), float64(c.KVTokens)
-	p.bridge = int64(c.KVEventsBridge)
+	p.LoadFactor, p.LoadSlack = c.LoadFactor, c.LoadSlack
+	p.LoadTokens, p.KVTokens = float64(c.LoadTokens), float64(c.KVTokens)
+	p.Bridge = int64(c.KVEventsBridge)
 	r.tuned.Store(&p)
 	r.learn.Store(c.LearnFromUsage)
 	r.prioModels.Store(new(slices.Clone(c.PriorityModels)))

@@ -1,92 +1,12 @@
 package shard
 
 import (
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/kvevents"
 )
-
-// TestTruth: truth cuts an evented backend's guess to its confirmed
-// depth once the guess is older than the bridge; a fresh guess, a
-// non-evented backend, a fully confirmed holder and keys the engine
-// cannot confirm (byte blocks past exact) are left alone.
-func TestTruth(t *testing.T) {
-	t.Parallel()
-	const bridge = 100
-	p := policy{bridge: bridge}
-	bs := []view{{id: 0, evented: true}, {id: 1}, {id: 2, evented: true}}
-	f := func(name string, h tree.Hit, exact int, now int64, want int) {
-		t.Helper()
-		hits := []tree.Hit{h}
-		cut := p.truth(bs, hits, exact, now)
-		if hits[0].Blocks != want || cut != min(h.Blocks-want, 1) {
-			t.Errorf("%s: Blocks %d (cut %d), want %d", name, hits[0].Blocks, cut, want)
-		}
-	}
-	f("stale guess, evented", tree.Hit{Backend: 0, Blocks: 8, Confirmed: 3, Used: 0}, 10, bridge, 3)
-	f("stale guess, nothing confirmed", tree.Hit{Backend: 2, Blocks: 8, Used: 0}, 10, 5*bridge, 0)
-	f("guess within the bridge", tree.Hit{Backend: 0, Blocks: 8, Confirmed: 3, Used: 1}, 10, bridge, 8)
-	f("not evented", tree.Hit{Backend: 1, Blocks: 8, Used: 0}, 10, 5*bridge, 8)
-	f("confirmed whole", tree.Hit{Backend: 0, Blocks: 8, Confirmed: 8, Used: 0}, 10, 5*bridge, 8)
-	f("byte-block keys", tree.Hit{Backend: 0, Blocks: 8, Used: 0}, 0, 5*bridge, 8)
-	f("token lead confirmed, byte tail", tree.Hit{Backend: 0, Blocks: 8, Confirmed: 4, Used: 0}, 4, 5*bridge, 8)
-	f("token lead not confirmed", tree.Hit{Backend: 0, Blocks: 8, Confirmed: 2, Used: 0}, 4, 5*bridge, 2)
-	f("unknown backend", tree.Hit{Backend: 7, Blocks: 8, Used: 0}, 10, 5*bridge, 8)
-	p.bridge = 0
-	f("bridge 0: only confirmed blocks", tree.Hit{Backend: 0, Blocks: 8, Confirmed: 3, Used: 5}, 10, 5, 3)
-}
-
-// TestTruthDecides: with the truth applied, both tree policies leave an
-// evented backend's stale guess for the backend the engine confirmed.
-func TestTruthDecides(t *testing.T) {
-	t.Parallel()
-	keys := make([]uint64, 8)
-	for i := range keys {
-		keys[i] = uint64(i+1) * 0x9e3779b97f4a7c15
-	}
-	bs := []view{
-		{id: 0, url: "http://a", urlHash: urlHash("http://a"), routable: true, evented: true},
-		{id: 1, url: "http://b", urlHash: urlHash("http://b"), routable: true, evented: true},
-		{id: 2, url: "http://c", urlHash: urlHash("http://c"), routable: true},
-	}
-	for _, kind := range []policyKind{kindPrefix, kindRanvier} {
-		p := policy{kind: kind, loadFactor: 2, loadFloor: 4, maxCandidates: 3, blockSize: 16, concurrency: 256,
-			queueWait: 0.2, loadTokens: 500, loadSlack: 1, bridge: int64(time.Second)}
-		hits := []tree.Hit{
-			{Backend: 0, Blocks: 8, Origin: tree.Local, Used: 0},               // a guess the engine never confirmed
-			{Backend: 1, Blocks: 5, Origin: tree.Local, Used: 0, Confirmed: 5}, // the engine's word
-		}
-		s := scratch{pin: -1, home: -1} // no session, no home (decideWith sets them per decision)
-		if d := decide(p, bs, slices.Clone(hits), keys, true, &s); d.Backend != 0 || d.MatchedBlocks != 8 {
-			t.Fatalf("policy %d without the truth: backend %d, %d matched, want 0 and 8", kind, d.Backend, d.MatchedBlocks)
-		}
-		within := slices.Clone(hits)
-		if cut := p.truth(bs, within, len(keys), int64(time.Second)-1); cut != 0 {
-			t.Fatalf("policy %d: %d hits cut within the bridge, want 0", kind, cut)
-		}
-		if d := decide(p, bs, within, keys, true, &s); d.Backend != 0 || d.MatchedBlocks != 8 {
-			t.Fatalf("policy %d within the bridge: backend %d, %d matched, want 0 and 8", kind, d.Backend, d.MatchedBlocks)
-		}
-		past := slices.Clone(hits)
-		if cut := p.truth(bs, past, len(keys), int64(time.Second)); cut != 1 {
-			t.Fatalf("policy %d: %d hits cut past the bridge, want 1", kind, cut)
-		}
-		if d := decide(p, bs, past, keys, true, &s); d.Backend != 1 || d.MatchedBlocks != 5 {
-			t.Fatalf("policy %d past the bridge: backend %d, %d matched, want 1 and 5", kind, d.Backend, d.MatchedBlocks)
-		}
-		// Backend 0 without events: its guess stands.
-		bs[0].evented = false
-		plain := slices.Clone(hits)
-		p.truth(bs, plain, len(keys), int64(time.Hour))
-		if d := decide(p, bs, plain, keys, true, &s); d.Backend != 0 || d.MatchedBlocks != 8 {
-			t.Fatalf("policy %d, backend 0 not evented: backend %d, %d matched, want 0 and 8", kind, d.Backend, d.MatchedBlocks)
-		}
-		bs[0].evented = true
-	}
-}
 
 // TestRouterTruth: through the Router, an engine view makes its backend
 // evented; a learned guess there counts within the bridge (here: while

@@ -22,7 +22,7 @@ import (
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/openai"
-	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/policy"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -364,8 +364,8 @@ func (c serveConfig) Validate() error {
 	if c.Reactor.Loops < 0 || c.Reactor.Loops > maxShards {
 		bad("shards", "must be between 0 (GOMAXPROCS) and %d, got %d", maxShards, c.Reactor.Loops)
 	}
-	if !slices.Contains(shard.Policies(), c.Router.Policy) {
-		bad("policy", "unknown policy %q, want one of %s", c.Router.Policy, strings.Join(shard.Policies(), ", "))
+	if !slices.Contains(policy.Names(), c.Router.Policy) {
+		bad("policy", "unknown policy %q, want one of %s", c.Router.Policy, strings.Join(policy.Names(), ", "))
 	}
 	if c.Reactor.MaxBodyBytes < 1<<10 || c.Reactor.MaxBodyBytes > 1<<30 {
 		bad("max-body", "must be between 1KiB and 1GiB, got %v", byteSize(c.Reactor.MaxBodyBytes))
