@@ -21,38 +21,11 @@ func TestRouterTruth(t *testing.T) {
 	if err := e.r.Retune(c); err != nil {
 		t.Fatal(err)
 	}
-	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := viewIDs(16*8, 1) // 8 blocks
+	vs, ids, want := guessedChain(t, e)
 	body := viewBody(t, "m", append(append([]uint32(nil), ids...), 7, 8, 9))
-	id32 := make([]int32, len(ids))
-	for i, v := range ids {
-		id32[i] = int32(v)
-	}
-	keys := tree.BlockKeys(nil, tree.ModelSeed("m"), id32, 16)
-	owner := int(keys[0] % 2)
-	// Backend 1 learned the whole chain by routing (a guess); backend
-	// 2's engine reports the first 5 blocks.
-	e.loops.run(t, owner, func() {
-		if err := e.r.shards[owner].tree.Insert(keys, nil, 1, tree.Local, e.r.now()); err != nil {
-			t.Error(err)
-		}
-	})
+	// Backend 2's engine reports the first 5 blocks.
 	v2 := vs.New(2, "b2")
 	v2.Apply(batch(storedEv(ids[:16*5], 16, 100, 0)))
-	want := func(what string, backend, matched int) {
-		t.Helper()
-		e.loops.settle(t) // the view's inserts have run
-		d, err := e.r.Explain([]byte(body), "/v1/completions")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Backend != backend || d.MatchedBlocks != matched {
-			t.Fatalf("%s: backend %d, %d matched, want %d and %d", what, d.Backend, d.MatchedBlocks, backend, matched)
-		}
-	}
 	want("backend 1 not evented", 1, 8)
 	c.KVEventsBridge = 0
 	if err := e.r.Retune(c); err != nil {
@@ -127,35 +100,8 @@ func TestIncompleteViewKeepsGuesses(t *testing.T) {
 	if err := e.r.Retune(c); err != nil {
 		t.Fatal(err)
 	}
-	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := viewIDs(16*8, 1) // 8 blocks
-	body := viewBody(t, "m", append(append([]uint32(nil), ids...), 7, 8, 9))
-	id32 := make([]int32, len(ids))
-	for i, v := range ids {
-		id32[i] = int32(v)
-	}
-	keys := tree.BlockKeys(nil, tree.ModelSeed("m"), id32, 16)
-	owner := int(keys[0] % 2)
-	// Backend 1 learned the whole chain by routing (a guess).
-	e.loops.run(t, owner, func() {
-		if err := e.r.shards[owner].tree.Insert(keys, nil, 1, tree.Local, e.r.now()); err != nil {
-			t.Error(err)
-		}
-	})
-	matched := func(what string, want int) {
-		t.Helper()
-		e.loops.settle(t)
-		d, err := e.r.Explain([]byte(body), "/v1/completions")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Backend != 1 || d.MatchedBlocks != want {
-			t.Fatalf("%s: backend %d, %d matched, want backend 1 and %d", what, d.Backend, d.MatchedBlocks, want)
-		}
-	}
+	vs, ids, want := guessedChain(t, e)
+	matched := func(what string, blocks int) { t.Helper(); want(what, 1, blocks) }
 	b1 := e.r.up.Snapshot()[1]
 	v := vs.New(1, "b1")
 	defer v.Close()
@@ -201,5 +147,41 @@ func TestIncompleteViewKeepsGuesses(t *testing.T) {
 	}
 	if got := e.metric(t, `saltus_kvview_incomplete{backend="b1"}`); got != "0" {
 		t.Errorf("incomplete gauge %s after the clear, want 0", got)
+	}
+}
+
+// guessedChain makes e's views (TrustAfter 2) and an 8-block chain of
+// token ids (model "m") that backend 1 learned by routing (a guess); want
+// checks the decision Explain makes for those ids and 3 more tokens once
+// the loops have run what the views posted.
+func guessedChain(t *testing.T, e *holdEnv) (*Views, []uint32, func(what string, backend, matched int)) {
+	t.Helper()
+	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := viewIDs(16*8, 1) // 8 blocks
+	body := viewBody(t, "m", append(append([]uint32(nil), ids...), 7, 8, 9))
+	id32 := make([]int32, len(ids))
+	for i, v := range ids {
+		id32[i] = int32(v)
+	}
+	keys := tree.BlockKeys(nil, tree.ModelSeed("m"), id32, 16)
+	owner := int(keys[0] % 2)
+	e.loops.run(t, owner, func() {
+		if err := e.r.shards[owner].tree.Insert(keys, nil, 1, tree.Local, e.r.now()); err != nil {
+			t.Error(err)
+		}
+	})
+	return vs, ids, func(what string, backend, matched int) {
+		t.Helper()
+		e.loops.settle(t) // the view's inserts have run
+		d, err := e.r.Explain([]byte(body), "/v1/completions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Backend != backend || d.MatchedBlocks != matched {
+			t.Fatalf("%s: backend %d, %d matched, want %d and %d", what, d.Backend, d.MatchedBlocks, backend, matched)
+		}
 	}
 }
