@@ -119,7 +119,27 @@ start_router() { # router: nginx, a saltus policy, or ROUTER_<router>'s command
     "$work/saltus" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
       --policy "$r" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-$run.log" 2>&1 & pids+=($!)
     wait_http "http://127.0.0.1:$((PORT0 + 99))/metrics" # its own admin listener: this saltus, not another
+    [[ $ENGINE != *"{events}"* ]] || wait_events
   fi
+}
+# wait_events: until saltus has heard every engine's KV events (a view per
+# engine), up to 30 s. An engine's publisher dials saltus's listener with
+# retries: what it publishes before it is connected is lost, and a run
+# that began then would start with views that miss its first blocks. A
+# one-block prompt of token ids sent to each engine directly makes it
+# publish; the engines' caches gain one unique block each.
+wait_events() {
+  local heard=0
+  for try in $(seq 60); do
+    heard=$(curl -sf "http://127.0.0.1:$((PORT0 + 99))/metrics" | grep -c '^saltus_kvview_blocks{' || true)
+    [ "$heard" -ge "$ENGINES" ] && return 0
+    for u in "${urls[@]}"; do
+      curl -sf -o /dev/null -H 'Content-Type: application/json' "$u/v1/completions" \
+        -d "{\"model\":\"$MODEL\",\"prompt\":[$(seq -s, $((try * 100 + 1000)) $((try * 100 + 1015)))],\"max_tokens\":1}" || true
+    done
+    sleep 0.5
+  done
+  echo "engines-compare: saltus heard the KV events of $heard of $ENGINES engines" >&2
 }
 for wl in ${WORKLOADS//,/ }; do
   name=${wl%%:*}

@@ -23,7 +23,7 @@ import (
 // BACKEND=tcp://HOST:PORT entry per engine URL: saltus serve's
 // --kv-events, the connect wiring an operator configures for real vLLM
 // engines). Policies prefix and ranvier then route by what the engines
-// confirm (shard/truth.go); the others do not read the route table.
+// confirm (policy/truth.go); the others do not read the route table.
 //
 // A ZMQ publisher drops what it sends before a subscriber has joined,
 // and the exact view cannot follow a chain whose first blocks it missed

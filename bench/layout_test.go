@@ -11,7 +11,7 @@ import (
 	"github.com/saltus-lb/saltus/bench/vllmsim"
 	"github.com/saltus-lb/saltus/bench/workload"
 	"github.com/saltus-lb/saltus/dataplane"
-	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 // TestMixedFleet is issue 29's end-to-end check on the mixed fleet (five
@@ -37,7 +37,7 @@ func TestMixedFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet := &LocalFleet{Sim: sim, Serve: serve, Layout: layout}
-	cfg := RunConfig{Backends: len(layout.Engines), Users: 10, Duration: time.Second, Policies: shard.Policies(),
+	cfg := RunConfig{Backends: len(layout.Engines), Users: 10, Duration: time.Second, Policies: policy.Names(),
 		Workloads: []Workload{wl}, Model: workload.ModelAlpha, Fleet: layout.Name, Log: io.Discard}
 	rep, err := Run(context.Background(), cfg, fleet)
 	if err != nil {

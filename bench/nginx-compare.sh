@@ -17,6 +17,11 @@
 # proxy's CPU time per request (user+system, from /proc). nginx is
 # installed with apt-get where missing (root or passwordless sudo needed).
 #
+# BASE=/path/to/saltus (another build, e.g. an older commit's; see
+# bench/added-latency.sh for how to build one) adds a row "saltus (BASE)"
+# to the plain modes: that binary with its default policy, in the same
+# rounds, so a change is measured against its parent in one run.
+#
 # TLS modes (tls-whole, tls-stream): the same loads over TLS to saltus
 # (--tls-cert-file) and nginx (listen ssl), both with one self-signed ECDSA
 # P-256 certificate for 127.0.0.1 (made by Go's crypto/tls/generate_cert.go,
@@ -34,7 +39,8 @@ SHARDS=${SHARDS:-2}
 MODES=${MODES:-whole stream tls-whole tls-stream}
 EVENTS=${EVENTS:-16}
 UP=127.0.0.1:18101 SAL=127.0.0.1:18180 SAL_PIN=127.0.0.1:18181 SAL_RR=127.0.0.1:18182 NGX=127.0.0.1:18190
-SAL_TLS=127.0.0.1:18183 NGX_TLS=127.0.0.1:18191
+SAL_TLS=127.0.0.1:18183 NGX_TLS=127.0.0.1:18191 SAL_BASE=127.0.0.1:18184
+BASE=${BASE:-}
 
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   echo "nginx is missing: installing it with apt-get" >&2
@@ -52,6 +58,11 @@ SAL_PID=$!
 SAL_PIN_PID=$!
 "$work/saltus" serve --listen $SAL_RR --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --policy round_robin --log-level warn & pids+=($!)
 SAL_RR_PID=$!
+SAL_BASE_PID=""
+if [ -n "$BASE" ]; then
+  "$BASE" serve --listen $SAL_BASE --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn & pids+=($!)
+  SAL_BASE_PID=$!
+fi
 # One self-signed certificate for both TLS listeners.
 (cd "$work" && GO111MODULE=off go run "$(go env GOROOT)/src/crypto/tls/generate_cert.go" --host 127.0.0.1 --ecdsa-curve P256 --duration 24h 2>/dev/null) ||
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=127.0.0.1 \
@@ -101,7 +112,7 @@ CONF
 "$NGINX" -c "$work/nginx.conf" -e "$work/error.log"
 
 # Wait until all answer.
-for t in $SAL $SAL_PIN $SAL_RR $NGX "$SAL_TLS --tls-ca $work/cert.pem" "$NGX_TLS --tls-ca $work/cert.pem"; do
+for t in $SAL $SAL_PIN $SAL_RR $NGX ${BASE:+$SAL_BASE} "$SAL_TLS --tls-ca $work/cert.pem" "$NGX_TLS --tls-ca $work/cert.pem"; do
   for _ in $(seq 100); do
     "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 >/dev/null 2>&1 && break
     sleep 0.1
@@ -155,12 +166,13 @@ for mode in $MODES; do
   esac
   case $mode in
   tls-*) proxies="saltus-tls nginx-tls saltus" names="saltus (TLS),nginx (TLS),saltus (plain)" ;;
-  *) proxies="saltus nginx saltus-pin saltus-rr" names="saltus,nginx,saltus --pin-shards,saltus --policy round_robin" ;;
+  *) proxies="saltus nginx saltus-pin saltus-rr" names="saltus,nginx,saltus --pin-shards,saltus --policy round_robin"
+     [ -z "$BASE" ] || { proxies="$proxies saltus-base" names="$names,saltus (BASE)"; } ;;
   esac
   target() {
     case $1 in
     saltus) echo "$SAL $SAL_PID" ;; nginx) echo "$NGX $NGX_PIDS" ;; saltus-pin) echo "$SAL_PIN $SAL_PIN_PID" ;;
-    saltus-rr) echo "$SAL_RR $SAL_RR_PID" ;; saltus-tls) echo "$SAL_TLS $SAL_TLS_PID" ;; nginx-tls) echo "$NGX_TLS $NGX_PIDS" ;;
+    saltus-rr) echo "$SAL_RR $SAL_RR_PID" ;; saltus-base) echo "$SAL_BASE $SAL_BASE_PID" ;; saltus-tls) echo "$SAL_TLS $SAL_TLS_PID" ;; nginx-tls) echo "$NGX_TLS $NGX_PIDS" ;;
     esac
   }
   for name in $proxies; do run $(target $name) >/dev/null; done # warm-up

@@ -10,8 +10,8 @@
 # Simulated time per policy is DURATION × SPEEDUP (the issue asks for at
 # least 10 minutes). The defaults, 60 s at speedup 10, take about 7.5
 # minutes of wall time per workload with 6 policies (~45 minutes for
-# the matrix) on a 2-core machine; see the README ("Simulator and
-# benchmark") for how far speedups agree there.
+# the matrix) on a 2-core machine; see docs/BENCHMARKS.md ("Reference
+# run: stress on 8 engines") for how far speedups agree there.
 #
 #   bench/policy-compare.sh                        # the whole matrix
 #   WORKLOADS=stress,rag POLICIES=prefix,round_robin NAME=try bench/policy-compare.sh
@@ -40,8 +40,8 @@ mkdir -p "$OUT"
 results=()
 for wl in ${WORKLOADS//,/ }; do
   # The load average before and after each workload goes into its log:
-  # on a busy machine simulated times inflate (README: "Simulator and
-  # benchmark"), and this says whether a run was contended.
+  # on a busy machine simulated times inflate (docs/BENCHMARKS.md: "Reference
+  # run: stress on 8 engines"), and this says whether a run was contended.
   echo "policy-compare: $wl ($POLICIES, $DURATION at speedup $SPEEDUP) $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   "$work/saltus" bench --backends 8 --users 30 --workloads "$wl" --profile a100-13b \
     --tokenizer "$TOKENIZER" --policies "$POLICIES" --duration "$DURATION" --speedup "$SPEEDUP" \

@@ -32,7 +32,7 @@ type Config struct {
 	// Key encrypts and authenticates every message (AES-GCM, memberlist's
 	// keyring): 16, 24 or 32 bytes, from --cluster-key-file (base64).
 	// nil: plaintext, and any node that can reach Bind may join; the
-	// README says to set it beyond a test bench.
+	// docs/CLUSTER.md says to set it beyond a test bench.
 	Key []byte
 	// NodeName names this node in the cluster; unique per cluster.
 	// Default "": the host name and Bind's port ("host-7946").

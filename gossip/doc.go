@@ -1,6 +1,6 @@
 // Package gossip makes saltus routers behind one load balancer a cluster:
 // they share the routes they learn and the load they send each backend,
-// over hashicorp/memberlist. It is stage 10 of DESIGN.md: the owner
+// over hashicorp/memberlist. It is DESIGN.md § Stage 10: the owner
 // shards hand it every route change they make (a pending route, a learned
 // one, a demotion), and it inserts what peers learned with origin REMOTE
 // through the owner shards of this router. A Node's state is owned by its

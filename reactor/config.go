@@ -36,7 +36,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:           "127.0.0.1:8080",
 		Loops:            0,        // GOMAXPROCS
-		LockOSThread:     false,    // pinning is a bench decision (DESIGN.md, Shards)
+		LockOSThread:     false,    // pinning is a bench decision (DESIGN.md § Shards)
 		MaxHeaderBytes:   64 << 10, // 64 KiB, as the issue asks
 		MaxBodyBytes:     16 << 20, // 16 MiB: long prompts with images as URLs fit
 		HeaderTimeout:    10 * time.Second,

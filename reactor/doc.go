@@ -1,5 +1,5 @@
 // Package reactor is saltus's HTTP/1.1 server on gnet event loops: stage 1
-// of DESIGN.md's request path (accept, framing, keep-alive), and the
+// of the request path (DESIGN.md § Stage 1: accept, framing, keep-alive), and the
 // transport every answer goes back through.
 //
 // # Place in the request path
@@ -137,7 +137,7 @@
 // streams for over a millisecond, and a burst of new connections for
 // much longer. The price of the bridge is two extra copies through a
 // unix socket and two goroutines per connection (16 KiB buffer each
-// way); the README gives the req/s it costs.
+// way); docs/BENCHMARKS.md (TLS) gives the req/s it costs.
 //
 // # Measured (2 shared cores, Go 1.26, see reactor_timing_test.go)
 //

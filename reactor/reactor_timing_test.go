@@ -167,7 +167,7 @@ func BenchmarkPost(b *testing.B) {
 // are asleep in epoll_wait), a function posted to loop 0 posts to loop 1,
 // which posts back to loop 0: the two wake-ups a request pays when its
 // prompt's owner shard is the other loop. Reports the p50 and p90 round
-// trip in µs (-cpu sets GOMAXPROCS; the README compares 2 and 4).
+// trip in µs (-cpu sets GOMAXPROCS; docs/BENCHMARKS.md compares 2 and 4).
 func BenchmarkPostRoundTrip(b *testing.B) {
 	s := startBenchServer(b, 2, false)
 	var rtts []time.Duration

@@ -2,7 +2,7 @@
 // (RULES.md): this package holds the helpers those rules mandate, and
 // rules/vet the analyzers that check them (cmd/saltusvet, `make rules`).
 //
-// Rule R1 (RULES.md; CONVENTIONS.md, Concurrency):
+// Rule R1 (RULES.md; CONVENTIONS.md § Concurrency):
 // every goroutine starts through [Group.Go], which names it, ties it to the
 // group's context and joins it on shutdown. A bare `go` statement outside
 // this package and tests is a finding of the gostmt analyzer unless an

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -65,8 +66,8 @@ func (r *Router) adapterWorker(ctx context.Context) {
 			for {
 				select {
 				case x := <-r.adapters:
-					r.fail(x, routeAdapters, &apiError{status: 503, typ: "server_error", code: "shutting_down",
-						msg: "the router is shutting down"})
+					r.fail(x, routeAdapters, &openai.Error{Status: 503, Type: "server_error", Code: "shutting_down",
+						Message: "the router is shutting down"})
 				default:
 					return
 				}
@@ -85,13 +86,13 @@ func (r *Router) adapter(ctx context.Context, x exchange) {
 		return
 	}
 	if !r.cfg.AdapterUpdates {
-		r.fail(x, routeAdapters, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
-			msg: fmt.Sprintf("%s is off on this router (--adapter-updates=false)", req.Path)})
+		r.fail(x, routeAdapters, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "not_found",
+			Message: fmt.Sprintf("%s is off on this router (--adapter-updates=false)", req.Path)})
 		return
 	}
 	if tok := r.adminToken.Load(); tok != nil && *tok != "" && !bearerMatches(req.HeaderValue("Authorization"), *tok) {
-		r.fail(x, routeAdapters, &apiError{status: 401, typ: "invalid_request_error", code: "invalid_api_key",
-			msg: "adapter loads and unloads need the router's admin token: Authorization: Bearer <--admin-token>"},
+		r.fail(x, routeAdapters, &openai.Error{Status: 401, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "adapter loads and unloads need the router's admin token: Authorization: Bearer <--admin-token>"},
 			reactor.Header{Name: "WWW-Authenticate", Value: `Bearer realm="saltus-admin"`})
 		return
 	}
@@ -101,8 +102,8 @@ func (r *Router) adapter(ctx context.Context, x exchange) {
 		return
 	}
 	if r.fleet == nil {
-		r.fail(x, routeAdapters, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "this router does not track the engines' models"})
+		r.fail(x, routeAdapters, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: "this router does not track the engines' models"})
 		return
 	}
 	targets, base, done, e := r.adapterTargets(op)
@@ -148,34 +149,34 @@ func bearerMatches(header, want string) bool {
 // lora_path, and whatever else the engines take, passed on) or
 // UnloadLoRAAdapterRequest (lora_name), plus saltus's base_model, which
 // names the pool a load goes to and is not forwarded.
-func parseAdapterOp(load bool, body []byte) (adapterOp, *apiError) {
+func parseAdapterOp(load bool, body []byte) (adapterOp, *openai.Error) {
 	op := adapterOp{load: load}
 	if len(body) > adapterMaxBytes {
-		return op, &apiError{status: 413, typ: "invalid_request_error", code: "request_too_large",
-			msg: fmt.Sprintf("an adapter %s body is at most %d bytes", op.verb(), adapterMaxBytes)}
+		return op, &openai.Error{Status: 413, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("an adapter %s body is at most %d bytes", op.verb(), adapterMaxBytes)}
 	}
 	var p fastjson.Parser // off the loops, one per operation
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return op, badRequest("", "invalid JSON: %v", err)
+		return op, openai.BadRequest("", "invalid JSON: %v", err)
 	}
 	if v.Type() != fastjson.TypeObject {
-		return op, badRequest("", "request body must be a JSON object, got %s", v.Type())
+		return op, openai.BadRequest("", "request body must be a JSON object, got %s", v.Type())
 	}
-	str := func(field string, required bool) (string, *apiError) {
+	str := func(field string, required bool) (string, *openai.Error) {
 		f := v.Get(field)
 		if f == nil || f.Type() == fastjson.TypeNull {
 			if required {
-				return "", badRequest(field, "%s: missing", field)
+				return "", openai.BadRequest(field, "%s: missing", field)
 			}
 			return "", nil
 		}
 		if f.Type() != fastjson.TypeString || len(f.GetStringBytes()) == 0 {
-			return "", badRequest(field, "%s: want a non-empty string", field)
+			return "", openai.BadRequest(field, "%s: want a non-empty string", field)
 		}
 		return string(f.GetStringBytes()), nil
 	}
-	var e *apiError
+	var e *openai.Error
 	if op.name, e = str("lora_name", true); e != nil {
 		return op, e
 	}
@@ -209,7 +210,7 @@ type adapterResult struct {
 // do not list the adapter, all of them or up to Config.AdapterEngines
 // (counting those that have it) by fewest requests in flight. An
 // unload: every routable backend that lists it.
-func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base string, done []adapterResult, _ *apiError) {
+func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base string, done []adapterResult, _ *openai.Error) {
 	ix := r.fleet.Index()
 	snap := r.up.Snapshot()
 	listed := func(id int) bool {
@@ -223,8 +224,8 @@ func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base 
 			}
 		}
 		if len(targets) == 0 {
-			return nil, "", nil, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "lora_name",
-				msg: fmt.Sprintf("The lora adapter '%.200s' cannot be found on any routable backend.", op.name)}
+			return nil, "", nil, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "lora_name",
+				Message: fmt.Sprintf("The lora adapter '%.200s' cannot be found on any routable backend.", op.name)}
 		}
 		return targets, "", nil, nil
 	}
@@ -243,18 +244,18 @@ func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base 
 		}
 		switch len(bases) {
 		case 0:
-			return nil, "", nil, &apiError{status: 503, typ: "server_error", code: "no_backend",
-				msg: "no backend has listed its models yet; retry later, or name the pool with \"base_model\""}
+			return nil, "", nil, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+				Message: "no backend has listed its models yet; retry later, or name the pool with \"base_model\""}
 		case 1:
 			base = bases[0]
 		default:
-			return nil, "", nil, badRequest("base_model", "the fleet serves several base models (%s): name the adapter's with \"base_model\"", strings.Join(bases, ", "))
+			return nil, "", nil, openai.BadRequest("base_model", "the fleet serves several base models (%s): name the adapter's with \"base_model\"", strings.Join(bases, ", "))
 		}
 	}
 	p := ix.Lookup(base)
 	if p == nil {
 		e := modelNotFound(base)
-		e.param = "base_model"
+		e.Param = "base_model"
 		return nil, "", nil, e
 	}
 	var have, lack []*backend.Backend
@@ -269,8 +270,8 @@ func (r *Router) adapterTargets(op adapterOp) (targets []*backend.Backend, base 
 		}
 	}
 	if len(have)+len(lack) == 0 {
-		return nil, "", nil, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", base)}
+		return nil, "", nil, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", base)}
 	}
 	if op.inplace {
 		// New weights under the same name: every engine that has it
@@ -306,7 +307,7 @@ func (r *Router) forwardAdapter(ctx context.Context, op adapterOp, targets []*ba
 			if err != nil {
 				res.Message = err.Error()
 			} else {
-				res.Status, res.Message = status, engineMessage(body)
+				res.Status, res.Message = status, openai.ErrorMessage(body)
 			}
 			out[i] = res
 		})
@@ -345,30 +346,6 @@ func opIndex(op adapterOp) int {
 	return 1
 }
 
-// engineMessage is an engine's answer in a line: vLLM answers a success
-// as plain text and a failure as an OpenAI error object.
-func engineMessage(body []byte) string {
-	var e struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
-		Message string `json:"message"` // vLLM's older flat error shape
-	}
-	if json.Unmarshal(body, &e) == nil {
-		if e.Error.Message != "" {
-			return e.Error.Message
-		}
-		if e.Message != "" {
-			return e.Message
-		}
-	}
-	s := strings.TrimSpace(string(body))
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
-}
-
 // answerAdapter answers an operation from its engines' results: 200 when
 // every engine has the adapter loaded (or unloaded), 207 when some do,
 // else the engines' own status when they all gave the same client error,
@@ -393,8 +370,8 @@ func (r *Router) answerAdapter(x exchange, op adapterOp, base string, results []
 		if status != 502 {
 			code = ""
 		}
-		r.fail(x, routeAdapters, &apiError{status: status, code: code, param: "lora_name",
-			msg: fmt.Sprintf("cannot %s the lora adapter '%.200s' on any of %d backends: %s", op.verb(), op.name, len(results), strings.Join(why, "; "))})
+		r.fail(x, routeAdapters, &openai.Error{Status: status, Code: code, Param: "lora_name",
+			Message: fmt.Sprintf("cannot %s the lora adapter '%.200s' on any of %d backends: %s", op.verb(), op.name, len(results), strings.Join(why, "; "))})
 		return
 	}
 	status := 200

@@ -8,6 +8,7 @@ import (
 
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -153,7 +154,7 @@ func (r *Router) applyRemote(sh *Shard, rs []remoteRoute, o tree.Origin) {
 				continue
 			}
 			sh.known[rt.b.ID] = true
-			if o == tree.Remote && age < freshRemote && r.pol.kind == kindPrefix {
+			if o == tree.Remote && age < freshRemote && r.pol.Kind == policy.Prefix {
 				r.touchRemote(sh, rt, used)
 			}
 		case wire.OpDemote:

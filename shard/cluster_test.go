@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/gossip/wire"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 // peerLog is a Peers that keeps what the router shares.
@@ -56,12 +57,12 @@ func TestClusterShareApply(t *testing.T) {
 	owner := b.r.shards[int(rs[0].Keys[0]%2)]
 	done := make(chan bool, 1)
 	b.loops.run(t, owner.id, func() {
-		views := make([]view, 4)
+		views := make([]policy.View, 4)
 		for i := range views {
-			views[i].id = i
+			views[i].ID = i
 		}
 		owner.foot.scan(rs[0].Keys, views, b.r.now())
-		done <- views[c.cands[0].ID].shared
+		done <- views[c.cands[0].ID].Shared
 	})
 	if !<-done {
 		t.Error("b does not count the peer's request of the group as in flight on its backend")

@@ -3,10 +3,11 @@ package shard
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/queue"
@@ -55,7 +56,7 @@ type Config struct {
 	// LoadFactor (ranvier policy): a target whose in-flight count exceeds
 	// LoadFactor × the median in-flight count of the routable backends
 	// (and LoadFloor) is skipped for the least loaded one. Default 2.0
-	// (DESIGN.md: diverting above 2× the median cost ~5 points of hit
+	// (DESIGN.md § Numbers from the field: diverting above 2× the median cost ~5 points of hit
 	// rate, bought 45 % P99).
 	LoadFactor float64
 	// LoadFloor (ranvier and prefix policies) is the in-flight count a target may
@@ -69,15 +70,15 @@ type Config struct {
 	// MaxRetries + 1: the Set tries at most that many, and no more than
 	// it is given. Default 3 (backend.DefaultConfig's MaxRetries is 2).
 	MaxCandidates int
-	// Policy is the routing policy, one of Policies(). Default "prefix"
-	// (PolicyPrefix): the least estimated time to first token (cost.go).
+	// Policy is the routing policy, one of policy.Names(). Default "prefix"
+	// (policy.Prefix): the least estimated time to first token (policy/cost.go).
 	// "ranvier": the tree's deepest routable holder, else the rendezvous
 	// hash of the first blocks, with LoadFactor's bound (prefix before
 	// issue 11). The others are baselines for the benchmark and never use
 	// the tree: "round_robin", "least_request" (power of two choices),
 	// "consistent_hash" (rendezvous hash of the first blocks, bounded
 	// load 1.25 × the average) and "body_hash" (rendezvous hash of the
-	// body's first 512 bytes, cost.go); policies.go states each rule.
+	// body's first 512 bytes, policy/cost.go); policy/baselines.go states each rule.
 	Policy string
 	// MaintainInterval is how often each shard's tree is cleaned up
 	// (tree.Maintain) and its gauges published. Default 1 s.
@@ -101,13 +102,13 @@ type Config struct {
 	// Body caps the structure of a chat or completion body (and of
 	// Explain's), checked in one pass before it is parsed (a body on the
 	// loop too short to exceed MaxValues: after, job.prepare): over a
-	// limit is a 413 naming it. Default DefaultBodyLimits(): 1.1 M values, depth
-	// 64.
-	Body BodyLimits
+	// limit is a 413 naming it. Default openai.DefaultBodyLimits(): 1.1 M
+	// values, depth 64.
+	Body openai.BodyLimits
 	// OffloopBytes: a chat or completion body larger than this is decoded
 	// and rendered on a decode worker instead of its event loop, which
 	// meanwhile serves its other connections. Default 64 KiB, the size
-	// up to which a loop keeps its parser (keepDecodeBytes): a body of
+	// up to which a loop keeps its parser (openai.KeepDecodeBytes): a body of
 	// short messages, the dearest shape per byte, took 85 µs at 4 KiB,
 	// 1.3 ms at 64 KiB, 23 ms at 256 KiB and 114 ms at 1 MiB to decode
 	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a
@@ -131,15 +132,15 @@ type Config struct {
 	// usage, so nothing is asked for them). Default true.
 	LearnFromUsage bool
 
-	// Concurrency (prefix policy, cost.go): the requests a backend runs
+	// Concurrency (prefix policy, policy/cost.go): the requests a backend runs
 	// at once; in flight above it, the rest wait (the backend is
 	// queueing). Default 256, vLLM's --max-num-seqs on an A100.
 	Concurrency int
-	// QueueWait (prefix policy, cost.go): a backend whose estimated queue
+	// QueueWait (prefix policy, policy/cost.go): a backend whose estimated queue
 	// (prefill sent to it and not answered, plus requests waiting beyond
 	// Concurrency) is at least this is queueing. Default 200 ms.
 	QueueWait time.Duration
-	// LoadSlack (prefix policy, cost.go): a backend with at least
+	// LoadSlack (prefix policy, policy/cost.go): a backend with at least
 	// (1 + LoadSlack) × the mean in-flight count of the routable backends
 	// (this request counted, rounded up, at least LoadFloor) queues:
 	// bounded-load hashing's capacity, so no backend runs far more than
@@ -156,7 +157,7 @@ type Config struct {
 	// where the copies' misses cost more than the wait. (0.5 had been
 	// chosen on manydocs before the prefill fit learned from first events.)
 	LoadSlack float64
-	// LoadTokens (prefix policy, cost.go) prices one request in flight on
+	// LoadTokens (prefix policy, policy/cost.go) prices one request in flight on
 	// a backend as this many prompt tokens of prefill: what one more
 	// request in the batch costs the requests there (decode steps grow
 	// with the batch), weighed against a miss. Default 500; chosen on 30 s
@@ -164,7 +165,7 @@ type Config struct {
 	// 1000; multiturn 0.813 and 0.807) before the prefill fit learned from
 	// first events, not re-tuned since.
 	LoadTokens int
-	// KVTokens (prefix policy, cost.go) is the engines' KV cache capacity
+	// KVTokens (prefix policy, policy/cost.go) is the engines' KV cache capacity
 	// in tokens (vLLM logs it at start: GPU blocks × block size). A miss
 	// on a backend evicts prefixes in use in proportion to its Footprint
 	// over KVTokens. 0 (the default): unknown, and the fullest
@@ -188,7 +189,7 @@ type Config struct {
 	// an idle session stays pinned. Default 1 h.
 	Sessions   int
 	SessionTTL time.Duration
-	// KVEventsBridge (prefix and ranvier policies, truth.go): for a
+	// KVEventsBridge (prefix and ranvier policies, policy/truth.go): for a
 	// backend whose engine's KV events feed the route table, how long a
 	// learned holder deeper than what the engine confirmed still counts
 	// after routing last refreshed it. It covers the time from routing a
@@ -226,13 +227,13 @@ func DefaultConfig() Config {
 		LoadFactor:       2.0,
 		LoadFloor:        4,
 		MaxCandidates:    3,
-		Policy:           PolicyPrefix,
+		Policy:           policy.Prefix.String(),
 		MaintainInterval: time.Second,
 		MaintainBudget:   4096,
 		ExplainTimeout:   5 * time.Second,
 		ResponseIDs:      100_000,
 		ResponseIDTTL:    tree.DefaultConfig().TTL,
-		Body:             DefaultBodyLimits(),
+		Body:             openai.DefaultBodyLimits(),
 		OffloopBytes:     64 << 10,
 		DecodeWorkers:    2,
 		DecodeQueue:      32,
@@ -276,17 +277,8 @@ func (c Config) Validate() error {
 	if c.AdapterEngines < 0 {
 		errs = append(errs, fmt.Errorf("shard: AdapterEngines must not be negative, got %d", c.AdapterEngines))
 	}
-	if !(c.LoadFactor >= 1) || math.IsInf(c.LoadFactor, 0) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("shard: LoadFactor must be a finite number of at least 1, got %v", c.LoadFactor))
-	}
-	if c.LoadFloor < 0 {
-		errs = append(errs, fmt.Errorf("shard: LoadFloor must not be negative, got %d", c.LoadFloor))
-	}
-	if c.MaxCandidates < 1 {
-		errs = append(errs, fmt.Errorf("shard: MaxCandidates must be at least 1, got %d", c.MaxCandidates))
-	}
-	if _, ok := parsePolicy(c.Policy); !ok {
-		errs = append(errs, fmt.Errorf("shard: Policy must be one of %s, got %q", strings.Join(Policies(), ", "), c.Policy))
+	if _, ok := policy.Parse(c.Policy); !ok {
+		errs = append(errs, fmt.Errorf("shard: Policy must be one of %s, got %q", strings.Join(policy.Names(), ", "), c.Policy))
 	}
 	if c.MaintainInterval <= 0 {
 		errs = append(errs, fmt.Errorf("shard: MaintainInterval must be positive, got %v", c.MaintainInterval))

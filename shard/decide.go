@@ -1,462 +1,211 @@
 package shard
 
 import (
-	"math/rand/v2"
-	"slices"
+	"fmt"
+	"strconv"
+	"strings"
 
+	"github.com/saltus-lb/saltus/policy"
+	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
-// Stage 7: the routing decision, a pure function of the tree's hits, the
-// request's keys and the backends' state (plus, for round_robin and
-// least_request, the deciding loop's cursor and random source in scratch).
-// This file holds the ranvier policy and what the tree's policies share;
-// cost.go the prefix policy and body_hash; policies.go the others.
+// The glue between the Router and package policy: the policy's inputs
+// read from the backends (job.go's views, costInputs), the session pin and the
+// footprints' home set per decision (decideWith), and what a Decision
+// leaves behind: the route receipt and the pending prefill.
 
-// Routing policies, the values of Config.Policy.
-const (
-	// PolicyPrefix: the least estimated time to first token (cost.go):
-	// queue wait plus the prefill of the blocks a backend does not hold,
-	// with the rules there for queueing backends, hot and cold prefixes.
-	PolicyPrefix = "prefix"
-	// PolicyRoundRobin: the routable backends in Set order, in turn.
-	PolicyRoundRobin = "round_robin"
-	// PolicyLeastRequest: power of two choices, the one of two random
-	// routable backends with fewer requests in flight.
-	PolicyLeastRequest = "least_request"
-	// PolicyConsistentHash: rendezvous hash of the first blocks with
-	// bounded load (Mirrokni et al.), no tree.
-	PolicyConsistentHash = "consistent_hash"
-	// PolicyBodyHash: rendezvous hash of the first 512 bytes of the
-	// request body, no load term (nginx's `hash $request_body
-	// consistent`), no tree.
-	PolicyBodyHash = "body_hash"
-	// PolicyRanvier: the deepest routable holder of the request's prefix
-	// in the tree (one per route), else the rendezvous hash of the first
-	// blocks; a pick above LoadFactor × the median in-flight count goes to
-	// the least loaded (Ranvier's rule; prefix before issue 11).
-	PolicyRanvier = "ranvier"
-)
-
-// Policies returns the valid Config.Policy values, the default first.
-// Any goroutine.
-func Policies() []string {
-	return []string{PolicyPrefix, PolicyRoundRobin, PolicyLeastRequest, PolicyConsistentHash, PolicyBodyHash, PolicyRanvier}
+// checkCostConfig validates the prefix policy's fields of c: the
+// policy's knobs (policy.Config.Validate) and the footprints' and
+// sessions' bounds, which are the Router's.
+func checkCostConfig(c Config) []error {
+	var errs []error
+	if err := c.policy().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.FootprintWindow <= 0 {
+		errs = append(errs, fmt.Errorf("shard: FootprintWindow must be positive, got %v", c.FootprintWindow))
+	}
+	if c.Footprints <= 0 {
+		errs = append(errs, fmt.Errorf("shard: Footprints must be positive, got %d", c.Footprints))
+	}
+	if c.Sessions <= 0 {
+		errs = append(errs, fmt.Errorf("shard: Sessions must be positive, got %d", c.Sessions))
+	}
+	if c.SessionTTL <= 0 {
+		errs = append(errs, fmt.Errorf("shard: SessionTTL must be positive, got %v", c.SessionTTL))
+	}
+	return errs
 }
 
-// Route reasons, as X-Saltus-Route and saltus_route_decisions_total name
-// them.
-const (
-	// ReasonTree: the deepest routable holder of the request's prefix.
-	ReasonTree = "tree"
-	// ReasonHash: no routable holder; rendezvous hash of the first blocks.
-	ReasonHash = "hash"
-	// ReasonOverride: the request's session header (Config.SessionHeader)
-	// names a session pinned to a routable backend that is not queueing.
-	ReasonOverride = "override"
-	// ReasonFallback: routed without the tree (the owner's mailbox was
-	// full, or the request has no block key: shorter than a block, or a
-	// non-routed endpoint): rendezvous hash of the keys if any, else the
-	// least loaded backend. Also consistent_hash's answer to a request
-	// without a block key.
-	ReasonFallback = "fallback"
-	// ReasonRoundRobin, ReasonLeastRequest and ReasonConsistentHash: the
-	// policy of that name decided (policies.go); the tree was not asked.
-	ReasonRoundRobin     = PolicyRoundRobin
-	ReasonLeastRequest   = PolicyLeastRequest
-	ReasonConsistentHash = PolicyConsistentHash
-	ReasonBodyHash       = PolicyBodyHash
-)
-
-// Decision is where a request goes and why.
-type Decision struct {
-	// Backend is the chosen backend's ID, -1 if no backend is routable.
-	Backend int    `json:"backend"`
-	URL     string `json:"url"`
-	Reason  string `json:"reason"` // one of the Reason constants
-	// MatchedBlocks is how many leading blocks of the request the tree
-	// says Backend holds; TotalBlocks is the request's full blocks.
-	MatchedBlocks int `json:"matched_blocks"`
-	TotalBlocks   int `json:"total_blocks"`
-	// Candidates are the backend IDs to try, in order (for a connect error
-	// before the first byte): Backend first, then, by policy, the next
-	// ones in rendezvous order (prefix, ranvier, consistent_hash,
-	// body_hash), in Set order (round_robin), or by load (least_request;
-	// prefix and ranvier without keys).
-	Candidates []int `json:"candidates"`
-	// Diverted: the reason's first pick was over the load bound and
-	// Backend is another one: the least loaded routable backend (ranvier:
-	// bound LoadFactor × median in-flight), or the next in rendezvous
-	// order within the bound (consistent_hash); prefix: Backend holds
-	// less than the deepest holder (cost.go). Preferred is that first
-	// pick's ID (-1 when not diverted). Not in the contract's Decision;
-	// added fields only.
-	Diverted  bool `json:"diverted"`
-	Preferred int  `json:"preferred"`
-	// The prefix policy's estimates (cost.go), in milliseconds: EstMS is
-	// Backend's estimated time to first token, RunnerUp the routable
-	// backend with the next lowest estimate (-1: none) and RunnerUpMS its
-	// estimate. Table is every routable backend's terms, filled for
-	// Explain only.
-	EstMS      float64     `json:"est_ms"`
-	RunnerUp   int         `json:"runner_up"`
-	RunnerUpMS float64     `json:"runner_up_ms"`
-	Table      []Candidate `json:"table,omitempty"`
-	// Model is the request's model and Pool the IDs of the backends that
-	// serve it (pools.go; empty: every backend), for Explain only.
-	Model string `json:"model,omitempty"`
-	Pool  []int  `json:"pool,omitempty"`
+// policy is c's routing policy and its knobs. An unknown Policy is
+// prefix here; Validate reports it.
+func (c Config) policy() policy.Config {
+	kind, _ := policy.Parse(c.Policy)
+	return policy.Config{Kind: kind, LoadFactor: c.LoadFactor, LoadFloor: int64(c.LoadFloor), MaxCandidates: c.MaxCandidates,
+		BlockSize: c.BlockSize, Concurrency: int64(c.Concurrency), QueueWait: c.QueueWait.Seconds(),
+		LoadTokens: float64(c.LoadTokens), LoadSlack: c.LoadSlack, KVTokens: float64(c.KVTokens),
+		Bridge: int64(c.KVEventsBridge)}
 }
 
-// view is one backend as the decision sees it, read once per decision.
-type view struct {
-	id       int
-	url      string
-	name     string
-	urlHash  uint64
-	inFlight int64
-	routable bool
-	// The prefix policy's inputs (cost.go): prefill tokens sent and not
-	// yet answered, the prefill model (base seconds, tokens per second;
-	// zero: the defaults) and the engine's own load when fresh (engine).
-	pending int64
-	// queueOff is 1 − b.QueueFactor(): the share of pending a new
-	// request does not wait for (0 on vLLM, and in tests that leave it).
-	queueOff float64
-	base     float64
-	rate     float64
-	engine   bool
-	waiting  int64
-	running  int64
-	kvUsage  float64
-	foot     int64   // b.Footprint(): prompt tokens of the prefixes in use there
-	kvCap    int64   // the engine's KV capacity in tokens when scraped; 0: unknown
-	slots    int64   // b.Slots(): the engine's learned running limit; 0: unknown
-	service  float64 // b.Service() in seconds: how long an answer holds a slot; 0: unknown
-	pinned   int64   // b.Pinned(): KV tokens the router's requests in flight there pin
-	shared   bool    // a request of this request's group is in flight there (footprint.go)
-	evented  bool    // b.Evented(): its engine's KV events feed the tree (truth.go)
+// costInputs reads b's prefix-policy inputs into v, once per decision.
+func costInputs(v *policy.View, b *backend.Backend) {
+	m := b.Prefill()
+	v.Base, v.Rate = m.Base.Seconds(), m.TokensPerSec
+	peer := b.PeerLoad() // the cluster's load, as the in-flight count (liveState)
+	v.Pending = b.PendingPrefill() + peer.Prefill
+	v.QueueOff = 1 - b.QueueFactor()
+	v.Footprint, v.Pinned = max(b.Footprint(), peer.Footprint), max(b.Pinned(), peer.Pinned)
+	v.Slots, v.Service = b.Slots(), b.Service().Seconds()
+	if e, ok := b.Engine(); ok {
+		v.Engine, v.Waiting, v.Running, v.KVUsage, v.KVCap = true, e.Waiting, e.Running, e.KVUsage, e.KVTokens
+	}
 }
 
-// policyKind is Config.Policy, parsed.
-type policyKind uint8
-
-const (
-	kindPrefix policyKind = iota
-	kindRoundRobin
-	kindLeastRequest
-	kindConsistentHash
-	kindBodyHash
-	kindRanvier
-)
-
-// usesTree: the policy asks and teaches the tree.
-func (k policyKind) usesTree() bool { return k == kindPrefix || k == kindRanvier }
-
-// parsePolicy maps a Config.Policy name to its kind; false if unknown.
-func parsePolicy(name string) (policyKind, bool) {
-	i := slices.Index(Policies(), name)
-	return policyKind(max(i, 0)), i >= 0 // Policies() is in kind order
+// sessionOf is req's Config.SessionHeader value, copied (the request's
+// buffers are reused); "" if the header is off or absent.
+func (r *Router) sessionOf(req *reactor.Request) string {
+	if r.cfg.SessionHeader == "" || r.pol.Kind != policy.Prefix {
+		return ""
+	}
+	return strings.Clone(req.HeaderValue(r.cfg.SessionHeader))
 }
 
-// policy holds the decision's knobs.
-type policy struct {
-	kind          policyKind
-	loadFactor    float64 // ranvier only
-	loadFloor     int64   // ranvier and prefix
-	maxCandidates int
-	// prefix only (cost.go): tokens per block, the in-flight count over
-	// which a backend queues, the queue wait (seconds) over which it is
-	// queueing.
-	blockSize   int
-	concurrency int64
-	queueWait   float64
-	// prefix only (cost.go): Config.LoadTokens, LoadSlack, KVTokens.
-	loadTokens, loadSlack, kvTokens float64
-	// bridge is Config.KVEventsBridge in nanoseconds (truth.go).
-	bridge int64
-}
-
-// scratch is reusable decision memory and the per-loop state of the
-// stateful policies, owned by one loop.
-type scratch struct {
-	loads  []int64
-	scores []scored
-	idx    []int // indices of the routable views (least_request)
-	// cands backs the prefix policy's Decision.Candidates: valid until the
-	// loop's next decision (job.finish reads it at once; Explain clones).
-	cands []int
-	// tie is the keyless fallback's cursor (leastInTurn): the least
-	// loaded backends' ties take turns.
-	tie int
-	// rr is round_robin's cursor: the view index the next turn starts
-	// scanning at. One per loop, so no atomic on the hot path: each loop
-	// cycles through the fleet on its own, starting at its own loop
-	// index. Each backend thus gets within one request of 1/n of every
-	// loop's requests, within `loops` of 1/n of all of them; what is given
-	// up is one strict global order, which a shared atomic would buy with
-	// a contended cache line on every request.
-	rr int
-	// rng is least_request's random source, one per loop (math/rand/v2's
-	// global functions would be shared state); nil for other policies.
-	rng *rand.Rand
-	// The prefix policy's (cost.go): per view, its terms; pin, the
-	// session's backend ID (-1: none), set by the caller per decision;
-	// explain: fill Decision.Table.
-	costs []cost
-	fl    []float64 // medianModel's
-	// home is the view index of the backend the request's prefix group
-	// was last sent to (footprint.go), -1 if none: a cold prefix goes
-	// back there when it costs about the same (set by the caller).
-	home    int
-	pin     int
-	explain bool
-}
-
-type scored struct {
-	score uint64
-	i     int // index into the views
-}
-
-// decide picks a backend by p's policy. hits are the tree's holders of
-// keys (empty when the tree was not asked); useTree false makes the prefix
-// policy's reason fallback. round_robin, least_request and consistent_hash
-// ignore hits and useTree (the Router asks the tree only for prefix), and
-// consistent_hash without keys decides as prefix does without the tree:
-// the least loaded backend, reason fallback. It allocates only the
-// Candidates slice. Loop only: s is the calling loop's.
-func decide(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
-	switch p.kind {
-	case kindPrefix:
-		if len(keys) > 0 {
-			return decideCost(p, bs, hits, keys, useTree, s)
-		}
-	case kindRanvier:
-	case kindBodyHash:
-		// The Router calls decideBodyHash with the body; here (tests,
-		// Explain without a body) the keys stand in for it.
-		return decideBodyHashKey(p, bs, keysHash(keys), len(keys), s)
-	case kindRoundRobin:
-		return decideRoundRobin(p, bs, len(keys), s)
-	case kindLeastRequest:
-		return decideLeastRequest(p, bs, len(keys), s)
-	case kindConsistentHash:
-		if len(keys) > 0 {
-			return decideConsistentHash(p, bs, keys, s)
-		}
-		hits, useTree = nil, false
-	default:
-		panic("BUG: unknown policy kind")
+// decideWith decides j on sh's loop with sh's views and scratch: body_hash
+// with the body, the others through policy.Decide, the prefix policy with the
+// session's pin. A session is (re)pinned to the backend decided. The
+// session table is the deciding shard's (the keys' owner, or the loop
+// deciding without the tree): the requests of a conversation share their
+// first block, so they meet on one shard; one that does not is pinned
+// separately on each shard it meets, each bounded. Loop only.
+func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) policy.Decision {
+	r := j.r
+	if r.pol.Kind == policy.BodyHash {
+		return policy.DecideBodyHash(*r.tuned.Load(), sh.views, j.body(), len(j.keys), &sh.sc)
 	}
-	return decideRanvier(p, bs, hits, keys, useTree, s)
-}
-
-// decideRanvier is the ranvier policy (and prefix's for a request without
-// keys): the deepest routable holder, else the rendezvous hash of the
-// first blocks, else the least loaded; a pick above loadBound goes to the
-// least loaded.
-func decideRanvier(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
-	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: len(keys)}
-	s.loads = s.loads[:0]
-	least := -1
-	for i := range bs {
-		if !bs[i].routable {
-			continue
-		}
-		s.loads = append(s.loads, bs[i].inFlight)
-		if least < 0 || bs[i].inFlight < bs[least].inFlight ||
-			(bs[i].inFlight == bs[least].inFlight && bs[i].id < bs[least].id) {
-			least = i
+	sess := j.session != "" && sh.sess != nil
+	now := r.now()
+	sh.sc.Pin, sh.sc.Explain, sh.sc.Home = -1, j.explain != nil, -1
+	if hits != nil || useTree {
+		sh.sc.Home = sh.foot.scan(j.keys, sh.views, now)
+	}
+	if sess {
+		if id, ok := sh.sess.lookup(j.session, now); ok {
+			sh.sc.Pin = id
 		}
 	}
-	if least < 0 {
-		return d
+	d := policy.Decide(*r.tuned.Load(), sh.views, hits, j.keys, useTree, &sh.sc)
+	sh.sc.Pin, sh.sc.Explain, sh.sc.Home = -1, false, -1
+	if sess && d.Backend >= 0 && j.explain == nil {
+		sh.sess.insert(j.session, d.Backend, now)
 	}
-
-	// The first pick: the deepest routable holder, then the rendezvous
-	// hash, then the least loaded.
-	target, matched := -1, 0
-	if useTree {
-		for _, h := range hits {
-			i := indexOf(bs, h.Backend)
-			if i < 0 || !bs[i].routable || h.Blocks <= 0 {
-				continue // unroutable or unknown holders are skipped
-			}
-			if target < 0 || h.Blocks > matched ||
-				(h.Blocks == matched && (bs[i].inFlight < bs[target].inFlight ||
-					(bs[i].inFlight == bs[target].inFlight && bs[i].id < bs[target].id))) {
-				target, matched = i, h.Blocks
-			}
-		}
-	}
-	s.scores = s.scores[:0]
-	if len(keys) > 0 {
-		s.scores = rendezvous(s.scores, bs, keys)
-	}
-	switch {
-	case target >= 0:
-		d.Reason = ReasonTree
-	case len(s.scores) > 0:
-		target = s.scores[0].i
-		d.Reason = ReasonHash
-	default:
-		target = leastInTurn(bs, least, s)
-		d.Reason = ReasonFallback
-	}
-	if !useTree {
-		d.Reason = ReasonFallback
-	}
-
-	// Bounded load: skip a target far above the median.
-	if bs[target].inFlight > loadBound(p, s.loads) && target != least {
-		d.Diverted, d.Preferred = true, bs[target].id
-		target = least
-		matched = 0
-		for _, h := range hits {
-			if h.Backend == bs[target].id && useTree {
-				matched = h.Blocks
-			}
-		}
-	}
-	d.Backend, d.URL, d.MatchedBlocks = bs[target].id, bs[target].url, matched
-
-	n := min(p.maxCandidates, len(s.loads))
-	d.Candidates = append(s.cands[:0], d.Backend) // the loop's: see scratch.cands
-	for _, sc := range s.scores {
-		if len(d.Candidates) >= n {
-			break
-		}
-		if sc.i != target {
-			d.Candidates = append(d.Candidates, bs[sc.i].id)
-		}
-	}
-	d.Candidates = appendByLoad(d.Candidates, bs, n) // no keys: the others by load
-	s.cands = d.Candidates
 	return d
 }
 
-// leastInTurn is a routable view as loaded as bs[least], the ties taken in
-// turn by the loop's cursor rather than the lowest id: requests without
-// a key (shorter than a block) sent one at a time to an idle fleet spread
-// over it instead of all landing on one backend.
-func leastInTurn(bs []view, least int, s *scratch) int {
-	n := len(bs)
-	start := s.tie % n
-	s.tie++
-	for k := range n {
-		if i := (start + k) % n; bs[i].routable && bs[i].inFlight == bs[least].inFlight {
-			return i
-		}
+// body is the request's body (Explain's when explaining).
+func (j *job) body() []byte {
+	if j.req != nil {
+		return j.req.Body
 	}
-	return least
+	return j.rawBody
 }
 
-// rendezvous appends the routable views' (index, score) for keys to dst,
-// sorted by rendezvous order: highest score first, a tie (a 64-bit
-// collision) by lower id. The order is a function of the first blocks and
-// the backends' URLs alone, the same in every router replica.
-func rendezvous(dst []scored, bs []view, keys []uint64) []scored {
-	kh := keysHash(keys)
-	for i := range bs {
-		if bs[i].routable {
-			dst = append(dst, scored{score: mix64(kh ^ bs[i].urlHash), i: i})
-		}
+// appendReceipt appends the prefix policy's winner and runner-up, by
+// name, with their estimates to an X-Saltus-Route value: " backend-2=35ms
+// backend-5=410ms" (one decimal below 10 ms). Nothing for the other
+// policies.
+func appendReceipt(dst []byte, d policy.Decision, snap []*backend.Backend) []byte {
+	if d.EstMS <= 0 {
+		return dst
 	}
-	sortScores(dst, bs)
+	dst = appendCost(dst, d.Backend, d.EstMS, snap)
+	if d.RunnerUp >= 0 {
+		dst = appendCost(dst, d.RunnerUp, d.RunnerUpMS, snap)
+	}
 	return dst
 }
 
-// sortScores sorts by score, highest first, a tie by lower id.
-func sortScores(dst []scored, bs []view) {
-	slices.SortFunc(dst, func(a, b scored) int {
-		switch {
-		case a.score > b.score:
-			return -1
-		case a.score < b.score:
-			return 1
-		}
-		return bs[a.i].id - bs[b.i].id
-	})
-}
-
-// appendByLoad appends routable backends not yet in cands, fewest in
-// flight first, then lower id, until cands has n. n must not exceed the
-// routable backends.
-func appendByLoad(cands []int, bs []view, n int) []int {
-	for len(cands) < n {
-		next := -1
-		for i := range bs {
-			if !bs[i].routable || slices.Contains(cands, bs[i].id) {
-				continue
-			}
-			if next < 0 || bs[i].inFlight < bs[next].inFlight ||
-				(bs[i].inFlight == bs[next].inFlight && bs[i].id < bs[next].id) {
-				next = i
-			}
-		}
-		cands = append(cands, bs[next].id)
-	}
-	return cands
-}
-
-// loadBound is the in-flight count above which a target is skipped:
-// LoadFactor × the median of loads, at least LoadFloor. loads is reordered.
-func loadBound(p policy, loads []int64) int64 {
-	slices.Sort(loads)
-	n := len(loads)
-	var median float64
-	if n%2 == 1 {
-		median = float64(loads[n/2])
+func appendCost(dst []byte, id int, ms float64, snap []*backend.Backend) []byte {
+	dst = append(dst, ' ')
+	if i := indexOfBackend(snap, id); i >= 0 && snap[i].Name != "" {
+		dst = append(dst, snap[i].Name...)
 	} else {
-		median = float64(loads[n/2-1]+loads[n/2]) / 2
+		dst = strconv.AppendInt(dst, int64(id), 10)
 	}
-	return max(int64(p.loadFactor*median), p.loadFloor)
+	dst = append(dst, '=')
+	prec := 0
+	if ms < 10 {
+		prec = 1
+	}
+	dst = strconv.AppendFloat(dst, ms, 'f', prec, 64)
+	return append(dst, "ms"...)
 }
 
-func indexOf(bs []view, id int) int {
-	for i := range bs {
-		if bs[i].id == id {
-			return i
-		}
-	}
-	return -1
+// pendingPrefill is a forwarded streamed request's share of its backend's
+// PendingPrefill (a non-streamed answer's head comes only when its
+// generation ends, so its first byte says nothing of its prefill: it is
+// neither counted pending nor a sample of the fit; its load shows in the
+// in-flight count): the predicted uncached tokens, added when it is sent
+// (add), removed at its first event (release, from Hooks.FirstData: a
+// stream's head comes before its prefill) or at
+// its end without one (done, from Hooks.Done: a failure, a refusal, a
+// timeout), whichever comes first; FirstByte and Done run in order on
+// one goroutine. The prefill model learns from one kind of sample: a 2xx
+// answered by the backend predicted, first try, sent when no prefill was
+// pending ahead of it there (its TTFB is then its own prefill, not a
+// queue's: a fit on queued samples learns a slow rate, which makes every
+// backend look queueing); job.feedback feeds it (clean), with the
+// engine's own uncached count when the answer's usage has one.
+type pendingPrefill struct {
+	b      *backend.Backend // nil: nothing added, or released
+	tokens int64            // the request's predicted uncached tokens
+	ahead  int64            // b's pending prefill when it was sent
+	held   bool             // tokens are still in b's PendingPrefill
+	// slot: b had a free running slot when it was sent (its learned
+	// limit above its in-flight count, or no limit learned). Only such
+	// requests teach the queue factor (queued): one that waited for a
+	// slot waited for an answer to end, which slot(b) prices; at
+	// saturation that wait grows with the prefill pending, and the factor
+	// learned from it counted the wait twice (Mooncake ×16:
+	// docs/BENCHMARKS.md).
+	slot bool
 }
 
-// rendezvousBlocks is how many leading keys the cold-prefix hash combines:
-// four blocks (64 tokens at block size 16). Requests that share at least
-// that much (a system prompt) agree on their cold backend; requests whose
-// openings differ within it spread over the fleet.
-const rendezvousBlocks = 4
-
-// keysHash combines the first min(4, len(keys)) keys. Keys chain (key i
-// names its whole prefix), so this is a function of that prefix alone, the
-// same in every router replica.
-func keysHash(keys []uint64) uint64 {
-	h := uint64(0x243f_6a88_85a3_08d3) // arbitrary; part of cross-replica agreement
-	for _, k := range keys[:min(rendezvousBlocks, len(keys))] {
-		h = mix64(h ^ k)
+func (p *pendingPrefill) add(d policy.Decision, snap []*backend.Backend, blockSize int) {
+	i := indexOfBackend(snap, d.Backend)
+	if i < 0 {
+		return
 	}
-	return h
+	p.b = snap[i]
+	p.tokens = int64((d.TotalBlocks - d.MatchedBlocks) * blockSize)
+	p.ahead = max(p.b.PendingPrefill(), 0)
+	n := p.b.Slots()
+	p.slot = n <= 0 || p.b.InFlight() < n
+	if p.tokens > 0 {
+		p.b.AddPendingPrefill(p.tokens)
+		p.held = true
+	}
 }
 
-// urlHash is FNV-1a of a backend URL, finalized: with keysHash it gives
-// every (prefix, backend) pair an independent score, the same in every
-// replica that names the backend by the same URL.
-func urlHash(url string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(url); i++ {
-		h ^= uint64(url[i])
-		h *= 1099511628211
+func (p *pendingPrefill) release() {
+	if p.held {
+		p.b.AddPendingPrefill(-p.tokens)
+		p.held = false
 	}
-	return mix64(h)
 }
 
-// mix64 is the splitmix64 finalizer: a bijection with full avalanche.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+func (p *pendingPrefill) done(o backend.Outcome) { p.release() }
+
+// queued reports whether o is a sample the queue factor may learn from
+// (backend.ObserveQueued): as clean, but sent with prefill pending ahead.
+func (p *pendingPrefill) queued(o backend.Outcome) bool {
+	return p.b != nil && p.ahead > 0 && p.slot && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
+}
+
+// clean reports whether o is a sample the prefill model may learn from
+// (see pendingPrefill); job.feedback feeds it, with the engine's own
+// uncached count when the answer's usage has one.
+func (p *pendingPrefill) clean(o backend.Outcome) bool {
+	return p.b != nil && p.ahead == 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
 }

@@ -4,25 +4,25 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
-	"github.com/saltus-lb/saltus/tree"
+	"github.com/saltus-lb/saltus/policy"
+	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
-func viewFleet(n int) []view {
-	bs := make([]view, n)
+// viewFleet is n routable views of distinct URLs (policy's test helper).
+func viewFleet(n int) []policy.View {
+	bs := make([]policy.View, n)
 	for i := range bs {
 		url := fmt.Sprintf("http://10.0.0.%d:8000", i+1)
-		bs[i] = view{id: i, url: url, urlHash: urlHash(url), routable: true}
+		bs[i] = policy.View{ID: i, URL: url, URLHash: policy.URLHash(url), Routable: true}
 	}
 	return bs
 }
 
-// testPolicy is ranvier's (the tests of this file are of the rule prefix
-// had before issue 11); cost_test.go's costPolicy is prefix's.
-var testPolicy = policy{kind: kindRanvier, loadFactor: 2, loadFloor: 4, maxCandidates: 3,
-	blockSize: 16, concurrency: 256, queueWait: 0.2, loadTokens: 500, loadSlack: 0.5}
-
+// randKeys is n random route keys.
 func randKeys(r *rand.Rand, n int) []uint64 {
 	k := make([]uint64, n)
 	for i := range k {
@@ -31,236 +31,137 @@ func randKeys(r *rand.Rand, n int) []uint64 {
 	return k
 }
 
-func TestDecideTree(t *testing.T) {
+func TestConfigPolicy(t *testing.T) {
 	t.Parallel()
-	keys := []uint64{1, 2, 3, 4, 5, 6}
-	var s scratch
-	f := func(bs []view, hits []tree.Hit, wantID, wantMatched int, wantReason string) {
-		t.Helper()
-		d := decide(testPolicy, bs, hits, keys, true, &s)
-		if d.Backend != wantID || d.MatchedBlocks != wantMatched || d.Reason != wantReason || d.TotalBlocks != 6 {
-			t.Fatalf("hits %v: got %+v, want backend %d matched %d %s", hits, d, wantID, wantMatched, wantReason)
+	for _, name := range policy.Names() {
+		c := DefaultConfig()
+		c.Policy = name
+		if err := c.Validate(); err != nil {
+			t.Errorf("policy %q: %v", name, err)
 		}
-		if d.Candidates[0] != d.Backend || d.URL != bs[indexOf(bs, d.Backend)].url {
-			t.Fatalf("candidates %v url %q for backend %d", d.Candidates, d.URL, d.Backend)
+		k, ok := policy.Parse(name)
+		if !ok || policy.Names()[k] != name {
+			t.Errorf("policy.Parse(%q) = %d, %v", name, k, ok)
 		}
 	}
-	bs := viewFleet(4)
-	// The deepest holder wins.
-	f(bs, []tree.Hit{{Backend: 1, Blocks: 2}, {Backend: 3, Blocks: 5}, {Backend: 2, Blocks: 4}}, 3, 5, ReasonTree)
-	// Equal depth: fewer in-flight, then lower id.
-	bs[1].inFlight, bs[3].inFlight = 1, 0
-	f(bs, []tree.Hit{{Backend: 1, Blocks: 5}, {Backend: 3, Blocks: 5}}, 3, 5, ReasonTree)
-	bs[3].inFlight = 1
-	f(bs, []tree.Hit{{Backend: 3, Blocks: 5}, {Backend: 1, Blocks: 5}}, 1, 5, ReasonTree)
-	// An unroutable holder is skipped for the next deepest.
-	bs = viewFleet(4)
-	bs[3].routable = false
-	f(bs, []tree.Hit{{Backend: 3, Blocks: 6}, {Backend: 0, Blocks: 2}}, 0, 2, ReasonTree)
-	// A holder no longer in the Set is skipped too; with no holder left:
-	// the hash.
-	hashOnly := decide(testPolicy, bs, nil, keys, true, &s)
-	f(bs, []tree.Hit{{Backend: 3, Blocks: 6}, {Backend: 9, Blocks: 6}}, hashOnly.Backend, 0, ReasonHash)
-	if hashOnly.Backend == 3 {
-		t.Fatal("hash picked the unroutable backend")
+	if DefaultConfig().Policy != policy.Prefix.String() || policy.Names()[0] != policy.Prefix.String() {
+		t.Fatal("prefix is not the default")
 	}
-}
-
-func TestDecideHashStableAndOrderFree(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(1, 2))
-	bs := viewFleet(8)
-	var s1, s2 scratch
-	counts := make([]int, 8)
-	const n = 8000
-	for range n {
-		keys := randKeys(r, 1+r.IntN(10))
-		d1 := decide(testPolicy, bs, nil, keys, true, &s1)
-		// Another replica, whose Set lists the same URLs in another
-		// order and under other IDs, picks the same URL.
-		other := slices.Clone(bs)
-		r.Shuffle(len(other), func(i, j int) { other[i], other[j] = other[j], other[i] })
-		for i := range other {
-			other[i].id = 100 + i
-		}
-		d2 := decide(testPolicy, other, nil, keys, true, &s2)
-		if d1.URL != d2.URL || d1.Reason != ReasonHash {
-			t.Fatalf("replicas disagree: %+v vs %+v", d1, d2)
-		}
-		counts[d1.Backend]++
-	}
-	for i, c := range counts {
-		if c < n/8*8/10 || c > n/8*12/10 {
-			t.Fatalf("backend %d got %d of %d cold prefixes: %v", i, c, n, counts)
+	for _, bad := range []string{"", "round-robin", "Prefix", "random"} {
+		c := DefaultConfig()
+		c.Policy = bad
+		want := `shard: Policy must be one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier, got "` + bad + `"`
+		if err := c.Validate(); err == nil || err.Error() != want {
+			t.Errorf("policy %q: %v, want %s", bad, err, want)
 		}
 	}
 }
 
-func TestDecideHashUsesFirstFourBlocks(t *testing.T) {
+func TestDecidePolicyReasonsAreMetrics(t *testing.T) {
 	t.Parallel()
-	bs := viewFleet(16)
-	var s scratch
-	r := rand.New(rand.NewPCG(3, 4))
-	moved := 0
-	for range 200 {
-		keys := randKeys(r, 8)
-		d := decide(testPolicy, bs, nil, keys, true, &s)
-		tail := slices.Clone(keys)
-		tail[5] ^= 1 // a different conversation after block 4
-		if decide(testPolicy, bs, nil, tail, true, &s).Backend != d.Backend {
-			t.Fatal("blocks after the fourth changed the cold pick")
+	for _, name := range policy.Names() {
+		if k, _ := policy.Parse(name); k.UsesTree() {
+			continue // its reasons are tree, hash, override, fallback
 		}
-		head := slices.Clone(keys)
-		head[2] ^= 1
-		if decide(testPolicy, bs, nil, head, true, &s).Backend != d.Backend {
-			moved++
+		if !slices.Contains(reasonNames[:], name) {
+			t.Errorf("policy %q is not a saltus_route_decisions_total reason", name)
 		}
-	}
-	if moved < 150 {
-		t.Fatalf("a change within the first four blocks moved only %d of 200", moved)
+		if strings.ContainsAny(name, " /") {
+			t.Errorf("policy %q would break X-Saltus-Route", name)
+		}
 	}
 }
 
-func TestDecideAddBackendMovesOneNth(t *testing.T) {
+// The session table is respTable: bounded, oldest evicted.
+func TestSessionTableBounded(t *testing.T) {
 	t.Parallel()
-	r := rand.New(rand.NewPCG(5, 6))
-	bs := viewFleet(9)
-	var s scratch
-	const n = 9000
-	moved := 0
-	for range n {
-		keys := randKeys(r, 4)
-		before := decide(testPolicy, bs[:8], nil, keys, true, &s).Backend
-		after := decide(testPolicy, bs, nil, keys, true, &s).Backend
-		if before != after {
-			moved++
-			if after != 8 {
-				t.Fatalf("a key moved from %d to %d, not to the new backend", before, after)
-			}
-		}
+	st := newRespTable(2, int64(time.Hour))
+	st.insert("a", 1, 0)
+	st.insert("b", 2, 1)
+	st.insert("a", 3, 2) // re-pinned
+	st.insert("c", 0, 3) // evicts b (a's first slot is stale)
+	if id, ok := st.lookup("a", 4); !ok || id != 3 {
+		t.Fatalf("a: %d %v", id, ok)
 	}
-	// Expect n/9 = 1000; allow ±20 %.
-	if moved < 800 || moved > 1200 {
-		t.Fatalf("adding a 9th backend moved %d of %d keys, want ~%d", moved, n, n/9)
+	if _, ok := st.lookup("b", 4); ok {
+		t.Fatal("b survived eviction")
 	}
 }
 
-func TestDecideLoad(t *testing.T) {
+func TestRouteReceipt(t *testing.T) {
 	t.Parallel()
-	keys := []uint64{11, 12, 13}
-	var s scratch
-	bs := viewFleet(5)
-	hits := []tree.Hit{{Backend: 2, Blocks: 3}, {Backend: 4, Blocks: 1}}
-	// Median 2: bound max(2×2, 4) = 4. Backend 2 at 5 is skipped for the
-	// least loaded (1 and 3 at 0: the lower id).
-	for i, l := range []int64{2, 0, 5, 0, 2} {
-		bs[i].inFlight = l
+	snap := []*backend.Backend{{ID: 0, Name: "backend-0"}, {ID: 2, Name: "gpu-a"}, {ID: 5}}
+	got := string(appendReceipt([]byte("12/14 tree"), policy.Decision{Backend: 2, EstMS: 35.4, RunnerUp: 5, RunnerUpMS: 410}, snap))
+	if got != "12/14 tree gpu-a=35ms 5=410ms" {
+		t.Fatalf("receipt %q", got)
 	}
-	d := decide(testPolicy, bs, hits, keys, true, &s)
-	if d.Backend != 1 || !d.Diverted || d.Preferred != 2 || d.Reason != ReasonTree || d.MatchedBlocks != 0 {
-		t.Fatalf("got %+v", d)
+	got = string(appendReceipt([]byte("0/3 hash"), policy.Decision{Backend: 0, EstMS: 2.25, RunnerUp: -1}, snap))
+	if got != "0/3 hash backend-0=2.2ms" && got != "0/3 hash backend-0=2.3ms" {
+		t.Fatalf("receipt %q", got)
 	}
-	// At the bound it stays.
-	bs[2].inFlight = 4
-	d = decide(testPolicy, bs, hits, keys, true, &s)
-	if d.Backend != 2 || d.Diverted || d.Preferred != -1 || d.MatchedBlocks != 3 {
-		t.Fatalf("got %+v", d)
-	}
-	// The floor: an idle fleet does not divert a target with 3 in flight.
-	for i := range bs {
-		bs[i].inFlight = 0
-	}
-	bs[2].inFlight = 3
-	if d = decide(testPolicy, bs, hits, keys, true, &s); d.Backend != 2 || d.Diverted {
-		t.Fatalf("idle fleet: got %+v", d)
-	}
-	// Diverted to a backend that holds part of the prefix: its depth.
-	for i, l := range []int64{9, 9, 30, 9, 1} {
-		bs[i].inFlight = l
-	}
-	if d = decide(testPolicy, bs, hits, keys, true, &s); d.Backend != 4 || !d.Diverted || d.MatchedBlocks != 1 {
-		t.Fatalf("got %+v", d)
-	}
-	// The least loaded is never diverted from.
-	one := viewFleet(1)
-	one[0].inFlight = 100
-	if d = decide(testPolicy, one, nil, keys, true, &s); d.Backend != 0 || d.Diverted {
-		t.Fatalf("single backend: got %+v", d)
+	if got := string(appendReceipt([]byte("0/3 round_robin"), policy.Decision{Backend: 0, RunnerUp: -1}, snap)); got != "0/3 round_robin" {
+		t.Fatalf("a baseline's receipt %q", got)
 	}
 }
 
-func TestDecideFallbackAndNone(t *testing.T) {
+func TestPendingPrefillAccounting(t *testing.T) {
 	t.Parallel()
-	var s scratch
-	bs := viewFleet(4)
-	keys := []uint64{7, 8}
-	hits := []tree.Hit{{Backend: 0, Blocks: 2}}
-	// Without the tree: the hash's pick, reason fallback.
-	h := decide(testPolicy, bs, nil, keys, true, &s)
-	d := decide(testPolicy, bs, hits, keys, false, &s)
-	if d.Backend != h.Backend || d.Reason != ReasonFallback || d.MatchedBlocks != 0 {
-		t.Fatalf("got %+v, hash %+v", d, h)
+	a, b := &backend.Backend{ID: 0}, &backend.Backend{ID: 1}
+	snap := []*backend.Backend{a, b}
+	d := policy.Decision{Backend: 1, TotalBlocks: 10, MatchedBlocks: 4}
+	var p pendingPrefill
+	p.add(d, snap, 16)
+	if b.PendingPrefill() != 96 || a.PendingPrefill() != 0 {
+		t.Fatalf("added: %d %d", a.PendingPrefill(), b.PendingPrefill())
 	}
-	// No keys: the least loaded, then by load.
-	for i, l := range []int64{3, 1, 2, 1} {
-		bs[i].inFlight = l
+	p.release()
+	p.done(backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond})
+	if b.PendingPrefill() != 0 {
+		t.Fatalf("released twice: %d", b.PendingPrefill())
 	}
-	d = decide(testPolicy, bs, nil, nil, false, &s)
-	if d.Backend != 1 || d.Reason != ReasonFallback || d.TotalBlocks != 0 || !slices.Equal(d.Candidates, []int{1, 3, 2}) {
-		t.Fatalf("got %+v", d)
+	// A failure before any first byte releases in done.
+	var q pendingPrefill
+	q.add(d, snap, 16)
+	q.done(backend.Outcome{Backend: b, Status: 502})
+	if b.PendingPrefill() != 0 {
+		t.Fatalf("failure: %d", b.PendingPrefill())
 	}
-	// Candidates with keys: target, then rendezvous order, unroutable left
-	// out, at most three.
-	bs[2].routable = false
-	d = decide(testPolicy, bs, nil, keys, true, &s)
-	if len(d.Candidates) != 3 || slices.Contains(d.Candidates, 2) || d.Candidates[0] != d.Backend {
-		t.Fatalf("candidates %v", d.Candidates)
+	// A fully cached request adds nothing.
+	var z pendingPrefill
+	z.add(policy.Decision{Backend: 0, TotalBlocks: 3, MatchedBlocks: 3}, snap, 16)
+	z.done(backend.Outcome{Backend: a, Status: 503})
+	if a.PendingPrefill() != 0 {
+		t.Fatalf("cached: %d", a.PendingPrefill())
 	}
-	// Nothing routable.
-	for i := range bs {
-		bs[i].routable = false
-	}
-	if d = decide(testPolicy, bs, hits, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
-		t.Fatalf("got %+v", d)
-	}
-}
-
-func TestLoadBound(t *testing.T) {
-	t.Parallel()
-	f := func(loads []int64, want int64) {
-		t.Helper()
-		if got := loadBound(testPolicy, slices.Clone(loads)); got != want {
-			t.Fatalf("loadBound(%v) = %d, want %d", loads, got, want)
+	// What Hooks.Done does with a clean sample and no usage in the answer
+	// (job.feedback): the predicted uncached count.
+	settle := func(p *pendingPrefill, o backend.Outcome) {
+		p.done(o)
+		if p.clean(o) {
+			o.Backend.ObserveTTFT(int(p.tokens), o.FirstData)
 		}
 	}
-	f([]int64{0}, 4)
-	f([]int64{10, 0, 3}, 6)
-	f([]int64{1, 2, 3, 4}, 5)
-	f([]int64{8, 8}, 16)
-}
-
-// Requests without a key sent one at a time to an idle fleet take the
-// least loaded backends in turn, not the lowest id every time.
-func TestDecideKeylessTiesTakeTurns(t *testing.T) {
-	t.Parallel()
-	bs := viewFleet(4)
-	p := policy{kind: kindPrefix, loadFactor: 2, loadFloor: 4, maxCandidates: 3}
-	var s scratch
-	seen := map[int]bool{}
-	for range 4 {
-		d := decide(p, bs, nil, nil, false, &s)
-		if d.Reason != ReasonFallback {
-			t.Fatalf("reason %s", d.Reason)
-		}
-		seen[d.Backend] = true
+	// Each 2xx first try feeds the prefill model: 20 samples fit it.
+	for i := range 24 {
+		var o pendingPrefill
+		o.add(policy.Decision{Backend: 0, TotalBlocks: 4 + 8*i}, snap, 16)
+		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Millisecond, FirstData: time.Duration(10+i) * time.Millisecond})
 	}
-	if len(seen) != 4 {
-		t.Fatalf("4 keyless requests to an idle fleet went to %v, want 4 backends", seen)
+	if a.Prefill().Samples == 0 || a.PendingPrefill() != 0 {
+		t.Fatalf("not learned: %+v, pending %d", a.Prefill(), a.PendingPrefill())
 	}
-	bs[2].inFlight = -1 // less loaded than the rest: it wins every time
-	for range 3 {
-		if d := decide(p, bs, nil, nil, false, &s); d.Backend != 2 {
-			t.Fatalf("went to %d, want the least loaded 2", d.Backend)
-		}
+	// A request sent behind pending prefill is no sample: 8 of them
+	// would trigger a refit, and none happens.
+	before := a.Prefill()
+	var ahead pendingPrefill
+	ahead.add(policy.Decision{Backend: 0, TotalBlocks: 100}, snap, 16)
+	for range 8 {
+		var o pendingPrefill
+		o.add(policy.Decision{Backend: 0, TotalBlocks: 4}, snap, 16)
+		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Millisecond, FirstData: 5 * time.Second})
+	}
+	ahead.done(backend.Outcome{Backend: a, Status: 500})
+	if a.Prefill() != before || a.PendingPrefill() != 0 {
+		t.Fatalf("queued samples were learned: %+v, was %+v", a.Prefill(), before)
 	}
 }

@@ -6,16 +6,16 @@
 // # Place in the request path
 //
 // The Router is the reactor's Handler. On the connection's event loop it
-// runs stages 2 to 5 of DESIGN.md: decode the OpenAI body (fastjson,
-// decode.go), render a chat with the model's template (tokenpool/chat),
+// runs stages 2 to 5 (DESIGN.md § Request path): decode the OpenAI body
+// (package openai), render a chat with the model's template (tokenpool/chat),
 // tokenize the segments through the loop's tokenpool.Shard (cache hit: at
 // once; miss: a worker, whose completion comes back to the loop), and cut
 // the ids into block keys (tree.BlockKeys; byte-block keys, tokenpool.
 // ByteBlockKeys, without a tokenizer or when the pool bails out). Message
 // ends, block-aligned, become the tree's boundaries. Stage 6 posts the
 // lookup to the owner shard (first key mod loops), which matches the keys
-// in its tree, decides (decide.go, a pure function: deepest routable
-// holder; else rendezvous hash of the first blocks; bounded load) and
+// in its tree, decides (package policy, a pure function of the views
+// decide.go reads from the backends: the least estimated cost) and
 // calls backend.Set.ForwardOnLoop on the connection's loop with
 // X-Saltus-Route (decided on another loop, the request is posted back
 // to the connection's loop first, unrefused: it was admitted and
@@ -34,7 +34,7 @@
 // instead, so that the benchmark can compare on identical backends:
 // "round_robin", "least_request" (power of two choices) or
 // "consistent_hash" (rendezvous hash of the first blocks with bounded
-// load), rules in policies.go. They decide on the connection's loop right
+// load), rules in policy/baselines.go. They decide on the connection's loop right
 // after stage 5, never post a lookup to the owner shard and learn nothing;
 // X-Saltus-Route names the policy as its reason ("0/12 round_robin").
 //

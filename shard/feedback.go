@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
@@ -41,9 +41,6 @@ const (
 	contradictMinBlocks = 4
 	contradictRatio     = 4
 )
-
-// maxUsageBytes bounds the usage object parsed (vLLM's is ~150 bytes).
-const maxUsageBytes = 4 << 10
 
 // errorBuckets are the le bounds of saltus_route_cached_error_blocks:
 // actual − predicted cached blocks. Negative: the tree over-promised.
@@ -150,38 +147,6 @@ func (j *job) wantsUsage() bool {
 	return j.learnsRoutes() && j.route != routeResponses
 }
 
-var usageParsers fastjson.ParserPool
-
-// promptUsage reads prompt_tokens and prompt_tokens_details.cached_tokens
-// from a usage object; ok false without prompt_tokens, hasCached false
-// without cached_tokens (vLLM reports it only with
-// --enable-prompt-tokens-details). Any goroutine.
-func promptUsage(u []byte) (prompt, cached int, hasCached, ok bool) {
-	if len(u) == 0 || len(u) > maxUsageBytes {
-		return 0, 0, false, false
-	}
-	p := usageParsers.Get()
-	defer usageParsers.Put(p) // at most maxUsageBytes of values
-	v, err := p.ParseBytes(u)
-	if err != nil {
-		return 0, 0, false, false
-	}
-	pv := v.Get("prompt_tokens")
-	if pv == nil {
-		return 0, 0, false, false
-	}
-	prompt, err = pv.Int()
-	if err != nil || prompt < 0 {
-		return 0, 0, false, false
-	}
-	if cv := v.Get("prompt_tokens_details", "cached_tokens"); cv != nil {
-		if c, err := cv.Int(); err == nil && c >= 0 {
-			return prompt, min(c, prompt), true, true
-		}
-	}
-	return prompt, 0, false, true
-}
-
 // feedback compares a 2xx answer's usage with the prediction, demotes a
 // contradicted holder and feeds the backend's prefill model. Any
 // goroutine (Done).
@@ -197,7 +162,7 @@ func (j *job) feedback(o backend.Outcome) {
 	if j.fb.decided && o.Backend.ID == j.fb.backend {
 		predBlocks = j.fb.matched
 	}
-	prompt, cached, hasCached, ok := promptUsage(o.Usage)
+	prompt, cached, hasCached, ok := openai.PromptUsage(o.Usage)
 	if !ok {
 		prompt = len(j.keys) * bs // a lower bound: full blocks only
 	}
@@ -219,7 +184,7 @@ func (j *job) feedback(o backend.Outcome) {
 			}
 		}
 	}
-	if j.prefill.clean(o) { // streamed, first try, nothing pending ahead (cost.go)
+	if j.prefill.clean(o) { // streamed, first try, nothing pending ahead (decide.go: pendingPrefill)
 		m.observe(o.Backend, uncached, o.FirstData) // the first event: the head comes before the prefill
 	} else if j.prefill.queued(o) {
 		o.Backend.ObserveQueued(uncached, j.prefill.ahead, o.FirstData)

@@ -3,6 +3,7 @@ package shard
 import (
 	"sync/atomic"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
@@ -12,10 +13,10 @@ import (
 // prefix to an engine already busy with one makes both evict each other,
 // and every request behind them then misses and waits for KV room. The
 // prefix policy therefore prices a miss on a backend by how full of
-// prefixes in use its cache is (cost.go: the eviction term), and puts a
+// prefixes in use its cache is (policy/cost.go: the eviction term), and puts a
 // new or replicated prefix where the least in use would be evicted.
 //
-// A prefix is its group: the key of its first rendezvousBlocks blocks
+// A prefix is its group: the key of its first policy.RendezvousBlocks blocks
 // (what the cold-prefix hash reads), so every request of one system
 // prompt or document is one group, whatever follows. The owner shard of
 // the keys (the first block's) records each decision: (group, backend) →
@@ -34,7 +35,7 @@ import (
 // backend pins its whole prompt as the group's base, which stays counted
 // until the group's last request there ends; each later one pins only its
 // tail, the blocks past what the tree says the backend holds. The prefix
-// policy prices the wait for KV room from it (cost.go, kvWait): the
+// policy prices the wait for KV room from it (policy/cost.go, kvWait): the
 // scrape is a second old and misses what was sent since (manydocs, 60 s
 // runs: the slowest first tokens waited 2-3 s for room on an engine to
 // which a fifth document had been sent while four ran).
@@ -136,9 +137,9 @@ func newFootprints(maxEntries int, window int64) *footprints {
 }
 
 // group is the footprint group of keys: the chained key of its first
-// rendezvousBlocks blocks (fewer if it has fewer).
+// policy.RendezvousBlocks blocks (fewer if it has fewer).
 func group(keys []uint64) uint64 {
-	return keys[min(len(keys), rendezvousBlocks)-1]
+	return keys[min(len(keys), policy.RendezvousBlocks)-1]
 }
 
 // touch records that a prompt of tokens tokens in keys' group was sent to
@@ -204,8 +205,8 @@ func (f *footprints) sweep(now int64, budget int) {
 
 // touchFootprint records d in the owner shard's footprints (prefix policy,
 // a routed request). On the owner loop, in lookup.
-func (j *job) touchFootprint(sh *Shard, d Decision, snap []*backend.Backend, now int64) {
-	if j.explain != nil || d.Backend < 0 || j.r.pol.kind != kindPrefix || len(j.keys) == 0 {
+func (j *job) touchFootprint(sh *Shard, d policy.Decision, snap []*backend.Backend, now int64) {
+	if j.explain != nil || d.Backend < 0 || j.r.pol.Kind != policy.Prefix || len(j.keys) == 0 {
 		return
 	}
 	i := indexOfBackend(snap, d.Backend)
@@ -223,21 +224,21 @@ func (j *job) touchFootprint(sh *Shard, d Decision, snap []*backend.Backend, now
 }
 
 // scan reads keys' group on every view in one pass: it marks the views
-// on which a request of the group is in flight (view.shared: a request
+// on which a request of the group is in flight (policy.View.Shared: a request
 // there shares the blocks the tree says it holds) and returns the home,
 // the index in bs of the backend the group was last sent to within the
 // window, or -1. Loop only (the owner's).
-func (f *footprints) scan(keys []uint64, bs []view, now int64) int {
+func (f *footprints) scan(keys []uint64, bs []policy.View, now int64) int {
 	if len(keys) == 0 || len(f.m) == 0 {
 		return -1
 	}
 	g, h, last := group(keys), -1, int64(0)
 	for i := range bs {
-		e := f.m[footKey{group: g, backend: bs[i].id}]
+		e := f.m[footKey{group: g, backend: bs[i].ID}]
 		if e == nil {
 			continue
 		}
-		bs[i].shared = e.busy() || now < e.remoteUntil
+		bs[i].Shared = e.busy() || now < e.remoteUntil
 		if now-e.last <= f.window && (h < 0 || e.last > last) {
 			h, last = i, e.last
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
@@ -60,31 +61,6 @@ func TestFootprints(t *testing.T) {
 	}
 }
 
-// A cold prefix goes home when home costs about the same as the
-// cheapest, and to the cheapest when home is clearly busier.
-func TestCostColdGoesHome(t *testing.T) {
-	t.Parallel()
-	bs := viewFleet(4)
-	keys := randKeys(rand.New(rand.NewPCG(22, 22)), 20)
-	order := rendezvous(nil, bs, keys)
-	home := order[3].i // last in rendezvous order
-	s := newScratch()
-	s.home = home
-	bs[home].inFlight = 2 // 2 × 62.5 ms of load: within coldTie (4) requests
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[home].id {
-		t.Fatalf("home within the slack: %+v", d)
-	}
-	bs[home].inFlight = 4 // 4 requests more than the idle ones, and its fair share
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id {
-		t.Fatalf("busy home: %+v, want the first in order %d", d, bs[order[0].i].id)
-	}
-	s.home = -1
-	bs[home].inFlight = 0
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id {
-		t.Fatalf("no home: %+v", d)
-	}
-}
-
 // The pinned account: the first request of a group on a backend pins its
 // whole prompt as the group's base, the others their tails; the base goes
 // with the group's last request, whatever order they end in.
@@ -116,10 +92,10 @@ func TestPinnedAccount(t *testing.T) {
 	if len(f.m) != 1 {
 		t.Fatalf("swept an entry in flight")
 	}
-	var v [1]view
-	v[0].id = b.ID
+	var v [1]policy.View
+	v[0].ID = b.ID
 	f.scan(doc, v[:], 10)
-	if !v[0].shared {
+	if !v[0].Shared {
 		t.Errorf("scan: group in flight not marked")
 	}
 	first.release()

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 	"github.com/saltus-lb/saltus/upstream/queue"
@@ -92,7 +93,7 @@ const maxTenantLen = 256
 func (j *job) enqueue(resume func()) {
 	r := j.r
 	if r.draining.Load() {
-		r.refusedFor(j.d.model, refusedShutdown)
+		r.refusedFor(j.d.Model, refusedShutdown)
 		r.fail(j.x, j.route, shuttingDown())
 		return
 	}
@@ -101,55 +102,55 @@ func (j *job) enqueue(resume func()) {
 	} else if r.now()-j.firstQueued > int64(r.cfg.Queue.MaxWait) {
 		// Waited its whole MaxWait over its requeues: refused, not
 		// queued once more.
-		s := r.statsFor(j.d.model)
+		s := r.statsFor(j.d.Model)
 		s.results[resExpired].Add(1)
 		s.refused[refusedExpired].Add(1)
-		r.fail(j.x, j.route, expiredError(j.d.model, r.cfg.Queue.MaxWait))
+		r.fail(j.x, j.route, expiredError(j.d.Model, r.cfg.Queue.MaxWait))
 		return
 	}
 	j.resume = resume
 	j.tenant, j.weight = r.tenantOf(j)
-	owner := r.gateLoop(j.d.model)
+	owner := r.gateLoop(j.d.Model)
 	// A client that leaves while queued is taken out at once: nothing is
 	// sent upstream for it. (The forward sets its own hook when it goes.)
 	j.x.SetGoneHook(func() { r.postTo(owner, func() { r.gateRemove(owner, j) }) })
 	if !r.postTo(owner, func() { r.gatePush(owner, j) }) {
-		r.refusedFor(j.d.model, refusedBusy)
-		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
-			msg: "every backend serving the model is full and the router is too busy to queue the request; retry later"})
+		r.refusedFor(j.d.Model, refusedBusy)
+		r.fail(j.x, j.route, &openai.Error{Status: 429, Type: "server_error", Code: "overloaded", RetryAfter: 1,
+			Message: "every backend serving the model is full and the router is too busy to queue the request; retry later"})
 	}
 }
 
 // gatePush is enqueue on the gate's loop.
 func (r *Router) gatePush(owner int, j *job) {
 	if r.draining.Load() {
-		r.refusedFor(j.d.model, refusedShutdown)
+		r.refusedFor(j.d.Model, refusedShutdown)
 		r.fail(j.x, j.route, shuttingDown())
 		return
 	}
 	sh := r.shards[owner]
-	g := sh.gates[j.d.model]
+	g := sh.gates[j.d.Model]
 	if g == nil {
 		q, err := queue.New[*job](r.cfg.Queue)
 		if err != nil {
 			panic("BUG: shard: the queue config was validated: " + err.Error())
 		}
-		g = &gate{q: q, m: r.statsFor(j.d.model)}
-		sh.gates[j.d.model] = g
+		g = &gate{q: q, m: r.statsFor(j.d.Model)}
+		sh.gates[j.d.Model] = g
 	}
 	g.pool = j.pool
 	now := r.now()
-	id, ok := g.q.Push(j, j.d.priority, j.tenant, j.weight, 1, now)
+	id, ok := g.q.Push(j, j.d.Priority, j.tenant, j.weight, 1, now)
 	if !ok {
 		g.m.results[resFull].Add(1)
 		g.m.refused[refusedQueueFull].Add(1)
-		r.fail(j.x, j.route, &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
-			msg: fmt.Sprintf("every backend serving the model `%.200s` is full and its queue holds %d requests already; retry later", j.d.model, r.cfg.Queue.MaxEntries)})
+		r.fail(j.x, j.route, &openai.Error{Status: 429, Type: "server_error", Code: "overloaded", RetryAfter: 1,
+			Message: fmt.Sprintf("every backend serving the model `%.200s` is full and its queue holds %d requests already; retry later", j.d.Model, r.cfg.Queue.MaxEntries)})
 		return
 	}
 	j.queueID, j.queuedAt = id, now
 	r.queued.Add(1)
-	g.m.depth[queue.BandOf(j.d.priority)].Add(1)
+	g.m.depth[queue.BandOf(j.d.Priority)].Add(1)
 	g.m.results[resQueued].Add(1)
 	r.dispatch(sh, g)
 }
@@ -157,7 +158,7 @@ func (r *Router) gatePush(owner int, j *job) {
 // left accounts for j leaving g's queue (popped, removed, expired or
 // flushed): the depths go down. On the gate's loop.
 func (r *Router) left(g *gate, j *job) queue.Band {
-	b := queue.BandOf(j.d.priority)
+	b := queue.BandOf(j.d.Priority)
 	r.queued.Add(-1)
 	g.m.depth[b].Add(-1)
 	return b
@@ -166,7 +167,7 @@ func (r *Router) left(g *gate, j *job) queue.Band {
 // gateRemove takes j out of its gate: its client left. On the gate's loop
 // (queueID is that loop's).
 func (r *Router) gateRemove(owner int, j *job) {
-	if g := r.shards[owner].gates[j.d.model]; g != nil && g.q.Remove(j.queueID) {
+	if g := r.shards[owner].gates[j.d.Model]; g != nil && g.q.Remove(j.queueID) {
 		r.left(g, j)
 		g.gone(j)
 	}
@@ -321,16 +322,16 @@ func (r *Router) flushGates(sh *Shard) {
 }
 
 // expiredError is the 429 of a request that waited its pool's MaxWait.
-func expiredError(model string, wait time.Duration) *apiError {
-	return &apiError{status: 429, typ: "server_error", code: "overloaded", retryAfter: 1,
-		msg: fmt.Sprintf("no backend serving the model `%.200s` had room within %v; retry later", model, wait)}
+func expiredError(model string, wait time.Duration) *openai.Error {
+	return &openai.Error{Status: 429, Type: "server_error", Code: "overloaded", RetryAfter: 1,
+		Message: fmt.Sprintf("no backend serving the model `%.200s` had room within %v; retry later", model, wait)}
 }
 
 // shuttingDown is the 503 of a request that waited (or would wait) in a
 // gateway queue when saltus stops: fail adds Retry-After.
-func shuttingDown() *apiError {
-	return &apiError{status: 503, typ: "server_error", code: "shutting_down",
-		msg: "the router is shutting down; retry on another replica"}
+func shuttingDown() *openai.Error {
+	return &openai.Error{Status: 503, Type: "server_error", Code: "shutting_down",
+		Message: "the router is shutting down; retry on another replica"}
 }
 
 // maxRequeues bounds how often one request goes back to its queue after

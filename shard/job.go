@@ -16,6 +16,8 @@ import (
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
@@ -69,19 +71,19 @@ type job struct {
 	req     *reactor.Request
 	route   routeID
 	loop    int // the loop that decodes and tokenizes
-	d       request
+	d       openai.Request
 	texts   []string // the segments to tokenize
 	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
 	keys    []uint64 // the request's own (never a loop's scratch)
 	owned   bool     // texts and msgEnd are the job's own already (decoded off the loop): own has nothing to copy
 	bounds  []int    // message ends, in blocks
-	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (truth.go); byte-block keys follow
+	exact   int      // leading keys keyed by token ids, the only ones an engine's KV events can confirm (policy/truth.go); byte-block keys follow
 	owner   int
-	idOwner int           // the shard of the response id named (respids.go)
-	explain chan Decision // Explain's answer; nil for a served request
+	idOwner int                  // the shard of the response id named (respids.go)
+	explain chan policy.Decision // Explain's answer; nil for a served request
 	// session is the request's Config.SessionHeader value ("" none);
 	// rawBody Explain's body (j.req is nil there); prefill the prefill
-	// accounting (cost.go).
+	// accounting (decide.go).
 	session string
 	rawBody []byte
 	prefill pendingPrefill
@@ -137,13 +139,13 @@ type job struct {
 // serves the request) the messages, texts and msgEnd are views into ds
 // until keyed or own; without (Explain, a decode worker) they are the
 // job's own.
-func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
-	k := kindChat
+func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
+	k := openai.KindChat
 	switch j.route {
 	case routeCompletions:
-		k = kindCompletion
+		k = openai.KindCompletion
 	case routeResponses:
-		k = kindResponses
+		k = openai.KindResponses
 	}
 	lim := j.r.cfg.Body
 	// On the loop, a body (at most OffloopBytes) too short to hold more
@@ -154,7 +156,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 	// (`01`, `\x`, `nan`): small bodies pass them as they did before.
 	lazy := ds != nil && (len(body)+1)/2 <= lim.MaxValues
 	if !lazy {
-		values, e, why := lim.check(body)
+		values, e, why := lim.Check(body)
 		if e != nil {
 			j.r.m.refused[why].Inc()
 			return e
@@ -167,42 +169,42 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 			defer j.r.budget.release(values) //saltus:allow R2 as acquire: off the loops only
 		}
 	}
-	var e *apiError
+	var e *openai.Error
 	if ds != nil {
 		if ds.p == nil {
 			ds.p = new(fastjson.Parser)
 		}
 		defer ds.trim(len(body)) // after the views are taken: they keep what they view
 		v, err := ds.p.ParseBytes(body)
-		if lazy && (err != nil || deeper(v, lim.MaxDepth)) {
-			if _, ce, why := lim.check(body); ce != nil {
+		if lazy && (err != nil || openai.Deeper(v, lim.MaxDepth)) {
+			if _, ce, why := lim.Check(body); ce != nil {
 				j.r.m.refused[why].Inc()
 				return ce
 			}
 		}
 		if err != nil {
-			return badRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
+			return openai.BadRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
 		}
-		e = decodeValue(&j.d, k, v, &ds.sc)
+		e = openai.DecodeValue(&j.d, k, v, &ds.sc)
 	} else {
-		e = decode(&j.d, k, body)
+		e = openai.Decode(&j.d, k, body)
 	}
 	if e != nil {
 		return e
 	}
 	switch {
-	case j.d.kind == kindChat || j.d.kind == kindResponses:
+	case j.d.Kind == openai.KindChat || j.d.Kind == openai.KindResponses:
 		var (
 			segs []chat.Segment
 			err  error
 		)
 		if ds != nil {
-			segs, err = ds.sc.Render(j.r.tmpl, j.d.msgs, j.d.opt)
+			segs, err = ds.sc.Render(j.r.tmpl, j.d.Messages, j.d.Options)
 		} else {
-			segs, err = j.r.tmpl.Render(nil, j.d.msgs, j.d.opt)
+			segs, err = j.r.tmpl.Render(nil, j.d.Messages, j.d.Options)
 		}
 		if err != nil {
-			return badRequest("messages", "%v", err)
+			return openai.BadRequest("messages", "%v", err)
 		}
 		if ds != nil {
 			j.texts, j.msgEnd = ds.texts[:0], ds.msgEnd[:0]
@@ -214,8 +216,8 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *apiError {
 		if ds != nil {
 			ds.texts, ds.msgEnd = j.texts, j.msgEnd
 		}
-	case !j.d.hasIDs:
-		j.texts = []string{j.d.prompt}
+	case !j.d.HasTokenIDs:
+		j.texts = []string{j.d.Prompt}
 		j.msgEnd = []bool{false} // the whole prompt is the chain's end anyway
 	}
 	return nil
@@ -225,13 +227,13 @@ func (j *job) seedModel() string {
 	if j.r.cfg.Model != "" {
 		return j.r.cfg.Model
 	}
-	return j.d.model
+	return j.d.Model
 }
 
 // tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
 func (j *job) tokenize() {
-	if j.d.hasIDs {
-		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.ids, j.r.cfg.BlockSize)
+	if j.d.HasTokenIDs {
+		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.TokenIDs, j.r.cfg.BlockSize)
 		j.exact = len(j.keys)
 		j.dispatch()
 		return
@@ -258,7 +260,7 @@ func (j *job) own() {
 	for i, t := range j.texts {
 		texts[i] = strings.Clone(t)
 	}
-	j.texts, j.msgEnd, j.d.msgs = texts, slices.Clone(j.msgEnd), nil
+	j.texts, j.msgEnd, j.d.Messages = texts, slices.Clone(j.msgEnd), nil
 }
 
 // tokenized is the pool's completion, on j.loop.
@@ -313,7 +315,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	}
 	// The keys are the job's own; the texts (views, see prepare) are
 	// needed no more.
-	j.texts, j.msgEnd, j.d.msgs = nil, nil, nil
+	j.texts, j.msgEnd, j.d.Messages = nil, nil, nil
 	j.dispatch()
 }
 
@@ -323,7 +325,7 @@ func (j *job) dispatch() {
 		j.r.m.clientGone.Inc()
 		return
 	}
-	if j.d.prevID != "" {
+	if j.d.PreviousResponseID != "" {
 		j.routeByID() // under every policy: only that backend has it
 		return
 	}
@@ -331,7 +333,7 @@ func (j *job) dispatch() {
 		j.decideHere() // shorter than a block
 		return
 	}
-	if !j.r.pol.kind.usesTree() {
+	if !j.r.pol.Kind.UsesTree() {
 		// The other policies never use the tree: no owner lookup, no
 		// message to another loop; they decide here.
 		j.decideHere()
@@ -364,7 +366,7 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap, j.pool)
-	if n := j.r.tuned.Load().truth(sh.views, sh.hits, j.exact, now); n > 0 && j.explain == nil {
+	if n := j.r.tuned.Load().Truth(sh.views, sh.hits, j.exact, now); n > 0 && j.explain == nil {
 		j.r.m.guessesIgnored.Add(n)
 	}
 	d := j.decideWith(sh, sh.hits, true)
@@ -383,7 +385,7 @@ const learnRefresh = time.Second
 // markFresh records whether d's backend holds all of j's blocks in the
 // tree, refreshed within learnRefresh (and within half the route TTL).
 // On the owner loop, with the hits Match returned at now.
-func (j *job) markFresh(d Decision, hits []tree.Hit, now int64) {
+func (j *job) markFresh(d policy.Decision, hits []tree.Hit, now int64) {
 	refresh := min(int64(learnRefresh), int64(j.r.cfg.Tree.TTL/2))
 	for _, h := range hits {
 		if h.Backend == d.Backend && h.Blocks == len(j.keys) && h.Origin == tree.Local && now-h.Used < refresh {
@@ -402,27 +404,27 @@ func (j *job) decideAt(cur int) {
 	sh := j.r.shards[cur]
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap, j.pool)
-	rr := sh.sc.rr
+	rr := sh.sc.Turn
 	d := j.decideWith(sh, nil, false)
 	if j.explain != nil {
 		// Explain shows the turn the loop's next request would get, and
 		// leaves it to that request. (least_request's draw is not undone:
 		// Explain shows one draw, the next request draws afresh.)
-		sh.sc.rr = rr
+		sh.sc.Turn = rr
 	}
 	j.finish(d, snap, cur)
 }
 
 // views reads the state of every backend of pool (nil: every backend)
 // once.
-func (r *Router) views(dst []view, snap []*backend.Backend, pool *fleet.Pool) []view {
+func (r *Router) views(dst []policy.View, snap []*backend.Backend, pool *fleet.Pool) []policy.View {
 	for _, b := range snap {
 		if pool != nil && !pool.Has(b.ID) {
 			continue
 		}
 		inFlight, routable := r.state(b)
-		v := view{id: b.ID, url: b.URL, name: b.Name, urlHash: urlHash(b.URL), inFlight: inFlight, routable: routable, evented: b.Evented()}
-		if r.pol.kind == kindPrefix {
+		v := policy.View{ID: b.ID, URL: b.URL, Name: b.Name, URLHash: policy.URLHash(b.URL), InFlight: inFlight, Routable: routable, Evented: b.Evented()}
+		if r.pol.Kind == policy.Prefix {
 			costInputs(&v, b)
 		}
 		dst = append(dst, v)
@@ -432,11 +434,11 @@ func (r *Router) views(dst []view, snap []*backend.Backend, pool *fleet.Pool) []
 
 // finish forwards the request as decided (stage 8), or hands the decision
 // to Explain. On the loop that decided (cur).
-func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
+func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	r := j.r
 	if j.explain != nil {
 		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
-		d.Model = j.d.model
+		d.Model = j.d.Model
 		if j.pool != nil {
 			d.Pool = slices.Clone(j.pool.IDs)
 		}
@@ -444,7 +446,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		j.explain <- d
 		return
 	}
-	r.m.decided(d, r.pol.kind.usesTree())
+	r.m.decided(d, r.pol.Kind.UsesTree())
 	if d.Backend < 0 && j.pool != nil && j.requeues < maxRequeues && r.saturated(j.pool) {
 		// Its pool filled up since its admission: it waits after all.
 		j.requeues++
@@ -452,9 +454,9 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 		return
 	}
 	if d.Backend < 0 {
-		r.refusedFor(j.d.model, refusedNoBackend)
-		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
+		r.refusedFor(j.d.Model, refusedNoBackend)
+		r.fail(j.x, j.route, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
 		return
 	}
 	cands := j.candArr[:0]
@@ -472,12 +474,12 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
 	// Only prefix and ranvier read the tree, so only they teach it.
-	routed := r.pol.kind.usesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	routed := r.pol.Kind.UsesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.
-	learn := routed && len(j.keys) > 0 && j.d.prevID == ""
-	if j.d.stream { // a non-streamed answer's first byte comes when it ends (cost.go)
+	learn := routed && len(j.keys) > 0 && j.d.PreviousResponseID == ""
+	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (decide.go: pendingPrefill)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	h := backend.Hooks{Done: func(o backend.Outcome) {
@@ -486,11 +488,11 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			return
 		}
 		if o.Err == backend.ErrEnginesFull {
-			r.refusedFor(j.d.model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
+			r.refusedFor(j.d.Model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
 		}
 		j.keyDone(o.Status, o.Usage) // an API key's tokens (keys.go)
 		if j.pool != nil {
-			r.kickGate(j.d.model) // a slot freed: a queued request may go
+			r.kickGate(j.d.Model) // a slot freed: a queued request may go
 		}
 		if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
 			// Its pool says it serves the model: it may have unloaded
@@ -523,7 +525,7 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 	}
 	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {
-			if !j.d.stream {
+			if !j.d.Stream {
 				j.prefill.release()
 			}
 			if learn && status >= 200 && status < 300 {
@@ -531,13 +533,13 @@ func (j *job) finish(d Decision, snap []*backend.Backend, cur int) {
 			}
 		}
 	}
-	if j.prefill.held && j.d.stream {
+	if j.prefill.held && j.d.Stream {
 		// A stream's head comes at once, its first event after the
 		// prefill: that ends the prefill pending there.
 		h.FirstData = j.prefill.release
 	}
 	body := j.req.Body
-	if j.d.hasPriority && !r.allPriority(cands) {
+	if j.d.HasPriority && !r.allPriority(cands) {
 		// vLLM refuses a non-zero priority unless it runs priority
 		// scheduling: the field ordered saltus's queue; it is not passed
 		// on (issue 30).

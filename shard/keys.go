@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -47,7 +46,7 @@ func (r *Router) authenticate(x exchange, rt routeID) *keys.Key {
 	if secret != "" {
 		msg = "Incorrect API key provided: " + keys.Mask(secret) + ". Ask the operator of this gateway for a valid key."
 	}
-	r.fail(x, rt, &apiError{status: 401, typ: "invalid_request_error", code: "invalid_api_key", msg: msg},
+	r.fail(x, rt, &openai.Error{Status: 401, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg},
 		reactor.Header{Name: "WWW-Authenticate", Value: "Bearer"})
 	return nil
 }
@@ -110,18 +109,18 @@ func (j *job) keyLimits(l keys.Limits) {
 // admitKey checks j's model against its key and charges the key's
 // limits: 404 for a model the key may not use (nothing forwarded), 429
 // with Retry-After over a limit. Any goroutine that owns j (admit's).
-func (j *job) admitKey() *apiError {
+func (j *job) admitKey() *openai.Error {
 	k, now := j.key, j.r.keys.Now()
-	if k.Restricted() && !k.Allows(j.d.model) {
+	if k.Restricted() && !k.Allows(j.d.Model) {
 		k.RefusedModel()
 		j.keyLimits(k.Limits(now))
 		j.ks.settled = true // refused: nothing taken, counted as such
-		if j.d.model == "" {
-			return &apiError{status: 400, typ: "invalid_request_error", param: "model",
-				msg: "you must provide a model parameter (this key may use only some models)"}
+		if j.d.Model == "" {
+			return &openai.Error{Status: 400, Type: "invalid_request_error", Param: "model",
+				Message: "you must provide a model parameter (this key may use only some models)"}
 		}
-		return &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
-			msg: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", j.d.model)}
+		return &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+			Message: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", j.d.Model)}
 	}
 	var reserve int64
 	if k.TPM > 0 {
@@ -136,8 +135,8 @@ func (j *job) admitKey() *apiError {
 		return nil
 	case keys.TooLarge:
 		j.ks.settled = true // nothing was taken
-		return &apiError{status: 429, typ: "tokens", code: "rate_limit_exceeded",
-			msg: fmt.Sprintf("Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully.",
+		return &openai.Error{Status: 429, Type: "tokens", Code: "rate_limit_exceeded",
+			Message: fmt.Sprintf("Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully.",
 				k.Name, ad.Limit, ad.Requested)}
 	}
 	j.ks.settled = true
@@ -145,8 +144,8 @@ func (j *job) admitKey() *apiError {
 	if ad.Refused == keys.OverTokens {
 		what, typ = "tokens per min (TPM)", "tokens"
 	}
-	return &apiError{status: 429, typ: typ, code: "rate_limit_exceeded", retryAfter: max(1, int((ad.Wait+time.Second-1)/time.Second)),
-		msg: fmt.Sprintf("Rate limit reached for key %s on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
+	return &openai.Error{Status: 429, Type: typ, Code: "rate_limit_exceeded", RetryAfter: max(1, int((ad.Wait+time.Second-1)/time.Second)),
+		Message: fmt.Sprintf("Rate limit reached for key %s on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
 			k.Name, what, ad.Limit, ad.Used, ad.Requested, keys.FormatDuration(ad.Wait))}
 }
 
@@ -154,8 +153,8 @@ func (j *job) admitKey() *apiError {
 // them: its ids when given as ids, else a quarter of its text's bytes
 // (of the body's for a route whose prompt is not decoded).
 func (j *job) promptEstimate() int64 {
-	if j.d.hasIDs {
-		return int64(len(j.d.ids))
+	if j.d.HasTokenIDs {
+		return int64(len(j.d.TokenIDs))
 	}
 	n := 0
 	if routedByPrefix(j.route) {
@@ -226,7 +225,7 @@ func (j *job) keyDone(status int, usage []byte) {
 		k.Done(keys.OutcomeError, 0, 0)
 		return
 	}
-	prompt, completion, ok := usageTokens(usage)
+	prompt, completion, ok := openai.UsageTokens(usage)
 	if !ok {
 		prompt, completion = j.ks.prompt, 0
 		if k.TPM == 0 {
@@ -236,58 +235,6 @@ func (j *job) keyDone(status int, usage []byte) {
 		k.AdjustTokens(j.r.keys.Now(), prompt+completion-j.ks.reserved)
 	}
 	k.Done(keys.OutcomeOK, prompt, completion)
-}
-
-// usageTokens reads a usage object's prompt and completion tokens:
-// OpenAI's prompt_tokens and completion_tokens, or input_tokens and
-// output_tokens (Responses, Anthropic's messages). ok false without
-// them.
-func usageTokens(u []byte) (prompt, completion int64, ok bool) {
-	if len(u) == 0 || len(u) > maxUsageBytes {
-		return 0, 0, false
-	}
-	p := usageParsers.Get()
-	defer usageParsers.Put(p) // at most maxUsageBytes of values
-	v, err := p.ParseBytes(u)
-	if err != nil {
-		return 0, 0, false
-	}
-	get := func(names ...string) (int64, bool) {
-		for _, n := range names {
-			if x := v.Get(n); x != nil && x.Type() == fastjson.TypeNumber {
-				if i, err := x.Int64(); err == nil && i >= 0 {
-					return i, true
-				}
-			}
-		}
-		return 0, false
-	}
-	prompt, okp := get("prompt_tokens", "input_tokens")
-	completion, _ = get("completion_tokens", "output_tokens")
-	return prompt, completion, okp
-}
-
-// filterModels keeps, of an OpenAI model list, the models k may use. Off
-// the loops (a models worker).
-func filterModels(list []byte, k *keys.Key) []byte {
-	var p fastjson.Parser // off the loops, once per listing
-	v, err := p.ParseBytes(list)
-	if err != nil {
-		return list // built by saltus or the backends' union: valid JSON
-	}
-	out := []byte(`{"object":"list","data":[`)
-	n := 0
-	for _, m := range v.GetArray("data") {
-		if !k.Allows(string(m.GetStringBytes("id"))) {
-			continue
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = m.MarshalTo(out)
-		n++
-	}
-	return append(out, "]}"...)
 }
 
 // keyHolder is a keyed GET /v1/models on its way to a models worker.

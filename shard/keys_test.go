@@ -8,6 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -181,30 +182,12 @@ func TestMaxTokensOf(t *testing.T) {
 	}
 }
 
-func TestUsageTokens(t *testing.T) {
-	t.Parallel()
-	for u, want := range map[string][3]int64{
-		`{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}`: {12, 5, 1},
-		`{"input_tokens":3,"output_tokens":4}`:                         {3, 4, 1},
-		`{"prompt_tokens":12}`:                                         {12, 0, 1},
-		`{"completion_tokens":5}`:                                      {0, 5, 0},
-		`{"prompt_tokens":-1}`:                                         {0, 0, 0},
-		`not json`:                                                     {0, 0, 0},
-		``:                                                             {0, 0, 0},
-	} {
-		p, c, ok := usageTokens([]byte(u))
-		if p != want[0] || (ok && c != want[1]) || ok != (want[2] == 1) {
-			t.Errorf("usageTokens(%s) = %d, %d, %v; want %v", u, p, c, ok, want)
-		}
-	}
-}
-
 func TestFilterModels(t *testing.T) {
 	t.Parallel()
 	ring := keyRing(t, keyEntry("a", "sk-aaaaaaaaaaaa", "  models: [m1, org/m3]\n"))
 	k := ring.Lookup("sk-aaaaaaaaaaaa")
-	got := string(filterModels([]byte(`{"object":"list","data":[{"id":"m1","object":"model"},{"id":"m2"},{"id":"org/m3","parent":null}]}`), k))
+	got := string(openai.FilterModels([]byte(`{"object":"list","data":[{"id":"m1","object":"model"},{"id":"m2"},{"id":"org/m3","parent":null}]}`), k.Allows))
 	if want := `{"object":"list","data":[{"id":"m1","object":"model"},{"id":"org/m3","parent":null}]}`; got != want {
-		t.Fatalf("filterModels = %s\nwant %s", got, want)
+		t.Fatalf("FilterModels = %s\nwant %s", got, want)
 	}
 }

@@ -40,12 +40,26 @@ import (
 // after the tree's TTL unless the engine stores or a request refreshes
 // them, they are shared with peers and saved with the route table as
 // Local routes (a peer, or this router after a restart, takes them for
-// guesses). While a backend's view is live (Backend.Evented: from its
-// first batch until it is closed or reset for the backend's health) the
-// decision believes the engine over routing (truth.go): a guess deeper
-// than what the engine confirmed counts only within the bridge after it
-// was last refreshed (--kv-events-bridge), the time between routing a
-// request and the engine's BlockStored for it.
+// guesses). While a backend's view is live and complete (Backend.Evented:
+// from its first batch until it is closed or reset for the backend's
+// health, and while it maps every block the engine reports) the decision
+// believes the engine over routing (policy/truth.go): a guess deeper than what
+// the engine confirmed counts only within the bridge after it was last
+// refreshed (--kv-events-bridge), the time between routing a request and
+// the engine's BlockStored for it.
+//
+// A view is incomplete when the engine holds blocks it does not map: a
+// BlockStored whose parent it does not know (stored before saltus
+// subscribed, e.g. an engine warm before a restart of saltus, or in a
+// batch lost while the publisher was still connecting: ZMQ drops what a
+// publisher sends before its subscriber is there) or that it cannot key
+// (no model to seed it, token ids that do not fill the blocks). Every
+// descendant of such a block is unknown to the view too, so its engine's
+// word cannot supersede the guesses: an incomplete view keeps inserting
+// what it maps, as confirmations, but its backend is not evented (its
+// guesses count as a backend's without events) until the engine is
+// emptied (AllBlocksCleared) or ViewConfig.TrustAfter BlockStored events
+// in a row were all keyed (what it could not map was evicted).
 //
 // # Concurrency
 //
@@ -59,6 +73,7 @@ func init() {
 	promtext.Describe(map[string]string{
 		"saltus_kvview_blocks":         "Engine KV blocks the exact view maps to route keys, per backend with KV events (bounded per engine; 0 after a reset).",
 		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map).",
+		"saltus_kvview_incomplete":     "1 while a backend's exact view misses blocks its engine holds (a BlockStored it could not key: unknown parent, no model, short token ids), so its engine's word does not supersede saltus's guesses; 0 again after an AllBlocksCleared or ViewConfig.TrustAfter (1024) keyed BlockStored events in a row.",
 		"saltus_kvview_resets_total":   "Times an engine's exact view was emptied and its holders removed from the route table, by reason: cleared (AllBlocksCleared), stale (a sequence gap, reconnect or engine restart), overflow (past the view's block bound), gone (the backend left, went unhealthy, or its subscription ended).",
 	})
 }
@@ -73,15 +88,23 @@ type ViewConfig struct {
 	// overflow): a view that dropped blocks could not follow their
 	// descendants' chains.
 	MaxBlocks int
+	// TrustAfter is how many BlockStored events in a row an incomplete
+	// view must key before its engine's word counts again (default
+	// 1024: a few minutes of a busy engine's stores; what the view
+	// missed is evicted by then or keeps showing as unknown parents).
+	TrustAfter int
 }
 
 // DefaultViewConfig is ViewConfig with the defaults above.
-func DefaultViewConfig() ViewConfig { return ViewConfig{MaxBlocks: 1 << 18} }
+func DefaultViewConfig() ViewConfig { return ViewConfig{MaxBlocks: 1 << 18, TrustAfter: 1024} }
 
 // Validate names the field that is wrong.
 func (c ViewConfig) Validate() error {
 	if c.MaxBlocks < 1 {
 		return fmt.Errorf("shard: ViewConfig.MaxBlocks %d < 1", c.MaxBlocks)
+	}
+	if c.TrustAfter < 1 {
+		return fmt.Errorf("shard: ViewConfig.TrustAfter %d < 1", c.TrustAfter)
 	}
 	return nil
 }
@@ -137,6 +160,12 @@ type EngineView struct {
 	gauge   string
 	blocks  map[kvevents.Hash]viewBlock
 	n       atomic.Int64 // len(blocks), for the gauge
+	// incomplete: the engine holds blocks the view does not map (see
+	// the file's comment); clean counts the BlockStored events keyed in
+	// a row since. Owner only (incomplete also read by its gauge).
+	incomplete atomic.Bool
+	clean      int
+	gaugeInc   string
 	// Scratch, reused between events.
 	chain []uint64
 	ids   []int32
@@ -146,7 +175,8 @@ type EngineView struct {
 // backend's name or URL). Close it when the backend leaves.
 func (vs *Views) New(id int, label string) *EngineView {
 	v := &EngineView{vs: vs, backend: id, blocks: map[kvevents.Hash]viewBlock{},
-		gauge: `saltus_kvview_blocks{backend=` + promtext.QuoteLabel(label) + `}`}
+		gauge:    `saltus_kvview_blocks{backend=` + promtext.QuoteLabel(label) + `}`,
+		gaugeInc: `saltus_kvview_incomplete{backend=` + promtext.QuoteLabel(label) + `}`}
 	if vs.r.up != nil {
 		for _, b := range vs.r.up.Snapshot() {
 			if b.ID == id {
@@ -155,7 +185,30 @@ func (vs *Views) New(id int, label string) *EngineView {
 		}
 	}
 	vs.set.GetOrCreateGauge(v.gauge, func() float64 { return float64(v.n.Load()) })
+	vs.set.GetOrCreateGauge(v.gaugeInc, func() float64 { return float64(b2i(v.incomplete.Load())) })
 	return v
+}
+
+// Complete reports whether the view maps every block its engine
+// reported (the file's comment). Any goroutine.
+func (v *EngineView) Complete() bool { return !v.incomplete.Load() }
+
+// unmapped marks the view incomplete: its engine holds a block it does
+// not map.
+func (v *EngineView) unmapped() {
+	v.incomplete.Store(true)
+	v.clean = 0
+}
+
+// mapped counts a keyed BlockStored toward trusting an incomplete view
+// again.
+func (v *EngineView) mapped() {
+	if v.incomplete.Load() {
+		if v.clean++; v.clean >= v.vs.cfg.TrustAfter {
+			v.incomplete.Store(false)
+			v.clean = 0
+		}
+	}
 }
 
 // Blocks is how many engine blocks the view maps. Any goroutine.
@@ -166,6 +219,7 @@ func (v *EngineView) Blocks() int { return int(v.n.Load()) }
 func (v *EngineView) Close() {
 	v.reset(v.vs.reGone)
 	v.vs.set.UnregisterMetric(v.gauge)
+	v.vs.set.UnregisterMetric(v.gaugeInc)
 }
 
 // Reset forgets the engine now, reason gone (its backend went unhealthy).
@@ -174,6 +228,10 @@ func (v *EngineView) Reset() { v.reset(v.vs.reGone) }
 
 func (v *EngineView) reset(c *metrics.Counter) {
 	c.Inc()
+	if c == v.vs.reCleared { // the engine is empty: nothing it holds is unknown
+		v.incomplete.Store(false)
+		v.clean = 0
+	}
 	if c == v.vs.reGone && v.b != nil {
 		v.b.SetEvented(false) // the engine's word is gone with its view: guesses count again
 	}
@@ -204,11 +262,6 @@ type viewOp struct {
 // Apply applies one batch of the engine's events: the map here, the
 // tree updates posted to their owner loops. Owner only.
 func (v *EngineView) Apply(msg kvevents.Message) {
-	if v.b != nil {
-		// Live from the first batch: a subscription that never
-		// connected leaves the backend's guesses as they were.
-		v.b.SetEvented(true)
-	}
 	if msg.Stale && msg.StaleReason != "start" && len(v.blocks) > 0 {
 		v.reset(v.vs.reStale)
 	}
@@ -237,6 +290,12 @@ func (v *EngineView) Apply(msg kvevents.Message) {
 	}
 	v.n.Store(int64(len(v.blocks)))
 	v.post(per)
+	if v.b != nil {
+		// Live from the first batch (a subscription that never
+		// connected leaves the backend's guesses as they were), while
+		// complete.
+		v.b.SetEvented(!v.incomplete.Load())
+	}
 }
 
 // post sends the ops gathered per loop, at most applyChunk per message.
@@ -358,11 +417,13 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 	}
 	if len(e.Tokens) != len(e.Hashes)*e.BlockSize {
 		vs.unTokens.Inc()
+		v.unmapped()
 		return true
 	}
 	seed, ok := v.seed(e)
 	if !ok {
 		vs.unModel.Inc()
+		v.unmapped()
 		return true
 	}
 	if len(v.blocks)+len(e.Hashes) > vs.cfg.MaxBlocks {
@@ -372,6 +433,7 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 	if e.Parent.OK {
 		if chain, ok = v.chainOf(chain, e.Parent.V); !ok {
 			vs.unParent.Inc()
+			v.unmapped()
 			v.chain = chain
 			return true
 		}
@@ -401,6 +463,7 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 		per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
 	}
 	v.chain = chain
+	v.mapped()
 	return true
 }
 

@@ -49,7 +49,7 @@ func batch(evs ...kvevents.Event) kvevents.Message {
 func TestEngineView(t *testing.T) {
 	t.Parallel()
 	e := newHoldEnv(t, 2, 4)
-	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64}, e.set)
+	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func init() {
@@ -98,13 +100,13 @@ func classify(method, path string) (routeID, string) {
 	if rootPaths[path] {
 		return routeOther, allowOnly(method, "POST")
 	}
-	if _, allow, ok := responsePathID(path); ok {
+	if _, allow, ok := openai.ResponsePathID(path); ok {
 		if slices.Contains(strings.Split(allow, ", "), method) {
 			return routeResponseID, ""
 		}
 		return routeResponseID, allow
 	}
-	if modelPathID(path) != "" {
+	if openai.ModelPathID(path) != "" {
 		if method == "GET" || method == "HEAD" {
 			return routeModels, ""
 		}
@@ -124,8 +126,8 @@ func allowOnly(method, allowed string) string {
 }
 
 // reasonNames index the decision counters.
-var reasonNames = [...]string{ReasonTree, ReasonHash, ReasonOverride, ReasonFallback,
-	ReasonRoundRobin, ReasonLeastRequest, ReasonConsistentHash, ReasonResponseID, ReasonBodyHash}
+var reasonNames = [...]string{policy.ReasonTree, policy.ReasonHash, policy.ReasonOverride, policy.ReasonFallback,
+	policy.ReasonRoundRobin, policy.ReasonLeastRequest, policy.ReasonConsistentHash, ReasonResponseID, policy.ReasonBodyHash}
 
 // ratioBuckets are the upper bounds of saltus_router_prefix_match_ratio:
 // matched blocks / total blocks of a routed request with keys, under the
@@ -153,9 +155,9 @@ type routerMetrics struct {
 	// (adapters.go).
 	adapterOps [2][2]*metrics.Counter
 
-	// Bodies refused by Config.Body's check, by scanKind (reason label);
+	// Bodies refused by Config.Body's check, by openai.ScanKind (reason label);
 	// large bodies decoded off the loop, and refused with a full queue.
-	refused                  [numScanKinds]*metrics.Counter
+	refused                  [openai.NumScanKinds]*metrics.Counter
 	offloop, decodeQueueFull *metrics.Counter
 
 	usage usageMetrics // --learn-from-usage (usage.go)
@@ -182,8 +184,8 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 	for i, r := range reasonNames {
 		m.decisions[i] = set.NewCounter(fmt.Sprintf("saltus_route_decisions_total{reason=%q}", r))
 	}
-	for k := scanSyntax; k < numScanKinds; k++ {
-		m.refused[k] = set.NewCounter(fmt.Sprintf("saltus_request_body_refused_total{reason=%q}", scanReasons[k]))
+	for k := openai.ScanSyntax; k < openai.NumScanKinds; k++ {
+		m.refused[k] = set.NewCounter(fmt.Sprintf("saltus_request_body_refused_total{reason=%q}", k.Reason()))
 	}
 	m.offloop = set.NewCounter("saltus_shard_decode_offloop_total")
 	m.decodeQueueFull = set.NewCounter("saltus_shard_decode_queue_full_total")
@@ -202,7 +204,7 @@ func (m *routerMetrics) request(rt routeID, status int) {
 // decided counts a decision of a forwarded request; matched: the decision
 // asked the tree (prefix policy), so its match ratio is observed. Any
 // goroutine.
-func (m *routerMetrics) decided(d Decision, matched bool) {
+func (m *routerMetrics) decided(d policy.Decision, matched bool) {
 	for i, r := range reasonNames {
 		if r == d.Reason {
 			m.decisions[i].Inc()

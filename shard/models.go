@@ -3,10 +3,8 @@ package shard
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -18,16 +16,6 @@ import (
 // not-found error with param "model" and code "model_not_found" (the
 // message in vLLM's words for an unknown model).
 
-// modelPathID is the {id} of /v1/models/{id}, "" for another path. A
-// model id may hold slashes (org/name), so it is the whole rest.
-func modelPathID(path string) string {
-	id, found := strings.CutPrefix(path, "/v1/models/")
-	if !found {
-		return ""
-	}
-	return id
-}
-
 // retrieveModel answers GET /v1/models/{id}. On a models worker.
 func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 	routable := false
@@ -38,39 +26,23 @@ func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 		}
 	}
 	if !routable {
-		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: "no backend is available to serve the request"})
+		r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: "no backend is available to serve the request"})
 		return
 	}
 	c, cancel := context.WithTimeout(ctx, modelsTimeout)
 	body, err := r.up.Models(c)
 	cancel()
 	if err != nil {
-		r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
-			msg: fmt.Sprintf("cannot list the backends' models: %v", err)})
+		r.fail(x, routeModels, &openai.Error{Status: 502, Type: "server_error", Code: "bad_gateway",
+			Message: fmt.Sprintf("cannot list the backends' models: %v", err)})
 		return
 	}
-	if m := findModel(body, id); m != nil {
+	if m := openai.FindModel(body, id); m != nil {
 		r.m.request(routeModels, 200) // counted first, as fail does
 		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, m)
 		return
 	}
-	r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
-		msg: fmt.Sprintf("The model `%.200s` does not exist.", id)})
-}
-
-// findModel returns the object of model id in an OpenAI model list, or
-// nil.
-func findModel(list []byte, id string) []byte {
-	var p fastjson.Parser // off the loops, once per retrieve
-	v, err := p.ParseBytes(list)
-	if err != nil {
-		return nil // Models builds the list: valid JSON
-	}
-	for _, m := range v.GetArray("data") {
-		if string(m.GetStringBytes("id")) == id {
-			return m.MarshalTo(nil)
-		}
-	}
-	return nil
+	r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+		Message: fmt.Sprintf("The model `%.200s` does not exist.", id)})
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
-// Large bodies off the loop (DESIGN.md "Decoding untrusted bodies"): a
+// Large bodies off the loop (DESIGN.md § Decoding untrusted bodies): a
 // chat or completion body over Config.OffloopBytes is checked, decoded and
 // rendered on one of Config.DecodeWorkers goroutines, so that its loop
 // serves its other connections meanwhile (a 28 MB body of 1 M messages
@@ -26,8 +27,8 @@ func (r *Router) offload(j *job) {
 		r.m.offloop.Inc()
 	default:
 		r.m.decodeQueueFull.Inc()
-		r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "overloaded",
-			msg: fmt.Sprintf("too many large request bodies are waiting to be decoded (decode queue of %d full); retry later", r.cfg.DecodeQueue)},
+		r.fail(j.x, j.route, &openai.Error{Status: 503, Type: "server_error", Code: "overloaded",
+			Message: fmt.Sprintf("too many large request bodies are waiting to be decoded (decode queue of %d full); retry later", r.cfg.DecodeQueue)},
 			reactor.Header{Name: "Retry-After", Value: "1"})
 	}
 }
@@ -41,8 +42,8 @@ func (r *Router) decodeWorker(ctx context.Context) {
 			for {
 				select {
 				case j := <-r.decodes:
-					r.fail(j.x, j.route, &apiError{status: 503, typ: "server_error", code: "shutting_down",
-						msg: "the router is shutting down"})
+					r.fail(j.x, j.route, &openai.Error{Status: 503, Type: "server_error", Code: "shutting_down",
+						Message: "the router is shutting down"})
 				default:
 					return
 				}
@@ -65,7 +66,7 @@ func (r *Router) decodeOff(j *job) {
 	}
 	if !routedByPrefix(j.route) {
 		// Only its model is read, for its pool (pools.go).
-		j.d.model = bodyModel(j.req.Body)
+		j.d.Model = openai.BodyModel(j.req.Body)
 		if e := j.admit(); e != nil {
 			r.fail(j.x, j.route, e)
 			return
@@ -140,11 +141,11 @@ func (r *Router) SetDecodeHook(fn func()) {
 }
 
 // trim drops what a loop's decodeScratch grew to for a body over
-// keepDecodeBytes: the next request starts from fresh memory instead of
+// openai.KeepDecodeBytes: the next request starts from fresh memory instead of
 // this one's high-water mark. Views the current request holds keep the
 // old memory alive until it is done with them. Loop only.
 func (ds *decodeScratch) trim(bodyLen int) {
-	if bodyLen <= keepDecodeBytes {
+	if bodyLen <= openai.KeepDecodeBytes {
 		return
 	}
 	ds.p = nil

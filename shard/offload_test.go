@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/openai"
 )
 
 // TestOffloadedDecode: a body over OffloopBytes is decoded on a worker
@@ -64,7 +66,7 @@ func TestOffloadedDecode(t *testing.T) {
 		t.Fatalf("too many values: %+v %d %s", c, x4.status, x4.body)
 	}
 	checkErrorBody(t, x4.body, "invalid_request_error", "too_many_json_values", "")
-	if n, full, refused := e.r.m.offloop.Get(), e.r.m.decodeQueueFull.Get(), e.r.m.refused[scanTooMany].Get(); n != 3 || full != 1 || refused != 1 {
+	if n, full, refused := e.r.m.offloop.Get(), e.r.m.decodeQueueFull.Get(), e.r.m.refused[openai.ScanTooMany].Get(); n != 3 || full != 1 || refused != 1 {
 		t.Fatalf("offloop %d, queue full %d, refused %d; want 3, 1, 1", n, full, refused)
 	}
 	var out bytes.Buffer
@@ -83,7 +85,7 @@ func TestOffloadedDecode(t *testing.T) {
 }
 
 // TestLoopDropsGrownParser: a loop's parser and Scratch that decoded a
-// body over keepDecodeBytes are dropped, not reused; a small body's are
+// body over openai.KeepDecodeBytes are dropped, not reused; a small body's are
 // kept.
 func TestLoopDropsGrownParser(t *testing.T) {
 	t.Parallel()
@@ -103,12 +105,12 @@ func TestLoopDropsGrownParser(t *testing.T) {
 	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() != p0 {
 		t.Fatal("a small body's parser was not reused")
 	}
-	large := `{"model":"m","junk":[` + strings.Repeat("1,", keepDecodeBytes/2) + `1],"messages":[{"role":"user","content":"x"}]}`
+	large := `{"model":"m","junk":[` + strings.Repeat("1,", openai.KeepDecodeBytes/2) + `1],"messages":[{"role":"user","content":"x"}]}`
 	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", large)); c == nil {
 		t.Fatal("large body not forwarded")
 	}
 	if p := parser(); p != nil {
-		t.Fatal("the parser that decoded a body over keepDecodeBytes was kept")
+		t.Fatal("the parser that decoded a body over openai.KeepDecodeBytes was kept")
 	}
 	var sc int
 	e.loops.run(t, 0, func() { sc = cap(e.r.shards[0].dec.texts) })
@@ -125,7 +127,7 @@ func TestExplainBodyLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{loops: 1, backends: 2})
 	_, err := e.r.Explain([]byte(`{"model":"m","messages":[`+strings.Repeat("[", 100)+`]}`), "/v1/chat/completions")
-	if ae, ok := err.(*apiError); !ok || ae.status != 413 || ae.code != "json_too_deep" {
+	if ae, ok := err.(*openai.Error); !ok || ae.Status != 413 || ae.Code != "json_too_deep" {
 		t.Fatalf("too deep: %v", err)
 	}
 	_, err = e.r.Explain([]byte(`{"model":"m","messages":[}`), "/v1/chat/completions")
@@ -186,7 +188,7 @@ func TestLoopBodyLimits(t *testing.T) {
 	f(`{"model":"m","messages":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`}`, 413, "json_too_deep",
 		"request body nests JSON deeper than 64 levels (max-body-depth 64; at byte 87)")
 	f(`{"model":"m","messages":[{"role":"user","content":"x"}],}`, 400, "", "invalid JSON at byte 56: unexpected '}', want an object key")
-	if got := e.r.m.refused[scanTooDeep].Get() + e.r.m.refused[scanSyntax].Get(); got != 2 {
+	if got := e.r.m.refused[openai.ScanTooDeep].Get() + e.r.m.refused[openai.ScanSyntax].Get(); got != 2 {
 		t.Fatalf("refusals counted: %d, want 2", got)
 	}
 }

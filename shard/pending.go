@@ -6,6 +6,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/gossip/wire"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -46,9 +47,9 @@ import (
 // (FirstByte and Done run on the client connection's loop).
 type routeFeedback struct {
 	decided   bool // the owner loop decided with the tree; the fields below are set
-	backend   int  // Decision.Backend
-	matched   int  // Decision.MatchedBlocks: what backend held before
-	total     int  // Decision.TotalBlocks
+	backend   int  // policy.Decision.Backend
+	matched   int  // policy.Decision.MatchedBlocks: what backend held before
+	total     int  // policy.Decision.TotalBlocks
 	pending   bool // a pending holder of the whole chain was inserted for backend
 	confirmed bool // backend's 2xx head arrived
 	removed   bool // the learn of another backend's 2xx removed the pending holder
@@ -57,13 +58,13 @@ type routeFeedback struct {
 // learnsRoutes reports whether j's answer teaches the tree: the conditions
 // of job.finish's learn. Any stage.
 func (j *job) learnsRoutes() bool {
-	return j.r.pol.kind == kindPrefix && len(j.keys) > 0 && j.d.prevID == "" &&
+	return j.r.pol.Kind == policy.Prefix && len(j.keys) > 0 && j.d.PreviousResponseID == "" &&
 		(j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
 }
 
 // pend records d for feedback and inserts its backend as a pending holder
 // of j's chain. On the owner loop, in lookup, with the Match's now.
-func (j *job) pend(d Decision, now int64) {
+func (j *job) pend(d policy.Decision, now int64) {
 	if j.explain != nil || d.Backend < 0 || !j.learnsRoutes() {
 		return
 	}
@@ -100,7 +101,7 @@ func (j *job) settle(o backend.Outcome) {
 		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
 	}
 	if o.Backend != nil && o.Err == nil && o.Retries == 0 && o.Status >= 200 && o.Status < 300 {
-		o.Backend.ObserveService(j.slotHold(o)) // how long an answer holds a slot (cost.go's slot wait)
+		o.Backend.ObserveService(j.slotHold(o)) // how long an answer holds a slot (policy/cost.go's slot wait)
 	}
 	j.feedback(o)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -152,7 +153,7 @@ func (e *holdEnv) send(t *testing.T, loop int, body string) heldCall {
 }
 
 // explain returns the decision body would get now (no pending insert).
-func (e *holdEnv) explain(t *testing.T, body string) Decision {
+func (e *holdEnv) explain(t *testing.T, body string) policy.Decision {
 	t.Helper()
 	e.loops.settle(t) // removals posted to owners have run
 	d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
@@ -182,12 +183,12 @@ func TestPendingSiblingsFollow(t *testing.T) {
 	// answers, on another loop: it finds the pending holder.
 	c1 := e.send(t, 0, body)
 	m1, total, r1 := c1.route(t)
-	if m1 != 0 || r1 != ReasonHash {
+	if m1 != 0 || r1 != policy.ReasonHash {
 		t.Fatalf("first: %d/%d %s, want a cold hash decision", m1, total, r1)
 	}
 	c2 := e.send(t, 1, body)
 	m2, _, r2 := c2.route(t)
-	if c2.cands[0] != c1.cands[0] || r2 != ReasonTree || m2 != total {
+	if c2.cands[0] != c1.cands[0] || r2 != policy.ReasonTree || m2 != total {
 		t.Fatalf("sibling: backend %d %d/%d %s; want backend %d by the tree, all blocks", c2.cands[0].ID, m2, total, r2, c1.cands[0].ID)
 	}
 	c1.answer(c1.cands[0], 200, "", time.Millisecond)
@@ -216,7 +217,7 @@ func TestPendingFailedLeavesWhatWasHeld(t *testing.T) {
 	second := chatBody("system", systemA, "user", "How often are Fresnel lenses cleaned, and with what?")
 	c = e.send(t, 1, second)
 	held, total, reason := c.route(t)
-	if c.cands[0] != home || reason != ReasonTree || held == 0 || held >= total || held > firstTotal {
+	if c.cands[0] != home || reason != policy.ReasonTree || held == 0 || held >= total || held > firstTotal {
 		t.Fatalf("second: backend %d %d/%d %s", c.cands[0].ID, held, total, reason)
 	}
 	if d := e.explain(t, second); d.Backend != home.ID || d.MatchedBlocks != total {
@@ -234,7 +235,7 @@ func TestPendingFailedLeavesWhatWasHeld(t *testing.T) {
 	cold := chatBody("system", systemB, "user", "Something with leeks?")
 	c = e.send(t, 0, cold)
 	c.answer(nil, 502, "", 0)
-	if d := e.explain(t, cold); d.MatchedBlocks != 0 || d.Reason != ReasonHash {
+	if d := e.explain(t, cold); d.MatchedBlocks != 0 || d.Reason != policy.ReasonHash {
 		t.Fatalf("after a failed cold attempt: %+v, want no holder", d)
 	}
 	for name, want := range map[string]string{
@@ -304,7 +305,7 @@ func TestFeedbackMetricsAndDemotion(t *testing.T) {
 	// Predicted all blocks; the engine reports none: demoted at once.
 	c = e.send(t, 0, body)
 	c.answer(home, 200, usage(prompt, 0), 30*time.Millisecond)
-	if d := e.explain(t, body); d.MatchedBlocks != 0 || d.Reason != ReasonHash {
+	if d := e.explain(t, body); d.MatchedBlocks != 0 || d.Reason != policy.ReasonHash {
 		t.Fatalf("after a contradiction: %+v, want no holder", d)
 	}
 
@@ -352,27 +353,6 @@ func TestFeedbackMetricsAndDemotion(t *testing.T) {
 	if !slices.Equal(e.ttfts, want) {
 		t.Fatalf("ObserveTTFT calls %v, want %v", e.ttfts, want)
 	}
-}
-
-func TestPromptUsage(t *testing.T) {
-	t.Parallel()
-	f := func(u string, prompt, cached int, hasCached, ok bool) {
-		t.Helper()
-		p, c, hc, k := promptUsage([]byte(u))
-		if p != prompt || c != cached || hc != hasCached || k != ok {
-			t.Errorf("promptUsage(%q) = %d %d %v %v, want %d %d %v %v", u, p, c, hc, k, prompt, cached, hasCached, ok)
-		}
-	}
-	f(`{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}`, 100, 64, true, true)
-	f(`{"prompt_tokens":100,"prompt_tokens_details":null}`, 100, 0, false, true)
-	f(`{"prompt_tokens":100}`, 100, 0, false, true)
-	f(`{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":64}}`, 10, 10, true, true) // capped
-	f(`{"completion_tokens":1}`, 0, 0, false, false)
-	f(`{"prompt_tokens":-1}`, 0, 0, false, false)
-	f(`{"prompt_tokens":"x"}`, 0, 0, false, false)
-	f(`not json`, 0, 0, false, false)
-	f(``, 0, 0, false, false)
-	f(`{"prompt_tokens":1,"x":"`+strings.Repeat("y", 5000)+`"}`, 0, 0, false, false) // over the bound
 }
 
 // The KV a backend's requests in flight pin (footprint.go): the first of
@@ -450,7 +430,7 @@ func TestQueuedNeedsFreeSlot(t *testing.T) {
 	b := &backend.Backend{}
 	o := backend.Outcome{Backend: b, Status: 200, Total: time.Second, FirstData: 500 * time.Millisecond}
 	var p pendingPrefill
-	p.add(Decision{Backend: 0, TotalBlocks: 10}, []*backend.Backend{b}, 16)
+	p.add(policy.Decision{Backend: 0, TotalBlocks: 10}, []*backend.Backend{b}, 16)
 	if !p.slot {
 		t.Fatal("no slot limit learned: the slot counts as free")
 	}
@@ -469,7 +449,7 @@ func TestQueuedNeedsFreeSlot(t *testing.T) {
 		t.Fatalf("slots %d, want 1", b.Slots())
 	}
 	var q pendingPrefill
-	q.add(Decision{Backend: 0, TotalBlocks: 10}, []*backend.Backend{b}, 16)
+	q.add(policy.Decision{Backend: 0, TotalBlocks: 10}, []*backend.Backend{b}, 16)
 	if !q.slot {
 		t.Error("nothing in flight under a limit of 1: the slot counts as taken")
 	}

@@ -1,13 +1,10 @@
 package shard
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
-	"github.com/valyala/fastjson"
-
-	"github.com/saltus-lb/saltus/internal/jsonscan"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 )
@@ -45,18 +42,18 @@ func (r *Router) UseFleet(f Fleet) { r.fleet = f }
 // routable. No backend at all: 503. No
 // fleet, or no model named (an endpoint whose body has none): every
 // backend. Any goroutine (it reads atomics only).
-func (j *job) admit() *apiError {
+func (j *job) admit() *openai.Error {
 	r := j.r
 	if j.key != nil {
 		if e := j.admitKey(); e != nil { // the key's models and limits (keys.go)
 			return e
 		}
 	}
-	if r.fleet == nil || j.d.model == "" {
+	if r.fleet == nil || j.d.Model == "" {
 		return nil
 	}
 	ix := r.fleet.Index()
-	p, wild := ix.Lookup(j.d.model), ix.Unknown(r.up.Snapshot())
+	p, wild := ix.Lookup(j.d.Model), ix.Unknown(r.up.Snapshot())
 	switch {
 	case p != nil && !r.anyRoutable(p) && wild != nil && r.anyRoutable(wild):
 		// Its backends are all down, but some whose models are not
@@ -65,11 +62,11 @@ func (j *job) admit() *apiError {
 	case p == nil && wild == nil:
 		if len(r.up.Snapshot()) == 0 {
 			j.refused(refusedNoBackend)
-			return &apiError{status: 503, typ: "server_error", code: "no_backend",
-				msg: "no backend is available to serve the request"}
+			return &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+				Message: "no backend is available to serve the request"}
 		}
 		j.refused(refusedNotFound)
-		return modelNotFound(j.d.model)
+		return modelNotFound(j.d.Model)
 	case p == nil:
 		p = wild
 	}
@@ -83,8 +80,8 @@ func (j *job) admit() *apiError {
 			return nil
 		}
 		j.refused(refusedNoBackend)
-		return &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: fmt.Sprintf("no backend serving the model `%.200s` is available (%d down or draining); retry later", j.d.model, p.Size())}
+		return &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: fmt.Sprintf("no backend serving the model `%.200s` is available (%d down or draining); retry later", j.d.Model, p.Size())}
 	}
 	j.pool = p
 	if j.explain == nil { // Explain is not traffic
@@ -97,15 +94,15 @@ func (j *job) admit() *apiError {
 // traffic).
 func (j *job) refused(why int) {
 	if j.explain == nil {
-		j.r.refusedFor(j.d.model, why)
+		j.r.refusedFor(j.d.Model, why)
 	}
 }
 
 // modelNotFound is the answer for a model no backend serves, in vLLM's
 // words with OpenAI's code.
-func modelNotFound(model string) *apiError {
-	return &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
-		msg: fmt.Sprintf("The model `%.200s` does not exist.", model)}
+func modelNotFound(model string) *openai.Error {
+	return &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+		Message: fmt.Sprintf("The model `%.200s` does not exist.", model)}
 }
 
 // anyRoutable reports whether a backend of p is routable now. Any
@@ -135,34 +132,6 @@ const (
 )
 
 var refusedNames = [numRefused]string{"model_not_found", "no_backend", "queue_busy", "queue_full", "queue_expired", "engines_full", "shutting_down"}
-
-// bodyModel returns the top-level "model" string of a JSON object body ("" if
-// the body is not such an object or has none), its last occurrence as the
-// engines read duplicate keys: the pool of an endpoint that is not routed
-// by prefix (embeddings, rerank, score, pooling, tokenize). One pass over
-// the body, no allocation but the name; a body the pass cannot read
-// yields "" (forwarded to any backend, whose own error the client gets).
-// Any goroutine; on a loop only for bodies up to Config.OffloopBytes.
-func bodyModel(body []byte) string {
-	open := jsonscan.SkipWS(body, 0)
-	if open >= len(body) || body[open] != '{' {
-		return ""
-	}
-	m, ok := jsonscan.LastMember(body, open, "model")
-	if !ok || m.Val < 0 || body[m.Val] != '"' {
-		return ""
-	}
-	q := body[m.Val:m.End]
-	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1])
-	}
-	var p fastjson.Parser // rare: an escaped model name
-	v, err := p.ParseBytes(q)
-	if err != nil {
-		return ""
-	}
-	return string(v.GetStringBytes())
-}
 
 // listModels is GET /v1/models from the pools: every pool with a
 // routable backend, each as its first backend (by ID) listed it. nil when
@@ -203,8 +172,8 @@ func (r *Router) retrievePooled(x exchange, id string) bool {
 		r.refusedFor(id, refusedNotFound)
 		r.fail(x, routeModels, modelNotFound(id))
 	case !r.anyRoutable(p):
-		r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-			msg: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", id)}) // fail adds Retry-After to a 503
+		r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+			Message: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", id)}) // fail adds Retry-After to a 503
 	default:
 		r.m.request(routeModels, 200) // counted first, as fail does
 		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},

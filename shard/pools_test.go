@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
@@ -70,7 +71,7 @@ func modelChat(model, user string) string {
 
 func TestPoolsRouteInsideTheModelsPool(t *testing.T) {
 	t.Parallel()
-	for _, policy := range Policies() {
+	for _, policy := range policy.Names() {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOpts{loops: 2, backends: 5, policy: policy})
@@ -347,31 +348,6 @@ func TestAdapterLoadGoesToTheBasePool(t *testing.T) {
 	if x := do("/v1/unload_lora_adapter", `{"lora_name":"alpha-tuned"}`, "Bearer s3cret"); x.status == 401 {
 		t.Fatalf("with the admin token: %d %s", x.status, x.body)
 	}
-}
-
-func FuzzBodyModel(f *testing.F) {
-	for _, s := range []string{`{"model":"a"}`, `{"input":[1,2,{"model":"x"}],"model":"b\u0041"}`, ` { "model" : "m" , "x":null}`,
-		`{"model":1}`, `{"a":"\"model\":\"x\""}`, `[]`, `{"model":"a"`, `{"model":"a","model":"b"}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		got := bodyModel(body)
-		// Against a real parser: when the body is a JSON object whose
-		// "model" (last occurrence) is a string, bodyModel finds it.
-		var m map[string]json.RawMessage
-		if json.Unmarshal(body, &m) != nil {
-			return
-		}
-		var want string
-		if raw, ok := m["model"]; ok {
-			if json.Unmarshal(raw, &want) != nil {
-				want = ""
-			}
-		}
-		if got != want && !strings.ContainsRune(want, '\uFFFD') {
-			t.Fatalf("bodyModel(%q) = %q, want %q", body, got, want)
-		}
-	})
 }
 
 func reactorHeader(name, value string) reactor.Header {

@@ -1,17 +1,15 @@
 package shard
 
 import (
-	"bytes"
 	"fmt"
 	"hash/maphash"
 	"io"
-	"strings"
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fastjson"
 
-	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
@@ -210,12 +208,12 @@ func (r *Router) answerHook(on int) backend.AnswerHook {
 			return false
 		}
 		if !sse {
-			if id := jsonResponseID(data); id != "" {
+			if id := openai.JSONResponseID(data); id != "" {
 				r.remember(on, id, b.ID)
 			}
 			return false
 		}
-		id, seen := sseResponseID(data)
+		id, seen := openai.SSEResponseID(data)
 		if id != "" {
 			r.remember(on, id, b.ID)
 		}
@@ -223,96 +221,11 @@ func (r *Router) answerHook(on int) backend.AnswerHook {
 	}
 }
 
-// maxAnswerParse bounds the answer bytes parsed to find a response id:
-// the parse runs on an event loop (the loop path) and its parser goes
-// back to a pool, so an answer of many tiny values must not be parsed
-// whole. vLLM's answers start with the id and are not parsed at all; a
-// response.created event is a few KiB.
-const maxAnswerParse = 64 << 10
-
-// jsonResponseID is the top-level "id" of a Responses answer body. vLLM
-// writes it first (`{"id":"resp_…",`), which is read without a parse;
-// any other shape is parsed.
-func jsonResponseID(body []byte) string {
-	b := bytes.TrimLeft(body, " \t\r\n")
-	if rest, ok := bytes.CutPrefix(b, []byte(`{"id":"`)); ok {
-		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
-			return string(rest[:i])
-		}
-	}
-	if len(body) > maxAnswerParse {
-		// Not vLLM's shape and too large to parse on a loop (a lying or
-		// foreign backend): its id is not remembered.
-		return ""
-	}
-	p := parsers.Get()
-	defer parsers.Put(p) // at most maxAnswerParse bytes of values: bounded
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return "" // not JSON: nothing to remember
-	}
-	return stringField(chat.Field(v, "id"))
-}
-
-// sseResponseID is the response.id of an SSE event whose data is a
-// response.created event; seen: the event had data (so later events need
-// not be looked at).
-func sseResponseID(ev []byte) (id string, seen bool) {
-	var data []byte
-	for line := range bytes.Lines(ev) {
-		line = bytes.TrimRight(line, "\r\n")
-		if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			data = append(data, bytes.TrimPrefix(rest, []byte(" "))...)
-		}
-	}
-	if data == nil {
-		return "", false
-	}
-	if len(data) > maxAnswerParse {
-		return "", true // see jsonResponseID
-	}
-	p := parsers.Get()
-	defer parsers.Put(p) // at most maxAnswerParse bytes of values: bounded
-	v, err := p.ParseBytes(data)
-	if err != nil || stringField(chat.Field(v, "type")) != "response.created" {
-		return "", true
-	}
-	return stringField(chat.Field(v, "response", "id")), true
-}
-
-func stringField(v *fastjson.Value) string {
-	if v == nil || v.Type() != fastjson.TypeString {
-		return ""
-	}
-	return string(v.GetStringBytes())
-}
-
-// responsePathID splits /v1/responses/{id}[/cancel|/input_items] into
-// the id and the methods allowed there; ok false for another path.
-func responsePathID(path string) (id, allow string, ok bool) {
-	rest, found := strings.CutPrefix(path, "/v1/responses/")
-	if !found || rest == "" {
-		return "", "", false
-	}
-	id, sub, _ := strings.Cut(rest, "/")
-	switch {
-	case id == "":
-		return "", "", false
-	case sub == "":
-		return id, "GET, DELETE", true
-	case sub == "cancel":
-		return id, "POST", true
-	case sub == "input_items":
-		return id, "GET", true
-	}
-	return "", "", false
-}
-
 // routeByID sends j to the partition of the response id it names (see the
 // file comment: always posted). Over the mailbox bound it is routed as if
 // the id were unknown. On j.loop.
 func (j *job) routeByID() {
-	j.idOwner = j.r.respOwner(j.d.prevID)
+	j.idOwner = j.r.respOwner(j.d.PreviousResponseID)
 	if !j.post(j.idOwner, stageByID) {
 		j.r.rs.unknown.Inc()
 		j.routeWithoutID(j.loop)
@@ -323,7 +236,7 @@ func (j *job) routeByID() {
 // response if it is routable, else as any request. On j.idOwner's loop.
 func (j *job) lookupByID() {
 	r := j.r
-	id, ok := r.shards[j.idOwner].resp.lookup(j.d.prevID, r.now())
+	id, ok := r.shards[j.idOwner].resp.lookup(j.d.PreviousResponseID, r.now())
 	if !ok {
 		r.rs.unknown.Inc()
 		j.routeWithoutID(j.idOwner)
@@ -345,7 +258,7 @@ func (j *job) lookupByID() {
 	}
 	r.rs.hit.Inc()
 	// One candidate: any other backend answers 404 for this id.
-	d := Decision{Backend: id, URL: snap[i].URL, Reason: ReasonResponseID, TotalBlocks: len(j.keys),
+	d := policy.Decision{Backend: id, URL: snap[i].URL, Reason: ReasonResponseID, TotalBlocks: len(j.keys),
 		Candidates: []int{id}, Preferred: -1, RunnerUp: -1}
 	j.finish(d, snap, j.idOwner)
 }
@@ -354,7 +267,7 @@ func (j *job) lookupByID() {
 // their owner shard, or, without keys (GET/DELETE by id) or under another
 // policy, on loop cur.
 func (j *job) routeWithoutID(cur int) {
-	if len(j.keys) == 0 || j.r.pol.kind != kindPrefix {
+	if len(j.keys) == 0 || j.r.pol.Kind != policy.Prefix {
 		j.decideAt(cur)
 		return
 	}

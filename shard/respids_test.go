@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func TestRespTableBound(t *testing.T) {
@@ -133,34 +136,6 @@ func FuzzRespTable(f *testing.F) {
 	})
 }
 
-func TestResponseIDFromAnswers(t *testing.T) {
-	t.Parallel()
-	f := func(body, want string) {
-		t.Helper()
-		if got := jsonResponseID([]byte(body)); got != want {
-			t.Fatalf("%s: got %q, want %q", body, got, want)
-		}
-	}
-	f(`{"id":"resp_abc","object":"response"}`, "resp_abc")
-	f(" \n{\"id\":\"resp_x\"}", "resp_x")
-	f(`{"object":"response","id":"resp_late","output":[{"id":"msg_1"}]}`, "resp_late")
-	f(`{"id":"a","id":"b"}`, "a") // the fast path; engines write one id
-	f(`{"id":1}`, "")
-	f(`not json`, "")
-	f(`{"error":{"message":"x"}}`, "")
-
-	g := func(ev, want string, wantSeen bool) {
-		t.Helper()
-		if got, seen := sseResponseID([]byte(ev)); got != want || seen != wantSeen {
-			t.Fatalf("%q: got %q %v, want %q %v", ev, got, seen, want, wantSeen)
-		}
-	}
-	g("event: response.created\ndata: {\"response\":{\"id\":\"resp_s\",\"status\":\"in_progress\"},\"sequence_number\":0,\"type\":\"response.created\"}\n\n", "resp_s", true)
-	g(": keep-alive\n\n", "", false)
-	g("data: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n", "", true)
-	g("data: [DONE]\n\n", "", true)
-}
-
 func TestResponsePaths(t *testing.T) {
 	t.Parallel()
 	f := func(method, path string, wantRoute routeID, wantAllow string) {
@@ -181,10 +156,10 @@ func TestResponsePaths(t *testing.T) {
 	f("POST", "/v1/responses/resp_1/other", routeOther, "")
 	f("GET", "/v1/models/org/model-a", routeModels, "")
 	f("POST", "/v1/models/m", routeModels, "GET, HEAD")
-	if id, _, ok := responsePathID("/v1/responses/resp_9/cancel"); !ok || id != "resp_9" {
+	if id, _, ok := openai.ResponsePathID("/v1/responses/resp_9/cancel"); !ok || id != "resp_9" {
 		t.Fatalf("id %q %v", id, ok)
 	}
-	if id := modelPathID("/v1/models/org/m"); id != "org/m" {
+	if id := openai.ModelPathID("/v1/models/org/m"); id != "org/m" {
 		t.Fatalf("model id %q", id)
 	}
 }
@@ -194,7 +169,7 @@ func TestResponsePaths(t *testing.T) {
 // unknown one is routed as any request and counted. Explain shows it.
 func TestRouterResponseIDs(t *testing.T) {
 	t.Parallel()
-	for _, pol := range Policies() {
+	for _, pol := range policy.Names() {
 		t.Run(pol, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOpts{loops: 2, backends: 3, policy: pol})
@@ -231,26 +206,5 @@ func TestRouterResponseIDs(t *testing.T) {
 				t.Fatalf("hit %d unroutable %d unknown %d", hit, unroutable, unknown)
 			}
 		})
-	}
-}
-
-// TestResponseIDParseBounded: an answer that is not vLLM's shape is parsed
-// for its id only up to maxAnswerParse bytes (the parse runs on a loop).
-func TestResponseIDParseBounded(t *testing.T) {
-	t.Parallel()
-	small := `{"object":"response","id":"resp_1"}`
-	if got := jsonResponseID([]byte(small)); got != "resp_1" {
-		t.Fatalf("small answer: id %q", got)
-	}
-	big := `{"object":"response","junk":[` + strings.Repeat("1,", maxAnswerParse) + `1],"id":"resp_2"}`
-	if got := jsonResponseID([]byte(big)); got != "" {
-		t.Fatalf("large answer parsed: id %q", got)
-	}
-	if got := jsonResponseID([]byte(`{"id":"resp_3",` + big[1:])); got != "resp_3" {
-		t.Fatalf("vLLM's shape: id %q", got)
-	}
-	ev := "event: response.created\ndata: " + `{"type":"response.created","junk":[` + strings.Repeat("1,", maxAnswerParse) + `1],"response":{"id":"resp_4"}}` + "\n\n"
-	if id, seen := sseResponseID([]byte(ev)); id != "" || !seen {
-		t.Fatalf("large event: id %q seen %v", id, seen)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/keys"
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/tokenpool"
@@ -94,10 +96,10 @@ var ErrNoBackend = errors.New("shard: no routable backend")
 // reactor.Handler. See the package doc.
 type Router struct {
 	cfg Config
-	pol policy // its kind never changes; decisions use tuned's knobs
+	pol policy.Config // its kind never changes; decisions use tuned's knobs
 	// tuned is pol with the knobs Retune last set (load factor, slack,
 	// tokens, KV tokens). Any goroutine reads it; Retune writes it.
-	tuned atomic.Pointer[policy]
+	tuned atomic.Pointer[policy.Config]
 	learn atomic.Bool // Config.LearnFromUsage, as Retune last set it
 	// prioModels is Config.PriorityModels as Retune last set it (gate.go).
 	prioModels atomic.Pointer[[]string]
@@ -148,13 +150,13 @@ type Shard struct {
 	tok   *tokenpool.Shard
 	res   tokenpool.Result // Tokenize's dst for requests that complete at once
 	hits  []tree.Hit
-	views []view
-	sc    scratch
+	views []policy.View
+	sc    policy.Scratch
 	known map[int]bool // backend IDs inserted since their last removal
 	dec   decodeScratch
 	resp  *respTable  // this shard's part of the response ids (respids.go)
 	foot  *footprints // the prefixes each backend is busy with (footprint.go); prefix policy only
-	sess  *respTable  // sessions decided here → backend (cost.go); nil: no SessionHeader
+	sess  *respTable  // sessions decided here → backend (decide.go); nil: no SessionHeader
 	// gates are the gateway queues of the pools this loop owns
 	// (gate.go), by model; expired is tickGates' scratch.
 	gates   map[string]*gate
@@ -172,7 +174,7 @@ type Shard struct {
 
 // decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
 // render, tokenize, keys): what it holds is a view valid only while the
-// loop serves one request (see decodeWith).
+// loop serves one request (see openai.DecodeValue).
 type decodeScratch struct {
 	p      *fastjson.Parser // nil until first used, and after trim dropped it
 	sc     chat.Scratch
@@ -225,13 +227,9 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			return nil, fmt.Errorf("BUG: cannot build the none template: %w", err)
 		}
 	}
-	kind, _ := parsePolicy(cfg.Policy) // Validate checked it
 	r := &Router{
-		cfg: cfg,
-		pol: policy{kind: kind, loadFactor: cfg.LoadFactor, loadFloor: int64(cfg.LoadFloor), maxCandidates: cfg.MaxCandidates,
-			blockSize: cfg.BlockSize, concurrency: int64(cfg.Concurrency), queueWait: cfg.QueueWait.Seconds(),
-			loadTokens: float64(cfg.LoadTokens), loadSlack: cfg.LoadSlack, kvTokens: float64(cfg.KVTokens),
-			bridge: int64(cfg.KVEventsBridge)},
+		cfg:      cfg,
+		pol:      cfg.policy(), // Validate checked it
 		up:       up,
 		state:    state,
 		tmpl:     tmpl,
@@ -271,15 +269,15 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 			foot: newFootprints((cfg.Footprints+loops-1)/loops, int64(cfg.FootprintWindow))}
 		// round_robin: loop i starts its cycle at backend i, so that the
 		// loops' first requests do not all go to backend 0.
-		sh.sc.rr = i
-		sh.sc.pin = -1
+		sh.sc.Turn = i
+		sh.sc.Pin = -1
 		if cfg.SessionHeader != "" {
 			sh.sess = newRespTable((cfg.Sessions+loops-1)/loops, int64(cfg.SessionTTL))
 		}
-		if kind == kindLeastRequest {
+		if r.pol.Kind == policy.LeastRequest {
 			// Seeded from the global source once, at construction; the
 			// loop then draws from its own, without a lock.
-			sh.sc.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			sh.sc.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		}
 		r.shards = append(r.shards, sh)
 	}
@@ -325,12 +323,12 @@ func (r *Router) serve(x exchange) {
 			{Name: reactor.RequestIDHeader, Value: req.RequestID()}}, nil)
 		return
 	case rt == routeUnknown:
-		r.fail(x, rt, &apiError{status: 404, typ: "invalid_request_error", code: "not_found",
-			msg: fmt.Sprintf("unknown path %.200q", req.Path)})
+		r.fail(x, rt, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "not_found",
+			Message: fmt.Sprintf("unknown path %.200q", req.Path)})
 		return
 	case allow != "":
-		r.fail(x, rt, &apiError{status: 405, typ: "invalid_request_error", code: "method_not_allowed",
-			msg: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
+		r.fail(x, rt, &openai.Error{Status: 405, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: fmt.Sprintf("method %.20q not allowed on %s (allowed: %s)", req.Method, req.Path, allow)},
 			reactor.Header{Name: "Allow", Value: allow})
 		return
 	}
@@ -347,8 +345,8 @@ func (r *Router) serve(x exchange) {
 		select {
 		case r.adapters <- x:
 		default:
-			r.fail(x, rt, &apiError{status: 503, typ: "server_error", code: "overloaded",
-				msg: fmt.Sprintf("too many adapter loads and unloads waiting (%d); retry later", adaptersQueue)})
+			r.fail(x, rt, &openai.Error{Status: 503, Type: "server_error", Code: "overloaded",
+				Message: fmt.Sprintf("too many adapter loads and unloads waiting (%d); retry later", adaptersQueue)})
 		}
 		return
 	case rt == routeModels:
@@ -358,8 +356,8 @@ func (r *Router) serve(x exchange) {
 		select {
 		case r.models <- x:
 		default:
-			r.fail(x, rt, &apiError{status: 503, typ: "server_error", code: "overloaded",
-				msg: "too many /v1/models requests waiting"})
+			r.fail(x, rt, &openai.Error{Status: 503, Type: "server_error", Code: "overloaded",
+				Message: "too many /v1/models requests waiting"})
 		}
 		return
 	}
@@ -369,7 +367,7 @@ func (r *Router) serve(x exchange) {
 	}
 	j.session = r.sessionOf(req)
 	if rt == routeResponseID {
-		j.d.prevID, _, _ = responsePathID(req.Path) // classify matched it
+		j.d.PreviousResponseID, _, _ = openai.ResponsePathID(req.Path) // classify matched it
 		j.routeByID()
 		return
 	}
@@ -383,7 +381,7 @@ func (r *Router) serve(x exchange) {
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
 		if r.fleet != nil || key != nil {
-			j.d.model = bodyModel(req.Body)
+			j.d.Model = openai.BodyModel(req.Body)
 		}
 		if e := j.admit(); e != nil {
 			r.fail(j.x, rt, e)
@@ -421,19 +419,19 @@ func routedByPrefix(rt routeID) bool {
 // X-Request-ID (or a generated one) like a proxied answer, and
 // Retry-After on a 503: the Router's 503s all mean that nothing can serve
 // the request now. Any goroutine.
-func (r *Router) fail(x exchange, rt routeID, e *apiError, extra ...reactor.Header) {
+func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.Header) {
 	hdr := append(make([]reactor.Header, 0, 3+len(extra)),
 		reactor.Header{Name: "Content-Type", Value: "application/json"},
 		reactor.Header{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()})
 	switch {
-	case e.retryAfter > 0:
-		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: strconv.Itoa(e.retryAfter)})
-	case e.status == 503:
+	case e.RetryAfter > 0:
+		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: strconv.Itoa(e.RetryAfter)})
+	case e.Status == 503:
 		hdr = append(hdr, reactor.Header{Name: "Retry-After", Value: retryAfter})
 	}
 	hdr = append(hdr, extra...)
-	r.m.request(rt, e.status) // counted before the client can see it (tests read /metrics right after)
-	x.Respond(e.status, hdr, e.body())
+	r.m.request(rt, e.Status) // counted before the client can see it (tests read /metrics right after)
+	x.Respond(e.Status, hdr, e.Body())
 }
 
 // retryAfter is the Retry-After of the Router's 503s, in seconds: a full
@@ -515,17 +513,17 @@ func (r *Router) modelsWorker(ctx context.Context) {
 			for {
 				select {
 				case x := <-r.models:
-					r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "shutting_down",
-						msg: "the router is shutting down"})
+					r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "shutting_down",
+						Message: "the router is shutting down"})
 				default:
 					return
 				}
 			}
 		case x := <-r.models:
-			if id := modelPathID(x.Request().Path); id != "" {
+			if id := openai.ModelPathID(x.Request().Path); id != "" {
 				if k := r.modelsKey(x); k != nil && !k.Allows(id) {
-					r.fail(x, routeModels, &apiError{status: 404, typ: "invalid_request_error", code: "model_not_found", param: "model",
-						msg: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", id)})
+					r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+						Message: fmt.Sprintf("The model `%.200s` does not exist or you do not have access to it.", id)})
 					continue
 				}
 				if r.fleet == nil || !r.retrievePooled(x, id) {
@@ -547,17 +545,17 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				cancel()
 			}
 			if k := r.modelsKey(x); k != nil && k.Restricted() && err == nil {
-				body = filterModels(body, k) // only the models the key may use
+				body = openai.FilterModels(body, k.Allows) // only the models the key may use
 			}
 			if errors.Is(err, backend.ErrNoCandidate) {
 				// Not an empty list: that would say the model does not exist.
-				r.fail(x, routeModels, &apiError{status: 503, typ: "server_error", code: "no_backend",
-					msg: "no backend is available to list the models"}) // fail adds Retry-After to a 503
+				r.fail(x, routeModels, &openai.Error{Status: 503, Type: "server_error", Code: "no_backend",
+					Message: "no backend is available to list the models"}) // fail adds Retry-After to a 503
 				continue
 			}
 			if err != nil {
-				r.fail(x, routeModels, &apiError{status: 502, typ: "server_error", code: "bad_gateway",
-					msg: fmt.Sprintf("cannot list the backends' models: %v", err)}, backend.RetryAfter)
+				r.fail(x, routeModels, &openai.Error{Status: 502, Type: "server_error", Code: "bad_gateway",
+					Message: fmt.Sprintf("cannot list the backends' models: %v", err)}, backend.RetryAfter)
 				continue
 			}
 			r.m.request(routeModels, 200) // counted first, as fail does
@@ -570,28 +568,28 @@ func (r *Router) modelsWorker(ctx context.Context) {
 // Explain runs stages 2 to 7 for body as if it came to path, and returns
 // the decision without forwarding. It runs on a loop (via post) and waits
 // up to Config.ExplainTimeout. Any goroutine but a loop.
-func (r *Router) Explain(body []byte, path string) (Decision, error) {
+func (r *Router) Explain(body []byte, path string) (policy.Decision, error) {
 	rt, _ := classify("POST", path)
 	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
 	}
-	j := &job{r: r, route: rt, explain: make(chan Decision, 1), rawBody: body}
+	j := &job{r: r, route: rt, explain: make(chan policy.Decision, 1), rawBody: body}
 	if e := j.prepare(body, nil); e != nil {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, e
 	}
 	if e := j.admit(); e != nil {
-		d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}
-		if e.status == 503 {
-			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.msg)
+		d := policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}
+		if e.Status == 503 {
+			return d, fmt.Errorf("%w: %s", ErrNoBackend, e.Message)
 		}
 		return d, e
 	}
 	if j.waitFull {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1, Model: j.d.Model}, fmt.Errorf("%w: every backend serving the model is full (a request would wait in its queue)", ErrNoBackend)
 	}
 	j.loop = int(r.rr.Add(1) % uint32(len(r.shards)))
 	if !r.postTo(j.loop, j.tokenize) {
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: loop %d is too busy to explain", j.loop)
 	}
 	t := time.NewTimer(r.cfg.ExplainTimeout)
 	defer t.Stop()
@@ -602,7 +600,7 @@ func (r *Router) Explain(body []byte, path string) (Decision, error) {
 		}
 		return d, nil
 	case <-t.C:
-		return Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: no decision within %v", r.cfg.ExplainTimeout)
 	}
 }
 
@@ -630,9 +628,9 @@ func (r *Router) Retune(c Config) error {
 		return err
 	}
 	p := r.pol
-	p.loadFactor, p.loadSlack = c.LoadFactor, c.LoadSlack
-	p.loadTokens, p.kvTokens = float64(c.LoadTokens), float64(c.KVTokens)
-	p.bridge = int64(c.KVEventsBridge)
+	p.LoadFactor, p.LoadSlack = c.LoadFactor, c.LoadSlack
+	p.LoadTokens, p.KVTokens = float64(c.LoadTokens), float64(c.KVTokens)
+	p.Bridge = int64(c.KVEventsBridge)
 	r.tuned.Store(&p)
 	r.learn.Store(c.LearnFromUsage)
 	r.prioModels.Store(new(slices.Clone(c.PriorityModels)))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -20,7 +21,7 @@ func TestRouterPrefixReceiptAndExplain(t *testing.T) {
 	x := newExchange(0, "POST", "/v1/chat/completions", body)
 	c := e.serve(t, x)
 	m := receiptRE.FindStringSubmatch(c.header(HeaderRoute))
-	if m == nil || m[3] != ReasonHash || m[1] != "0" {
+	if m == nil || m[3] != policy.ReasonHash || m[1] != "0" {
 		t.Fatalf("receipt %q", c.header(HeaderRoute))
 	}
 	if m[4] == m[7] {
@@ -35,7 +36,7 @@ func TestRouterPrefixReceiptAndExplain(t *testing.T) {
 		}
 	}
 	d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
-	if err != nil || d.Reason != ReasonTree || len(d.Table) != 3 || d.RunnerUp < 0 || d.EstMS <= 0 || d.EstMS > d.RunnerUpMS {
+	if err != nil || d.Reason != policy.ReasonTree || len(d.Table) != 3 || d.RunnerUp < 0 || d.EstMS <= 0 || d.EstMS > d.RunnerUpMS {
 		t.Fatalf("explain: %+v %v", d, err)
 	}
 	ranks := map[int]bool{}
@@ -94,7 +95,7 @@ func TestRouterSessionAffinity(t *testing.T) {
 		return c.candidates[0], reason
 	}
 	home, reason := send(chatBody("system", systemA, "user", "first turn"), "s1")
-	if reason != ReasonHash {
+	if reason != policy.ReasonHash {
 		t.Fatalf("first: %s", reason)
 	}
 	moved := 0
@@ -105,7 +106,7 @@ func TestRouterSessionAffinity(t *testing.T) {
 		} else if d.Backend != home {
 			moved++ // without the session, it would go elsewhere
 		}
-		if got, reason := send(b, "s1"); got != home || reason != ReasonOverride {
+		if got, reason := send(b, "s1"); got != home || reason != policy.ReasonOverride {
 			t.Fatalf("session went to %d %s, want %d override", got, reason, home)
 		}
 	}

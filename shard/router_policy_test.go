@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/saltus-lb/saltus/policy"
 )
 
 // policyMetrics checks what every non-prefix run shows: the decisions
@@ -15,7 +17,7 @@ func policyMetrics(t *testing.T, e *env, reason string, decisions int) {
 	t.Helper()
 	s := e.r.routeStats()
 	if s.Decisions[reason] != int64(decisions) || s.Learned != 0 || s.Nodes != 0 || s.MailboxOverflow != 0 ||
-		s.Decisions[ReasonTree]+s.Decisions[ReasonHash] != 0 {
+		s.Decisions[policy.ReasonTree]+s.Decisions[policy.ReasonHash] != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 	var out bytes.Buffer
@@ -33,14 +35,14 @@ func policyMetrics(t *testing.T, e *env, reason string, decisions int) {
 
 func TestRouterRoundRobin(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: PolicyRoundRobin})
+	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: policy.RoundRobin.String()})
 	body := chatBody("system", systemA, "user", "When should the lamp be lit?")
 	n := 0
 	f := func(loop int, want int, wantCands ...int) {
 		t.Helper()
 		c, matched, total, reason := routed(t, e, loop, "/v1/chat/completions", body)
 		n++
-		if c.candidates[0] != want || c.served != want || reason != ReasonRoundRobin || matched != 0 || total < 5 {
+		if c.candidates[0] != want || c.served != want || reason != policy.ReasonRoundRobin || matched != 0 || total < 5 {
 			t.Fatalf("request %d from loop %d: backend %d (want %d) %d/%d %s", n, loop, c.candidates[0], want, matched, total, reason)
 		}
 		if wantCands != nil && !slices.Equal(c.candidates, wantCands) {
@@ -66,19 +68,19 @@ func TestRouterRoundRobin(t *testing.T) {
 	if c := e.serve(t, x); c == nil || c.candidates[0] != 0 || c.header(HeaderRoute) != "0/0 round_robin" {
 		t.Fatalf("embeddings: %+v", c)
 	}
-	policyMetrics(t, e, ReasonRoundRobin, 10)
+	policyMetrics(t, e, policy.ReasonRoundRobin, 10)
 }
 
 func TestRouterLeastRequest(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: PolicyLeastRequest})
+	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: policy.LeastRequest.String()})
 	body := chatBody("system", systemA, "user", "Tides today?")
 	// Backend 1 is busy: any pair that holds it holds a less loaded one.
 	e.up.inFlight[1].Store(9)
 	seen := map[int]int{}
 	for i := range 24 {
 		c, matched, total, reason := routed(t, e, i%2, "/v1/chat/completions", body)
-		if c.candidates[0] == 1 || reason != ReasonLeastRequest || matched != 0 || total < 3 ||
+		if c.candidates[0] == 1 || reason != policy.ReasonLeastRequest || matched != 0 || total < 3 ||
 			len(c.candidates) != 3 || c.candidates[2] != 1 {
 			t.Fatalf("request %d: candidates %v %d/%d %s", i, c.candidates, matched, total, reason)
 		}
@@ -89,26 +91,26 @@ func TestRouterLeastRequest(t *testing.T) {
 	if seen[0] == 0 || seen[2] == 0 {
 		t.Fatalf("ties not spread: %v", seen)
 	}
-	policyMetrics(t, e, ReasonLeastRequest, 24)
+	policyMetrics(t, e, policy.ReasonLeastRequest, 24)
 }
 
 func TestRouterConsistentHash(t *testing.T) {
 	t.Parallel()
 	o := envOpts{loops: 3, backends: 4, tokenizer: true}
 	pre := newEnv(t, o)
-	o.policy = PolicyConsistentHash
+	o.policy = policy.ConsistentHash.String()
 	e := newEnv(t, o)
 	body := chatBody("system", systemA, "user", "When should the lamp be lit?")
 	// The prefix policy's cold placement of this prefix, on the same URLs.
 	cold, _, _, reason := routed(t, pre, 0, "/v1/chat/completions", body)
-	if reason != ReasonHash {
+	if reason != policy.ReasonHash {
 		t.Fatalf("prefix: %s", reason)
 	}
 	home := cold.candidates[0]
 	// Every loop agrees, every time: nothing learned, no tree.
 	for i := range 6 {
 		c, matched, total, reason := routed(t, e, i%3, "/v1/chat/completions", body)
-		if c.candidates[0] != home || !slices.Equal(c.candidates, cold.candidates) || reason != ReasonConsistentHash ||
+		if c.candidates[0] != home || !slices.Equal(c.candidates, cold.candidates) || reason != policy.ReasonConsistentHash ||
 			matched != 0 || total < 5 {
 			t.Fatalf("request %d: candidates %v (prefix's cold %v) %d/%d %s", i, c.candidates, cold.candidates, matched, total, reason)
 		}
@@ -122,7 +124,7 @@ func TestRouterConsistentHash(t *testing.T) {
 	// the next in rendezvous order.
 	e.up.inFlight[home].Store(10)
 	c, _, _, reason = routed(t, e, 2, "/v1/chat/completions", body)
-	if c.candidates[0] != cold.candidates[1] || reason != ReasonConsistentHash {
+	if c.candidates[0] != cold.candidates[1] || reason != policy.ReasonConsistentHash {
 		t.Fatalf("loaded home %d: went to %v, want %d first", home, c.candidates, cold.candidates[1])
 	}
 	if d := e.r.routeStats().Diverted; d != 1 {
@@ -145,7 +147,7 @@ func TestRouterConsistentHash(t *testing.T) {
 	if c := e.serve(t, x); c == nil || c.candidates[0] != home || c.header(HeaderRoute) != "0/0 fallback" {
 		t.Fatalf("no keys: %+v", c)
 	}
-	policyMetrics(t, e, ReasonConsistentHash, 9)
+	policyMetrics(t, e, policy.ReasonConsistentHash, 9)
 }
 
 // TestRouterPoliciesSkipTheTree: under the other policies a request whose
@@ -153,8 +155,8 @@ func TestRouterConsistentHash(t *testing.T) {
 // the owner is blocked: no lookup is posted.
 func TestRouterPoliciesSkipTheTree(t *testing.T) {
 	t.Parallel()
-	for _, pol := range Policies()[1:] {
-		if k, _ := parsePolicy(pol); k.usesTree() {
+	for _, pol := range policy.Names()[1:] {
+		if k, _ := policy.Parse(pol); k.UsesTree() {
 			continue
 		}
 		t.Run(pol, func(t *testing.T) {
@@ -196,7 +198,7 @@ func TestRouterPoliciesSkipTheTree(t *testing.T) {
 func TestExplainPolicies(t *testing.T) {
 	t.Parallel()
 	body := chatBody("system", systemA, "user", "Explain yourself")
-	explain := func(e *env, wantReason string) Decision {
+	explain := func(e *env, wantReason string) policy.Decision {
 		t.Helper()
 		d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
 		if err != nil || d.Reason != wantReason || d.MatchedBlocks != 0 || d.TotalBlocks < 4 || len(d.Candidates) != 3 ||
@@ -208,16 +210,16 @@ func TestExplainPolicies(t *testing.T) {
 
 	// round_robin: Explain shows the next turn and leaves it to the next
 	// request (one loop, so every Explain asks the same cursor).
-	e := newEnv(t, envOpts{loops: 1, backends: 3, tokenizer: true, policy: PolicyRoundRobin})
+	e := newEnv(t, envOpts{loops: 1, backends: 3, tokenizer: true, policy: policy.RoundRobin.String()})
 	for range 2 {
-		if d := explain(e, ReasonRoundRobin); d.Backend != 0 {
+		if d := explain(e, policy.ReasonRoundRobin); d.Backend != 0 {
 			t.Fatalf("explained %d, want 0", d.Backend)
 		}
 	}
 	if c, _, _, _ := routed(t, e, 0, "/v1/chat/completions", body); c.candidates[0] != 0 {
 		t.Fatalf("served on %d", c.candidates[0])
 	}
-	if d := explain(e, ReasonRoundRobin); d.Backend != 1 {
+	if d := explain(e, policy.ReasonRoundRobin); d.Backend != 1 {
 		t.Fatalf("explained %d after a request, want 1", d.Backend)
 	}
 	select {
@@ -226,14 +228,14 @@ func TestExplainPolicies(t *testing.T) {
 	default:
 	}
 
-	e = newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: PolicyLeastRequest})
+	e = newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: policy.LeastRequest.String()})
 	e.up.inFlight[0].Store(5) // the most loaded loses any pair
-	if d := explain(e, ReasonLeastRequest); d.Backend == 0 || d.Candidates[2] != 0 {
+	if d := explain(e, policy.ReasonLeastRequest); d.Backend == 0 || d.Candidates[2] != 0 {
 		t.Fatalf("explained %+v", d)
 	}
 
-	e = newEnv(t, envOpts{loops: 3, backends: 4, tokenizer: true, policy: PolicyConsistentHash})
-	d := explain(e, ReasonConsistentHash)
+	e = newEnv(t, envOpts{loops: 3, backends: 4, tokenizer: true, policy: policy.ConsistentHash.String()})
+	d := explain(e, policy.ReasonConsistentHash)
 	if c, _, _, _ := routed(t, e, 1, "/v1/chat/completions", body); !slices.Equal(c.candidates, d.Candidates) {
 		t.Fatalf("served to %v, explained %v", c.candidates, d.Candidates)
 	}

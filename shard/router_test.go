@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/tree"
 )
 
@@ -73,14 +74,14 @@ func TestRouterAffinity(t *testing.T) {
 	e := newEnv(t, envOpts{loops: 4, backends: 4, tokenizer: true})
 	first := chatBody("system", systemA, "user", "When should the lamp be lit?")
 	c, matched, total, reason := routed(t, e, 0, "/v1/chat/completions", first)
-	if reason != ReasonHash || matched != 0 || total < 5 {
+	if reason != policy.ReasonHash || matched != 0 || total < 5 {
 		t.Fatalf("cold request: %d/%d %s", matched, total, reason)
 	}
 	home := c.candidates[0]
 
 	// The same request, from another connection's loop: the whole chain.
 	c, matched, total2, reason := routed(t, e, 2, "/v1/chat/completions", first)
-	if reason != ReasonTree || c.candidates[0] != home || matched != total || total2 != total {
+	if reason != policy.ReasonTree || c.candidates[0] != home || matched != total || total2 != total {
 		t.Fatalf("repeat: backend %d (home %d) %d/%d %s", c.candidates[0], home, matched, total2, reason)
 	}
 
@@ -89,7 +90,7 @@ func TestRouterAffinity(t *testing.T) {
 	second := chatBody("system", systemA, "user", "When should the lamp be lit?",
 		"assistant", "At sunset, and whenever fog rolls in.", "user", "And the fog signal?")
 	c, matched, total3, reason := routed(t, e, 1, "/v1/chat/completions", second)
-	if reason != ReasonTree || c.candidates[0] != home || matched < total-1 || total3 <= total {
+	if reason != policy.ReasonTree || c.candidates[0] != home || matched < total-1 || total3 <= total {
 		t.Fatalf("second turn: backend %d (home %d) %d/%d %s (first turn %d blocks)", c.candidates[0], home, matched, total3, reason, total)
 	}
 
@@ -97,13 +98,13 @@ func TestRouterAffinity(t *testing.T) {
 	// it matches up to the system message's end, a learned boundary.
 	branch := chatBody("system", systemA, "user", "How do I clean a Fresnel lens without scratching it?")
 	c, matchedB, totalB, reason := routed(t, e, 3, "/v1/chat/completions", branch)
-	if reason != ReasonTree || c.candidates[0] != home || matchedB == 0 || matchedB >= totalB || matchedB >= total {
+	if reason != policy.ReasonTree || c.candidates[0] != home || matchedB == 0 || matchedB >= totalB || matchedB >= total {
 		t.Fatalf("branch: backend %d (home %d) %d/%d %s", c.candidates[0], home, matchedB, totalB, reason)
 	}
 
 	// Another system prompt shares nothing: cold again.
 	_, matched, _, reason = routed(t, e, 0, "/v1/chat/completions", chatBody("system", systemB, "user", "Eggs and spinach?"))
-	if reason != ReasonHash || matched != 0 {
+	if reason != policy.ReasonHash || matched != 0 {
 		t.Fatalf("other prompt: %d %s", matched, reason)
 	}
 
@@ -111,7 +112,7 @@ func TestRouterAffinity(t *testing.T) {
 	// No answer had anything to teach: each new chain was recorded when
 	// it was decided (a pending route, confirmed by the 2xx without a
 	// message), the repeated one was held already.
-	if s.Learned != 0 || s.LearnSkipped != 5 || s.Decisions[ReasonTree] != 3 || s.Decisions[ReasonHash] != 2 || s.Nodes == 0 || s.Blocks < int64(total3) {
+	if s.Learned != 0 || s.LearnSkipped != 5 || s.Decisions[policy.ReasonTree] != 3 || s.Decisions[policy.ReasonHash] != 2 || s.Nodes == 0 || s.Blocks < int64(total3) {
 		t.Fatalf("stats %+v", s)
 	}
 	var out bytes.Buffer
@@ -133,7 +134,7 @@ func TestRouterAffinity(t *testing.T) {
 
 func TestRouterLoadSkipLearnsServer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: PolicyRanvier})
+	e := newEnv(t, envOpts{loops: 2, backends: 3, tokenizer: true, policy: policy.Ranvier.String()})
 	body := chatBody("system", systemA, "user", "Tides today?")
 	c, _, total, _ := routed(t, e, 0, "/v1/chat/completions", body)
 	home := c.candidates[0]
@@ -147,7 +148,7 @@ func TestRouterLoadSkipLearnsServer(t *testing.T) {
 		}
 	}
 	c, matched, _, reason := routed(t, e, 1, "/v1/chat/completions", body)
-	if c.candidates[0] != least || reason != ReasonTree || matched != 0 {
+	if c.candidates[0] != least || reason != policy.ReasonTree || matched != 0 {
 		t.Fatalf("loaded home %d: went to %d (want %d), %d %s", home, c.candidates[0], least, matched, reason)
 	}
 	// That backend served, so it was learned beside the home: with the
@@ -155,7 +156,7 @@ func TestRouterLoadSkipLearnsServer(t *testing.T) {
 	// deep and the one with fewer in flight wins.
 	e.up.inFlight[home].Store(2)
 	c, matched, _, reason = routed(t, e, 0, "/v1/chat/completions", body)
-	if c.candidates[0] != least || matched != total || reason != ReasonTree {
+	if c.candidates[0] != least || matched != total || reason != policy.ReasonTree {
 		t.Fatalf("after spill: went to %d (want %d), %d/%d %s", c.candidates[0], least, matched, total, reason)
 	}
 	e.up.inFlight[home].Store(0)
@@ -170,7 +171,7 @@ func TestRouterLoadSkipLearnsServer(t *testing.T) {
 	c, _, _, _ = routed(t, e, 0, "/v1/chat/completions", body2)
 	served := c.served
 	e.up.serveIdx.Store(0)
-	if c, _, _, reason = routed(t, e, 1, "/v1/chat/completions", body2); c.candidates[0] != served || reason != ReasonTree {
+	if c, _, _, reason = routed(t, e, 1, "/v1/chat/completions", body2); c.candidates[0] != served || reason != policy.ReasonTree {
 		t.Fatalf("after a retry: went to %d, want %d (%s)", c.candidates[0], served, reason)
 	}
 }
@@ -183,7 +184,7 @@ func TestRouterUnroutableHolder(t *testing.T) {
 	home := c.candidates[0]
 	e.up.down[home].Store(true)
 	c, matched, _, reason := routed(t, e, 0, "/v1/chat/completions", body)
-	if c.candidates[0] == home || slices.Contains(c.candidates, home) || reason != ReasonHash || matched != 0 {
+	if c.candidates[0] == home || slices.Contains(c.candidates, home) || reason != policy.ReasonHash || matched != 0 {
 		t.Fatalf("down home %d: candidates %v %d %s", home, c.candidates, matched, reason)
 	}
 	// Nothing routable: 503.
@@ -241,7 +242,7 @@ func TestRouterMailboxOverflow(t *testing.T) {
 		t.Fatal("the first request overtook the blocked loop")
 	}
 	m, tot, reason := parseRoute(t, c.header(HeaderRoute))
-	if reason != ReasonFallback || m != 0 || tot != 2 {
+	if reason != policy.ReasonFallback || m != 0 || tot != 2 {
 		t.Fatalf("overflow: %d/%d %s", m, tot, reason)
 	}
 	close(release)
@@ -252,13 +253,13 @@ func TestRouterMailboxOverflow(t *testing.T) {
 		}
 		// The fallback is the rendezvous pick: the same backend as the
 		// hash would choose.
-		if _, _, r := parseRoute(t, c1.header(HeaderRoute)); r != ReasonHash || c1.candidates[0] != c.candidates[0] {
+		if _, _, r := parseRoute(t, c1.header(HeaderRoute)); r != policy.ReasonHash || c1.candidates[0] != c.candidates[0] {
 			t.Fatalf("first: %s to %d, fallback went to %d", r, c1.candidates[0], c.candidates[0])
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the queued request was not forwarded")
 	}
-	if s := e.r.routeStats(); s.MailboxOverflow < 1 || s.Decisions[ReasonFallback] != 1 {
+	if s := e.r.routeStats(); s.MailboxOverflow < 1 || s.Decisions[policy.ReasonFallback] != 1 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -274,20 +275,20 @@ func TestRouterTokenIDsAndByteBlocks(t *testing.T) {
 		}
 	}
 	ids, _ := idsBody(1000, 70) // 4 blocks
-	f("/v1/completions", ids, 0, 4, ReasonHash)
-	f("/v1/completions", ids, 4, 4, ReasonTree)
+	f("/v1/completions", ids, 0, 4, policy.ReasonHash)
+	f("/v1/completions", ids, 4, 4, policy.ReasonTree)
 	b, _ := json.Marshal(map[string]any{"model": model, "prompt_token_ids": []int{1000, 1001}})
-	f("/v1/completions", string(b), 0, 0, ReasonFallback) // shorter than a block
+	f("/v1/completions", string(b), 0, 0, policy.ReasonFallback) // shorter than a block
 
 	// Byte blocks: 64 bytes each, of the rendered (none) text.
 	long := strings.Repeat("0123456789abcdef", 16) // 256 bytes
 	chat := chatBody("user", long)
-	f("/v1/chat/completions", chat, 0, 4, ReasonHash)
-	f("/v1/chat/completions", chat, 4, 4, ReasonTree)
+	f("/v1/chat/completions", chat, 0, 4, policy.ReasonHash)
+	f("/v1/chat/completions", chat, 4, 4, policy.ReasonTree)
 	p, _ := json.Marshal(map[string]any{"model": model, "prompt": []string{long + long, "other"}})
 	// A completion whose prompt starts with the chat's rendered text
 	// shares its first four byte blocks.
-	f("/v1/completions", string(p), 4, 8, ReasonTree)
+	f("/v1/completions", string(p), 4, 8, policy.ReasonTree)
 }
 
 // markFresh skips the learn only for a whole-chain, local, recently
@@ -311,7 +312,7 @@ func TestMarkFresh(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Tree.TTL = tc.ttl
 		j := &job{r: &Router{cfg: cfg}, keys: make([]uint64, 5)}
-		j.markFresh(Decision{Backend: 2}, []tree.Hit{tc.hit}, 10*sec+sec/2)
+		j.markFresh(policy.Decision{Backend: 2}, []tree.Hit{tc.hit}, 10*sec+sec/2)
 		if j.fresh != tc.want || (tc.want && j.freshID != 2) {
 			t.Errorf("%s: fresh %v (id %d), want %v", tc.name, j.fresh, j.freshID, tc.want)
 		}
@@ -342,13 +343,13 @@ func TestScratchReuseWhileTokenizing(t *testing.T) {
 	e.loops.settle(t)
 	for _, body := range []string{first, other} {
 		_, matched, total, reason := routed(t, e, 1, "/v1/chat/completions", body)
-		if reason != ReasonTree || matched != total {
+		if reason != policy.ReasonTree || matched != total {
 			t.Errorf("repeat of %.40q: %d/%d %s, want the whole chain from the tree", body, matched, total, reason)
 		}
 	}
 	// first's system-message boundary was learned: a branch matches it.
 	branch := chatBody("system", systemA, "user", "How often are the brass fittings polished?")
-	if _, matched, total, reason := routed(t, e, 1, "/v1/chat/completions", branch); reason != ReasonTree || matched == 0 || matched >= total {
+	if _, matched, total, reason := routed(t, e, 1, "/v1/chat/completions", branch); reason != policy.ReasonTree || matched == 0 || matched >= total {
 		t.Errorf("branch: %d/%d %s, want a partial tree match", matched, total, reason)
 	}
 }
@@ -377,7 +378,7 @@ func TestJobOwn(t *testing.T) {
 	for i := range ds.msgEnd {
 		ds.msgEnd[i] = !ds.msgEnd[i]
 	}
-	if !slices.Equal(j.texts, texts) || !slices.Equal(j.msgEnd, ends) || j.d.msgs != nil {
+	if !slices.Equal(j.texts, texts) || !slices.Equal(j.msgEnd, ends) || j.d.Messages != nil {
 		t.Errorf("after own and another request: texts %q ends %v, want %q %v", j.texts, j.msgEnd, texts, ends)
 	}
 }

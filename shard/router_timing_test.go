@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 
@@ -42,7 +43,7 @@ func benchServeChat4K(b *testing.B, pooled bool) {
 	}
 	x = newExchange(0, "POST", "/v1/chat/completions", body)
 	c := e.serve(b, x)
-	if c == nil || len(strings.Fields(c.header(HeaderRoute))) < 2 || strings.Fields(c.header(HeaderRoute))[1] != ReasonTree {
+	if c == nil || len(strings.Fields(c.header(HeaderRoute))) < 2 || strings.Fields(c.header(HeaderRoute))[1] != policy.ReasonTree {
 		b.Fatalf("warm request not routed by the tree: %+v", c)
 	}
 	e.up.quiet.Store(true)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -110,7 +112,7 @@ func TestExplain(t *testing.T) {
 	e := newEnv(t, envOpts{loops: 3, backends: 4, tokenizer: true})
 	body := chatBody("system", systemA, "user", "Explain yourself")
 	d, err := e.r.Explain([]byte(body), "/v1/chat/completions")
-	if err != nil || d.Reason != ReasonHash || d.MatchedBlocks != 0 || d.TotalBlocks < 4 || len(d.Candidates) != 3 {
+	if err != nil || d.Reason != policy.ReasonHash || d.MatchedBlocks != 0 || d.TotalBlocks < 4 || len(d.Candidates) != 3 {
 		t.Fatalf("cold explain: %+v %v", d, err)
 	}
 	select {
@@ -123,7 +125,7 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("served to %d (%d blocks), explained %+v", c.candidates[0], total, d)
 	}
 	d, err = e.r.Explain([]byte(body), "/v1/chat/completions")
-	if err != nil || d.Reason != ReasonTree || d.MatchedBlocks != d.TotalBlocks || d.Backend != c.candidates[0] ||
+	if err != nil || d.Reason != policy.ReasonTree || d.MatchedBlocks != d.TotalBlocks || d.Backend != c.candidates[0] ||
 		d.URL != e.up.backends[d.Backend].URL {
 		t.Fatalf("warm explain: %+v %v", d, err)
 	}
@@ -167,7 +169,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.BlockSize, c.LoadFactor, c.Policy, c.MaxCandidates = 0, 0.5, "random", 0
-	c.Body.MaxDepth, c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = MaxScanDepth+1, -1, 0, 0
+	c.Body.MaxDepth, c.OffloopBytes, c.DecodeWorkers, c.DecodeQueue = openai.MaxScanDepth+1, -1, 0, 0
 	c.PriorityModels = []string{"ok", ""}
 	err := c.Validate()
 	for _, field := range []string{"BlockSize", "LoadFactor", "Policy", "MaxCandidates",
@@ -219,7 +221,7 @@ func TestRouterConcurrent(t *testing.T) {
 		select {
 		case c := <-e.up.calls:
 			_, _, reason := parseRoute(t, c.header(HeaderRoute))
-			if reason != ReasonTree {
+			if reason != policy.ReasonTree {
 				t.Errorf("a request sharing a learned system prompt went by %s", reason)
 			}
 			byBackend[c.header(HeaderBackend)]++

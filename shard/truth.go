@@ -1,57 +1,13 @@
 package shard
 
-import (
-	"github.com/saltus-lb/saltus/internal/promtext"
-	"github.com/saltus-lb/saltus/tree"
-)
+import "github.com/saltus-lb/saltus/internal/promtext"
 
-// Engine truth (issue 31, item 2): for a backend whose engine's KV events
-// feed the route table (view.evented, Backend.Evented: its exact view is
-// live, kvview.go), what the engine confirmed supersedes what saltus
-// learned by routing there. A learned holder is a guess: right when the
-// engine stores the request's blocks, wrong when it does not (a streamed
-// request whose head came and which was cancelled while the engine still
-// queued it: a pending route is removed only when no 2xx came; a route
-// restored from the saved table or received from a peer while the
-// engine's cache changed; a request in flight longer than the bridge),
-// and a wrong guess would attract its prefix until the route TTL. So the held blocks a decision uses
-// (prefix: cost.go's held; ranvier: decide.go's deepest holder) are, for
-// an evented backend, the depth its engine confirmed (tree.Hit.Confirmed),
-// or the depth of its deepest holder if routing refreshed that holder
-// within the bridge (Config.KVEventsBridge): the guess bridges only the
-// time between routing a request and the engine's BlockStored for it,
-// during which the requests that follow a pending route still meet it.
-// A backend without events is decided as before.
-//
-// Only keys of token ids can be confirmed: a request keyed (in part) by
-// byte blocks (no tokenizer, or past the tokenizer's budget) has keys no
-// engine's events carry, so beyond its token-keyed lead (job.exact) the
-// guess is all there is: a holder confirmed over the whole lead keeps
-// its deeper guess, as a backend without events would.
+// Engine truth (issue 31, item 2): the rule is policy.Config.Truth
+// (policy/truth.go); the Router applies it to the owner's hits before each
+// tree decision (job.lookup) and counts what it cut here.
 
 func init() {
 	promtext.Describe(map[string]string{
 		"saltus_kvview_guesses_ignored_total": "Routing decisions' holders whose blocks were cut to what the engine confirmed through its KV events: a backend with a live exact view held a deeper learned guess, not refreshed within --kv-events-bridge (counted once per backend per decision; Explain not counted).",
 	})
-}
-
-// truth cuts, in place, the Blocks of the hits of evented backends to
-// what their engine confirmed, where their deeper guess is older than
-// the bridge. exact is how many leading keys of the request are keyed by
-// token ids; now is the clock hits were matched at. It returns how many
-// hits it cut (saltus_kvview_guesses_ignored_total). Loop only: hits and
-// bs are the loop's scratch.
-func (p policy) truth(bs []view, hits []tree.Hit, exact int, now int64) (cut int) {
-	for k := range hits {
-		h := &hits[k]
-		if h.Confirmed >= h.Blocks || now-h.Used < p.bridge || h.Confirmed >= exact {
-			continue // nothing to cut, a fresh guess, or nothing it could confirm
-		}
-		if i := indexOf(bs, h.Backend); i < 0 || !bs[i].evented {
-			continue
-		}
-		h.Blocks = h.Confirmed
-		cut++
-	}
-	return cut
 }

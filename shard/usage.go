@@ -41,7 +41,7 @@ func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
 	// A keyed request's tokens are charged from its usage (keys.go),
 	// under every policy and whether or not saltus learns from it.
 	keyed := j.key != nil && (j.route == routeChat || j.route == routeCompletions)
-	if !j.d.stream || j.d.includeUsage || !(keyed || r.learn.Load() && j.wantsUsage()) {
+	if !j.d.Stream || j.d.IncludeUsage || !(keyed || r.learn.Load() && j.wantsUsage()) {
 		return body
 	}
 	out, ok := backend.InjectIncludeUsage(j.req.SpareBody(len(body)+backend.MaxInjectGrowth), body)

@@ -1,5 +1,5 @@
 // Package tokenpool turns a request's rendered prompt segments into token
-// ids for the router: stage 4 of DESIGN.md, between the chat template
+// ids for the router: DESIGN.md § Stage 4, between the chat template
 // (stage 3, tokenpool/chat) and the block keys (stage 5, tree.BlockKeys).
 // Subpackage tokenizer does the encoding itself.
 //

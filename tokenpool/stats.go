@@ -153,7 +153,7 @@ func (l LatencySnapshot) Count() (n uint64) {
 // v1.45.0, which has explicit buckets through NewPrometheusHistogramExt):
 // its Update takes a sync.Mutex, which its exporter also holds while it
 // formats every bucket line, and an event loop must never wait on a mutex
-// (DESIGN.md). The Set still exports this one, through a metrics writer.
+// (DESIGN.md § Shards). The Set still exports this one, through a metrics writer.
 type histogram struct {
 	counts [len(latencyBuckets) + 1]atomic.Uint64
 	sum    atomic.Int64 // nanoseconds

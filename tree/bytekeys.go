@@ -7,7 +7,7 @@ import (
 
 // Byte-block mode: what the router keys on when it has no token ids, either
 // because no tokenizer is configured (the whole server runs in this mode,
-// DESIGN.md: "still consistent, zero config") or because one request bailed
+// DESIGN.md § Tokenizer: "still consistent, zero config") or because one request bailed
 // out of stage 4 ([Result].Reason is not ReasonNone).
 //
 // The scheme: the rendered text (the concatenation of a request's segments)

@@ -3,7 +3,7 @@
 //
 // # Place in the request path
 //
-// Stage 5 of DESIGN.md turns a request's tokens into block keys
+// DESIGN.md § Stage 5 turns a request's tokens into block keys
 // ([BlockKeys]): one key per full block of block-size tokens, each key a
 // chained hash of its parent key and the block's token ids, seeded by the
 // model name. Stage 6 asks the owner shard's [Tree] which backends hold the
@@ -38,7 +38,7 @@
 // # Concurrency
 //
 // A Tree is owned by one shard's event loop and is not safe for concurrent
-// use: it has no locks. DESIGN.md partitions prefixes by first block, so no
+// use: it has no locks. DESIGN.md § Route table partitions prefixes by first block, so no
 // other goroutine ever needs this shard's tree; other shards send messages to
 // the owner instead. Every method is "loop only".
 package tree

@@ -25,7 +25,7 @@ func ModelSeed(model string) uint64 {
 //
 // Key i is fmix(state_i) with state_i = state_{i-1}·M + hashBlock(block i)
 // (mod 2^64) and state_{-1} = seed. fmix is a bijection, so key i is a
-// function of key i-1 and block i alone: a chained hash, as DESIGN.md asks,
+// function of key i-1 and block i alone: a chained hash, as DESIGN.md § Stage 5 asks,
 // and a key names its whole prefix.
 //
 // Why not a library hash: xxh3 (github.com/zeebo/xxh3) chained through its

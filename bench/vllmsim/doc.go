@@ -209,9 +209,9 @@
 // flags).
 //
 // a100-13b (default): a Llama-2-13B-class model (CodeLlama-13B, the model
-// of the 8×A100 measurements DESIGN.md cites) on one A100. Targets: an
+// of the 8×A100 measurements of DESIGN.md § Numbers from the field) on one A100. Targets: an
 // idle 4,096-token prompt's first token in ≈ 500 ms on a miss and ≈ 18
-// ms on a hit (DESIGN.md, "numbers from the field"; the issue allows 500
+// ms on a hit (DESIGN.md § Numbers from the field; the issue allows 500
 // ms ± 20 % and ≤ 40 ms), decoding ≈ 25 ms a token at batch 1 (the
 // issue), slower with batch. PrefillPerToken 115 µs is ≈ 8,700 tokens/s:
 // at 26 GFLOP a token (2 × 13 B parameters) that is 226 TFLOP/s, 72 % of

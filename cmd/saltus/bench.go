@@ -23,7 +23,7 @@ import (
 	"github.com/saltus-lb/saltus/bench/workload"
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/gossip"
-	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 // benchOptions is `saltus bench`'s configuration.
@@ -105,7 +105,7 @@ func benchFlags(fs *flag.FlagSet, o *benchOptions) {
 	fs.IntVar(&o.backends, "backends", 8, "simulated engines to start per run, `count`")
 	fs.Var(&o.engines, "backend", "use this running engine `URL` instead of simulators (repeat); they are not restarted between policies")
 	fs.StringVar(&o.target, "target", "", "measure this running router `URL` instead of starting saltus per policy (one run per workload)")
-	fs.StringVar(&o.policies, "policies", "round_robin,least_request,consistent_hash,prefix", "routing `policies` to compare, in order, comma-separated, or all (every one saltus serve --policy takes): "+strings.Join(shard.Policies(), ", "))
+	fs.StringVar(&o.policies, "policies", "round_robin,least_request,consistent_hash,prefix", "routing `policies` to compare, in order, comma-separated, or all (every one saltus serve --policy takes): "+strings.Join(policy.Names(), ", "))
 	fs.StringVar(&o.workloads, "workloads", "stress", "`workloads`, comma-separated: "+strings.Join(workload.Names(), ", ")+", trace:FILE, mooncake:FILE (a Mooncake-format trace: JSONL rows of timestamp in ms, input_length, output_length, hash_ids; e.g. bench/traces/mooncake-small.jsonl)")
 	fs.IntVar(&o.users, "users", 30, "closed-loop simulated users, `count`")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "measured `time` per policy and workload")
@@ -420,8 +420,8 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 		serve.Router.KVEventsBridge = o.scaleBridge(serve.Router.KVEventsBridge)
 	}
 	for _, p := range pols {
-		if !slices.Contains(shard.Policies(), p) {
-			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(shard.Policies(), ", "))
+		if !slices.Contains(policy.Names(), p) {
+			return bench.RunConfig{}, nil, fmt.Errorf("policies: unknown policy %q, want some of %s", p, strings.Join(policy.Names(), ", "))
 		}
 	}
 	if err := serve.Validate(); err != nil { // the checks serve runs: --shards, --block-size, --load-slack, --load-tokens
@@ -468,10 +468,10 @@ func (o *benchOptions) runConfig(progress, log io.Writer, logger *slog.Logger) (
 }
 
 // benchPolicies splits --policies; "all" is every policy saltus serve
-// takes (shard.Policies: a policy added there is benchmarked too).
+// takes (policy.Names: a policy added there is benchmarked too).
 func benchPolicies(flag string) []string {
 	if strings.TrimSpace(flag) == "all" {
-		return shard.Policies()
+		return policy.Names()
 	}
 	var pols []string
 	for p := range strings.SplitSeq(flag, ",") {
@@ -499,7 +499,7 @@ func (o *benchOptions) scrapeInterval() time.Duration {
 // token ids (--tokenizer, or the token-id prompts of a mooncake:FILE
 // workload); in byte-block mode it keys text prompts by bytes, which no
 // event's token ids reproduce, and keeps its guesses for them
-// (shard/truth.go), so the events would add nothing but work. Running
+// (policy/truth.go), so the events would add nothing but work. Running
 // engines (--backend, --target) are not the bench's to wire.
 func (o *benchOptions) kvEventsOn() (on bool, why string) {
 	switch {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/bench"
-	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/policy"
 )
 
 func TestSimBenchDemoFlags(t *testing.T) {
@@ -50,10 +50,10 @@ func TestSimBenchDemoFlags(t *testing.T) {
 }
 
 // TestBenchPolicies: --policies takes every policy saltus serve takes,
-// from shard.Policies (not a copy), and "all" names them all in order.
+// from policy.Names (not a copy), and "all" names them all in order.
 func TestBenchPolicies(t *testing.T) {
 	t.Parallel()
-	all := shard.Policies()
+	all := policy.Names()
 	if got := benchPolicies("all"); !slices.Equal(got, all) {
 		t.Errorf("all = %q, want %q", got, all)
 	}

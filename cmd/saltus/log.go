@@ -34,7 +34,7 @@ func newLoggerVar(w io.Writer, format string, lv *slog.LevelVar) (*slog.Logger, 
 }
 
 // componentLogger returns the logger of one component: every record
-// carries component=name (CONVENTIONS.md: one injected logger with a
+// carries component=name (CONVENTIONS.md § Errors and logs: one injected logger with a
 // component attribute).
 func componentLogger(l *slog.Logger, name string) *slog.Logger {
 	return l.With(slog.String("component", name))

@@ -20,7 +20,7 @@ import (
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/internal/tlsconf"
-	"github.com/saltus-lb/saltus/shard"
+	"github.com/saltus-lb/saltus/policy"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -358,8 +358,8 @@ func (c serveConfig) Validate() error {
 	if c.Router.BlockSize < 1 || c.Router.BlockSize > maxBlockSize || c.Router.BlockSize&(c.Router.BlockSize-1) != 0 {
 		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.Router.BlockSize)
 	}
-	if !slices.Contains(shard.Policies(), c.Router.Policy) {
-		bad("policy", "unknown policy %q, want one of %s", c.Router.Policy, strings.Join(shard.Policies(), ", "))
+	if !slices.Contains(policy.Names(), c.Router.Policy) {
+		bad("policy", "unknown policy %q, want one of %s", c.Router.Policy, strings.Join(policy.Names(), ", "))
 	}
 	if c.Reactor.MaxBodyBytes < 1<<10 || c.Reactor.MaxBodyBytes > 1<<30 {
 		bad("max-body", "must be between 1KiB and 1GiB, got %v", byteSize(c.Reactor.MaxBodyBytes))
@@ -501,10 +501,10 @@ var componentKeys = []struct{ prefix, key string }{
 	{"shard: Queue: queue: MaxEntries ", "queue-max-entries"},
 	{"shard: Queue: queue: MaxWait ", "queue-max-wait"},
 	{"shard: AdapterEngines ", "adapter-engines"},
-	{"shard: LoadFactor ", "load-factor"},
-	{"shard: LoadSlack ", "load-slack"},
-	{"shard: LoadTokens ", "load-tokens"},
-	{"shard: KVTokens ", "kv-tokens"},
+	{"policy: LoadFactor ", "load-factor"},
+	{"policy: LoadSlack ", "load-slack"},
+	{"policy: LoadTokens ", "load-tokens"},
+	{"policy: KVTokens ", "kv-tokens"},
 	{"shard: Policy ", "policy"},
 	{"shard: Body: MaxValues ", "max-body-values"},
 	{"shard: Body: MaxDepth ", "max-body-depth"},

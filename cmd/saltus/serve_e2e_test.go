@@ -21,6 +21,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/shard"
 )
 
@@ -456,7 +457,7 @@ func TestServePolicies(t *testing.T) {
 // is refused or left in flight.
 func TestServeOneTransport(t *testing.T) {
 	t.Parallel()
-	for _, pol := range shard.Policies() {
+	for _, pol := range policy.Names() {
 		t.Run(pol, func(t *testing.T) {
 			t.Parallel()
 			ups := []*upstream{newUpstream(t, "a")}

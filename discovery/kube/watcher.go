@@ -514,7 +514,7 @@ func (w *Watcher) statusError(op string, resp *http.Response) error {
 	case http.StatusUnauthorized:
 		hint = " (the API server refused the credentials of " + w.api.source + ")"
 	case http.StatusForbidden:
-		hint = fmt.Sprintf(" (saltus needs get, list and watch on endpointslices.discovery.k8s.io in namespace %s: README, Backends from Kubernetes)", w.namespace)
+		hint = fmt.Sprintf(" (saltus needs get, list and watch on endpointslices.discovery.k8s.io in namespace %s: docs/CONFIGURATION.md, Backends from Kubernetes)", w.namespace)
 	}
 	return failf(reasonStatus, "%s endpointslices of %s: HTTP %s: %s%s", op, w.what, resp.Status, msg, hint)
 }

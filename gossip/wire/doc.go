@@ -1,6 +1,6 @@
 // Package wire is the versioned binary format of the messages saltus
 // routers exchange in a cluster: batches of route changes, per-backend
-// load, and push-pull snapshots of both. It is stage 10 of DESIGN.md: the
+// load, and push-pull snapshots of both. It is DESIGN.md § Stage 10: the
 // gossip package encodes the route changes of the owner shards with a
 // [Batcher], and receivers [Decode] and join split routes with a
 // [Reassembler] before they insert them with origin REMOTE. Messages are

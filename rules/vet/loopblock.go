@@ -13,7 +13,7 @@ import (
 // LoopBlock checks R2 through the call graph: a function that runs on an
 // event loop blocks neither itself nor through the module's functions it
 // calls, however deep. A function runs on a loop when its doc comment
-// says "Loop only" (CONVENTIONS.md: every loop-facing method says so) or
+// says "Loop only" (CONVENTIONS.md § Documentation: every loop-facing method says so) or
 // it is a gnet or reactor event callback (OnTraffic, OnOpen, OnClose,
 // OnTick, OnBoot, OnShutdown, OnUpstreamOpen, OnUpstreamData,
 // OnUpstreamClose), and every function posted to a loop (a literal or a

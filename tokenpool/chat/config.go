@@ -42,7 +42,7 @@ func known(name string) bool {
 }
 
 // ErrNotRecognized: the tokenizer's chat template is absent or matches
-// none of the built-in templates. DESIGN.md stage 3: the caller renders
+// none of the built-in templates. DESIGN.md § Stage 3: the caller renders
 // with None and warns once.
 var ErrNotRecognized = errors.New("chat template not recognized")
 

@@ -4,7 +4,7 @@
 //
 // # Place in the request path
 //
-// Stage 3 of DESIGN.md, on the connection's event loop: the reactor
+// DESIGN.md § Stage 3, on the connection's event loop: the reactor
 // decodes the body (stage 2; MessagesFromValue reads its already-parsed
 // "messages"), a Renderer turns the messages into segments, and stage 4
 // tokenizes each text segment on its own (tokenizer.EncodeSegment), through

@@ -9,7 +9,7 @@ import (
 // Load builds the chat renderer for the tokenizer at path (its
 // tokenizer.json, directory or .json.gz): the template named, or else the
 // one recognized from the tokenizer_config.json beside it. When none is recognized it renders with `none` and returns
-// why as warn (DESIGN.md stage 3: unknown template → none + a warning).
+// why as warn (DESIGN.md § Stage 3: unknown template → none + a warning).
 // The config still supplies bos/eos to a named template.
 func Load(vocab Vocab, path, name string) (r *Renderer, used string, warn, err error) {
 	cfg, cfgErr := LoadConfig(ConfigPath(path))

@@ -2,7 +2,7 @@ package chat
 
 import "unsafe"
 
-// The package's only zero-copy conversions (CONVENTIONS.md: they live in
+// The package's only zero-copy conversions (CONVENTIONS.md § Hot path: they live in
 // one file). Render and ParseMessages append the texts they build to one
 // local byte arena and hand out strings into it: one allocation per call
 // instead of one per message. This is safe because an arena is

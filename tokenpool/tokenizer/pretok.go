@@ -8,7 +8,7 @@ import (
 // splitPattern is a hand-written matcher for one of the Split regexes that
 // real byte-level BPE models use. Go's regexp lacks the (?!\S) lookahead
 // they need, and regex engines that have it were measured far slower (see
-// DESIGN.md); these patterns are simple enough to match by hand, exactly.
+// DESIGN.md § Tokenizer); these patterns are simple enough to match by hand, exactly.
 type splitPattern struct {
 	// maxDigits is the {1,n} bound of the \p{N} alternative: 3 for Llama-3,
 	// 1 for Qwen.

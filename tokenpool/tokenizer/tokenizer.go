@@ -3,7 +3,7 @@
 //
 // # Place in the request path
 //
-// Stage 4 of DESIGN.md: the shard's tokenizer worker turns each rendered
+// DESIGN.md § Stage 4: the shard's tokenizer worker turns each rendered
 // text segment into ids, which stage 5 cuts into block keys. Exactness
 // matters: a router whose ids differ from the engine's computes keys the
 // engine's cache never had.

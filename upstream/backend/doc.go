@@ -1,5 +1,5 @@
-// Package backend is the upstream side of the serving path (DESIGN.md
-// stage 8): the registry of backends (a [Set]), their health, and
+// Package backend is the upstream side of the serving path (DESIGN.md §
+// Stage 8): the registry of backends (a [Set]), their health, and
 // [Set.ForwardOnLoop], the one upstream transport: it proxies a request
 // to a backend on the event loop of the client's connection and relays
 // the answer to that connection, for every route and every policy,

@@ -92,7 +92,7 @@ func (b *Backend) SetEngine(l EngineLoad) {
 }
 
 // engineState's slot and service-time learning (the prefix policy's wait
-// for a running slot, shard/cost.go).
+// for a running slot, policy/cost.go).
 //
 // Slots is how many requests the engine runs at once, learned from the
 // scrape: an engine that runs the most it was ever seen running while

@@ -19,8 +19,8 @@ import (
 // connection, as nginx and Envoy do, with no goroutine in the request
 // path. When it came in, it cut saltus's CPU per request from 39 µs (the
 // goroutine path it replaced: loop → proxy goroutine with fasthttp → Go
-// netpoller → back to the loop) to 26 µs; the README's Performance
-// section has the current numbers (`make bench-serve`).
+// netpoller → back to the loop) to 26 µs; docs/BENCHMARKS.md's "Proxy
+// performance against nginx" has the current numbers (`make bench-serve`).
 //
 // Per (loop, backend) a pool of keep-alive upstream connections
 // (reactor.Upstream), used LIFO, bounded by MaxConnsPerBackend divided

@@ -1,10 +1,33 @@
-package shard
+package openai
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 )
+
+// systemA and chatBody build the 4 KB chat of scanBodies: a system
+// prompt and a user message, streamed, as shard's tests build theirs.
+const systemA = "You are a meticulous assistant for the lighthouse keepers' guild. Answer every question about tides, " +
+	"lamps, fog signals and the maintenance of Fresnel lenses with care, cite the guild's handbook where you can, " +
+	"and never invent a regulation. Keep answers short unless asked for detail."
+
+func chatBody(msgs ...string) string {
+	type m struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var ms []m
+	for i := 0; i < len(msgs); i += 2 {
+		ms = append(ms, m{msgs[i], msgs[i+1]})
+	}
+	b, err := json.Marshal(map[string]any{"model": "meta-llama/Meta-Llama-3-8B-Instruct", "messages": ms, "stream": true})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 // scanBodies are the shapes BenchmarkScanJSON and the zero-allocation
 // test scan: a 4 KB chat (mostly two long strings), 1 MB of tiny values
@@ -30,7 +53,7 @@ func scanBodies() []struct{ name, body string } {
 }
 
 // BenchmarkScanJSON is the structural check every chat and completion
-// body passes before it is parsed (BodyLimits.check), in MB/s.
+// body passes before it is parsed (BodyLimits.Check), in MB/s.
 func BenchmarkScanJSON(b *testing.B) {
 	l := DefaultBodyLimits()
 	for _, c := range scanBodies() {
@@ -39,38 +62,8 @@ func BenchmarkScanJSON(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, e := scanJSON(body, l.MaxValues, l.MaxDepth); e.kind != scanOK {
+				if _, _, e := scanJSON(body, l.MaxValues, l.MaxDepth); e.kind != ScanOK {
 					b.Fatal(e)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkDecodeOnLoop is what a chat body of n bytes costs the loop
-// that decodes and renders it (stages 2-3 with the loop's reused parser
-// and Scratch, the none template): the measurement behind
-// Config.OffloopBytes. The bodies are short messages, the dearest shape
-// per byte short of tiny values.
-func BenchmarkDecodeOnLoop(b *testing.B) {
-	for _, n := range []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20} {
-		var msgs strings.Builder
-		for i := 0; msgs.Len() < n-100; i++ { // the body stays under n
-			if i > 0 {
-				msgs.WriteByte(',')
-			}
-			fmt.Fprintf(&msgs, `{"role":"user","content":"message number %d"}`, i)
-		}
-		body := []byte(`{"model":"m","messages":[` + msgs.String() + `]}`)
-		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
-			e := newEnv(b, envOpts{loops: 1, backends: 1, maintain: 3600e9})
-			j := &job{r: e.r, route: routeChat}
-			var ds decodeScratch
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := j.prepare(body, &ds); err != nil {
-					b.Fatal(err)
 				}
 			}
 		})

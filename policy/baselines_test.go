@@ -1,6 +1,7 @@
-package shard
+package policy
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -9,45 +10,19 @@ import (
 	"github.com/saltus-lb/saltus/tree"
 )
 
-func TestConfigPolicy(t *testing.T) {
-	t.Parallel()
-	for _, name := range Policies() {
-		c := DefaultConfig()
-		c.Policy = name
-		if err := c.Validate(); err != nil {
-			t.Errorf("policy %q: %v", name, err)
-		}
-		k, ok := parsePolicy(name)
-		if !ok || Policies()[k] != name {
-			t.Errorf("parsePolicy(%q) = %d, %v", name, k, ok)
-		}
-	}
-	if DefaultConfig().Policy != PolicyPrefix || Policies()[0] != PolicyPrefix {
-		t.Fatal("prefix is not the default")
-	}
-	for _, bad := range []string{"", "round-robin", "Prefix", "random"} {
-		c := DefaultConfig()
-		c.Policy = bad
-		want := `shard: Policy must be one of prefix, round_robin, least_request, consistent_hash, body_hash, ranvier, got "` + bad + `"`
-		if err := c.Validate(); err == nil || err.Error() != want {
-			t.Errorf("policy %q: %v, want %s", bad, err, want)
-		}
-	}
-}
-
 func TestDecideRoundRobin(t *testing.T) {
 	t.Parallel()
-	p := policy{kind: kindRoundRobin, maxCandidates: 3}
+	p := Config{Kind: RoundRobin, MaxCandidates: 3}
 	keys := []uint64{1, 2, 3}
-	var s scratch
+	var s Scratch
 	bs := viewFleet(4)
-	bs[0].inFlight = 100 // load plays no part
+	bs[0].InFlight = 100 // load plays no part
 	hits := deepHits(bs)
 	f := func(wantID int, wantCands ...int) {
 		t.Helper()
-		d := decide(p, bs, hits, keys, true, &s)
+		d := Decide(p, bs, hits, keys, true, &s)
 		if d.Backend != wantID || d.Reason != ReasonRoundRobin || d.MatchedBlocks != 0 || d.TotalBlocks != 3 ||
-			d.Diverted || d.Preferred != -1 || d.URL != bs[indexOf(bs, wantID)].url {
+			d.Diverted || d.Preferred != -1 || d.URL != bs[indexOf(bs, wantID)].URL {
 			t.Fatalf("got %+v, want backend %d", d, wantID)
 		}
 		if wantCands != nil && !slices.Equal(d.Candidates, wantCands) {
@@ -63,55 +38,55 @@ func TestDecideRoundRobin(t *testing.T) {
 	f(1)
 	// An unhealthy or draining backend is skipped, its turn going to the
 	// next routable one; the others keep an even share.
-	bs[2].routable = false
+	bs[2].Routable = false
 	f(3, 3, 0, 1)
 	f(0, 0, 1, 3)
 	f(1, 1, 3, 0)
 	f(3)
-	bs[0].routable = false
+	bs[0].Routable = false
 	f(1, 1, 3)
 	f(3, 3, 1)
 	f(1)
-	bs[0].routable, bs[2].routable = true, true
+	bs[0].Routable, bs[2].Routable = true, true
 	f(2, 2, 3, 0)
 	// The cursor survives a shrinking Set (it wraps).
-	s.rr = 7
+	s.Turn = 7
 	f(3, 3, 0, 1)
 	two := viewFleet(2)
-	s.rr = 3
-	if d := decide(p, two, nil, nil, false, &s); d.Backend != 1 || d.TotalBlocks != 0 || !slices.Equal(d.Candidates, []int{1, 0}) {
+	s.Turn = 3
+	if d := Decide(p, two, nil, nil, false, &s); d.Backend != 1 || d.TotalBlocks != 0 || !slices.Equal(d.Candidates, []int{1, 0}) {
 		t.Fatalf("two backends: %+v", d)
 	}
 	// Nothing routable.
 	for i := range bs {
-		bs[i].routable = false
+		bs[i].Routable = false
 	}
-	rr := s.rr
-	if d := decide(p, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil || s.rr != rr {
-		t.Fatalf("none routable: %+v, cursor %d → %d", d, rr, s.rr)
+	rr := s.Turn
+	if d := Decide(p, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil || s.Turn != rr {
+		t.Fatalf("none routable: %+v, cursor %d → %d", d, rr, s.Turn)
 	}
 }
 
 // deepHits gives every backend a deep hit, which the non-prefix policies
 // must ignore.
-func deepHits(bs []view) []tree.Hit {
+func deepHits(bs []View) []tree.Hit {
 	var hits []tree.Hit
 	for _, b := range bs {
-		hits = append(hits, tree.Hit{Backend: b.id, Blocks: 3})
+		hits = append(hits, tree.Hit{Backend: b.ID, Blocks: 3})
 	}
 	return hits
 }
 
 func TestDecideLeastRequestPicksLessLoaded(t *testing.T) {
 	t.Parallel()
-	p := policy{kind: kindLeastRequest, maxCandidates: 3}
+	p := Config{Kind: LeastRequest, MaxCandidates: 3}
 	keys := []uint64{1, 2}
-	s := scratch{rng: rand.New(rand.NewPCG(7, 8))}
+	s := Scratch{Rand: rand.New(rand.NewPCG(7, 8))}
 	// Two backends: both are always drawn; the less loaded wins.
 	bs := viewFleet(2)
-	bs[0].inFlight = 5
+	bs[0].InFlight = 5
 	for range 50 {
-		d := decide(p, bs, deepHits(bs), keys, true, &s)
+		d := Decide(p, bs, deepHits(bs), keys, true, &s)
 		if d.Backend != 1 || d.Reason != ReasonLeastRequest || d.MatchedBlocks != 0 || d.TotalBlocks != 2 ||
 			!slices.Equal(d.Candidates, []int{1, 0}) || d.Diverted {
 			t.Fatalf("got %+v", d)
@@ -121,21 +96,21 @@ func TestDecideLeastRequestPicksLessLoaded(t *testing.T) {
 	// the same seed predict every pick (ties: the first drawn).
 	bs = viewFleet(5)
 	for i, l := range []int64{3, 1, 1, 4, 0} {
-		bs[i].inFlight = l
+		bs[i].InFlight = l
 	}
-	bs[3].routable = false
+	bs[3].Routable = false
 	routable := []int{0, 1, 2, 4}
-	s.rng = rand.New(rand.NewPCG(9, 10))
+	s.Rand = rand.New(rand.NewPCG(9, 10))
 	ref := rand.New(rand.NewPCG(9, 10))
 	seen := map[[2]int]bool{}
 	for range 200 {
 		a, b := drawTwo(ref, len(routable))
 		want := routable[a]
-		if bs[routable[b]].inFlight < bs[want].inFlight {
+		if bs[routable[b]].InFlight < bs[want].InFlight {
 			want = routable[b]
 		}
 		seen[[2]int{routable[a], routable[b]}] = true
-		d := decide(p, bs, nil, keys, true, &s)
+		d := Decide(p, bs, nil, keys, true, &s)
 		if d.Backend != want {
 			t.Fatalf("drew %d and %d: got %d, want %d", routable[a], routable[b], d.Backend, want)
 		}
@@ -155,28 +130,28 @@ func TestDecideLeastRequestPicksLessLoaded(t *testing.T) {
 	}
 	// One routable backend serves alone, without a draw; none: -1.
 	one := viewFleet(3)
-	one[0].routable, one[2].routable = false, false
-	if d := decide(p, one, nil, keys, true, &s); d.Backend != 1 || !slices.Equal(d.Candidates, []int{1}) {
+	one[0].Routable, one[2].Routable = false, false
+	if d := Decide(p, one, nil, keys, true, &s); d.Backend != 1 || !slices.Equal(d.Candidates, []int{1}) {
 		t.Fatalf("one routable: %+v", d)
 	}
-	one[1].routable = false
-	if d := decide(p, one, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
+	one[1].Routable = false
+	if d := Decide(p, one, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
 		t.Fatalf("none routable: %+v", d)
 	}
 }
 
 func TestDecideLeastRequestFavoursLowLoad(t *testing.T) {
 	t.Parallel()
-	p := policy{kind: kindLeastRequest, maxCandidates: 3}
-	s := scratch{rng: rand.New(rand.NewPCG(11, 12))}
+	p := Config{Kind: LeastRequest, MaxCandidates: 3}
+	s := Scratch{Rand: rand.New(rand.NewPCG(11, 12))}
 	const n, draws = 8, 16000
 	bs := viewFleet(n)
 	for i := range bs {
-		bs[i].inFlight = int64(i) // backend i is the i-th least loaded
+		bs[i].InFlight = int64(i) // backend i is the i-th least loaded
 	}
 	counts := make([]int, n)
 	for range draws {
-		counts[decide(p, bs, nil, nil, false, &s).Backend]++
+		counts[Decide(p, bs, nil, nil, false, &s).Backend]++
 	}
 	// Power of two choices: backend r wins when drawn with a more loaded
 	// one, probability 2(n-1-r)/(n(n-1)): 25 % for the least loaded, 0 for
@@ -189,11 +164,11 @@ func TestDecideLeastRequestFavoursLowLoad(t *testing.T) {
 	}
 	// An idle fleet (all ties) is spread evenly, not biased to low IDs.
 	for i := range bs {
-		bs[i].inFlight = 0
+		bs[i].InFlight = 0
 	}
 	clear(counts)
 	for range draws {
-		counts[decide(p, bs, nil, nil, false, &s).Backend]++
+		counts[Decide(p, bs, nil, nil, false, &s).Backend]++
 	}
 	for i, c := range counts {
 		if c < draws/n*85/100 || c > draws/n*115/100 {
@@ -202,7 +177,7 @@ func TestDecideLeastRequestFavoursLowLoad(t *testing.T) {
 	}
 }
 
-var chPolicy = policy{kind: kindConsistentHash, maxCandidates: 3}
+var chPolicy = Config{Kind: ConsistentHash, MaxCandidates: 3}
 
 func TestHashCapacity(t *testing.T) {
 	t.Parallel()
@@ -226,24 +201,24 @@ func TestDecideConsistentHashStable(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(13, 14))
 	bs := viewFleet(8)
-	var s, s2 scratch
+	var s, s2 Scratch
 	counts := make([]int, 8)
 	const n = 8000
 	for range n {
 		keys := randKeys(r, 5+r.IntN(8)) // a fifth block at least
-		d := decide(chPolicy, bs, deepHits(bs), keys, true, &s)
+		d := Decide(chPolicy, bs, deepHits(bs), keys, true, &s)
 		if d.Reason != ReasonConsistentHash || d.MatchedBlocks != 0 || d.TotalBlocks != len(keys) || d.Diverted {
 			t.Fatalf("got %+v", d)
 		}
 		// Blocks after the fourth do not move it.
 		tail := slices.Clone(keys)
 		tail[len(tail)-1] ^= 1
-		if e := decide(chPolicy, bs, nil, tail, true, &s); e.Backend != d.Backend {
+		if e := Decide(chPolicy, bs, nil, tail, true, &s); e.Backend != d.Backend {
 			t.Fatalf("a later block moved the pick from %d to %d", d.Backend, e.Backend)
 		}
 		// The prefix policy places the same cold prefix on the same
 		// backend, with the same order after it.
-		if e := decide(testPolicy, bs, nil, keys, true, &s2); e.Reason != ReasonHash || !slices.Equal(e.Candidates, d.Candidates) {
+		if e := Decide(testPolicy, bs, nil, keys, true, &s2); e.Reason != ReasonHash || !slices.Equal(e.Candidates, d.Candidates) {
 			t.Fatalf("prefix's cold pick %v, consistent_hash's %v", e.Candidates, d.Candidates)
 		}
 		counts[d.Backend]++
@@ -256,28 +231,28 @@ func TestDecideConsistentHashStable(t *testing.T) {
 	}
 	// No keys (no full block, a non-routed endpoint): the least loaded,
 	// reason fallback.
-	bs[0].inFlight, bs[1].inFlight = 2, 0
-	if d := decide(chPolicy, bs, nil, nil, false, &s); d.Backend != 1 || d.Reason != ReasonFallback {
+	bs[0].InFlight, bs[1].InFlight = 2, 0
+	if d := Decide(chPolicy, bs, nil, nil, false, &s); d.Backend != 1 || d.Reason != ReasonFallback {
 		t.Fatalf("no keys: %+v", d)
 	}
 }
 
 func TestDecideConsistentHashBound(t *testing.T) {
 	t.Parallel()
-	var s scratch
+	var s Scratch
 	bs := viewFleet(4)
 	keys := []uint64{21, 22, 23, 24, 25}
 	order := rendezvous(nil, bs, keys)
 	o := make([]int, len(order)) // backend IDs in the key's order
 	for k, sc := range order {
-		o[k] = bs[sc.i].id
+		o[k] = bs[sc.i].ID
 	}
 	f := func(loads [4]int64, want int, wantCands []int) {
 		t.Helper()
 		for k, l := range loads {
-			bs[order[k].i].inFlight = l
+			bs[order[k].i].InFlight = l
 		}
-		d := decide(chPolicy, bs, nil, keys, true, &s)
+		d := Decide(chPolicy, bs, nil, keys, true, &s)
 		diverted := want != o[0]
 		if d.Backend != want || d.Diverted != diverted || (diverted && d.Preferred != o[0]) || (!diverted && d.Preferred != -1) ||
 			!slices.Equal(d.Candidates, wantCands) || d.Reason != ReasonConsistentHash {
@@ -299,17 +274,17 @@ func TestDecideConsistentHashBound(t *testing.T) {
 	// flight is the average's bound already.
 	f([4]int64{1, 0, 0, 0}, o[1], []int{o[1], o[2], o[3]})
 	// An unroutable backend is not in the order; the others keep theirs.
-	bs[order[0].i].routable = false
+	bs[order[0].i].Routable = false
 	for k := range 4 {
-		bs[order[k].i].inFlight = 0
+		bs[order[k].i].InFlight = 0
 	}
-	if d := decide(chPolicy, bs, nil, keys, true, &s); d.Backend != o[1] || d.Diverted || !slices.Equal(d.Candidates, o[1:]) {
+	if d := Decide(chPolicy, bs, nil, keys, true, &s); d.Backend != o[1] || d.Diverted || !slices.Equal(d.Candidates, o[1:]) {
 		t.Fatalf("first unroutable: %+v, order %v", d, o)
 	}
 	for i := range bs {
-		bs[i].routable = false
+		bs[i].Routable = false
 	}
-	if d := decide(chPolicy, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
+	if d := Decide(chPolicy, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
 		t.Fatalf("none routable: %+v", d)
 	}
 
@@ -320,24 +295,24 @@ func TestDecideConsistentHashBound(t *testing.T) {
 	for range 2000 {
 		var total int64
 		for i := range bs {
-			bs[i].inFlight = int64(r.IntN(20))
+			bs[i].InFlight = int64(r.IntN(20))
 			if r.IntN(4) == 0 {
-				bs[i].inFlight = int64(r.IntN(200)) // a hot one
+				bs[i].InFlight = int64(r.IntN(200)) // a hot one
 			}
-			total += bs[i].inFlight
+			total += bs[i].InFlight
 		}
 		keys := randKeys(r, 4)
 		limit := hashCapacity(total, len(bs))
-		d := decide(chPolicy, bs, nil, keys, true, &s)
+		d := Decide(chPolicy, bs, nil, keys, true, &s)
 		for _, sc := range rendezvous(nil, bs, keys) {
-			if bs[sc.i].id == d.Backend {
+			if bs[sc.i].ID == d.Backend {
 				break
 			}
-			if bs[sc.i].inFlight < limit {
-				t.Fatalf("skipped backend %d at %d in flight, capacity %d", bs[sc.i].id, bs[sc.i].inFlight, limit)
+			if bs[sc.i].InFlight < limit {
+				t.Fatalf("skipped backend %d at %d in flight, capacity %d", bs[sc.i].ID, bs[sc.i].InFlight, limit)
 			}
 		}
-		if got := bs[indexOf(bs, d.Backend)].inFlight + 1; got > limit {
+		if got := bs[indexOf(bs, d.Backend)].InFlight + 1; got > limit {
 			t.Fatalf("backend %d would have %d in flight, capacity %d", d.Backend, got, limit)
 		}
 	}
@@ -347,13 +322,13 @@ func TestDecideConsistentHashAddBackendMovesOneNth(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(17, 18))
 	bs := viewFleet(9)
-	var s scratch
+	var s Scratch
 	const n = 9000
 	moved := 0
 	for range n {
 		keys := randKeys(r, 5)
-		before := decide(chPolicy, bs[:8], nil, keys, true, &s).Backend
-		after := decide(chPolicy, bs, nil, keys, true, &s).Backend
+		before := Decide(chPolicy, bs[:8], nil, keys, true, &s).Backend
+		after := Decide(chPolicy, bs, nil, keys, true, &s).Backend
 		if before != after {
 			moved++
 			if after != 8 {
@@ -367,17 +342,59 @@ func TestDecideConsistentHashAddBackendMovesOneNth(t *testing.T) {
 	}
 }
 
-func TestDecidePolicyReasonsAreMetrics(t *testing.T) {
+// TestParse: every name parses to its Kind and back, prefix first (the
+// default); anything else is refused. (shard's TestConfigPolicy checks
+// the Config.Policy values.)
+func TestParse(t *testing.T) {
 	t.Parallel()
-	for _, name := range Policies() {
-		if k, _ := parsePolicy(name); k.usesTree() {
-			continue // its reasons are tree, hash, override, fallback
-		}
-		if !slices.Contains(reasonNames[:], name) {
-			t.Errorf("policy %q is not a saltus_route_decisions_total reason", name)
-		}
-		if strings.ContainsAny(name, " /") {
-			t.Errorf("policy %q would break X-Saltus-Route", name)
+	for i, name := range Names() {
+		k, ok := Parse(name)
+		if !ok || int(k) != i || k.String() != name || Names()[k] != name {
+			t.Errorf("Parse(%q) = %d (%s), %v", name, k, k, ok)
 		}
 	}
+	if Names()[0] != "prefix" || Prefix.String() != "prefix" {
+		t.Fatal("prefix is not first")
+	}
+	for _, bad := range []string{"", "round-robin", "Prefix", "random"} {
+		if _, ok := Parse(bad); ok {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+	if got := Kind(len(Names())).String(); got != "unknown" {
+		t.Errorf("an unknown Kind is %q", got)
+	}
+	n := Names()
+	n[0] = "changed"
+	if Names()[0] != "prefix" {
+		t.Fatal("Names returned its own array")
+	}
+}
+
+// TestConfigValidate: a valid Config passes; each knob out of range is
+// reported, by name.
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := testPolicy.Validate(); err != nil {
+		t.Fatalf("testPolicy: %v", err)
+	}
+	f := func(field string, set func(*Config)) {
+		t.Helper()
+		p := testPolicy
+		set(&p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "policy: "+field+" ") {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+	f("Kind", func(p *Config) { p.Kind = Kind(len(Names())) })
+	f("LoadFactor", func(p *Config) { p.LoadFactor = 0.5 })
+	f("LoadFactor", func(p *Config) { p.LoadFactor = math.NaN() })
+	f("LoadFloor", func(p *Config) { p.LoadFloor = -1 })
+	f("MaxCandidates", func(p *Config) { p.MaxCandidates = 0 })
+	f("Concurrency", func(p *Config) { p.Concurrency = 0 })
+	f("QueueWait", func(p *Config) { p.QueueWait = 0 })
+	f("LoadSlack", func(p *Config) { p.LoadSlack = math.Inf(1) })
+	f("LoadSlack", func(p *Config) { p.LoadSlack = -0.1 })
+	f("LoadTokens", func(p *Config) { p.LoadTokens = -1 })
+	f("KVTokens", func(p *Config) { p.KVTokens = -1 })
 }

@@ -1,4 +1,4 @@
-package shard
+package openai
 
 import (
 	"strconv"
@@ -41,11 +41,8 @@ import (
 //
 // With "previous_response_id" the engine prepends the stored conversation,
 // which saltus does not have: such a request goes to the backend that
-// stored it (respids.go), and its keys, which lack that history, are
-// learned by nobody.
-
-// kindResponses: POST /v1/responses.
-const kindResponses kind = kindCompletion + 1
+// stored it (shard/respids.go), and its keys, which lack that history,
+// are learned by nobody.
 
 // respMsg is a message under construction, with what vLLM's dict keys
 // record: whether content, reasoning or tool_calls were set, which decides
@@ -56,19 +53,20 @@ type respMsg struct {
 }
 
 // decodeResponses reads instructions, input and previous_response_id of a
-// Responses request into dst (msgs, opt, prevID). The strings are copies.
-func decodeResponses(dst *request, v *fastjson.Value) *apiError {
-	dst.opt = chat.Options{AddGenerationPrompt: true}
+// Responses request into dst (Messages, Options, PreviousResponseID). The
+// strings are copies.
+func decodeResponses(dst *Request, v *fastjson.Value) *Error {
+	dst.Options = chat.Options{AddGenerationPrompt: true}
 	if pv := chat.Field(v, "previous_response_id"); pv != nil && pv.Type() != fastjson.TypeNull {
 		if pv.Type() != fastjson.TypeString {
-			return badRequest("previous_response_id", "previous_response_id: want a string, got %s", pv.Type())
+			return BadRequest("previous_response_id", "previous_response_id: want a string, got %s", pv.Type())
 		}
-		dst.prevID = string(pv.GetStringBytes())
+		dst.PreviousResponseID = string(pv.GetStringBytes())
 	}
 	var msgs []respMsg
 	if iv := chat.Field(v, "instructions"); iv != nil && iv.Type() != fastjson.TypeNull {
 		if iv.Type() != fastjson.TypeString {
-			return badRequest("instructions", "instructions: want a string, got %s", iv.Type())
+			return BadRequest("instructions", "instructions: want a string, got %s", iv.Type())
 		}
 		if s := iv.GetStringBytes(); len(s) > 0 {
 			msgs = append(msgs, respMsg{m: chat.Message{Role: "system", Content: string(s)}, hasContent: true})
@@ -76,7 +74,7 @@ func decodeResponses(dst *request, v *fastjson.Value) *apiError {
 	}
 	in := chat.Field(v, "input")
 	if in == nil || in.Type() == fastjson.TypeNull {
-		return badRequest("input", "input: missing")
+		return BadRequest("input", "input: missing")
 	}
 	switch in.Type() {
 	case fastjson.TypeString:
@@ -84,37 +82,37 @@ func decodeResponses(dst *request, v *fastjson.Value) *apiError {
 	case fastjson.TypeArray:
 		items, _ := in.Array() // the type was checked
 		for i, it := range items {
-			var e *apiError
+			var e *Error
 			if msgs, e = responseItem(msgs, it, i); e != nil {
 				return e
 			}
 		}
 	default:
-		return badRequest("input", "input: want a string or an array of input items, got %s", in.Type())
+		return BadRequest("input", "input: want a string or an array of input items, got %s", in.Type())
 	}
 	if len(msgs) == 0 {
 		// vLLM renders an empty conversation (the template's generation
 		// prompt alone); so does the router: it has nothing to key.
-		dst.msgs = []chat.Message{}
+		dst.Messages = []chat.Message{}
 		return nil
 	}
-	dst.msgs = make([]chat.Message, len(msgs))
+	dst.Messages = make([]chat.Message, len(msgs))
 	for i := range msgs {
-		dst.msgs[i] = msgs[i].m
+		dst.Messages[i] = msgs[i].m
 	}
 	return nil
 }
 
 // responseItem appends (or merges) input item i.
-func responseItem(msgs []respMsg, it *fastjson.Value, i int) ([]respMsg, *apiError) {
+func responseItem(msgs []respMsg, it *fastjson.Value, i int) ([]respMsg, *Error) {
 	at := func(field string) string { return "input[" + strconv.Itoa(i) + "]" + field }
 	if it.Type() != fastjson.TypeObject {
-		return nil, badRequest(at(""), "%s: want an object, got %s", at(""), it.Type())
+		return nil, BadRequest(at(""), "%s: want an object, got %s", at(""), it.Type())
 	}
 	typ := ""
 	if tv := chat.Field(it, "type"); tv != nil && tv.Type() != fastjson.TypeNull {
 		if tv.Type() != fastjson.TypeString {
-			return nil, badRequest(at(".type"), "%s: want a string, got %s", at(".type"), tv.Type())
+			return nil, BadRequest(at(".type"), "%s: want a string, got %s", at(".type"), tv.Type())
 		}
 		typ = string(tv.GetStringBytes())
 	}
@@ -134,16 +132,16 @@ func responseItem(msgs []respMsg, it *fastjson.Value, i int) ([]respMsg, *apiErr
 		m := respMsg{m: chat.Message{Role: "tool"}, hasContent: true}
 		ov := chat.Field(it, "output")
 		if ov == nil {
-			return nil, badRequest(at(".output"), "%s: missing", at(".output"))
+			return nil, BadRequest(at(".output"), "%s: missing", at(".output"))
 		}
-		var e *apiError
+		var e *Error
 		if m.m.Content, e = partsText(ov, at(".output")); e != nil {
 			return nil, e
 		}
 		return append(msgs, m), nil
 	case typ == "reasoning":
 		if ev := chat.Field(it, "encrypted_content"); ev != nil && ev.Type() == fastjson.TypeString && len(ev.GetStringBytes()) > 0 {
-			return nil, badRequest(at(".encrypted_content"), "%s: encrypted content is not supported", at(".encrypted_content"))
+			return nil, BadRequest(at(".encrypted_content"), "%s: encrypted content is not supported", at(".encrypted_content"))
 		}
 		text := ""
 		if cv := chat.Field(it, "content"); cv != nil && cv.Type() == fastjson.TypeArray && len(cv.GetArray()) > 0 {
@@ -158,7 +156,7 @@ func responseItem(msgs []respMsg, it *fastjson.Value, i int) ([]respMsg, *apiErr
 		return append(msgs, respMsg{m: chat.Message{Role: "assistant", Reasoning: text, HasReasoning: true}, hasReasoning: true}), nil
 	case rv != nil && (typ == "" || typ == "message"):
 		if rv.Type() != fastjson.TypeString || len(rv.GetStringBytes()) == 0 {
-			return nil, badRequest(at(".role"), "%s: want a non-empty string", at(".role"))
+			return nil, BadRequest(at(".role"), "%s: want a non-empty string", at(".role"))
 		}
 		role := string(rv.GetStringBytes())
 		cv := chat.Field(it, "content")
@@ -182,7 +180,7 @@ func responseItem(msgs []respMsg, it *fastjson.Value, i int) ([]respMsg, *apiErr
 		}
 		m := respMsg{m: chat.Message{Role: role}, hasContent: cv != nil}
 		if cv != nil && cv.Type() != fastjson.TypeNull {
-			var e *apiError
+			var e *Error
 			if m.m.Content, e = partsText(cv, at(".content")); e != nil {
 				return nil, e
 			}
@@ -208,7 +206,7 @@ func firstText(v *fastjson.Value) string {
 
 // partsText is a content as the chat template sees it: a string, or its
 // parts joined with chat.PartSeparator.
-func partsText(v *fastjson.Value, name string) (string, *apiError) {
+func partsText(v *fastjson.Value, name string) (string, *Error) {
 	switch v.Type() {
 	case fastjson.TypeString:
 		return string(v.GetStringBytes()), nil
@@ -216,18 +214,18 @@ func partsText(v *fastjson.Value, name string) (string, *apiError) {
 		return "", nil
 	case fastjson.TypeArray:
 	default:
-		return "", badRequest(name, "%s: want a string or an array of content parts, got %s", name, v.Type())
+		return "", BadRequest(name, "%s: want a string or an array of content parts, got %s", name, v.Type())
 	}
 	var b strings.Builder
 	for j, pv := range v.GetArray() {
 		if pv.Type() != fastjson.TypeObject {
 			p := name + "[" + strconv.Itoa(j) + "]"
-			return "", badRequest(p, "%s: want an object, got %s", p, pv.Type())
+			return "", BadRequest(p, "%s: want an object, got %s", p, pv.Type())
 		}
 		tv := chat.Field(pv, "type")
 		if tv == nil || tv.Type() != fastjson.TypeString {
 			p := name + "[" + strconv.Itoa(j) + "].type"
-			return "", badRequest(p, "%s: missing or not a string", p)
+			return "", BadRequest(p, "%s: missing or not a string", p)
 		}
 		if j > 0 {
 			b.WriteString(chat.PartSeparator)
@@ -245,7 +243,7 @@ func partsText(v *fastjson.Value, name string) (string, *apiError) {
 		t := chat.Field(pv, field)
 		if t == nil || t.Type() != fastjson.TypeString {
 			p := name + "[" + strconv.Itoa(j) + "]." + field
-			return "", badRequest(p, "%s: missing or not a string", p)
+			return "", BadRequest(p, "%s: missing or not a string", p)
 		}
 		b.Write(t.GetStringBytes())
 	}

@@ -1,13 +1,9 @@
-package shard
+package policy
 
 import (
-	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 
-	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -19,7 +15,7 @@ import (
 // leading blocks the tree says b holds (its hit, capped at T), B the block
 // size in tokens, n(b) its requests in flight, and base(b), rate(b) its
 // prefill model (b.Prefill(): learned from observed TTFTs,
-// backend/prefill.go; until b has its own, the fleet's pooled fit
+// upstream/backend/prefill.go; until b has its own, the fleet's pooled fit
 // (backend.Fleet), the defaults before that; kept within fleetTrust
 // of the fleet's median, so one bad fit cannot price a backend out of
 // every decision and never learn again):
@@ -36,13 +32,13 @@ import (
 //
 // q(b) is b.QueueFactor(): the share of the prefill ahead a new request
 // waits for, learned from the first tokens of requests sent behind
-// pending prefill while a running slot was free (pendingPrefill.slot;
+// pending prefill while a running slot was free (shard's pendingPrefill.slot;
 // until learned by b or, pooled, by its fleet: 1, vLLM's;
 // near 0 on engines that prefill their running requests side by side,
-// backend/prefill.go).
+// upstream/backend/prefill.go).
 // pending(b) is b.PendingPrefill(): the predicted uncached tokens of the
 // streamed requests sent to b that have had no first byte yet (added when
-// sent, removed at the first byte or failure: pendingPrefill). waiting(b)
+// sent, removed at the first byte or failure: shard's pendingPrefill). waiting(b)
 // is the engine's own vllm:num_requests_waiting when scraped and fresh
 // (b.Engine()), or the in-flight count above S(b) if more; each is
 // priced as one request like this one, fully uncached. S(b), the requests
@@ -53,7 +49,7 @@ import (
 // request waits for a slot too: slot(b) = (waiting(b) + 1) × service(b) /
 // R(b), service(b) being how long b takes to answer a request whole
 // (b.Service, a running average of how long its 2xx answers held a
-// slot: job.slotHold) and R(b) the requests
+// slot: shard's job.slotHold) and R(b) the requests
 // it runs (the engine's running count while it reports requests waiting,
 // for a slot or for KV room, else S(b)): one of them ends every
 // service/R on average. On engines of 4 slots (the issue's third-party
@@ -62,14 +58,14 @@ import (
 //
 // load(b) is what the requests in flight on b and this one cost each
 // other: one more request in the batch makes every decode step longer
-// (Config.LoadTokens prices that as prompt tokens of prefill per request
+// (Config.LoadTokens, shard.Config's too, prices that as prompt tokens of prefill per request
 // in flight), and this request's prefill stalls each of them for its
 // length (chunked prefill shares the steps). A hit on a busy backend is
 // cheap; a long miss on a busy one is not.
 //
 // evict(b) prices the prefixes this request's miss pushes out of b's KV
 // cache, which later requests then miss: fill(b) is b.Footprint() (the
-// prompt tokens of the prefixes in use there, footprint.go) over the
+// prompt tokens of the prefixes in use there, shard/footprint.go) over the
 // engine's KV capacity (vllm:cache_config_info, when scraped), else
 // Config.KVTokens, else the fleet's largest footprint, at most 1. A new
 // or replicated long prefix thus goes where the fewest prefixes in use would be evicted, and two hot
@@ -115,7 +111,7 @@ import (
 // B) / rate(fleet median) above it (the price of coldTie requests in
 // flight, each paying this request's miss);
 // within it the prefix's home (the backend its group last went to,
-// footprint.go) wins, else the first in the prefix's rendezvous order. A
+// Scratch.Home, shard/footprint.go) wins, else the first in the prefix's rendezvous order. A
 // cold prefix so goes back where it was (its copy may have survived; if
 // not, the miss is the same anywhere, and the fleet's caches stay
 // partitioned, as a hash keeps them), and replicas that see about the
@@ -123,7 +119,7 @@ import (
 //
 // Among eligible holders, costs within tieRel of the least (at least
 // tieAbs) are a tie, won by the first in rendezvous order. A session pin
-// (scratch.pin, Config.SessionHeader) wins over all that while its
+// (Scratch.Pin, shard.Config.SessionHeader) wins over all that while its
 // backend is routable and not queueing.
 
 // slotBound: why requests waiting at an engine make it queue only when
@@ -188,7 +184,7 @@ type Candidate struct {
 
 // decideCost is the prefix policy for a request with keys. It allocates
 // only the Candidates slice (and, for Explain, the Table).
-func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
+func decideCost(p Config, bs []View, hits []tree.Hit, keys []uint64, useTree bool, s *Scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: len(keys)}
 	s.costs = s.costs[:0]
 	for range bs {
@@ -197,7 +193,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 	if useTree {
 		for _, h := range hits {
 			i := indexOf(bs, h.Backend)
-			if i < 0 || !bs[i].routable || h.Blocks <= 0 {
+			if i < 0 || !bs[i].Routable || h.Blocks <= 0 {
 				continue
 			}
 			c := &s.costs[i]
@@ -212,18 +208,18 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		s.costs[sc.i].rank = r
 	}
 	deep := -1 // the deepest holder (ties: first in rendezvous order)
-	total := float64(len(keys) * p.blockSize)
+	total := float64(len(keys) * p.BlockSize)
 	var sum int64
 	for _, sc := range s.scores {
-		sum += max(bs[sc.i].inFlight, 0)
+		sum += max(bs[sc.i].InFlight, 0)
 	}
 	capn := loadCap(p, sum, len(s.scores))
 	fm := medianModel(bs, s)
-	coldSlack := coldTie * (p.loadTokens + total) / fm.rate // coldTie requests in flight, each paying this miss too
-	kv := p.kvTokens
+	coldSlack := coldTie * (p.LoadTokens + total) / fm.rate // coldTie requests in flight, each paying this miss too
+	kv := p.KVTokens
 	if kv <= 0 {
 		for _, sc := range s.scores {
-			kv = max(kv, float64(bs[sc.i].foot))
+			kv = max(kv, float64(bs[sc.i].Footprint))
 		}
 	}
 	kv = max(kv, total)
@@ -257,7 +253,7 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 			c.eligible = false
 			c.newcomer = c.held == 0
 		}
-		nc := settle(s, coldSlack, p.queueWait)
+		nc := settle(s, coldSlack, p.QueueWait)
 		for _, sc := range s.scores {
 			c := &s.costs[sc.i]
 			c.eligible = c.held > 0 || sc.i == nc
@@ -271,13 +267,13 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 	var target int
 	if anyHolder {
 		roomOnly(s)
-		target = pick(s, 0, p.queueWait)
+		target = pick(s, 0, p.QueueWait)
 	} else {
-		target = settle(s, coldSlack, p.queueWait)
+		target = settle(s, coldSlack, p.QueueWait)
 	}
 	target = noWait(s, target)
 	reason := ReasonHash
-	if pin := indexOf(bs, s.pin); s.pin >= 0 && pin >= 0 && bs[pin].routable && !s.costs[pin].queueing {
+	if pin := indexOf(bs, s.Pin); s.Pin >= 0 && pin >= 0 && bs[pin].Routable && !s.costs[pin].queueing {
 		target, reason = pin, ReasonOverride
 	} else if s.costs[target].held > 0 {
 		reason = ReasonTree
@@ -286,9 +282,9 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		reason = ReasonFallback
 	}
 	if deep >= 0 && s.costs[target].held < s.costs[deep].held && reason != ReasonOverride {
-		d.Diverted, d.Preferred = true, bs[deep].id
+		d.Diverted, d.Preferred = true, bs[deep].ID
 	}
-	d.Backend, d.URL, d.Reason = bs[target].id, bs[target].url, reason
+	d.Backend, d.URL, d.Reason = bs[target].ID, bs[target].URL, reason
 	d.MatchedBlocks = s.costs[target].held
 	d.EstMS = s.costs[target].est * 1e3
 	ru := -1
@@ -298,27 +294,27 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 		}
 	}
 	if ru >= 0 {
-		d.RunnerUp, d.RunnerUpMS = bs[ru].id, s.costs[ru].est*1e3
+		d.RunnerUp, d.RunnerUpMS = bs[ru].ID, s.costs[ru].est*1e3
 	}
 
-	n := min(p.maxCandidates, len(s.scores))
-	d.Candidates = append(s.cands[:0], d.Backend) // the loop's: see scratch.cands
+	n := min(p.MaxCandidates, len(s.scores))
+	d.Candidates = append(s.cands[:0], d.Backend) // the loop's: see Scratch.cands
 	for _, sc := range s.scores {
 		if len(d.Candidates) >= n {
 			break
 		}
 		if sc.i != target {
-			d.Candidates = append(d.Candidates, bs[sc.i].id)
+			d.Candidates = append(d.Candidates, bs[sc.i].ID)
 		}
 	}
 	s.cands = d.Candidates
-	if s.explain {
+	if s.Explain {
 		d.Table = make([]Candidate, 0, len(s.scores))
 		for _, sc := range s.scores {
 			c, v := s.costs[sc.i], &bs[sc.i]
-			d.Table = append(d.Table, Candidate{Backend: v.id, Name: v.name, Held: c.held, InFlight: v.inFlight,
-				Pending: v.pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, SlotWait: c.slotWait * 1e3, KVWait: c.kvWait * 1e3, Slots: v.slots, ServiceMS: v.service * 1e3, PrefillMS: c.prefill * 1e3,
-				EstMS: c.est * 1e3, Footprint: v.foot, Pinned: v.pinned, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
+			d.Table = append(d.Table, Candidate{Backend: v.ID, Name: v.Name, Held: c.held, InFlight: v.InFlight,
+				Pending: v.Pending, BaseMS: c.base * 1e3, QueueMS: c.queue * 1e3, SlotWait: c.slotWait * 1e3, KVWait: c.kvWait * 1e3, Slots: v.Slots, ServiceMS: v.Service * 1e3, PrefillMS: c.prefill * 1e3,
+				EstMS: c.est * 1e3, Footprint: v.Footprint, Pinned: v.Pinned, LoadMS: c.load * 1e3, EvictMS: c.evict * 1e3, CostMS: c.cmp * 1e3,
 				Queueing: c.queueing, Eligible: c.eligible, Rank: c.rank})
 		}
 	}
@@ -337,13 +333,13 @@ func decideCost(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree boo
 // had the same order and its ties went to one backend (the Mooncake
 // conversation trace opens every request with one shared block:
 // requests per engine 91-127, the most loaded waiting for slots). The
-// rest of the request when it is all shared, its last rendezvousBlocks
+// rest of the request when it is all shared, its last RendezvousBlocks
 // blocks then.
-func sharedDepth(s *scratch, bs []view, blocks int) int {
+func sharedDepth(s *Scratch, bs []View, blocks int) int {
 	s.fl = s.fl[:0]
 	n := 0
 	for i := range bs {
-		if bs[i].routable {
+		if bs[i].Routable {
 			n++
 			s.fl = append(s.fl, float64(s.costs[i].held))
 		}
@@ -354,7 +350,7 @@ func sharedDepth(s *scratch, bs []view, blocks int) int {
 	slices.Sort(s.fl)
 	d := int(s.fl[n/2]) // held by ⌈n/2⌉ of them or more
 	if d >= blocks {
-		d = max(blocks-rendezvousBlocks, 0)
+		d = max(blocks-RendezvousBlocks, 0)
 	}
 	return d
 }
@@ -373,7 +369,7 @@ func sharedDepth(s *scratch, bs []view, blocks int) int {
 // llm-d-inference-sim engines of 5 slots (docs/BENCHMARKS.md): without
 // the guard, requests waited for a slot at holders while engines with a
 // free slot and a lower estimate stood by.
-func noWait(s *scratch, target int) int {
+func noWait(s *Scratch, target int) int {
 	t := &s.costs[target]
 	if t.slotWait <= 0 && t.kvWait <= 0 {
 		return target
@@ -406,7 +402,7 @@ func noWait(s *scratch, target int) int {
 // the engines serving short prompts never lacked room, and queued
 // requests for 17-19 s while the others' estimates, KV wait included,
 // were 6-10 s (P99 TTFT 1.30× least request's; docs/BENCHMARKS.md).
-func roomOnly(s *scratch) {
+func roomOnly(s *Scratch) {
 	best := -1 // the least estimate among the eligible with room
 	for _, sc := range s.scores {
 		if c := &s.costs[sc.i]; c.eligible && c.kvWait == 0 && (best < 0 || c.est < s.costs[best].est) {
@@ -426,14 +422,14 @@ func roomOnly(s *scratch) {
 // loadCap is the bounded-load capacity: the in-flight count a backend may
 // reach before it counts as queueing, (1 + slack) × the fleet's mean with
 // this request counted, rounded up, at least floor.
-func loadCap(p policy, sum int64, n int) int64 {
-	c := int64(math.Ceil((1 + p.loadSlack) * float64(sum+1) / float64(n)))
-	return max(c, p.loadFloor, 1)
+func loadCap(p Config, sum int64, n int) int64 {
+	c := int64(math.Ceil((1 + p.LoadSlack) * float64(sum+1) / float64(n)))
+	return max(c, p.LoadFloor, 1)
 }
 
 // estimate fills c's terms for v (see the file's comment); total is the
 // request's tokens, blocks its blocks, capn the bounded-load capacity.
-func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64, kv float64, fm fleetModel) {
+func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64, kv float64, fm fleetModel) {
 	base, rate := modelOf(v)
 	// A backend's fit is trusted within a factor of fleetTrust of the
 	// fleet's median: a fit gone wrong (one slow sample too many) would
@@ -441,50 +437,50 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 	// is never chosen never learns again.
 	rate = min(max(rate, fm.rate/fleetTrust), fm.rate*fleetTrust)
 	base = min(max(base, fm.base/fleetTrust), fm.base*fleetTrust)
-	slots := p.concurrency
-	if v.slots > 0 {
-		slots = min(slots, v.slots)
+	slots := p.Concurrency
+	if v.Slots > 0 {
+		slots = min(slots, v.Slots)
 	}
 	var waiting int64
-	if v.engine {
-		waiting = max(v.waiting, 0)
+	if v.Engine {
+		waiting = max(v.Waiting, 0)
 	}
-	if v.inFlight > slots {
-		waiting = max(waiting, v.inFlight-slots)
+	if v.InFlight > slots {
+		waiting = max(waiting, v.InFlight-slots)
 	}
 	// This request would wait for a slot: b runs S(b) already, or the
 	// engine, whose slot limit was learned, has requests waiting. Requests
 	// an engine keeps waiting for KV room (no slot limit learned) are
 	// priced by queue(b) but do not make b queue by themselves: replicating
 	// on them evicts more and lowers the hit ratio (see slotBound).
-	full := v.inFlight >= slots || (v.slots > 0 && waiting > 0)
+	full := v.InFlight >= slots || (v.Slots > 0 && waiting > 0)
 	runs := slots // how many answers free a slot as they end
-	if v.engine && v.waiting > 0 && v.running > 0 {
-		runs = min(runs, v.running) // the engine's own, while requests wait there
+	if v.Engine && v.Waiting > 0 && v.Running > 0 {
+		runs = min(runs, v.Running) // the engine's own, while requests wait there
 	}
 	c.slotWait = 0
-	if full && v.service > 0 {
-		c.slotWait = float64(waiting+1) * v.service / float64(runs)
+	if full && v.Service > 0 {
+		c.slotWait = float64(waiting+1) * v.Service / float64(runs)
 	}
-	n := float64(max(v.inFlight, 0))
+	n := float64(max(v.InFlight, 0))
 	c.base = base
-	c.prefill = float64((blocks-c.held)*p.blockSize) / rate
+	c.prefill = float64((blocks-c.held)*p.BlockSize) / rate
 	c.kvWait = kvWait(p, v, blocks-c.held, total)
-	q := 1 - v.queueOff // the share of the prefill ahead this request waits for
-	c.queue = q*(float64(max(v.pending, 0))/rate+float64(waiting)*(base+total/rate)) + c.slotWait + c.kvWait
+	q := 1 - v.QueueOff // the share of the prefill ahead this request waits for
+	c.queue = q*(float64(max(v.Pending, 0))/rate+float64(waiting)*(base+total/rate)) + c.slotWait + c.kvWait
 	c.est = base + c.queue + c.prefill
 	c.kvBound = c.est
 	if c.kvWait > 0 {
-		c.kvBound += max(v.service-c.kvWait, 0)
+		c.kvBound += max(v.Service-c.kvWait, 0)
 	}
-	if v.kvCap > 0 {
-		kv = float64(v.kvCap) // the engine's own, scraped
+	if v.KVCap > 0 {
+		kv = float64(v.KVCap) // the engine's own, scraped
 	}
-	fill := min(float64(max(v.foot, 0))/kv, 1)
-	c.load = (p.loadTokens/rate + c.prefill) * n
+	fill := min(float64(max(v.Footprint, 0))/kv, 1)
+	c.load = (p.LoadTokens/rate + c.prefill) * n
 	c.evict = fill * c.prefill
 	c.cmp = c.est + c.load + c.evict
-	c.queueing = c.queue >= p.queueWait || full || v.inFlight >= capn || c.kvWait > 0
+	c.queueing = c.queue >= p.QueueWait || full || v.InFlight >= capn || c.kvWait > 0
 }
 
 // kvWait is how long a request waits at b's engine for KV room: an
@@ -494,13 +490,13 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 // waits behind those waiting already, and one sent to an engine whose
 // cache is pinned full waits until enough of its running requests end.
 // The pinned tokens U are the larger of the router's own account
-// (b.Pinned, footprint.go: its requests in flight there, waiting ones
+// (b.Pinned, shard/footprint.go: its requests in flight there, waiting ones
 // included, exact at once) and the scrape's when fresh (kvUsage × kvCap,
 // plus W waiting requests each priced as this one, fully uncached, as
 // queue(b) prices them: other routers' requests show there). This
 // request needs room for its whole prompt (total), or only for its
 // blocks b does not hold (missing) when a request of its group is in
-// flight there and pins the rest (view.shared). With R the requests
+// flight there and pins the rest (View.Shared). With R the requests
 // running (the engine's count or the router's in flight, the larger),
 // over = U + need − capacity; each running request frees U/R tokens on
 // average when it ends, and one ends every service/R, so the wait is
@@ -510,29 +506,29 @@ func estimate(p policy, v *view, c *cost, total float64, blocks int, capn int64,
 // fit. On manydocs, whose documents overflow the fleet's KV, the slowest
 // first tokens (2-3 s, hits among them) waited for room behind a request
 // that was sent while the engine ran four other documents.
-func kvWait(p policy, v *view, missing int, total float64) float64 {
-	capT := float64(v.kvCap)
+func kvWait(p Config, v *View, missing int, total float64) float64 {
+	capT := float64(v.KVCap)
 	if capT <= 0 {
-		capT = p.kvTokens
+		capT = p.KVTokens
 	}
-	if capT <= 0 || v.service <= 0 {
+	if capT <= 0 || v.Service <= 0 {
 		return 0
 	}
-	used, r := float64(max(v.pinned, 0)), float64(max(v.inFlight, 0))
-	if v.engine && v.kvCap > 0 {
-		used = max(used, min(max(v.kvUsage, 0), 1)*capT+float64(max(v.waiting, 0))*total)
-		r = max(r, float64(v.running))
+	used, r := float64(max(v.Pinned, 0)), float64(max(v.InFlight, 0))
+	if v.Engine && v.KVCap > 0 {
+		used = max(used, min(max(v.KVUsage, 0), 1)*capT+float64(max(v.Waiting, 0))*total)
+		r = max(r, float64(v.Running))
 	}
 	need := total
-	if v.shared {
-		need = float64(max(missing, 0) * p.blockSize)
+	if v.Shared {
+		need = float64(max(missing, 0) * p.BlockSize)
 	}
 	over := used + need - capT
 	if over <= 0 || r <= 0 {
 		return 0
 	}
 	ends := min(math.Ceil(over/max(used/r, 1)), r)
-	return ends * v.service / r
+	return ends * v.Service / r
 }
 
 // coldTie is settle's slack in requests in flight: a cold prefix stays
@@ -556,7 +552,7 @@ const coldTie = 4
 // the prefix's rendezvous order, so replicas that see about the same
 // loads agree. It marks the candidates eligible and returns the choice,
 // -1 if there is no newcomer.
-func settle(s *scratch, slack, wait float64) int {
+func settle(s *Scratch, slack, wait float64) int {
 	free := false
 	for _, sc := range s.scores {
 		if c := &s.costs[sc.i]; c.newcomer && !c.queueing {
@@ -573,7 +569,7 @@ func settle(s *scratch, slack, wait float64) int {
 	if !found {
 		return -1
 	}
-	if h := s.home; h >= 0 && h < len(s.costs) && s.costs[h].eligible {
+	if h := s.Home; h >= 0 && h < len(s.costs) && s.costs[h].eligible {
 		best := pickBest(s)
 		if within(s, h, best, slack, wait) {
 			return h
@@ -584,7 +580,7 @@ func settle(s *scratch, slack, wait float64) int {
 
 // pickBest is the view index of the least cmp among the eligible (the
 // first in rendezvous order on equal costs). At least one is eligible.
-func pickBest(s *scratch) int {
+func pickBest(s *Scratch) int {
 	best := -1
 	for _, sc := range s.scores {
 		if c := &s.costs[sc.i]; c.eligible && (best < 0 || c.cmp < s.costs[best].cmp) {
@@ -602,22 +598,22 @@ const fleetTrust = 2
 type fleetModel struct{ base, rate float64 }
 
 // modelOf is v's prefill model, the defaults until learned.
-func modelOf(v *view) (base, rate float64) {
-	if v.rate <= 0 {
+func modelOf(v *View) (base, rate float64) {
+	if v.Rate <= 0 {
 		return backend.DefaultPrefillBase.Seconds(), backend.DefaultPrefillTokensPerSec
 	}
-	return v.base, v.rate
+	return v.Base, v.Rate
 }
 
 // medianModel is the median base and rate over s.scores' views (s.fl is
 // scratch).
-func medianModel(bs []view, s *scratch) fleetModel {
+func medianModel(bs []View, s *Scratch) fleetModel {
 	return fleetModel{base: s.medianOf(bs, 0), rate: s.medianOf(bs, 1)}
 }
 
 // medianOf is the median of the prefill model's term k (0: base, 1:
 // rate) over s.scores' views.
-func (s *scratch) medianOf(bs []view, k int) float64 {
+func (s *Scratch) medianOf(bs []View, k int) float64 {
 	s.fl = s.fl[:0]
 	for _, sc := range s.scores {
 		base, rate := modelOf(&bs[sc.i])
@@ -637,7 +633,7 @@ func median(v []float64) float64 {
 
 // pick returns the view index of the least cmp among the eligible,
 // near-ties to the first in rendezvous order. At least one is eligible.
-func pick(s *scratch, slack, wait float64) int {
+func pick(s *Scratch, slack, wait float64) int {
 	best := pickBest(s)
 	for _, sc := range s.scores { // rendezvous order: the first within the limit
 		if s.costs[sc.i].eligible && within(s, sc.i, best, slack, wait) {
@@ -653,7 +649,7 @@ func pick(s *scratch, slack, wait float64) int {
 // than best would. The slack (coldTie requests of the miss) is for
 // what a partitioned cache saves later, and must not buy a wait now of
 // up to that many prefills at home.
-func within(s *scratch, i, best int, slack, wait float64) bool {
+func within(s *Scratch, i, best int, slack, wait float64) bool {
 	c, b := &s.costs[i], &s.costs[best]
 	return c.cmp <= b.cmp+max(tieRel*b.cmp, tieAbs, slack) && c.queue <= b.queue+wait
 }
@@ -663,11 +659,12 @@ func within(s *scratch, i, best int, slack, wait float64) bool {
 // opening).
 const bodyHashBytes = 512
 
-// decideBodyHash is the body_hash policy: the routable backends in
+// DecideBodyHash is the body_hash policy: the routable backends in
 // rendezvous order of the hash of the body's first 512 bytes; the first
 // serves, no load term. Candidates: the next ones in that order. total is
-// the request's blocks (for the route receipt).
-func decideBodyHash(p policy, bs []view, body []byte, total int, s *scratch) Decision {
+// the request's blocks (for the route receipt). Loop only: s is the
+// calling loop's.
+func DecideBodyHash(p Config, bs []View, body []byte, total int, s *Scratch) Decision {
 	return decideBodyHashKey(p, bs, bodyKey(body), total, s)
 }
 
@@ -681,12 +678,12 @@ func bodyKey(body []byte) uint64 {
 	return mix64(h)
 }
 
-func decideBodyHashKey(p policy, bs []view, key uint64, total int, s *scratch) Decision {
+func decideBodyHashKey(p Config, bs []View, key uint64, total int, s *Scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: total}
 	s.scores = s.scores[:0]
 	for i := range bs {
-		if bs[i].routable {
-			s.scores = append(s.scores, scored{score: mix64(key ^ bs[i].urlHash), i: i})
+		if bs[i].Routable {
+			s.scores = append(s.scores, scored{score: mix64(key ^ bs[i].URLHash), i: i})
 		}
 	}
 	if len(s.scores) == 0 {
@@ -694,205 +691,11 @@ func decideBodyHashKey(p policy, bs []view, key uint64, total int, s *scratch) D
 	}
 	sortScores(s.scores, bs)
 	target := s.scores[0].i
-	d.Backend, d.URL, d.Reason = bs[target].id, bs[target].url, ReasonBodyHash
-	n := min(p.maxCandidates, len(s.scores))
+	d.Backend, d.URL, d.Reason = bs[target].ID, bs[target].URL, ReasonBodyHash
+	n := min(p.MaxCandidates, len(s.scores))
 	d.Candidates = make([]int, 0, n)
 	for _, sc := range s.scores[:n] {
-		d.Candidates = append(d.Candidates, bs[sc.i].id)
+		d.Candidates = append(d.Candidates, bs[sc.i].ID)
 	}
 	return d
-}
-
-// checkCostConfig validates the prefix policy's fields of c.
-func checkCostConfig(c Config) []error {
-	var errs []error
-	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("shard: Concurrency must be at least 1, got %d", c.Concurrency))
-	}
-	if c.QueueWait <= 0 {
-		errs = append(errs, fmt.Errorf("shard: QueueWait must be positive, got %v", c.QueueWait))
-	}
-	if !(c.LoadSlack >= 0) || math.IsInf(c.LoadSlack, 0) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("shard: LoadSlack must be a finite number of at least 0, got %g", c.LoadSlack))
-	}
-	if c.LoadTokens < 0 {
-		errs = append(errs, fmt.Errorf("shard: LoadTokens must not be negative, got %d", c.LoadTokens))
-	}
-	if c.KVTokens < 0 {
-		errs = append(errs, fmt.Errorf("shard: KVTokens must not be negative (0 = unknown), got %d", c.KVTokens))
-	}
-	if c.FootprintWindow <= 0 {
-		errs = append(errs, fmt.Errorf("shard: FootprintWindow must be positive, got %v", c.FootprintWindow))
-	}
-	if c.Footprints <= 0 {
-		errs = append(errs, fmt.Errorf("shard: Footprints must be positive, got %d", c.Footprints))
-	}
-	if c.Sessions <= 0 {
-		errs = append(errs, fmt.Errorf("shard: Sessions must be positive, got %d", c.Sessions))
-	}
-	if c.SessionTTL <= 0 {
-		errs = append(errs, fmt.Errorf("shard: SessionTTL must be positive, got %v", c.SessionTTL))
-	}
-	return errs
-}
-
-// costInputs reads b's prefix-policy inputs into v, once per decision.
-func costInputs(v *view, b *backend.Backend) {
-	m := b.Prefill()
-	v.base, v.rate = m.Base.Seconds(), m.TokensPerSec
-	peer := b.PeerLoad() // the cluster's load, as the in-flight count (liveState)
-	v.pending = b.PendingPrefill() + peer.Prefill
-	v.queueOff = 1 - b.QueueFactor()
-	v.foot, v.pinned = max(b.Footprint(), peer.Footprint), max(b.Pinned(), peer.Pinned)
-	v.slots, v.service = b.Slots(), b.Service().Seconds()
-	if e, ok := b.Engine(); ok {
-		v.engine, v.waiting, v.running, v.kvUsage, v.kvCap = true, e.Waiting, e.Running, e.KVUsage, e.KVTokens
-	}
-}
-
-// sessionOf is req's Config.SessionHeader value, copied (the request's
-// buffers are reused); "" if the header is off or absent.
-func (r *Router) sessionOf(req *reactor.Request) string {
-	if r.cfg.SessionHeader == "" || r.pol.kind != kindPrefix {
-		return ""
-	}
-	return strings.Clone(req.HeaderValue(r.cfg.SessionHeader))
-}
-
-// decideWith decides j on sh's loop with sh's views and scratch: body_hash
-// with the body, the others through decide, the prefix policy with the
-// session's pin. A session is (re)pinned to the backend decided. The
-// session table is the deciding shard's (the keys' owner, or the loop
-// deciding without the tree): the requests of a conversation share their
-// first block, so they meet on one shard; one that does not is pinned
-// separately on each shard it meets, each bounded. Loop only.
-func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) Decision {
-	r := j.r
-	if r.pol.kind == kindBodyHash {
-		return decideBodyHash(*r.tuned.Load(), sh.views, j.body(), len(j.keys), &sh.sc)
-	}
-	sess := j.session != "" && sh.sess != nil
-	now := r.now()
-	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, j.explain != nil, -1
-	if hits != nil || useTree {
-		sh.sc.home = sh.foot.scan(j.keys, sh.views, now)
-	}
-	if sess {
-		if id, ok := sh.sess.lookup(j.session, now); ok {
-			sh.sc.pin = id
-		}
-	}
-	d := decide(*r.tuned.Load(), sh.views, hits, j.keys, useTree, &sh.sc)
-	sh.sc.pin, sh.sc.explain, sh.sc.home = -1, false, -1
-	if sess && d.Backend >= 0 && j.explain == nil {
-		sh.sess.insert(j.session, d.Backend, now)
-	}
-	return d
-}
-
-// body is the request's body (Explain's when explaining).
-func (j *job) body() []byte {
-	if j.req != nil {
-		return j.req.Body
-	}
-	return j.rawBody
-}
-
-// appendReceipt appends the prefix policy's winner and runner-up, by
-// name, with their estimates to an X-Saltus-Route value: " backend-2=35ms
-// backend-5=410ms" (one decimal below 10 ms). Nothing for the other
-// policies.
-func appendReceipt(dst []byte, d Decision, snap []*backend.Backend) []byte {
-	if d.EstMS <= 0 {
-		return dst
-	}
-	dst = appendCost(dst, d.Backend, d.EstMS, snap)
-	if d.RunnerUp >= 0 {
-		dst = appendCost(dst, d.RunnerUp, d.RunnerUpMS, snap)
-	}
-	return dst
-}
-
-func appendCost(dst []byte, id int, ms float64, snap []*backend.Backend) []byte {
-	dst = append(dst, ' ')
-	if i := indexOfBackend(snap, id); i >= 0 && snap[i].Name != "" {
-		dst = append(dst, snap[i].Name...)
-	} else {
-		dst = strconv.AppendInt(dst, int64(id), 10)
-	}
-	dst = append(dst, '=')
-	prec := 0
-	if ms < 10 {
-		prec = 1
-	}
-	dst = strconv.AppendFloat(dst, ms, 'f', prec, 64)
-	return append(dst, "ms"...)
-}
-
-// pendingPrefill is a forwarded streamed request's share of its backend's
-// PendingPrefill (a non-streamed answer's head comes only when its
-// generation ends, so its first byte says nothing of its prefill: it is
-// neither counted pending nor a sample of the fit; its load shows in the
-// in-flight count): the predicted uncached tokens, added when it is sent
-// (add), removed at its first event (release, from Hooks.FirstData: a
-// stream's head comes before its prefill) or at
-// its end without one (done, from Hooks.Done: a failure, a refusal, a
-// timeout), whichever comes first; FirstByte and Done run in order on
-// one goroutine. The prefill model learns from one kind of sample: a 2xx
-// answered by the backend predicted, first try, sent when no prefill was
-// pending ahead of it there (its TTFB is then its own prefill, not a
-// queue's: a fit on queued samples learns a slow rate, which makes every
-// backend look queueing); job.feedback feeds it (clean), with the
-// engine's own uncached count when the answer's usage has one.
-type pendingPrefill struct {
-	b      *backend.Backend // nil: nothing added, or released
-	tokens int64            // the request's predicted uncached tokens
-	ahead  int64            // b's pending prefill when it was sent
-	held   bool             // tokens are still in b's PendingPrefill
-	// slot: b had a free running slot when it was sent (its learned
-	// limit above its in-flight count, or no limit learned). Only such
-	// requests teach the queue factor (queued): one that waited for a
-	// slot waited for an answer to end, which slot(b) prices; at
-	// saturation that wait grows with the prefill pending, and the factor
-	// learned from it counted the wait twice (Mooncake ×16:
-	// docs/BENCHMARKS.md).
-	slot bool
-}
-
-func (p *pendingPrefill) add(d Decision, snap []*backend.Backend, blockSize int) {
-	i := indexOfBackend(snap, d.Backend)
-	if i < 0 {
-		return
-	}
-	p.b = snap[i]
-	p.tokens = int64((d.TotalBlocks - d.MatchedBlocks) * blockSize)
-	p.ahead = max(p.b.PendingPrefill(), 0)
-	n := p.b.Slots()
-	p.slot = n <= 0 || p.b.InFlight() < n
-	if p.tokens > 0 {
-		p.b.AddPendingPrefill(p.tokens)
-		p.held = true
-	}
-}
-
-func (p *pendingPrefill) release() {
-	if p.held {
-		p.b.AddPendingPrefill(-p.tokens)
-		p.held = false
-	}
-}
-
-func (p *pendingPrefill) done(o backend.Outcome) { p.release() }
-
-// queued reports whether o is a sample the queue factor may learn from
-// (backend.ObserveQueued): as clean, but sent with prefill pending ahead.
-func (p *pendingPrefill) queued(o backend.Outcome) bool {
-	return p.b != nil && p.ahead > 0 && p.slot && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
-}
-
-// clean reports whether o is a sample the prefill model may learn from
-// (see pendingPrefill); job.feedback feeds it, with the engine's own
-// uncached count when the answer's usage has one.
-func (p *pendingPrefill) clean(o backend.Outcome) bool {
-	return p.b != nil && p.ahead == 0 && o.Backend == p.b && o.Retries == 0 && o.Status >= 200 && o.Status < 300 && o.FirstData > 0
 }

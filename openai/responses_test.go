@@ -1,4 +1,4 @@
-package shard
+package openai
 
 import (
 	"fmt"
@@ -25,14 +25,14 @@ func TestDecodeResponses(t *testing.T) {
 	t.Parallel()
 	f := func(body, want string) {
 		t.Helper()
-		var d request
-		if e := decode(&d, kindResponses, []byte(body)); e != nil {
+		var d Request
+		if e := Decode(&d, KindResponses, []byte(body)); e != nil {
 			t.Fatalf("%s: %v", body, e)
 		}
-		if got := msgsString(d.msgs); got != want {
+		if got := msgsString(d.Messages); got != want {
 			t.Fatalf("%s:\ngot\n%swant\n%s", body, got, want)
 		}
-		if !d.opt.AddGenerationPrompt {
+		if !d.Options.AddGenerationPrompt {
 			t.Fatalf("%s: no generation prompt", body)
 		}
 	}
@@ -72,8 +72,8 @@ func TestDecodeResponses(t *testing.T) {
 	f(`{"model":"m","input":[{"type":"item_reference","id":"x"},{"role":"user","content":"u"}]}`, "user:u\n")
 	f(`{"model":"m","input":[]}`, "")
 
-	var d request
-	if e := decode(&d, kindResponses, []byte(`{"model":"m","input":"x","previous_response_id":"resp_1","stream":true}`)); e != nil || d.prevID != "resp_1" || !d.stream {
+	var d Request
+	if e := Decode(&d, KindResponses, []byte(`{"model":"m","input":"x","previous_response_id":"resp_1","stream":true}`)); e != nil || d.PreviousResponseID != "resp_1" || !d.Stream {
 		t.Fatalf("previous_response_id: %+v %v", d, e)
 	}
 }
@@ -82,13 +82,13 @@ func TestDecodeResponsesErrors(t *testing.T) {
 	t.Parallel()
 	f := func(body, param, msg string) {
 		t.Helper()
-		var d request
-		e := decode(&d, kindResponses, []byte(body))
+		var d Request
+		e := Decode(&d, KindResponses, []byte(body))
 		if e == nil {
 			t.Fatalf("%s: decoded", body)
 		}
-		if e.status != 400 || e.param != param || !strings.Contains(e.msg, msg) {
-			t.Fatalf("%s: got %d %q %q, want param %q, message with %q", body, e.status, e.param, e.msg, param, msg)
+		if e.Status != 400 || e.Param != param || !strings.Contains(e.Message, msg) {
+			t.Fatalf("%s: got %d %q %q, want param %q, message with %q", body, e.Status, e.Param, e.Message, param, msg)
 		}
 	}
 	f(`{"input":"x"}`, "model", "model: missing")
@@ -116,13 +116,13 @@ func TestResponsesRenderAsChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	render := func(k kind, body string) string {
+	render := func(k Kind, body string) string {
 		t.Helper()
-		var d request
-		if e := decode(&d, k, []byte(body)); e != nil {
+		var d Request
+		if e := Decode(&d, k, []byte(body)); e != nil {
 			t.Fatal(e)
 		}
-		segs, err := r.Render(nil, d.msgs, d.opt)
+		segs, err := r.Render(nil, d.Messages, d.Options)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +132,8 @@ func TestResponsesRenderAsChat(t *testing.T) {
 		}
 		return b.String()
 	}
-	resp := render(kindResponses, `{"model":"m","instructions":"sys","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}]}`)
-	ch := render(kindChat, `{"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"hi"}]}`)
+	resp := render(KindResponses, `{"model":"m","instructions":"sys","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}]}`)
+	ch := render(KindChat, `{"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"hi"}]}`)
 	if resp != ch || resp == "" {
 		t.Fatalf("responses %q, chat %q", resp, ch)
 	}
@@ -144,16 +144,16 @@ func FuzzDecodeResponses(f *testing.F) {
 	f.Add(`{"model":"m","instructions":"s","input":[{"role":"user","content":[{"type":"input_text","text":"x"}]},{"type":"function_call"},{"type":"reasoning","content":[{"text":"r"}]}]}`)
 	f.Add(`{"model":"m","input":[{"type":"function_call_output","output":[{"type":"refusal","refusal":"no"}]}],"previous_response_id":"r"}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		var d request
-		if e := decode(&d, kindResponses, []byte(body)); e != nil {
-			if e.status != 400 || e.msg == "" {
+		var d Request
+		if e := Decode(&d, KindResponses, []byte(body)); e != nil {
+			if e.Status != 400 || e.Message == "" {
 				t.Fatalf("bad error %+v", e)
 			}
 			return
 		}
-		for _, m := range d.msgs {
+		for _, m := range d.Messages {
 			if m.Role == "" {
-				t.Fatalf("empty role in %+v", d.msgs)
+				t.Fatalf("empty role in %+v", d.Messages)
 			}
 		}
 	})

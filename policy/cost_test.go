@@ -1,4 +1,4 @@
-package shard
+package policy
 
 import (
 	"math"
@@ -6,17 +6,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
 // costPolicy is prefix's, with the defaults' knobs.
-var costPolicy = policy{kind: kindPrefix, loadFactor: 2, loadFloor: 4, maxCandidates: 3,
-	blockSize: 16, concurrency: 256, queueWait: 0.2, loadTokens: 500, loadSlack: 0.5}
+var costPolicy = Config{Kind: Prefix, LoadFactor: 2, LoadFloor: 4, MaxCandidates: 3,
+	BlockSize: 16, Concurrency: 256, QueueWait: 0.2, LoadTokens: 500, LoadSlack: 0.5}
 
-func newScratch() scratch { return scratch{pin: -1, home: -1} }
+func newScratch() Scratch { return Scratch{Pin: -1, Home: -1} }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
@@ -37,18 +36,18 @@ func TestCostEstimateTerms(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(3)
 	for i := range bs {
-		bs[i].base, bs[i].rate = 0.010, 1000
+		bs[i].Base, bs[i].Rate = 0.010, 1000
 	}
-	bs[0].pending = 500 // 0.5 s of prefill ahead
-	bs[1].inFlight = 4  // 2 above concurrency 2
-	bs[2].engine, bs[2].waiting, bs[2].kvUsage = true, 3, 0.5
+	bs[0].Pending = 500 // 0.5 s of prefill ahead
+	bs[1].InFlight = 4  // 2 above concurrency 2
+	bs[2].Engine, bs[2].Waiting, bs[2].KVUsage = true, 3, 0.5
 	p := costPolicy
-	p.concurrency = 2
+	p.Concurrency = 2
 	keys := randKeys(rand.New(rand.NewPCG(1, 1)), 10)
 	hits := []tree.Hit{{Backend: 0, Blocks: 4}, {Backend: 1, Blocks: 20}} // 20 is capped at 10
 	s := newScratch()
-	s.explain = true
-	d := decide(p, bs, hits, keys, true, &s)
+	s.Explain = true
+	d := Decide(p, bs, hits, keys, true, &s)
 	full := 10 * 16 / 1000.0 // a fully uncached request: 0.16 s
 	r0, r1, r2 := rowOf(t, d, 0), rowOf(t, d, 1), rowOf(t, d, 2)
 	if r0.Held != 4 || !near(r0.PrefillMS, 96) || !near(r0.QueueMS, 500) || !near(r0.EstMS, 606) || !r0.Queueing {
@@ -62,11 +61,11 @@ func TestCostEstimateTerms(t *testing.T) {
 	}
 	// An engine that prefills side by side (queue factor 0) keeps none of
 	// this request waiting for the prefill of those waiting there.
-	bs[2].queueOff = 1
-	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 2); !near(r.QueueMS, 0) {
+	bs[2].QueueOff = 1
+	if r := rowOf(t, Decide(p, bs, hits, keys, true, &s), 2); !near(r.QueueMS, 0) {
 		t.Errorf("waiting, queue factor 0: %+v", r)
 	}
-	bs[2].queueOff = 0
+	bs[2].QueueOff = 0
 	// All holders queue: the holders and one newcomer (2, the only one)
 	// compete on cost = est + load + evict. 1's four requests in flight
 	// cost 4 × (500 tokens / 1000 tokens/s) = 2 s of load: 0 wins on its
@@ -83,27 +82,27 @@ func TestCostEstimateTerms(t *testing.T) {
 	// The KV cache nearly full, one request waiting (170 ms, under
 	// QueueWait): priced, but an engine kept waiting for KV room does not
 	// queue by itself (slotBound)...
-	bs[2].waiting, bs[2].kvUsage = 1, 0.99
-	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 2); r.Queueing || !near(r.QueueMS, 10+full*1e3) {
+	bs[2].Waiting, bs[2].KVUsage = 1, 0.99
+	if r := rowOf(t, Decide(p, bs, hits, keys, true, &s), 2); r.Queueing || !near(r.QueueMS, 10+full*1e3) {
 		t.Errorf("kv full: %+v", r)
 	}
 	// ...while one whose slot limit is learned does: that request waits
 	// for a slot.
-	bs[2].slots = 4
-	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 2); !r.Queueing || r.Slots != 4 {
+	bs[2].Slots = 4
+	if r := rowOf(t, Decide(p, bs, hits, keys, true, &s), 2); !r.Queueing || r.Slots != 4 {
 		t.Errorf("waiting for a slot: %+v", r)
 	}
-	bs[2].slots = 0
+	bs[2].Slots = 0
 	// No learned model: the defaults, kept within 2× of the fleet's
 	// median model (base 10 ms, 1000 tokens/s): 20 ms and 2000 tokens/s.
 	bs[2] = viewFleet(3)[2]
-	d = decide(p, bs, hits, keys, true, &s)
+	d = Decide(p, bs, hits, keys, true, &s)
 	if r := rowOf(t, d, 2); !near(r.BaseMS, 20) || !near(r.PrefillMS, 80) || r.Queueing {
 		t.Errorf("defaults against a learned fleet: %+v", r)
 	}
 	// A whole fleet without a model: the defaults as they are.
 	fresh := viewFleet(3)
-	d = decide(p, fresh, nil, keys, true, &s)
+	d = Decide(p, fresh, nil, keys, true, &s)
 	want := backend.DefaultPrefillBase.Seconds()*1e3 + 160/float64(backend.DefaultPrefillTokensPerSec)*1e3
 	if r := rowOf(t, d, 2); !near(r.EstMS, want) || r.Queueing {
 		t.Errorf("defaults: %+v, want est %v", r, want)
@@ -117,16 +116,16 @@ func TestCostKVWait(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(2)
 	for i := range bs {
-		bs[i].base, bs[i].rate, bs[i].service = 0.010, 1000, 4
-		bs[i].engine, bs[i].kvCap, bs[i].running = true, 16000, 4
+		bs[i].Base, bs[i].Rate, bs[i].Service = 0.010, 1000, 4
+		bs[i].Engine, bs[i].KVCap, bs[i].Running = true, 16000, 4
 	}
-	bs[0].kvUsage = 0.95 // 15,200 pinned: 3,800 per running request
-	bs[1].kvUsage = 0.25 // 4,000 pinned: room for 12,000
+	bs[0].KVUsage = 0.95 // 15,200 pinned: 3,800 per running request
+	bs[1].KVUsage = 0.25 // 4,000 pinned: room for 12,000
 	p := costPolicy
 	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 250) // 4,000 tokens
 	s := newScratch()
-	s.explain = true
-	d := decide(p, bs, nil, keys, true, &s)
+	s.Explain = true
+	d := Decide(p, bs, nil, keys, true, &s)
 	// 0: 15,200 + 4,000 − 16,000 = 3,200 over, one request's 3,800 frees
 	// it: one end, 4 s / 4 = 1 s.
 	if r := rowOf(t, d, 0); !near(r.KVWait, 1000) || !r.Queueing {
@@ -139,49 +138,49 @@ func TestCostKVWait(t *testing.T) {
 		t.Errorf("a cold prefix went to %d, whose cache is pinned full", d.Backend)
 	}
 	// More over than the running requests pin: at most one whole service.
-	bs[0].kvUsage = 1
-	if r := rowOf(t, decide(p, bs, nil, randKeys(rand.New(rand.NewPCG(3, 3)), 2000), true, &s), 0); !near(r.KVWait, 4000) {
+	bs[0].KVUsage = 1
+	if r := rowOf(t, Decide(p, bs, nil, randKeys(rand.New(rand.NewPCG(3, 3)), 2000), true, &s), 0); !near(r.KVWait, 4000) {
 		t.Errorf("kv over capacity: %+v", r)
 	}
 	// A holder of the whole prompt needs room for all of it when none of
 	// its group's requests runs there (its blocks are cached, not pinned)...
-	bs[0].kvUsage = 0.95
+	bs[0].KVUsage = 0.95
 	hits := []tree.Hit{{Backend: 0, Blocks: 250}}
-	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
+	if r := rowOf(t, Decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
 		t.Errorf("hit, nothing of its group running: %+v", r)
 	}
 	// A newcomer with room takes it, though the holder's priced wait (1 s)
 	// is less than the newcomer's miss (4 s): the wait is not trusted.
-	if d := decide(p, bs, hits, keys, true, &s); d.Backend != 1 || !d.Diverted {
+	if d := Decide(p, bs, hits, keys, true, &s); d.Backend != 1 || !d.Diverted {
 		t.Errorf("holder waiting for room kept the request: %+v", d)
 	}
 	// ...and none when one does, which pins them.
-	bs[0].shared = true
-	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); r.KVWait != 0 {
+	bs[0].Shared = true
+	if r := rowOf(t, Decide(p, bs, hits, keys, true, &s), 0); r.KVWait != 0 {
 		t.Errorf("hit beside its group: %+v", r)
 	}
 	// ...unless a request waits there (priced as this one, uncached):
 	// first come, first served, the hit waits behind it for its room.
-	bs[0].waiting = 1
-	if r := rowOf(t, decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
+	bs[0].Waiting = 1
+	if r := rowOf(t, Decide(p, bs, hits, keys, true, &s), 0); !near(r.KVWait, 1000) {
 		t.Errorf("hit behind a waiting request: %+v", r)
 	}
-	bs[0].waiting, bs[0].shared = 0, false
+	bs[0].Waiting, bs[0].Shared = 0, false
 	// Not scraped, capacity unknown: nothing known, nothing priced.
-	bs[0].engine, bs[0].kvCap = false, 0
-	bs[0].pinned, bs[0].inFlight = 15200, 4
-	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); r.KVWait != 0 {
+	bs[0].Engine, bs[0].KVCap = false, 0
+	bs[0].Pinned, bs[0].InFlight = 15200, 4
+	if r := rowOf(t, Decide(p, bs, nil, keys, true, &s), 0); r.KVWait != 0 {
 		t.Errorf("capacity unknown: %+v", r)
 	}
 	// Not scraped, capacity configured: the router's own account of what
 	// its requests in flight pin prices it as the scrape did.
-	p.kvTokens = 16000
-	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); !near(r.KVWait, 1000) || !r.Queueing {
+	p.KVTokens = 16000
+	if r := rowOf(t, Decide(p, bs, nil, keys, true, &s), 0); !near(r.KVWait, 1000) || !r.Queueing {
 		t.Errorf("own account: %+v", r)
 	}
 	// Scraped, the own account wins when larger (sent since the scrape).
-	bs[0].engine, bs[0].kvCap, bs[0].kvUsage = true, 16000, 0.25
-	if r := rowOf(t, decide(p, bs, nil, keys, true, &s), 0); !near(r.KVWait, 1000) {
+	bs[0].Engine, bs[0].KVCap, bs[0].KVUsage = true, 16000, 0.25
+	if r := rowOf(t, Decide(p, bs, nil, keys, true, &s), 0); !near(r.KVWait, 1000) {
 		t.Errorf("own account over a stale scrape: %+v", r)
 	}
 }
@@ -196,16 +195,16 @@ func TestCostRoomOnlyBounded(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(2)
 	for i := range bs {
-		bs[i].base, bs[i].rate, bs[i].service = 0.010, 1000, 2
-		bs[i].engine, bs[i].kvCap, bs[i].running, bs[i].slots = true, 16000, 5, 5
+		bs[i].Base, bs[i].Rate, bs[i].Service = 0.010, 1000, 2
+		bs[i].Engine, bs[i].KVCap, bs[i].Running, bs[i].Slots = true, 16000, 5, 5
 	}
-	bs[0].kvUsage, bs[0].inFlight = 0.95, 5                    // slots full, no queue; a wait for room of 0.8 s
-	bs[1].kvUsage, bs[1].inFlight, bs[1].waiting = 0.1, 30, 25 // room, but 25 queued for its slots
+	bs[0].KVUsage, bs[0].InFlight = 0.95, 5                    // slots full, no queue; a wait for room of 0.8 s
+	bs[1].KVUsage, bs[1].InFlight, bs[1].Waiting = 0.1, 30, 25 // room, but 25 queued for its slots
 	keys := randKeys(rand.New(rand.NewPCG(4, 4)), 250)         // 4,000 tokens
 	hits := []tree.Hit{{Backend: 0, Blocks: 10}, {Backend: 1, Blocks: 10}}
 	s := newScratch()
-	s.explain = true
-	d := decide(costPolicy, bs, hits, keys, true, &s)
+	s.Explain = true
+	d := Decide(costPolicy, bs, hits, keys, true, &s)
 	if r := rowOf(t, d, 0); !near(r.KVWait, 800) {
 		t.Fatalf("setup: backend 0 should wait 0.8 s for room: %+v", r)
 	}
@@ -214,8 +213,8 @@ func TestCostRoomOnlyBounded(t *testing.T) {
 	}
 	// With the queue gone, room wins again, though its miss costs more
 	// than the priced wait.
-	bs[1].inFlight, bs[1].waiting = 2, 0
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
+	bs[1].InFlight, bs[1].Waiting = 2, 0
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
 		t.Errorf("went to %d, which waits for room, over a backend with room and a free slot", d.Backend)
 	}
 }
@@ -226,17 +225,17 @@ func TestCostNotQueueingNeverSkipped(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(4)
 	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 2) // 32 tokens: a miss costs 4 ms
-	bs[3].pending = 1500                             // 187 ms queued: not queueing (QueueWait 200 ms)
+	bs[3].Pending = 1500                             // 187 ms queued: not queueing (QueueWait 200 ms)
 	hits := []tree.Hit{{Backend: 3, Blocks: 2}, {Backend: 1, Blocks: 1}}
 	s := newScratch()
-	d := decide(costPolicy, bs, hits, keys, true, &s)
+	d := Decide(costPolicy, bs, hits, keys, true, &s)
 	if d.Backend != 3 || d.Reason != ReasonTree || d.MatchedBlocks != 2 || d.Diverted {
 		t.Fatalf("decision %+v", d)
 	}
 	// Over QueueWait, 3 queues; 1 holds the next most and does not:
 	// 1 is the least holder that may serve, and it does.
-	bs[3].pending = 1700
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.MatchedBlocks != 1 || !d.Diverted || d.Preferred != 3 {
+	bs[3].Pending = 1700
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.MatchedBlocks != 1 || !d.Diverted || d.Preferred != 3 {
 		t.Fatalf("queueing deep holder: %+v", d)
 	}
 }
@@ -254,20 +253,20 @@ func TestCostNearTieRendezvous(t *testing.T) {
 			hits = append(hits, tree.Hit{Backend: i, Blocks: 8})
 		}
 		s := newScratch()
-		first := decide(costPolicy, bs, hits, keys, true, &s).Backend
+		first := Decide(costPolicy, bs, hits, keys, true, &s).Backend
 		// Replica B sees up to 1 ms more pending on each backend (within
 		// the 2 ms tolerance), different per backend.
 		for i := range bs {
-			bs[i].pending = int64(r.IntN(8))
+			bs[i].Pending = int64(r.IntN(8))
 		}
-		if got := decide(costPolicy, bs, hits, keys, true, &s).Backend; got != first {
+		if got := Decide(costPolicy, bs, hits, keys, true, &s).Backend; got != first {
 			t.Fatalf("replicas disagree: %d and %d", first, got)
 		}
 		// The tie's winner is the first in rendezvous order; every
 		// backend holds the whole request, so the order comes from its
-		// last rendezvousBlocks blocks (sharedDepth).
-		if sc := rendezvous(nil, bs, keys[len(keys)-rendezvousBlocks:]); bs[sc[0].i].id != first {
-			t.Fatalf("tie went to %d, rendezvous first is %d", first, bs[sc[0].i].id)
+		// last RendezvousBlocks blocks (sharedDepth).
+		if sc := rendezvous(nil, bs, keys[len(keys)-RendezvousBlocks:]); bs[sc[0].i].ID != first {
+			t.Fatalf("tie went to %d, rendezvous first is %d", first, bs[sc[0].i].ID)
 		}
 	}
 }
@@ -283,8 +282,8 @@ func TestCostReplicationOrderStable(t *testing.T) {
 	added, removed := 0, 0
 	for range n {
 		keys := randKeys(r, 6)
-		before := decide(costPolicy, bs[:8], nil, keys, true, &s).Backend
-		after := decide(costPolicy, bs, nil, keys, true, &s).Backend
+		before := Decide(costPolicy, bs[:8], nil, keys, true, &s).Backend
+		after := Decide(costPolicy, bs, nil, keys, true, &s).Backend
 		if before != after {
 			added++
 			if after != 8 {
@@ -292,8 +291,8 @@ func TestCostReplicationOrderStable(t *testing.T) {
 			}
 		}
 		less := slices.Clone(bs[:8])
-		less[2].routable = false
-		if got := decide(costPolicy, less, nil, keys, true, &s).Backend; got != before {
+		less[2].Routable = false
+		if got := Decide(costPolicy, less, nil, keys, true, &s).Backend; got != before {
 			removed++
 			if before != 2 {
 				t.Fatalf("removing 2 moved a prefix of %d", before)
@@ -318,34 +317,34 @@ func TestCostHotPrefixSpreadsInOrder(t *testing.T) {
 	order := rendezvous(nil, bs, keys)
 	h1 := order[0].i
 	next := order[1].i
-	hits := []tree.Hit{{Backend: bs[h1].id, Blocks: 40}}
+	hits := []tree.Hit{{Backend: bs[h1].ID, Blocks: 40}}
 	// next carries some load, not enough to queue; the others are idle.
-	bs[next].pending = 200 // 25 ms
+	bs[next].Pending = 200 // 25 ms
 	s := newScratch()
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h1].id {
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h1].ID {
 		t.Fatalf("an idle holder lost: %+v", d)
 	}
-	bs[h1].pending = 4000 // 500 ms: queueing
-	d := decide(costPolicy, bs, hits, keys, true, &s)
-	if d.Backend != bs[next].id || d.Reason != ReasonHash || !d.Diverted || d.Preferred != bs[h1].id {
-		t.Fatalf("hot prefix went to %+v, want the next in order %d", d, bs[next].id)
+	bs[h1].Pending = 4000 // 500 ms: queueing
+	d := Decide(costPolicy, bs, hits, keys, true, &s)
+	if d.Backend != bs[next].ID || d.Reason != ReasonHash || !d.Diverted || d.Preferred != bs[h1].ID {
+		t.Fatalf("hot prefix went to %+v, want the next in order %d", d, bs[next].ID)
 	}
 	// Now two holders, one not queueing: no third is added.
-	hits = append(hits, tree.Hit{Backend: bs[next].id, Blocks: 40})
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[next].id || d.Reason != ReasonTree {
+	hits = append(hits, tree.Hit{Backend: bs[next].ID, Blocks: 40})
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[next].ID || d.Reason != ReasonTree {
 		t.Fatalf("second holder: %+v", d)
 	}
 	// Both queue: the third in order joins, and requests go by cost.
-	bs[next].pending = 4000
+	bs[next].Pending = 4000
 	third := order[2].i
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[third].id {
-		t.Fatalf("both holders queue: %+v, want %d", d, bs[third].id)
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[third].ID {
+		t.Fatalf("both holders queue: %+v, want %d", d, bs[third].ID)
 	}
 	// A queueing holder cheaper than the newcomer's queue and miss keeps
 	// the request: 212 ms against 187 + 80 ms.
-	bs[h1].pending = 1700
-	bs[third].pending = 1500
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h1].id {
+	bs[h1].Pending = 1700
+	bs[third].Pending = 1500
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != bs[h1].ID {
 		t.Fatalf("cheaper queueing holder: %+v", d)
 	}
 }
@@ -358,33 +357,33 @@ func TestCostColdSkipsQueueing(t *testing.T) {
 	keys := randKeys(rand.New(rand.NewPCG(6, 6)), 4)
 	order := rendezvous(nil, bs, keys)
 	s := newScratch()
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].id || d.Reason != ReasonHash {
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].ID || d.Reason != ReasonHash {
 		t.Fatalf("cold: %+v", d)
 	}
-	bs[order[0].i].pending = 4000
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[1].i].id {
+	bs[order[0].i].Pending = 4000
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[1].i].ID {
 		t.Fatalf("cold, first queueing: %+v", d)
 	}
 	for i := range bs {
-		bs[i].pending = int64(4000 + 1000*i)
+		bs[i].Pending = int64(4000 + 1000*i)
 	}
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != 0 {
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != 0 {
 		t.Fatalf("all queueing: %+v, want the least (0)", d)
 	}
 	// Without the tree: the same choice, reason fallback.
-	if d := decide(costPolicy, bs, nil, keys, false, &s); d.Backend != 0 || d.Reason != ReasonFallback {
+	if d := Decide(costPolicy, bs, nil, keys, false, &s); d.Backend != 0 || d.Reason != ReasonFallback {
 		t.Fatalf("no tree: %+v", d)
 	}
 	// No keys: the least loaded.
-	bs[1].inFlight = -1
-	if d := decide(costPolicy, bs, nil, nil, false, &s); d.Backend != 1 || d.Reason != ReasonFallback {
+	bs[1].InFlight = -1
+	if d := Decide(costPolicy, bs, nil, nil, false, &s); d.Backend != 1 || d.Reason != ReasonFallback {
 		t.Fatalf("no keys: %+v", d)
 	}
 	// None routable.
 	for i := range bs {
-		bs[i].routable = false
+		bs[i].Routable = false
 	}
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != -1 || d.Candidates != nil {
 		t.Fatalf("none routable: %+v", d)
 	}
 }
@@ -399,35 +398,35 @@ func TestCostSlackBuysNoWait(t *testing.T) {
 	keys := randKeys(rand.New(rand.NewPCG(7, 7)), 4) // 64 tokens
 	order := rendezvous(nil, bs, keys)
 	for i := range bs {
-		bs[i].base, bs[i].rate = 0.010, 10000
-		bs[i].pending, bs[i].inFlight = 2000, 3 // queue 0.2 s: every one queues
+		bs[i].Base, bs[i].Rate = 0.010, 10000
+		bs[i].Pending, bs[i].InFlight = 2000, 3 // queue 0.2 s: every one queues
 	}
 	first := &bs[order[0].i]
-	first.inFlight = 0
+	first.InFlight = 0
 	s := newScratch()
-	s.explain = true
+	s.Explain = true
 	// first: queue 0.3 s, no load; cost 0.316 s, the others' 0.385
 	// (0.2 s of queue, 3 × 56.4 ms of load): first is the least.
-	first.pending = 3000
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != first.id {
+	first.Pending = 3000
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != first.ID {
 		t.Fatalf("first in order, least cost: %+v", d.Table)
 	}
 	// first: queue 0.5 s, cost 0.516 s, within the slack (4 × 564
 	// tokens = 0.226 s) of the others' 0.385, but 0.3 s more wait.
-	first.pending = 5000
-	d := decide(costPolicy, bs, nil, keys, true, &s)
-	if d.Backend != bs[order[1].i].id {
-		t.Fatalf("a wait bought by the slack: chose %d, want %d: %+v", d.Backend, bs[order[1].i].id, d.Table)
+	first.Pending = 5000
+	d := Decide(costPolicy, bs, nil, keys, true, &s)
+	if d.Backend != bs[order[1].i].ID {
+		t.Fatalf("a wait bought by the slack: chose %d, want %d: %+v", d.Backend, bs[order[1].i].ID, d.Table)
 	}
 	// Home is held to the same rule.
-	s.home = order[0].i
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[1].i].id {
+	s.Home = order[0].i
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[1].i].ID {
 		t.Fatalf("home bought a wait: %+v", d)
 	}
 	// 0.15 s more wait, and one request in flight: cost 0.422 s, within
 	// the slack of the others' 0.385, home wins.
-	first.pending, first.inFlight = 3500, 1
-	if d := decide(costPolicy, bs, nil, keys, true, &s); d.Backend != first.id {
+	first.Pending, first.InFlight = 3500, 1
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != first.ID {
 		t.Fatalf("home within the wait: %+v", d)
 	}
 }
@@ -438,69 +437,53 @@ func TestCostSessionPin(t *testing.T) {
 	keys := randKeys(rand.New(rand.NewPCG(7, 7)), 4)
 	hits := []tree.Hit{{Backend: 1, Blocks: 4}}
 	s := newScratch()
-	s.pin = 3
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || d.Reason != ReasonOverride || d.MatchedBlocks != 0 || d.Diverted {
+	s.Pin = 3
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || d.Reason != ReasonOverride || d.MatchedBlocks != 0 || d.Diverted {
 		t.Fatalf("pinned: %+v", d)
 	}
-	bs[3].pending = 4000 // queueing: the pin does not hold
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.Reason != ReasonTree {
+	bs[3].Pending = 4000 // queueing: the pin does not hold
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.Reason != ReasonTree {
 		t.Fatalf("pinned to a queueing backend: %+v", d)
 	}
-	bs[3].pending, bs[3].routable = 0, false
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
+	bs[3].Pending, bs[3].Routable = 0, false
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
 		t.Fatalf("pinned to an unroutable backend: %+v", d)
 	}
-	s.pin = 17 // gone
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
+	s.Pin = 17 // gone
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 {
 		t.Fatalf("pinned to a removed backend: %+v", d)
-	}
-}
-
-// The session table is respTable: bounded, oldest evicted.
-func TestSessionTableBounded(t *testing.T) {
-	t.Parallel()
-	st := newRespTable(2, int64(time.Hour))
-	st.insert("a", 1, 0)
-	st.insert("b", 2, 1)
-	st.insert("a", 3, 2) // re-pinned
-	st.insert("c", 0, 3) // evicts b (a's first slot is stale)
-	if id, ok := st.lookup("a", 4); !ok || id != 3 {
-		t.Fatalf("a: %d %v", id, ok)
-	}
-	if _, ok := st.lookup("b", 4); ok {
-		t.Fatal("b survived eviction")
 	}
 }
 
 func TestBodyHash(t *testing.T) {
 	t.Parallel()
 	p := costPolicy
-	p.kind = kindBodyHash
+	p.Kind = BodyHash
 	bs := viewFleet(8)
 	long := strings.Repeat("x", 600)
 	s := newScratch()
-	d := decideBodyHash(p, bs, []byte(long+"tail one"), 5, &s)
+	d := DecideBodyHash(p, bs, []byte(long+"tail one"), 5, &s)
 	if d.Reason != ReasonBodyHash || d.TotalBlocks != 5 || d.MatchedBlocks != 0 || len(d.Candidates) != 3 || d.Candidates[0] != d.Backend {
 		t.Fatalf("%+v", d)
 	}
 	// Only the first 512 bytes count; load does not.
-	bs[d.Backend].inFlight = 1000
+	bs[d.Backend].InFlight = 1000
 	s2 := newScratch()
-	if d2 := decideBodyHash(p, bs, []byte(long+"another tail"), 5, &s2); !slices.Equal(d2.Candidates, d.Candidates) {
+	if d2 := DecideBodyHash(p, bs, []byte(long+"another tail"), 5, &s2); !slices.Equal(d2.Candidates, d.Candidates) {
 		t.Fatalf("same 512 bytes, different order: %v %v", d2.Candidates, d.Candidates)
 	}
 	spread := map[int]int{}
 	for i := range 800 {
 		body := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("y", i%400) + `z"}]}`)
-		spread[decideBodyHash(p, bs, body, 1, &s).Backend]++
+		spread[DecideBodyHash(p, bs, body, 1, &s).Backend]++
 	}
 	for id, n := range spread {
 		if n < 50 || n > 150 || n%2 != 0 { // each body twice, on one backend
 			t.Fatalf("backend %d got %d of 800", id, n)
 		}
 	}
-	bs[d.Backend].routable = false
-	if d3 := decideBodyHash(p, bs, []byte(long), 5, &s); d3.Backend != d.Candidates[1] {
+	bs[d.Backend].Routable = false
+	if d3 := DecideBodyHash(p, bs, []byte(long), 5, &s); d3.Backend != d.Candidates[1] {
 		t.Fatalf("unroutable first: %+v, want %d", d3, d.Candidates[1])
 	}
 }
@@ -513,8 +496,8 @@ func TestRanvierEqualsOldPrefix(t *testing.T) {
 	for range 3000 {
 		bs := viewFleet(1 + r.IntN(8))
 		for i := range bs {
-			bs[i].inFlight = int64(r.IntN(12))
-			bs[i].routable = r.IntN(6) != 0
+			bs[i].InFlight = int64(r.IntN(12))
+			bs[i].Routable = r.IntN(6) != 0
 		}
 		keys := randKeys(r, r.IntN(6))
 		var hits []tree.Hit
@@ -522,8 +505,8 @@ func TestRanvierEqualsOldPrefix(t *testing.T) {
 			hits = append(hits, tree.Hit{Backend: r.IntN(10), Blocks: r.IntN(7)})
 		}
 		useTree := r.IntN(5) != 0
-		var s1, s2 scratch
-		got := decide(testPolicy, bs, hits, keys, useTree, &s1)
+		var s1, s2 Scratch
+		got := Decide(testPolicy, bs, hits, keys, useTree, &s1)
 		got.Candidates = slices.Clone(got.Candidates)
 		want := oldDecidePrefix(testPolicy, bs, hits, keys, useTree, &s2)
 		if got.Backend != want.Backend || got.Reason != want.Reason || got.MatchedBlocks != want.MatchedBlocks ||
@@ -534,97 +517,19 @@ func TestRanvierEqualsOldPrefix(t *testing.T) {
 	}
 }
 
-func TestRouteReceipt(t *testing.T) {
-	t.Parallel()
-	snap := []*backend.Backend{{ID: 0, Name: "backend-0"}, {ID: 2, Name: "gpu-a"}, {ID: 5}}
-	got := string(appendReceipt([]byte("12/14 tree"), Decision{Backend: 2, EstMS: 35.4, RunnerUp: 5, RunnerUpMS: 410}, snap))
-	if got != "12/14 tree gpu-a=35ms 5=410ms" {
-		t.Fatalf("receipt %q", got)
-	}
-	got = string(appendReceipt([]byte("0/3 hash"), Decision{Backend: 0, EstMS: 2.25, RunnerUp: -1}, snap))
-	if got != "0/3 hash backend-0=2.2ms" && got != "0/3 hash backend-0=2.3ms" {
-		t.Fatalf("receipt %q", got)
-	}
-	if got := string(appendReceipt([]byte("0/3 round_robin"), Decision{Backend: 0, RunnerUp: -1}, snap)); got != "0/3 round_robin" {
-		t.Fatalf("a baseline's receipt %q", got)
-	}
-}
-
-func TestPendingPrefillAccounting(t *testing.T) {
-	t.Parallel()
-	a, b := &backend.Backend{ID: 0}, &backend.Backend{ID: 1}
-	snap := []*backend.Backend{a, b}
-	d := Decision{Backend: 1, TotalBlocks: 10, MatchedBlocks: 4}
-	var p pendingPrefill
-	p.add(d, snap, 16)
-	if b.PendingPrefill() != 96 || a.PendingPrefill() != 0 {
-		t.Fatalf("added: %d %d", a.PendingPrefill(), b.PendingPrefill())
-	}
-	p.release()
-	p.done(backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond})
-	if b.PendingPrefill() != 0 {
-		t.Fatalf("released twice: %d", b.PendingPrefill())
-	}
-	// A failure before any first byte releases in done.
-	var q pendingPrefill
-	q.add(d, snap, 16)
-	q.done(backend.Outcome{Backend: b, Status: 502})
-	if b.PendingPrefill() != 0 {
-		t.Fatalf("failure: %d", b.PendingPrefill())
-	}
-	// A fully cached request adds nothing.
-	var z pendingPrefill
-	z.add(Decision{Backend: 0, TotalBlocks: 3, MatchedBlocks: 3}, snap, 16)
-	z.done(backend.Outcome{Backend: a, Status: 503})
-	if a.PendingPrefill() != 0 {
-		t.Fatalf("cached: %d", a.PendingPrefill())
-	}
-	// What Hooks.Done does with a clean sample and no usage in the answer
-	// (job.feedback): the predicted uncached count.
-	settle := func(p *pendingPrefill, o backend.Outcome) {
-		p.done(o)
-		if p.clean(o) {
-			o.Backend.ObserveTTFT(int(p.tokens), o.FirstData)
-		}
-	}
-	// Each 2xx first try feeds the prefill model: 20 samples fit it.
-	for i := range 24 {
-		var o pendingPrefill
-		o.add(Decision{Backend: 0, TotalBlocks: 4 + 8*i}, snap, 16)
-		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Millisecond, FirstData: time.Duration(10+i) * time.Millisecond})
-	}
-	if a.Prefill().Samples == 0 || a.PendingPrefill() != 0 {
-		t.Fatalf("not learned: %+v, pending %d", a.Prefill(), a.PendingPrefill())
-	}
-	// A request sent behind pending prefill is no sample: 8 of them
-	// would trigger a refit, and none happens.
-	before := a.Prefill()
-	var ahead pendingPrefill
-	ahead.add(Decision{Backend: 0, TotalBlocks: 100}, snap, 16)
-	for range 8 {
-		var o pendingPrefill
-		o.add(Decision{Backend: 0, TotalBlocks: 4}, snap, 16)
-		settle(&o, backend.Outcome{Backend: a, Status: 200, TTFB: time.Millisecond, FirstData: 5 * time.Second})
-	}
-	ahead.done(backend.Outcome{Backend: a, Status: 500})
-	if a.Prefill() != before || a.PendingPrefill() != 0 {
-		t.Fatalf("queued samples were learned: %+v, was %+v", a.Prefill(), before)
-	}
-}
-
 // oldDecidePrefix is shard/decide.go's decidePrefix as it was before
 // issue 11, verbatim but for the name: ranvier must equal it.
-func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTree bool, s *scratch) Decision {
+func oldDecidePrefix(p Config, bs []View, hits []tree.Hit, keys []uint64, useTree bool, s *Scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, TotalBlocks: len(keys)}
 	s.loads = s.loads[:0]
 	least := -1
 	for i := range bs {
-		if !bs[i].routable {
+		if !bs[i].Routable {
 			continue
 		}
-		s.loads = append(s.loads, bs[i].inFlight)
-		if least < 0 || bs[i].inFlight < bs[least].inFlight ||
-			(bs[i].inFlight == bs[least].inFlight && bs[i].id < bs[least].id) {
+		s.loads = append(s.loads, bs[i].InFlight)
+		if least < 0 || bs[i].InFlight < bs[least].InFlight ||
+			(bs[i].InFlight == bs[least].InFlight && bs[i].ID < bs[least].ID) {
 			least = i
 		}
 	}
@@ -635,12 +540,12 @@ func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTre
 	if useTree {
 		for _, h := range hits {
 			i := indexOf(bs, h.Backend)
-			if i < 0 || !bs[i].routable || h.Blocks <= 0 {
+			if i < 0 || !bs[i].Routable || h.Blocks <= 0 {
 				continue
 			}
 			if target < 0 || h.Blocks > matched ||
-				(h.Blocks == matched && (bs[i].inFlight < bs[target].inFlight ||
-					(bs[i].inFlight == bs[target].inFlight && bs[i].id < bs[target].id))) {
+				(h.Blocks == matched && (bs[i].InFlight < bs[target].InFlight ||
+					(bs[i].InFlight == bs[target].InFlight && bs[i].ID < bs[target].ID))) {
 				target, matched = i, h.Blocks
 			}
 		}
@@ -662,25 +567,25 @@ func oldDecidePrefix(p policy, bs []view, hits []tree.Hit, keys []uint64, useTre
 	if !useTree {
 		d.Reason = ReasonFallback
 	}
-	if bs[target].inFlight > loadBound(p, s.loads) && target != least {
-		d.Diverted, d.Preferred = true, bs[target].id
+	if bs[target].InFlight > loadBound(p, s.loads) && target != least {
+		d.Diverted, d.Preferred = true, bs[target].ID
 		target = least
 		matched = 0
 		for _, h := range hits {
-			if h.Backend == bs[target].id && useTree {
+			if h.Backend == bs[target].ID && useTree {
 				matched = h.Blocks
 			}
 		}
 	}
-	d.Backend, d.URL, d.MatchedBlocks = bs[target].id, bs[target].url, matched
-	n := min(p.maxCandidates, len(s.loads))
+	d.Backend, d.URL, d.MatchedBlocks = bs[target].ID, bs[target].URL, matched
+	n := min(p.MaxCandidates, len(s.loads))
 	d.Candidates = append(s.cands[:0], d.Backend)
 	for _, sc := range s.scores {
 		if len(d.Candidates) >= n {
 			break
 		}
 		if sc.i != target {
-			d.Candidates = append(d.Candidates, bs[sc.i].id)
+			d.Candidates = append(d.Candidates, bs[sc.i].ID)
 		}
 	}
 	d.Candidates = appendByLoad(d.Candidates, bs, n)
@@ -695,14 +600,14 @@ func TestCostBoundedLoad(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(4)
 	for i := range bs {
-		bs[i].inFlight = 2
+		bs[i].InFlight = 2
 	}
 	keys := randKeys(rand.New(rand.NewPCG(9, 9)), 8) // 128 tokens: a miss 16 ms
 	hits := []tree.Hit{{Backend: 3, Blocks: 8}}
 	s := newScratch()
-	s.explain = true
-	bs[3].inFlight = 4 // capacity ⌈1.5 × 11 / 4⌉ = 5: not queueing
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || rowOf(t, d, 3).Queueing {
+	s.Explain = true
+	bs[3].InFlight = 4 // capacity ⌈1.5 × 11 / 4⌉ = 5: not queueing
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 3 || rowOf(t, d, 3).Queueing {
 		t.Fatalf("below the capacity: %+v", d)
 	}
 	if got := loadCap(costPolicy, 10, 4); got != 5 {
@@ -711,8 +616,8 @@ func TestCostBoundedLoad(t *testing.T) {
 	if got := loadCap(costPolicy, 0, 8); got != 4 {
 		t.Fatalf("loadCap(0, 8) = %d, want the floor 4", got)
 	}
-	bs[3].inFlight = 10 // capacity ⌈1.5 × 17 / 4⌉ = 7: queueing
-	d := decide(costPolicy, bs, hits, keys, true, &s)
+	bs[3].InFlight = 10 // capacity ⌈1.5 × 17 / 4⌉ = 7: queueing
+	d := Decide(costPolicy, bs, hits, keys, true, &s)
 	r := rowOf(t, d, 3)
 	// 3: 20 ms + 10 × 62.5 ms of load; a newcomer: 36 ms + 2 × (62.5 + 16).
 	if !r.Queueing || !near(r.LoadMS, 625) || d.Backend == 3 || d.Reason != ReasonHash {
@@ -723,10 +628,10 @@ func TestCostBoundedLoad(t *testing.T) {
 	}
 }
 
-func firstOther(bs []view, order []scored, not int) int {
+func firstOther(bs []View, order []scored, not int) int {
 	for _, sc := range order {
-		if bs[sc.i].id != not {
-			return bs[sc.i].id
+		if bs[sc.i].ID != not {
+			return bs[sc.i].ID
 		}
 	}
 	return -1
@@ -742,38 +647,38 @@ func TestCostNewHolderPricesEviction(t *testing.T) {
 	keys := randKeys(rand.New(rand.NewPCG(10, 10)), 75) // 1,200 tokens: a miss 150 ms
 	order := rendezvous(nil, bs, keys)
 	h := order[0].i
-	hits := []tree.Hit{{Backend: bs[h].id, Blocks: 75}}
+	hits := []tree.Hit{{Backend: bs[h].ID, Blocks: 75}}
 	s := newScratch()
 	p := costPolicy
-	p.kvTokens = 10000
-	bs[h].pending = 2000 // 250 ms: queueing; est 270 ms against a newcomer's 170
-	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id || !near(d.EstMS, 170) {
+	p.KVTokens = 10000
+	bs[h].Pending = 2000 // 250 ms: queueing; est 270 ms against a newcomer's 170
+	if d := Decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].ID || !near(d.EstMS, 170) {
 		t.Fatalf("empty caches: %+v", d)
 	}
 	for i := range bs {
 		if i != h {
-			bs[i].foot = 10000 // full of prefixes in use: 170 + 150 ms
+			bs[i].Footprint = 10000 // full of prefixes in use: 170 + 150 ms
 		}
 	}
-	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
+	if d := Decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].ID || d.RunnerUp < 0 || !near(d.RunnerUpMS, 170) {
 		t.Fatalf("full caches, 1–2 misses of queue: %+v", d)
 	}
 	// The engines' own capacity (scraped) stands for Config.KVTokens.
-	p.kvTokens = 0
+	p.KVTokens = 0
 	for i := range bs {
-		bs[i].kvCap = 10000
+		bs[i].KVCap = 10000
 	}
-	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id {
+	if d := Decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].ID {
 		t.Fatalf("full caches by the engines' capacity: %+v", d)
 	}
-	bs[h].pending = 2800 // 350 ms: more than two misses
-	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].id {
+	bs[h].Pending = 2800 // 350 ms: more than two misses
+	if d := Decide(p, bs, hits, keys, true, &s); d.Backend != bs[order[1].i].ID {
 		t.Fatalf("full caches, over two misses: %+v", d)
 	}
 	// The newcomer's requests in flight pay its miss too: 2 of them make
 	// it 170 + 150 + 2 × (62.5 + 150) ms.
-	bs[order[1].i].inFlight, bs[order[2].i].inFlight, bs[order[3].i].inFlight = 2, 2, 2
-	if d := decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].id {
+	bs[order[1].i].InFlight, bs[order[2].i].InFlight, bs[order[3].i].InFlight = 2, 2, 2
+	if d := Decide(p, bs, hits, keys, true, &s); d.Backend != bs[h].ID {
 		t.Fatalf("busy newcomers: %+v", d)
 	}
 }
@@ -789,21 +694,21 @@ func TestCostSlotWait(t *testing.T) {
 	keys := randKeys(rand.New(rand.NewPCG(11, 11)), 160) // 2,560 tokens: a miss 320 ms
 	hits := []tree.Hit{{Backend: 2, Blocks: 160}}
 	for i := range bs {
-		bs[i].inFlight = 2
-		bs[i].service = 4 // seconds an answer holds a slot
+		bs[i].InFlight = 2
+		bs[i].Service = 4 // seconds an answer holds a slot
 	}
-	bs[2].inFlight = 4
+	bs[2].InFlight = 4
 	s := newScratch()
-	s.explain = true
+	s.Explain = true
 	// Unknown limit (256): the holder at 4 is below the bounded-load
 	// capacity ⌈1.5 × 11 / 4⌉ = 5 and keeps its prefix.
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 2 || rowOf(t, d, 2).SlotWait != 0 {
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 2 || rowOf(t, d, 2).SlotWait != 0 {
 		t.Fatalf("no limit known: %+v", d)
 	}
 	for i := range bs {
-		bs[i].slots = 4
+		bs[i].Slots = 4
 	}
-	d := decide(costPolicy, bs, hits, keys, true, &s)
+	d := Decide(costPolicy, bs, hits, keys, true, &s)
 	r := rowOf(t, d, 2)
 	// 2: 1,020 ms + 250 ms of load; a newcomer: 340 ms + 2 × (62.5 + 320).
 	if !r.Queueing || !near(r.SlotWait, 1000) || r.Slots != 4 || d.Backend == 2 {
@@ -811,13 +716,13 @@ func TestCostSlotWait(t *testing.T) {
 	}
 	// The engine's own count, while requests wait there: 2 waiting of 4
 	// running, so 3 answers must end first: 3 s.
-	bs[2].inFlight, bs[2].engine, bs[2].waiting, bs[2].running = 6, true, 2, 4
-	if r := rowOf(t, decide(costPolicy, bs, hits, keys, true, &s), 2); !near(r.SlotWait, 3000) {
+	bs[2].InFlight, bs[2].Engine, bs[2].Waiting, bs[2].Running = 6, true, 2, 4
+	if r := rowOf(t, Decide(costPolicy, bs, hits, keys, true, &s), 2); !near(r.SlotWait, 3000) {
 		t.Fatalf("2 waiting: slot wait %v ms, want 3000", r.SlotWait)
 	}
 	// Below its limit a backend waits for nothing.
-	bs[2].inFlight, bs[2].engine, bs[2].waiting = 3, false, 0
-	if d := decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 2 || rowOf(t, d, 2).SlotWait != 0 {
+	bs[2].InFlight, bs[2].Engine, bs[2].Waiting = 3, false, 0
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 2 || rowOf(t, d, 2).SlotWait != 0 {
 		t.Fatalf("below the limit: %+v", d)
 	}
 }
@@ -829,28 +734,28 @@ func TestCostNoWaitGuard(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(4)
 	for i := range bs {
-		bs[i].inFlight, bs[i].slots, bs[i].service = 3, 4, 2 // a free slot each; 2 s an answer
+		bs[i].InFlight, bs[i].Slots, bs[i].Service = 3, 4, 2 // a free slot each; 2 s an answer
 	}
-	bs[2].inFlight = 4 // full: this request waits 500 ms for a slot there
+	bs[2].InFlight = 4 // full: this request waits 500 ms for a slot there
 	s := newScratch()
-	s.explain = true
+	s.Explain = true
 	// A short prefix (1,280 tokens, a miss 160 ms) held by 2: waiting
 	// there costs more than the miss anywhere else.
 	short := randKeys(rand.New(rand.NewPCG(12, 12)), 80)
-	d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s)
+	d := Decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s)
 	if d.Backend == 2 || rowOf(t, d, d.Backend).SlotWait != 0 || !d.Diverted || d.Preferred != 2 {
 		t.Fatalf("short prefix stayed at the full holder: %+v", d)
 	}
 	// A long one (16,384 tokens, a miss 2 s): the wait is worth it.
 	long := randKeys(rand.New(rand.NewPCG(13, 13)), 1024)
-	if d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 1024}}, long, true, &s); d.Backend != 2 {
+	if d := Decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 1024}}, long, true, &s); d.Backend != 2 {
 		t.Fatalf("long prefix left its full holder: %+v", d)
 	}
 	// Every backend full: the guard has nowhere better; the holder keeps it.
 	for i := range bs {
-		bs[i].inFlight = 4
+		bs[i].InFlight = 4
 	}
-	if d := decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s); d.Backend != 2 {
+	if d := Decide(costPolicy, bs, []tree.Hit{{Backend: 2, Blocks: 80}}, short, true, &s); d.Backend != 2 {
 		t.Fatalf("all full: %+v", d)
 	}
 }
@@ -871,15 +776,40 @@ func TestCostSharedPrefixSpreads(t *testing.T) {
 		}
 		conv := append(slices.Clone(system), randKeys(r, 24)...)
 		s := newScratch()
-		d := decide(costPolicy, bs, hits, conv, true, &s)
+		d := Decide(costPolicy, bs, hits, conv, true, &s)
 		per[d.Backend]++
 		// The conversation's next turn, the same fleet: the same backend.
 		next := append(slices.Clone(conv), randKeys(r, 8)...)
-		if d2 := decide(costPolicy, bs, hits, next, true, &s); d2.Backend != d.Backend {
+		if d2 := Decide(costPolicy, bs, hits, next, true, &s); d2.Backend != d.Backend {
 			t.Fatalf("conversation %d: turn 1 to %d, turn 2 to %d", c, d.Backend, d2.Backend)
 		}
 	}
 	if len(per) < 6 {
 		t.Fatalf("64 conversations behind one system prompt went to %d backends: %v", len(per), per)
+	}
+}
+
+// A cold prefix goes home when home costs about the same as the
+// cheapest, and to the cheapest when home is clearly busier.
+func TestCostColdGoesHome(t *testing.T) {
+	t.Parallel()
+	bs := viewFleet(4)
+	keys := randKeys(rand.New(rand.NewPCG(22, 22)), 20)
+	order := rendezvous(nil, bs, keys)
+	home := order[3].i // last in rendezvous order
+	s := newScratch()
+	s.Home = home
+	bs[home].InFlight = 2 // 2 × 62.5 ms of load: within coldTie (4) requests
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[home].ID {
+		t.Fatalf("home within the slack: %+v", d)
+	}
+	bs[home].InFlight = 4 // 4 requests more than the idle ones, and its fair share
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].ID {
+		t.Fatalf("busy home: %+v, want the first in order %d", d, bs[order[0].i].ID)
+	}
+	s.Home = -1
+	bs[home].InFlight = 0
+	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != bs[order[0].i].ID {
+		t.Fatalf("no home: %+v", d)
 	}
 }

@@ -1,4 +1,4 @@
-package shard
+package openai
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ func TestScanJSON(t *testing.T) {
 	ok := func(body string, wantValues, wantDepth int) {
 		t.Helper()
 		v, d, e := scanJSON([]byte(body), 100, 8)
-		if e.kind != scanOK || v != wantValues || d != wantDepth {
+		if e.kind != ScanOK || v != wantValues || d != wantDepth {
 			t.Fatalf("%q: %d values depth %d (%+v), want %d, %d", body, v, d, e, wantValues, wantDepth)
 		}
 	}
@@ -29,40 +29,40 @@ func TestScanJSON(t *testing.T) {
 	ok(`{"{":"[","]":"}"}`, 3, 1) // brackets inside strings do not count
 	ok(`[[[[[[[[1]]]]]]]]`, 9, 8)
 
-	bad := func(body string, kind scanKind, off int, msg string) {
+	bad := func(body string, kind ScanKind, off int, msg string) {
 		t.Helper()
 		_, _, e := scanJSON([]byte(body), 100, 8)
 		if e.kind != kind || e.off != off || !strings.Contains(e.msg, msg) {
 			t.Fatalf("%q: %+v, want kind %d at %d with %q", body, e, kind, off, msg)
 		}
 	}
-	bad(``, scanSyntax, 0, "empty body")
-	bad(`  `, scanSyntax, 2, "unexpected end")
-	bad(`{"model":`, scanSyntax, 9, "unexpected end")
-	bad(`{"model":"m"`, scanSyntax, 12, "unexpected end")
-	bad(`{"model":"m}`, scanSyntax, 12, "unterminated string (it opens at byte 9)")
-	bad(`{"model" "m"}`, scanSyntax, 9, "want ':'")
-	bad(`{model:1}`, scanSyntax, 1, "unexpected 'm', want an object key")
-	bad(`{"a":1,}`, scanSyntax, 7, "want an object key")
-	bad(`[1,]`, scanSyntax, 3, "unexpected ']', want a value")
-	bad(`[1 2]`, scanSyntax, 3, "want ',' or ']' in an array")
-	bad(`{"a":1]`, scanSyntax, 6, "want ',' or '}' in an object")
-	bad(`[1]]`, scanSyntax, 3, "after the top-level value")
-	bad(`{} {}`, scanSyntax, 3, "after the top-level value")
-	bad(`[tru]`, scanSyntax, 1, "(true?)")
-	bad(`[nan]`, scanSyntax, 1, "(null?)")
-	bad(`[01]`, scanSyntax, 2, `invalid number "01"`)
-	bad(`[1.]`, scanSyntax, 3, `invalid number "1.]"`)
-	bad(`[-]`, scanSyntax, 2, `invalid number`)
-	bad(`[1e]`, scanSyntax, 3, `invalid number`)
-	bad(`[1x]`, scanSyntax, 2, `invalid number "1x"`)
-	bad(`["\x"]`, scanSyntax, 2, `invalid escape \x`)
-	bad(`["\u12g4"]`, scanSyntax, 2, `invalid \u escape`)
-	bad(`["\`, scanSyntax, 3, "unterminated string")
-	bad("[\x00]", scanSyntax, 1, "unexpected byte 0x00")
-	bad(`[[[[[[[[[1]]]]]]]]]`, scanTooDeep, 8, "")
-	bad(`[`+strings.Repeat(`1,`, 99)+`1]`, scanTooMany, 199, "")
-	bad(`{"a":{"b":`+strings.Repeat(`{"c":`, 7), scanTooDeep, 40, "")
+	bad(``, ScanSyntax, 0, "empty body")
+	bad(`  `, ScanSyntax, 2, "unexpected end")
+	bad(`{"model":`, ScanSyntax, 9, "unexpected end")
+	bad(`{"model":"m"`, ScanSyntax, 12, "unexpected end")
+	bad(`{"model":"m}`, ScanSyntax, 12, "unterminated string (it opens at byte 9)")
+	bad(`{"model" "m"}`, ScanSyntax, 9, "want ':'")
+	bad(`{model:1}`, ScanSyntax, 1, "unexpected 'm', want an object key")
+	bad(`{"a":1,}`, ScanSyntax, 7, "want an object key")
+	bad(`[1,]`, ScanSyntax, 3, "unexpected ']', want a value")
+	bad(`[1 2]`, ScanSyntax, 3, "want ',' or ']' in an array")
+	bad(`{"a":1]`, ScanSyntax, 6, "want ',' or '}' in an object")
+	bad(`[1]]`, ScanSyntax, 3, "after the top-level value")
+	bad(`{} {}`, ScanSyntax, 3, "after the top-level value")
+	bad(`[tru]`, ScanSyntax, 1, "(true?)")
+	bad(`[nan]`, ScanSyntax, 1, "(null?)")
+	bad(`[01]`, ScanSyntax, 2, `invalid number "01"`)
+	bad(`[1.]`, ScanSyntax, 3, `invalid number "1.]"`)
+	bad(`[-]`, ScanSyntax, 2, `invalid number`)
+	bad(`[1e]`, ScanSyntax, 3, `invalid number`)
+	bad(`[1x]`, ScanSyntax, 2, `invalid number "1x"`)
+	bad(`["\x"]`, ScanSyntax, 2, `invalid escape \x`)
+	bad(`["\u12g4"]`, ScanSyntax, 2, `invalid \u escape`)
+	bad(`["\`, ScanSyntax, 3, "unterminated string")
+	bad("[\x00]", ScanSyntax, 1, "unexpected byte 0x00")
+	bad(`[[[[[[[[[1]]]]]]]]]`, ScanTooDeep, 8, "")
+	bad(`[`+strings.Repeat(`1,`, 99)+`1]`, ScanTooMany, 199, "")
+	bad(`{"a":{"b":`+strings.Repeat(`{"c":`, 7), ScanTooDeep, 40, "")
 }
 
 func TestBodyLimitsCheck(t *testing.T) {
@@ -70,15 +70,15 @@ func TestBodyLimitsCheck(t *testing.T) {
 	l := BodyLimits{MaxValues: 5, MaxDepth: 2}
 	f := func(body string, status int, code, msg string) {
 		t.Helper()
-		_, e, _ := l.check([]byte(body))
-		if e == nil || e.status != status || e.code != code || !strings.Contains(e.msg, msg) {
+		_, e, _ := l.Check([]byte(body))
+		if e == nil || e.Status != status || e.Code != code || !strings.Contains(e.Message, msg) {
 			t.Fatalf("%s: %+v, want %d %s %q", body, e, status, code, msg)
 		}
 	}
 	f(`[1,2,3,4,5]`, 413, "too_many_json_values", "more than 5 JSON values (max-body-values 5; counting stopped at byte 9)")
 	f(`[[[1]]]`, 413, "json_too_deep", "deeper than 2 levels (max-body-depth 2; at byte 2)")
 	f(`{"model":"m",}`, 400, "", "invalid JSON at byte 13: unexpected '}', want an object key")
-	if n, e, _ := l.check([]byte(`[1,2,[3]]`)); e != nil || n != 5 {
+	if n, e, _ := l.Check([]byte(`[1,2,[3]]`)); e != nil || n != 5 {
 		t.Fatal(e)
 	}
 }
@@ -117,11 +117,11 @@ func FuzzScanJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		values, depth, e := scanJSON(b, 1<<30, MaxScanDepth)
-		if e.kind != scanOK {
+		if e.kind != ScanOK {
 			if e.off < 0 || e.off > len(b) {
 				t.Fatalf("%q: offset %d outside the body", b, e.off)
 			}
-			if e.kind == scanSyntax && json.Valid(b) {
+			if e.kind == ScanSyntax && json.Valid(b) {
 				t.Fatalf("%q: valid JSON refused: %+v", b, e)
 			}
 			return
@@ -136,7 +136,7 @@ func FuzzScanJSON(f *testing.F) {
 			t.Fatalf("%q: scan counted %d values depth %d, fastjson parsed %d depth %d", b, values, depth, n, d)
 		}
 		// deeper, the check of a body parsed first, agrees with the oracle.
-		if deeper(v, d) || d > 0 && !deeper(v, d-1) {
+		if Deeper(v, d) || d > 0 && !Deeper(v, d-1) {
 			t.Fatalf("%q: deeper disagrees with depth %d", b, d)
 		}
 	})

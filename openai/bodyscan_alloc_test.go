@@ -1,6 +1,6 @@
 //go:build !race
 
-package shard
+package openai
 
 import "testing"
 

@@ -1,11 +1,11 @@
-package shard
+package policy
 
 import "math/rand/v2"
 
 // The policies other than prefix: baselines the benchmark compares the
 // prefix policy with on identical backends (issue 5). None of them asks
-// or teaches the tree: the Router decides on the connection's loop, with
-// that loop's scratch, and learns nothing. MatchedBlocks is always 0;
+// or teaches the tree: the caller (shard's Router) decides on the
+// connection's loop, with that loop's Scratch, and learns nothing. MatchedBlocks is always 0;
 // TotalBlocks is still the request's block count (the request is keyed as
 // under prefix, so X-Saltus-Route reads "0/12 round_robin" and the
 // per-request cost before the decision is the same for every policy).
@@ -15,12 +15,12 @@ import "math/rand/v2"
 // it. An unroutable (unhealthy, draining) backend is skipped and its turn
 // goes to the next routable one, so the routable ones share the requests
 // evenly. Candidates: the next routable ones in that order.
-func decideRoundRobin(p policy, bs []view, total int, s *scratch) Decision {
+func decideRoundRobin(p Config, bs []View, total int, s *Scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: total}
 	n, routable, target := len(bs), 0, -1
 	for k := range n {
-		i := (s.rr + k) % n
-		if bs[i].routable {
+		i := (s.Turn + k) % n
+		if bs[i].Routable {
 			routable++
 			if target < 0 {
 				target = i
@@ -30,13 +30,13 @@ func decideRoundRobin(p policy, bs []view, total int, s *scratch) Decision {
 	if target < 0 {
 		return d
 	}
-	s.rr = (target + 1) % n
-	d.Backend, d.URL, d.Reason = bs[target].id, bs[target].url, ReasonRoundRobin
-	d.Candidates = make([]int, 1, min(p.maxCandidates, routable))
+	s.Turn = (target + 1) % n
+	d.Backend, d.URL, d.Reason = bs[target].ID, bs[target].URL, ReasonRoundRobin
+	d.Candidates = make([]int, 1, min(p.MaxCandidates, routable))
 	d.Candidates[0] = d.Backend
 	for k := 1; k < n && len(d.Candidates) < cap(d.Candidates); k++ {
-		if i := (target + k) % n; bs[i].routable {
-			d.Candidates = append(d.Candidates, bs[i].id)
+		if i := (target + k) % n; bs[i].Routable {
+			d.Candidates = append(d.Candidates, bs[i].ID)
 		}
 	}
 	return d
@@ -48,11 +48,11 @@ func decideRoundRobin(p policy, bs []view, total int, s *scratch) Decision {
 // (uniformly random, so an idle fleet is not biased to low IDs). A single
 // routable backend serves alone. Candidates: the other routable backends,
 // fewest in flight first, then lower ID.
-func decideLeastRequest(p policy, bs []view, total int, s *scratch) Decision {
+func decideLeastRequest(p Config, bs []View, total int, s *Scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: total}
 	s.idx = s.idx[:0]
 	for i := range bs {
-		if bs[i].routable {
+		if bs[i].Routable {
 			s.idx = append(s.idx, i)
 		}
 	}
@@ -61,14 +61,14 @@ func decideLeastRequest(p policy, bs []view, total int, s *scratch) Decision {
 	}
 	target := s.idx[0]
 	if len(s.idx) > 1 {
-		a, b := drawTwo(s.rng, len(s.idx))
+		a, b := drawTwo(s.Rand, len(s.idx))
 		target = s.idx[a]
-		if bs[s.idx[b]].inFlight < bs[target].inFlight {
+		if bs[s.idx[b]].InFlight < bs[target].InFlight {
 			target = s.idx[b]
 		}
 	}
-	d.Backend, d.URL, d.Reason = bs[target].id, bs[target].url, ReasonLeastRequest
-	n := min(p.maxCandidates, len(s.idx))
+	d.Backend, d.URL, d.Reason = bs[target].ID, bs[target].URL, ReasonLeastRequest
+	n := min(p.MaxCandidates, len(s.idx))
 	d.Candidates = appendByLoad(append(make([]int, 0, n), d.Backend), bs, n)
 	return d
 }
@@ -114,7 +114,7 @@ func hashCapacity(total int64, n int) int64 {
 // rather than always to its ring neighbour. A skip sets Diverted and
 // Preferred. Candidates: the walk goes on in rendezvous order after
 // Backend, then wraps to the ones skipped. keys must not be empty.
-func decideConsistentHash(p policy, bs []view, keys []uint64, s *scratch) Decision {
+func decideConsistentHash(p Config, bs []View, keys []uint64, s *Scratch) Decision {
 	d := Decision{Backend: -1, Preferred: -1, RunnerUp: -1, TotalBlocks: len(keys)}
 	s.scores = rendezvous(s.scores[:0], bs, keys)
 	n := len(s.scores)
@@ -123,11 +123,11 @@ func decideConsistentHash(p policy, bs []view, keys []uint64, s *scratch) Decisi
 	}
 	var total int64
 	for _, sc := range s.scores {
-		total += bs[sc.i].inFlight
+		total += bs[sc.i].InFlight
 	}
 	limit := hashCapacity(total, n)
 	k := 0
-	for k < n && bs[s.scores[k].i].inFlight >= limit {
+	for k < n && bs[s.scores[k].i].InFlight >= limit {
 		k++
 	}
 	if k == n {
@@ -137,13 +137,13 @@ func decideConsistentHash(p policy, bs []view, keys []uint64, s *scratch) Decisi
 	}
 	target := s.scores[k].i
 	if k > 0 {
-		d.Diverted, d.Preferred = true, bs[s.scores[0].i].id
+		d.Diverted, d.Preferred = true, bs[s.scores[0].i].ID
 	}
-	d.Backend, d.URL, d.Reason = bs[target].id, bs[target].url, ReasonConsistentHash
-	c := min(p.maxCandidates, n)
+	d.Backend, d.URL, d.Reason = bs[target].ID, bs[target].URL, ReasonConsistentHash
+	c := min(p.MaxCandidates, n)
 	d.Candidates = make([]int, 0, c)
 	for j := range c {
-		d.Candidates = append(d.Candidates, bs[s.scores[(k+j)%n].i].id)
+		d.Candidates = append(d.Candidates, bs[s.scores[(k+j)%n].i].ID)
 	}
 	return d
 }

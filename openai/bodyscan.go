@@ -1,4 +1,4 @@
-package shard
+package openai
 
 import (
 	"bytes"
@@ -7,12 +7,13 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// The structural cap on request bodies (DESIGN.md "Decoding untrusted
-// bodies"): before a body is parsed, one pass counts its JSON values and
+// The structural cap on request bodies (DESIGN.md § Decoding untrusted
+// bodies): before a body is parsed, one pass counts its JSON values and
 // nesting depth outside strings, and refuses a body over either limit
 // before the parser builds a value per element. (A body on the loop too
 // short to hold MaxValues values is parsed first, its depth checked on
-// the parsed value, and scanned only to word a refusal: job.prepare.) fastjson keeps a Value
+// the parsed value, and scanned only to word a refusal: shard's
+// job.prepare.) fastjson keeps a Value
 // (80 bytes) per JSON value and a pointer per array element, so a 15 MB
 // body of `1,1,1,…` (7.5 M values) cost ~3 GB of RSS to parse; under
 // MaxBodyValues that is bounded by the limit, not by the body.
@@ -25,25 +26,29 @@ import (
 // in one: raw control characters inside strings pass, as they passed
 // fastjson before.
 
-// scanKind says why scanJSON refused a body.
-type scanKind uint8
+// ScanKind says why BodyLimits.Check (scanJSON) refused a body.
+type ScanKind uint8
 
 const (
-	scanOK       scanKind = iota
-	scanSyntax            // not JSON: a 400
-	scanTooMany           // more values than the limit: a 413
-	scanTooDeep           // nested deeper than the limit: a 413
-	numScanKinds          // the refusal counters' size
+	ScanOK       ScanKind = iota
+	ScanSyntax            // not JSON: a 400
+	ScanTooMany           // more values than the limit: a 413
+	ScanTooDeep           // nested deeper than the limit: a 413
+	NumScanKinds          // the refusal counters' size
 )
 
 // scanReasons are the reason labels of saltus_request_body_refused_total.
-var scanReasons = [numScanKinds]string{scanSyntax: "invalid_json", scanTooMany: "too_many_values", scanTooDeep: "too_deep"}
+var scanReasons = [NumScanKinds]string{ScanSyntax: "invalid_json", ScanTooMany: "too_many_values", ScanTooDeep: "too_deep"}
+
+// Reason is k's reason label in saltus_request_body_refused_total ("" for
+// ScanOK).
+func (k ScanKind) Reason() string { return scanReasons[k] }
 
 // scanError is scanJSON's refusal: what, and at which byte.
 type scanError struct {
-	kind scanKind
+	kind ScanKind
 	off  int    // byte offset of the offending byte (len(body) at its end)
-	msg  string // for scanSyntax: what was wrong
+	msg  string // for ScanSyntax: what was wrong
 }
 
 // MaxScanDepth is the deepest nesting BodyLimits.MaxDepth may allow: the scanner
@@ -78,7 +83,7 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 	)
 
 	syntax := func(off int, format string, args ...any) scanError {
-		return scanError{kind: scanSyntax, off: off, msg: fmt.Sprintf(format, args...)}
+		return scanError{kind: ScanSyntax, off: off, msg: fmt.Sprintf(format, args...)}
 	}
 	for {
 		for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
@@ -105,12 +110,12 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 			}
 			values++
 			if values > maxValues {
-				return values, deepest, scanError{kind: scanTooMany, off: i}
+				return values, deepest, scanError{kind: ScanTooMany, off: i}
 			}
 			switch {
 			case c == '{' || c == '[':
 				if depth == maxDepth {
-					return values, deepest, scanError{kind: scanTooDeep, off: i}
+					return values, deepest, scanError{kind: ScanTooDeep, off: i}
 				}
 				depth++
 				deepest = max(deepest, depth)
@@ -131,7 +136,7 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 					break
 				}
 				end, e := scanString(b, i)
-				if e.kind != scanOK {
+				if e.kind != ScanOK {
 					return values, deepest, e
 				}
 				i = end
@@ -144,13 +149,13 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 					break
 				}
 				end, e := scanNumber(b, i)
-				if e.kind != scanOK {
+				if e.kind != ScanOK {
 					return values, deepest, e
 				}
 				i = end
 			case c == '-' || c == '0':
 				end, e := scanNumber(b, i)
-				if e.kind != scanOK {
+				if e.kind != ScanOK {
 					return values, deepest, e
 				}
 				i = end
@@ -184,7 +189,7 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 				i = end
 			} else {
 				end, e := scanString(b, i)
-				if e.kind != scanOK {
+				if e.kind != ScanOK {
 					return values, deepest, e
 				}
 				i = end
@@ -252,7 +257,7 @@ func scanString(b []byte, i int) (int, scanError) {
 		if q < i { // first time, or an escaped quote consumed it
 			k := bytes.IndexByte(b[i:], '"')
 			if k < 0 {
-				return 0, scanError{kind: scanSyntax, off: len(b), msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
+				return 0, scanError{kind: ScanSyntax, off: len(b), msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
 			}
 			q = i + k
 		}
@@ -265,18 +270,18 @@ func scanString(b []byte, i int) (int, scanError) {
 		}
 		i += bs + 1 // after the backslash
 		if i == len(b) {
-			return 0, scanError{kind: scanSyntax, off: i, msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
+			return 0, scanError{kind: ScanSyntax, off: i, msg: fmt.Sprintf("unterminated string (it opens at byte %d)", start)}
 		}
 		switch b[i] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			i++
 		case 'u':
 			if len(b)-i < 5 || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
-				return 0, scanError{kind: scanSyntax, off: i - 1, msg: "invalid \\u escape in a string, want 4 hex digits"}
+				return 0, scanError{kind: ScanSyntax, off: i - 1, msg: "invalid \\u escape in a string, want 4 hex digits"}
 			}
 			i += 5
 		default:
-			return 0, scanError{kind: scanSyntax, off: i - 1, msg: fmt.Sprintf("invalid escape \\%s in a string", printable(b[i]))}
+			return 0, scanError{kind: ScanSyntax, off: i - 1, msg: fmt.Sprintf("invalid escape \\%s in a string", printable(b[i]))}
 		}
 	}
 }
@@ -332,7 +337,7 @@ func skipDigits(b []byte, i int) int {
 }
 
 func badNumber(b []byte, start, at int) (int, scanError) {
-	return 0, scanError{kind: scanSyntax, off: at, msg: fmt.Sprintf("invalid number %s", quoteSpan(b, start, at))}
+	return 0, scanError{kind: ScanSyntax, off: at, msg: fmt.Sprintf("invalid number %s", quoteSpan(b, start, at))}
 }
 
 // quoteAt names the byte at b[i] for an error message.
@@ -357,9 +362,10 @@ func quoteSpan(b []byte, start, end int) string {
 	return fmt.Sprintf("%q", b[start:end])
 }
 
-// deeper reports whether v nests more than max objects and arrays: the
-// depth check of a body parsed before it was scanned (job.prepare).
-func deeper(v *fastjson.Value, max int) bool {
+// Deeper reports whether v nests more than max objects and arrays: the
+// depth check of a body parsed before it was scanned (shard's
+// job.prepare). Any goroutine.
+func Deeper(v *fastjson.Value, max int) bool {
 	switch v.Type() {
 	case fastjson.TypeObject:
 		if max == 0 {
@@ -367,7 +373,7 @@ func deeper(v *fastjson.Value, max int) bool {
 		}
 		o, _ := v.Object() // the type was checked
 		deep := false
-		o.Visit(func(_ []byte, c *fastjson.Value) { deep = deep || deeper(c, max-1) })
+		o.Visit(func(_ []byte, c *fastjson.Value) { deep = deep || Deeper(c, max-1) })
 		return deep
 	case fastjson.TypeArray:
 		if max == 0 {
@@ -375,7 +381,7 @@ func deeper(v *fastjson.Value, max int) bool {
 		}
 		a, _ := v.Array() // the type was checked
 		for _, c := range a {
-			if deeper(c, max-1) {
+			if Deeper(c, max-1) {
 				return true
 			}
 		}
@@ -384,7 +390,7 @@ func deeper(v *fastjson.Value, max int) bool {
 }
 
 // BodyLimits are the structural caps on a request body, checked before it
-// is parsed. Config.Body carries them.
+// is parsed. shard's Config.Body carries them.
 type BodyLimits struct {
 	// MaxValues is the most JSON values (objects, arrays, strings,
 	// numbers, true/false/null; not keys) a body may hold; more is a 413.
@@ -394,7 +400,7 @@ type BodyLimits struct {
 	// that grows by 1.25× while every earlier array stays referenced:
 	// measured 406 MB for 1 M values, 506 MB for 1.1 M, 796 MB for 2 M),
 	// and the decode workers and Explain parse at most MaxValues values at
-	// once between them (valueBudget), so this also bounds that peak.
+	// once between them (shard's valueBudget), so this also bounds that peak.
 	MaxValues int
 	// MaxDepth is the deepest nesting of objects and arrays a body may
 	// have; deeper is a 413. Default 64: an OpenAI request nests at most
@@ -417,21 +423,21 @@ func (l BodyLimits) Validate() error {
 	return nil
 }
 
-// check scans body against the limits; the refusal is the answer's
-// apiError (413 over a limit, 400 for bad JSON), nil when it passes.
-// Any goroutine.
-func (l BodyLimits) check(body []byte) (values int, _ *apiError, _ scanKind) {
+// Check scans body against the limits: the number of JSON values, or the
+// refusal as the answer's Error (413 over a limit, 400 for bad JSON) and
+// why (the refusal counter's index). Any goroutine.
+func (l BodyLimits) Check(body []byte) (values int, _ *Error, _ ScanKind) {
 	values, _, se := scanJSON(body, l.MaxValues, l.MaxDepth)
 	switch se.kind {
-	case scanOK:
-		return values, nil, scanOK
-	case scanTooMany:
-		return values, &apiError{status: 413, typ: "invalid_request_error", code: "too_many_json_values",
-			msg: fmt.Sprintf("request body has more than %d JSON values (max-body-values %d; counting stopped at byte %d)", l.MaxValues, l.MaxValues, se.off)}, se.kind
-	case scanTooDeep:
-		return values, &apiError{status: 413, typ: "invalid_request_error", code: "json_too_deep",
-			msg: fmt.Sprintf("request body nests JSON deeper than %d levels (max-body-depth %d; at byte %d)", l.MaxDepth, l.MaxDepth, se.off)}, se.kind
+	case ScanOK:
+		return values, nil, ScanOK
+	case ScanTooMany:
+		return values, &Error{Status: 413, Type: "invalid_request_error", Code: "too_many_json_values",
+			Message: fmt.Sprintf("request body has more than %d JSON values (max-body-values %d; counting stopped at byte %d)", l.MaxValues, l.MaxValues, se.off)}, se.kind
+	case ScanTooDeep:
+		return values, &Error{Status: 413, Type: "invalid_request_error", Code: "json_too_deep",
+			Message: fmt.Sprintf("request body nests JSON deeper than %d levels (max-body-depth %d; at byte %d)", l.MaxDepth, l.MaxDepth, se.off)}, se.kind
 	default:
-		return values, badRequest("", "invalid JSON at byte %d: %s", se.off, se.msg), se.kind
+		return values, BadRequest("", "invalid JSON at byte %d: %s", se.off, se.msg), se.kind
 	}
 }

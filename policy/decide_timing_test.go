@@ -1,4 +1,4 @@
-package shard
+package policy
 
 import (
 	"math/rand/v2"
@@ -13,19 +13,19 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	bs := viewFleet(16)
 	for i := range bs {
-		bs[i].inFlight = int64(i % 5)
+		bs[i].InFlight = int64(i % 5)
 	}
 	keys := randKeys(rand.New(rand.NewPCG(1, 2)), 12)
 	hits := []tree.Hit{{Backend: 3, Blocks: 12}, {Backend: 7, Blocks: 8}, {Backend: 11, Blocks: 4}}
-	for _, name := range Policies() {
+	for _, name := range Names() {
 		b.Run(name, func(b *testing.B) {
-			kind, _ := parsePolicy(name)
+			kind, _ := Parse(name)
 			p := testPolicy
-			p.kind = kind
-			s := scratch{rng: rand.New(rand.NewPCG(3, 4))}
+			p.Kind = kind
+			s := Scratch{Rand: rand.New(rand.NewPCG(3, 4))}
 			b.ReportAllocs()
 			for b.Loop() {
-				decide(p, bs, hits, keys, true, &s)
+				Decide(p, bs, hits, keys, true, &s)
 			}
 		})
 	}

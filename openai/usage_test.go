@@ -1,0 +1,45 @@
+package openai
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPromptUsage(t *testing.T) {
+	t.Parallel()
+	f := func(u string, prompt, cached int, hasCached, ok bool) {
+		t.Helper()
+		p, c, hc, k := PromptUsage([]byte(u))
+		if p != prompt || c != cached || hc != hasCached || k != ok {
+			t.Errorf("PromptUsage(%q) = %d %d %v %v, want %d %d %v %v", u, p, c, hc, k, prompt, cached, hasCached, ok)
+		}
+	}
+	f(`{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":64}}`, 100, 64, true, true)
+	f(`{"prompt_tokens":100,"prompt_tokens_details":null}`, 100, 0, false, true)
+	f(`{"prompt_tokens":100}`, 100, 0, false, true)
+	f(`{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":64}}`, 10, 10, true, true) // capped
+	f(`{"completion_tokens":1}`, 0, 0, false, false)
+	f(`{"prompt_tokens":-1}`, 0, 0, false, false)
+	f(`{"prompt_tokens":"x"}`, 0, 0, false, false)
+	f(`not json`, 0, 0, false, false)
+	f(``, 0, 0, false, false)
+	f(`{"prompt_tokens":1,"x":"`+strings.Repeat("y", 5000)+`"}`, 0, 0, false, false) // over the bound
+}
+
+func TestUsageTokens(t *testing.T) {
+	t.Parallel()
+	for u, want := range map[string][3]int64{
+		`{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}`: {12, 5, 1},
+		`{"input_tokens":3,"output_tokens":4}`:                         {3, 4, 1},
+		`{"prompt_tokens":12}`:                                         {12, 0, 1},
+		`{"completion_tokens":5}`:                                      {0, 5, 0},
+		`{"prompt_tokens":-1}`:                                         {0, 0, 0},
+		`not json`:                                                     {0, 0, 0},
+		``:                                                             {0, 0, 0},
+	} {
+		p, c, ok := UsageTokens([]byte(u))
+		if p != want[0] || (ok && c != want[1]) || ok != (want[2] == 1) {
+			t.Errorf("UsageTokens(%s) = %d, %d, %v; want %v", u, p, c, ok, want)
+		}
+	}
+}
