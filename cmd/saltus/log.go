@@ -42,13 +42,12 @@ func componentLogger(l *slog.Logger, name string) *slog.Logger {
 
 // durationMS writes a duration in milliseconds under its key with an _ms
 // suffix ("drain_timeout_ms":30000), wherever it is logged, in a group or
-// not (CONVENTIONS.md: durations in milliseconds with a _ms suffix): the
-// handlers' own forms are nanoseconds in JSON and Go's "30s" in text,
-// neither of which a log query can compare. A whole or long duration is
-// an integer; a short one keeps its microseconds (0.25), so a sub-
-// millisecond wait does not read as 0. It is the handlers' ReplaceAttr,
-// called with each attribute already resolved (a LogValuer returning a
-// duration is converted too).
+// not (CONVENTIONS.md § Errors and logs): the handlers' own forms are
+// nanoseconds in JSON and Go's "30s" in text, neither of which a log
+// query can compare. A whole or long duration is an integer; a short one
+// keeps its microseconds (0.25), so a sub-millisecond wait does not read
+// as 0. It is the handlers' ReplaceAttr, called with each attribute
+// already resolved (a LogValuer returning a duration is converted too).
 func durationMS(_ []string, a slog.Attr) slog.Attr {
 	if a.Value.Kind() != slog.KindDuration {
 		return a
