@@ -2,7 +2,6 @@ package reactor
 
 import (
 	"net/http"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,9 +25,7 @@ type conn struct {
 	remote string
 
 	// any goroutine
-	gone     chan struct{} // closed by the loop in OnClose
-	outbound atomic.Int64  // gnet's outbound buffer as last seen by the loop
-	parked   atomic.Int64  // bytes parked in exchanges behind the head
+	gone chan struct{} // closed by the loop in OnClose
 
 	// owned by the loop
 	prog        progress
@@ -47,6 +44,8 @@ type conn struct {
 	stallSince  time.Time // outbound bytes stopped draining; zero if they drain
 	written     int64     // bytes given to gnet's Write
 	lastSent    int64     // written minus gnet's outbound buffer at the last sweep
+	outbound    int64     // gnet's outbound buffer as last seen by the loop
+	parked      int64     // bytes parked in exchanges behind the head
 }
 
 // onTraffic frames and serves what the client sent. Loop only.
@@ -177,16 +176,13 @@ func (c *conn) takeInbound() {
 
 // push opens an exchange for req at the end of the queue. Loop only.
 func (c *conn) push(req *Request) *Exchange {
-	x := &Exchange{c: c, req: req, wake: make(chan struct{}, 1), counted: true}
+	x := &Exchange{c: c, req: req, counted: true}
 	x.closeAfter = !req.keepAlive
 	c.s.open.Add(1)
 	if c.queue == nil {
 		c.queue = c.queueArr[:0]
 	}
 	c.queue = append(c.queue, x)
-	if len(c.queue) == 1 {
-		x.head.Store(true)
-	}
 	return x
 }
 
@@ -216,7 +212,6 @@ func (c *conn) afterServe(x *Exchange) {
 	if x.phase.Swap(phaseAfter) == phaseStaged {
 		b := x.staged
 		x.staged = nil
-		x.queued.Add(int64(len(b))) // deliver takes it off
 		c.deliver(x, b, true, false)
 	}
 }
@@ -224,13 +219,6 @@ func (c *conn) afterServe(x *Exchange) {
 // deliver takes one answer message from x's driver. Loop only.
 func (c *conn) deliver(x *Exchange, b []byte, last, abort bool) {
 	n := int64(len(b))
-	// Until the bytes are counted where they went (outbound or parked),
-	// they stay counted in queued, so a waiting Write never sees them
-	// missing from both.
-	defer func() {
-		x.queued.Add(-n)
-		x.signal()
-	}()
 	if c.closed {
 		return
 	}
@@ -243,7 +231,7 @@ func (c *conn) deliver(x *Exchange, b []byte, last, abort bool) {
 			c.send(b)
 			c.written += n
 		}
-		c.outbound.Store(int64(c.gc.OutboundBuffered()))
+		c.outbound = int64(c.gc.OutboundBuffered())
 		if last {
 			c.endHead()
 		}
@@ -251,7 +239,7 @@ func (c *conn) deliver(x *Exchange, b []byte, last, abort bool) {
 	}
 	if len(b) > 0 {
 		x.out = append(x.out, b)
-		c.parked.Add(n)
+		c.parked += n
 	}
 	x.ended = last
 }
@@ -268,7 +256,6 @@ func (c *conn) endHead() {
 			c.closing = true
 			for _, y := range c.queue { // none is parsed after a closing request but a framing error's
 				c.retire(y)
-				y.signal()
 			}
 			c.queue = nil
 			break
@@ -284,10 +271,8 @@ func (c *conn) endHead() {
 			c.written += int64(len(b))
 		}
 		h.out = nil
-		c.outbound.Store(int64(c.gc.OutboundBuffered()))
-		h.head.Store(true)
-		c.parked.Add(-moved)
-		h.signal()
+		c.outbound = int64(c.gc.OutboundBuffered())
+		c.parked -= moved
 		if !h.ended {
 			break
 		}
@@ -345,17 +330,15 @@ func (c *conn) closeSent() {
 	}
 }
 
-// refresh records gnet's outbound buffer size for waiting writers, closes
-// a closing connection whose answer is out. Loop only.
+// refresh records gnet's outbound buffer size, closes a closing
+// connection whose answer is out, and resumes a paused one that may parse
+// again. Loop only.
 func (c *conn) refresh() {
 	if c.closed {
 		return
 	}
 	out := int64(c.gc.OutboundBuffered())
-	c.outbound.Store(out)
-	for _, x := range c.queue {
-		x.signal()
-	}
+	c.outbound = out
 	if c.closing && len(c.queue) == 0 && out == 0 {
 		c.closeSent()
 		return
@@ -377,7 +360,7 @@ func (c *conn) sweep(now time.Time) {
 		return
 	}
 	lim := c.s.lim.Load()
-	out := c.outbound.Load()
+	out := c.outbound
 	// Stalled: bytes wait in gnet's buffer and none reached the socket
 	// since the last sweep.
 	sent := c.written - out
@@ -431,15 +414,14 @@ func (c *conn) onClose() {
 	var hooks []func()
 	for _, x := range c.queue {
 		c.retire(x)
-		x.signal()
 		if x.goneHook != nil {
 			hooks = append(hooks, x.goneHook)
 			x.goneHook = nil
 		}
 	}
 	c.queue = nil
-	c.parked.Store(0)
-	c.outbound.Store(0)
+	c.parked = 0
+	c.outbound = 0
 	for _, fn := range hooks { // after the connection's state is final
 		fn()
 	}

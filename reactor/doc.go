@@ -38,29 +38,26 @@
 // # Answers
 //
 // Pipelined answers go out in request order: a later exchange's bytes are
-// parked until the earlier ones ended. Streamed answers are chunked for
-// HTTP/1.1 (each Write one chunk, sent at once: SSE events reach the
-// client without a Flush) and close-delimited for HTTP/1.0.
+// parked until the earlier ones ended. A whole answer ([Exchange.Respond])
+// may come from any goroutine: it turns into a message run on the
+// connection's loop (gnet's EventLoop.Execute), where the loop writes
+// with gnet's Conn.Write; [Exchange.RespondLoop] is the same on the loop,
+// without the message. Streamed answers are written on the connection's
+// own loop (streamloop.go: chunked for HTTP/1.1, each write one chunk
+// sent at once, so SSE events reach the client without a flush;
+// close-delimited for HTTP/1.0); they never block, and return the bytes
+// the connection owes its client, so the caller (the backend's loop
+// path) bounds them by pausing its upstream read.
 //
-// Every answer method turns into a message run on the connection's loop
-// (gnet's EventLoop.Execute), where the loop writes with gnet's Conn.Write.
-// gnet's queues are unbounded, so the reactor bounds what it puts in them:
-// Exchange.Write blocks its caller (never a loop) while the head exchange's
-// queued bytes plus gnet's outbound buffer exceed MaxOutboundBytes, or, for
-// a later exchange, while the bytes parked behind the head do. So a
-// connection holds at most about 2×MaxOutboundBytes plus one Write (and
-// one Respond per pipelined exchange, which never blocks). The loop stops
-// parsing a connection's requests while the answers it owes exceed
-// MaxOutboundBytes, or maxPipeline (8) exchanges are open
+// gnet's queues are unbounded, so the reactor bounds what it puts in
+// them. The loop stops parsing a connection's requests while the answers
+// it owes exceed MaxOutboundBytes, or maxPipeline (8) exchanges are open
 // (saltus_reactor_read_paused_total), and resumes within 50 ms of the
 // client draining; a client that never reads is closed after IdleTimeout
-// without progress. gnet's
-// AsyncWrite is not used: its callback fires when the bytes reach gnet's
-// outbound buffer, not the socket, so it cannot bound anything; and gnet
-// reports no "outbound drained" event, so a blocked Write asks the loop to
-// look at the buffer again, backing off from 100 µs to 20 ms (measured: a
-// 32 MiB chunked answer to a reading client takes 1.1 s, about 30 MB/s,
-// far above any token stream).
+// without progress. gnet's AsyncWrite is not used: its callback fires
+// when the bytes reach gnet's outbound buffer, not the socket, so it
+// cannot bound anything; and gnet reports no "outbound drained" event, so
+// each loop looks at its paused connections' buffers on every tick.
 //
 // # Loops and Post
 //
@@ -156,9 +153,10 @@
 //     parked answers, timeouts) is owned by its event loop. Other
 //     goroutines reach it only through messages (Execute), never a lock:
 //     a loop never waits.
-//   - An Exchange's answer methods are safe to call from any goroutine,
-//     one at a time (whoever answers). Only Write may block, and only its
-//     caller. Request, Loop and Gone are any goroutine.
+//   - An Exchange's Respond and Abort are safe to call from any goroutine,
+//     one at a time (whoever answers); RespondLoop, SetGoneHook and the
+//     streamed answer are loop only. None blocks. Request, Loop and Gone
+//     are any goroutine.
 //   - Server methods are any goroutine; Start and Shutdown never on a loop.
 //   - Counters and gauges are atomics. gnet's own goroutines (loops, main
 //     reactor, ticker) run under one rules.Group goroutine,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"sync/atomic"
-	"time"
 )
 
 // ErrClientGone is returned by Exchange writes once the client has left
@@ -35,8 +34,8 @@ type OwnAnswers interface {
 // Exchange states (Exchange.state).
 const (
 	stateNew       = iota // nothing written
-	stateStreaming        // WriteHeader done
-	stateEnded            // Respond, End or Abort done
+	stateStreaming        // WriteHeaderLoop done
+	stateEnded            // Respond, RespondLoop, EndLoop or Abort done
 )
 
 // Exchange phases (Exchange.phase).
@@ -48,7 +47,7 @@ const (
 
 // Body framings of a streamed answer.
 const (
-	frameChunked = iota // HTTP/1.1 without Content-Length: each Write is one chunk
+	frameChunked = iota // HTTP/1.1 without Content-Length: each WriteLoop is one chunk
 	frameLength         // the handler gave Content-Length: bytes as they are
 	frameClose          // HTTP/1.0 without Content-Length: the close ends the body
 )
@@ -57,27 +56,23 @@ const (
 // requests are sent in request order: a later exchange's bytes wait
 // (bounded) until earlier ones have ended.
 //
-// Its answer methods may be called from any goroutine, one goroutine at a
-// time (the driver: whoever answers). They never touch loop-owned state:
-// each turns into a message run on the connection's loop (gnet's
-// EventLoop.Execute, a lock-free FIFO queue), so one driver's messages
-// arrive in the order sent.
+// Respond and Abort may be called from any goroutine (whoever answers):
+// off the loop they never touch loop-owned state, each turns into a
+// message run on the connection's loop (gnet's EventLoop.Execute, a
+// lock-free FIFO queue). RespondLoop and the streamed answer
+// (streamloop.go) are for the connection's own loop.
 type Exchange struct {
 	c   *conn
 	req *Request
 
-	// driver-owned (the goroutine answering)
+	// owned by the answering side (the loop, for a streamed answer)
 	frame          int
-	closeDelimited bool // written before the End message is posted; read by the loop after it
+	closeDelimited bool // set by WriteHeaderLoop; read by the loop when the answer ends
 
 	phase  atomic.Int32 // phaseServing while Serve runs, then phaseStaged or phaseAfter
 	staged []byte       // a Respond's bytes staged during Serve: written before phase becomes phaseStaged, read by the loop after
 
-	state   atomic.Int32 // stateNew, stateStreaming, stateEnded; atomic so a misuse is caught, not a race
-	queued  atomic.Int64 // answer bytes sent to the loop and not yet taken by it
-	head    atomic.Bool  // set by the loop when earlier exchanges have all ended
-	waiting atomic.Bool  // a Write waits on wake
-	wake    chan struct{}
+	state atomic.Int32 // stateNew, stateStreaming, stateEnded; atomic so a misuse is caught, not a race
 
 	// owned by the loop
 	out        [][]byte // answer bytes parked until this exchange is the head
@@ -99,8 +94,9 @@ func (x *Exchange) Loop() int { return x.c.ls.idx }
 func (x *Exchange) Gone() <-chan struct{} { return x.c.gone }
 
 // Respond sends the whole answer and adds Content-Length. It never blocks.
-// Any goroutine; exactly one of Respond or WriteHeader(+Write*)+End per
-// exchange (a second answer is dropped).
+// Any goroutine; exactly one of Respond, RespondLoop or
+// WriteHeaderLoop(+WriteLoop*)+EndLoop per exchange (a second answer is
+// dropped).
 func (x *Exchange) Respond(status int, hdr []Header, body []byte) {
 	if !x.state.CompareAndSwap(stateNew, stateEnded) {
 		return // a handler bug; nothing sensible to send
@@ -162,7 +158,7 @@ func (x *Exchange) RespondLoop(status int, hdr []Header, body []byte) {
 		if cap(b) <= maxScratch {
 			ls.scratch = b[:0]
 		}
-		c.outbound.Store(int64(c.gc.OutboundBuffered()))
+		c.outbound = int64(c.gc.OutboundBuffered())
 		if !c.closed {
 			c.endHead()
 		}
@@ -174,7 +170,6 @@ func (x *Exchange) RespondLoop(status int, hdr []Header, body []byte) {
 		x.phase.Store(phaseStaged)
 		return
 	}
-	x.queued.Add(int64(len(b))) // deliver takes it off
 	c.deliver(x, b, true, false)
 }
 
@@ -202,18 +197,10 @@ func appendConnection(b []byte, req *Request, closing bool) []byte {
 	return b
 }
 
-// WriteHeader starts a streamed answer: chunked for HTTP/1.1, delimited by
-// the connection's close for HTTP/1.0, or as is if hdr has Content-Length
-// (then the Writes must add up to it). It never blocks. Any goroutine.
-func (x *Exchange) WriteHeader(status int, hdr []Header) error {
-	if !x.state.CompareAndSwap(stateNew, stateStreaming) {
-		return errAnswered
-	}
-	return x.post(x.appendStreamHead(make([]byte, 0, 128+32*len(hdr)), status, hdr), false, false)
-}
-
 // appendStreamHead appends a streamed answer's head to b and sets the
-// framing (WriteHeader's).
+// framing (WriteHeaderLoop's): chunked for HTTP/1.1, delimited by the
+// connection's close for HTTP/1.0, or as is if hdr has Content-Length
+// (then the writes must add up to it).
 func (x *Exchange) appendStreamHead(b []byte, status int, hdr []Header) []byte {
 	b = appendStatusLine(b, status)
 	b, cl := appendHeaders(b, hdr)
@@ -236,23 +223,6 @@ func (x *Exchange) appendStreamHead(b []byte, status int, hdr []Header) []byte {
 	return append(b, "\r\n"...)
 }
 
-// Write sends p (copied) as the next part of a streamed answer, one chunk
-// when chunked, so it reaches the client at once (Flush is not needed). It
-// blocks the calling goroutine while the connection holds more than
-// MaxOutboundBytes unsent: never call it on an event loop. Any goroutine.
-func (x *Exchange) Write(p []byte) error {
-	if x.state.Load() != stateStreaming {
-		return errAnswered
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	if err := x.waitRoom(); err != nil {
-		return err
-	}
-	return x.post(x.appendFrame(make([]byte, 0, len(p)+20), p), false, false)
-}
-
 // appendFrame appends p to b as one piece of the body: a chunk when the
 // answer is chunked.
 func (x *Exchange) appendFrame(b, p []byte) []byte {
@@ -263,30 +233,6 @@ func (x *Exchange) appendFrame(b, p []byte) []byte {
 	b = append(b, "\r\n"...)
 	b = append(b, p...)
 	return append(b, "\r\n"...)
-}
-
-// Flush does nothing: every Write goes to the connection at once. Any
-// goroutine.
-func (x *Exchange) Flush() error {
-	select {
-	case <-x.c.gone:
-		return ErrClientGone
-	default:
-		return nil
-	}
-}
-
-// End ends a streamed answer (the terminal chunk when chunked). It never
-// blocks. Any goroutine.
-func (x *Exchange) End() error {
-	if !x.state.CompareAndSwap(stateStreaming, stateEnded) {
-		return errAnswered
-	}
-	var b []byte
-	if x.frame == frameChunked {
-		b = []byte("0\r\n\r\n")
-	}
-	return x.post(b, true, false)
 }
 
 // Abort closes the connection without finishing the answer (an upstream
@@ -305,78 +251,12 @@ func (x *Exchange) post(b []byte, last, abort bool) error {
 		return ErrClientGone
 	default:
 	}
-	n := int64(len(b))
-	x.queued.Add(n)
 	if !x.c.s.execute(x.c.ls, func(context.Context) error {
 		x.c.deliver(x, b, last, abort)
 		return nil
 	}) {
 		// The engine is shutting down; the connection is going with it.
-		x.queued.Add(-n)
 		return ErrClientGone
 	}
 	return nil
-}
-
-// waitRoom blocks until the connection has room for more answer bytes:
-// the head exchange waits for the socket side (gnet's outbound buffer, as
-// last seen by the loop), a later one for the parked bytes of all later
-// exchanges. gnet tells nobody when its outbound buffer drains, so the
-// waiter asks the loop to look again, backing off from 100 µs to 20 ms; the
-// loop also wakes it whenever it takes bytes. Driver goroutine only.
-func (x *Exchange) waitRoom() error {
-	c, max := x.c, int64(x.c.s.cfg.MaxOutboundBytes)
-	backoff := 100 * time.Microsecond
-	var timer *time.Timer
-	counted := false
-	for {
-		unsent := x.queued.Load()
-		if x.head.Load() {
-			unsent += c.outbound.Load()
-		} else {
-			unsent += c.parked.Load()
-		}
-		if unsent <= max {
-			if timer != nil {
-				timer.Stop()
-			}
-			x.waiting.Store(false)
-			return nil
-		}
-		if !counted {
-			counted = true
-			c.s.m.outboundWaits.Inc()
-		}
-		x.waiting.Store(true)
-		if timer == nil {
-			timer = time.NewTimer(backoff)
-		} else {
-			timer.Reset(backoff)
-		}
-		select {
-		case <-c.gone:
-			timer.Stop()
-			return ErrClientGone
-		case <-x.wake:
-		case <-timer.C:
-			backoff = min(2*backoff, 20*time.Millisecond)
-			if !c.s.execute(c.ls, func(context.Context) error {
-				c.refresh()
-				return nil
-			}) {
-				timer.Stop()
-				return ErrClientGone
-			}
-		}
-	}
-}
-
-// signal wakes a waiting Write. Any goroutine; never blocks.
-func (x *Exchange) signal() {
-	if x.waiting.Load() {
-		select {
-		case x.wake <- struct{}{}:
-		default:
-		}
-	}
 }

@@ -21,7 +21,6 @@ func init() {
 		"saltus_reactor_framing_errors_total":       "Requests refused while framing, by the status answered (400 malformed, 413 body over --max-body, 431 head over --max-header, 501 unsupported transfer coding).",
 		"saltus_reactor_timeouts_total":             "Client connections closed by a timeout, by kind (header: head not complete in time, idle: keep-alive idle, write_stall: the client stopped reading).",
 		"saltus_reactor_mailbox_full_total":         "Cross-loop messages refused because the target loop's mailbox was full (or the server stopped).",
-		"saltus_reactor_outbound_waits_total":       "Times a streamed answer waited because the client connection's outbound bytes reached their bound (the upstream read is paused).",
 		"saltus_reactor_poster_dropped_total":       "Messages to a loop dropped because the server had stopped (the tokenizer's completions, upstream dial results).",
 		"saltus_reactor_mailbox_posts_total":        "Messages posted to a loop's mailbox.",
 		"saltus_reactor_mailbox_depth":              "Messages posted to each loop's mailbox and not run yet, by loop (at most reactor.Config.MailboxSize, 4,096; over it a post is refused and counted in saltus_reactor_mailbox_full_total).",
@@ -41,7 +40,7 @@ type serverMetrics struct {
 	requests                                       *metrics.Counter
 	framing400, framing413, framing431, framing501 *metrics.Counter
 	timeoutHeader, timeoutIdle, timeoutWrite       *metrics.Counter
-	mailboxFull, outboundWaits, posterDropped      *metrics.Counter
+	mailboxFull, posterDropped                     *metrics.Counter
 	mailboxPosts, mailboxWakes                     *metrics.Counter
 	upDials, upDialErrors                          *metrics.Counter
 	readPaused                                     *metrics.Counter
@@ -80,7 +79,6 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 		timeoutIdle:      to("idle"),
 		timeoutWrite:     to("write_stall"),
 		mailboxFull:      set.GetOrCreateCounter("saltus_reactor_mailbox_full_total"),
-		outboundWaits:    set.GetOrCreateCounter("saltus_reactor_outbound_waits_total"),
 		posterDropped:    set.GetOrCreateCounter("saltus_reactor_poster_dropped_total"),
 		mailboxPosts:     set.GetOrCreateCounter("saltus_reactor_mailbox_posts_total"),
 		mailboxWakes:     set.GetOrCreateCounter("saltus_reactor_mailbox_wakes_total"),

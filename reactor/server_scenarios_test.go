@@ -344,58 +344,6 @@ func TestPostBounded(t *testing.T) {
 	}
 }
 
-func TestBackpressure(t *testing.T) {
-	t.Parallel()
-	const max = 256 << 10
-	s, h, set := startServer(t, func(c *Config) { c.MaxOutboundBytes = max })
-	nc, br := dial(t, s)
-	// A small receive buffer, and we do not read: Write must block.
-	_ = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
-	send(t, nc, "GET /big?n=33554432 HTTP/1.1\r\nHost: x\r\n\r\n") // 32 MiB
-	// The kernel's buffers take what they take (the send buffer autotunes
-	// up to tcp_wmem's max); then the writer must stop: wait for it to
-	// wait (the counter), not for a quiet period.
-	waitCounter(t, set, "saltus_reactor_outbound_waits_total")
-	w := h.written.Load()
-	t.Logf("written to a client that reads nothing: %d bytes", w)
-	if w <= 0 || w > 16<<20 {
-		t.Fatalf("written %d bytes to a client that reads nothing: not bounded", w)
-	}
-	// What the process holds for it: gnet's outbound buffer, bounded by
-	// MaxOutboundBytes plus one Write.
-	if out := outboundOf(t, s); out > max+64<<10+32 {
-		t.Fatalf("gnet holds %d unsent bytes, want ≤ %d", out, max+64<<10+32)
-	}
-	// Now read everything: the writer resumes and finishes.
-	_ = nc.SetDeadline(time.Now().Add(60 * time.Second))
-	start := time.Now()
-	r := read(t, br, "GET")
-	t.Logf("read 32 MiB in %v", time.Since(start))
-	if len(r.body) != 32<<20 {
-		t.Fatalf("body %d bytes", len(r.body))
-	}
-	if err := <-h.bigErr; err != nil {
-		t.Fatalf("writer: %v", err)
-	}
-}
-
-func TestBackpressureClientGone(t *testing.T) {
-	t.Parallel()
-	s, h, set := startServer(t, func(c *Config) { c.MaxOutboundBytes = 64 << 10 })
-	nc, _ := dial(t, s)
-	send(t, nc, "GET /big?n=67108864 HTTP/1.1\r\nHost: x\r\n\r\n")
-	waitCounter(t, set, "saltus_reactor_outbound_waits_total") // the Write blocks
-	_ = nc.Close()
-	select {
-	case err := <-h.bigErr:
-		if err != ErrClientGone {
-			t.Fatalf("blocked Write returned %v, want ErrClientGone", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("blocked Write did not return after the client left")
-	}
-}
-
 func TestShutdownWaitsForExchanges(t *testing.T) {
 	t.Parallel()
 	s, h, _ := startServer(t, nil)
@@ -428,27 +376,6 @@ func TestShutdownWaitsForExchanges(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
 		t.Fatal("still accepting after Shutdown")
 	}
-}
-
-// outboundOf sums gnet's outbound buffers of every connection, read on
-// their loops.
-func outboundOf(t *testing.T, s *Server) int {
-	t.Helper()
-	total := 0
-	for i := range s.Loops() {
-		done := make(chan int, 1)
-		if !s.Post(i, func() {
-			n := 0
-			for c := range s.loops[i].Load().conns {
-				n += c.gc.OutboundBuffered()
-			}
-			done <- n
-		}) {
-			t.Fatal("Post refused")
-		}
-		total += <-done
-	}
-	return total
 }
 
 func TestAbortClosesMidAnswer(t *testing.T) {

@@ -27,10 +27,11 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 //
 //	/echo          200, body "METHOD path?query|body"
 //	/delay?ms=N    200 after N ms, from another goroutine, body = path+query
-//	/stream?n=N&ms=M  N chunks "data: i\n\n", M ms apart, from another goroutine
+//	/stream?n=N&ms=M  N chunks "data: i\n\n", M ms apart, each written on the loop from another goroutine
 //	/stream?n=N&gate=1  the same, each chunk after the test sends on next
 //	/hold          200 once the test closes release (or the client leaves)
-//	/big?n=N       N bytes streamed in 64 KiB writes from another goroutine; counts in written
+//	/big?n=N       N bytes streamed in 64 KiB loop writes from another goroutine, until the
+//	               connection owes over MaxOutboundBytes: then it waits for the client to leave
 //	/blob?n=N      N bytes answered whole in Serve; counts in blobs
 //	/gone          never answers; closes goneSeen when Gone closes
 //	/post?loop=i   answers from a function Posted to loop i, with the loop index seen
@@ -42,7 +43,6 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 type testHandler struct {
 	s        *Server
 	wg       sync.WaitGroup // the handler's goroutines
-	written  atomic.Int64
 	blobs    atomic.Int64
 	bigErr   chan error
 	goneSeen chan struct{}
@@ -139,7 +139,10 @@ func (h *testHandler) Serve(x *Exchange) {
 	case "/stream":
 		n, ms, gate := arg("n"), arg("ms"), arg("gate") == 1
 		h.goAnswer(func() {
-			if err := x.WriteHeader(200, []Header{{"Content-Type", "text/event-stream"}}); err != nil {
+			if err := h.onLoop(x, func() error {
+				_, err := x.WriteHeaderLoop(200, []Header{{"Content-Type", "text/event-stream"}})
+				return err
+			}); err != nil {
 				return
 			}
 			for i := range n {
@@ -150,34 +153,53 @@ func (h *testHandler) Serve(x *Exchange) {
 						return
 					}
 				}
-				if err := x.Write(fmt.Appendf(nil, "data: %d\n\n", i)); err != nil {
+				if err := h.onLoop(x, func() error {
+					_, err := x.WriteLoop(fmt.Appendf(nil, "data: %d\n\n", i))
+					return err
+				}); err != nil {
 					return
 				}
 				time.Sleep(time.Duration(ms) * time.Millisecond)
 			}
-			_ = x.End()
+			_ = h.onLoop(x, x.EndLoop)
 		})
 	case "/big":
 		n := arg("n")
 		h.goAnswer(func() {
-			_ = x.WriteHeader(200, nil)
 			piece := bytes.Repeat([]byte("x"), 64<<10)
-			for sent := 0; sent < n; sent += len(piece) {
-				if err := x.Write(piece); err != nil {
-					h.bigErr <- err
-					return
-				}
-				h.written.Add(int64(len(piece)))
+			max := int64(h.s.cfg.MaxOutboundBytes)
+			var owed int64
+			err := h.onLoop(x, func() (err error) {
+				owed, err = x.WriteHeaderLoop(200, nil)
+				return err
+			})
+			for sent := 0; err == nil && sent < n && owed <= max; sent += len(piece) {
+				err = h.onLoop(x, func() (err error) {
+					owed, err = x.WriteLoop(piece)
+					return err
+				})
 			}
-			h.bigErr <- x.End()
+			if err == nil && owed > max {
+				<-x.Gone() // the client does not read: the loop's write-stall timeout closes it
+				err = ErrClientGone
+			}
+			if err == nil {
+				err = h.onLoop(x, x.EndLoop)
+			}
+			h.bigErr <- err
 		})
 	case "/blob":
 		h.blobs.Add(1)
 		x.Respond(200, nil, bytes.Repeat([]byte("b"), arg("n")))
 	case "/abort":
 		h.goAnswer(func() {
-			_ = x.WriteHeader(200, []Header{{"Content-Length", "100"}})
-			_ = x.Write([]byte("partial"))
+			_ = h.onLoop(x, func() error {
+				if _, err := x.WriteHeaderLoop(200, []Header{{"Content-Length", "100"}}); err != nil {
+					return err
+				}
+				_, err := x.WriteLoop([]byte("partial"))
+				return err
+			})
 			time.Sleep(20 * time.Millisecond)
 			x.Abort()
 		})
@@ -198,6 +220,19 @@ func (h *testHandler) Serve(x *Exchange) {
 		})
 	default:
 		x.Respond(404, nil, []byte("not found"))
+	}
+}
+
+// onLoop runs fn on x's loop (a streamed answer is written there) and
+// returns its error, ErrClientGone if the loop never ran it.
+func (h *testHandler) onLoop(x *Exchange, fn func() error) error {
+	done := make(chan error, 1)
+	h.s.Poster(x.Loop())(func() { done <- fn() })
+	select {
+	case err := <-done:
+		return err
+	case <-x.Gone():
+		return ErrClientGone
 	}
 }
 

@@ -1,18 +1,20 @@
 package reactor
 
 // Streamed answers relayed on the connection's own loop (the backend's
-// loop path): WriteHeaderLoop, WriteLoop and EndLoop are WriteHeader,
-// Write and End for a caller that runs on x.Loop(). They deliver at once,
-// without a message, and never block: instead of waiting for room as
-// Write does, each returns the bytes the connection then owes its client
-// (gnet's outbound buffer, the loop's cork buffer and the bytes parked
-// behind the head), and the
-// caller applies its own bound (a loop cannot wait for a client to read).
+// loop path): WriteHeaderLoop starts the answer, each WriteLoop sends one
+// piece of its body (one chunk when chunked, so an SSE event reaches the
+// client without a flush), EndLoop ends it; for a caller that runs on
+// x.Loop(). They deliver at once, without a message, and never block:
+// each returns the bytes the connection then owes its client (gnet's
+// outbound buffer, the loop's cork buffer and the bytes parked behind the
+// head), and the caller applies its own bound (a loop cannot wait for a
+// client to read).
 // The head exchange's bytes are framed in the loop's scratch buffer and
 // handed to gnet, which copies what the socket does not take: no
 // allocation per event. Loop only (x.Loop()'s).
 
-// WriteHeaderLoop is WriteHeader on the loop; it returns the bytes owed.
+// WriteHeaderLoop starts a streamed answer (appendStreamHead gives its
+// framing); it returns the bytes owed.
 func (x *Exchange) WriteHeaderLoop(status int, hdr []Header) (int64, error) {
 	if !x.state.CompareAndSwap(stateNew, stateStreaming) {
 		return 0, errAnswered
@@ -20,9 +22,9 @@ func (x *Exchange) WriteHeaderLoop(status int, hdr []Header) (int64, error) {
 	return x.sendLoop(x.appendStreamHead(x.c.ls.scratch[:0], status, hdr), false)
 }
 
-// WriteLoop is Write on the loop, without the wait: it returns the bytes
-// owed, over MaxOutboundBytes when the client reads slower than the
-// answer comes.
+// WriteLoop sends p as the next piece of a streamed answer (one chunk
+// when chunked); it returns the bytes owed, over MaxOutboundBytes when
+// the client reads slower than the answer comes.
 func (x *Exchange) WriteLoop(p []byte) (int64, error) {
 	if x.state.Load() != stateStreaming {
 		return 0, errAnswered
@@ -33,7 +35,7 @@ func (x *Exchange) WriteLoop(p []byte) (int64, error) {
 	return x.sendLoop(x.appendFrame(x.c.ls.scratch[:0], p), false)
 }
 
-// EndLoop is End on the loop.
+// EndLoop ends a streamed answer (the terminal chunk when chunked).
 func (x *Exchange) EndLoop() error {
 	if !x.state.CompareAndSwap(stateStreaming, stateEnded) {
 		return errAnswered
@@ -48,7 +50,7 @@ func (x *Exchange) EndLoop() error {
 
 // sendLoop delivers b, built in the loop's scratch buffer, now: written
 // if x is the head exchange, else parked (a copy). While Serve runs it
-// goes as a message, as Write's (the answer must follow Serve's return).
+// goes as a message (the answer must follow Serve's return).
 func (x *Exchange) sendLoop(b []byte, last bool) (int64, error) {
 	c := x.c
 	if c.closed {
@@ -61,7 +63,6 @@ func (x *Exchange) sendLoop(b []byte, last bool) (int64, error) {
 	if x.phase.Load() == phaseServing {
 		return c.owed(), x.post(b, last, false)
 	}
-	x.queued.Add(int64(len(b))) // deliver takes it off
 	c.deliver(x, b, last, false)
 	if head && cap(b) <= maxScratch {
 		c.ls.scratch = b[:0]
@@ -75,5 +76,5 @@ func (c *conn) owed() int64 {
 	if c.closed {
 		return 0
 	}
-	return int64(c.gc.OutboundBuffered()+c.corkedBytes()) + c.parked.Load()
+	return int64(c.gc.OutboundBuffered()+c.corkedBytes()) + c.parked
 }
