@@ -46,8 +46,8 @@
 // own loop (streamloop.go: chunked for HTTP/1.1, each write one chunk
 // sent at once, so SSE events reach the client without a flush;
 // close-delimited for HTTP/1.0); they never block, and return the bytes
-// the connection owes its client, so the caller (the backend's loop
-// path) bounds them by pausing its upstream read.
+// the connection owes its client, and the caller applies its own bound
+// (the backend's loop path ends a stream whose client let 4 MiB pile up).
 //
 // gnet's queues are unbounded, so the reactor bounds what it puts in
 // them. The loop stops parsing a connection's requests while the answers
