@@ -745,14 +745,6 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(lerr, werr, serr)
 }
 
-// kill stops memberlist without a goodbye, as a crash would (tests).
-func (n *Node) kill(ctx context.Context) error {
-	n.closed.Store(true)
-	n.group.Stop()
-	werr := n.group.Wait(ctx)
-	return errors.Join(werr, n.ml.Shutdown())
-}
-
 // delegate is memberlist's Delegate.
 type delegate struct{ n *Node }
 

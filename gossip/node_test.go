@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -554,4 +555,12 @@ func TestSeedMissing(t *testing.T) {
 			t.Errorf("seedMissing(%q) = %v, want %v", tc.seed, got, tc.missing)
 		}
 	}
+}
+
+// kill stops memberlist without a goodbye, as a crash would (tests).
+func (n *Node) kill(ctx context.Context) error {
+	n.closed.Store(true)
+	n.group.Stop()
+	werr := n.group.Wait(ctx)
+	return errors.Join(werr, n.ml.Shutdown())
 }

@@ -51,7 +51,3 @@ func (r *ring) pop() *job {
 	r.head.Store(h + 1)
 	return j
 }
-
-// len returns the number of queued jobs; exact only for a quiet ring.
-// Any goroutine.
-func (r *ring) len() int { return int(r.tail.Load() - r.head.Load()) }

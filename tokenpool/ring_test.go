@@ -70,3 +70,7 @@ func TestRingSPSC(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// len returns the number of queued jobs; exact only for a quiet ring.
+// Any goroutine.
+func (r *ring) len() int { return int(r.tail.Load() - r.head.Load()) }

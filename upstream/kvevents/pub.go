@@ -100,9 +100,8 @@ type Publisher struct {
 	ctx  context.Context // the socket's; cancelled when Run returns
 	stop context.CancelFunc
 
-	seq     atomic.Uint64 // the next sequence number: taken by Publish, dropped or not
-	sent    atomic.Uint64
-	dropped atomic.Uint64
+	seq  atomic.Uint64 // the next sequence number: taken by Publish, dropped or not
+	sent atomic.Uint64 // batches sent to the socket (read by the tests)
 
 	mu   sync.Mutex // guards addr
 	addr net.Addr
@@ -208,9 +207,6 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 // goroutine.
 func (p *Publisher) ReplayAddr() net.Addr { return p.replayAddr }
 
-// Replays counts the replay requests answered. Any goroutine.
-func (p *Publisher) Replays() uint64 { return p.replayed.Load() }
-
 // Addr is where a binding publisher listens (nil for a connecting one).
 // Any goroutine.
 func (p *Publisher) Addr() net.Addr {
@@ -232,15 +228,9 @@ func (p *Publisher) Publish(b Batch) bool {
 	case p.q <- queued{seq: seq, b: b}:
 		return true
 	default:
-		p.dropped.Add(1)
-		return false
+		return false // the caller counts it
 	}
 }
-
-// Sent and Dropped count batches sent to the socket and dropped at
-// Publish. Any goroutine.
-func (p *Publisher) Sent() uint64    { return p.sent.Load() }
-func (p *Publisher) Dropped() uint64 { return p.dropped.Load() }
 
 // Run dials (a connecting publisher, retrying every 100 ms to 2 s) and
 // sends queued batches until ctx is done; then it closes the socket.

@@ -242,18 +242,6 @@ func New(cfg Config, out chan<- Message, logger *slog.Logger, set *metrics.Set) 
 	return s, nil
 }
 
-// Bound is closed once a bound subscription listens; Addr then says
-// where. Any goroutine.
-func (s *Subscriber) Bound() <-chan struct{} { return s.bound }
-
-// Addr is the address a bound subscription listens on, nil before it
-// does (or when it connects). Any goroutine.
-func (s *Subscriber) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
-}
-
 // Close unregisters the subscriber's series. Call it after Run returned.
 // Any goroutine.
 func (s *Subscriber) Close() { s.m.unregister() }
