@@ -30,8 +30,8 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 //	/stream?n=N&ms=M  N chunks "data: i\n\n", M ms apart, each written on the loop from another goroutine
 //	/stream?n=N&gate=1  the same, each chunk after the test sends on next
 //	/hold          200 once the test closes release (or the client leaves)
-//	/big?n=N       N bytes streamed in 64 KiB loop writes from another goroutine, until the
-//	               connection owes over MaxOutboundBytes: then it waits for the client to leave
+//	/big?n=N       N bytes streamed in 64 KiB loop writes from another goroutine, pausing
+//	               while the connection owes over MaxOutboundBytes; its end (or error) goes to bigErr
 //	/blob?n=N      N bytes answered whole in Serve; counts in blobs
 //	/gone          never answers; closes goneSeen when Gone closes
 //	/post?loop=i   answers from a function Posted to loop i, with the loop index seen
@@ -173,15 +173,23 @@ func (h *testHandler) Serve(x *Exchange) {
 				owed, err = x.WriteHeaderLoop(200, nil)
 				return err
 			})
-			for sent := 0; err == nil && sent < n && owed <= max; sent += len(piece) {
+			for sent := 0; err == nil && sent < n; {
+				if owed > max {
+					// The bound is the writer's (a loop cannot wait):
+					// look again once the client may have read some.
+					select {
+					case <-x.Gone():
+						err = ErrClientGone
+					case <-time.After(time.Millisecond):
+						err = h.onLoop(x, func() error { owed = x.c.owed(); return nil })
+					}
+					continue
+				}
 				err = h.onLoop(x, func() (err error) {
 					owed, err = x.WriteLoop(piece)
 					return err
 				})
-			}
-			if err == nil && owed > max {
-				<-x.Gone() // the client does not read: the loop's write-stall timeout closes it
-				err = ErrClientGone
+				sent += len(piece)
 			}
 			if err == nil {
 				err = h.onLoop(x, x.EndLoop)
