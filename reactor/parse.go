@@ -277,7 +277,7 @@ func parseChunked(buf []byte, lim limits, p *progress, r *Request) (*Request, in
 			}
 			return needMore(p, pos, body, len(buf)+1)
 		}
-		size, ok := parseChunkSize(buf[pos : pos+i])
+		size, ok := chunkSize(buf[pos : pos+i])
 		if !ok {
 			return nil, 0, badRequest("malformed chunk size line")
 		}
@@ -351,7 +351,7 @@ func dechunk(r *Request, b []byte, n int) []byte {
 	out := r.newBody(n)[:0]
 	for len(out) < n {
 		i := bytes.IndexByte(b, '\n')
-		size, _ := parseChunkSize(b[:i])
+		size, _ := chunkSize(b[:i])
 		b = b[i+1:]
 		out = append(out, b[:size]...)
 		b = b[size+2:]
@@ -359,34 +359,14 @@ func dechunk(r *Request, b []byte, n int) []byte {
 	return out
 }
 
-// parseChunkSize parses "hex[;ext]\r" (the line without its '\n').
-func parseChunkSize(line []byte) (int64, bool) {
+// chunkSize parses a chunk size line without its LF: its CR, if any, is
+// cut, the rest is httplex.ParseChunkSize's (shared with the backend's
+// response parser).
+func chunkSize(line []byte) (int64, bool) {
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
-	}
-	line = bytes.TrimRight(line, " \t")
-	if len(line) == 0 || len(line) > 15 { // 15 hex digits: no overflow of int64
-		return 0, false
-	}
-	var n int64
-	for _, c := range line {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		n = n<<4 | int64(d)
-	}
-	return n, true
+	return httplex.ParseChunkSize(line)
 }
 
 // splitTarget sets r.Path and r.Query from the request target (RFC 9112

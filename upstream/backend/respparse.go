@@ -172,7 +172,7 @@ func (p *respParser) step(data []byte) (int, error) {
 		if !ok || err != nil {
 			return n, err
 		}
-		size, ok := parseChunkSize(line)
+		size, ok := httplex.ParseChunkSize(line)
 		if !ok {
 			return n, errBadResponse
 		}
@@ -252,44 +252,6 @@ func indexByte(b []byte, c byte) int {
 		}
 	}
 	return -1
-}
-
-// parseChunkSize reads "hex[;ext]" (whitespace before ';' tolerated).
-func parseChunkSize(line []byte) (int64, bool) {
-	var n int64
-	i := 0
-	for ; i < len(line); i++ {
-		c := line[i]
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			goto rest
-		}
-		if i >= 15 { // 15 hex digits: no overflow of int64
-			return 0, false
-		}
-		n = n<<4 | int64(d)
-	}
-rest:
-	if i == 0 {
-		return 0, false
-	}
-	for ; i < len(line); i++ {
-		switch line[i] {
-		case ' ', '\t':
-			continue
-		case ';':
-			return n, true
-		}
-		return 0, false
-	}
-	return n, true
 }
 
 // headEnd returns the length of the head in b (through the blank line that
