@@ -18,7 +18,7 @@ type Config struct {
 	IdleTimeout      time.Duration // keep-alive connection with nothing in flight, or an answer not drained, this long → close
 	MaxConns         int           // open connections; one more → 503 and close
 	MaxOutboundBytes int           // per connection: unsent answer bytes before the loop stops reading its requests
-	MailboxSize      int           // per loop: Server.Post functions queued and not yet run
+	MailboxSize      int           // per loop: Loop.Post functions queued and not yet run
 
 	// TLS, when not nil, makes Listen speak TLS 1.2/1.3 (tls.go): a Go
 	// acceptor does the handshakes and the record layer on its own

@@ -20,7 +20,7 @@ const maxPipeline = 8
 // conn is one client connection: gnet's Conn context.
 type conn struct {
 	s      *Server
-	ls     *loopState
+	ls     *Loop
 	gc     gnet.Conn
 	remote string
 

@@ -43,13 +43,13 @@ func (c *conn) corkedBytes() int {
 }
 
 // cork starts holding client writes. Loop only.
-func (ls *loopState) cork() { ls.corking = true }
+func (ls *Loop) cork() { ls.corking = true }
 
 // uncork stops holding and writes what is held. Holding stops first: a
 // write that fails closes its connection, and whatever that close's hooks
 // answer on other connections goes out at once instead of waiting in the
 // buffer for the next upstream read. Loop only.
-func (ls *loopState) uncork() {
+func (ls *Loop) uncork() {
 	ls.corking = false
 	ls.flushCork()
 }
@@ -57,7 +57,7 @@ func (ls *loopState) uncork() {
 // flushCork writes the corked connection's bytes with one write, then
 // lets the connection act on them being out (a closing connection whose
 // answer is out closes). Loop only.
-func (ls *loopState) flushCork() {
+func (ls *Loop) flushCork() {
 	c := ls.corked
 	if c == nil {
 		return

@@ -59,13 +59,23 @@
 // cannot bound anything; and gnet reports no "outbound drained" event, so
 // each loop looks at its paused connections' buffers on every tick.
 //
-// # Loops and Post
+// # Loops, their parts, and Post
+//
+// Each event loop is one value, a [Loop], made by NewServer
+// ([Server.Loops]) and handed to everything that runs on the loop:
+// [Exchange.Loop], [Upstream.Loop], the [Server.OnSweep] hook. It holds
+// the reactor's state of the loop (connections, mailbox, cork buffer,
+// scratch), and the packages above keep their own per-loop state in it
+// by type ([Part], part.go: the backend set's upstream connections, the
+// router's shard), so no loop number indexes tables across packages;
+// [Loop.Index] remains for metric labels and for partitions that name a
+// loop by number. docs/ARCHITECTURE.md lists the parts and their owners.
 //
 // gnet 2.9.7 hands out an event loop (whose Execute runs a function on it)
 // only through a connection (Conn.EventLoop); the engine offers no list of
 // loops. Start therefore connects to itself once per loop: round-robin
 // balancing gives N connections to N loops, each loop's first connection
-// registers it, and the probes are closed. [Server.Post] queues a
+// binds it to a Loop, and the probes are closed. [Loop.Post] queues a
 // function on the loop's own mailbox (mailbox.go: gnet's lock-free queue,
 // bounded by a per-loop count, MailboxSize), which the loop runs as it
 // leaves a traffic callback; only a loop outside one is woken, with
@@ -73,15 +83,15 @@
 // and cost no system call (saltus_reactor_mailbox_wakes_total against
 // _posts_total: about 1 in 10 in `make bench-serve`), where Execute on
 // every post had made the hop to a prompt's owner shard and back the
-// largest cost of routing after the sockets themselves. [Server.Poster] is
+// largest cost of routing after the sockets themselves. [Loop.Poster] is
 // the same without the MailboxSize bound, for callers that bound their own
 // posts and must not lose one (tokenpool's completions). The timeout sweep
 // is one Execute per loop at most.
 //
 // # Upstream connections
 //
-// [Server.DialUpstream] makes a client connection to an upstream owned by
-// a loop, for handlers that do their upstream I/O on the loop (the
+// [Loop.DialUpstream] makes a client connection to an upstream owned by
+// the loop, for handlers that do their upstream I/O on the loop (the
 // backend's loop path): the connect runs on a "reactor.dial" goroutine
 // within its timeout, gnet's EventLoop.Enroll moves the socket onto the
 // loop, and from then on its [UpstreamHandler] gets OnUpstreamOpen,

@@ -85,9 +85,8 @@ type Exchange struct {
 // Request returns the request. Any goroutine.
 func (x *Exchange) Request() *Request { return x.req }
 
-// Loop returns the index of the event loop (= shard) that owns the
-// connection. Any goroutine.
-func (x *Exchange) Loop() int { return x.c.ls.idx }
+// Loop returns the event loop that owns the connection. Any goroutine.
+func (x *Exchange) Loop() *Loop { return x.c.ls }
 
 // Gone returns a channel closed when the client disconnects (or the
 // connection is closed). Any goroutine.

@@ -33,7 +33,7 @@ type mailFn func()
 // enqueue queues fn (a mailFn or a func()) on ls and makes sure the loop
 // will run it (unless the server is stopping: callers check s.stopped
 // first).
-func (s *Server) enqueue(ls *loopState, fn any) {
+func (s *Server) enqueue(ls *Loop, fn any) {
 	t := queue.GetTask()
 	t.Param = fn
 	ls.mbox.Enqueue(t)
@@ -52,10 +52,10 @@ func (s *Server) enqueue(ls *loopState, fn any) {
 }
 
 // enter marks the loop as inside a callback. Loop only.
-func (ls *loopState) enter() { ls.inCB.Store(true) }
+func (ls *Loop) enter() { ls.inCB.Store(true) }
 
 // leave runs the mailbox until it is empty with inCB clear. Loop only.
-func (ls *loopState) leave() {
+func (ls *Loop) leave() {
 	for {
 		for t := ls.mbox.Dequeue(); t != nil; t = ls.mbox.Dequeue() {
 			p := t.Param
@@ -82,7 +82,7 @@ func (ls *loopState) leave() {
 // mailbox like a callback's end. Allowing the next wake-up first means a
 // message queued after this drain looked is either seen by it or wakes
 // the loop again.
-func newWake(ls *loopState) gnet.RunnableFunc {
+func newWake(ls *Loop) gnet.RunnableFunc {
 	return func(context.Context) error {
 		ls.wakeQueued.Store(false)
 		ls.enter()

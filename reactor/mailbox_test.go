@@ -49,12 +49,12 @@ func TestMailboxRunsEverything(t *testing.T) {
 					// Posted by a loop, to the other one (or itself).
 					inner := fn
 					fn = func() {
-						if !s.Post((k/3)%2, inner) {
+						if !s.Loops()[(k/3)%2].Post(inner) {
 							t.Errorf("post %d from a loop refused", k)
 						}
 					}
 				}
-				if !s.Post(k%2, fn) {
+				if !s.Loops()[k%2].Post(fn) {
 					t.Errorf("post %d refused", k)
 				}
 				if i%500 == 0 {

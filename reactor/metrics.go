@@ -52,12 +52,9 @@ func newServerMetrics(s *Server, set *metrics.Set) *serverMetrics {
 	set.GetOrCreateGauge("saltus_reactor_connections_open", func() float64 { return float64(s.conns.Load()) })
 	set.GetOrCreateGauge("saltus_reactor_exchanges_open", func() float64 { return float64(s.open.Load()) })
 	set.GetOrCreateGauge("saltus_upstream_conns", func() float64 { return float64(s.upConns.Load()) })
-	for i := range s.loops {
-		set.GetOrCreateGauge(fmt.Sprintf(`saltus_reactor_mailbox_depth{loop="%d"}`, i), func() float64 {
-			if ls := s.loops[i].Load(); ls != nil {
-				return float64(ls.mail.Load())
-			}
-			return 0
+	for _, l := range s.loops {
+		set.GetOrCreateGauge(fmt.Sprintf(`saltus_reactor_mailbox_depth{loop="%d"}`, l.idx), func() float64 {
+			return float64(l.mail.Load())
 		})
 	}
 	fe := func(code int) *metrics.Counter {

@@ -153,7 +153,7 @@ func BenchmarkPost(b *testing.B) {
 	b.ReportAllocs()
 	posted := int64(0)
 	for b.Loop() {
-		for !s.Post(0, fn) {
+		for !s.Loops()[0].Post(fn) {
 			time.Sleep(time.Microsecond) // mailbox full: let the loop catch up
 		}
 		posted++
@@ -175,10 +175,10 @@ func BenchmarkPostRoundTrip(b *testing.B) {
 	for b.Loop() {
 		for range 50 {
 			time.Sleep(2 * time.Millisecond)
-			ok := s.Post(0, func() {
+			ok := s.Loops()[0].Post(func() {
 				t0 := time.Now()
-				if !s.Post(1, func() {
-					if !s.Post(0, func() { done <- time.Since(t0) }) {
+				if !s.Loops()[1].Post(func() {
+					if !s.Loops()[0].Post(func() { done <- time.Since(t0) }) {
 						done <- -1
 					}
 				}) {

@@ -37,9 +37,10 @@ type Server struct {
 	runErr error         // gnet.Run's error, read after ran is closed
 	addr   string        // set by Start
 
-	// loops[i] is loop i, discovered through its first connection (gnet
-	// gives out a loop handle only through a connection, Conn.EventLoop).
-	loops      []atomic.Pointer[loopState]
+	// loops[i] is loop i, made by NewServer; each is bound to its gnet
+	// loop when discovered through its first connection (gnet gives out
+	// a loop handle only through a connection, Conn.EventLoop).
+	loops      []*Loop
 	discovered atomic.Int32
 
 	tls *tlsEdge // the TLS acceptor; nil without Config.TLS
@@ -47,20 +48,33 @@ type Server struct {
 	conns       atomic.Int64 // open connections
 	upConns     atomic.Int64 // open upstream connections (Upstream)
 	dialers     *rules.Workers
-	sweepHook   func(loop int, now time.Time) // set before Start
-	open        atomic.Int64                  // exchanges not yet ended
-	accepting   atomic.Bool                   // StopAccepting clears it
-	draining    atomic.Bool                   // answers close their connection
-	stopped     atomic.Bool                   // Post refuses; set before the engine stops
-	posting     atomic.Int64                  // Posts between their stopped check and Execute
+	sweepHook   func(l *Loop, now time.Time) // set before Start
+	open        atomic.Int64                 // exchanges not yet ended
+	accepting   atomic.Bool                  // StopAccepting clears it
+	draining    atomic.Bool                  // answers close their connection
+	stopped     atomic.Bool                  // Post refuses; set before the engine stops
+	posting     atomic.Int64                 // Posts between their stopped check and Execute
 	started     atomic.Bool
 	discovering atomic.Bool // Start is finding the loops
 }
 
-// loopState is one event loop's part of the server.
-type loopState struct {
-	idx  int
-	el   gnet.EventLoop
+// Loop is one event loop: the one value that holds a loop's state, made
+// by NewServer (Server.Loops) and handed to every callback that runs on
+// it (Exchange.Loop, Upstream.Loop, the OnSweep hook). The reactor's own
+// part is below; the packages above attach theirs by type with a [Part]
+// (part.go), never in tables indexed by a loop number. Its methods say
+// who may call them; its fields say who owns them.
+type Loop struct {
+	s   *Server // immutable
+	idx int     // immutable: the position in Server.Loops, for labels and partitions
+
+	// Bound once, when the loop is discovered: el is written before
+	// ready is set, and read only after ready was seen set (or on the
+	// loop itself).
+	claimed atomic.Bool // a gnet loop took this value (loopOf)
+	ready   atomic.Bool // el is set: Post and Execute may reach the loop
+	el      gnet.EventLoop
+
 	mail atomic.Int64 // Post functions queued, not yet run
 
 	// The mailbox (mailbox.go): Post's and Poster's functions.
@@ -81,6 +95,10 @@ type loopState struct {
 	corking bool   // inside an upstream traffic callback
 	corked  *conn  // the connection whose bytes cbuf holds; nil: none
 	cbuf    []byte // corked bytes, at most maxCork
+
+	// The parts other packages attach (part.go): set before Start or on
+	// the loop, read on the loop.
+	parts [maxParts]any
 }
 
 // NewServer checks cfg and returns a server; Start starts it.
@@ -107,7 +125,9 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 		group:  rules.NewGroup(context.Background()),
 		booted: make(chan struct{}),
 		ran:    make(chan struct{}),
-		loops:  make([]atomic.Pointer[loopState], cfg.Loops),
+	}
+	for i := range cfg.Loops {
+		s.loops = append(s.loops, s.newLoop(i))
 	}
 	s.lim.Store(new(cfg.limits()))
 	s.own, _ = h.(OwnAnswers)
@@ -119,8 +139,16 @@ func NewServer(cfg Config, h Handler, logger *slog.Logger, set *metrics.Set) (*S
 	return s, nil
 }
 
-// Loops returns the number of event loops. Any goroutine.
-func (s *Server) Loops() int { return s.cfg.Loops }
+// Loops returns the event loops, Config.Loops of them, in index order
+// (Loop.Index); the slice is the server's, not to be changed. They exist
+// from NewServer on, so the packages above can attach their parts before
+// Start; they reach their gnet loops at Start. Any goroutine.
+func (s *Server) Loops() []*Loop { return s.loops }
+
+// Index returns the loop's position in Server.Loops: for metric labels
+// and for partitions that name a loop by number (the route table's
+// owner shard). Any goroutine.
+func (l *Loop) Index() int { return l.idx }
 
 // Running reports whether the loops run: Start was called and the engine
 // has not begun to stop. Any goroutine.
@@ -131,7 +159,7 @@ func (s *Server) Running() bool { return s.started.Load() && !s.stopped.Load() }
 func (s *Server) Addr() string { return s.addr }
 
 // Start starts the event loops and returns once the server listens and
-// every loop is known (so Post works for every index). Any goroutine but a
+// every loop is known (so Post works on every Loop). Any goroutine but a
 // loop; once.
 func (s *Server) Start() error {
 	if !s.started.CompareAndSwap(false, true) {
@@ -269,95 +297,92 @@ func (s *Server) discoverLoops() error {
 	return nil
 }
 
-// loopOf returns el's state, registering el on first sight. Loop only
-// (el's own loop).
-func (s *Server) loopOf(el gnet.EventLoop) *loopState {
-	for {
-		for i := range s.loops {
-			ls := s.loops[i].Load()
-			if ls == nil {
-				nls := &loopState{idx: i, el: el, conns: make(map[*conn]struct{}), held: make(map[*conn]struct{}), mbox: queue.NewLockFreeQueue()}
-				nls.wake = newWake(nls)
-				nls.sweep = func(context.Context) error {
-					nls.sweepQueued.Store(false)
-					now := time.Now()
-					for c := range nls.held {
-						c.refresh() // resumes it once its client drained
-					}
-					if now.Sub(nls.lastSweep) >= s.tick()-s.tickEvery()/2 {
-						nls.lastSweep = now
-						s.sweepLoop(nls, now)
-					}
-					if s.sweepHook != nil {
-						s.sweepHook(nls.idx, now)
-					}
-					return nil
-				}
-				if s.loops[i].CompareAndSwap(nil, nls) {
-					s.discovered.Add(1)
-					return nls
-				}
-				ls = s.loops[i].Load()
-			}
-			if ls.el == el {
-				return ls
-			}
+// newLoop makes loop i's value; it is bound to its gnet loop by loopOf.
+func (s *Server) newLoop(i int) *Loop {
+	l := &Loop{s: s, idx: i, conns: make(map[*conn]struct{}), held: make(map[*conn]struct{}), mbox: queue.NewLockFreeQueue()}
+	l.wake = newWake(l)
+	l.sweep = func(context.Context) error {
+		l.sweepQueued.Store(false)
+		now := time.Now()
+		for c := range l.held {
+			c.refresh() // resumes it once its client drained
 		}
-		// More loops than Config.Loops: impossible, gnet starts exactly that many.
-		panic("BUG: reactor: more event loops than configured")
+		if now.Sub(l.lastSweep) >= s.tick()-s.tickEvery()/2 {
+			l.lastSweep = now
+			s.sweepLoop(l, now)
+		}
+		if s.sweepHook != nil {
+			s.sweepHook(l, now)
+		}
+		return nil
 	}
+	return l
 }
 
-// Post runs fn on loop loop, later. It never blocks: it returns false (and
-// counts it) when that loop already has MailboxSize functions queued, when
-// the index is out of range, or when the server has stopped. fn must not
+// loopOf returns el's Loop, binding el to the first unbound one on first
+// sight. Loop only (el's own loop): el is looked up, and bound, only by
+// itself.
+func (s *Server) loopOf(el gnet.EventLoop) *Loop {
+	for _, l := range s.loops {
+		if l.ready.Load() && l.el == el {
+			return l
+		}
+	}
+	for _, l := range s.loops {
+		if l.claimed.CompareAndSwap(false, true) {
+			l.el = el
+			l.ready.Store(true)
+			s.discovered.Add(1)
+			return l
+		}
+	}
+	// More loops than Config.Loops: impossible, gnet starts exactly that many.
+	panic("BUG: reactor: more event loops than configured")
+}
+
+// Post runs fn on the loop, later. It never blocks: it returns false
+// (and counts it) when the loop already has MailboxSize functions queued,
+// when it is not running yet, or when the server has stopped. fn must not
 // block. Any goroutine, loops included.
 //
 // It is the loop's mailbox (mailbox.go), bounded by a per-loop counter.
-func (s *Server) Post(loop int, fn func()) bool {
-	if loop < 0 || loop >= len(s.loops) {
+func (l *Loop) Post(fn func()) bool {
+	s := l.s
+	if !l.ready.Load() {
 		s.m.mailboxFull.Inc()
 		return false
 	}
-	ls := s.loops[loop].Load()
-	if ls == nil {
-		s.m.mailboxFull.Inc()
-		return false
-	}
-	if ls.mail.Add(1) > int64(s.cfg.MailboxSize) {
-		ls.mail.Add(-1)
+	if l.mail.Add(1) > int64(s.cfg.MailboxSize) {
+		l.mail.Add(-1)
 		s.m.mailboxFull.Inc()
 		return false
 	}
 	if s.stopped.Load() {
-		ls.mail.Add(-1)
+		l.mail.Add(-1)
 		s.m.mailboxFull.Inc()
 		return false
 	}
-	s.enqueue(ls, mailFn(fn))
+	s.enqueue(l, mailFn(fn))
 	return true
 }
 
-// Poster returns a function that runs its argument on loop loop, for a
+// Poster returns a function that runs its argument on the loop, for a
 // caller that bounds its own posts: tokenpool.New's posts (the pool posts
 // at most MaxInFlight completions per shard, and must never lose one while
 // the loops run), and the router's forward hop back to a request's
-// connection loop (one per request admitted, which must run once). Unlike Post it is not counted against MailboxSize and
-// never refuses while the server runs; after Shutdown it drops (counted in
-// saltus_reactor_poster_dropped_total): the loop's requests are gone with
-// it. It panics for a loop out of range (a wiring bug). The returned
-// function is any goroutine.
-func (s *Server) Poster(loop int) func(func()) {
-	if loop < 0 || loop >= len(s.loops) {
-		panic(fmt.Sprintf("BUG: reactor.Server.Poster(%d) with %d loops", loop, len(s.loops)))
-	}
+// connection loop (one per request admitted, which must run once). Unlike
+// Post it is not counted against MailboxSize and never refuses while the
+// server runs; after Shutdown (or before the loop runs) it drops (counted
+// in saltus_reactor_poster_dropped_total): the loop's requests are gone
+// with it. The returned function is any goroutine.
+func (l *Loop) Poster() func(func()) {
+	s := l.s
 	return func(fn func()) {
-		ls := s.loops[loop].Load()
-		if ls == nil || s.stopped.Load() {
+		if !l.ready.Load() || s.stopped.Load() {
 			s.m.posterDropped.Inc()
 			return
 		}
-		s.enqueue(ls, fn)
+		s.enqueue(l, fn)
 	}
 }
 
@@ -366,7 +391,7 @@ func (s *Server) Poster(loop int) func(func()) {
 // so a late Execute could write to a closed (or reused) descriptor; the
 // posting count lets stopEngine wait out the Executes that passed the
 // check. Any goroutine.
-func (s *Server) execute(ls *loopState, fn gnet.RunnableFunc) bool {
+func (s *Server) execute(ls *Loop, fn gnet.RunnableFunc) bool {
 	s.posting.Add(1)
 	defer s.posting.Add(-1)
 	if s.stopped.Load() {
@@ -376,7 +401,7 @@ func (s *Server) execute(ls *loopState, fn gnet.RunnableFunc) bool {
 }
 
 // sweepLoop runs the timeouts over loop ls's connections. Loop only.
-func (s *Server) sweepLoop(ls *loopState, now time.Time) {
+func (s *Server) sweepLoop(ls *Loop, now time.Time) {
 	for c := range ls.conns {
 		c.sweep(now)
 	}
@@ -388,7 +413,7 @@ func (s *Server) tick() time.Duration {
 }
 
 // tickEvery is the ticker's period, at most upstreamTick: the OnSweep hook
-// and the connections paused for the answers they owe (loopState.held)
+// and the connections paused for the answers they owe (Loop.held)
 // need a finer one than tick (connections are still swept every tick).
 func (s *Server) tickEvery() time.Duration {
 	return min(s.tick(), upstreamTick)
@@ -548,9 +573,8 @@ func (h *engineHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 // OnTick runs on gnet's ticker goroutine: it posts a sweep to every loop.
 func (h *engineHandler) OnTick() (time.Duration, gnet.Action) {
 	s := h.s
-	for i := range s.loops {
-		ls := s.loops[i].Load()
-		if ls == nil || s.stopped.Load() {
+	for _, ls := range s.loops {
+		if !ls.ready.Load() || s.stopped.Load() {
 			continue
 		}
 		if !ls.sweepQueued.CompareAndSwap(false, true) {

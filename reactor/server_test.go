@@ -129,7 +129,7 @@ func (h *testHandler) Serve(x *Exchange) {
 		})
 	case "/echo":
 		body := fmt.Sprintf("%s %s?%s|%s", r.Method, r.Path, r.Query, r.Body)
-		x.Respond(200, []Header{{"Content-Type", "text/plain"}, {"X-Loop", strconv.Itoa(x.Loop())}}, []byte(body))
+		x.Respond(200, []Header{{"Content-Type", "text/plain"}, {"X-Loop", strconv.Itoa(x.Loop().Index())}}, []byte(body))
 	case "/delay":
 		ms := arg("ms")
 		h.goAnswer(func() {
@@ -220,7 +220,7 @@ func (h *testHandler) Serve(x *Exchange) {
 		loop := arg("loop")
 		h.goAnswer(func() {
 			done := make(chan int, 1)
-			if !h.s.Post(loop, func() { done <- loop }) {
+			if !h.s.Loops()[loop].Post(func() { done <- loop }) {
 				x.Respond(503, nil, []byte("full"))
 				return
 			}
@@ -235,7 +235,7 @@ func (h *testHandler) Serve(x *Exchange) {
 // returns its error, ErrClientGone if the loop never ran it.
 func (h *testHandler) onLoop(x *Exchange, fn func() error) error {
 	done := make(chan error, 1)
-	h.s.Poster(x.Loop())(func() { done <- fn() })
+	x.Loop().Poster()(func() { done <- fn() })
 	select {
 	case err := <-done:
 		return err

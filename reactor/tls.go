@@ -203,7 +203,7 @@ func (s *Server) serveTLS(ctx context.Context, nc net.Conn) {
 		e.bridgeFailed(s, tc, err)
 		return
 	}
-	ls := s.loops[int(e.next.Add(1)-1)%len(s.loops)].Load()
+	ls := s.loops[int(e.next.Add(1)-1)%len(s.loops)] // every loop is bound: the acceptor starts after discoverLoops
 	ch, err := ls.el.Enroll(gnet.NewContext(context.Background(), &tlsPeer{remote: nc.RemoteAddr().String()}), loops)
 	if err != nil {
 		_ = loops.Close() // gnet did not take it

@@ -349,7 +349,7 @@ func TestUpstreamTLS(t *testing.T) {
 	// Wrong roots: the handshake fails, with a clear error.
 	bad := newRecUpstream()
 	onLoop(t, s, 0, func() {
-		if _, err := s.DialUpstreamTLS(0, ln.Addr().String(), 2*time.Second, &tls.Config{ServerName: "engine.test"}, bad); err != nil {
+		if _, err := s.Loops()[0].DialUpstreamTLS(ln.Addr().String(), 2*time.Second, &tls.Config{ServerName: "engine.test"}, bad); err != nil {
 			t.Errorf("DialUpstreamTLS: %v", err)
 		}
 	})
@@ -375,7 +375,7 @@ func TestUpstreamTLS(t *testing.T) {
 		}
 	}
 	onLoop(t, s, 1, func() {
-		if _, err := s.DialUpstreamTLS(1, ln.Addr().String(), 2*time.Second, &tls.Config{ServerName: "engine.test", RootCAs: ca.Pool()}, good); err != nil {
+		if _, err := s.Loops()[1].DialUpstreamTLS(ln.Addr().String(), 2*time.Second, &tls.Config{ServerName: "engine.test", RootCAs: ca.Pool()}, good); err != nil {
 			t.Errorf("DialUpstreamTLS: %v", err)
 		}
 	})

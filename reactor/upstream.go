@@ -40,7 +40,7 @@ var errNotRegistered = errors.New("reactor: upstream connection not registered b
 // connection metrics; saltus_upstream_conns and friends count them.
 type Upstream struct {
 	s    *Server
-	ls   *loopState
+	ls   *Loop
 	h    UpstreamHandler
 	addr string
 	tls  *tls.Config // DialUpstreamTLS's; nil: plain TCP
@@ -53,8 +53,8 @@ type Upstream struct {
 	inWrite  bool      // inside gnet's Write, which may close the conn synchronously
 }
 
-// Loop returns the index of the connection's event loop. Any goroutine.
-func (u *Upstream) Loop() int { return u.ls.idx }
+// Loop returns the connection's event loop. Any goroutine.
+func (u *Upstream) Loop() *Loop { return u.ls }
 
 // Addr returns the address dialed. Any goroutine.
 func (u *Upstream) Addr() string { return u.addr }
@@ -89,13 +89,13 @@ func (u *Upstream) Close() {
 }
 
 // DialUpstream connects to addr (host:port, TCP) within timeout and hands
-// the connection to loop loop, whose h gets its events. It never blocks:
+// the connection to the loop, whose h gets its events. It never blocks:
 // the connect runs on a goroutine of the server ("reactor.dial"), then
 // gnet's EventLoop.Enroll moves the socket onto the loop (gnet 2.9.7's
 // Register would dial itself, without a timeout). A failed connect comes
-// back to h as OnUpstreamClose on the loop. Loop only (loop loop's).
-func (s *Server) DialUpstream(loop int, addr string, timeout time.Duration, h UpstreamHandler) (*Upstream, error) {
-	return s.dialUpstream(loop, addr, timeout, nil, h)
+// back to h as OnUpstreamClose on the loop. Loop only (l's).
+func (l *Loop) DialUpstream(addr string, timeout time.Duration, h UpstreamHandler) (*Upstream, error) {
+	return l.s.dialUpstream(l, addr, timeout, nil, h)
 }
 
 // DialUpstreamTLS is DialUpstream over TLS with cfg (its ServerName, root
@@ -105,22 +105,17 @@ func (s *Server) DialUpstream(loop int, addr string, timeout time.Duration, h Up
 // TLS listener's connections are (tls.go). A failed handshake (a
 // certificate that does not verify, say) is OnUpstreamClose with an
 // error naming addr, counted in saltus_upstream_tls_handshakes_total
-// {result="error"} and logged (at most once per 10 s). Loop only (loop
-// loop's).
-func (s *Server) DialUpstreamTLS(loop int, addr string, timeout time.Duration, cfg *tls.Config, h UpstreamHandler) (*Upstream, error) {
+// {result="error"} and logged (at most once per 10 s). Loop only (l's).
+func (l *Loop) DialUpstreamTLS(addr string, timeout time.Duration, cfg *tls.Config, h UpstreamHandler) (*Upstream, error) {
 	if cfg == nil {
 		return nil, errors.New("reactor: DialUpstreamTLS without a tls.Config")
 	}
-	return s.dialUpstream(loop, addr, timeout, cfg, h)
+	return l.s.dialUpstream(l, addr, timeout, cfg, h)
 }
 
-func (s *Server) dialUpstream(loop int, addr string, timeout time.Duration, cfg *tls.Config, h UpstreamHandler) (*Upstream, error) {
-	if loop < 0 || loop >= len(s.loops) {
-		return nil, fmt.Errorf("reactor: DialUpstream on loop %d of %d", loop, len(s.loops))
-	}
-	ls := s.loops[loop].Load()
-	if ls == nil {
-		return nil, fmt.Errorf("reactor: loop %d not started", loop)
+func (s *Server) dialUpstream(ls *Loop, addr string, timeout time.Duration, cfg *tls.Config, h UpstreamHandler) (*Upstream, error) {
+	if !ls.ready.Load() {
+		return nil, fmt.Errorf("reactor: loop %d not started", ls.idx)
 	}
 	// The posting count keeps stopEngine from stopping the group between
 	// the stopped check and Go (Go after Stop panics).
@@ -282,9 +277,9 @@ func (s *Server) upClose(u *Upstream, err error) {
 }
 
 // OnSweep sets fn to run on every loop each sweep (at most every
-// upstreamTick), with the loop's index and the time: the upstream side's
+// upstreamTick), with the loop and the time: the upstream side's
 // deadlines. Call it before Start, once. Any goroutine.
-func (s *Server) OnSweep(fn func(loop int, now time.Time)) {
+func (s *Server) OnSweep(fn func(l *Loop, now time.Time)) {
 	if s.started.Load() {
 		panic("BUG: reactor.Server.OnSweep after Start")
 	}

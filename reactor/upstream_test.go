@@ -54,7 +54,7 @@ func (r *recUpstream) snapshot() (string, string) {
 func onLoop(t *testing.T, s *Server, i int, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
-	if !s.Post(i, func() { fn(); close(done) }) {
+	if !s.Loops()[i].Post(func() { fn(); close(done) }) {
 		t.Fatal("Post refused")
 	}
 	select {
@@ -89,7 +89,7 @@ func TestUpstreamEcho(t *testing.T) {
 		}
 	}
 	onLoop(t, s, 1, func() {
-		if _, err := s.DialUpstream(1, ln.Addr().String(), time.Second, r); err != nil {
+		if _, err := s.Loops()[1].DialUpstream(ln.Addr().String(), time.Second, r); err != nil {
 			t.Errorf("DialUpstream: %v", err)
 		}
 	})
@@ -145,7 +145,7 @@ func TestUpstreamDialError(t *testing.T) {
 	ln.Close()
 	r := newRecUpstream()
 	onLoop(t, s, 0, func() {
-		if _, err := s.DialUpstream(0, addr, time.Second, r); err != nil {
+		if _, err := s.Loops()[0].DialUpstream(addr, time.Second, r); err != nil {
 			t.Errorf("DialUpstream: %v", err)
 		}
 	})
@@ -177,7 +177,7 @@ func TestUpstreamCloseWhileDialing(t *testing.T) {
 	defer ln.Close()
 	r := newRecUpstream()
 	onLoop(t, s, 0, func() {
-		u, err := s.DialUpstream(0, ln.Addr().String(), time.Second, r)
+		u, err := s.Loops()[0].DialUpstream(ln.Addr().String(), time.Second, r)
 		if err != nil {
 			t.Errorf("DialUpstream: %v", err)
 			return
@@ -214,7 +214,8 @@ func TestSweepHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.OnSweep(func(loop int, now time.Time) {
+	s.OnSweep(func(l *Loop, now time.Time) {
+		loop := l.Index()
 		mu.Lock()
 		defer mu.Unlock()
 		if now.Before(last[loop]) {
