@@ -97,7 +97,7 @@ type Config struct {
 	// system roots) and InsecureSkipVerify; each backend's clone gets the
 	// URL's host as ServerName, TLS 1.2 at least and ALPN http/1.1. nil:
 	// the system roots, verified. The requests' handshake runs on the
-	// reactor's dial goroutine (reactor.Server.DialUpstreamTLS), the
+	// reactor's dial goroutine (reactor.Loop.DialUpstreamTLS), the
 	// probes' in fasthttp.
 	TLS *tls.Config
 }

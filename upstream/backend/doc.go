@@ -6,7 +6,7 @@
 // streamed or not.
 //
 // The transport (loop.go): per (loop, backend) a pool of keep-alive
-// upstream connections (reactor.Server.DialUpstream), used LIFO, bounded
+// upstream connections (reactor.Loop.DialUpstream), used LIFO, bounded
 // by MaxConnsPerBackend divided among the loops (a loop whose share is
 // busy tries the next candidate at once), dialed within ConnectTimeout,
 // idle ones closed after IdleConnTimeout; the request written from the
@@ -58,7 +58,7 @@
 //
 // Backend URLs are http://host:port or https://host:port: a base path
 // prefix is rejected, since the engines serve /v1 at their root. An https
-// backend's requests dial through reactor.Server.DialUpstreamTLS (the
+// backend's requests dial through reactor.Loop.DialUpstreamTLS (the
 // handshake on the dial goroutine, verified against Config.TLS's roots,
 // the system's by default, and the URL's host), its probes and scrape
 // through the control client's fasthttp TLS.
@@ -83,8 +83,9 @@
 // A Set and its Backends are safe for concurrent use: the backend list is
 // an immutable snapshot behind an atomic.Pointer (Add, Remove and Drain
 // build and swap a new one under a mutex), per-backend state is atomics.
-// The loop path's state (pools, connections, requests) is owned by its
-// loop and touched only from that loop's callbacks; ForwardOnLoop runs on
+// The loop path's state (pools, connections, requests) is kept in its
+// reactor.Loop (a reactor.Part), owned by that loop and touched only
+// from that loop's callbacks; ForwardOnLoop runs on
 // the client's loop, and so do its hooks; Close posts to each loop and
 // waits. Every goroutine starts through a rules.Group: the metrics
 // flusher in the Set's own group, joined by Close; probes in the group

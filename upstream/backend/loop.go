@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,19 +41,19 @@ import (
 const maxLoopHead = 64 << 10
 
 // Loops is what the loop path needs of the reactor; *reactor.Server
-// satisfies it.
+// satisfies it. Each loop's state is kept in the reactor.Loop (loopPart).
 type Loops interface {
-	Loops() int
-	DialUpstream(loop int, addr string, timeout time.Duration, h reactor.UpstreamHandler) (*reactor.Upstream, error)
-	DialUpstreamTLS(loop int, addr string, timeout time.Duration, cfg *tls.Config, h reactor.UpstreamHandler) (*reactor.Upstream, error)
-	Post(loop int, fn func()) bool
+	Loops() []*reactor.Loop
 	Running() bool
 }
+
+// loopPart is the Set's state of each loop, kept in the reactor.Loop: one
+// Set per reactor.Server.
+var loopPart = reactor.NewPart[*loopState]()
 
 // LoopSink is where an answer goes: a client's exchange, answered on its
 // own loop; *reactor.Exchange satisfies it.
 type LoopSink interface {
-	Loop() int
 	// Gone is closed when the client's connection is.
 	Gone() <-chan struct{}
 	// Abort closes the client's connection without finishing the answer.
@@ -86,10 +85,13 @@ func (s *Set) UseLoops(l Loops) {
 	if s.lp != nil {
 		panic("BUG: backend.Set.UseLoops called twice")
 	}
-	n := l.Loops()
+	n := len(l.Loops())
 	s.perLoopConns = max(1, (s.cfg.MaxConnsPerBackend+n-1)/n)
-	for i := range n {
-		s.lstates = append(s.lstates, &loopState{s: s, idx: i, pools: map[*Backend]*connPool{}, active: map[*loopReq]struct{}{}})
+	for _, rl := range l.Loops() {
+		if loopPart.Get(rl) != nil {
+			panic("BUG: backend.Set.UseLoops: the loops serve another Set already")
+		}
+		loopPart.Set(rl, &loopState{s: s, loop: rl, idx: rl.Index(), pools: map[*Backend]*connPool{}, active: map[*loopReq]struct{}{}})
 	}
 	s.lp = l
 	s.samples = make(chan []sample, 4*n)
@@ -99,10 +101,12 @@ func (s *Set) UseLoops(l Loops) {
 	panic("BUG: backend.Set.UseLoops after Close")
 }
 
-// loopState is one loop's part of the loop path. Owned by that loop.
+// loopState is one loop's part of the loop path, kept in the loop's
+// reactor.Loop (loopPart). Owned by that loop.
 type loopState struct {
 	s       *Set
-	idx     int
+	loop    *reactor.Loop
+	idx     int // loop.Index(): its X-Request-IDs' prefix
 	pools   map[*Backend]*connPool
 	active  map[*loopReq]struct{} // requests in flight on this loop
 	samples []sample              // metrics not yet handed to the flusher
@@ -169,22 +173,24 @@ type loopReq struct {
 	st         *loopStream // a streamed answer being relayed (loopstream.go); nil otherwise
 }
 
-// ForwardOnLoop is Forward with the upstream I/O on loop loop, the loop of
-// the client's connection (sink.Loop()): the same answers, retries,
+// ForwardOnLoop is Forward with the upstream I/O on loop l, the loop of
+// the client's connection (sink's): the same answers, retries,
 // timeouts, breaker results, in-flight counts, metrics and hooks, with the
 // hooks run on the loop. An SSE answer is relayed event by event as it
 // comes (loopstream.go); any other body is buffered whole (up to
 // MaxResponseBody, spill.go) and answered with one RespondLoop. The client
 // leaving closes the upstream connection at once, head or not. UseLoops
-// must have run, and sink must be loop's. When it ends it
+// must have run, and sink must be l's. When it ends it
 // releases req's body (reactor.Request.ReleaseBody): the caller keeps no
-// use of req.Body (or of body, when body is req.Body). Loop only (loop
-// loop's).
-func (s *Set) ForwardOnLoop(loop int, req *reactor.Request, body []byte, candidates []*Backend, sink LoopSink, extraHdr []reactor.Header, h Hooks) bool {
-	if s.lp == nil || loop < 0 || loop >= len(s.lstates) || sink.Loop() != loop {
-		panic(fmt.Sprintf("BUG: backend.ForwardOnLoop on loop %d for a sink of loop %d (UseLoops ran: %v)", loop, sink.Loop(), s.lp != nil))
+// use of req.Body (or of body, when body is req.Body). Loop only (l's).
+func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, candidates []*Backend, sink LoopSink, extraHdr []reactor.Header, h Hooks) bool {
+	ls := loopPart.Get(l)
+	if ls == nil || ls.s != s {
+		panic(fmt.Sprintf("BUG: backend.ForwardOnLoop on loop %d, not one of the Set's (UseLoops ran: %v)", l.Index(), s.lp != nil))
 	}
-	ls := s.lstates[loop]
+	if x, ok := sink.(interface{ Loop() *reactor.Loop }); ok && x.Loop() != l {
+		panic(fmt.Sprintf("BUG: backend.ForwardOnLoop on loop %d for a sink of loop %d", l.Index(), x.Loop().Index()))
+	}
 	var refuse error
 	switch {
 	case len(candidates) == 0:
@@ -355,9 +361,9 @@ func (ls *loopState) conn(b *Backend, fresh bool) (*upConn, error) {
 		err error
 	)
 	if b.tls != nil {
-		u, err = s.lp.DialUpstreamTLS(ls.idx, b.host, s.tune().ConnectTimeout, b.tls, c)
+		u, err = ls.loop.DialUpstreamTLS(b.host, s.tune().ConnectTimeout, b.tls, c)
 	} else {
-		u, err = s.lp.DialUpstream(ls.idx, b.host, s.tune().ConnectTimeout, c)
+		u, err = ls.loop.DialUpstream(b.host, s.tune().ConnectTimeout, c)
 	}
 	if err != nil {
 		return nil, &dialError{err: err}
@@ -806,12 +812,12 @@ func (lr *loopReq) finish(now time.Time) {
 // Tick is the loop path's share of its loop's tick (the Router's,
 // driven by reactor.Server.OnSweep every 50 ms): deadlines, clients gone,
 // idle connections, the metrics batch. Whoever calls UseLoops must call
-// it on each loop. Loop only (loop's).
-func (s *Set) Tick(loop int, now time.Time) {
-	if loop >= len(s.lstates) {
-		return
+// it on each loop. Loop only (l's).
+func (s *Set) Tick(l *reactor.Loop, now time.Time) {
+	ls := loopPart.Get(l)
+	if ls == nil || ls.s != s {
+		return // UseLoops has not run
 	}
-	ls := s.lstates[loop]
 	for lr := range ls.active {
 		switch {
 		case gone(lr.sink):
@@ -848,7 +854,8 @@ func (s *Set) closeLoops() {
 		return // stopped loops closed every connection, and their clients'
 	}
 	var waits []chan struct{}
-	for _, ls := range s.lstates {
+	for _, l := range s.lp.Loops() {
+		ls := loopPart.Get(l)
 		done := make(chan struct{})
 		fn := func() {
 			defer close(done)
@@ -867,7 +874,7 @@ func (s *Set) closeLoops() {
 		// reactor stopped (then its loops closed every connection).
 		posted := false
 		for deadline := time.Now().Add(time.Second); !posted && s.lp.Running() && time.Now().Before(deadline); {
-			if posted = s.lp.Post(ls.idx, fn); !posted {
+			if posted = l.Post(fn); !posted {
 				//saltus:allow R2 Close's caller, not a loop: a full mailbox raises no event; retried for at most 1 s
 				time.Sleep(time.Millisecond)
 			}

@@ -6,24 +6,22 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 )
 
-// Loop is one event loop's part of a Set: its upstream connections and
-// requests, reached through the loop's own handle (shard.Shard holds one
-// per loop) rather than a loop number passed along. The state stays the
-// Set's (its pools, its requests in flight, closed by Set.Close); the
-// handle only names the loop. Loop only (the loop's), as ForwardOnLoop
-// and Tick.
+// Loop is one event loop's part of a Set as a handle: the Set and the
+// reactor.Loop, whose loopPart holds the loop's upstream connections and
+// requests (closed by Set.Close). shard.Shard holds one per loop. Loop
+// only (the loop's), as ForwardOnLoop and Tick.
 type Loop struct {
 	s *Set
-	i int
+	l *reactor.Loop
 }
 
-// Loop returns loop i's handle.
-func (s *Set) Loop(i int) Loop { return Loop{s, i} }
+// Loop returns l's handle. Any goroutine.
+func (s *Set) Loop(l *reactor.Loop) Loop { return Loop{s, l} }
 
 // ForwardOnLoop is Set.ForwardOnLoop on this loop.
 func (l Loop) ForwardOnLoop(req *reactor.Request, body []byte, candidates []*Backend, sink LoopSink, extraHdr []reactor.Header, h Hooks) bool {
-	return l.s.ForwardOnLoop(l.i, req, body, candidates, sink, extraHdr, h)
+	return l.s.ForwardOnLoop(l.l, req, body, candidates, sink, extraHdr, h)
 }
 
 // Tick is Set.Tick on this loop.
-func (l Loop) Tick(now time.Time) { l.s.Tick(l.i, now) }
+func (l Loop) Tick(now time.Time) { l.s.Tick(l.l, now) }

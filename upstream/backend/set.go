@@ -250,8 +250,7 @@ type Set struct {
 	// The loop path (loop.go); set by UseLoops before the loops run,
 	// read-only after.
 	lp           Loops
-	lstates      []*loopState // one per loop, each owned by its loop
-	perLoopConns int          // MaxConnsPerBackend's share per loop
+	perLoopConns int // MaxConnsPerBackend's share per loop
 	samples      chan []sample
 	// bodySpilled counts answers over MaxResponseBody (spill.go);
 	// samplesDropped, metric samples lost to a full flusher queue.
