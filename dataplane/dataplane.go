@@ -424,7 +424,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 
 	scfg := cfg.Router
 	scfg.MaxCandidates = cfg.Backend.MaxRetries + 1 // the Set tries no more than it is given
-	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Post, srv.Poster, srv.Loops(), logger, set)
+	router, err := shard.NewRouter(scfg, tok, tmpl, bset, srv.Loops(), logger, set)
 	if err == nil {
 		srv.OnSweep(router.Tick) // each loop's one tick: the loop path's deadlines, the shard's maintenance
 	}

@@ -140,7 +140,7 @@ func newExchange(loop int, method, path, body string) *fakeExchange {
 }
 
 func (x *fakeExchange) Request() *reactor.Request { return x.req }
-func (x *fakeExchange) Loop() int                 { return x.loop }
+func (x *fakeExchange) loopID() int               { return x.loop }
 func (x *fakeExchange) Respond(status int, hdr []reactor.Header, body []byte) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -378,7 +378,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.r = r
-	tick := r.Tick
+	tick := r.tickShard
 	e.loops.tick.Store(&tick)
 	t.Cleanup(func() {
 		if err := r.Close(context.Background()); err != nil {

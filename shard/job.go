@@ -53,7 +53,7 @@ func (j *job) run() {
 	case stageForward:
 		f := &j.fwd
 		f.cands[0].AddDecided(-1) // finish's: now it counts in flight
-		j.r.shards[j.x.Loop()].up.ForwardOnLoop(j.req, f.body, f.cands, j.x, f.hdr, f.hooks)
+		j.r.shards[j.x.loopID()].up.ForwardOnLoop(j.req, f.body, f.cands, j.x, f.hdr, f.hooks)
 	case stageByID:
 		j.lookupByID()
 	default:
@@ -450,7 +450,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if d.Backend < 0 && j.pool != nil && j.requeues < maxRequeues && r.saturated(j.pool) {
 		// Its pool filled up since its admission: it waits after all.
 		j.requeues++
-		r.shards[j.x.Loop()].poster(j.waitAgain)
+		r.shards[j.x.loopID()].poster(j.waitAgain)
 		return
 	}
 	if d.Backend < 0 {
@@ -513,7 +513,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	// counted there. The upstream I/O runs on the client connection's
 	// loop, whatever the route and the policy, streamed (event by event)
 	// or not.
-	loop := j.x.Loop()
+	loop := j.x.loopID()
 	// FirstByte runs on that loop: a learn for a prefix that loop owns is
 	// applied at once. Posted, it could run after the client's next
 	// request, whose lookup runs inline on the same loop (gnet runs

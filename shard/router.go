@@ -26,10 +26,12 @@ import (
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
-// exchange is what the Router calls of a *reactor.Exchange; tests use a
-// fake.
+// exchange is what the Router calls of a *reactor.Exchange (as a
+// liveExchange); tests use a fake.
 type exchange interface {
 	backend.LoopSink
+	// loopID is the id of the Shard of the connection's loop.
+	loopID() int
 	Request() *reactor.Request
 	// Respond answers from any goroutine (the Router's own answers).
 	Respond(status int, hdr []reactor.Header, body []byte)
@@ -43,7 +45,7 @@ type upstream interface {
 	// names b as clients see it.
 	Control(b *backend.Backend, path string, body []byte, deadline time.Time) (int, []byte, error)
 	Label(b *backend.Backend) string
-	// Loop is loop i's part of the set: its Shard keeps it.
+	// Loop is Shard i's part of the set (of its loop): the Shard keeps it.
 	Loop(i int) upstreamLoop
 }
 
@@ -55,10 +57,24 @@ type upstreamLoop interface {
 	Tick(now time.Time)
 }
 
-// setUpstream is a *backend.Set as the Router's upstream.
-type setUpstream struct{ *backend.Set }
+// setUpstream is a *backend.Set as the Router's upstream, over the
+// reactor's loops (Shard i is loops[i]'s).
+type setUpstream struct {
+	*backend.Set
+	loops []*reactor.Loop
+}
 
-func (s setUpstream) Loop(i int) upstreamLoop { return s.Set.Loop(i) }
+func (s setUpstream) Loop(i int) upstreamLoop { return s.Set.Loop(s.loops[i]) }
+
+// shardPart is each loop's Shard, kept in its reactor.Loop: one Router
+// per reactor.Server.
+var shardPart = reactor.NewPart[*Shard]()
+
+// liveExchange is a *reactor.Exchange as the Router's exchange. A struct
+// of one pointer: made into an interface without an allocation.
+type liveExchange struct{ *reactor.Exchange }
+
+func (x liveExchange) loopID() int { return shardPart.Get(x.Loop()).id }
 
 // backendState reads a backend's in-flight count and routability; a field
 // of the Router so that tests can give fake backends a load.
@@ -142,8 +158,8 @@ type Router struct {
 type Shard struct {
 	id     int
 	up     upstreamLoop
-	post   func(fn func()) bool // the loop's bounded mailbox (reactor.Server.Post)
-	poster func(fn func())      // the loop's unrefused post (reactor.Server.Poster)
+	post   func(fn func()) bool // the loop's bounded mailbox (reactor.Loop.Post)
+	poster func(fn func())      // the loop's unrefused post (reactor.Loop.Poster)
 
 	// Owned by the loop.
 	tree  *tree.Tree
@@ -182,26 +198,43 @@ type decodeScratch struct {
 	msgEnd []bool
 }
 
-// NewRouter builds a Router over loops event loops. post(i, fn) runs fn on
-// loop i (the reactor's bounded Server.Post: the messages between shards);
-// poster(i) is loop i's unrefused post (reactor.Server.Poster), for the
-// completions of off-loop work (the tokenizer's, the decode workers'),
-// which are bounded where they start (tokenpool's MaxInFlight per shard,
-// the decode budget) and must each run exactly once; tok nil selects
-// byte-block mode; tmpl nil renders chats with the none template. set
-// receives the Router's metrics and the tokenizer pool's (a Set of its
-// own: metrics cannot be unregistered). Any goroutine.
+// NewRouter builds a Router over the reactor's event loops, one Shard
+// each, kept in its reactor.Loop (shardPart): the loops' bounded Post
+// carries the messages between shards; their Poster the completions of
+// off-loop work (the tokenizer's, the decode workers'), which are bounded
+// where they start (tokenpool's MaxInFlight per shard, the decode budget)
+// and must each run exactly once; tok nil selects byte-block mode; tmpl
+// nil renders chats with the none template. set receives the Router's
+// metrics and the tokenizer pool's (a Set of its own: metrics cannot be
+// unregistered). Call it before the loops start (Server.Start), once
+// per Server. Any goroutine.
 func NewRouter(cfg Config, tok *tokenizer.Tokenizer, tmpl *chat.Renderer,
-	backends *backend.Set, post func(loop int, fn func()) bool, poster func(loop int) func(func()), loops int,
+	backends *backend.Set, loops []*reactor.Loop,
 	logger *slog.Logger, set *metrics.Set) (*Router, error) {
 	if backends == nil {
 		return nil, errors.New("shard: backends is nil")
+	}
+	for _, l := range loops {
+		if shardPart.Get(l) != nil {
+			return nil, errors.New("shard: the loops serve another Router already")
+		}
 	}
 	var enc tokenpool.Encoder
 	if tok != nil {
 		enc = tok // a nil *Tokenizer must stay a nil interface
 	}
-	return newRouter(cfg, enc, tmpl, setUpstream{backends}, liveState, post, poster, loops, logger, set)
+	// Inside, a Shard's loop is its index in loops (the route table's
+	// partitions name their owner by number).
+	post := func(i int, fn func()) bool { return loops[i].Post(fn) }
+	poster := func(i int) func(func()) { return loops[i].Poster() }
+	r, err := newRouter(cfg, enc, tmpl, setUpstream{backends, loops}, liveState, post, poster, len(loops), logger, set)
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range loops {
+		shardPart.Set(l, r.shards[i])
+	}
+	return r, nil
 }
 
 func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstream, state backendState,
@@ -310,7 +343,7 @@ func (r *Router) postTo(i int, fn func()) bool {
 func (r *Router) now() int64 { return int64(time.Since(r.epoch)) }
 
 // Serve routes one request. Loop only (the connection's).
-func (r *Router) Serve(x *reactor.Exchange) { r.serve(x) }
+func (r *Router) Serve(x *reactor.Exchange) { r.serve(liveExchange{x}) }
 
 func (r *Router) serve(x exchange) {
 	req := x.Request()
@@ -361,7 +394,7 @@ func (r *Router) serve(x exchange) {
 		}
 		return
 	}
-	j := &job{r: r, x: x, req: req, route: rt, loop: x.Loop()}
+	j := &job{r: r, x: x, req: req, route: rt, loop: x.loopID()}
 	if key != nil {
 		j.key, j.x = key, &keyedExchange{exchange: x, j: j}
 	}
@@ -457,12 +490,19 @@ func (sh *Shard) publish() {
 	sh.evictions.Store(int64(ev))
 }
 
-// Tick is loop's tick: the reactor runs it on each loop every 50 ms
+// Tick is l's tick: the reactor runs it on each loop every 50 ms
 // (reactor.Server.OnSweep). It drives the loop path's deadlines and idle
 // upstream connections, and each MaintainInterval the shard's
 // maintenance step: no goroutine of its own, no message. Loop only
-// (loop's).
-func (r *Router) Tick(loop int, now time.Time) {
+// (l's).
+func (r *Router) Tick(l *reactor.Loop, now time.Time) {
+	if sh := shardPart.Get(l); sh != nil {
+		r.tickShard(sh.id, now)
+	}
+}
+
+// tickShard is Shard loop's Tick. Loop only (loop's).
+func (r *Router) tickShard(loop int, now time.Time) {
 	if loop < 0 || loop >= len(r.shards) {
 		return
 	}
