@@ -168,6 +168,10 @@
 //     streamed answer are loop only. None blocks. Request, Loop and Gone
 //     are any goroutine.
 //   - Server methods are any goroutine; Start and Shutdown never on a loop.
+//   - A Loop's own state is owned by its loop, except its mailbox (any
+//     goroutine posts, through atomics) and its gnet handle (bound once at
+//     Start, published by an atomic). Its parts are set before Start (or
+//     on the loop) and read on the loop (part.go).
 //   - Counters and gauges are atomics. gnet's own goroutines (loops, main
 //     reactor, ticker) run under one rules.Group goroutine,
 //     "reactor.engine", joined by Shutdown.

@@ -44,7 +44,8 @@
 //
 // # Concurrency
 //
-//   - One Shard per event loop, owned by that loop: its tree, tokenizer
+//   - One Shard per event loop, kept in its reactor.Loop (a reactor.Part)
+//     and owned by that loop: its tree, tokenizer
 //     shard, decode and render scratch, footprints, response ids and
 //     sessions, and its handles: the loop's part of the backend set (the
 //     loop path's upstream connections), its post and poster, and its tick
