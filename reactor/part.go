@@ -1,10 +1,5 @@
 package reactor
 
-import (
-	"fmt"
-	"sync/atomic"
-)
-
 // Parts: how the packages above the reactor keep their per-loop state in
 // the loop's one value, by type rather than in tables indexed by a loop
 // number. A package declares its part once, at package level:
@@ -12,52 +7,60 @@ import (
 //	var shardPart = reactor.NewPart[*Shard]()
 //
 // sets it on each Loop while wiring (before Server.Start), and reads it
-// in the callbacks the loop runs: part.Get(x.Loop()). A part is a slot in
-// the Loop's fixed array: Get is an index and a type assertion, with no
-// allocation or lock. Each part has one owner package; T is normally a
-// pointer to that package's per-loop struct, whose fields say who owns
-// them (usually the loop).
-
-// maxParts bounds the parts of a Loop: one per package that keeps
-// per-loop state (today backend and shard), with room to spare.
-const maxParts = 8
-
-// nparts counts the parts NewPart handed out.
-var nparts atomic.Int32
+// in the callbacks the loop runs: shardPart.Get(x.Loop()). A Loop keeps
+// its parts in a short list (one entry per package that has a part: two
+// today), so Get is a scan of a few pointers and a type assertion, with
+// no allocation, no lock and no package-level registry (rule R12). Each
+// part has one owner package; T is normally a pointer to that package's
+// per-loop struct, whose fields say who owns them (usually the loop).
 
 // Part is one package's slot in every Loop, holding a T. Its zero value
 // is not a part: make one with NewPart.
 type Part[T any] struct {
-	i int32 // the slot, 1-based: 0 marks a Part that NewPart did not make
+	key *byte // the part's identity: a distinct allocation per NewPart
 }
 
-// NewPart returns a new slot in every Loop. Call it from a package-level
-// var (once per part, during init); it panics past maxParts. Any
-// goroutine.
+// partEntry is one part set on a Loop.
+type partEntry struct {
+	key *byte
+	v   any
+}
+
+// NewPart returns a new slot in every Loop. Call it once per part, from
+// a package-level var. Any goroutine.
 func NewPart[T any]() Part[T] {
-	i := nparts.Add(1)
-	if i > maxParts {
-		panic(fmt.Sprintf("BUG: reactor.NewPart: more than %d parts", maxParts))
-	}
-	return Part[T]{i: i}
+	return Part[T]{key: new(byte)}
 }
 
-// Set stores v as l's part. Before Server.Start (the wiring: Start
-// publishes it to the loops) or on l's loop.
+// Set stores v as l's part, replacing what was set. Before Server.Start
+// (the wiring: Start publishes it to the loops) or on l's loop.
 func (p Part[T]) Set(l *Loop, v T) {
-	l.parts[p.slot()] = v
+	p.check()
+	for i := range l.parts {
+		if l.parts[i].key == p.key {
+			l.parts[i].v = v
+			return
+		}
+	}
+	l.parts = append(l.parts, partEntry{p.key, v})
 }
 
 // Get returns l's part, the zero T if none was set. On l's loop, or any
 // goroutine for a part set before Start and not changed since.
 func (p Part[T]) Get(l *Loop) T {
-	v, _ := l.parts[p.slot()].(T) // absent: the zero T
-	return v
+	p.check()
+	for i := range l.parts {
+		if l.parts[i].key == p.key {
+			v, _ := l.parts[i].v.(T) // set by Set: always a T
+			return v
+		}
+	}
+	var zero T
+	return zero
 }
 
-func (p Part[T]) slot() int {
-	if p.i == 0 {
+func (p Part[T]) check() {
+	if p.key == nil {
 		panic("BUG: reactor.Part not made by NewPart")
 	}
-	return int(p.i - 1)
 }

@@ -35,6 +35,10 @@ func TestPart(t *testing.T) {
 	if testPartB.Get(loops[0]) != nil || testPartB.Get(loops[1]).s != "b" {
 		t.Fatal("parts of two types mixed")
 	}
+	testPartA.Set(loops[0], a1) // replaces
+	if testPartA.Get(loops[0]) != a1 || len(loops[0].parts) != 1 {
+		t.Fatalf("Set did not replace: %d parts", len(loops[0].parts))
+	}
 	var zero Part[*partA]
 	defer func() {
 		if recover() == nil {

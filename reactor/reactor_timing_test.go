@@ -144,7 +144,7 @@ func benchGET(b *testing.B, addr, answer string) {
 	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "req/s")
 }
 
-// BenchmarkPost: Server.Post from another goroutine to a loop, each
+// BenchmarkPost: Loop.Post from another goroutine to a loop, each
 // function run (so the mailbox bound is never hit).
 func BenchmarkPost(b *testing.B) {
 	s := startBenchServer(b, 1, false)

@@ -98,7 +98,7 @@ type Loop struct {
 
 	// The parts other packages attach (part.go): set before Start or on
 	// the loop, read on the loop.
-	parts [maxParts]any
+	parts []partEntry
 }
 
 // NewServer checks cfg and returns a server; Start starts it.

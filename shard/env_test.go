@@ -70,7 +70,7 @@ func (l *fakeLoops) post(i int, fn func()) bool {
 	}
 }
 
-// poster is loop i's unrefused post, as reactor.Server.Poster: it waits
+// poster is loop i's unrefused post, as reactor.Loop.Poster: it waits
 // for room in the queue (counted in waited when it has to), and drops fn
 // once the loops stopped.
 func (l *fakeLoops) poster(i int) func(func()) {
