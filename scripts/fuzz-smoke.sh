@@ -33,8 +33,17 @@ run_one() { # pkg target
   return 1
 }
 
-for pkg in $($GO list "${@:-./...}"); do
-  for f in $($GO test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+# fuzz_targets DIR: the fuzz targets declared in DIR's test files (func
+# FuzzX(f *testing.F)), read from the source: `go test -list` would link a
+# test binary for every package, most of which have none.
+fuzz_targets() {
+  grep -ho '^func Fuzz[A-Za-z0-9_]*(f \*testing\.F)' "$1"/*_test.go 2>/dev/null | sed 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/' || true
+}
+
+pkgs=$($GO list -f '{{.ImportPath}}={{.Dir}}' "${@:-./...}") || exit 1
+for pd in $pkgs; do
+  pkg=${pd%%=*}
+  for f in $(fuzz_targets "${pd#*=}"); do
     echo "fuzz $pkg $f ($FUZZTIME)"
     run_one "$pkg" "$f"
     rc=$?
