@@ -585,7 +585,7 @@ func (f *Fleet) fetch(ctx context.Context, due []*backend.Backend, now time.Time
 		case err == nil:
 			f.fetches[resultOK].Inc()
 			if e.listed == nil || !sameModels(e.listed, models) {
-				f.logger.Info("backend models", "backend", b.Name, "models", names(models))
+				f.logger.Info("backend models", "backend", b.URL, "name", b.Name, "models", names(models))
 			}
 			e.listed, e.err, e.refreshed = models, nil, now
 		case errors.As(err, &se) && (se.Code == 404 || se.Code == 405 || se.Code == 501):
@@ -594,7 +594,7 @@ func (f *Fleet) fetch(ctx context.Context, due []*backend.Backend, now time.Time
 			if !e.warned && len(b.PinnedModels()) == 0 && e.listed == nil {
 				e.warned = true
 				f.logger.Warn("backend does not list its models: it is sent requests for any model; pin its models with --backend-models",
-					"backend", b.Name, "err", err)
+					"backend", b.URL, "name", b.Name, "err", err)
 			}
 		default:
 			// Keep what it listed last: a slow or restarting engine
@@ -605,7 +605,7 @@ func (f *Fleet) fetch(ctx context.Context, due []*backend.Backend, now time.Time
 			if errors.As(err, &se) && (se.Code == 401 || se.Code == 403) && !e.warned {
 				e.warned = true
 				f.logger.Warn("backend refuses GET /v1/models (vLLM's --api-key guards /v1): its models stay unknown; pin them with --backend-models",
-					"backend", b.Name, "err", err)
+					"backend", b.URL, "name", b.Name, "err", err)
 			}
 		}
 	}
