@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/saltus-lb/saltus/openai/openaitest"
 )
 
 func TestDecodeChat(t *testing.T) {
@@ -82,7 +84,7 @@ func TestDecodeErrors(t *testing.T) {
 		if e.Status != 400 || e.Param != param || !strings.Contains(e.Message, msgPart) || e.Type != "invalid_request_error" {
 			t.Fatalf("%s: got %d param %q msg %q", body, e.Status, e.Param, e.Message)
 		}
-		out := checkErrorBody(t, e.Body(), "invalid_request_error", "", param)
+		out := openaitest.CheckErrorBody(t, e.Body(), "invalid_request_error", "", param)
 		if out.Message != e.Message {
 			t.Fatalf("error body %s, message %q", e.Body(), e.Message)
 		}
@@ -145,33 +147,6 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("bad error: %d %q %s", e.Status, e.Type, e.Body())
 		}
 	})
-}
-
-// errorBody is the OpenAI error answer's "error" object.
-type errorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-// checkErrorBody parses an OpenAI error body and checks its type, code and
-// param ("" wants null); typ "" accepts any non-empty type.
-func checkErrorBody(t *testing.T, body []byte, typ, code, param string) errorBody {
-	t.Helper()
-	var out struct {
-		Error errorBody `json:"error"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil {
-		t.Fatalf("error body %s: %v", body, err)
-	}
-	e := out.Error
-	if e.Message == "" || e.Type == "" || (typ != "" && e.Type != typ) ||
-		(code == "") != (e.Code == nil) || (e.Code != nil && *e.Code != code) ||
-		(param == "") != (e.Param == nil) || (e.Param != nil && *e.Param != param) {
-		t.Fatalf("error body %s, want type %q code %q param %q", body, typ, code, param)
-	}
-	return e
 }
 
 // TestDecodeDuplicateKeysLastWins: a repeated field is read as the Python

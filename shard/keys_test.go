@@ -9,6 +9,7 @@ import (
 
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/openai/openaitest"
 	"github.com/saltus-lb/saltus/reactor"
 )
 
@@ -68,7 +69,7 @@ func TestRouterKeys(t *testing.T) {
 	if e.serveKeyed(t, x) != nil || x.status != 401 || x.header("WWW-Authenticate") != "Bearer" {
 		t.Fatalf("no key: %d %v", x.status, x.hdr)
 	}
-	checkErrorBody(t, x.body, "invalid_request_error", "invalid_api_key", "")
+	openaitest.CheckErrorBody(t, x.body, "invalid_request_error", "invalid_api_key", "")
 	if !strings.Contains(string(x.body), "You didn't provide an API key") {
 		t.Errorf("no key: %s", x.body)
 	}
@@ -81,7 +82,7 @@ func TestRouterKeys(t *testing.T) {
 	if e.serveKeyed(t, x) != nil || x.status != 404 || x.header("x-ratelimit-remaining-requests") != "2" {
 		t.Fatalf("model not allowed: %d %v", x.status, x.hdr)
 	}
-	checkErrorBody(t, x.body, "invalid_request_error", "model_not_found", "model")
+	openaitest.CheckErrorBody(t, x.body, "invalid_request_error", "model_not_found", "model")
 	// Allowed: forwarded, with its limits; x-api-key works too.
 	for i, h := range []string{"Authorization", "X-Api-Key"} {
 		v := "sk-alpha-000000"
@@ -110,7 +111,7 @@ func TestRouterKeys(t *testing.T) {
 	if e.serveKeyed(t, x) != nil || x.status != 429 || x.header("Retry-After") != "30" || x.header("x-ratelimit-remaining-requests") != "0" {
 		t.Fatalf("over rpm: %d %v", x.status, x.hdr)
 	}
-	checkErrorBody(t, x.body, "requests", "rate_limit_exceeded", "")
+	openaitest.CheckErrorBody(t, x.body, "requests", "rate_limit_exceeded", "")
 	if !strings.Contains(string(x.body), "Rate limit reached for key alpha on requests per min (RPM): Limit 2, Used 2, Requested 1. Please try again in ") {
 		t.Errorf("over rpm: %s", x.body)
 	}

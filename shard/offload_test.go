@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/openai/openaitest"
 )
 
 // TestOffloadedDecode: a body over OffloopBytes is decoded on a worker
@@ -46,7 +47,7 @@ func TestOffloadedDecode(t *testing.T) {
 	if c := e.serve(t, x3); c != nil || x3.status != 503 || x3.header("Retry-After") != "1" {
 		t.Fatalf("over the decode queue: %+v %d %q", c, x3.status, x3.header("Retry-After"))
 	}
-	checkErrorBody(t, x3.body, "server_error", "overloaded", "")
+	openaitest.CheckErrorBody(t, x3.body, "server_error", "overloaded", "")
 	close(release)
 	got := map[any]bool{}
 	for range 2 {
@@ -65,7 +66,7 @@ func TestOffloadedDecode(t *testing.T) {
 	if c := e.serve(t, x4); c != nil || x4.status != 413 {
 		t.Fatalf("too many values: %+v %d %s", c, x4.status, x4.body)
 	}
-	checkErrorBody(t, x4.body, "invalid_request_error", "too_many_json_values", "")
+	openaitest.CheckErrorBody(t, x4.body, "invalid_request_error", "too_many_json_values", "")
 	if n, full, refused := e.r.m.offloop.Get(), e.r.m.decodeQueueFull.Get(), e.r.m.refused[openai.ScanTooMany].Get(); n != 3 || full != 1 || refused != 1 {
 		t.Fatalf("offloop %d, queue full %d, refused %d; want 3, 1, 1", n, full, refused)
 	}
@@ -181,7 +182,7 @@ func TestLoopBodyLimits(t *testing.T) {
 		if c := e.serve(t, x); c != nil || x.status != status {
 			t.Fatalf("%s: %+v %d %s", body, c, x.status, x.body)
 		}
-		if eb := checkErrorBody(t, x.body, "invalid_request_error", code, ""); !strings.Contains(eb.Message, msg) {
+		if eb := openaitest.CheckErrorBody(t, x.body, "invalid_request_error", code, ""); !strings.Contains(eb.Message, msg) {
 			t.Fatalf("%s: message %q, want %q", body, eb.Message, msg)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/saltus-lb/saltus/openai"
+	"github.com/saltus-lb/saltus/openai/openaitest"
 	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
@@ -31,7 +32,7 @@ func TestRouterDirectAnswers(t *testing.T) {
 		if id := x.header("X-Request-ID"); id == "" || x.header("Retry-After") != "" {
 			t.Fatalf("%s %s: X-Request-ID %q, Retry-After %q", method, path, id, x.header("Retry-After"))
 		}
-		checkErrorBody(t, x.body, "", wantCode, wantParam)
+		openaitest.CheckErrorBody(t, x.body, "", wantCode, wantParam)
 	}
 	f("POST", "/v1/chat/completions", `{"model":`, 400, "", "", "")
 	f("POST", "/v1/chat/completions", `{"model":"m"}`, 400, "", "messages", "")

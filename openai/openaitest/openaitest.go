@@ -1,27 +1,32 @@
-package shard
+// Package openaitest reads the OpenAI error answers saltus writes, for
+// the tests of the packages that write them (openai's decoding errors,
+// the router's refusals). Tests only.
+//
+// # Concurrency
+//
+// Pure functions.
+package openaitest
 
 import (
 	"encoding/json"
 	"testing"
 )
 
-// The Router's error answers, as its tests read them (openai's tests have
-// the same helper for the errors decoding gives).
-
-// errorBody is the OpenAI error answer's "error" object.
-type errorBody struct {
+// ErrorBody is the OpenAI error answer's "error" object.
+type ErrorBody struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
 }
 
-// checkErrorBody parses an OpenAI error body and checks its type, code and
-// param ("" wants null); typ "" accepts any non-empty type.
-func checkErrorBody(t *testing.T, body []byte, typ, code, param string) errorBody {
+// CheckErrorBody parses an OpenAI error body and checks its type, code
+// and param ("" wants null); typ "" accepts any non-empty type. It fails
+// t when the body is not such an answer.
+func CheckErrorBody(t testing.TB, body []byte, typ, code, param string) ErrorBody {
 	t.Helper()
 	var out struct {
-		Error errorBody `json:"error"`
+		Error ErrorBody `json:"error"`
 	}
 	if err := json.Unmarshal(body, &out); err != nil {
 		t.Fatalf("error body %s: %v", body, err)
