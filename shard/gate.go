@@ -182,8 +182,13 @@ func (g *gate) gone(j *job) {
 }
 
 // dispatch sends on as many queued requests as g's pool has free slots:
-// for each free backend its learned capacity left, or one when not known
-// (each answer dispatches again). On the gate's loop.
+// for each free backend its limit less what it runs and what was decided
+// for it, or one when not known (each answer dispatches again), less the
+// requests dispatched before and not decided yet (transit: each answer
+// and each tick dispatches, and a request takes a hop to its loop before
+// it is decided; counted twice, the extra ones found no room, went back
+// to the queue behind what came after them, and requests of priority 10
+// were answered before those of -10). On the gate's loop.
 func (r *Router) dispatch(sh *Shard, g *gate) {
 	if g.q.Len() == 0 || g.pool == nil || r.draining.Load() { // draining: flushGates answers them
 		return
@@ -195,11 +200,12 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 			continue
 		}
 		if l := b.Limit(now); l > 0 {
-			slots += l - b.InFlight()
+			slots += l - b.InFlight() - b.Decided()
 		} else {
 			slots++
 		}
 	}
+	slots -= g.m.transit.Load()
 	for ; slots > 0 && g.q.Len() > 0; slots-- {
 		j, waited, _ := g.q.Pop(r.now())
 		b := r.left(g, j)
@@ -210,7 +216,18 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 		}
 		g.m.results[resDispatched].Add(1)
 		g.m.observeWait(b, waited)
+		j.transit = &g.m.transit
+		j.transit.Add(1)
 		r.shards[j.loop].poster(j.resume)
+	}
+}
+
+// arrived ends j's transit (dispatch): it is decided (finish), or its
+// client left before (job.dispatch). On j's loop of the moment.
+func (j *job) arrived() {
+	if j.transit != nil {
+		j.transit.Add(-1)
+		j.transit = nil
 	}
 }
 

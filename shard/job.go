@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -108,6 +109,9 @@ type job struct {
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64
+	// transit is its pool's count while it is dispatched from its gate
+	// and not decided yet (gate.go: arrived); nil otherwise.
+	transit *atomic.Int64
 	// key is the request's API key (keys.go; nil: keys off), ks its
 	// accounting, weight its fair-share weight in its gate.
 	key    *keys.Key
@@ -322,6 +326,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 // dispatch sends the lookup to the owner shard (stage 6). Loop only.
 func (j *job) dispatch() {
 	if j.x != nil && gone(j.x) {
+		j.arrived()
 		j.r.m.clientGone.Inc()
 		return
 	}
@@ -436,6 +441,7 @@ func (r *Router) views(dst []policy.View, snap []*backend.Backend, pool *fleet.P
 // to Explain. On the loop that decided (cur).
 func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	r := j.r
+	j.arrived()
 	if j.explain != nil {
 		d.Candidates = slices.Clone(d.Candidates) // the loop's scratch
 		d.Model = j.d.Model

@@ -74,6 +74,10 @@ type poolStats struct {
 	waitSum [queue.NumBands]atomic.Int64 // nanoseconds
 	results [numQueueResults]atomic.Uint64
 	refused [numRefused]atomic.Uint64
+	// transit: requests dispatched from the pool's queue and not decided
+	// yet (gate.go: dispatch, arrived). Their slots are taken: until a
+	// request is decided, no backend counts it in flight.
+	transit atomic.Int64
 }
 
 // observeWait counts one request of band b that left the queue after

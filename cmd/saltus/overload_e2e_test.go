@@ -302,7 +302,14 @@ func TestServeBackendCap(t *testing.T) {
 	}
 	lowFirst := 0
 	rank := 0
+	var seen []int
+	defer func() {
+		if lowFirst > 1 {
+			t.Logf("answer order (client index; odd: priority 10): %v", seen)
+		}
+	}()
 	for i := range order {
+		seen = append(seen, i)
 		if rank < clients/2 && i%2 == 1 {
 			lowFirst++
 		}

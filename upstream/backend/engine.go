@@ -274,8 +274,10 @@ func (b *Backend) Capacity(now time.Time) int64 {
 }
 
 // Free reports whether b may take one more request now: not full (Full),
-// and below its learned Capacity if any. A backend that never refused is
-// free (one atomic load). Any goroutine.
+// and below its Limit if any, counting the requests decided for it and
+// not sent yet (Decided: a burst decided on one loop before the first is
+// sent must not all pass a limit of 1). A backend that never refused and
+// has no configured limit is free (one atomic load). Any goroutine.
 func (b *Backend) Free(now time.Time) bool {
 	if !b.Limited() {
 		return true
@@ -284,7 +286,7 @@ func (b *Backend) Free(now time.Time) bool {
 		return false
 	}
 	l := b.Limit(now)
-	return l == 0 || b.InFlight() < l
+	return l == 0 || b.InFlight()+b.Decided() < l
 }
 
 // Limit is how many requests at once b is given now, 0 for no limit: the

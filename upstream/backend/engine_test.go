@@ -104,3 +104,24 @@ func TestFullMarkEndsWithASlot(t *testing.T) {
 	f("soft, expired", func(b *Backend) { b.markFull(t0, fullFor, true) }, t0.Add(2*fullFor), false)
 	f("never full", func(b *Backend) { b.SetMaxConcurrency(2) }, at, false)
 }
+
+// Free counts the requests decided for a backend and not sent yet: a
+// burst decided on one loop must not all pass a limit of 1.
+func TestFreeCountsDecided(t *testing.T) {
+	t.Parallel()
+	b := &Backend{}
+	b.SetMaxConcurrency(1)
+	now := time.Now()
+	if !b.Free(now) {
+		t.Fatal("idle backend with a limit of 1 not free")
+	}
+	b.AddDecided(1)
+	if b.Free(now) {
+		t.Fatal("free with one request decided for it at a limit of 1")
+	}
+	b.AddDecided(-1)
+	b.inFlight.Store(1)
+	if b.Free(now) {
+		t.Fatal("free with one request in flight at a limit of 1")
+	}
+}
