@@ -37,6 +37,9 @@
 #   ROUTER_pstack='python3 -m vllm_router.app --port {port} --service-discovery static
 #     --static-backends {backends} --static-models ... --routing-logic prefixaware'
 #
+# A saltus policy may be served by another build of saltus, for a
+# comparison in the same run: ROUTERS='prefix prefix@old' SALTUS_old=/path/to/saltus.
+#
 # The default ENGINE is `saltus sim` (a100-13b profile, its KV events
 # connecting to {events}). Engines run in real time: a trace window of W
 # seconds at speed S takes W/S seconds per router (plus DRAIN). Run it on
@@ -97,7 +100,7 @@ stop_all() {
 echo "| workload | load | router | requests | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | goodput (TTFT ≤ $SLO) req/s | token hit ratio |" >"$OUT/summary.md"
 echo "|---|---|---|--:|--:|--:|--:|--:|--:|--:|" >>"$OUT/summary.md"
 start_router() { # router: nginx, a saltus policy, or ROUTER_<router>'s command
-  local r=$1 var="ROUTER_$1"
+  local r=$1 var="ROUTER_${1//@/_}"
   if [ -n "${!var:-}" ]; then
     local cmd=${!var//\{port\}/$PORT0}
     cmd=${cmd//\{backends\}/$(IFS=,; echo "${urls[*]}")}
@@ -116,8 +119,13 @@ start_router() { # router: nginx, a saltus policy, or ROUTER_<router>'s command
     } >"$work/nginx.conf"
     nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
   else
-    "$work/saltus" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
-      --policy "$r" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-$run.log" 2>&1 & pids+=($!)
+    local bin=$work/saltus pol=${r%@*} # POLICY@LABEL: that policy served by the binary in SALTUS_LABEL
+    if [[ $r == *@* ]]; then
+      local bvar="SALTUS_${r#*@}"
+      bin=${!bvar:?"engines-compare: router $r needs $bvar, a saltus binary"}
+    fi
+    "$bin" serve --listen "127.0.0.1:$PORT0" --admin-listen "127.0.0.1:$((PORT0 + 99))" "${backends[@]}" \
+      --policy "$pol" --kv-events-listen "$EVENTS" --log-level warn >"$OUT/serve-$run.log" 2>&1 & pids+=($!)
     wait_http "http://127.0.0.1:$((PORT0 + 99))/metrics" # its own admin listener: this saltus, not another
     [[ $ENGINE != *"{events}"* ]] || wait_events
   fi

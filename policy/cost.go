@@ -89,7 +89,10 @@ import (
 //     holder holds; the holders of M that are not queueing and the
 //     (queueing) holders of more than M are eligible, and the least cost
 //     among them wins. A backend that is not queueing is never skipped for
-//     one that holds less.
+//     one that holds less, unless what that one lacks of M, (M − H) × B /
+//     rate, is less than the near-tie tolerance of the holders' least
+//     estimate: such a backend is eligible too (holdTie), so a hold worth
+//     a near-tie does not confine a burst to its few holders.
 //   - every holder is queueing (a hot prefix): the holders and one
 //     newcomer, chosen among the backends that hold nothing as a cold
 //     prefix's backend is (settle); those that would wait for KV room
@@ -146,6 +149,7 @@ const (
 type cost struct {
 	held                 int
 	base, queue, prefill float64
+	rate                 float64 // prefill tokens per second, as priced
 	slotWait             float64 // part of queue: the wait for a running slot
 	kvWait               float64 // part of queue: the wait for KV room
 	kvBound              float64 // est with kvWait at its bound, one whole service (roomOnly)
@@ -241,9 +245,11 @@ func decideCost(p Config, bs []View, hits []tree.Hit, keys []uint64, useTree boo
 
 	switch {
 	case m > 0:
+		tie := holdTie(s, m)
 		for _, sc := range s.scores {
 			c := &s.costs[sc.i]
-			c.eligible = c.held > m || (c.held == m && !c.queueing)
+			c.eligible = c.held > m || (c.held == m && !c.queueing) ||
+				(!c.queueing && float64((m-c.held)*p.BlockSize)/c.rate < tie)
 		}
 	case anyHolder:
 		// Every holder queues: the holders, and one newcomer (a backend
@@ -319,6 +325,27 @@ func decideCost(p Config, bs []View, hits []tree.Hit, keys []uint64, useTree boo
 		}
 	}
 	return d
+}
+
+// holdTie is the near-tie tolerance of the least estimate among the
+// holders of m blocks that are not queueing: a backend that is not
+// queueing and holds less than m is eligible beside them when what it
+// lacks of m, priced at its prefill rate, is less than that (the hold
+// saves a near-tie of the time to first token, so it does not restrict
+// the choice, and the cost decides). Early in the Mooncake conversation
+// trace, with 2,048-block engines, two engines had confirmed the
+// trace's shared first block (8 blocks of 16 tokens, 10 ms of prefill in
+// requests estimated at 300 ms on average) and every request went to them
+// until they reached the bounded-load capacity, while the six others had
+// free slots (docs/BENCHMARKS.md, finding 9).
+func holdTie(s *Scratch, m int) float64 {
+	best := math.Inf(1)
+	for _, sc := range s.scores {
+		if c := &s.costs[sc.i]; c.held == m && !c.queueing {
+			best = min(best, c.est)
+		}
+	}
+	return max(tieRel*best, tieAbs)
 }
 
 // sharedDepth is how many leading blocks of the request the rendezvous
@@ -463,7 +490,7 @@ func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64,
 		c.slotWait = float64(waiting+1) * v.Service / float64(runs)
 	}
 	n := float64(max(v.InFlight, 0))
-	c.base = base
+	c.base, c.rate = base, rate
 	c.prefill = float64((blocks-c.held)*p.BlockSize) / rate
 	c.kvWait = kvWait(p, v, blocks-c.held, total)
 	q := 1 - v.QueueOff // the share of the prefill ahead this request waits for

@@ -220,23 +220,54 @@ func TestCostRoomOnlyBounded(t *testing.T) {
 }
 
 // A holder that is not queueing is never skipped for one that holds
-// less, however much cheaper that one looks.
+// less, however much cheaper that one looks, unless what the other lacks
+// is worth a near-tie of the estimate (TestCostNearTieHoldSpreads).
 func TestCostNotQueueingNeverSkipped(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(4)
-	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 2) // 32 tokens: a miss costs 4 ms
-	bs[3].Pending = 1500                             // 187 ms queued: not queueing (QueueWait 200 ms)
-	hits := []tree.Hit{{Backend: 3, Blocks: 2}, {Backend: 1, Blocks: 1}}
+	keys := randKeys(rand.New(rand.NewPCG(2, 2)), 32) // 512 tokens: a miss costs 64 ms
+	bs[3].Pending = 1500                              // 187 ms queued: not queueing (QueueWait 200 ms)
+	hits := []tree.Hit{{Backend: 3, Blocks: 30}, {Backend: 1, Blocks: 20}}
 	s := newScratch()
 	d := Decide(costPolicy, bs, hits, keys, true, &s)
-	if d.Backend != 3 || d.Reason != ReasonTree || d.MatchedBlocks != 2 || d.Diverted {
+	if d.Backend != 3 || d.Reason != ReasonTree || d.MatchedBlocks != 30 || d.Diverted {
 		t.Fatalf("decision %+v", d)
 	}
 	// Over QueueWait, 3 queues; 1 holds the next most and does not:
 	// 1 is the least holder that may serve, and it does.
 	bs[3].Pending = 1700
-	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.MatchedBlocks != 1 || !d.Diverted || d.Preferred != 3 {
+	if d := Decide(costPolicy, bs, hits, keys, true, &s); d.Backend != 1 || d.MatchedBlocks != 20 || !d.Diverted || d.Preferred != 3 {
 		t.Fatalf("queueing deep holder: %+v", d)
+	}
+}
+
+// A hold that saves less than a near-tie of the estimate does not confine
+// the choice to its holders: two of eight backends hold a request's first
+// 2 blocks of 64 (4 ms of a ~150 ms estimate) and run 3 requests each,
+// and an idle backend serves; holding 40 blocks (76 ms more), a holder
+// serves.
+func TestCostNearTieHoldSpreads(t *testing.T) {
+	t.Parallel()
+	bs := viewFleet(8)
+	keys := randKeys(rand.New(rand.NewPCG(23, 23)), 64)
+	bs[0].InFlight, bs[1].InFlight = 3, 3 // under the bounded-load capacity (LoadFloor 4)
+	s := newScratch()
+	s.Explain = true
+	hits := []tree.Hit{{Backend: 0, Blocks: 2}, {Backend: 1, Blocks: 2}}
+	d := Decide(costPolicy, bs, hits, keys, true, &s)
+	if d.Backend == 0 || d.Backend == 1 {
+		t.Fatalf("a 2-block hold kept the request on a busy holder: %+v", d)
+	}
+	if r := rowOf(t, d, 0); r.Queueing || !r.Eligible {
+		t.Fatalf("holder 0: %+v", r)
+	}
+	hits[0].Blocks = 40
+	d = Decide(costPolicy, bs, hits, keys, true, &s)
+	if d.Backend != 0 || d.MatchedBlocks != 40 {
+		t.Fatalf("a 40-block hold: %+v", d)
+	}
+	if r := rowOf(t, d, 5); r.Eligible {
+		t.Fatalf("a backend 76 ms short of the holder's hold is eligible: %+v", r)
 	}
 }
 

@@ -36,7 +36,8 @@
 // of the blocks it does not hold at its learned rate; the choice compares
 // that estimate plus what the request costs the others in flight there
 // (load) and the prefixes its miss would evict (evict). A backend that is
-// not queueing is never skipped for one that holds less; when every holder
+// not queueing is never skipped for one that holds less, unless what the
+// other lacks is worth less than a near-tie of the estimate; when every holder
 // of a hot prefix queues, one newcomer competes with them; a cold prefix
 // goes to its group's home or the first backend in its rendezvous order
 // unless that is clearly busier. Truth (truth.go) first cuts the holders of
