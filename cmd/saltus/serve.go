@@ -20,6 +20,7 @@ import (
 
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/dataplane"
+	"github.com/saltus-lb/saltus/internal/memlimit"
 	"github.com/saltus-lb/saltus/internal/promtext"
 	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/reactor"
@@ -399,6 +400,16 @@ func heapFloor(n int64, set *metrics.Set) []byte {
 // again); level is the logger's (a reload changes it; nil: fixed).
 func serveWith(cfg serveConfig, args []string, sp *servingPath, set *metrics.Set, logger *slog.Logger, level *slog.LevelVar, signals <-chan os.Signal) int {
 	l := componentLogger(logger, "serve")
+	limit, from := cfg.Memory.Apply(memlimit.CgroupLimit())
+	if from != "none" {
+		l.Info("soft memory limit", "bytes", limit, "from", from)
+	}
+	mem := rules.NewGroup(context.Background())
+	mem.Go("memory-governor", memlimit.New(cfg.Memory, limit, set).Run)
+	defer func() {
+		mem.Stop()
+		_ = mem.Wait(context.Background()) // Run returns at once when stopped: nothing to time out
+	}()
 	rl := newReloader(args, cfg, sp.live, level, componentLogger(logger, "reload"), set)
 	rl.certs = sp.certs
 	if len(cfg.Backends) == 0 && cfg.Discovery == "" {

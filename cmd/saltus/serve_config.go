@@ -19,6 +19,7 @@ import (
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/dataplane"
 	"github.com/saltus-lb/saltus/gossip"
+	"github.com/saltus-lb/saltus/internal/memlimit"
 	"github.com/saltus-lb/saltus/internal/tlsconf"
 	"github.com/saltus-lb/saltus/policy"
 	chatpkg "github.com/saltus-lb/saltus/tokenpool/chat"
@@ -51,6 +52,9 @@ type serveConfig struct {
 	// router's live heap is small and its garbage is per request, so
 	// without one it collects dozens of times a second under load.
 	GCHeapFloor int64
+	// Memory: the soft memory limit and the give-back of the heap after
+	// bursts (internal/memlimit).
+	Memory memlimit.Config
 	// LogFormat: text or json. LogLevel: debug, info, warn or error.
 	LogFormat, LogLevel string
 	// ResponseTimeout: deprecated alias of Backend.FirstByteTimeout
@@ -91,6 +95,7 @@ func defaultServeConfig() serveConfig {
 		Admin:        admin.DefaultConfig(),
 		DrainTimeout: 30 * time.Second,
 		GCHeapFloor:  32 << 20,
+		Memory:       memlimit.DefaultConfig(),
 		LogFormat:    "text",
 		LogLevel:     "info",
 	}
@@ -255,6 +260,10 @@ var serveKeys = []serveKey{
 	{key: "gc-heap-floor", bind: func(c *serveConfig) value { return size64V{&c.GCHeapFloor} },
 		help: "`size` of a never-written block counted as live Go heap (address space, not memory), so the garbage collector lets about this much garbage pile up before it runs: " +
 			"fewer collections under load for up to this much more resident memory; 0: none (Go's own 4MiB minimum)"},
+	{key: "memory-limit", bind: func(c *serveConfig) value { return size64V{&c.Memory.Limit} },
+		help: "the Go runtime's soft memory limit (`size`: the collector works harder near it; not a cap); 0: GOMEMLIMIT from the environment when set (GOMEMLIMIT=off: none), else 90% of the container's (cgroup) memory limit, else none"},
+	{key: "memory-give-back", bind: func(c *serveConfig) value { return durV{&c.Memory.Interval} },
+		help: "`duration` between looks at the heap: when it holds 64MiB more than after the last give-back and stopped growing (a burst of large bodies is over), saltus collects and returns the free memory to the OS; 0: off (the runtime returns it slowly)"},
 	{key: "token-budget", bind: func(c *serveConfig) value { return sizeV{&c.Router.Pool.TokenBudget} },
 		help: "most tokenizer work one request may cause (`size` of prose: B, KiB, MiB; a byte of a run of 64+ bytes of one class, e.g. one repeated letter, counts 32), 1KiB–1GiB; text past it is keyed as 64-byte blocks"},
 	{key: "cluster-bind", bind: func(c *serveConfig) value { return strV{&c.Cluster.Bind} },
@@ -366,6 +375,12 @@ func (c serveConfig) Validate() error {
 	}
 	if c.Router.Body.MaxValues < 1 {
 		bad("max-body-values", "must be at least 1, got %d", c.Router.Body.MaxValues)
+	}
+	if c.Memory.Limit < 0 {
+		bad("memory-limit", "must not be negative, got %v", byteSize(c.Memory.Limit))
+	}
+	if c.Memory.Interval < 0 {
+		bad("memory-give-back", "must not be negative, got %v", c.Memory.Interval)
 	}
 	if c.GCHeapFloor < 0 || c.GCHeapFloor > 4<<30 {
 		bad("gc-heap-floor", "must be between 0 and 4GiB, got %v", byteSize(c.GCHeapFloor))

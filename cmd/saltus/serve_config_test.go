@@ -398,6 +398,8 @@ kv-tokens: 0
 learn-from-usage: true
 scrape-interval: 1s
 gc-heap-floor: 32MiB
+memory-limit: 0B
+memory-give-back: 5s
 token-budget: 128KiB
 cluster-bind: ""
 cluster-advertise: ""

@@ -1,0 +1,128 @@
+package memlimit
+
+import (
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	vm "github.com/VictoriaMetrics/metrics"
+)
+
+func TestParseCgroupLimit(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{
+		"max\n":                 0,
+		"536870912\n":           536870912,
+		"9223372036854771712\n": 0, // v1's unlimited
+		"0":                     0,
+		"-1":                    0,
+		"garbage":               0,
+		"":                      0,
+	} {
+		if got := parseCgroupLimit(in); got != want {
+			t.Errorf("parseCgroupLimit(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Config{{Limit: -1}, {Interval: -time.Second}, {Slack: -1}} {
+		if c.Validate() == nil {
+			t.Errorf("%+v validated", c)
+		}
+	}
+}
+
+// The governor gives back once the heap holds Slack more than after its
+// last give-back and stopped growing, at most once per Interval.
+func TestTickDecides(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	held := []uint64{100 * mib} // New's first read
+	freed := 0
+	g := &Governor{cfg: Config{Interval: time.Second, Slack: 64 * mib}}
+	g.readOS = func() uint64 { h := held[0]; held = held[1:]; return h }
+	g.freeOS = func() { freed++ }
+	set := vm.NewSet()
+	g.givenN, g.givenBytes = set.NewCounter("n"), set.NewCounter("b")
+	g.floor = g.held()
+	g.prev = g.floor
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		held  []uint64 // what Tick reads: the look, and after a give-back
+		at    time.Duration
+		gives bool
+	}{
+		{[]uint64{150 * mib}, 1 * time.Second, false},           // under floor + slack
+		{[]uint64{300 * mib}, 2 * time.Second, false},           // growing: the burst runs
+		{[]uint64{300 * mib, 110 * mib}, 3 * time.Second, true}, // stopped: give back
+		{[]uint64{200 * mib}, 3500 * time.Millisecond, false},   // over slack, but growing
+		{[]uint64{200 * mib}, 3900 * time.Millisecond, false},   // stopped, within an interval of the last
+		{[]uint64{190 * mib, 120 * mib}, 4 * time.Second, true}, // an interval later
+		{[]uint64{80 * mib}, 5 * time.Second, false},            // shrank: the floor follows
+		{[]uint64{150 * mib}, 5500 * time.Millisecond, false},   // growing again
+		{[]uint64{150 * mib, 90 * mib}, 6 * time.Second, true},  // 70 MiB over the new floor
+		{[]uint64{140 * mib}, 7 * time.Second, false},           // 50 over: under slack
+	}
+	for i, s := range steps {
+		held = append(held[:0], s.held...)
+		if got := g.Tick(t0.Add(s.at)); got != s.gives {
+			t.Fatalf("step %d (held %d MiB): gave back %v, want %v", i, s.held[0]/mib, got, s.gives)
+		}
+	}
+	if freed != 3 || g.givenN.Get() != 3 || g.givenBytes.Get() != (190+70+60)*mib {
+		t.Fatalf("freed %d, counted %d, bytes %d MiB", freed, g.givenN.Get(), g.givenBytes.Get()/mib)
+	}
+}
+
+// A burst of garbage is given back to the OS: the resident set returns
+// within 10 % (and 16 MiB of the runtime's own) of its level before.
+func TestGiveBackReturnsRSS(t *testing.T) {
+	rss := func() int64 {
+		b, err := os.ReadFile("/proc/self/statm")
+		if err != nil {
+			t.Skip("no /proc/self/statm:", err)
+		}
+		f := strings.Fields(string(b))
+		n, _ := strconv.ParseInt(f[1], 10, 64) // the kernel's own format
+		return n * int64(os.Getpagesize())
+	}
+	debug.FreeOSMemory()
+	before := rss()
+	g := New(Config{Interval: time.Nanosecond, Slack: 64 << 20}, math.MaxInt64, vm.NewSet())
+	burst := make([][]byte, 0, 256<<10)
+	for range 256 << 10 { // 256 MiB in 1 KiB objects, as a decode's values are small
+		b := make([]byte, 1024)
+		b[0] = 1 // touched: fresh pages are not resident until written
+		burst = append(burst, b)
+	}
+	peak := rss()
+	runtime.KeepAlive(burst)
+	burst = nil
+	now := time.Now()
+	gave := false
+	for i := 0; i < 3 && !gave; i++ { // the first look may still see it grow
+		now = now.Add(time.Second)
+		gave = g.Tick(now)
+	}
+	if !gave {
+		t.Fatalf("no give-back after a 256 MiB burst (held %d MiB, floor %d MiB)", g.prev>>20, g.floor>>20)
+	}
+	after := rss()
+	t.Logf("RSS before %d MiB, peak %d MiB, after give-back %d MiB", before>>20, peak>>20, after>>20)
+	if peak < before+200<<20 {
+		t.Fatalf("the burst did not show in RSS: before %d MiB, peak %d MiB", before>>20, peak>>20)
+	}
+	if after > before+before/10+16<<20 {
+		t.Fatalf("RSS after the give-back %d MiB, before %d MiB", after>>20, before>>20)
+	}
+}
