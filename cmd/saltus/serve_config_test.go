@@ -642,6 +642,7 @@ func TestEveryServingKeyReachesItsComponent(t *testing.T) {
 	// require it (dataplane.Config.AdminToken).
 	serveOnly := map[string]bool{"admin-listen": true, "admin-pprof": true,
 		"drain-timeout": true, "gc-heap-floor": true, "log-format": true, "log-level": true,
+		"memory-limit": true, "memory-give-back": true, // the process's (internal/memlimit), set up by serveWith
 		"response-timeout": true, // resolved into first-byte-timeout before the mapping
 		"upstream-io":      true, // deprecated: loop is the only path
 		"cluster-key-file": true, // read into Cluster.Key once validated

@@ -160,13 +160,17 @@ func init() {
 	})
 }
 
-// New returns a governor of c's (validated) settings, its metrics in set.
+// New returns a governor of c's (validated) settings, its metrics in set
+// (nil: not exported).
 // limit is Apply's (math.MaxInt64: none, exported as 0).
 func New(c Config, limit int64, set *vm.Set) *Governor {
 	g := &Governor{cfg: c, freeOS: debug.FreeOSMemory}
 	g.readOS = g.heldNow
 	for _, name := range heapHeld {
 		g.samples = append(g.samples, metrics.Sample{Name: name})
+	}
+	if set == nil {
+		set = vm.NewSet() // not exported (a test's serving path)
 	}
 	if limit == math.MaxInt64 {
 		limit = 0 // none
