@@ -63,6 +63,24 @@ const MaxScanDepth = 256
 // first refusal found, byte by byte. maxDepth must be at most
 // MaxScanDepth. Any goroutine.
 func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanError) {
+	end, values, deepest, se := scanValue(b, 0, maxValues, maxDepth)
+	if se.kind != ScanOK {
+		return values, deepest, se
+	}
+	for end < len(b) && (b[end] == ' ' || b[end] == '\n' || b[end] == '\r' || b[end] == '\t') {
+		end++
+	}
+	if end < len(b) {
+		return values, deepest, scanError{kind: ScanSyntax, off: end, msg: fmt.Sprintf("unexpected %s after the top-level value", quoteAt(b, end))}
+	}
+	return values, deepest, scanError{}
+}
+
+// scanValue is scanJSON for the one value at b[i] (after white space): the
+// offset just past it, or the first refusal in it. The decoder checks a
+// request's members with it (decode.go), so that they meet scanJSON's
+// grammar and depth.
+func scanValue(b []byte, i, maxValues, maxDepth int) (end, values, deepest int, _ scanError) {
 	if maxDepth > MaxScanDepth {
 		panic(fmt.Sprintf("BUG: scanJSON: maxDepth %d over %d", maxDepth, MaxScanDepth))
 	}
@@ -79,24 +97,23 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 		inObj bool                      // the innermost open container is an object
 		depth int
 		st    = wantValue
-		i     int
 	)
 
 	syntax := func(off int, format string, args ...any) scanError {
 		return scanError{kind: ScanSyntax, off: off, msg: fmt.Sprintf(format, args...)}
 	}
 	for {
+		if st == wantNext && depth == 0 {
+			return i, values, deepest, scanError{}
+		}
 		for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
 			i++
 		}
 		if i == len(b) {
-			if st == wantNext && depth == 0 {
-				return values, deepest, scanError{}
-			}
 			if len(b) == 0 {
-				return values, deepest, syntax(i, "empty body")
+				return 0, values, deepest, syntax(i, "empty body")
 			}
-			return values, deepest, syntax(i, "unexpected end of the body")
+			return 0, values, deepest, syntax(i, "unexpected end of the body")
 		}
 		c := b[i]
 		switch st {
@@ -110,12 +127,12 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 			}
 			values++
 			if values > maxValues {
-				return values, deepest, scanError{kind: ScanTooMany, off: i}
+				return 0, values, deepest, scanError{kind: ScanTooMany, off: i}
 			}
 			switch {
 			case c == '{' || c == '[':
 				if depth == maxDepth {
-					return values, deepest, scanError{kind: ScanTooDeep, off: i}
+					return 0, values, deepest, scanError{kind: ScanTooDeep, off: i}
 				}
 				depth++
 				deepest = max(deepest, depth)
@@ -137,7 +154,7 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 				}
 				end, e := scanString(b, i)
 				if e.kind != ScanOK {
-					return values, deepest, e
+					return 0, values, deepest, e
 				}
 				i = end
 			case c >= '1' && c <= '9':
@@ -150,13 +167,13 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 				}
 				end, e := scanNumber(b, i)
 				if e.kind != ScanOK {
-					return values, deepest, e
+					return 0, values, deepest, e
 				}
 				i = end
 			case c == '-' || c == '0':
 				end, e := scanNumber(b, i)
 				if e.kind != ScanOK {
-					return values, deepest, e
+					return 0, values, deepest, e
 				}
 				i = end
 			case c == 't' || c == 'f' || c == 'n':
@@ -167,11 +184,11 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 					lit = "false"
 				}
 				if string(b[i:min(i+len(lit), len(b))]) != lit {
-					return values, deepest, syntax(i, "unexpected %s, want a value (%s?)", quoteAt(b, i), lit)
+					return 0, values, deepest, syntax(i, "unexpected %s, want a value (%s?)", quoteAt(b, i), lit)
 				}
 				i += len(lit)
 			default:
-				return values, deepest, syntax(i, "unexpected %s, want a value", quoteAt(b, i))
+				return 0, values, deepest, syntax(i, "unexpected %s, want a value", quoteAt(b, i))
 			}
 			st = wantNext
 		case wantKeyOrClose, wantKey:
@@ -183,28 +200,25 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 				continue
 			}
 			if c != '"' {
-				return values, deepest, syntax(i, "unexpected %s, want an object key (a string)", quoteAt(b, i))
+				return 0, values, deepest, syntax(i, "unexpected %s, want an object key (a string)", quoteAt(b, i))
 			}
 			if end := skipString(b, i); end > 0 {
 				i = end
 			} else {
 				end, e := scanString(b, i)
 				if e.kind != ScanOK {
-					return values, deepest, e
+					return 0, values, deepest, e
 				}
 				i = end
 			}
 			st = wantColon
 		case wantColon:
 			if c != ':' {
-				return values, deepest, syntax(i, "unexpected %s, want ':' after an object key", quoteAt(b, i))
+				return 0, values, deepest, syntax(i, "unexpected %s, want ':' after an object key", quoteAt(b, i))
 			}
 			i++
 			st = wantValue
-		case wantNext:
-			if depth == 0 {
-				return values, deepest, syntax(i, "unexpected %s after the top-level value", quoteAt(b, i))
-			}
+		case wantNext: // depth > 0: a value at depth 0 returned above
 			obj := inObj
 			switch {
 			case c == ',' && obj:
@@ -215,9 +229,9 @@ func scanJSON(b []byte, maxValues, maxDepth int) (values, deepest int, _ scanErr
 				depth--
 				inObj = depth > 0 && isObj[uint(depth-1)/64]&(1<<(uint(depth-1)%64)) != 0
 			case obj:
-				return values, deepest, syntax(i, "unexpected %s, want ',' or '}' in an object", quoteAt(b, i))
+				return 0, values, deepest, syntax(i, "unexpected %s, want ',' or '}' in an object", quoteAt(b, i))
 			default:
-				return values, deepest, syntax(i, "unexpected %s, want ',' or ']' in an array", quoteAt(b, i))
+				return 0, values, deepest, syntax(i, "unexpected %s, want ',' or ']' in an array", quoteAt(b, i))
 			}
 			i++
 		}

@@ -145,9 +145,15 @@ func SkipValue(b []byte, i int) int {
 		}
 		return -1
 	}
+	// A scalar ends at a delimiter (a switch, not a search of the
+	// delimiter set: a body may hold a million numbers).
 	j := i
-	for j < len(b) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(b[j])) {
-		j++
+scalar:
+	for ; j < len(b); j++ {
+		switch b[j] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			break scalar
+		}
 	}
 	if j == i {
 		return -1

@@ -1,0 +1,300 @@
+package jsonscan
+
+import (
+	"bytes"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Reading a checked body: the functions below read values out of a body
+// that passed a grammar check (openai's body scan, which also bounds its
+// depth), by offsets, without a parse tree: what openai and
+// tokenpool/chat decode a request with (issue 33: a tree of fastjson
+// Values cost ~400-450 bytes per JSON value; these keep nothing per value
+// they skip). On other input they return nonsense, never panic, and
+// always move forward: a loop over their offsets ends.
+//
+// They read as fastjson read before, so that a request decodes to what it
+// decoded to then (openai's differential fuzz test holds them to it):
+// the same type names, the last of repeated keys (chat.Field's rule,
+// Python's json), and strings unescaped the way fastjson unescapes them.
+
+// TypeName is the type of the value at b[i] as fastjson names it
+// ("object", "array", "string", "number", "true", "false", "null"): the
+// words of the decoders' errors.
+func TypeName(b []byte, i int) string {
+	if i < 0 || i >= len(b) {
+		return "null"
+	}
+	switch b[i] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't':
+		return "true"
+	case 'f':
+		return "false"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// Is reports whether the value at b[i] starts with c: '{', '[', '"', 't',
+// 'f' or 'n' (a number starts with anything else). False for i < 0 (an
+// absent member).
+func Is(b []byte, i int, c byte) bool { return i >= 0 && i < len(b) && b[i] == c }
+
+// IsNumber reports whether the value at b[i] is a number.
+func IsNumber(b []byte, i int) bool { return i >= 0 && TypeName(b, i) == "number" }
+
+// Present reports whether a member was found and is not null.
+func Present(b []byte, i int) bool { return i >= 0 && !Is(b, i, 'n') }
+
+// Members sets at[k] to the offset of the value of the last member named
+// keys[k] of the object opening at b[open] ('{'), or to -1 when it has
+// none; at must be as long as keys. Keys are compared unescaped
+// (`{"mod\u0065l":1}` has a "model"), as fastjson compares them.
+func Members(b []byte, open int, keys []string, at []int) {
+	for k := range at {
+		at[k] = -1
+	}
+	if !Is(b, open, '{') {
+		return
+	}
+	i := SkipWS(b, open+1)
+	for i < len(b) && b[i] == '"' {
+		ke := SkipString(b, i)
+		if ke < 0 {
+			return
+		}
+		raw := b[i+1 : ke-1]
+		i = SkipWS(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return
+		}
+		vs := SkipWS(b, i+1)
+		ve := SkipValue(b, vs)
+		if ve < 0 {
+			return
+		}
+		if k := keyIndex(raw, keys); k >= 0 {
+			at[k] = vs
+		}
+		i = SkipWS(b, ve)
+		if i >= len(b) || b[i] != ',' {
+			return
+		}
+		i = SkipWS(b, i+1)
+	}
+}
+
+// maxKeyRaw bounds an escaped key worth unescaping: no key the decoders
+// read is longer than 24 bytes, and an escape is at most 6 bytes for one
+// byte of text.
+const maxKeyRaw = 6 * 24
+
+// keyIndex is the index in keys of the raw (quoted, maybe escaped) key.
+func keyIndex(raw []byte, keys []string) int {
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		if len(raw) > maxKeyRaw {
+			return -1
+		}
+		var buf [maxKeyRaw]byte // unescaping never lengthens: it stays here
+		raw = AppendUnescaped(buf[:0], raw)
+	}
+	for k, key := range keys {
+		if string(raw) == key {
+			return k
+		}
+	}
+	return -1
+}
+
+// Str returns the text between the quotes of the string at b[i] (as it
+// is in the body: escapes not undone), whether it has an escape (then
+// AppendUnescaped undoes them), and the offset past the string. A
+// non-string gives nil, false, i.
+func Str(b []byte, i int) (raw []byte, escaped bool, end int) {
+	if !Is(b, i, '"') {
+		return nil, false, i
+	}
+	end = SkipString(b, i)
+	if end < 0 {
+		return nil, false, len(b)
+	}
+	raw = b[i+1 : end-1]
+	return raw, bytes.IndexByte(raw, '\\') >= 0, end
+}
+
+// AppendUnescaped appends the text of a string's raw bytes to dst as
+// fastjson's unescapeStringBestEffort does: the JSON escapes undone; a
+// \u escape of a UTF-16 surrogate followed by another \u escape decoded
+// as the pair (utf16.DecodeRune: U+FFFD for a bad pair, both consumed);
+// anything it cannot read (a lone surrogate, a short or non-hex \u, an
+// unknown escape) kept as written, and a final lone backslash dropped.
+// The text is never longer than raw.
+func AppendUnescaped(dst, raw []byte) []byte {
+	for {
+		n := bytes.IndexByte(raw, '\\')
+		if n < 0 {
+			return append(dst, raw...)
+		}
+		dst = append(dst, raw[:n]...)
+		raw = raw[n+1:]
+		if len(raw) == 0 {
+			return dst
+		}
+		ch := raw[0]
+		raw = raw[1:]
+		switch ch {
+		case '"', '\\', '/':
+			dst = append(dst, ch)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			x, ok := hex4(raw)
+			if !ok {
+				dst = append(dst, `\u`...)
+				continue
+			}
+			xs := raw[:4]
+			raw = raw[4:]
+			if !utf16.IsSurrogate(x) {
+				dst = utf8.AppendRune(dst, x)
+				continue
+			}
+			if len(raw) < 6 || raw[0] != '\\' || raw[1] != 'u' {
+				dst = append(append(dst, `\u`...), xs...)
+				continue
+			}
+			x1, ok := hex4(raw[2:])
+			if !ok {
+				dst = append(append(dst, `\u`...), xs...)
+				continue
+			}
+			dst = utf8.AppendRune(dst, utf16.DecodeRune(x, x1))
+			raw = raw[6:]
+		default:
+			dst = append(dst, '\\', ch)
+		}
+	}
+}
+
+// hex4 reads 4 hex digits (strconv.ParseUint(s[:4], 16, 16), as fastjson
+// reads a \u escape).
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var x rune
+	for _, c := range s[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		x = x<<4 | rune(c)
+	}
+	return x, true
+}
+
+// Elem returns the offset of the first element of the array opening at
+// b[open] ('['), or -1 for an empty one (or a non-array).
+func Elem(b []byte, open int) int {
+	if !Is(b, open, '[') {
+		return -1
+	}
+	i := SkipWS(b, open+1)
+	if i >= len(b) || b[i] == ']' {
+		return -1
+	}
+	return i
+}
+
+// Next returns the offset of the element after the one at b[i], or -1
+// after the last. Loop: for i := Elem(b, open); i >= 0; i = Next(b, i).
+func Next(b []byte, i int) int {
+	end := SkipValue(b, i)
+	if end < 0 {
+		return -1
+	}
+	end = SkipWS(b, end)
+	if end >= len(b) || b[end] != ',' {
+		return -1
+	}
+	return SkipWS(b, end+1)
+}
+
+// Count returns the number of elements of the array opening at b[open]
+// (one pass, nothing kept: the decoders size their results by it).
+func Count(b []byte, open int) int {
+	n := 0
+	for i := Elem(b, open); i >= 0; i = Next(b, i) {
+		n++
+	}
+	return n
+}
+
+// Int64 reads the number at b[i] as an integer as fastjson's Int64 does
+// (strconv.ParseInt of its text): an optional '-' and digits only, in
+// int64's range; anything else (a fraction, an exponent) is not ok.
+// Num returns the number's text.
+func Int64(b []byte, i int) (n int64, ok bool) {
+	s := Num(b, i)
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if u > (1<<63)/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+		if u > 1<<63 {
+			return 0, false
+		}
+	}
+	if !neg && u > 1<<63-1 {
+		return 0, false
+	}
+	if neg {
+		return -int64(u), true // u == 1<<63 wraps to MinInt64, as wanted
+	}
+	return int64(u), true
+}
+
+// Num returns the text of the number (or other scalar) at b[i].
+func Num(b []byte, i int) []byte {
+	if i < 0 || i >= len(b) {
+		return nil
+	}
+	end := SkipValue(b, i)
+	if end < 0 {
+		return nil
+	}
+	return b[i:end]
+}
