@@ -3,28 +3,27 @@ package openai
 import (
 	"bytes"
 	"fmt"
-
-	"github.com/valyala/fastjson"
 )
 
 // The structural cap on request bodies (DESIGN.md § Decoding untrusted
-// bodies): before a body is parsed, one pass counts its JSON values and
-// nesting depth outside strings, and refuses a body over either limit
-// before the parser builds a value per element. (A body on the loop too
-// short to hold MaxValues values is parsed first, its depth checked on
-// the parsed value, and scanned only to word a refusal: shard's
-// job.prepare.) fastjson keeps a Value
+// bodies): before a large body is decoded, one pass counts its JSON
+// values and nesting depth outside strings, and refuses a body over
+// either limit. (A body on the loop too short to hold MaxValues values is
+// decoded first, Decode checking its grammar and depth with scanValue,
+// and scanned only when it fails, to word a refusal: shard's
+// job.prepare.) The cap dates from the fastjson parse, which kept a Value
 // (80 bytes) per JSON value and a pointer per array element, so a 15 MB
-// body of `1,1,1,…` (7.5 M values) cost ~3 GB of RSS to parse; under
-// MaxBodyValues that is bounded by the limit, not by the body.
+// body of `1,1,1,…` (7.5 M values) cost ~3 GB of RSS; the decoder now
+// keeps nothing per value it skips (decode.go, issue 33), and the cap
+// still bounds the work one body asks for.
 //
 // The same pass checks the JSON grammar, so that a syntax error reads
-// "invalid JSON at byte 17: …" with an offset of its own, rather than
-// fastjson's internals. It is stricter than fastjson in a few places
-// fastjson defers (escapes, number grammar: `\x`, `01`, `1.`, `nan` are
-// refused here, as Python's json and pydantic refuse them) and as lenient
-// in one: raw control characters inside strings pass, as they passed
-// fastjson before.
+// "invalid JSON at byte 17: …" with an offset of its own. It is stricter
+// than fastjson was in a few places fastjson deferred (escapes, number
+// grammar: `\x`, `01`, `1.`, `nan` are refused here, as Python's json and
+// pydantic refuse them) and as lenient in one: raw control characters
+// inside strings pass, as they passed fastjson. Decode reads exactly this
+// grammar (scanValue), on the loop and off it.
 
 // ScanKind says why BodyLimits.Check (scanJSON) refused a body.
 type ScanKind uint8
@@ -374,33 +373,6 @@ func printable(c byte) string {
 func quoteSpan(b []byte, start, end int) string {
 	end = min(end+1, len(b), start+32)
 	return fmt.Sprintf("%q", b[start:end])
-}
-
-// Deeper reports whether v nests more than max objects and arrays: the
-// depth check of a body parsed before it was scanned (shard's
-// job.prepare). Any goroutine.
-func Deeper(v *fastjson.Value, max int) bool {
-	switch v.Type() {
-	case fastjson.TypeObject:
-		if max == 0 {
-			return true
-		}
-		o, _ := v.Object() // the type was checked
-		deep := false
-		o.Visit(func(_ []byte, c *fastjson.Value) { deep = deep || Deeper(c, max-1) })
-		return deep
-	case fastjson.TypeArray:
-		if max == 0 {
-			return true
-		}
-		a, _ := v.Array() // the type was checked
-		for _, c := range a {
-			if Deeper(c, max-1) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // BodyLimits are the structural caps on a request body, checked before it

@@ -81,7 +81,7 @@ func Members(b []byte, open int, keys []string, at []int) {
 		if ve < 0 {
 			return
 		}
-		if k := keyIndex(raw, keys); k >= 0 {
+		if k := KeyIndex(raw, keys); k >= 0 {
 			at[k] = vs
 		}
 		i = SkipWS(b, ve)
@@ -97,8 +97,9 @@ func Members(b []byte, open int, keys []string, at []int) {
 // byte of text.
 const maxKeyRaw = 6 * 24
 
-// keyIndex is the index in keys of the raw (quoted, maybe escaped) key.
-func keyIndex(raw []byte, keys []string) int {
+// KeyIndex is the index in keys of the key whose raw text (between its
+// quotes, maybe escaped) is raw, or -1. It allocates nothing.
+func KeyIndex(raw []byte, keys []string) int {
 	if bytes.IndexByte(raw, '\\') >= 0 {
 		if len(raw) > maxKeyRaw {
 			return -1
