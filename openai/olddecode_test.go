@@ -19,7 +19,6 @@ import (
 // and returned within one decode call, on whatever goroutine decodes.
 var oldParsers fastjson.ParserPool
 
-
 // oldDecode parses body as the given API's request into dst (which it
 // resets). Client input never panics: it decodes, or returns a 400 naming
 // the field. Any goroutine.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
 // Large bodies off the loop (DESIGN.md § Decoding untrusted bodies): a
@@ -148,7 +147,6 @@ func (ds *decodeScratch) trim(bodyLen int) {
 	if bodyLen <= openai.KeepDecodeBytes {
 		return
 	}
-	ds.p = nil
-	ds.sc = chat.Scratch{}
+	ds.sc = openai.Scratch{}
 	ds.texts, ds.msgEnd = nil, nil
 }

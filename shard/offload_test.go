@@ -2,12 +2,11 @@ package shard
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/openai/openaitest"
@@ -85,41 +84,50 @@ func TestOffloadedDecode(t *testing.T) {
 	}
 }
 
-// TestLoopDropsGrownParser: a loop's parser and Scratch that decoded a
-// body over openai.KeepDecodeBytes are dropped, not reused; a small body's are
-// kept.
-func TestLoopDropsGrownParser(t *testing.T) {
+// TestLoopDropsGrownScratch: a loop's decode Scratch and texts that served
+// a body over openai.KeepDecodeBytes are dropped, not reused; a small
+// body's are kept.
+func TestLoopDropsGrownScratch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{loops: 1, backends: 2, config: func(c *Config) { c.OffloopBytes = 1 << 20 }})
-	parser := func() (p *fastjson.Parser) {
-		e.loops.run(t, 0, func() { p = e.r.shards[0].dec.p })
-		return p
+	// texts is the first element of the loop's texts (nil: none kept),
+	// kept is whether its Scratch holds anything.
+	state := func() (texts *string, kept bool) {
+		e.loops.run(t, 0, func() {
+			ds := &e.r.shards[0].dec
+			if cap(ds.texts) > 0 {
+				texts = &ds.texts[:1][0]
+			}
+			kept = !reflect.ValueOf(ds.sc).IsZero()
+		})
+		return texts, kept
 	}
 	small := chatBody("user", "small")
 	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
 		t.Fatal("not forwarded")
 	}
-	p0 := parser()
-	if p0 == nil {
-		t.Fatal("no parser kept after a small body")
+	t0, kept := state()
+	if t0 == nil || !kept {
+		t.Fatal("no scratch kept after a small body")
 	}
-	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() != p0 {
-		t.Fatal("a small body's parser was not reused")
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
+		t.Fatal("not forwarded")
+	}
+	if t1, _ := state(); t1 != t0 {
+		t.Fatal("a small body's texts were not reused")
 	}
 	large := `{"model":"m","junk":[` + strings.Repeat("1,", openai.KeepDecodeBytes/2) + `1],"messages":[{"role":"user","content":"x"}]}`
 	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", large)); c == nil {
 		t.Fatal("large body not forwarded")
 	}
-	if p := parser(); p != nil {
-		t.Fatal("the parser that decoded a body over openai.KeepDecodeBytes was kept")
+	if texts, kept := state(); texts != nil || kept {
+		t.Fatalf("after a body over openai.KeepDecodeBytes: texts kept %v, scratch kept %v", texts != nil, kept)
 	}
-	var sc int
-	e.loops.run(t, 0, func() { sc = cap(e.r.shards[0].dec.texts) })
-	if sc != 0 {
-		t.Fatalf("texts kept after a large body: cap %d", sc)
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
+		t.Fatal("not forwarded")
 	}
-	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() == nil || parser() == p0 {
-		t.Fatal("after a large body, the next request does not start from a fresh parser")
+	if t2, kept := state(); t2 == nil || t2 == t0 || !kept {
+		t.Fatal("after a large body, the next request does not start from fresh memory")
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/openai"
@@ -192,8 +191,7 @@ type Shard struct {
 // render, tokenize, keys): what it holds is a view valid only while the
 // loop serves one request (see openai.DecodeValue).
 type decodeScratch struct {
-	p      *fastjson.Parser // nil until first used, and after trim dropped it
-	sc     chat.Scratch
+	sc     openai.Scratch // Decode's and Render's (sc.Chat)
 	texts  []string
 	msgEnd []bool
 }
