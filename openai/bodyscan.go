@@ -51,8 +51,7 @@ type scanError struct {
 }
 
 // MaxScanDepth is the deepest nesting BodyLimits.MaxDepth may allow: the scanner
-// keeps one bit per open container in a fixed array (no allocation);
-// fastjson itself refuses depth over 300.
+// keeps one bit per open container in a fixed array (no allocation).
 const MaxScanDepth = 256
 
 // scanJSON checks that b is one JSON value with at most maxValues values
@@ -376,17 +375,16 @@ func quoteSpan(b []byte, start, end int) string {
 }
 
 // BodyLimits are the structural caps on a request body, checked before it
-// is parsed. shard's Config.Body carries them.
+// is decoded. shard's Config.Body carries them.
 type BodyLimits struct {
 	// MaxValues is the most JSON values (objects, arrays, strings,
 	// numbers, true/false/null; not keys) a body may hold; more is a 413.
 	// Default 1,100,000: a completion with 1 M (or 2^20)
-	// prompt_token_ids passes. Parsing holds ~400-450 bytes per value
-	// until the request is decoded (fastjson's 80-byte Value, in a cache
-	// that grows by 1.25× while every earlier array stays referenced:
-	// measured 406 MB for 1 M values, 506 MB for 1.1 M, 796 MB for 2 M),
-	// and the decode workers and Explain parse at most MaxValues values at
-	// once between them (shard's valueBudget), so this also bounds that peak.
+	// prompt_token_ids passes. The fastjson parse this was sized for held
+	// ~400-450 bytes per value (406 MB for 1 M values); Decode keeps
+	// nothing per value (issue 33), and the limit bounds the work one body
+	// asks for; the decode workers and Explain decode at most MaxValues
+	// values at once between them (shard's valueBudget).
 	MaxValues int
 	// MaxDepth is the deepest nesting of objects and arrays a body may
 	// have; deeper is a 413. Default 64: an OpenAI request nests at most

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -101,6 +102,27 @@ func decodeSeeds(t testing.TB) [][]byte {
 		seeds = append(seeds, b)
 		// The same conversation as a Responses input.
 		seeds = append(seeds, bytes.Replace(b, []byte(`"messages":`), []byte(`"input":`), 1))
+	}
+	// Corners the seeds may miss: escaped keys and types, surrogates,
+	// numbers at the edges of the integer readers, repeated members whose
+	// first occurrence is bad, nulls.
+	for _, s := range []string{
+		`{"mod\u0065l":"m","m\u0065ssages":[{"r\u006fle":"assist\u0061nt","reasoning":"r","content":"c"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"typ\u0065":"t\u0065xt","text":"\ud800\u0041 \ud83d\ude00 \ud800x \udc00\ud800 \u00e9\/\b"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":null,"input_audio":null,"video_url":1},{"type":"","text":"x"},{"type":"prompt_embeds"},{"type":"` + strings.Repeat("x", 40) + `"}]}]}`,
+		`{"model":"m","prompt_token_ids":[-0,0,2147483647]}`, `{"model":"m","prompt_token_ids":[2147483648]}`,
+		`{"model":"m","prompt_token_ids":[1e2]}`, `{"model":"m","prompt_token_ids":[-1]}`, `{"model":"m","prompt_token_ids":[99999999999999999999]}`,
+		`{"model":"m","prompt":"p","priority":-9223372036854775808}`, `{"model":"m","prompt":"p","priority":9223372036854775808}`,
+		`{"model":"m","prompt":"p","priority":1.0}`, `{"model":"m","prompt":"p","priority":"1"}`, `{"model":"m","prompt":[[1],[2,3]],"priority":null}`,
+		`{"model":"m","messages":5,"messages":[{"role":"user"}],"add_generation_prompt":1,"add_generation_prompt":null}`,
+		`{"model":"m","messages":[{"role":"user"}],"chat_template_kwargs":{"enable_thinking":false,"enable_thinking":true}}`,
+		`{"model":"m","messages":[{"role":"user"}],"chat_template_kwargs":{"enable_thinking":true,"enable_thinking":false},"stream_options":{"include_usage":null}}`,
+		`{"model":"m","input":[{"type":"reasoning","content":[],"summary":[{"text":"s"}]},{"type":"function_call"},{"role":"assistant","content":[{"text":"a"}]},{"type":"reasoning","encrypted_content":""},{"type":"function_call_output","output":[{"type":"input_image"},{"type":"refusal","refusal":"no"}]},{"role":"user","content":null},{"role":"assistant"}],"instructions":"sys"}`,
+		`{"model":"m","input":[{"type":"message","role":"tool","content":"t"},{"type":"x","role":"user"},{"type":"reasoning","encrypted_content":"e"}]}`,
+		`{"model":"m","input":"x","instructions":"","previous_response_id":"resp_\u0031"}`,
+		` {"model":"m","prompt":"p"} `, "{\"model\":\"m\",\"prompt\":\"a\tb\u0000\"}", `{"model":"\u0000"}`,
+	} {
+		seeds = append(seeds, []byte(s))
 	}
 	return seeds
 }

@@ -189,7 +189,7 @@ type Shard struct {
 
 // decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
 // render, tokenize, keys): what it holds is a view valid only while the
-// loop serves one request (see openai.DecodeValue).
+// loop serves one request (see openai.Decode).
 type decodeScratch struct {
 	sc     openai.Scratch // Decode's and Render's (sc.Chat)
 	texts  []string

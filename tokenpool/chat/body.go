@@ -37,6 +37,9 @@ func MessagesFromBody(body []byte, at int) ([]Message, error) {
 // the Scratch is used again. Errors are the same.
 func (sc *Scratch) MessagesFromBody(body []byte, at int) ([]Message, error) {
 	d := decoder{arena: sc.arena[:0], view: true}
+	if jsonscan.Is(body, at, '[') {
+		d.most = jsonscan.SkipValue(body, at) - at
+	}
 	msgs, err := d.bodyMessages(sc.msgs, body, at)
 	sc.arena = d.arena
 	if msgs != nil {
@@ -51,9 +54,26 @@ func (d *decoder) bstr(b []byte, at int) string {
 	if !escaped {
 		return d.str(raw)
 	}
+	d.room(len(raw))
 	start := len(d.arena)
 	d.arena = jsonscan.AppendUnescaped(d.arena, raw)
 	return arenaString(d.arena, start)
+}
+
+// room makes room in a Scratch's arena for n more bytes: when it must
+// grow, it grows at once to the most the messages can need (d.most, the
+// array's size), so that a message of a million parts costs one arena of
+// at most the body's size, not append's series of ever larger ones
+// (measured: 2.65 bytes allocated per body byte with append, for a
+// million one-character parts, 1.0 with room). The copying decoder's
+// arena has that size from the start.
+func (d *decoder) room(n int) {
+	if len(d.arena)+n <= cap(d.arena) {
+		return
+	}
+	a := make([]byte, len(d.arena), max(d.most, len(d.arena)+n))
+	copy(a, d.arena) // the join in progress, from its start
+	d.arena = a
 }
 
 func (d *decoder) bodyMessages(dst []Message, b []byte, at int) ([]Message, error) {
@@ -129,6 +149,7 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) error {
 	case jsonscan.Is(b, c, '"'):
 		m.Content = d.bstr(b, c)
 	case jsonscan.Is(b, c, '['):
+		d.room(jsonscan.SkipValue(b, c) - c) // the joined text is never longer than the parts
 		start := len(d.arena)
 		// As message: the media placeholders, then the texts; every
 		// part is checked in the first pass.

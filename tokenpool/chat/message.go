@@ -108,6 +108,7 @@ func MessagesFromValue(v *fastjson.Value) ([]Message, error) {
 type decoder struct {
 	arena []byte
 	view  bool
+	most  int // the most a Scratch's arena needs (body.go's room)
 }
 
 func (d *decoder) str(b []byte) string {
