@@ -18,8 +18,10 @@ import (
 // what is read (the strings: no more than the body), a chat.Message per
 // message and 4 bytes per token id. A tree of fastjson Values cost ~400-
 // 450 bytes per JSON value at its peak: 770 MB of RSS for a 1.9 MB body
-// whose unknown member held a million `1`s; this decoder allocates under
-// 5 bytes per body byte on the hostile bodies of TestDecodeMemory.
+// whose unknown member held a million `1`s; this decoder allocates at
+// most 5.3 bytes per body byte on the hostile bodies of TestDecodeMemory
+// (the most for a million smallest messages, {"role":"x"}: a 56-byte
+// chat.Message per 13 bytes), nothing for a skipped member.
 
 // Kind is the API a routed request came to.
 type Kind uint8
@@ -56,8 +58,8 @@ type Request struct {
 // KeepDecodeBytes is the largest body whose decoding memory a loop keeps
 // for the next request (its Scratch; shard's decodeScratch.trim): the
 // Scratch's arena grows to at most the body's size and its messages to
-// one per 13 bytes of body, so a kept Scratch retains at most ~300 KB. A
-// larger body's is dropped with it.
+// one (56 bytes) per 13 bytes of body, so a kept Scratch retains at most
+// ~350 KB. A larger body's is dropped with it.
 const KeepDecodeBytes = 64 << 10
 
 // Scratch is the reused memory of one decoding goroutine (a shard's event

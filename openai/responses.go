@@ -149,12 +149,19 @@ func responseItem(msgs []chat.Message, last respLast, r *reader, it, i int) ([]c
 		if !jsonscan.Is(b, tv, '"') {
 			return nil, last, BadRequest(at(".type"), "%s: want a string, got %s", at(".type"), jsonscan.TypeName(b, tv))
 		}
-		switch t := r.text(tv); string(t) { // no copy for the types compared
-		case "function_call", "function_call_output", "reasoning", "message":
-			typ = string(t)
+		// The types it acts on, as constants: no copy per item.
+		switch t := r.text(tv); string(t) {
+		case "function_call":
+			typ = "function_call"
+		case "function_call_output":
+			typ = "function_call_output"
+		case "reasoning":
+			typ = "reasoning"
+		case "message":
+			typ = "message"
 		case "":
 		default:
-			typ = "other"
+			typ = "other" // item_reference, built-in tool calls: nothing
 		}
 	}
 	var prev *chat.Message // the assistant message an item may merge into

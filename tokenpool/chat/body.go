@@ -26,7 +26,7 @@ const minMessageBytes = len(`{"role":"x"}`)
 func MessagesFromBody(body []byte, at int) ([]Message, error) {
 	d := decoder{}
 	if jsonscan.Is(body, at, '[') {
-		d.arena = make([]byte, 0, jsonscan.SkipValue(body, at)-at)
+		d.most = jsonscan.SkipValue(body, at) - at // the arena, made when first needed (room)
 	}
 	return d.bodyMessages(nil, body, at)
 }
@@ -60,15 +60,16 @@ func (d *decoder) bstr(b []byte, at int) string {
 	return arenaString(d.arena, start)
 }
 
-// room makes room in a Scratch's arena for n more bytes: when it must
-// grow, it grows at once to the most the messages can need (d.most, the
-// array's size), so that a message of a million parts costs one arena of
-// at most the body's size, not append's series of ever larger ones
-// (measured: 2.65 bytes allocated per body byte with append, for a
-// million one-character parts, 1.0 with room). The copying decoder's
-// arena has that size from the start.
+// room makes room in the arena for n more bytes: when it must grow, it
+// grows at once to the most the messages can need (d.most, the array's
+// size), so that a message of a million parts costs one arena of at most
+// the body's size, not append's series of ever larger ones (measured:
+// 2.65 bytes allocated per body byte with append, for a million
+// one-character parts through a Scratch, 1.0 with room), and messages
+// that need no arena (views, or an error first) cost none. With no most
+// (the fastjson decoder), append grows it.
 func (d *decoder) room(n int) {
-	if len(d.arena)+n <= cap(d.arena) {
+	if d.most == 0 || len(d.arena)+n <= cap(d.arena) {
 		return
 	}
 	a := make([]byte, len(d.arena), max(d.most, len(d.arena)+n))

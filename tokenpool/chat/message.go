@@ -115,6 +115,7 @@ func (d *decoder) str(b []byte) string {
 	if d.view {
 		return viewString(b)
 	}
+	d.room(len(b))
 	start := len(d.arena)
 	d.arena = append(d.arena, b...)
 	return arenaString(d.arena, start)
