@@ -123,7 +123,7 @@ func (r *reader) str(at int) string { return string(r.text(at)) }
 func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error {
 	*dst = Request{Kind: k}
 	maxDepth = min(maxDepth, MaxScanDepth)
-	var f [numFields]int
+	var f, fe [numFields]int // the members' values: their offsets, and the offsets past them
 	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
 		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs",
 		fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
@@ -135,7 +135,7 @@ func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error
 		}
 		return BadRequest("", "request body must be a JSON object, got %s", jsonscan.TypeName(body, open))
 	}
-	if !members(body, open, maxDepth, keys[:], f[:]) {
+	if !members(body, open, maxDepth, keys[:], f[:], fe[:]) {
 		return invalid(body, maxDepth)
 	}
 	r := reader{b: body}
@@ -166,7 +166,7 @@ func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error
 			return BadRequest("stream_options", "stream_options: want an object, got %s", jsonscan.TypeName(b, so))
 		}
 		var iu [1]int
-		jsonscan.Members(b, so, []string{"include_usage"}, iu[:])
+		jsonscan.Members(b, so, []string{"include_usage"}, iu[:], nil)
 		if e := optBool(b, iu[0], &dst.IncludeUsage, "include_usage"); e != nil {
 			e.Param, e.Message = "stream_options.include_usage", "stream_options."+e.Message
 			return e
@@ -185,7 +185,7 @@ func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error
 		if sc != nil {
 			csc = &sc.Chat
 		}
-		return decodeChat(dst, b, &f, csc)
+		return decodeChat(dst, b, &f, &fe, csc)
 	case KindResponses:
 		return decodeResponses(dst, &r, &f)
 	}
@@ -196,7 +196,7 @@ func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error
 // also checks the whole body: the grammar and depth of every member
 // (scanValue, which allocates nothing and keeps nothing), and nothing but
 // white space after the object. False: the body is not JSON, or too deep.
-func members(b []byte, open, maxDepth int, keys []string, at []int) bool {
+func members(b []byte, open, maxDepth int, keys []string, at, ends []int) bool {
 	for k := range at {
 		at[k] = -1
 	}
@@ -229,7 +229,7 @@ func members(b []byte, open, maxDepth int, keys []string, at []int) bool {
 				return false
 			}
 			if k := jsonscan.KeyIndex(raw, keys); k >= 0 {
-				at[k] = vs
+				at[k], ends[k] = vs, ve
 			}
 			i = jsonscan.SkipWS(b, ve)
 			if i >= len(b) {
@@ -277,7 +277,7 @@ func optBool(b []byte, at int, dst *bool, name string) *Error {
 // decodeChat reads what chat.FromRequest reads: the messages, then
 // add_generation_prompt and chat_template_kwargs.enable_thinking, with
 // its errors.
-func decodeChat(dst *Request, b []byte, f *[numFields]int, sc *chat.Scratch) *Error {
+func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch) *Error {
 	mv := f[fMessages]
 	if mv < 0 {
 		return BadRequest("messages", "messages: missing")
@@ -287,9 +287,9 @@ func decodeChat(dst *Request, b []byte, f *[numFields]int, sc *chat.Scratch) *Er
 		err  error
 	)
 	if sc != nil {
-		msgs, err = sc.MessagesFromBody(b, mv)
+		msgs, err = sc.MessagesFromBody(b[mv:fe[fMessages]])
 	} else {
-		msgs, err = chat.MessagesFromBody(b, mv)
+		msgs, err = chat.MessagesFromBody(b[mv:fe[fMessages]])
 	}
 	if err != nil {
 		return BadRequest("messages", "%s", err.Error())
@@ -303,7 +303,7 @@ func decodeChat(dst *Request, b []byte, f *[numFields]int, sc *chat.Scratch) *Er
 	}
 	if kw := f[fChatTemplateKwargs]; jsonscan.Is(b, kw, '{') {
 		var et [1]int
-		jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:])
+		jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:], nil)
 		opt.DisableThinking = jsonscan.Is(b, et[0], 'f')
 	}
 	dst.Messages, dst.Options = msgs, opt

@@ -116,7 +116,7 @@ func respItems(b []byte, in int) int {
 	n := 0
 	for it := jsonscan.Elem(b, in); it >= 0; it = jsonscan.Next(b, it) {
 		var f [2]int
-		if jsonscan.Members(b, it, []string{"role", "type"}, f[:]); f[0] >= 0 || f[1] >= 0 {
+		if jsonscan.Members(b, it, []string{"role", "type"}, f[:], nil); f[0] >= 0 || f[1] >= 0 {
 			n++
 		}
 	}
@@ -143,7 +143,7 @@ func responseItem(msgs []chat.Message, last respLast, r *reader, it, i int) ([]c
 		return nil, last, BadRequest(at(""), "%s: want an object, got %s", at(""), jsonscan.TypeName(b, it))
 	}
 	var f [iN]int
-	jsonscan.Members(b, it, []string{iType: "type", iRole: "role", iOutput: "output", iEncrypted: "encrypted_content", iContent: "content", iSummary: "summary"}, f[:])
+	jsonscan.Members(b, it, []string{iType: "type", iRole: "role", iOutput: "output", iEncrypted: "encrypted_content", iContent: "content", iSummary: "summary"}, f[:], nil)
 	typ := ""
 	if tv := f[iType]; jsonscan.Present(b, tv) {
 		if !jsonscan.Is(b, tv, '"') {
@@ -241,7 +241,7 @@ func firstText(r *reader, v int) string {
 		return r.str(v)
 	case jsonscan.Is(b, v, '{'):
 		var t [1]int
-		if jsonscan.Members(b, v, []string{"text"}, t[:]); jsonscan.Is(b, t[0], '"') {
+		if jsonscan.Members(b, v, []string{"text"}, t[:], nil); jsonscan.Is(b, t[0], '"') {
 			return r.str(t[0])
 		}
 	}
@@ -274,7 +274,7 @@ func partsText(r *reader, v int, name string) (string, *Error) {
 			pRefusal
 		)
 		var f [3]int
-		jsonscan.Members(b, pv, []string{pType: "type", pText: "text", pRefusal: "refusal"}, f[:])
+		jsonscan.Members(b, pv, []string{pType: "type", pText: "text", pRefusal: "refusal"}, f[:], nil)
 		if !jsonscan.Is(b, f[pType], '"') {
 			p := name + "[" + strconv.Itoa(j) + "].type"
 			return "", BadRequest(p, "%s: missing or not a string", p)

@@ -53,7 +53,7 @@ func FuzzRead(f *testing.F) {
 		keys := []string{"a", "ab", "model", "x"}
 		at := make([]int, len(keys))
 		open := SkipWS(b, 0)
-		Members(b, open, keys, at)
+		Members(b, open, keys, at, nil)
 		n := Count(b, open)
 		for i := Elem(b, open); i >= 0; i = Next(b, i) {
 			_, _ = Int64(b, i)

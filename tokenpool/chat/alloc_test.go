@@ -41,10 +41,10 @@ func TestScratchAllocs(t *testing.T) {
 	}
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are terse."},` +
 		`{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"image_url"}]},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}`)
-	at := bytes.IndexByte(body, '[')
+	raw := body[bytes.IndexByte(body, '[') : len(body)-1]
 	var s Scratch
 	run := func() {
-		msgs, err := s.MessagesFromBody(body, at)
+		msgs, err := s.MessagesFromBody(raw)
 		if err != nil {
 			t.Fatal(err)
 		}

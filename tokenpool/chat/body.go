@@ -19,28 +19,23 @@ import (
 // array of n messages spans at least n*(minMessageBytes+1)+1 bytes.
 const minMessageBytes = len(`{"role":"x"}`)
 
-// MessagesFromBody is ParseMessages for the "messages" value at body[at]
-// of a request body that passed a grammar check (openai's body scan): the
-// same messages and errors, read from the bytes. The strings are copies,
-// in one arena of at most the array's size. Any goroutine.
-func MessagesFromBody(body []byte, at int) ([]Message, error) {
-	d := decoder{}
-	if jsonscan.Is(body, at, '[') {
-		d.most = jsonscan.SkipValue(body, at) - at // the arena, made when first needed (room)
-	}
-	return d.bodyMessages(nil, body, at)
+// MessagesFromBody is ParseMessages for raw, the "messages" value of a
+// request body that passed a grammar check (openai's body scan), exactly
+// (no white space around it): the same messages and errors, read from the
+// bytes. The strings are copies, in one arena of at most len(raw) bytes,
+// made when the first string is copied. Any goroutine.
+func MessagesFromBody(raw []byte) ([]Message, error) {
+	d := decoder{most: len(raw)}
+	return d.bodyMessages(nil, raw)
 }
 
 // MessagesFromBody is the package's MessagesFromBody without copies: a
-// string without escapes is a view into body, the others (and joined
-// content parts) views into the Scratch; valid while body is and until
+// string without escapes is a view into raw, the others (and joined
+// content parts) views into the Scratch; valid while raw is and until
 // the Scratch is used again. Errors are the same.
-func (sc *Scratch) MessagesFromBody(body []byte, at int) ([]Message, error) {
-	d := decoder{arena: sc.arena[:0], view: true}
-	if jsonscan.Is(body, at, '[') {
-		d.most = jsonscan.SkipValue(body, at) - at
-	}
-	msgs, err := d.bodyMessages(sc.msgs, body, at)
+func (sc *Scratch) MessagesFromBody(raw []byte) ([]Message, error) {
+	d := decoder{arena: sc.arena[:0], view: true, most: len(raw)}
+	msgs, err := d.bodyMessages(sc.msgs, raw)
 	sc.arena = d.arena
 	if msgs != nil {
 		sc.msgs = msgs
@@ -48,59 +43,84 @@ func (sc *Scratch) MessagesFromBody(body []byte, at int) ([]Message, error) {
 	return msgs, err
 }
 
-// bstr is str for the string value at b[at].
-func (d *decoder) bstr(b []byte, at int) string {
-	raw, escaped, _ := jsonscan.Str(b, at)
+// room makes sure the arena will not grow again during this decode: the
+// strings and joined texts of the messages never take more than the
+// array's bytes (d.most), so when the arena is first short of room it is
+// made that large at once. A message of a million parts then costs one
+// arena of at most the body's size, not append's series of ever larger
+// ones (measured: 2.65 bytes allocated per body byte with append, for a
+// million one-character parts through a Scratch, 1.0 with room), and
+// messages that need no arena (views, or an error first) cost none. With
+// no most (the fastjson decoder), append grows it.
+func (d *decoder) room() {
+	if d.most == 0 || cap(d.arena) >= d.most {
+		return
+	}
+	a := make([]byte, len(d.arena), d.most)
+	copy(a, d.arena) // a join in progress, from its start
+	d.arena = a
+}
+
+// bstr is str for the string value at b[at] that ends at end.
+func (d *decoder) bstr(b []byte, at, end int) string {
+	raw, escaped := jsonscan.StrTo(b, at, end)
 	if !escaped {
 		return d.str(raw)
 	}
-	d.room(len(raw))
+	d.room()
 	start := len(d.arena)
 	d.arena = jsonscan.AppendUnescaped(d.arena, raw)
 	return arenaString(d.arena, start)
 }
 
-// room makes room in the arena for n more bytes: when it must grow, it
-// grows at once to the most the messages can need (d.most, the array's
-// size), so that a message of a million parts costs one arena of at most
-// the body's size, not append's series of ever larger ones (measured:
-// 2.65 bytes allocated per body byte with append, for a million
-// one-character parts through a Scratch, 1.0 with room), and messages
-// that need no arena (views, or an error first) cost none. With no most
-// (the fastjson decoder), append grows it.
-func (d *decoder) room(n int) {
-	if d.most == 0 || len(d.arena)+n <= cap(d.arena) {
-		return
+// bodyMessages decodes the array b into dst's memory. It counts the
+// elements only when dst is short of room (a warm Scratch is not), and
+// then allocates exactly one Message per element, or none when there are
+// too many elements for all to be messages (`[{},{},…]`): one of them
+// fails, and is found without a Message for each.
+func (d *decoder) bodyMessages(dst []Message, b []byte) ([]Message, error) {
+	if !jsonscan.Is(b, 0, '[') {
+		return nil, fmt.Errorf("messages: want a JSON array, got %s", jsonscan.TypeName(b, 0))
 	}
-	a := make([]byte, len(d.arena), max(d.most, len(d.arena)+n))
-	copy(a, d.arena) // the join in progress, from its start
-	d.arena = a
+	msgs := dst[:0]
+	for e, i := jsonscan.Elem(b, 0), 0; e >= 0; i++ {
+		if len(msgs) == cap(msgs) {
+			n := jsonscan.Count(b, 0)
+			if n*(minMessageBytes+1)+1 > len(b) {
+				for ; e >= 0; i++ {
+					var m Message
+					end, err := d.bodyMessage(&m, b, e, i)
+					if err != nil {
+						clear(msgs)
+						return nil, err
+					}
+					e = jsonscan.After(b, end)
+				}
+				return d.slowMessages(msgs, b) // unreachable for a checked body
+			}
+			msgs = slices.Grow(msgs, n-len(msgs))
+		}
+		msgs = append(msgs, Message{})
+		end, err := d.bodyMessage(&msgs[i], b, e, i)
+		if err != nil {
+			clear(msgs)
+			return nil, err
+		}
+		e = jsonscan.After(b, end)
+	}
+	return msgs, nil
 }
 
-func (d *decoder) bodyMessages(dst []Message, b []byte, at int) ([]Message, error) {
-	if !jsonscan.Is(b, at, '[') {
-		return nil, fmt.Errorf("messages: want a JSON array, got %s", jsonscan.TypeName(b, at))
-	}
-	n := jsonscan.Count(b, at)
-	if n*(minMessageBytes+1)+1 > jsonscan.SkipValue(b, at)-at {
-		// Too many elements to be messages (`[{},{},…]`): one of them
-		// fails. Find it without a Message for each.
-		var m Message
-		i := 0
-		for e := jsonscan.Elem(b, at); e >= 0; e = jsonscan.Next(b, e) {
-			m = Message{}
-			if err := d.bodyMessage(&m, b, e, i); err != nil {
-				return nil, err
-			}
-			i++
-		}
-		// Unreachable for a checked body; decode it anyway.
-	}
-	msgs := slices.Grow(dst[:0], n)[:n]
-	clear(msgs) // a reused dst holds an earlier request's messages
+// slowMessages decodes b from the start into msgs grown by append: the
+// way out of bodyMessages' impossible case, so that no input is decoded
+// partly.
+func (d *decoder) slowMessages(msgs []Message, b []byte) ([]Message, error) {
+	clear(msgs)
+	msgs = msgs[:0]
 	i := 0
-	for e := jsonscan.Elem(b, at); e >= 0 && i < n; e = jsonscan.Next(b, e) {
-		if err := d.bodyMessage(&msgs[i], b, e, i); err != nil {
+	for e := jsonscan.Elem(b, 0); e >= 0; e = jsonscan.Next(b, e) {
+		msgs = append(msgs, Message{})
+		if _, err := d.bodyMessage(&msgs[i], b, e, i); err != nil {
 			clear(msgs)
 			return nil, err
 		}
@@ -117,51 +137,53 @@ const (
 	mN
 )
 
-func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) error {
+// bodyMessage is message on the bytes: message i at b[at], into m. It
+// returns the offset past the message.
+func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 	if !jsonscan.Is(b, at, '{') {
-		return fmt.Errorf("messages[%d]: want an object, got %s", i, jsonscan.TypeName(b, at))
+		return -1, fmt.Errorf("messages[%d]: want an object, got %s", i, jsonscan.TypeName(b, at))
 	}
-	var f [mN]int
-	jsonscan.Members(b, at, []string{mRole: "role", mReasoning: "reasoning", mContent: "content"}, f[:])
+	var f, fe [mN]int
+	end := jsonscan.Members(b, at, []string{mRole: "role", mReasoning: "reasoning", mContent: "content"}, f[:], fe[:])
 	if f[mRole] < 0 {
-		return fmt.Errorf("messages[%d].role: missing", i)
+		return -1, fmt.Errorf("messages[%d].role: missing", i)
 	}
 	if !jsonscan.Is(b, f[mRole], '"') {
-		return fmt.Errorf("messages[%d].role: want a string, got %s", i, jsonscan.TypeName(b, f[mRole]))
+		return -1, fmt.Errorf("messages[%d].role: want a string, got %s", i, jsonscan.TypeName(b, f[mRole]))
 	}
-	m.Role = d.bstr(b, f[mRole])
+	m.Role = d.bstr(b, f[mRole], fe[mRole])
 	if m.Role == "" {
-		return fmt.Errorf("messages[%d].role: empty", i)
+		return -1, fmt.Errorf("messages[%d].role: empty", i)
 	}
 	if m.Role == "assistant" {
 		if rv := f[mReasoning]; jsonscan.Present(b, rv) {
 			if !jsonscan.Is(b, rv, '"') {
-				return fmt.Errorf("messages[%d].reasoning: want a string or null, got %s", i, jsonscan.TypeName(b, rv))
+				return -1, fmt.Errorf("messages[%d].reasoning: want a string or null, got %s", i, jsonscan.TypeName(b, rv))
 			}
-			m.Reasoning, m.HasReasoning = d.bstr(b, rv), true
+			m.Reasoning, m.HasReasoning = d.bstr(b, rv, fe[mReasoning]), true
 		}
 	}
 	c := f[mContent]
 	if c < 0 {
-		return nil
+		return end, nil
 	}
 	switch {
 	case jsonscan.Is(b, c, 'n'):
 	case jsonscan.Is(b, c, '"'):
-		m.Content = d.bstr(b, c)
+		m.Content = d.bstr(b, c, fe[mContent])
 	case jsonscan.Is(b, c, '['):
-		d.room(jsonscan.SkipValue(b, c) - c) // the joined text is never longer than the parts
+		d.room()
 		start := len(d.arena)
 		// As message: the media placeholders, then the texts; every
 		// part is checked in the first pass.
 		for _, media := range [2]bool{true, false} {
 			j := 0
-			for pv := jsonscan.Elem(b, c); pv >= 0; pv = jsonscan.Next(b, pv) {
-				text, escaped, modality, err := bodyPart(b, pv, i, j)
-				j++
+			for pv := jsonscan.Elem(b, c); pv >= 0; j++ {
+				text, escaped, modality, pend, err := bodyPart(b, pv, i, j)
 				if err != nil {
-					return err
+					return -1, err
 				}
+				pv = jsonscan.After(b, pend)
 				if media {
 					if modality == "" {
 						continue
@@ -189,9 +211,9 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) error {
 		}
 		m.Content = arenaString(d.arena, start)
 	default:
-		return fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, jsonscan.TypeName(b, c))
+		return -1, fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, jsonscan.TypeName(b, c))
 	}
-	return nil
+	return end, nil
 }
 
 // The members of a content part that bodyPart reads: its type, the text
@@ -209,20 +231,20 @@ const (
 // bodyPart is contentPart on a body's bytes: the raw text of part j of
 // message i (escaped: it has escapes to undo), or its modality. A text of
 // nil is no text.
-func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality string, err error) {
+func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality string, end int, err error) {
 	switch {
 	case jsonscan.Is(b, pv, '"'):
-		text, escaped, _ = jsonscan.Str(b, pv)
-		return text, escaped, "", nil
+		text, escaped, end = jsonscan.Str(b, pv)
+		return text, escaped, "", end, nil
 	case jsonscan.Is(b, pv, '{'):
 	default:
-		return nil, false, "", fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, jsonscan.TypeName(b, pv))
+		return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, jsonscan.TypeName(b, pv))
 	}
 	// A local array, not a package variable (rules R12): on the stack.
 	keys := [...]string{pType: "type", pText: "text", pRefusal: "refusal", pThinking: "thinking", pName: "name",
 		pTypeless: "image_url", "image_pil", "image_embeds", "audio_embeds", "prompt_embeds", "audio_url", "input_audio", "video_url", "tool_reference"}
-	var f [len(keys)]int
-	jsonscan.Members(b, pv, keys[:], f[:])
+	var f, fe [len(keys)]int
+	end = jsonscan.Members(b, pv, keys[:], f[:], fe[:])
 	var (
 		typ     []byte
 		typEsc  bool
@@ -237,15 +259,15 @@ func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality strin
 			}
 		}
 		if typ == nil {
-			return nil, false, "", fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
+			return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
 		}
 	case jsonscan.Is(b, tv, '"'):
-		typ, typEsc, _ = jsonscan.Str(b, tv)
+		typ, typEsc = jsonscan.StrTo(b, tv, fe[pType])
 		if typEsc {
 			typ = jsonscan.AppendUnescaped(typeBuf[:0], typ)
 		}
 	default:
-		return nil, false, "", fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, jsonscan.TypeName(b, tv))
+		return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, jsonscan.TypeName(b, tv))
 	}
 	var key int
 	switch string(typ) {
@@ -258,20 +280,20 @@ func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality strin
 	case "tool_reference":
 		key = pName
 	case "prompt_embeds":
-		return promptEmbeds, false, "", nil
+		return promptEmbeds, false, "", end, nil
 	default:
 		if m := mediaModality(typ); m != "" {
-			return nil, false, m, nil
+			return nil, false, m, end, nil
 		}
-		return nil, false, string(typ), nil // "" (an empty type): nothing, as contentPart
+		return nil, false, string(typ), end, nil // "" (an empty type): nothing, as contentPart
 	}
 	fv := f[key]
 	if !jsonscan.Present(b, fv) {
-		return nil, false, "", nil
+		return nil, false, "", end, nil
 	}
 	if !jsonscan.Is(b, fv, '"') {
-		return nil, false, "", fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, keys[key], jsonscan.TypeName(b, fv))
+		return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, keys[key], jsonscan.TypeName(b, fv))
 	}
-	text, escaped, _ = jsonscan.Str(b, fv)
-	return text, escaped, "", nil
+	text, escaped = jsonscan.StrTo(b, fv, fe[key])
+	return text, escaped, "", end, nil
 }

@@ -115,7 +115,7 @@ func (d *decoder) str(b []byte) string {
 	if d.view {
 		return viewString(b)
 	}
-	d.room(len(b))
+	d.room()
 	start := len(d.arena)
 	d.arena = append(d.arena, b...)
 	return arenaString(d.arena, start)

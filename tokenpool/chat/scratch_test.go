@@ -37,8 +37,8 @@ func scratchAgrees(t *testing.T, s *Scratch, renderers []*Renderer, body string)
 		t.Fatalf("%s: jsonscan finds no messages", body)
 	}
 	want, werr := messagesFromValue(mv, 0)
-	got, gerr := s.MessagesFromBody(b, m.Val)
-	cp, cerr := MessagesFromBody(b, m.Val)
+	got, gerr := s.MessagesFromBody(b[m.Val:m.End])
+	cp, cerr := MessagesFromBody(b[m.Val:m.End])
 	for _, e := range []error{gerr, cerr} {
 		if (werr == nil) != (e == nil) || (werr != nil && werr.Error() != e.Error()) {
 			t.Fatalf("%s: errors %v (tree) and %v (bytes)", body, werr, e)
@@ -142,7 +142,7 @@ func FuzzScratch(f *testing.F) {
 func TestScratchErrors(t *testing.T) {
 	var s Scratch
 	body := []byte(`{"messages":[{"role":"user","content":5}]}`)
-	msgs, err := s.MessagesFromBody(body, bytes.IndexByte(body, '['))
+	msgs, err := s.MessagesFromBody(body[bytes.IndexByte(body, '[') : len(body)-1])
 	if want := "messages[0].content: want a string, an array of parts or null, got number"; msgs != nil || err == nil || err.Error() != want {
 		t.Errorf("got %v %v, want the error %q", msgs, err, want)
 	}
