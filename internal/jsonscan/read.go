@@ -125,7 +125,9 @@ func KeyIndex(raw []byte, keys []string) int {
 		raw = AppendUnescaped(buf[:0], raw)
 	}
 	for k, key := range keys {
-		if string(raw) == key {
+		// The first byte before the call to compare: many keys share
+		// a length ("text", "type", "name").
+		if len(raw) == len(key) && (len(key) == 0 || raw[0] == key[0]) && string(raw) == key {
 			return k
 		}
 	}

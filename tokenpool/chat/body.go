@@ -174,39 +174,66 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 	case jsonscan.Is(b, c, '['):
 		d.room()
 		start := len(d.arena)
-		// As message: the media placeholders, then the texts; every
-		// part is checked in the first pass.
-		for _, media := range [2]bool{true, false} {
-			j := 0
-			for pv := jsonscan.Elem(b, c); pv >= 0; j++ {
-				text, escaped, modality, pend, err := bodyPart(b, pv, i, j)
-				if err != nil {
-					return -1, err
+		// As message builds it: the media placeholders, then the texts.
+		// The first pass checks every part and joins the texts, the
+		// second (only with media parts) joins the placeholders after
+		// them, and a rotation puts them first: a text-only content is
+		// read once.
+		media := 0
+		j := 0
+		for pv := jsonscan.Elem(b, c); pv >= 0; j++ {
+			text, escaped, modality, pend, err := bodyPart(b, pv, i, j)
+			if err != nil {
+				return -1, err
+			}
+			pv = jsonscan.After(b, pend)
+			if modality != "" {
+				media++
+				continue
+			}
+			if len(text) == 0 {
+				continue // vLLM drops empty and null texts
+			}
+			if len(d.arena) > start {
+				d.arena = append(d.arena, PartSeparator...)
+			}
+			if escaped {
+				d.arena = jsonscan.AppendUnescaped(d.arena, text)
+			} else {
+				d.arena = append(d.arena, text...)
+			}
+		}
+		if media > 0 {
+			texts := len(d.arena) - start
+			if texts > 0 {
+				d.arena = append(d.arena, PartSeparator...)
+			}
+			ph := len(d.arena)
+			for pv := jsonscan.Elem(b, c); pv >= 0; {
+				_, _, modality, pend, _ := bodyPart(b, pv, i, 0) // checked in the first pass
+				if pend < 0 {
+					break // unreachable: the first pass read every part
 				}
 				pv = jsonscan.After(b, pend)
-				if media {
-					if modality == "" {
-						continue
-					}
-				} else if modality != "" || len(text) == 0 {
-					continue // vLLM drops empty and null texts
-				}
-				if len(d.arena) > start {
-					d.arena = append(d.arena, PartSeparator...)
-				}
-				if media {
-					if len(modality) > 32 { // as Placeholder, without its allocation
-						d.arena = append(d.arena, "<part>"...)
-					} else {
-						d.arena = append(append(append(d.arena, '<'), modality...), '>')
-					}
+				if modality == "" {
 					continue
 				}
-				if escaped {
-					d.arena = jsonscan.AppendUnescaped(d.arena, text)
-				} else {
-					d.arena = append(d.arena, text...)
+				if len(d.arena) > ph {
+					d.arena = append(d.arena, PartSeparator...)
 				}
+				if len(modality) > 32 { // as Placeholder, without its allocation
+					d.arena = append(d.arena, "<part>"...)
+				} else {
+					d.arena = append(append(append(d.arena, '<'), modality...), '>')
+				}
+			}
+			if texts > 0 {
+				// texts, separator, placeholders → placeholders,
+				// separator, texts: reverse the whole, then each side.
+				r := d.arena[start:]
+				slices.Reverse(r)
+				slices.Reverse(r[:len(d.arena)-ph])
+				slices.Reverse(r[len(r)-texts:])
 			}
 		}
 		m.Content = arenaString(d.arena, start)
