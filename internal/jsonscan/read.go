@@ -109,19 +109,24 @@ func Members(b []byte, open int, keys []string, at, ends []int) int {
 	return -1
 }
 
-// maxKeyRaw bounds an escaped key worth unescaping: no key the decoders
-// read is longer than 24 bytes, and an escape is at most 6 bytes for one
-// byte of text.
+// maxKeyRaw is the longest escaped key unescaped on the stack: the
+// decoders' keys are at most 21 bytes, and an escape is at most 6 bytes
+// for one byte of text.
 const maxKeyRaw = 6 * 24
 
 // KeyIndex is the index in keys of the key whose raw text (between its
-// quotes, maybe escaped) is raw, or -1. It allocates nothing.
+// quotes, maybe escaped) is raw, or -1. It allocates nothing but for an
+// escaped key of over 144 bytes that may unescape to one of keys.
 func KeyIndex(raw []byte, keys []string) int {
 	if bytes.IndexByte(raw, '\\') >= 0 {
-		if len(raw) > maxKeyRaw {
-			return -1
+		longest := 0
+		for _, k := range keys {
+			longest = max(longest, len(k))
 		}
-		var buf [maxKeyRaw]byte // unescaping never lengthens: it stays here
+		if len(raw) > 6*longest {
+			return -1 // an escape gives at least one byte per 6: too long for any key
+		}
+		var buf [maxKeyRaw]byte // unescaping never lengthens: it stays here up to maxKeyRaw
 		raw = AppendUnescaped(buf[:0], raw)
 	}
 	for k, key := range keys {

@@ -281,7 +281,7 @@ func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality strin
 	case !jsonscan.Present(b, tv):
 		for k := pTypeless; k < len(f); k++ {
 			if f[k] >= 0 && (keys[k] != "input_audio" || !jsonscan.Is(b, f[k], 'n')) {
-				typ = []byte(keys[k])
+				typ = append(typeBuf[:0], keys[k]...) // on the stack, unlike []byte(keys[k])
 				break
 			}
 		}
