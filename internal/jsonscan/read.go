@@ -114,21 +114,37 @@ func Members(b []byte, open int, keys []string, at, ends []int) int {
 // for one byte of text.
 const maxKeyRaw = 6 * 24
 
-// KeyIndex is the index in keys of the key whose raw text (between its
-// quotes, maybe escaped) is raw, or -1. It allocates nothing but for an
-// escaped key of over 144 bytes that may unescape to one of keys.
+// KeyIndex is the index in keys (none of which has a backslash) of the
+// key whose raw text (between its quotes, maybe escaped) is raw, or -1.
+// It allocates nothing but for an escaped key of over 144 bytes that may
+// unescape to one of keys.
 func KeyIndex(raw []byte, keys []string) int {
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		longest := 0
-		for _, k := range keys {
-			longest = max(longest, len(k))
-		}
-		if len(raw) > 6*longest {
-			return -1 // an escape gives at least one byte per 6: too long for any key
-		}
-		var buf [maxKeyRaw]byte // unescaping never lengthens: it stays here up to maxKeyRaw
-		raw = AppendUnescaped(buf[:0], raw)
+	if k := rawIndex(raw, keys); k >= 0 {
+		return k // a raw text equal to a key has no escape: it is that key
 	}
+	escaped := false
+	for _, c := range raw { // keys are short: no IndexByte call
+		if c == '\\' {
+			escaped = true
+			break
+		}
+	}
+	if !escaped {
+		return -1
+	}
+	longest := 0
+	for _, k := range keys {
+		longest = max(longest, len(k))
+	}
+	if len(raw) > 6*longest {
+		return -1 // an escape gives at least one byte per 6: too long for any key
+	}
+	var buf [maxKeyRaw]byte // unescaping never lengthens: it stays here up to maxKeyRaw
+	return rawIndex(AppendUnescaped(buf[:0], raw), keys)
+}
+
+// rawIndex is the index in keys of raw as it is.
+func rawIndex(raw []byte, keys []string) int {
 	for k, key := range keys {
 		// The first byte before the call to compare: many keys share
 		// a length ("text", "type", "name").
