@@ -140,7 +140,7 @@ func Special(b []byte, i int) int {
 		q, bs := x^(lo*'"'), x^(lo*'\\')
 		// The lowest byte flagged is the first match; higher flags may
 		// be false (a borrow), and are not looked at.
-		if m := ((q - lo) &^ q | (bs - lo) &^ bs) & hi; m != 0 {
+		if m := ((q-lo)&^q | (bs-lo)&^bs) & hi; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 	}

@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"strconv"
 	"testing"
 
@@ -50,6 +51,15 @@ func FuzzRead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := range min(len(b), 20) {
+			want := bytes.IndexAny(b[i:], "\"\\")
+			if want >= 0 {
+				want += i
+			}
+			if got := Special(b, i); got != want {
+				t.Fatalf("%q: Special from %d = %d, want %d", b, i, got, want)
+			}
+		}
 		keys := []string{"a", "ab", "model", "x"}
 		at := make([]int, len(keys))
 		open := SkipWS(b, 0)
