@@ -3,12 +3,25 @@ package openai
 import (
 	"math"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
 // Stage 2: decoding an OpenAI request body into what routing needs.
+//
+// The body is read where it lies, without a parse tree (issue 33): one
+// pass over the top-level object checks the whole body's grammar and
+// depth (scanValue: the body scan's grammar) and notes where the last
+// occurrence of each member routing reads starts; those members are then
+// read from the bytes (internal/jsonscan), their parts found the same way.
+// What is skipped costs nothing but the scan; what is kept is a copy of
+// what is read (the strings: no more than the body), a chat.Message per
+// message and 4 bytes per token id. A tree of fastjson Values cost ~400-
+// 450 bytes per JSON value at its peak: 770 MB of RSS for a 1.9 MB body
+// whose unknown member held a million `1`s; this decoder allocates at
+// most 5.3 bytes per body byte on the hostile bodies of TestDecodeMemory
+// (the most for a million smallest messages, {"role":"x"}: a 56-byte
+// chat.Message per 13 bytes), nothing for a skipped member.
 
 // Kind is the API a routed request came to.
 type Kind uint8
@@ -19,10 +32,9 @@ const (
 	KindResponses                  // POST /v1/responses (responses.go)
 )
 
-// Request is what stage 2 keeps of a body. Every field is a copy (chat
-// copies messages into an arena of its own), never a view into the
-// parser's buffer, which goes back to the pool when Decode returns;
-// except Messages from DecodeValue with a chat.Scratch: views.
+// Request is what stage 2 keeps of a body. Every field is a copy, except
+// Messages decoded through a Scratch: views into the body and the
+// Scratch.
 type Request struct {
 	Kind  Kind
 	Model string
@@ -43,203 +55,348 @@ type Request struct {
 	HasPriority bool // the body has a "priority" member (stripped for engines without priority scheduling)
 }
 
-// parsers reuse fastjson's value cache across requests; a Parser is taken
-// and returned within one decode call, on whatever goroutine decodes.
-var parsers fastjson.ParserPool
-
-// KeepDecodeBytes is the largest body whose parser goes back to the pool
-// (or stays a loop's, with its chat.Scratch; shard's decodeScratch.trim): a
-// parser keeps its value cache at its high-water mark, 80 bytes per JSON
-// value (plus the append slack), and a body of n bytes holds at most n/2
-// values, so a kept parser retains at most ~3 MB. A larger body's parser
-// is dropped with it.
+// KeepDecodeBytes is the largest body whose decoding memory a loop keeps
+// for the next request (its Scratch; shard's decodeScratch.trim): the
+// Scratch's arena grows to at most the body's size and its messages to
+// one (56 bytes) per 13 bytes of body, so a kept Scratch retains at most
+// ~350 KB. A larger body's is dropped with it.
 const KeepDecodeBytes = 64 << 10
 
-// Decode parses body as the given API's request into dst (which it
-// resets). Client input never panics: it decodes, or returns a 400 naming
-// the field. Any goroutine.
-func Decode(dst *Request, k Kind, body []byte) *Error {
-	if len(body) > KeepDecodeBytes {
-		return decodeWith(dst, k, body, new(fastjson.Parser)) // dropped: see KeepDecodeBytes
-	}
-	p := parsers.Get()
-	defer parsers.Put(p)
-	return decodeWith(dst, k, body, p)
+// Scratch is the reused memory of one decoding goroutine (a shard's event
+// loop): chat's Scratch, which holds the messages decoded through it (and
+// renders them), and the last model name decoded, which the next request
+// naming the same model reuses instead of a copy of its own. The zero
+// value is ready. Owned by one goroutine.
+type Scratch struct {
+	Chat  chat.Scratch
+	model string
 }
 
-// decodeWith is Decode with the parser given; what it keeps is copied
-// out of p's buffer.
-func decodeWith(dst *Request, k Kind, body []byte, p *fastjson.Parser) *Error {
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		*dst = Request{Kind: k}
-		// BodyLimits.Check, which names the byte, found no error: what
-		// fastjson refuses beyond the grammar, if anything.
-		return BadRequest("", "invalid JSON: %v", err)
-	}
-	return DecodeValue(dst, k, v, nil)
+// The top-level members decode reads, by their index in its field table.
+const (
+	fModel = iota
+	fStream
+	fStreamOptions
+	fPriority
+	fMessages
+	fAddGenerationPrompt
+	fChatTemplateKwargs
+	fPromptTokenIDs
+	fPrompt
+	fPreviousResponseID
+	fInstructions
+	fInput
+	numFields
+)
+
+// reader reads the members of a checked body.
+type reader struct {
+	b   []byte
+	tmp []byte // unescaped text; valid until the next call of text
 }
 
-// DecodeValue is Decode for a body already parsed into v: with sc not
-// nil, chat messages are views into v's parser and sc (chat.Scratch),
-// valid until either is used again. A loop's own parser and Scratch serve
-// its requests this way; their views die when the request's keys are
-// computed (shard's job.keyed), or are copied when it waits for the
-// tokenizer (job.own). Any goroutine that owns p and sc.
-func DecodeValue(dst *Request, k Kind, v *fastjson.Value, sc *chat.Scratch) *Error {
+// text is the string at r.b[at], unescaped: a view into the body, or
+// into r.tmp when it has escapes.
+func (r *reader) text(at int) []byte {
+	raw, escaped, _ := jsonscan.Str(r.b, at)
+	if !escaped {
+		return raw
+	}
+	r.tmp = jsonscan.AppendUnescaped(r.tmp[:0], raw)
+	return r.tmp
+}
+
+// str is text as a string of its own.
+func (r *reader) str(at int) string { return string(r.text(at)) }
+
+// Decode reads body, as the given API's request, into dst (which it
+// resets). It checks the body's grammar as BodyLimits.Check does, and its
+// nesting to maxDepth (at most MaxScanDepth), before it reads a member:
+// a body that is not JSON, or too deep, gets BodyLimits.Check's answer
+// (without its value count); otherwise it decodes, or returns a 400
+// naming the field. Client input never panics. With sc, chat messages are
+// views into body and sc (chat.Scratch.MessagesFromBody), valid while
+// body is and until sc decodes again; a loop serves its requests this
+// way, and their views die when the request's keys are computed (shard's
+// job.keyed) or are copied when it waits for the tokenizer (job.own).
+// Any goroutine that owns sc.
+func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error {
 	*dst = Request{Kind: k}
-	if v.Type() != fastjson.TypeObject {
-		return BadRequest("", "request body must be a JSON object, got %s", v.Type())
+	maxDepth = min(maxDepth, MaxScanDepth)
+	var f, fe [numFields]int // the members' values: their offsets, and the offsets past them
+	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
+		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs",
+		fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
+		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input"}
+	open := jsonscan.SkipWS(body, 0)
+	if !jsonscan.Is(body, open, '{') {
+		if _, _, se := scanJSON(body, math.MaxInt, max(maxDepth, 0)); se.kind != ScanOK {
+			return invalid(body, maxDepth)
+		}
+		return BadRequest("", "request body must be a JSON object, got %s", jsonscan.TypeName(body, open))
 	}
-	mv := chat.Field(v, "model")
-	if mv == nil {
+	if !members(body, open, maxDepth, keys[:], f[:], fe[:]) {
+		return invalid(body, maxDepth)
+	}
+	r := reader{b: body}
+	b := body
+	mv := f[fModel]
+	if mv < 0 {
 		return BadRequest("model", "model: missing")
 	}
-	if mv.Type() != fastjson.TypeString {
-		return BadRequest("model", "model: want a string, got %s", mv.Type())
+	if !jsonscan.Is(b, mv, '"') {
+		return BadRequest("model", "model: want a string, got %s", jsonscan.TypeName(b, mv))
 	}
-	dst.Model = string(mv.GetStringBytes())
+	if t := r.text(mv); sc != nil && string(t) == sc.model {
+		dst.Model = sc.model // the loop's last model: no copy per request
+	} else {
+		dst.Model = string(t)
+	}
 	if dst.Model == "" {
 		return BadRequest("model", "model: empty")
 	}
-	if e := optBool(v, &dst.Stream, "stream"); e != nil {
+	if sc != nil {
+		sc.model = dst.Model
+	}
+	if e := optBool(b, f[fStream], &dst.Stream, "stream"); e != nil {
 		return e
 	}
-	if so := chat.Field(v, "stream_options"); so != nil && so.Type() != fastjson.TypeNull {
-		if so.Type() != fastjson.TypeObject {
-			return BadRequest("stream_options", "stream_options: want an object, got %s", so.Type())
+	if so := f[fStreamOptions]; jsonscan.Present(b, so) {
+		if !jsonscan.Is(b, so, '{') {
+			return BadRequest("stream_options", "stream_options: want an object, got %s", jsonscan.TypeName(b, so))
 		}
-		if e := optBool(so, &dst.IncludeUsage, "include_usage"); e != nil {
+		var iu [1]int
+		jsonscan.Members(b, so, []string{"include_usage"}, iu[:], nil)
+		if e := optBool(b, iu[0], &dst.IncludeUsage, "include_usage"); e != nil {
 			e.Param, e.Message = "stream_options.include_usage", "stream_options."+e.Message
 			return e
 		}
 	}
-	if pv := chat.Field(v, "priority"); pv != nil && pv.Type() != fastjson.TypeNull {
-		n, err := pv.Int()
-		if err != nil {
-			return BadRequest("priority", "priority: want an integer, got %s", pv.Type())
+	if pv := f[fPriority]; jsonscan.Present(b, pv) {
+		n, ok := jsonscan.Int64(b, pv)
+		if !jsonscan.IsNumber(b, pv) || !ok || int64(int(n)) != n {
+			return BadRequest("priority", "priority: want an integer, got %s", jsonscan.TypeName(b, pv))
 		}
-		dst.Priority, dst.HasPriority = n, true
+		dst.Priority, dst.HasPriority = int(n), true
 	}
 	switch k {
 	case KindChat:
-		return decodeChat(dst, v, sc)
+		var csc *chat.Scratch
+		if sc != nil {
+			csc = &sc.Chat
+		}
+		return decodeChat(dst, b, &f, &fe, csc)
 	case KindResponses:
-		return decodeResponses(dst, v)
+		return decodeResponses(dst, &r, &f)
 	}
-	return decodeCompletion(dst, v)
+	return decodeCompletion(dst, &r, &f)
 }
 
-// optBool reads an optional boolean field (null = absent).
-func optBool(v *fastjson.Value, dst *bool, name string) *Error {
-	if err := chat.OptBool(v, dst, name); err != nil {
-		return fieldError(err)
+// members is jsonscan.Members for the top-level object at b[open] that
+// also checks the whole body: the grammar and depth of every member
+// (scanValue, which allocates nothing and keeps nothing), and nothing but
+// white space after the object. False: the body is not JSON, or too deep.
+func members(b []byte, open, maxDepth int, keys []string, at, ends []int) bool {
+	for k := range at {
+		at[k] = -1
+	}
+	if maxDepth < 1 {
+		return false
+	}
+	i := jsonscan.SkipWS(b, open+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return false
+			}
+			ke := skipString(b, i)
+			if ke < 0 {
+				var se scanError
+				if ke, se = scanString(b, i); se.kind != ScanOK {
+					return false
+				}
+			}
+			raw := b[i+1 : ke-1]
+			i = jsonscan.SkipWS(b, ke)
+			if i >= len(b) || b[i] != ':' {
+				return false
+			}
+			vs := jsonscan.SkipWS(b, i+1)
+			ve, _, _, se := scanValue(b, vs, math.MaxInt, maxDepth-1)
+			if se.kind != ScanOK {
+				return false
+			}
+			if k := jsonscan.KeyIndex(raw, keys); k >= 0 {
+				at[k], ends[k] = vs, ve
+			}
+			i = jsonscan.SkipWS(b, ve)
+			if i >= len(b) {
+				return false
+			}
+			if b[i] == '}' {
+				i++
+				break
+			}
+			if b[i] != ',' {
+				return false
+			}
+			i = jsonscan.SkipWS(b, i+1)
+		}
+	}
+	return jsonscan.SkipWS(b, i) == len(b)
+}
+
+// invalid is the answer to a body that is not JSON or nests deeper than
+// maxDepth: BodyLimits.Check's, which names the byte.
+func invalid(body []byte, maxDepth int) *Error {
+	if _, e, _ := (BodyLimits{MaxValues: math.MaxInt, MaxDepth: max(maxDepth, 0)}).Check(body); e != nil {
+		return e
+	}
+	// members refused what the scan passes: a bug, but the body is
+	// refused rather than read unchecked.
+	return BadRequest("", "invalid JSON")
+}
+
+// optBool reads the optional boolean member at b[at] (-1: absent; null:
+// absent) into dst, as chat.OptBool.
+func optBool(b []byte, at int, dst *bool, name string) *Error {
+	switch {
+	case !jsonscan.Present(b, at):
+	case jsonscan.Is(b, at, 't'):
+		*dst = true
+	case jsonscan.Is(b, at, 'f'):
+		*dst = false
+	default:
+		return BadRequest(name, "%s: want true or false, got %s", name, jsonscan.TypeName(b, at))
 	}
 	return nil
 }
 
-// fieldError is a *chat.FieldError as a 400.
-func fieldError(err error) *Error {
-	fe := err.(*chat.FieldError) // chat's request readers return no other error
-	return BadRequest(fe.Field, "%s", fe.Msg)
-}
-
-func decodeChat(dst *Request, v *fastjson.Value, sc *chat.Scratch) *Error {
+// decodeChat reads what chat.FromRequest reads: the messages, then
+// add_generation_prompt and chat_template_kwargs.enable_thinking, with
+// its errors.
+func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch) *Error {
+	mv := f[fMessages]
+	if mv < 0 {
+		return BadRequest("messages", "messages: missing")
+	}
 	var (
 		msgs []chat.Message
-		opt  chat.Options
 		err  error
 	)
 	if sc != nil {
-		msgs, opt, err = sc.FromRequest(v)
+		msgs, err = sc.MessagesFromBody(b[mv:fe[fMessages]])
 	} else {
-		msgs, opt, err = chat.FromRequest(v)
+		msgs, err = chat.MessagesFromBody(b[mv:fe[fMessages]])
 	}
 	if err != nil {
-		return fieldError(err)
+		return BadRequest("messages", "%s", err.Error())
+	}
+	if len(msgs) == 0 {
+		return BadRequest("messages", "messages: empty")
+	}
+	opt := chat.Options{AddGenerationPrompt: true}
+	if e := optBool(b, f[fAddGenerationPrompt], &opt.AddGenerationPrompt, "add_generation_prompt"); e != nil {
+		return e
+	}
+	if kw := f[fChatTemplateKwargs]; jsonscan.Is(b, kw, '{') {
+		var et [1]int
+		jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:], nil)
+		opt.DisableThinking = jsonscan.Is(b, et[0], 'f')
 	}
 	dst.Messages, dst.Options = msgs, opt
 	return nil
 }
 
-func decodeCompletion(dst *Request, v *fastjson.Value) *Error {
+func decodeCompletion(dst *Request, r *reader, f *[numFields]int) *Error {
+	b := r.b
 	// vLLM's prompt_token_ids wins over prompt when both are given: it is
 	// what the engine tokenizes no further.
-	if pv := chat.Field(v, "prompt_token_ids"); pv != nil && pv.Type() != fastjson.TypeNull {
-		if pv.Type() != fastjson.TypeArray {
-			return BadRequest("prompt_token_ids", "prompt_token_ids: want an array of token ids, got %s", pv.Type())
+	if pv := f[fPromptTokenIDs]; jsonscan.Present(b, pv) {
+		if !jsonscan.Is(b, pv, '[') {
+			return BadRequest("prompt_token_ids", "prompt_token_ids: want an array of token ids, got %s", jsonscan.TypeName(b, pv))
 		}
-		ids, e := tokenIDs(pv, "prompt_token_ids")
+		ids, e := tokenIDs(b, pv, "prompt_token_ids")
 		if e != nil {
 			return e
 		}
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
 		return nil
 	}
-	pv := chat.Field(v, "prompt")
-	if pv == nil || pv.Type() == fastjson.TypeNull {
+	pv := f[fPrompt]
+	if !jsonscan.Present(b, pv) {
 		return BadRequest("prompt", "prompt: missing")
 	}
-	switch pv.Type() {
-	case fastjson.TypeString:
-		dst.Prompt = string(pv.GetStringBytes())
+	switch {
+	case jsonscan.Is(b, pv, '"'):
+		dst.Prompt = r.str(pv)
 		return nil
-	case fastjson.TypeArray:
+	case jsonscan.Is(b, pv, '['):
 	default:
-		return BadRequest("prompt", "prompt: want a string, an array of strings, an array of token ids or an array of arrays of token ids, got %s", pv.Type())
+		return BadRequest("prompt", "prompt: want a string, an array of strings, an array of token ids or an array of arrays of token ids, got %s", jsonscan.TypeName(b, pv))
 	}
-	arr, _ := pv.Array() // the type was checked
-	if len(arr) == 0 {
+	first := jsonscan.Elem(b, pv)
+	if first < 0 {
 		return BadRequest("prompt", "prompt: empty array")
 	}
 	// A batch routes by its first prompt; the others must have its type.
-	switch first := arr[0]; first.Type() {
-	case fastjson.TypeString:
-		for i, e := range arr {
-			if e.Type() != fastjson.TypeString {
-				return BadRequest("prompt", "prompt[%d]: want a string like prompt[0], got %s", i, e.Type())
+	switch {
+	case jsonscan.Is(b, first, '"'):
+		i := 0
+		for e := first; e >= 0; e = jsonscan.Next(b, e) {
+			if !jsonscan.Is(b, e, '"') {
+				return BadRequest("prompt", "prompt[%d]: want a string like prompt[0], got %s", i, jsonscan.TypeName(b, e))
 			}
+			i++
 		}
-		dst.Prompt = string(first.GetStringBytes())
-	case fastjson.TypeNumber:
-		ids, e := tokenIDs(pv, "prompt")
+		dst.Prompt = r.str(first)
+	case jsonscan.IsNumber(b, first):
+		ids, e := tokenIDs(b, pv, "prompt")
 		if e != nil {
 			return e
 		}
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
-	case fastjson.TypeArray:
-		for i, e := range arr {
-			if e.Type() != fastjson.TypeArray {
-				return BadRequest("prompt", "prompt[%d]: want an array of token ids like prompt[0], got %s", i, e.Type())
+	case jsonscan.Is(b, first, '['):
+		i := 0
+		for e := first; e >= 0; e = jsonscan.Next(b, e) {
+			if !jsonscan.Is(b, e, '[') {
+				return BadRequest("prompt", "prompt[%d]: want an array of token ids like prompt[0], got %s", i, jsonscan.TypeName(b, e))
 			}
+			i++
 		}
-		ids, e := tokenIDs(first, "prompt[0]")
+		ids, e := tokenIDs(b, first, "prompt[0]")
 		if e != nil {
 			return e
 		}
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
 	default:
-		return BadRequest("prompt", "prompt[0]: want a string, a token id or an array of token ids, got %s", first.Type())
+		return BadRequest("prompt", "prompt[0]: want a string, a token id or an array of token ids, got %s", jsonscan.TypeName(b, first))
 	}
 	return nil
 }
 
-// tokenIDs reads an array of token ids (integers in [0, 2^31)).
-func tokenIDs(v *fastjson.Value, name string) ([]int32, *Error) {
-	arr, _ := v.Array() // callers checked the type
-	if len(arr) == 0 {
+// tokenIDs reads the array at b[at] of token ids (integers in [0, 2^31))
+// into a slice of exactly its length: 4 bytes per id, for at least 2
+// bytes of body.
+func tokenIDs(b []byte, at int, name string) ([]int32, *Error) {
+	n := jsonscan.Count(b, at)
+	if n == 0 {
 		return nil, BadRequest(name, "%s: empty array", name)
 	}
-	ids := make([]int32, len(arr))
-	for i, e := range arr {
-		if e.Type() != fastjson.TypeNumber {
-			return nil, BadRequest(name, "%s[%d]: want a token id, got %s", name, i, e.Type())
+	ids := make([]int32, n)
+	i := 0
+	for e := jsonscan.Elem(b, at); e >= 0 && i < n; e = jsonscan.Next(b, e) {
+		if !jsonscan.IsNumber(b, e) {
+			return nil, BadRequest(name, "%s[%d]: want a token id, got %s", name, i, jsonscan.TypeName(b, e))
 		}
-		n, err := e.Int64()
-		if err != nil || n < 0 || n > math.MaxInt32 {
-			return nil, BadRequest(name, "%s[%d]: want an integer token id in [0, 2^31), got %s", name, i, e)
+		v, ok := jsonscan.Int64(b, e)
+		if !ok || v < 0 || v > math.MaxInt32 {
+			return nil, BadRequest(name, "%s[%d]: want an integer token id in [0, 2^31), got %s", name, i, jsonscan.Num(b, e))
 		}
-		ids[i] = int32(n)
+		ids[i] = int32(v)
+		i++
 	}
 	return ids, nil
 }

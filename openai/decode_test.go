@@ -14,7 +14,7 @@ func TestDecodeChat(t *testing.T) {
 	var d Request
 	body := `{"model":"m1","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{}}]}],
 		"stream":true,"stream_options":{"include_usage":true},"add_generation_prompt":false,"chat_template_kwargs":{"enable_thinking":false}}`
-	if e := Decode(&d, KindChat, []byte(body)); e != nil {
+	if e := Decode(&d, KindChat, []byte(body), MaxScanDepth, nil); e != nil {
 		t.Fatal(e)
 	}
 	if d.Model != "m1" || !d.Stream || !d.IncludeUsage || d.Options.AddGenerationPrompt || !d.Options.DisableThinking {
@@ -24,7 +24,7 @@ func TestDecodeChat(t *testing.T) {
 		t.Fatalf("messages %+v", d.Messages)
 	}
 	// Defaults: generation prompt on, no stream.
-	if e := Decode(&d, KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)); e != nil {
+	if e := Decode(&d, KindChat, []byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`), MaxScanDepth, nil); e != nil {
 		t.Fatal(e)
 	}
 	if !d.Options.AddGenerationPrompt || d.Stream || d.IncludeUsage {
@@ -36,7 +36,7 @@ func TestDecodeChatKeepsNoView(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"model":"model-a","messages":[{"role":"user","content":"hello there"}]}`)
 	var d Request
-	if e := Decode(&d, KindChat, body); e != nil {
+	if e := Decode(&d, KindChat, body, MaxScanDepth, nil); e != nil {
 		t.Fatal(e)
 	}
 	for i := range body {
@@ -44,7 +44,7 @@ func TestDecodeChatKeepsNoView(t *testing.T) {
 	}
 	// Another decode reuses the pooled parser's buffer.
 	var d2 Request
-	_ = Decode(&d2, KindChat, []byte(`{"model":"zzzzzzz","messages":[{"role":"user","content":"yyyyyyyyyyy"}]}`))
+	_ = Decode(&d2, KindChat, []byte(`{"model":"zzzzzzz","messages":[{"role":"user","content":"yyyyyyyyyyy"}]}`), MaxScanDepth, nil)
 	if d.Model != "model-a" || d.Messages[0].Content != "hello there" {
 		t.Fatalf("decoded values alias a buffer: %q %q", d.Model, d.Messages[0].Content)
 	}
@@ -55,7 +55,7 @@ func TestDecodeCompletion(t *testing.T) {
 	f := func(body, prompt string, ids []int32) {
 		t.Helper()
 		var d Request
-		if e := Decode(&d, KindCompletion, []byte(body)); e != nil {
+		if e := Decode(&d, KindCompletion, []byte(body), MaxScanDepth, nil); e != nil {
 			t.Fatalf("%s: %v", body, e)
 		}
 		if d.Prompt != prompt || d.HasTokenIDs != (ids != nil) || !slices.Equal(d.TokenIDs, ids) {
@@ -77,7 +77,7 @@ func TestDecodeErrors(t *testing.T) {
 	f := func(k Kind, body, param, msgPart string) {
 		t.Helper()
 		var d Request
-		e := Decode(&d, k, []byte(body))
+		e := Decode(&d, k, []byte(body), MaxScanDepth, nil)
 		if e == nil {
 			t.Fatalf("%s: no error", body)
 		}
@@ -118,8 +118,8 @@ func TestDecodeErrors(t *testing.T) {
 	f(KindCompletion, `{"model":"m","prompt_token_ids":[]}`, "prompt_token_ids", "empty array")
 }
 
-// FuzzDecode: no input panics, and every error is a 400 with a valid
-// OpenAI error body.
+// FuzzDecode: no input panics, and every error is a 400 (or a 413 for a
+// body nested deeper than MaxScanDepth) with a valid OpenAI error body.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`,
@@ -136,14 +136,14 @@ func FuzzDecode(f *testing.F) {
 			k = KindChat
 		}
 		var d Request
-		e := Decode(&d, k, body)
+		e := Decode(&d, k, body, MaxScanDepth, nil)
 		if e == nil {
 			if d.Model == "" || (k == KindChat && len(d.Messages) == 0) || (k == KindCompletion && d.HasTokenIDs && len(d.TokenIDs) == 0) {
 				t.Fatalf("accepted without its required fields: %+v", d)
 			}
 			return
 		}
-		if e.Status != 400 || e.Type != "invalid_request_error" || !json.Valid(e.Body()) {
+		if (e.Status != 400 && (e.Status != 413 || e.Code != "json_too_deep")) || e.Type != "invalid_request_error" || !json.Valid(e.Body()) {
 			t.Fatalf("bad error: %d %q %s", e.Status, e.Type, e.Body())
 		}
 	})
@@ -157,7 +157,7 @@ func TestDecodeDuplicateKeysLastWins(t *testing.T) {
 	body := `{"model":"a","model":"b","messages":[{"role":"user","content":"x"}],` +
 		`"messages":[{"role":"user","role":"system","content":"first","content":"last"}],` +
 		`"stream":false,"stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`
-	if e := Decode(&r, KindChat, []byte(body)); e != nil {
+	if e := Decode(&r, KindChat, []byte(body), MaxScanDepth, nil); e != nil {
 		t.Fatal(e)
 	}
 	if r.Model != "b" || !r.Stream || !r.IncludeUsage {
@@ -166,7 +166,7 @@ func TestDecodeDuplicateKeysLastWins(t *testing.T) {
 	if len(r.Messages) != 1 || r.Messages[0].Role != "system" || r.Messages[0].Content != "last" {
 		t.Fatalf("messages %+v, want one system message \"last\"", r.Messages)
 	}
-	if e := Decode(&r, KindCompletion, []byte(`{"model":"m","prompt":"first","prompt":"last"}`)); e != nil || r.Prompt != "last" {
+	if e := Decode(&r, KindCompletion, []byte(`{"model":"m","prompt":"first","prompt":"last"}`), MaxScanDepth, nil); e != nil || r.Prompt != "last" {
 		t.Fatalf("prompt %q (%v), want last", r.Prompt, e)
 	}
 }

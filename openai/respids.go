@@ -39,8 +39,8 @@ func JSONResponseID(body []byte) string {
 		// foreign backend): its id is not remembered.
 		return ""
 	}
-	p := parsers.Get()
-	defer parsers.Put(p) // at most maxAnswerParse bytes of values: bounded
+	p := answerParsers.Get()
+	defer answerParsers.Put(p) // at most maxAnswerParse bytes of values: bounded
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return "" // not JSON: nothing to remember
@@ -65,14 +65,19 @@ func SSEResponseID(ev []byte) (id string, seen bool) {
 	if len(data) > maxAnswerParse {
 		return "", true // see JSONResponseID
 	}
-	p := parsers.Get()
-	defer parsers.Put(p) // at most maxAnswerParse bytes of values: bounded
+	p := answerParsers.Get()
+	defer answerParsers.Put(p) // at most maxAnswerParse bytes of values: bounded
 	v, err := p.ParseBytes(data)
 	if err != nil || stringField(chat.Field(v, "type")) != "response.created" {
 		return "", true
 	}
 	return stringField(chat.Field(v, "response", "id")), true
 }
+
+// answerParsers reuse fastjson's value cache for the engines' answers
+// read here (bounded by maxAnswerParse); a Parser is taken and returned
+// within one call. Requests are decoded without a parser (decode.go).
+var answerParsers fastjson.ParserPool
 
 func stringField(v *fastjson.Value) string {
 	if v == nil || v.Type() != fastjson.TypeString {

@@ -4,8 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
@@ -44,51 +43,62 @@ import (
 // stored it (shard/respids.go), and its keys, which lack that history,
 // are learned by nobody.
 
-// respMsg is a message under construction, with what vLLM's dict keys
-// record: whether content, reasoning or tool_calls were set, which decides
-// whether the next item merges into it.
-type respMsg struct {
-	m                                   chat.Message
-	hasContent, hasReasoning, toolCalls bool
-}
+// respLast is what vLLM's dict keys record of the last message built:
+// whether its content or reasoning were set, which decides whether the
+// next item merges into it (only the last message is ever merged into).
+type respLast struct{ hasContent, hasReasoning bool }
 
 // decodeResponses reads instructions, input and previous_response_id of a
 // Responses request into dst (Messages, Options, PreviousResponseID). The
 // strings are copies.
-func decodeResponses(dst *Request, v *fastjson.Value) *Error {
+func decodeResponses(dst *Request, r *reader, f *[numFields]int) *Error {
+	b := r.b
 	dst.Options = chat.Options{AddGenerationPrompt: true}
-	if pv := chat.Field(v, "previous_response_id"); pv != nil && pv.Type() != fastjson.TypeNull {
-		if pv.Type() != fastjson.TypeString {
-			return BadRequest("previous_response_id", "previous_response_id: want a string, got %s", pv.Type())
+	if pv := f[fPreviousResponseID]; jsonscan.Present(b, pv) {
+		if !jsonscan.Is(b, pv, '"') {
+			return BadRequest("previous_response_id", "previous_response_id: want a string, got %s", jsonscan.TypeName(b, pv))
 		}
-		dst.PreviousResponseID = string(pv.GetStringBytes())
+		dst.PreviousResponseID = r.str(pv)
 	}
-	var msgs []respMsg
-	if iv := chat.Field(v, "instructions"); iv != nil && iv.Type() != fastjson.TypeNull {
-		if iv.Type() != fastjson.TypeString {
-			return BadRequest("instructions", "instructions: want a string, got %s", iv.Type())
+	var (
+		msgs []chat.Message
+		last respLast
+		sys  string
+	)
+	if iv := f[fInstructions]; jsonscan.Present(b, iv) {
+		if !jsonscan.Is(b, iv, '"') {
+			return BadRequest("instructions", "instructions: want a string, got %s", jsonscan.TypeName(b, iv))
 		}
-		if s := iv.GetStringBytes(); len(s) > 0 {
-			msgs = append(msgs, respMsg{m: chat.Message{Role: "system", Content: string(s)}, hasContent: true})
-		}
+		sys = r.str(iv)
 	}
-	in := chat.Field(v, "input")
-	if in == nil || in.Type() == fastjson.TypeNull {
+	in := f[fInput]
+	if !jsonscan.Present(b, in) {
 		return BadRequest("input", "input: missing")
 	}
-	switch in.Type() {
-	case fastjson.TypeString:
-		msgs = append(msgs, respMsg{m: chat.Message{Role: "user", Content: string(in.GetStringBytes())}, hasContent: true})
-	case fastjson.TypeArray:
-		items, _ := in.Array() // the type was checked
-		for i, it := range items {
+	switch {
+	case jsonscan.Is(b, in, '"'):
+		if sys != "" {
+			msgs = append(msgs, chat.Message{Role: "system", Content: sys})
+		}
+		msgs = append(msgs, chat.Message{Role: "user", Content: r.str(in)})
+	case jsonscan.Is(b, in, '['):
+		// Room for every item that may make a message (an object with a
+		// role or a type: 12 bytes at least), so that a million items of
+		// nothing cost no million messages.
+		msgs = make([]chat.Message, 0, 1+respItems(b, in))
+		if sys != "" {
+			msgs, last = append(msgs, chat.Message{Role: "system", Content: sys}), respLast{hasContent: true}
+		}
+		i := 0
+		for it := jsonscan.Elem(b, in); it >= 0; it = jsonscan.Next(b, it) {
 			var e *Error
-			if msgs, e = responseItem(msgs, it, i); e != nil {
+			if msgs, last, e = responseItem(msgs, last, r, it, i); e != nil {
 				return e
 			}
+			i++
 		}
 	default:
-		return BadRequest("input", "input: want a string or an array of input items, got %s", in.Type())
+		return BadRequest("input", "input: want a string or an array of input items, got %s", jsonscan.TypeName(b, in))
 	}
 	if len(msgs) == 0 {
 		// vLLM renders an empty conversation (the template's generation
@@ -96,156 +106,199 @@ func decodeResponses(dst *Request, v *fastjson.Value) *Error {
 		dst.Messages = []chat.Message{}
 		return nil
 	}
-	dst.Messages = make([]chat.Message, len(msgs))
-	for i := range msgs {
-		dst.Messages[i] = msgs[i].m
-	}
+	dst.Messages = msgs
 	return nil
 }
 
-// responseItem appends (or merges) input item i.
-func responseItem(msgs []respMsg, it *fastjson.Value, i int) ([]respMsg, *Error) {
-	at := func(field string) string { return "input[" + strconv.Itoa(i) + "]" + field }
-	if it.Type() != fastjson.TypeObject {
-		return nil, BadRequest(at(""), "%s: want an object, got %s", at(""), it.Type())
-	}
-	typ := ""
-	if tv := chat.Field(it, "type"); tv != nil && tv.Type() != fastjson.TypeNull {
-		if tv.Type() != fastjson.TypeString {
-			return nil, BadRequest(at(".type"), "%s: want a string, got %s", at(".type"), tv.Type())
+// respItems counts the items of the input array at b[in] that may make a
+// message: objects with a "role" or a "type".
+func respItems(b []byte, in int) int {
+	n := 0
+	for it := jsonscan.Elem(b, in); it >= 0; it = jsonscan.Next(b, it) {
+		var f [2]int
+		if jsonscan.Members(b, it, []string{"role", "type"}, f[:], nil); f[0] >= 0 || f[1] >= 0 {
+			n++
 		}
-		typ = string(tv.GetStringBytes())
 	}
-	var prev *respMsg // the assistant message an item may merge into
-	if n := len(msgs); n > 0 && msgs[n-1].m.Role == "assistant" {
+	return n
+}
+
+// The members of an input item that responseItem reads.
+const (
+	iType = iota
+	iRole
+	iOutput
+	iEncrypted
+	iContent
+	iSummary
+	iN
+)
+
+// responseItem appends (or merges) input item i, at r.b[it]; last is what
+// is known of msgs' last message.
+func responseItem(msgs []chat.Message, last respLast, r *reader, it, i int) ([]chat.Message, respLast, *Error) {
+	b := r.b
+	at := func(field string) string { return "input[" + strconv.Itoa(i) + "]" + field }
+	if !jsonscan.Is(b, it, '{') {
+		return nil, last, BadRequest(at(""), "%s: want an object, got %s", at(""), jsonscan.TypeName(b, it))
+	}
+	var f [iN]int
+	jsonscan.Members(b, it, []string{iType: "type", iRole: "role", iOutput: "output", iEncrypted: "encrypted_content", iContent: "content", iSummary: "summary"}, f[:], nil)
+	typ := ""
+	if tv := f[iType]; jsonscan.Present(b, tv) {
+		if !jsonscan.Is(b, tv, '"') {
+			return nil, last, BadRequest(at(".type"), "%s: want a string, got %s", at(".type"), jsonscan.TypeName(b, tv))
+		}
+		// The types it acts on, as constants: no copy per item.
+		switch t := r.text(tv); string(t) {
+		case "function_call":
+			typ = "function_call"
+		case "function_call_output":
+			typ = "function_call_output"
+		case "reasoning":
+			typ = "reasoning"
+		case "message":
+			typ = "message"
+		case "":
+		default:
+			typ = "other" // item_reference, built-in tool calls: nothing
+		}
+	}
+	var prev *chat.Message // the assistant message an item may merge into
+	if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
 		prev = &msgs[n-1]
 	}
-	rv := chat.Field(it, "role")
+	rv := f[iRole]
 	switch {
 	case typ == "function_call":
 		if prev != nil {
-			prev.toolCalls = true
-			return msgs, nil
+			return msgs, last, nil // its tool call: rendered by no template
 		}
-		return append(msgs, respMsg{m: chat.Message{Role: "assistant"}, toolCalls: true}), nil
+		return append(msgs, chat.Message{Role: "assistant"}), respLast{}, nil
 	case typ == "function_call_output":
-		m := respMsg{m: chat.Message{Role: "tool"}, hasContent: true}
-		ov := chat.Field(it, "output")
-		if ov == nil {
-			return nil, BadRequest(at(".output"), "%s: missing", at(".output"))
+		ov := f[iOutput]
+		if ov < 0 {
+			return nil, last, BadRequest(at(".output"), "%s: missing", at(".output"))
 		}
-		var e *Error
-		if m.m.Content, e = partsText(ov, at(".output")); e != nil {
-			return nil, e
+		text, e := partsText(r, ov, at(".output"))
+		if e != nil {
+			return nil, last, e
 		}
-		return append(msgs, m), nil
+		return append(msgs, chat.Message{Role: "tool", Content: text}), respLast{hasContent: true}, nil
 	case typ == "reasoning":
-		if ev := chat.Field(it, "encrypted_content"); ev != nil && ev.Type() == fastjson.TypeString && len(ev.GetStringBytes()) > 0 {
-			return nil, BadRequest(at(".encrypted_content"), "%s: encrypted content is not supported", at(".encrypted_content"))
+		if ev := f[iEncrypted]; jsonscan.Is(b, ev, '"') && len(r.text(ev)) > 0 {
+			return nil, last, BadRequest(at(".encrypted_content"), "%s: encrypted content is not supported", at(".encrypted_content"))
 		}
 		text := ""
-		if cv := chat.Field(it, "content"); cv != nil && cv.Type() == fastjson.TypeArray && len(cv.GetArray()) > 0 {
-			text = firstText(cv.GetArray()[0])
-		} else if sv := chat.Field(it, "summary"); sv != nil && sv.Type() == fastjson.TypeArray && len(sv.GetArray()) > 0 {
-			text = firstText(sv.GetArray()[0])
+		if cv := f[iContent]; jsonscan.Elem(b, cv) >= 0 {
+			text = firstText(r, jsonscan.Elem(b, cv))
+		} else if sv := f[iSummary]; jsonscan.Elem(b, sv) >= 0 {
+			text = firstText(r, jsonscan.Elem(b, sv))
 		}
-		if prev != nil && !prev.hasReasoning {
-			prev.m.Reasoning, prev.m.HasReasoning, prev.hasReasoning = text, true, true
-			return msgs, nil
+		if prev != nil && !last.hasReasoning {
+			prev.Reasoning, prev.HasReasoning, last.hasReasoning = text, true, true
+			return msgs, last, nil
 		}
-		return append(msgs, respMsg{m: chat.Message{Role: "assistant", Reasoning: text, HasReasoning: true}, hasReasoning: true}), nil
-	case rv != nil && (typ == "" || typ == "message"):
-		if rv.Type() != fastjson.TypeString || len(rv.GetStringBytes()) == 0 {
-			return nil, BadRequest(at(".role"), "%s: want a non-empty string", at(".role"))
+		return append(msgs, chat.Message{Role: "assistant", Reasoning: text, HasReasoning: true}), respLast{hasReasoning: true}, nil
+	case rv >= 0 && (typ == "" || typ == "message"):
+		if !jsonscan.Is(b, rv, '"') || len(r.text(rv)) == 0 {
+			return nil, last, BadRequest(at(".role"), "%s: want a non-empty string", at(".role"))
 		}
-		role := string(rv.GetStringBytes())
-		cv := chat.Field(it, "content")
+		role := r.str(rv)
+		cv := f[iContent]
 		if role == "assistant" {
 			text := ""
-			if cv != nil {
-				switch cv.Type() {
-				case fastjson.TypeString:
-					text = string(cv.GetStringBytes())
-				case fastjson.TypeArray:
-					if parts := cv.GetArray(); len(parts) > 0 {
-						text = firstText(parts[0])
-					}
-				}
+			switch {
+			case jsonscan.Is(b, cv, '"'):
+				text = r.str(cv)
+			case jsonscan.Elem(b, cv) >= 0:
+				text = firstText(r, jsonscan.Elem(b, cv))
 			}
-			if prev != nil && !prev.hasContent {
-				prev.m.Content, prev.hasContent = text, true
-				return msgs, nil
+			if prev != nil && !last.hasContent {
+				prev.Content, last.hasContent = text, true
+				return msgs, last, nil
 			}
-			return append(msgs, respMsg{m: chat.Message{Role: role, Content: text}, hasContent: true}), nil
+			return append(msgs, chat.Message{Role: role, Content: text}), respLast{hasContent: true}, nil
 		}
-		m := respMsg{m: chat.Message{Role: role}, hasContent: cv != nil}
-		if cv != nil && cv.Type() != fastjson.TypeNull {
+		m := chat.Message{Role: role}
+		if jsonscan.Present(b, cv) {
 			var e *Error
-			if m.m.Content, e = partsText(cv, at(".content")); e != nil {
-				return nil, e
+			if m.Content, e = partsText(r, cv, at(".content")); e != nil {
+				return nil, last, e
 			}
 		}
-		return append(msgs, m), nil
+		return append(msgs, m), respLast{hasContent: cv >= 0}, nil
 	}
-	return msgs, nil // another item type: see the file comment
+	return msgs, last, nil // another item type: see the file comment
 }
 
-// firstText is the "text" of a content or summary part (or the part
-// itself when it is a string), "" otherwise.
-func firstText(v *fastjson.Value) string {
-	switch v.Type() {
-	case fastjson.TypeString:
-		return string(v.GetStringBytes())
-	case fastjson.TypeObject:
-		if t := chat.Field(v, "text"); t != nil && t.Type() == fastjson.TypeString {
-			return string(t.GetStringBytes())
+// firstText is the "text" of the content or summary part at r.b[v] (or
+// the part itself when it is a string), "" otherwise.
+func firstText(r *reader, v int) string {
+	b := r.b
+	switch {
+	case jsonscan.Is(b, v, '"'):
+		return r.str(v)
+	case jsonscan.Is(b, v, '{'):
+		var t [1]int
+		if jsonscan.Members(b, v, []string{"text"}, t[:], nil); jsonscan.Is(b, t[0], '"') {
+			return r.str(t[0])
 		}
 	}
 	return ""
 }
 
-// partsText is a content as the chat template sees it: a string, or its
-// parts joined with chat.PartSeparator.
-func partsText(v *fastjson.Value, name string) (string, *Error) {
-	switch v.Type() {
-	case fastjson.TypeString:
-		return string(v.GetStringBytes()), nil
-	case fastjson.TypeNull:
+// partsText is the content at r.b[v] as the chat template sees it: a
+// string, or its parts joined with chat.PartSeparator.
+func partsText(r *reader, v int, name string) (string, *Error) {
+	b := r.b
+	switch {
+	case jsonscan.Is(b, v, '"'):
+		return r.str(v), nil
+	case jsonscan.Is(b, v, 'n'):
 		return "", nil
-	case fastjson.TypeArray:
+	case jsonscan.Is(b, v, '['):
 	default:
-		return "", BadRequest(name, "%s: want a string or an array of content parts, got %s", name, v.Type())
+		return "", BadRequest(name, "%s: want a string or an array of content parts, got %s", name, jsonscan.TypeName(b, v))
 	}
-	var b strings.Builder
-	for j, pv := range v.GetArray() {
-		if pv.Type() != fastjson.TypeObject {
+	var sb strings.Builder
+	j := 0
+	for pv := jsonscan.Elem(b, v); pv >= 0; pv = jsonscan.Next(b, pv) {
+		if !jsonscan.Is(b, pv, '{') {
 			p := name + "[" + strconv.Itoa(j) + "]"
-			return "", BadRequest(p, "%s: want an object, got %s", p, pv.Type())
+			return "", BadRequest(p, "%s: want an object, got %s", p, jsonscan.TypeName(b, pv))
 		}
-		tv := chat.Field(pv, "type")
-		if tv == nil || tv.Type() != fastjson.TypeString {
+		const (
+			pType = iota
+			pText
+			pRefusal
+		)
+		var f [3]int
+		jsonscan.Members(b, pv, []string{pType: "type", pText: "text", pRefusal: "refusal"}, f[:], nil)
+		if !jsonscan.Is(b, f[pType], '"') {
 			p := name + "[" + strconv.Itoa(j) + "].type"
 			return "", BadRequest(p, "%s: missing or not a string", p)
 		}
 		if j > 0 {
-			b.WriteString(chat.PartSeparator)
+			sb.WriteString(chat.PartSeparator)
 		}
-		field := ""
-		switch typ := string(tv.GetStringBytes()); typ {
+		field, key := "", 0
+		switch typ := r.text(f[pType]); string(typ) {
 		case "input_text", "output_text", "text":
-			field = "text"
+			field, key = "text", pText
 		case "refusal":
-			field = "refusal"
+			field, key = "refusal", pRefusal
 		default:
-			b.WriteString(chat.Placeholder(typ))
+			sb.WriteString(chat.Placeholder(string(typ)))
+			j++
 			continue
 		}
-		t := chat.Field(pv, field)
-		if t == nil || t.Type() != fastjson.TypeString {
+		if !jsonscan.Is(b, f[key], '"') {
 			p := name + "[" + strconv.Itoa(j) + "]." + field
 			return "", BadRequest(p, "%s: missing or not a string", p)
 		}
-		b.Write(t.GetStringBytes())
+		sb.Write(r.text(f[key]))
+		j++
 	}
-	return b.String(), nil
+	return sb.String(), nil
 }

@@ -26,7 +26,7 @@ func TestDecodeResponses(t *testing.T) {
 	f := func(body, want string) {
 		t.Helper()
 		var d Request
-		if e := Decode(&d, KindResponses, []byte(body)); e != nil {
+		if e := Decode(&d, KindResponses, []byte(body), MaxScanDepth, nil); e != nil {
 			t.Fatalf("%s: %v", body, e)
 		}
 		if got := msgsString(d.Messages); got != want {
@@ -73,7 +73,7 @@ func TestDecodeResponses(t *testing.T) {
 	f(`{"model":"m","input":[]}`, "")
 
 	var d Request
-	if e := Decode(&d, KindResponses, []byte(`{"model":"m","input":"x","previous_response_id":"resp_1","stream":true}`)); e != nil || d.PreviousResponseID != "resp_1" || !d.Stream {
+	if e := Decode(&d, KindResponses, []byte(`{"model":"m","input":"x","previous_response_id":"resp_1","stream":true}`), MaxScanDepth, nil); e != nil || d.PreviousResponseID != "resp_1" || !d.Stream {
 		t.Fatalf("previous_response_id: %+v %v", d, e)
 	}
 }
@@ -83,7 +83,7 @@ func TestDecodeResponsesErrors(t *testing.T) {
 	f := func(body, param, msg string) {
 		t.Helper()
 		var d Request
-		e := Decode(&d, KindResponses, []byte(body))
+		e := Decode(&d, KindResponses, []byte(body), MaxScanDepth, nil)
 		if e == nil {
 			t.Fatalf("%s: decoded", body)
 		}
@@ -119,7 +119,7 @@ func TestResponsesRenderAsChat(t *testing.T) {
 	render := func(k Kind, body string) string {
 		t.Helper()
 		var d Request
-		if e := Decode(&d, k, []byte(body)); e != nil {
+		if e := Decode(&d, k, []byte(body), MaxScanDepth, nil); e != nil {
 			t.Fatal(e)
 		}
 		segs, err := r.Render(nil, d.Messages, d.Options)
@@ -145,7 +145,7 @@ func FuzzDecodeResponses(f *testing.F) {
 	f.Add(`{"model":"m","input":[{"type":"function_call_output","output":[{"type":"refusal","refusal":"no"}]}],"previous_response_id":"r"}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var d Request
-		if e := Decode(&d, KindResponses, []byte(body)); e != nil {
+		if e := Decode(&d, KindResponses, []byte(body), MaxScanDepth, nil); e != nil {
 			if e.Status != 400 || e.Message == "" {
 				t.Fatalf("bad error %+v", e)
 			}

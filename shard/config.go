@@ -108,7 +108,7 @@ type Config struct {
 	// OffloopBytes: a chat or completion body larger than this is decoded
 	// and rendered on a decode worker instead of its event loop, which
 	// meanwhile serves its other connections. Default 64 KiB, the size
-	// up to which a loop keeps its parser (openai.KeepDecodeBytes): a body of
+	// up to which a loop keeps its decode memory (openai.KeepDecodeBytes): a body of
 	// short messages, the dearest shape per byte, took 85 µs at 4 KiB,
 	// 1.3 ms at 64 KiB, 23 ms at 256 KiB and 114 ms at 1 MiB to decode
 	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a

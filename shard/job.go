@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 	"github.com/saltus-lb/saltus/keys"
@@ -153,11 +151,9 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 	}
 	lim := j.r.cfg.Body
 	// On the loop, a body (at most OffloopBytes) too short to hold more
-	// than MaxValues values is parsed first and checked after: its depth
-	// from the parsed value, the scan only for a refusal's message. That
-	// keeps the scan (~400 ns for a 4 KB chat) off the common request.
-	// fastjson lets a few RFC violations pass that the scan refuses
-	// (`01`, `\x`, `nan`): small bodies pass them as they did before.
+	// than MaxValues values is decoded first: Decode checks its grammar
+	// and depth as it reads, and the scan (~400 ns for a 4 KB chat) runs
+	// only when it fails, for a refusal's words and counter.
 	lazy := ds != nil && (len(body)+1)/2 <= lim.MaxValues
 	if !lazy {
 		values, e, why := lim.Check(body)
@@ -167,7 +163,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 		}
 		if ds == nil {
 			// Off the loop (decode worker, Explain): bodies up to the
-			// limit parse at most MaxValues values at once between them.
+			// limit decode at most MaxValues values at once between them.
 			//saltus:allow R2 only without a loop's scratch (ds == nil): decode workers and Explain, never a loop
 			j.r.budget.acquire(values)
 			defer j.r.budget.release(values) //saltus:allow R2 as acquire: off the loops only
@@ -175,23 +171,16 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 	}
 	var e *openai.Error
 	if ds != nil {
-		if ds.p == nil {
-			ds.p = new(fastjson.Parser)
-		}
 		defer ds.trim(len(body)) // after the views are taken: they keep what they view
-		v, err := ds.p.ParseBytes(body)
-		if lazy && (err != nil || openai.Deeper(v, lim.MaxDepth)) {
+		e = openai.Decode(&j.d, k, body, lim.MaxDepth, &ds.sc)
+		if lazy && e != nil {
 			if _, ce, why := lim.Check(body); ce != nil {
 				j.r.m.refused[why].Inc()
 				return ce
 			}
 		}
-		if err != nil {
-			return openai.BadRequest("", "invalid JSON: %v", err) // what fastjson refuses beyond the scan's grammar
-		}
-		e = openai.DecodeValue(&j.d, k, v, &ds.sc)
 	} else {
-		e = openai.Decode(&j.d, k, body)
+		e = openai.Decode(&j.d, k, body, lim.MaxDepth, nil)
 	}
 	if e != nil {
 		return e
@@ -203,7 +192,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 			err  error
 		)
 		if ds != nil {
-			segs, err = ds.sc.Render(j.r.tmpl, j.d.Messages, j.d.Options)
+			segs, err = ds.sc.Chat.Render(j.r.tmpl, j.d.Messages, j.d.Options)
 		} else {
 			segs, err = j.r.tmpl.Render(nil, j.d.Messages, j.d.Options)
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
-	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
 // Large bodies off the loop (DESIGN.md § Decoding untrusted bodies): a
@@ -16,8 +15,8 @@ import (
 // serves its other connections meanwhile (a 28 MB body of 1 M messages
 // held a loop for 11.7 s before). The job then goes back to its loop as a
 // tokenizer completion does (through NewRouter's poster) and carries on from stage 4;
-// what it decoded is its own (decode copies out of the parser; the parser
-// is dropped), so nothing it holds views a loop's scratch.
+// what it decoded is its own (openai.Decode without a Scratch copies what
+// it keeps), so nothing it holds views a loop's scratch.
 
 // offload queues j for a decode worker, or answers 503 when
 // Config.DecodeQueue is full. Loop only (j.loop's).
@@ -94,13 +93,15 @@ func (r *Router) decodeOff(j *job) {
 	r.shards[j.loop].poster(j.tokenize)
 }
 
-// valueBudget bounds the JSON values being parsed off the loops at once
-// (decode workers and Explain) to Config.Body.MaxValues: fastjson holds
-// ~400-450 bytes per value while it parses (BodyLimits.MaxValues), so two
-// bodies at the limit parse one after the other, not together, and the
-// peak stays ~MaxValues × 450 B however many workers there are. A body
-// never needs more than the whole budget (check refused it), so every
-// wait ends when the parses ahead of it end. Any goroutine but a loop.
+// valueBudget bounds the JSON values being decoded off the loops at once
+// (decode workers and Explain) to Config.Body.MaxValues, so two bodies at
+// the limit decode one after the other, not together. It dates from the
+// fastjson parse, which held ~400-450 bytes per value; openai.Decode
+// keeps nothing per value and allocates at most ~5.3 bytes per body byte
+// (openai's TestDecodeMemory), so the budget now only serializes the
+// largest decodes. A body never needs more than the whole budget (check
+// refused it), so every wait ends when the decodes ahead of it end. Any
+// goroutine but a loop.
 type valueBudget struct {
 	mu   sync.Mutex
 	cond sync.Cond
@@ -148,7 +149,6 @@ func (ds *decodeScratch) trim(bodyLen int) {
 	if bodyLen <= openai.KeepDecodeBytes {
 		return
 	}
-	ds.p = nil
-	ds.sc = chat.Scratch{}
+	ds.sc = openai.Scratch{}
 	ds.texts, ds.msgEnd = nil, nil
 }

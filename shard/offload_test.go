@@ -2,12 +2,11 @@ package shard
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/openai/openaitest"
@@ -85,41 +84,50 @@ func TestOffloadedDecode(t *testing.T) {
 	}
 }
 
-// TestLoopDropsGrownParser: a loop's parser and Scratch that decoded a
-// body over openai.KeepDecodeBytes are dropped, not reused; a small body's are
-// kept.
-func TestLoopDropsGrownParser(t *testing.T) {
+// TestLoopDropsGrownScratch: a loop's decode Scratch and texts that served
+// a body over openai.KeepDecodeBytes are dropped, not reused; a small
+// body's are kept.
+func TestLoopDropsGrownScratch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{loops: 1, backends: 2, config: func(c *Config) { c.OffloopBytes = 1 << 20 }})
-	parser := func() (p *fastjson.Parser) {
-		e.loops.run(t, 0, func() { p = e.r.shards[0].dec.p })
-		return p
+	// texts is the first element of the loop's texts (nil: none kept),
+	// kept is whether its Scratch holds anything.
+	state := func() (texts *string, kept bool) {
+		e.loops.run(t, 0, func() {
+			ds := &e.r.shards[0].dec
+			if cap(ds.texts) > 0 {
+				texts = &ds.texts[:1][0]
+			}
+			kept = !reflect.ValueOf(ds.sc).IsZero()
+		})
+		return texts, kept
 	}
 	small := chatBody("user", "small")
 	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
 		t.Fatal("not forwarded")
 	}
-	p0 := parser()
-	if p0 == nil {
-		t.Fatal("no parser kept after a small body")
+	t0, kept := state()
+	if t0 == nil || !kept {
+		t.Fatal("no scratch kept after a small body")
 	}
-	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() != p0 {
-		t.Fatal("a small body's parser was not reused")
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
+		t.Fatal("not forwarded")
+	}
+	if t1, _ := state(); t1 != t0 {
+		t.Fatal("a small body's texts were not reused")
 	}
 	large := `{"model":"m","junk":[` + strings.Repeat("1,", openai.KeepDecodeBytes/2) + `1],"messages":[{"role":"user","content":"x"}]}`
 	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", large)); c == nil {
 		t.Fatal("large body not forwarded")
 	}
-	if p := parser(); p != nil {
-		t.Fatal("the parser that decoded a body over openai.KeepDecodeBytes was kept")
+	if texts, kept := state(); texts != nil || kept {
+		t.Fatalf("after a body over openai.KeepDecodeBytes: texts kept %v, scratch kept %v", texts != nil, kept)
 	}
-	var sc int
-	e.loops.run(t, 0, func() { sc = cap(e.r.shards[0].dec.texts) })
-	if sc != 0 {
-		t.Fatalf("texts kept after a large body: cap %d", sc)
+	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil {
+		t.Fatal("not forwarded")
 	}
-	if c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", small)); c == nil || parser() == nil || parser() == p0 {
-		t.Fatal("after a large body, the next request does not start from a fresh parser")
+	if t2, kept := state(); t2 == nil || t2 == t0 || !kept {
+		t.Fatal("after a large body, the next request does not start from fresh memory")
 	}
 }
 
@@ -171,8 +179,10 @@ func TestValueBudget(t *testing.T) {
 	})
 }
 
-// TestLoopBodyLimits: a small body, parsed on the loop before it is
-// scanned, gets the same refusals as a large one.
+// TestLoopBodyLimits: a small body, decoded on the loop before it is
+// scanned, gets the same refusals as a large one: over the depth, and
+// what the scan's grammar refuses, even in a member the decoder skips
+// (fastjson let `01` and `\x` pass there) or after a member it refuses.
 func TestLoopBodyLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{loops: 1, backends: 2})
@@ -189,7 +199,10 @@ func TestLoopBodyLimits(t *testing.T) {
 	f(`{"model":"m","messages":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`}`, 413, "json_too_deep",
 		"request body nests JSON deeper than 64 levels (max-body-depth 64; at byte 87)")
 	f(`{"model":"m","messages":[{"role":"user","content":"x"}],}`, 400, "", "invalid JSON at byte 56: unexpected '}', want an object key")
-	if got := e.r.m.refused[openai.ScanTooDeep].Get() + e.r.m.refused[openai.ScanSyntax].Get(); got != 2 {
-		t.Fatalf("refusals counted: %d, want 2", got)
+	f(`{"model":"m","n":01,"messages":[{"role":"user","content":"x"}]}`, 400, "", `invalid JSON at byte 18: invalid number "01"`)
+	f(`{"model":"m","s":"\x","messages":[{"role":"user","content":"x"}]}`, 400, "", `invalid JSON at byte 18: invalid escape \x in a string`)
+	f(`{"model":5,"messages":[{"role":"user","content":"x"}],"n":nan}`, 400, "", `invalid JSON at byte 58: unexpected 'n', want a value (null?)`)
+	if got := e.r.m.refused[openai.ScanTooDeep].Get() + e.r.m.refused[openai.ScanSyntax].Get(); got != 5 {
+		t.Fatalf("refusals counted: %d, want 5", got)
 	}
 }

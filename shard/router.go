@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fastjson"
 
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/openai"
@@ -190,10 +189,9 @@ type Shard struct {
 
 // decodeScratch is a loop's reused memory for stages 2 to 5 (decode,
 // render, tokenize, keys): what it holds is a view valid only while the
-// loop serves one request (see openai.DecodeValue).
+// loop serves one request (see openai.Decode).
 type decodeScratch struct {
-	p      *fastjson.Parser // nil until first used, and after trim dropped it
-	sc     chat.Scratch
+	sc     openai.Scratch // Decode's and Render's (sc.Chat)
 	texts  []string
 	msgEnd []bool
 }

@@ -4,9 +4,9 @@
 //
 // # Place in the request path
 //
-// DESIGN.md § Stage 3, on the connection's event loop: the reactor
-// decodes the body (stage 2; MessagesFromValue reads its already-parsed
-// "messages"), a Renderer turns the messages into segments, and stage 4
+// DESIGN.md § Stage 3, on the connection's event loop: openai decodes the
+// body (stage 2; MessagesFromBody reads its "messages" from the body's
+// bytes, a Scratch keeping views), a Renderer turns the messages into segments, and stage 4
 // tokenizes each text segment on its own (tokenizer.EncodeSegment), through
 // the shard's segment cache. Because a text segment is a maximal run
 // between added tokens, the segment-wise ids equal the ids of the whole
@@ -55,7 +55,8 @@
 //
 // A Renderer is immutable after New and safe for concurrent use; Render
 // keeps its state in locals, dst and one fresh arena per call.
-// ParseMessages, MessagesFromValue (on a value no one else reads), Detect
+// ParseMessages, MessagesFromValue (on a value no one else reads),
+// MessagesFromBody, Detect
 // and ParseConfig are safe for concurrent use. Client input (messages,
 // roles, content) never panics: it renders, or returns an error naming
 // the field.

@@ -108,12 +108,14 @@ func MessagesFromValue(v *fastjson.Value) ([]Message, error) {
 type decoder struct {
 	arena []byte
 	view  bool
+	most  int // the most a Scratch's arena needs (body.go's room)
 }
 
 func (d *decoder) str(b []byte) string {
 	if d.view {
 		return viewString(b)
 	}
+	d.room()
 	start := len(d.arena)
 	d.arena = append(d.arena, b...)
 	return arenaString(d.arena, start)
@@ -143,27 +145,15 @@ func (d *decoder) messages(dst []Message, v *fastjson.Value) ([]Message, error) 
 // Scratch is reusable memory for decoding and rendering one request at a
 // time, for a caller that needs the messages and segments only briefly (a
 // router that hashes them into keys and is done). What its methods return
-// are views: into the parsed value's parser buffer and into the Scratch,
-// valid until the Scratch is used again or that parser parses again, and
-// never to be kept beyond (copy what must outlive them). A Scratch belongs
-// to one goroutine; the zero value is ready.
+// are views: into the body decoded and into the Scratch, valid until the
+// Scratch is used again or the body's buffer is, and never to be kept
+// beyond (copy what must outlive them). A Scratch belongs to one
+// goroutine; the zero value is ready.
 type Scratch struct {
-	arena  []byte    // joined content parts
+	arena  []byte    // joined content parts, unescaped strings
 	render []byte    // Render's arena
-	msgs   []Message // FromRequest's result
+	msgs   []Message // MessagesFromBody's result
 	segs   []Segment // Render's result
-}
-
-// FromRequest is the package's FromRequest without copies: the message
-// strings are views (see Scratch). Errors are the same.
-func (sc *Scratch) FromRequest(v *fastjson.Value) ([]Message, Options, error) {
-	d := decoder{arena: sc.arena[:0], view: true}
-	msgs, opt, err := fromRequest(v, &d, sc.msgs)
-	sc.arena = d.arena
-	if msgs != nil {
-		sc.msgs = msgs
-	}
-	return msgs, opt, err
 }
 
 // Render is Renderer.Render into the Scratch: the segments and their
@@ -340,7 +330,8 @@ func OptBool(v *fastjson.Value, dst *bool, name string) error {
 // body (a JSON object): its non-empty "messages", and the options vLLM
 // takes from it: add_generation_prompt (default true) and
 // chat_template_kwargs.enable_thinking. A bad field is a *FieldError.
-// The router and the simulator decode chat requests through it.
+// The simulator decodes chat requests through it; the router reads the
+// body's bytes instead (openai.Decode, MessagesFromBody).
 func FromRequest(v *fastjson.Value) ([]Message, Options, error) {
 	var d decoder
 	return fromRequest(v, &d, nil)

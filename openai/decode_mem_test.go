@@ -1,0 +1,97 @@
+package openai
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// hostileBodies are the bodies of issue 33: each under 8 MB, each cheap
+// to send and, parsed into a fastjson tree, dear to hold.
+func hostileBodies() []struct {
+	name string
+	kind Kind
+	body string
+} {
+	const n = 1_000_000
+	rep := func(elem string) string { return strings.TrimSuffix(strings.Repeat(elem+",", n), ",") }
+	msg := `"messages":[{"role":"user","content":"x"}]`
+	nested := strings.Repeat("[", 63) + strings.Repeat("]", 63) // 64 levels under the body's object: DefaultBodyLimits' MaxDepth
+	var ids strings.Builder
+	for i := range n {
+		if i > 0 {
+			ids.WriteByte(',')
+		}
+		ids.WriteString(strconv.Itoa(i % 150_000)) // token ids of a real vocabulary's size
+	}
+	return []struct {
+		name string
+		kind Kind
+		body string
+	}{
+		{"ones in an unknown member", KindChat, `{"model":"m","junk":[` + rep("1") + `],` + msg + `}`},
+		{"empty objects in an unknown member", KindChat, `{"model":"m","junk":[` + rep("{}") + `],` + msg + `}`},
+		{"one-character strings in an unknown member", KindChat, `{"model":"m","junk":[` + rep(`"a"`) + `],` + msg + `}`},
+		{"nested arrays in an unknown member", KindChat, `{"model":"m","junk":[` + strings.TrimSuffix(strings.Repeat(nested+",", 2<<20/len(nested)), ",") + `],` + msg + `}`},
+		{"one-character content parts", KindChat, `{"model":"m","messages":[{"role":"user","content":[` + rep(`"a"`) + `]}]}`},
+		{"one-character text parts", KindChat, `{"model":"m","messages":[{"role":"user","content":[` + rep(`{"type":"text","text":"a"}`) + `]}]}`},
+		{"empty objects as messages", KindChat, `{"model":"m","messages":[` + rep("{}") + `]}`},
+		{"smallest messages", KindChat, `{"model":"m","messages":[` + rep(`{"role":"x"}`) + `]}`},
+		{"prompt_token_ids", KindCompletion, `{"model":"m","prompt_token_ids":[` + ids.String() + `]}`},
+		{"ones as a prompt", KindCompletion, `{"model":"m","prompt":[` + rep("1") + `]}`},
+		{"empty objects as prompt_token_ids", KindCompletion, `{"model":"m","prompt_token_ids":[` + rep("{}") + `]}`},
+		{"empty objects as Responses input", KindResponses, `{"model":"m","input":[` + rep("{}") + `]}`},
+		{"smallest Responses items", KindResponses, `{"model":"m","input":[` + rep(`{"role":"x"}`) + `]}`},
+	}
+}
+
+// allocated is the bytes fn allocates (runtime.MemStats.TotalAlloc: every
+// allocation counts, however soon the GC frees it, so it bounds the
+// peak's growth).
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestDecodeMemory: decoding any of the hostile bodies allocates at most
+// 8 times the body's size (issue 33), copying or through a Scratch.
+// Measured (2026-12-06, 2-core Xeon; bytes allocated per body byte,
+// copying / through a Scratch / the fastjson decoder, which this replaced):
+// a million 1s, {}s, "a"s or nested arrays in an unknown member 0.00 /
+// 0.00 / 117-232; a million one-character content parts 1.00 / 1.00 /
+// 119, text parts 1.00 / 1.00 / 53; a million {} as messages 0.00 / 0.00
+// / 174; a million smallest messages ({"role":"x"}) 5.31 / 4.31 / 74 (the
+// most: a 56-byte chat.Message per 13 bytes); 1 M prompt_token_ids 0.64 /
+// 0.64 / 76; a million 1s as a prompt 2.00 / 2.00 / 234 (4 bytes per
+// id); a million {} as prompt_token_ids 1.34 / 1.34 / 156; a million {}
+// as Responses input 0.00 / 0.00 / 155, smallest items 4.31 / 4.31 / 99.
+// -v logs this machine's numbers. Not parallel: TotalAlloc counts every
+// goroutine's allocations.
+func TestDecodeMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds ~40 MB of bodies")
+	}
+	for _, c := range hostileBodies() {
+		body := []byte(c.body)
+		var d Request
+		var sc Scratch
+		newCopy := allocated(func() { _ = Decode(&d, c.kind, body, 64, nil) })
+		d = Request{}
+		newView := allocated(func() { _ = Decode(&d, c.kind, body, 64, &sc) })
+		d = Request{}
+		old := allocated(func() { _ = oldDecode(&d, c.kind, body) })
+		n := float64(len(body))
+		t.Logf("%-45s %8d bytes: copying %5.2fx, through a Scratch %5.2fx, fastjson %6.1fx",
+			c.name, len(body), float64(newCopy)/n, float64(newView)/n, float64(old)/n)
+		for _, got := range []uint64{newCopy, newView} {
+			if float64(got) > 8*n {
+				t.Errorf("%s: decoding %d bytes allocated %d (%.1fx), want at most 8x", c.name, len(body), got, float64(got)/n)
+			}
+		}
+	}
+}
