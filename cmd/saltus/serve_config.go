@@ -263,7 +263,7 @@ var serveKeys = []serveKey{
 	{key: "memory-limit", bind: func(c *serveConfig) value { return size64V{&c.Memory.Limit} },
 		help: "the Go runtime's soft memory limit (`size`: the collector works harder near it; not a cap); 0: GOMEMLIMIT from the environment when set (GOMEMLIMIT=off: none), else 90% of the container's (cgroup) memory limit, else none"},
 	{key: "memory-give-back", bind: func(c *serveConfig) value { return durV{&c.Memory.Interval} },
-		help: "`duration` between looks at the heap: when it holds 64MiB more than after the last give-back and stopped growing (a burst of large bodies is over), saltus collects and returns the free memory to the OS; 0: off (the runtime returns it slowly)"},
+		help: "`duration` between looks at the heap: when it holds 8MiB more than after the last give-back and stopped growing (a burst of large bodies is over), saltus collects and returns the free memory to the OS; 0: off (the runtime returns it slowly)"},
 	{key: "token-budget", bind: func(c *serveConfig) value { return sizeV{&c.Router.Pool.TokenBudget} },
 		help: "most tokenizer work one request may cause (`size` of prose: B, KiB, MiB; a byte of a run of 64+ bytes of one class, e.g. one repeated letter, counts 32), 1KiB–1GiB; text past it is keyed as 64-byte blocks"},
 	{key: "cluster-bind", bind: func(c *serveConfig) value { return strV{&c.Cluster.Bind} },

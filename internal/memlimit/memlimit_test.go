@@ -37,7 +37,8 @@ func TestValidate(t *testing.T) {
 }
 
 // The governor gives back once the heap holds Slack more than after its
-// last give-back and stopped growing, at most once per Interval.
+// last give-back and stopped growing (by Slack/4 or more a look), at most
+// once per Interval.
 func TestTickDecides(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
@@ -66,6 +67,8 @@ func TestTickDecides(t *testing.T) {
 		{[]uint64{150 * mib}, 5500 * time.Millisecond, false},   // growing again
 		{[]uint64{150 * mib, 90 * mib}, 6 * time.Second, true},  // 70 MiB over the new floor
 		{[]uint64{140 * mib}, 7 * time.Second, false},           // 50 over: under slack
+		{[]uint64{170 * mib}, 8 * time.Second, false},           // grew 30: more than slack/4
+		{[]uint64{172 * mib, 95 * mib}, 9 * time.Second, true},  // grew 2: an idle router's garbage
 	}
 	for i, s := range steps {
 		held = append(held[:0], s.held...)
@@ -73,7 +76,7 @@ func TestTickDecides(t *testing.T) {
 			t.Fatalf("step %d (held %d MiB): gave back %v, want %v", i, s.held[0]/mib, got, s.gives)
 		}
 	}
-	if freed != 3 || g.givenN.Get() != 3 || g.givenBytes.Get() != (190+70+60)*mib {
+	if freed != 4 || g.givenN.Get() != 4 || g.givenBytes.Get() != (190+70+60+77)*mib {
 		t.Fatalf("freed %d, counted %d, bytes %d MiB", freed, g.givenN.Get(), g.givenBytes.Get()/mib)
 	}
 }
