@@ -88,9 +88,16 @@ func TestDecodeMemory(t *testing.T) {
 		n := float64(len(body))
 		t.Logf("%-45s %8d bytes: copying %5.2fx, through a Scratch %5.2fx, fastjson %6.1fx",
 			c.name, len(body), float64(newCopy)/n, float64(newView)/n, float64(old)/n)
+		limit := 8.0
+		if raceBuild {
+			// The race detector's instrumentation allocates more: the
+			// smallest messages measured 9.6x copying (5.3x without it).
+			// The bound still catches a tree per value (50-230x).
+			limit = 12
+		}
 		for _, got := range []uint64{newCopy, newView} {
-			if float64(got) > 8*n {
-				t.Errorf("%s: decoding %d bytes allocated %d (%.1fx), want at most 8x", c.name, len(body), got, float64(got)/n)
+			if float64(got) > limit*n {
+				t.Errorf("%s: decoding %d bytes allocated %d (%.1fx), want at most %gx", c.name, len(body), got, float64(got)/n, limit)
 			}
 		}
 	}
