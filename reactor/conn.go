@@ -22,6 +22,7 @@ type conn struct {
 	s      *Server
 	ls     *Loop
 	gc     gnet.Conn
+	tls    *tlsWire // a TLS client's records, read and written on the loop; nil: plain
 	remote string
 
 	// any goroutine
@@ -57,12 +58,42 @@ type conn struct {
 // (gnet joins its ring and the new read), O(n²) for a head or chunked body
 // trickling in; this way each byte is copied once.
 func (c *conn) onTraffic(now time.Time) {
+	if c.tls == nil {
+		c.frame(now)
+		return
+	}
+	// TLS: the plaintext of the records gnet read goes to the loop's
+	// buffer (ls.plain), which frame reads as it reads gnet's on a plain
+	// connection; what it leaves there moves to c.in, since the buffer is
+	// the next connection's. Nothing is decrypted while paused or closing
+	// (the ciphertext waits in gnet's buffer, bounded as plaintext is).
+	ls := c.ls
+	var err error
+	if !c.paused && !c.closing {
+		ls.plain, err = c.tls.decrypt(ls.plain[:0])
+		ls.plainOff = 0
+	}
+	c.frame(now)
+	if rest := ls.plain[ls.plainOff:]; len(rest) > 0 && !c.closing && !c.closed {
+		c.in = append(c.in, rest...)
+	}
+	ls.plain, ls.plainOff = ls.plain[:0], 0
+	if cap(ls.plain) > maxStaged {
+		ls.plain = nil // a long body's plaintext: let it go
+	}
+	if err != nil {
+		c.close() // the client's close_notify, or a record that failed (its alert was sent)
+	}
+}
+
+// frame frames and serves the bytes received (see onTraffic). Loop only.
+func (c *conn) frame(now time.Time) {
 	c.lastActive = now
 	s := c.s
 	if c.closing {
 		// Nothing after a closing request (or a framing error) is read: drop
 		// it, so it cannot pile up in gnet's buffer.
-		_, _ = c.gc.Discard(-1)
+		c.discardAll()
 		c.in = nil
 		return
 	}
@@ -76,7 +107,7 @@ func (c *conn) onTraffic(now time.Time) {
 		}
 		if c.paused {
 			// gnet keeps reading into its inbound buffer; bound it.
-			if lim := s.lim.Load(); c.gc.InboundBuffered()+len(c.in) > lim.maxHead+lim.maxBody {
+			if lim := s.lim.Load(); c.gc.InboundBuffered()+c.buffered()+len(c.in) > lim.maxHead+lim.maxBody {
 				c.close()
 			}
 			return
@@ -87,11 +118,11 @@ func (c *conn) onTraffic(now time.Time) {
 			c.takeInbound()
 			buf = c.in
 		} else {
-			if c.gc.InboundBuffered() == 0 {
+			if c.buffered() == 0 {
 				c.headStart = time.Time{}
 				return
 			}
-			buf, _ = c.gc.Peek(-1) // the whole buffer; err only when n > buffered
+			buf = c.peek()
 		}
 		if c.headStart.IsZero() && c.prog.headEnd == 0 {
 			c.headStart = now
@@ -127,7 +158,7 @@ func (c *conn) onTraffic(now time.Time) {
 				c.in = nil // do not pin a large body's buffer on an idle connection
 			}
 		} else {
-			_, _ = c.gc.Discard(used) // discards exactly used: Peek saw used bytes
+			c.discard(used)
 		}
 		c.prog, c.sentCont, c.headStart = progress{}, false, time.Time{}
 		req.RemoteAddr = c.remote
@@ -167,11 +198,62 @@ func (c *conn) resume() {
 // takeInbound moves everything gnet has buffered to the end of c.in.
 // Loop only.
 func (c *conn) takeInbound() {
-	if c.gc.InboundBuffered() == 0 {
+	if c.buffered() == 0 {
 		return
 	}
-	b, _ := c.gc.Next(-1) // all of it; err only when n > buffered
-	c.in = append(c.in, b...)
+	c.in = append(c.in, c.peek()...)
+	c.discard(-1)
+}
+
+// The bytes received and not yet taken: gnet's buffer, or for TLS the
+// plaintext decrypted in this callback (the loop's ls.plain). Loop only.
+
+// buffered is how many there are.
+func (c *conn) buffered() int {
+	if c.tls != nil {
+		return len(c.ls.plain) - c.ls.plainOff
+	}
+	return c.gc.InboundBuffered()
+}
+
+// peek is all of them, a view valid until discard or the callback's end.
+func (c *conn) peek() []byte {
+	if c.tls != nil {
+		return c.ls.plain[c.ls.plainOff:]
+	}
+	b, _ := c.gc.Peek(-1) // the whole buffer; err only when n > buffered
+	return b
+}
+
+// discard drops the first n of them (-1: all; n at most what peek saw).
+func (c *conn) discard(n int) {
+	if c.tls != nil {
+		if n < 0 {
+			n = c.buffered()
+		}
+		c.ls.plainOff += n
+		return
+	}
+	_, _ = c.gc.Discard(n) // exactly n: peek saw them
+}
+
+// discardAll drops them and, for TLS, the ciphertext not decrypted.
+func (c *conn) discardAll() {
+	c.discard(-1)
+	if c.tls != nil {
+		_, _ = c.gc.Discard(-1)
+	}
+}
+
+// write hands b, answer bytes, to gnet (for TLS, as records). Loop only.
+func (c *conn) write(b []byte) {
+	if c.tls != nil {
+		if c.tls.write(b) != nil {
+			c.close() // it sent close_notify, or a write failed before
+		}
+		return
+	}
+	_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
 }
 
 // push opens an exchange for req at the end of the queue. Loop only.
@@ -324,6 +406,9 @@ func (c *conn) closeSent() {
 	}
 	if c.lingerUntil.IsZero() {
 		c.lingerUntil = time.Now().Add(lingerTime)
+		if c.tls != nil {
+			c.tls.closeNotify() // the answer's end, then the socket's
+		}
 		if err := syscall.Shutdown(c.gc.Fd(), syscall.SHUT_WR); err != nil {
 			c.close()
 		}
@@ -399,6 +484,9 @@ func (c *conn) close() {
 	}
 	if !c.closed && !c.closeQueued {
 		c.closeQueued = true
+		if c.tls != nil {
+			c.tls.closeNotify() // written with what is left, as far as the socket takes it
+		}
 		_ = c.gc.Close() // queued on the loop; fails only when already closing
 	}
 }

@@ -24,7 +24,7 @@ func (c *conn) send(b []byte) {
 	ls := c.ls
 	if !ls.corking || len(b) > maxCork {
 		ls.flushCork()
-		_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+		c.write(b)
 		return
 	}
 	if ls.corked != c || len(ls.cbuf)+len(b) > maxCork {
@@ -68,6 +68,6 @@ func (ls *Loop) flushCork() {
 	if c.closed || len(b) == 0 {
 		return
 	}
-	_, _ = c.gc.Write(b) // a failed write closes the conn; OnClose follows
+	c.write(b)
 	c.refresh()
 }

@@ -91,6 +91,11 @@ type Loop struct {
 	lastSweep time.Time // of the connections; owned by the loop
 	scratch   []byte    // RespondLoop's answer buffer; owned by the loop
 
+	// TLS on the loop (tlswire.go); owned by the loop.
+	plain    []byte // the plaintext a TLS connection's records gave in this callback
+	plainOff int    // how much of plain was taken
+	tlsOut   []byte // the records a TLS write makes, staged for one gnet write
+
 	// Write coalescing (cork.go); owned by the loop.
 	corking bool   // inside an upstream traffic callback
 	corked  *conn  // the connection whose bytes cbuf holds; nil: none
@@ -508,33 +513,50 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return nil, s.upOpen(u, gc)
 	}
 	ls := s.loopOf(gc.EventLoop())
-	peer, bridged := gc.Context().(*tlsPeer)
+	peer, isTLS := gc.Context().(*tlsPeer)
 	if s.discovering.Load() {
 		return nil, gnet.Close // a probe of discoverLoops (or a client too early)
 	}
-	if s.tls != nil && !bridged {
+	if s.tls != nil && !isTLS {
 		return nil, gnet.Close // the engine's private socket: only the probes use it
+	}
+	if isTLS {
+		peer.wire.attach(gc, ls)
 	}
 	if !s.accepting.Load() {
 		s.m.rejectedDraining.Inc()
+		if isTLS {
+			s.tls.release(peer.wire)
+		}
 		return nil, gnet.Close
 	}
 	if s.conns.Add(1) > int64(s.lim.Load().maxConns) {
 		s.conns.Add(-1)
 		s.m.rejectedMaxConns.Inc()
 		s.ownAnswer(http.StatusServiceUnavailable)
+		if isTLS {
+			_ = peer.wire.write(response503()) // the records go out before the close, as OnOpen's bytes would
+			s.tls.release(peer.wire)
+			return nil, gnet.Close
+		}
 		return response503(), gnet.Close
 	}
 	s.m.accepted.Inc()
 	now := time.Now()
 	c := &conn{s: s, ls: ls, gc: gc, gone: make(chan struct{}), lastActive: now}
-	if bridged {
-		c.remote = peer.remote // the socketpair's own address is "@"
-	} else if ra := gc.RemoteAddr(); ra != nil {
+	if ra := gc.RemoteAddr(); ra != nil {
 		c.remote = ra.String()
 	}
 	gc.SetContext(c)
 	ls.conns[c] = struct{}{}
+	if isTLS {
+		c.tls = peer.wire
+		s.tls.onLoop.Add(1)
+		// The handshake may have read the client's first request with its
+		// last flight: crypto/tls holds it, and no more bytes may come to
+		// make gnet call OnTraffic.
+		_ = gc.Wake(nil) // fails only when closing
+	}
 	return nil, gnet.None
 }
 
@@ -550,6 +572,10 @@ func (h *engineHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
 	c.onClose()
 	delete(c.ls.conns, c)
 	h.s.conns.Add(-1)
+	if c.tls != nil {
+		h.s.tls.onLoop.Add(-1)
+		h.s.tls.release(c.tls)
+	}
 	return gnet.None
 }
 

@@ -44,9 +44,11 @@ type Upstream struct {
 	h    UpstreamHandler
 	addr string
 	tls  *tls.Config // DialUpstreamTLS's; nil: plain TCP
+	wire *tlsWire    // over TLS: set by the dial goroutine before the connection reaches the loop, then the loop's
 
 	// owned by the loop
 	gc       gnet.Conn // set in OnOpen
+	in       []byte    // over TLS: plaintext the handler has not consumed yet
 	opened   bool      // OnUpstreamOpen ran (and the gauge counts it)
 	closeReq bool      // Close was called
 	closed   bool      // OnUpstreamClose ran or is posted
@@ -67,7 +69,12 @@ func (u *Upstream) Write(b []byte) error {
 		return ErrUpstreamClosed
 	}
 	u.inWrite = true
-	_, err := u.gc.Write(b)
+	var err error
+	if u.wire != nil {
+		err = u.wire.write(b) // fails once close_notify went; gnet's own write failure closes the conn
+	} else {
+		_, err = u.gc.Write(b)
+	}
 	u.inWrite = false
 	if err != nil || u.closed {
 		return ErrUpstreamClosed
@@ -84,6 +91,9 @@ func (u *Upstream) Close() {
 	}
 	u.closeReq = true
 	if u.gc != nil {
+		if u.wire != nil && u.opened {
+			u.wire.closeNotify()
+		}
 		_ = u.gc.Close() // queued on the loop; fails only when closing already: OnClose follows either way
 	}
 }
@@ -100,9 +110,8 @@ func (l *Loop) DialUpstream(addr string, timeout time.Duration, h UpstreamHandle
 
 // DialUpstreamTLS is DialUpstream over TLS with cfg (its ServerName, root
 // CAs and verification are the caller's): the TLS handshake runs on the
-// dial goroutine within the same timeout, then the connection reaches the
-// loop as plaintext over a socketpair, bridged by two goroutines as the
-// TLS listener's connections are (tls.go). A failed handshake (a
+// dial goroutine within the same timeout, then the loop reads and writes
+// the connection's records as it does the TLS listener's (tlswire.go). A failed handshake (a
 // certificate that does not verify, say) is OnUpstreamClose with an
 // error naming addr, counted in saltus_upstream_tls_handshakes_total
 // {result="error"} and logged (at most once per 10 s). Loop only (l's).
@@ -131,8 +140,8 @@ func (s *Server) dialUpstream(ls *Loop, addr string, timeout time.Duration, cfg 
 	return u, nil
 }
 
-// dial connects u and enrolls it on its loop; on a dial goroutine. Over
-// TLS, the goroutine then stays as the bridge's upstream-to-loop copy.
+// dial connects u (over TLS, with its handshake) and enrolls it on its
+// loop; on a dial goroutine.
 func (s *Server) dial(ctx context.Context, u *Upstream, timeout time.Duration) {
 	d := net.Dialer{Timeout: timeout}
 	start := time.Now()
@@ -141,15 +150,10 @@ func (s *Server) dial(ctx context.Context, u *Upstream, timeout time.Duration) {
 		s.upFailed(u, err)
 		return
 	}
-	var (
-		tc   *tls.Conn
-		ours *net.UnixConn
-		conn net.Conn = nc
-	)
 	if u.tls != nil {
-		tc = tls.Client(nc, u.tls)
+		w := newClientWire(nc, u.tls)
 		hctx, cancel := context.WithTimeout(ctx, max(timeout-time.Since(start), time.Millisecond))
-		err := tc.HandshakeContext(hctx)
+		err := w.tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
 			_ = nc.Close() // the handshake failed: nothing to say
@@ -162,49 +166,28 @@ func (s *Server) dial(ctx context.Context, u *Upstream, timeout time.Duration) {
 			return
 		}
 		s.m.upTLSOK.Inc()
-		var loops *net.UnixConn
-		if ours, loops, err = socketPair(); err != nil {
-			_ = tc.Close() // never used
-			s.upFailed(u, err)
-			return
-		}
-		conn = loops
+		u.wire = w // before Enroll: the loop reads it in OnOpen
 	}
-	ch, err := u.ls.el.Enroll(gnet.NewContext(context.Background(), u), conn)
+	// gnet dups the socket, registers the copy (OnOpen runs there) and
+	// closes nc.
+	ch, err := u.ls.el.Enroll(gnet.NewContext(context.Background(), u), nc)
 	if err != nil {
-		_ = conn.Close() // gnet did not take it
-		if tc != nil {
-			_ = ours.Close() // never used
-			_ = tc.Close()   // never used
-		}
+		_ = nc.Close() // gnet did not take it
 		s.upFailed(u, err)
 		return
 	}
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			if tc != nil {
-				_ = ours.Close() // the loop never had it
-				_ = tc.Close()   // never used
-			}
 			s.upFailed(u, r.Err)
 			return
 		}
 		// gnet waited for the loop to register the connection, and OnOpen
-		// runs during that; if it did not, registration failed (then the
-		// loop closed its end, and a TLS bridge below ends at once).
+		// runs during that; if it did not, registration failed.
 		s.upFailed(u, errNotRegistered)
 	case <-ctx.Done():
 		// The engine stops: its loops close every connection, this one
 		// included once enrolled.
-		if tc != nil {
-			_ = ours.Close() // shutting down
-			_ = tc.Close()   // shutting down
-		}
-		return
-	}
-	if tc != nil {
-		s.bridge(ctx, tc, ours, s.dialers)
 	}
 }
 
@@ -228,6 +211,9 @@ func (s *Server) upFailed(u *Upstream, err error) {
 // upOpen is gnet's OnOpen for an upstream connection. Loop only.
 func (s *Server) upOpen(u *Upstream, gc gnet.Conn) gnet.Action {
 	u.gc = gc
+	if u.wire != nil {
+		u.wire.attach(gc, u.ls)
+	}
 	if u.closeReq || u.closed {
 		return gnet.Close // closed while dialing; OnClose follows
 	}
@@ -243,12 +229,47 @@ func (s *Server) upTraffic(u *Upstream, gc gnet.Conn) {
 		_, _ = gc.Discard(-1) // nobody reads a closing connection
 		return
 	}
+	if u.wire != nil {
+		s.upTrafficTLS(u)
+		return
+	}
 	buf, _ := gc.Peek(-1) // the whole buffer; err only when n > buffered
 	u.ls.cork()           // what this read answers goes out in one write (cork.go)
 	n := u.h.OnUpstreamData(u, buf)
 	u.ls.uncork()
 	if n > 0 {
 		_, _ = gc.Discard(n) // at most what Peek saw
+	}
+}
+
+// upTrafficTLS is upTraffic over TLS: the records' plaintext, after what
+// the handler left unconsumed (u.in), is offered in the loop's buffer
+// (ls.plain), and what the handler leaves again moves to u.in. Loop only.
+func (s *Server) upTrafficTLS(u *Upstream) {
+	ls := u.ls
+	buf := ls.plain[:0]
+	if len(u.in) > 0 {
+		buf = append(buf, u.in...)
+	}
+	buf, err := u.wire.decrypt(buf)
+	n := 0
+	if len(buf) > len(u.in) && !u.closed && !u.closeReq { // new bytes (and a write of the KeyUpdate answer did not close it)
+		ls.cork()
+		n = u.h.OnUpstreamData(u, buf)
+		ls.uncork()
+	}
+	if !u.closed && !u.closeReq {
+		u.in = append(u.in[:0], buf[n:]...)
+		if len(u.in) == 0 {
+			u.in = nil // do not pin a long answer's buffer on an idle connection
+		}
+	}
+	ls.plain = buf[:0]
+	if cap(ls.plain) > maxStaged {
+		ls.plain = nil
+	}
+	if err != nil && !u.closeReq && !u.closed {
+		u.Close() // the server's close_notify, or a record that failed: the connection is done
 	}
 }
 
