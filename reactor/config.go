@@ -21,9 +21,8 @@ type Config struct {
 	MailboxSize      int           // per loop: Loop.Post functions queued and not yet run
 
 	// TLS, when not nil, makes Listen speak TLS 1.2/1.3 (tls.go): a Go
-	// acceptor does the handshakes and the record layer on its own
-	// goroutines and hands each connection's plaintext to a loop over a
-	// socketpair. Its certificate comes from GetCertificate or
+	// acceptor does the handshakes on its own goroutines, then a loop
+	// reads and writes each connection's records (tlswire.go). Its certificate comes from GetCertificate or
 	// Certificates; NextProtos and MinVersion are overridden ("http/1.1"
 	// only, TLS 1.2 at least). nil: plain HTTP.
 	TLS                 *tls.Config

@@ -112,39 +112,45 @@
 // # TLS (Config.TLS)
 //
 // With Config.TLS set the listen address speaks TLS 1.2/1.3 (ALPN
-// "http/1.1" only) and the loops never see a handshake or a record
-// (tls.go). A Go acceptor ("reactor.tls-accept") owns the TCP listener;
+// "http/1.1" only). Handshakes never run on a loop; records do (tls.go,
+// tlswire.go). A Go acceptor ("reactor.tls-accept") owns the TCP listener;
 // each connection's handshake runs on a "reactor.tls" worker within
-// TLSHandshakeTimeout. Then a socketpair (AF_UNIX, SOCK_STREAM) is made
-// and one end is enrolled on a loop (round-robin, gnet's EventLoop.Enroll)
-// with a context (*tlsPeer) that marks it a client connection and carries
-// the client's TCP address, so Request.RemoteAddr stays the client's; that
-// worker copies the client's plaintext into the other end, and a second
-// one copies the loop's answers back through crypto/tls. To the loop the
-// connection is a plain one: framing, timeouts, bounds and drain are the
-// same code. A client's EOF half-closes the loop's end (the loop closes on
-// EOF, as for TCP); the loop's close sends close_notify and closes the TCP
-// connection; a client that stops reading is cut after at most IdleTimeout
-// (a write deadline on the bridge). Bounds: MaxConns counts TLS connections
-// from accept (handshaking or bridged) and MaxTLSHandshakes those still
-// handshaking; over either the connection is closed before a byte is read
-// (saltus_tls_rejected_total{reason}). Failed handshakes are counted by
-// reason (saltus_tls_handshakes_total{result="error",reason}); plain HTTP
-// on the TLS port gets a plain 400. gnet 2.9.7 cannot run without a
-// listener, so the engine listens on a unix socket in a private (0700)
-// temporary directory, used only by discoverLoops' probes; any other
-// connection there is closed. Unlike gnet's, the TLS listener closes at
-// StopAccepting.
+// TLSHandshakeTimeout, through the socket itself. Then gnet enrolls the
+// socket on a loop (round-robin, EventLoop.Enroll, which dups it) with a
+// context (*tlsPeer) that marks it a client connection and carries its
+// tlsWire: the net.Conn under the handshake's crypto/tls.Conn, which on
+// the loop reads the ciphertext gnet buffered (answering a temporary
+// "would block" once it is used, which crypto/tls survives with a partial
+// record kept) and stages the records it writes for one gnet write. On
+// each read the loop decrypts every whole record into its plaintext buffer
+// and frames from there as from gnet's buffer on a plain connection;
+// answers are encrypted as they are written. Framing, timeouts, bounds,
+// pausing (ciphertext waits in gnet's buffer, counted against the same
+// bound) and drain are the same code. A request that arrived with the
+// handshake's last flight is held by crypto/tls, so OnOpen wakes the
+// connection once. The client's close_notify ends the connection as EOF
+// does; the loop's close sends close_notify first. Bounds: MaxConns counts
+// TLS connections from accept (handshaking or on a loop) and
+// MaxTLSHandshakes those still handshaking; over either the connection is
+// closed before a byte is read (saltus_tls_rejected_total{reason}). Failed
+// handshakes are counted by reason (saltus_tls_handshakes_total{result=
+// "error",reason}); plain HTTP on the TLS port gets a plain 400. gnet
+// 2.9.7 cannot run without a listener, so the engine listens on a unix
+// socket in a private (0700) temporary directory, used only by
+// discoverLoops' probes; any other connection there is closed. Unlike
+// gnet's, the TLS listener closes at StopAccepting. https upstreams
+// (DialUpstreamTLS) work the same way from the client side.
 //
-// Why not on the loops: one full handshake costs 0.5–1.1 ms with an
-// ECDSA P-256 certificate and 1.4–1.7 ms with RSA-2048 (TLS 1.2–1.3,
-// client and server in one process, BenchmarkTLSHandshake); the server's
-// signature alone is 31 µs (ECDSA) and 1.2 ms (RSA), BenchmarkTLSServerSign.
-// Done on a loop, every RSA handshake would stall all of that loop's
-// streams for over a millisecond, and a burst of new connections for
-// much longer. The price of the bridge is two extra copies through a
-// unix socket and two goroutines per connection (16 KiB buffer each
-// way); docs/BENCHMARKS.md (TLS) gives the req/s it costs.
+// Why handshakes stay off the loops: one full handshake costs 0.5–1.1 ms
+// with an ECDSA P-256 certificate and 1.4–1.7 ms with RSA-2048 (TLS
+// 1.2–1.3, client and server in one process, BenchmarkTLSHandshake); the
+// server's signature alone is 31 µs (ECDSA) and 1.2 ms (RSA),
+// BenchmarkTLSServerSign. Done on a loop, every RSA handshake would stall
+// all of that loop's streams for over a millisecond, and a burst of new
+// connections for much longer. A record costs its AEAD (a few µs for 16
+// KiB with AES-NI): on the loop, it saves the two extra reads, writes and
+// goroutine wake-ups per request of the socketpair bridge this replaced
+// (docs/BENCHMARKS.md, TLS, gives both).
 //
 // # Measured (2 shared cores, Go 1.26, see reactor_timing_test.go)
 //
@@ -175,8 +181,7 @@
 //   - Counters and gauges are atomics. gnet's own goroutines (loops, main
 //     reactor, ticker) run under one rules.Group goroutine,
 //     "reactor.engine", joined by Shutdown.
-//   - A TLS connection's tls.Conn and its end of the socketpair are owned
-//     by its two bridge goroutines (one reads, one writes each); the loop
-//     owns the other end like any connection. Shutdown's group stop
-//     closes both, and joins the goroutines.
+//   - A TLS connection's tls.Conn is its handshake worker's until gnet
+//     enrolls the socket (the enrollment's queue orders the two), then its
+//     loop's, like the rest of the connection.
 package reactor
