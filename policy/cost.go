@@ -21,10 +21,11 @@ import (
 // every decision and never learn again):
 //
 //	prefill(b) = (T − H(b)) × B / rate(b)            the tokens b must compute
-//	queue(b)   = q(b) × (pending(b) / rate(b)        prefill sent to b, not yet answered
-//	             + waiting(b) × (base(b) + T × B / rate(b)))
-//	           + slot(b)                             the wait for a running slot
-//	           + kv(b)                               the wait for KV room (kvWait)
+//	ahead(b)   = q(b) × max(pending(b) / rate(b),    prefill sent to b, not yet answered
+//	             waiting(b) × (base(b) + T × B / rate(b)))
+//	queue(b)   = max(ahead(b),                       the prefill ahead
+//	             slot(b),                            the wait for a running slot
+//	             kv(b))                              the wait for KV room (kvWait)
 //	est(b)     = base(b) + queue(b) + prefill(b)     the estimated TTFT
 //	load(b)    = n(b) × (LoadTokens / rate(b) + prefill(b))
 //	evict(b)   = fill(b) × prefill(b)
@@ -52,7 +53,14 @@ import (
 // slot: shard's job.slotHold) and R(b) the requests
 // it runs (the engine's running count while it reports requests waiting,
 // for a slot or for KV room, else S(b)): one of them ends every
-// service/R on average. On engines of 4 slots (the third-party
+// service/R on average. The three waits overlap (the prefill ahead runs
+// while this request waits for a slot, and the slot and the KV room both
+// come as running requests end), so the queue is the longest; the
+// router's own requests waiting there are in both pending(b) and
+// waiting(b), so the prefill ahead is the larger account, not their sum
+// (summed, the estimates of engines serving long prompts at saturation
+// were 1.4 to 4 times the first tokens measured: docs/BENCHMARKS.md,
+// finding 10). On engines of 4 slots (the third-party
 // simulator), a hot prefix's holders that all run 4 then price a wait of
 // most of a decode, not a prefill, and a newcomer takes the request.
 //
@@ -494,7 +502,10 @@ func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64,
 	c.prefill = float64((blocks-c.held)*p.BlockSize) / rate
 	c.kvWait = kvWait(p, v, blocks-c.held, total)
 	q := 1 - v.QueueOff // the share of the prefill ahead this request waits for
-	c.queue = q*(float64(max(v.Pending, 0))/rate+float64(waiting)*(base+total/rate)) + c.slotWait + c.kvWait
+	// The prefill ahead, the larger account, and the longest wait (see
+	// the file's comment).
+	ahead := q * max(float64(max(v.Pending, 0))/rate, float64(waiting)*(base+total/rate))
+	c.queue = max(ahead, c.slotWait, c.kvWait)
 	c.est = base + c.queue + c.prefill
 	c.kvBound = c.est
 	if c.kvWait > 0 {

@@ -844,3 +844,35 @@ func TestCostColdGoesHome(t *testing.T) {
 		t.Fatalf("no home: %+v", d)
 	}
 }
+
+// The waits a request sees at a busy engine overlap: the prefill ahead of
+// it runs while it waits for a slot, and the slot comes as running
+// requests end, as KV room does. Its queue is the longest of them, not
+// their sum; and the engine's waiting requests, which the router's own
+// pending prefill counts already, are not priced twice. Summed, the
+// estimates of engines serving long prompts at saturation were 1.4 to 4
+// times their requests' first tokens (Mooncake ×16, docs/BENCHMARKS.md,
+// finding 10).
+func TestCostWaitsOverlap(t *testing.T) {
+	t.Parallel()
+	bs := viewFleet(1)
+	v := &bs[0]
+	v.Base, v.Rate, v.Service = 0.010, 10000, 2
+	v.Engine, v.Running, v.Slots, v.InFlight, v.Waiting = true, 5, 5, 15, 10
+	v.Pending = 100000                                // 10 s of prefill sent there, not yet answered
+	keys := randKeys(rand.New(rand.NewPCG(5, 5)), 25) // 400 tokens
+	s := newScratch()
+	s.Explain = true
+	d := Decide(costPolicy, bs, nil, keys, true, &s)
+	r := rowOf(t, d, 0)
+	// The slot: (10 + 1) × 2 s / 5 = 4.4 s; the prefill ahead: 10 s from
+	// the router's account, 10 × (10 + 40) ms = 0.5 s from the engine's.
+	if !near(r.SlotWait, 4400) || !near(r.QueueMS, 10000) {
+		t.Fatalf("queue %v ms (slot %v ms), want the longest wait, 10,000 ms", r.QueueMS, r.SlotWait)
+	}
+	// Less prefill ahead: the slot is the longest wait.
+	v.Pending = 20000
+	if r := rowOf(t, Decide(costPolicy, bs, nil, keys, true, &s), 0); !near(r.QueueMS, 4400) {
+		t.Fatalf("queue %v ms, want the slot's 4,400 ms", r.QueueMS)
+	}
+}
