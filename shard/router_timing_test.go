@@ -34,9 +34,7 @@ func benchServeChat4K(b *testing.B, pooled bool) {
 		f.ix.Store(fleet.NewIndex(e.up.Snapshot(), listed))
 		e.r.UseFleet(f)
 	}
-	system := strings.Repeat(systemA+" ", 3000/len(systemA)+1)[:3000]
-	user := strings.Repeat("Please describe the maintenance schedule of the lamp, the lens and the fog horn in detail. ", 12)[:1000]
-	body := chatBody("system", system, "user", user)
+	body := chat4K()
 	x := newExchange(0, "POST", "/v1/chat/completions", body)
 	if c := e.serve(b, x); c == nil {
 		b.Fatal("not forwarded")
