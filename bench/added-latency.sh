@@ -7,7 +7,10 @@
 # on whichever loop the reactor gives them). BASE=/path/to/saltus (another
 # build, e.g. an older commit's) is measured in the same rounds, on its own
 # port, the order of the two routers alternating round by round; the
-# medians of both and their ratio end the output:
+# medians of both and their ratio end the output. nginx, as the plain
+# reverse proxy bench/nginx-compare.sh runs, is measured in the same
+# rounds (NGINX=0 leaves it out), for the added latency of a proxy in its
+# own process on the same machine:
 #   git worktree add /tmp/wt-pre 4a57920 && (cd /tmp/wt-pre && go build -o /tmp/saltus-pre ./cmd/saltus)
 #   git worktree remove /tmp/wt-pre --force
 #   BASE=/tmp/saltus-pre ROUNDS=9 bench/added-latency.sh
@@ -18,13 +21,18 @@ REQUESTS=${REQUESTS:-2000}
 SHARDS=${SHARDS:-2}
 EVENTS=${EVENTS:-16}
 STREAM=${STREAM:-1}
-UP=127.0.0.1:18401 SAL=127.0.0.1:18480 SALB=127.0.0.1:18481
+UP=127.0.0.1:18401 SAL=127.0.0.1:18480 SALB=127.0.0.1:18481 NGX=127.0.0.1:18490
 BASE=${BASE:-}
+NGINX_ON=${NGINX:-1}
 
 . bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
 targets="$UP $SAL"
+if [ "$NGINX_ON" = 1 ]; then
+  start_nginx "$NGX" "$UP"
+  targets="$targets $NGX"
+fi
 if [ -n "$BASE" ]; then
   "$BASE" serve --listen $SALB --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
   targets="$targets $SALB"
@@ -40,7 +48,7 @@ done
 [ -z "$BASE" ] || "$work/loadgen" --target $SALB --conns 1 --duration 10s --requests 500 $flag >/dev/null
 p50() { "$work/loadgen" --target "$1" --conns 1 --duration 60s --requests "$REQUESTS" $flag --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["p50_us"])'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-added=() addedb=()
+added=() addedb=() addedn=()
 for i in $(seq "$ROUNDS"); do
   if [ -z "$BASE" ]; then
     d=$(p50 $UP); s=$(p50 $SAL)
@@ -55,9 +63,15 @@ for i in $(seq "$ROUNDS"); do
     addedb+=($((b - d)))
   fi
   added+=($((s - d)))
+  if [ "$NGINX_ON" = 1 ]; then
+    n=$(p50 $NGX)
+    echo "round $i: nginx p50 ${n} µs, added $((n - d)) µs"
+    addedn+=($((n - d)))
+  fi
 done
 m=$(median "${added[@]}")
 echo "median added p50: $m µs"
+[ "$NGINX_ON" = 1 ] && echo "median added p50 of nginx: $(median "${addedn[@]}") µs"
 if [ -n "$BASE" ]; then
   mb=$(median "${addedb[@]}")
   echo "median added p50 of base $BASE: $mb µs; this build / base: $(awk -v a="$m" -v b="$mb" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}')"

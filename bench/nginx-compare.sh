@@ -42,13 +42,6 @@ UP=127.0.0.1:18101 SAL=127.0.0.1:18180 SAL_PIN=127.0.0.1:18181 SAL_RR=127.0.0.1:
 SAL_TLS=127.0.0.1:18183 NGX_TLS=127.0.0.1:18191 SAL_BASE=127.0.0.1:18184
 BASE=${BASE:-}
 
-if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
-  echo "nginx is missing: installing it with apt-get" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
-fi
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-
 . bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
 
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
@@ -70,46 +63,7 @@ fi
 "$work/saltus" serve --listen $SAL_TLS --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn \
   --tls-cert-file "$work/cert.pem" --tls-key-file "$work/key.pem" & pids+=($!)
 SAL_TLS_PID=$!
-mkdir -p "$work/tmp"
-cat >"$work/nginx.conf" <<CONF
-worker_processes $SHARDS;
-pid $work/nginx.pid;
-error_log $work/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  client_body_buffer_size 64k;
-  client_body_temp_path $work/tmp/body;
-  proxy_temp_path $work/tmp/proxy;
-  fastcgi_temp_path $work/tmp/fastcgi;
-  uwsgi_temp_path $work/tmp/uwsgi;
-  scgi_temp_path $work/tmp/scgi;
-  upstream engines { server $UP; keepalive 128; keepalive_requests 100000000; }
-  server {
-    listen $NGX;
-    location / {
-      proxy_pass http://engines;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-  server {
-    listen $NGX_TLS ssl;
-    ssl_certificate $work/cert.pem;
-    ssl_certificate_key $work/key.pem;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    location / {
-      proxy_pass http://engines;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-CONF
-"$NGINX" -c "$work/nginx.conf" -e "$work/error.log"
+start_nginx "$NGX" "$UP" "$NGX_TLS"
 
 # Wait until all answer.
 for t in $SAL $SAL_PIN $SAL_RR $NGX ${BASE:+$SAL_BASE} "$SAL_TLS --tls-ca $work/cert.pem" "$NGX_TLS --tls-ca $work/cert.pem"; do

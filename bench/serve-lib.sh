@@ -2,7 +2,8 @@
 # temporary directory ($work) with the three binaries they run (saltus,
 # the instant upstream, the load generator) built from this checkout, and
 # a cleanup on exit that kills every process whose pid is in $pids (and
-# nginx, if $work/nginx.pid exists) and removes $work.
+# nginx, if $work/nginx.pid exists) and removes $work; start_nginx runs
+# nginx as the plain reverse proxy they compare saltus with.
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -16,3 +17,40 @@ trap cleanup EXIT
 go build -o "$work/saltus" ./cmd/saltus
 go build -o "$work/upstream" ./bench/cmd/upstream
 go build -o "$work/loadgen" ./bench/cmd/loadgen
+
+# start_nginx LISTEN UPSTREAM [TLS_LISTEN]: nginx (installed with apt-get
+# where missing: root or passwordless sudo needed) with $SHARDS workers
+# proxying LISTEN to UPSTREAM over keep-alive connections, unbuffered;
+# with TLS_LISTEN, the same over TLS with $work/cert.pem and key.pem.
+start_nginx() {
+  if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+    echo "nginx is missing: installing it with apt-get" >&2
+    local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+  fi
+  NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+  local loc='location / { proxy_pass http://engines; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }'
+  local tls=""
+  [ -z "${3:-}" ] || tls="server { listen $3 ssl; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.2 TLSv1.3; $loc }"
+  mkdir -p "$work/tmp"
+  cat >"$work/nginx.conf" <<CONF
+worker_processes ${SHARDS:-2};
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  client_body_buffer_size 64k;
+  client_body_temp_path $work/tmp/body;
+  proxy_temp_path $work/tmp/proxy;
+  fastcgi_temp_path $work/tmp/fastcgi;
+  uwsgi_temp_path $work/tmp/uwsgi;
+  scgi_temp_path $work/tmp/scgi;
+  upstream engines { server $2; keepalive 128; keepalive_requests 100000000; }
+  server { listen $1; $loc }
+  $tls
+}
+CONF
+  "$NGINX" -c "$work/nginx.conf" -e "$work/error.log"
+}

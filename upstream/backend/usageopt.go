@@ -54,9 +54,9 @@ func InjectIncludeUsage(dst, body []byte) ([]byte, bool) {
 		return body, false
 	}
 	if m.Val < 0 { // absent: first member of the object
-		ins := includeUsageMember
-		if !jsonscan.EmptyObject(body, open) {
-			ins += ","
+		ins := includeUsageMember + "," // constants: no allocation
+		if jsonscan.EmptyObject(body, open) {
+			ins = includeUsageMember
 		}
 		return splice(dst, body, open+1, open+1, ins), true
 	}
@@ -72,9 +72,9 @@ func InjectIncludeUsage(dst, body []byte) ([]byte, bool) {
 		return body, false
 	}
 	if iu.Val < 0 {
-		ins := `"include_usage":true`
-		if !jsonscan.EmptyObject(body, m.Val) {
-			ins += ","
+		ins := `"include_usage":true,`
+		if jsonscan.EmptyObject(body, m.Val) {
+			ins = `"include_usage":true`
 		}
 		return splice(dst, body, m.Val+1, m.Val+1, ins), true
 	}
