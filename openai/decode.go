@@ -344,12 +344,8 @@ func decodeCompletion(dst *Request, r *reader, f *[numFields]int) *Error {
 	// A batch routes by its first prompt; the others must have its type.
 	switch {
 	case jsonscan.Is(b, first, '"'):
-		i := 0
-		for e := first; e >= 0; e = jsonscan.Next(b, e) {
-			if !jsonscan.Is(b, e, '"') {
-				return BadRequest("prompt", "prompt[%d]: want a string like prompt[0], got %s", i, jsonscan.TypeName(b, e))
-			}
-			i++
+		if e := sameType(b, first, '"', "a string"); e != nil {
+			return e
 		}
 		dst.Prompt = r.str(first)
 	case jsonscan.IsNumber(b, first):
@@ -359,12 +355,8 @@ func decodeCompletion(dst *Request, r *reader, f *[numFields]int) *Error {
 		}
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
 	case jsonscan.Is(b, first, '['):
-		i := 0
-		for e := first; e >= 0; e = jsonscan.Next(b, e) {
-			if !jsonscan.Is(b, e, '[') {
-				return BadRequest("prompt", "prompt[%d]: want an array of token ids like prompt[0], got %s", i, jsonscan.TypeName(b, e))
-			}
-			i++
+		if e := sameType(b, first, '[', "an array of token ids"); e != nil {
+			return e
 		}
 		ids, e := tokenIDs(b, first, "prompt[0]")
 		if e != nil {
@@ -373,6 +365,19 @@ func decodeCompletion(dst *Request, r *reader, f *[numFields]int) *Error {
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
 	default:
 		return BadRequest("prompt", "prompt[0]: want a string, a token id or an array of token ids, got %s", jsonscan.TypeName(b, first))
+	}
+	return nil
+}
+
+// sameType checks that every prompt of a batch, from its first at
+// b[first], opens with c as the first does (what names it in the error).
+func sameType(b []byte, first int, c byte, what string) *Error {
+	i := 0
+	for e := first; e >= 0; e = jsonscan.Next(b, e) {
+		if !jsonscan.Is(b, e, c) {
+			return BadRequest("prompt", "prompt[%d]: want %s like prompt[0], got %s", i, what, jsonscan.TypeName(b, e))
+		}
+		i++
 	}
 	return nil
 }

@@ -109,12 +109,13 @@ type Config struct {
 	// and rendered on a decode worker instead of its event loop, which
 	// meanwhile serves its other connections. Default 64 KiB, the size
 	// up to which a loop keeps its decode memory (openai.KeepDecodeBytes): a body of
-	// short messages, the dearest shape per byte, took 85 µs at 4 KiB,
-	// 1.3 ms at 64 KiB, 23 ms at 256 KiB and 114 ms at 1 MiB to decode
-	// and render (BenchmarkDecodeOnLoop, 2 shared cores under load); a
-	// 28 MB one held its loop 11.7 s. A 4 KB chat of long strings costs
-	// ~5 µs with tokenization (BenchmarkServeChat4K), so typical bodies
-	// stay on the loop. 0: every body is decoded off the loop.
+	// short messages, the dearest shape per byte, takes 11 µs at 4 KiB,
+	// 0.16 ms at 64 KiB, 1.3 ms at 256 KiB and 6.7 ms at 1 MiB to decode
+	// and render (BenchmarkDecodeOnLoop, 2 shared cores, 2026-12-06; the
+	// parse-tree decoder before took 85 µs, 1.3 ms, 23 ms and 114 ms). A
+	// 4 KB chat of long strings costs ~5 µs with tokenization
+	// (BenchmarkServeChat4K), so typical bodies stay on the loop. 0:
+	// every body is decoded off the loop.
 	OffloopBytes int
 	// DecodeWorkers is how many goroutines decode large bodies. Default
 	// 2: they compete with the loops for the cores, and a large body is

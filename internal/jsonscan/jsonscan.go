@@ -15,8 +15,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
-
-	"github.com/valyala/fastjson"
 )
 
 // Member is one object member's byte offsets: Start (its key's opening
@@ -80,9 +78,7 @@ func KeyIs(q []byte, key string) bool {
 	if bytes.IndexByte(q, '\\') < 0 {
 		return len(q) == len(key)+2 && string(q[1:len(q)-1]) == key
 	}
-	var p fastjson.Parser // rare: an escaped key
-	v, err := p.ParseBytes(q)
-	return err == nil && string(v.GetStringBytes()) == key
+	return len(q) >= 2 && KeyIndex(q[1:len(q)-1], []string{key}) == 0 // rare: an escaped key
 }
 
 // SkipWS returns the offset of the first byte at or after i that is not

@@ -96,3 +96,25 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// KeyIs undoes a key's escapes: "stream_options" written with \u
+// escapes and an escaped solidus is still that key.
+func TestKeyIsEscaped(t *testing.T) {
+	for _, c := range []struct {
+		q    string
+		key  string
+		want bool
+	}{
+		{`"stream_options"`, "stream_options", true},
+		{`"stream\u005foptions"`, "stream_options", true},
+		{`"\u0073tream_options"`, "stream_options", true},
+		{`"a\/b"`, "a/b", true},
+		{`"stream\u005fOptions"`, "stream_options", false},
+		{`"stream\noptions"`, "stream_options", false},
+		{`""`, "", true},
+	} {
+		if got := KeyIs([]byte(c.q), c.key); got != c.want {
+			t.Errorf("KeyIs(%s, %q) = %v, want %v", c.q, c.key, got, c.want)
+		}
+	}
+}
