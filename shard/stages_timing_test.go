@@ -84,7 +84,14 @@ func BenchmarkPrefixStages(b *testing.B) {
 		}
 	}
 	// One pass to fill every stage's input and scratch.
-	e.loops.run(b, 0, func() { decode(); render(); tokenize(); blockKeys(); match(); decide() })
+	e.loops.run(b, 0, func() {
+		decode()
+		render()
+		tokenize()
+		blockKeys()
+		match()
+		decide()
+	})
 	if len(sh.hits) == 0 {
 		b.Fatal("the tree does not know the conversation")
 	}
