@@ -104,3 +104,42 @@ func TestTLSRecordsOnLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSBadRecordOnLoop: after the handshake, bytes that are not a valid
+// record (a forged application record, a record over the size limit)
+// close the connection on the loop, which sends its alert and forgets
+// the connection; the server keeps serving others.
+func TestTLSBadRecordOnLoop(t *testing.T) {
+	t.Parallel()
+	s, _, set, ca, _ := startTLSServer(t, nil)
+	for _, bad := range [][]byte{
+		append([]byte{23, 3, 3, 0, 32}, make([]byte, 32)...), // application data that fails its AEAD
+		{23, 3, 3, 0xff, 0xff},                                // longer than any record may be
+		{99, 3, 3, 0, 1, 0},                                   // no such record type
+	} {
+		raw, err := net.DialTimeout("tcp", s.Addr(), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(raw, tlsClientConfig(ca))
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		send(t, tc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n") // the connection is on a loop, and works
+		if r := read(t, bufio.NewReader(tc), "GET"); r.status != 200 {
+			t.Fatalf("before the bad record: %d", r.status)
+		}
+		if _, err := raw.Write(bad); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, raw)
+		_ = raw.Close() // the test's side
+	}
+	waitGauge(t, set, "saltus_tls_connections", "0")
+	tc, br := dialTLS(t, s, ca)
+	send(t, tc, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+	if r := read(t, br, "GET"); r.status != 200 {
+		t.Fatalf("after the bad records: %d", r.status)
+	}
+}
