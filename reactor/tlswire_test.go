@@ -114,8 +114,8 @@ func TestTLSBadRecordOnLoop(t *testing.T) {
 	s, _, set, ca, _ := startTLSServer(t, nil)
 	for _, bad := range [][]byte{
 		append([]byte{23, 3, 3, 0, 32}, make([]byte, 32)...), // application data that fails its AEAD
-		{23, 3, 3, 0xff, 0xff},                                // longer than any record may be
-		{99, 3, 3, 0, 1, 0},                                   // no such record type
+		{23, 3, 3, 0xff, 0xff},                               // longer than any record may be
+		{99, 3, 3, 0, 1, 0},                                  // no such record type
 	} {
 		raw, err := net.DialTimeout("tcp", s.Addr(), 2*time.Second)
 		if err != nil {
