@@ -369,3 +369,53 @@ func TestStrftime(t *testing.T) {
 func timeDate(y, mo, d, h, mi, s int) time.Time {
 	return time.Date(y, time.Month(mo), d, h, mi, s, 0, time.UTC)
 }
+
+// FuzzJinja: a template file and a messages array from outside. A template
+// either compiles or is an error; a compiled one renders the messages or
+// returns an error, never panics; the segments join to the rendered
+// prompt (qwen3's added tokens strip nothing), and message ends increase.
+// Templates with macro or range are skipped: a recursive macro or a huge
+// range is a template that never ends (gonja has no step limit), which an
+// operator's template file can be, and a request's messages cannot make
+// one of a template that is not.
+func FuzzJinja(f *testing.F) {
+	tok := loadTokenizer(f, "qwen3")
+	cfg := loadConfig(f, "qwen3")
+	f.Add(cfg.Template, `[{"role":"user","content":"hi"},{"role":"assistant","content":"<think>a</think>b"}]`)
+	f.Add("{% for m in messages %}{% if m.role == 'x' %}{{ raise_exception('no') }}{% endif %}<|im_start|>{{ m['content'] | trim }}<|im_end|>{% endfor %}", `[{"role":"x"}]`)
+	f.Add("{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}", `[{"role":"user","content":[{"type":"text","text":"a"}]}]`)
+	f.Add("{{ messages[-1].content.split('<')[-1] | tojson }}{% set ns = namespace(a=1) %}{{ ns.a }}", `[{"role":"user","content":"<x"}]`)
+	f.Fuzz(func(t *testing.T, src, msgs string) {
+		if len(src) > 4096 || strings.Contains(src, "macro") || strings.Contains(src, "range") || strings.Contains(src, "call") {
+			t.Skip()
+		}
+		r, err := NewJinja(src, tok, cfg)
+		if err != nil {
+			return
+		}
+		m, err := ParseMessages([]byte(msgs))
+		if err != nil {
+			return
+		}
+		full, ferr := r.jinja.execute(m, Options{AddGenerationPrompt: true})
+		segs, err := r.Render(nil, m, Options{AddGenerationPrompt: true})
+		if (err == nil) != (ferr == nil) {
+			t.Fatalf("Render: %v, execute: %v", err, ferr)
+		}
+		if err != nil {
+			return
+		}
+		if got := joinText(segs); got != full {
+			t.Fatalf("segments join to %q, the rendering is %q", got, full)
+		}
+		last := int32(-1)
+		for _, s := range segs {
+			if s.MsgEnd >= 0 {
+				if s.MsgEnd <= last || int(s.MsgEnd) >= len(m) {
+					t.Fatalf("message ends out of order or range: %q", segs)
+				}
+				last = s.MsgEnd
+			}
+		}
+	})
+}
