@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"regexp"
 	"slices"
@@ -18,7 +19,6 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/parser"
-	"github.com/zeebo/xxh3"
 )
 
 // Jinja is the name of a Renderer built from a model's own Jinja template
@@ -40,8 +40,9 @@ type jinja struct {
 	// specials are the added tokens a rendered prompt is split at.
 	specials splitter
 	// prefixes caches the renderings of conversation prefixes, for the
-	// message ends: see render.
+	// message ends: see render. seed seeds its hashes.
 	prefixes prefixCache
+	seed     maphash.Seed
 }
 
 // forContent finds a loop over a message's content, the pattern vLLM's
@@ -90,7 +91,7 @@ func newJinja(source string, vocab Vocab, cfg Config) (*jinja, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &jinja{tmpl: t, openai: forContent.MatchString(source), vars: map[string]any{}}
+	j := &jinja{tmpl: t, openai: forContent.MatchString(source), vars: map[string]any{}, seed: maphash.MakeSeed()}
 	for k, v := range cfg.Specials {
 		j.vars[k] = v
 	}
@@ -647,7 +648,7 @@ func (j *jinja) render(b *builder, msgs []Message, opt Options) error {
 	key := prefixSeed(popt)
 	for i := range msgs {
 		ends[i] = -1
-		key = prefixKey(key, &msgs[i])
+		key = j.prefixKey(key, &msgs[i])
 		if i == len(msgs)-1 && !opt.AddGenerationPrompt {
 			ends[i] = len(full)
 			break
@@ -658,11 +659,11 @@ func (j *jinja) render(b *builder, msgs []Message, opt Options) error {
 			if err != nil {
 				n = -1 // the template refuses the prefix: no exact end
 			} else {
-				n, sum = len(p), xxh3.HashString(p)
+				n, sum = len(p), maphash.String(j.seed, p)
 			}
 			j.prefixes.put(key, n, sum)
 		}
-		if n >= 0 && n <= len(full) && xxh3.HashString(full[:n]) == sum {
+		if n >= 0 && n <= len(full) && maphash.String(j.seed, full[:n]) == sum {
 			ends[i] = n
 		}
 	}
@@ -679,7 +680,7 @@ func prefixSeed(opt Options) uint64 {
 	return 0x6a09e667f3bcc908
 }
 
-func prefixKey(h uint64, m *Message) uint64 {
+func (j *jinja) prefixKey(h uint64, m *Message) uint64 {
 	var buf [8 * 5]byte
 	k := buf[:0]
 	for _, n := range [...]uint64{h, uint64(len(m.Role)), uint64(len(m.Content)), uint64(len(m.Reasoning))} {
@@ -688,7 +689,8 @@ func prefixKey(h uint64, m *Message) uint64 {
 	if m.HasReasoning {
 		k = append(k, 1)
 	}
-	d := xxh3.New()
+	var d maphash.Hash
+	d.SetSeed(j.seed)
 	_, _ = d.Write(k) // a hash's Write never fails
 	_, _ = d.WriteString(m.Role)
 	_, _ = d.WriteString(m.Content)
