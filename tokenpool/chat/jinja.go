@@ -19,6 +19,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
 // Jinja is the name of a Renderer built from a model's own Jinja template
@@ -120,8 +121,16 @@ func compile(source string, conf *config.Config, env *exec.Environment) (t *exec
 	t, err = exec.NewTemplate("chat_template", conf, sourceLoader(source), env)
 	if err != nil {
 		var se *parser.SyntaxError
-		if errors.As(err, &se) {
+		if errors.As(err, &se) && se.Line > 0 {
 			return nil, fmt.Errorf("chat template: line %d, column %d: %s (near %.40q)", se.Line, se.Column, se.Message, se.Raw)
+		}
+		// A lexer error: its token has the offset, not the line.
+		for st := tokens.LexAll(source, conf); !st.EOF(); st.Next() {
+			if tk := st.Current(); st.IsError() {
+				line := 1 + strings.Count(source[:min(tk.Pos, len(source))], "\n")
+				col := tk.Pos - strings.LastIndexByte(source[:min(tk.Pos, len(source))], '\n')
+				return nil, fmt.Errorf("chat template: line %d, column %d: %s", line, col, tk.Val)
+			}
 		}
 		msg := err.Error()
 		if i := strings.Index(msg, "': "); i >= 0 && strings.HasPrefix(msg, "failed to parse template '") {

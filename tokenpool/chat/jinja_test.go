@@ -313,6 +313,7 @@ func TestJinjaErrors(t *testing.T) {
 	bad("", "empty")
 	bad("hello\n{% for m in messages %}\n{{ m.content | }}\n{% endfor %}", "line 3")
 	bad("{% if x %}", "line 1")
+	bad("a\n\n{{ m.content }\n", "line 3, column 15: Unexpected delimiter")
 	bad("\xff", "UTF-8")
 
 	r, err := NewJinja("{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here: ' + m.role) }}{% endif %}{{ m.content }}{% endfor %}", nil, Config{})
