@@ -420,3 +420,44 @@ func FuzzJinja(f *testing.F) {
 		}
 	})
 }
+
+// TestJinjaConcurrent: one Jinja Renderer serves every shard at once
+// (run with -race).
+func TestJinjaConcurrent(t *testing.T) {
+	t.Parallel()
+	tok := loadTokenizer(t, "qwen3")
+	cfg := loadConfig(t, "qwen3")
+	r, err := NewJinja(cfg.Template, tok, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := bench4K()
+	want, err := r.Render(nil, msgs, Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			var dst []Segment
+			for i := range 20 {
+				m := msgs[:len(msgs)-(i+g)%5]
+				var err error
+				if dst, err = r.Render(dst[:0], m, Options{AddGenerationPrompt: true}); err != nil {
+					errs <- err
+					return
+				}
+				if len(m) == len(msgs) && !slices.Equal(dst, want) {
+					errs <- errors.New("a concurrent rendering differs")
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
