@@ -55,9 +55,10 @@ type jinja struct {
 // (no template checked here has one).
 var forContent = regexp.MustCompile(`for\s+\w+(\s*,\s*\w+)?\s+in\s+\w+\s*(\[\s*['"]content['"]\s*\]|\.content\b)`)
 
-// lineSep normalizes the template's line ends as Python's universal
-// newlines do when transformers reads the file (and JSON keeps them).
-var lineSep = strings.NewReplacer("\r\n", "\n")
+// lineSep normalizes the template's line ends as jinja2's lexer does with
+// its default newline_sequence "\n" (for the template's own text; a
+// variable's value keeps its line ends).
+var lineSep = strings.NewReplacer("\r\n", "\n", "\r", "\n")
 
 // NewJinja builds a Renderer for a Jinja chat template source, rendered as
 // HuggingFace transformers renders it (jinja2 with trim_blocks and
