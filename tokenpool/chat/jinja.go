@@ -741,29 +741,43 @@ func (c *prefixCache) put(key uint64, n int, sum uint64) {
 	c.mu.Unlock()
 }
 
-// splitter finds the added tokens in a rendered prompt.
+// splitter finds the added tokens in a rendered prompt: only a byte that
+// starts some token is looked at, then, for the tokens sharing its next
+// byte, one map lookup per length they come in, longest first (Llama 3's
+// 256 added tokens all start "<|", in 7 lengths).
 type splitter struct {
-	// byFirst maps a first byte to the tokens starting with it, longest
-	// first.
-	byFirst map[byte][]tok
+	starts [256]bool
+	// lens maps a token's first two bytes to the lengths of the tokens
+	// starting so, longest first; one holds the one-byte tokens.
+	lens   map[uint16][]int
+	tokens map[string]tok
+	one    [256]*tok
 }
 
 func newSplitter(cands []string, vocab Vocab) splitter {
-	s := splitter{byFirst: map[byte][]tok{}}
-	seen := map[string]bool{}
+	s := splitter{lens: map[uint16][]int{}, tokens: map[string]tok{}}
 	for _, c := range cands {
-		if c == "" || seen[c] {
+		if _, dup := s.tokens[c]; c == "" || dup {
 			continue
 		}
-		seen[c] = true
 		a, ok := vocab.LookupAdded(c)
 		if !ok {
 			continue
 		}
-		s.byFirst[c[0]] = append(s.byFirst[c[0]], tok{text: c, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip})
+		t := tok{text: c, id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip}
+		s.tokens[c] = t
+		s.starts[c[0]] = true
+		if len(c) == 1 {
+			s.one[c[0]] = &t
+			continue
+		}
+		k := uint16(c[0])<<8 | uint16(c[1])
+		if !slices.Contains(s.lens[k], len(c)) {
+			s.lens[k] = append(s.lens[k], len(c))
+		}
 	}
-	for _, ts := range s.byFirst {
-		slices.SortStableFunc(ts, func(x, y tok) int { return len(y.text) - len(x.text) })
+	for _, ls := range s.lens {
+		slices.SortFunc(ls, func(x, y int) int { return y - x })
 	}
 	return s
 }
@@ -771,18 +785,21 @@ func newSplitter(cands []string, vocab Vocab) splitter {
 // find returns the leftmost, then longest, token in s[from:] and its
 // offset, or len(s) and false.
 func (s *splitter) find(str string, from int) (int, tok, bool) {
-	if len(s.byFirst) == 0 {
-		return len(str), tok{}, false
-	}
 	for i := from; i < len(str); i++ {
-		ts, ok := s.byFirst[str[i]]
-		if !ok {
+		if !s.starts[str[i]] {
 			continue
 		}
-		for _, t := range ts {
-			if strings.HasPrefix(str[i:], t.text) {
-				return i, t, true
+		if i+1 < len(str) {
+			for _, n := range s.lens[uint16(str[i])<<8|uint16(str[i+1])] {
+				if i+n <= len(str) {
+					if t, ok := s.tokens[str[i:i+n]]; ok {
+						return i, t, true
+					}
+				}
 			}
+		}
+		if t := s.one[str[i]]; t != nil {
+			return i, *t, true
 		}
 	}
 	return len(str), tok{}, false
