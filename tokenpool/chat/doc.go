@@ -65,7 +65,9 @@
 // indexes of one-element lists. gonja parses a conditional expression
 // (a if c else b) only at the top of {{ }} and in set, so a template with
 // one inside parentheses or arguments (Gemma 3's) does not compile: the
-// caller renders with None and warns. The goldens: every corpus conversation renders to the string @huggingface/jinja
+// caller renders with None and warns (the same template with that
+// expression written as if/set renders as @huggingface/jinja renders it,
+// content parts included). The goldens: every corpus conversation renders to the string @huggingface/jinja
 // renders for Llama 3, Qwen3, ChatML, Mistral, Llama 2 and DeepSeek V3,
 // and each built-in's segments tokenize to the ids of its template's
 // Jinja rendering (testdata/README.md).
@@ -82,8 +84,11 @@
 // fast path. Messages reach the template as vLLM prepares them: role,
 // content, reasoning and reasoning_content. A template that loops over a
 // message's content (vLLM's "openai" content format, detected by the
-// loop in its text) gets the content as one text part: Message keeps the
-// parts joined, so a content of several parts reaches it as one.
+// loop in its text) gets the list of parts (Message.Parts: text parts,
+// empty ones kept, and media parts by modality), a string content as one
+// text part; the others get the parts joined, as the built-ins do. Not
+// rendered yet: a request's tools and an assistant's tool_calls (the
+// decoders do not keep them).
 //
 // Content given as an array of parts is joined as vLLM joins it for
 // string templates: the parts' texts, empty ones dropped, joined with

@@ -620,14 +620,30 @@ func (j *jinja) run(w io.Writer, ctx *exec.Context) (err error) {
 
 // message is the dict a template sees for m, as vLLM prepares it
 // (entrypoints/chat_utils.py, _parse_chat_message_content): role and
-// content (a string, or for an "openai" template a list of parts, a
-// string content becoming one text part), and for an assistant with
-// reasoning, reasoning and reasoning_content.
+// content (a string, or for an "openai" template the list of parts,
+// Message.Parts, a string content becoming one text part), and for an
+// assistant with reasoning, reasoning and reasoning_content.
 func (j *jinja) message(m *Message) map[string]any {
 	d := make(map[string]any, 4)
 	d["role"] = m.Role
 	if j.openai {
-		d["content"] = pyList{map[string]any{"type": "text", "text": m.Content}}
+		ps := m.Parts()
+		if ps == nil {
+			d["content"] = pyList{map[string]any{"type": "text", "text": m.Content}}
+		} else {
+			l := make(pyList, len(ps))
+			for i, p := range ps {
+				switch p.Type {
+				case "text":
+					l[i] = map[string]any{"type": "text", "text": p.Text}
+				case "tool_reference":
+					l[i] = map[string]any{"type": "tool_reference", "name": p.Text}
+				default:
+					l[i] = map[string]any{"type": p.Type}
+				}
+			}
+			d["content"] = l
+		}
 	} else {
 		d["content"] = m.Content
 	}

@@ -26,6 +26,9 @@ var jinjaCombos = []struct{ name, model, carried, tok, parseErr string }{
 	// the top of {{ }} and in set, not inside parentheses or arguments:
 	// Gemma 3's `(first_user_prefix if loop.first else "")` does not parse.
 	{"gemma3", "gemma3", "", "", "line 27, column 5: Unbalanced parenthesis"},
+	// The same template with that conditional written as if/set
+	// (gen/chat.mjs): its "openai" content path, rendered.
+	{"gemma3_noparen", "gemma3", "gemma3_noparen", "", ""},
 	{"deepseek_v3", "deepseek_v3", "", "", ""},
 }
 
@@ -40,7 +43,13 @@ func jinjaConfig(t testing.TB, model, carried string) Config {
 			t.Fatal(err)
 		}
 	}
-	if carried != "" {
+	if carried == "gemma3_noparen" {
+		raw, err := os.ReadFile(testdata + "chat/gemma3/chat_template_noparen.jinja")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Template = string(raw)
+	} else if carried != "" {
 		var texts map[string]string
 		raw, err := os.ReadFile(testdata + "chat/templates.json")
 		if err != nil {

@@ -18,6 +18,9 @@ func TestParseMessages(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseMessages(%s): %v", in, err)
 		}
+		for i := range got {
+			got[i].parts = "" // TestParts checks them
+		}
 		if !slices.Equal(got, want) {
 			t.Errorf("ParseMessages(%s):\n got %+v\nwant %+v", in, got, want)
 		}
@@ -135,6 +138,44 @@ func FuzzParseMessages(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParts: a content array's parts, as vLLM's "openai" content format
+// hands them to a template, the same from the parse tree, the body's
+// bytes and a Scratch.
+func TestParts(t *testing.T) {
+	t.Parallel()
+	var sc Scratch
+	f := func(in string, want ...[]Part) {
+		t.Helper()
+		tree, err := ParseMessages([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := MessagesFromBody([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		view, err := sc.MessagesFromBody([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range want {
+			for _, got := range [][]Message{tree, body, view} {
+				if ps := got[i].Parts(); !reflect.DeepEqual(ps, w) {
+					t.Errorf("%s: message %d parts %q, want %q", in, i, ps, w)
+				}
+			}
+		}
+	}
+	f(`[{"role":"user","content":"s"},{"role":"user","content":[]},{"role":"user","content":null}]`, nil, nil, nil)
+	f(`[{"role":"user","content":[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":""},{"type":"text","text":null},"s",{"type":"input_audio","input_audio":{"data":"A"}},{"type":"prompt_embeds","data":"AA"},{"type":"tool_reference","name":"n"}]}]`,
+		[]Part{{"text", "aé"}, {"image", ""}, {"text", ""}, {"text", "s"}, {"audio", ""}, {"text", "<prompt_embeds>"}, {"tool_reference", "n"}})
+	f(`[{"role":"user","content":[{"type":"text","text":"x"}]},{"role":"assistant","content":[{"type":"`+strings.Repeat("z", 40)+`"},{"type":"text","text":"y"}]}]`,
+		[]Part{{"text", "x"}}, []Part{{"part", ""}, {"text", "y"}})
+	f(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":""}]}]`, []Part{{"image", ""}, {"text", ""}})
+	f(`[{"role":"user","content":[{"type":"text","text":"`+strings.Repeat("w", 300)+`"},{"type":"video_url","video_url":{"url":"v"}},{"type":"text","text":"b"}]}]`,
+		[]Part{{"text", strings.Repeat("w", 300)}, {"video", ""}, {"text", "b"}})
 }
 
 func TestParseConfig(t *testing.T) {

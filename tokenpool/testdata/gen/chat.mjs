@@ -346,9 +346,19 @@ const jinjaConfigs = { ...configs };
 for (const m of ['gemma3', 'deepseek_v3']) {
   jinjaConfigs[m] = JSON.parse(readGz(path.join(out, 'chat', m, 'tokenizer_config.json.gz')));
 }
+// Gemma 3's template with its one conditional expression inside
+// parentheses, which gonja cannot parse, written as an if/set: the same
+// template otherwise, so the "openai" content path is checked on Gemma 3's
+// own logic. Written to chat/gemma3/chat_template_noparen.jinja.
+const gemmaCond = `{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}`;
+if (!jinjaConfigs.gemma3.chat_template.includes(gemmaCond)) throw new Error('gemma3 template changed: the conditional to rewrite is not there');
+const gemmaNoParen = jinjaConfigs.gemma3.chat_template.replace(gemmaCond,
+  `{%- if loop.first -%}{%- set turn_prefix = first_user_prefix -%}{%- else -%}{%- set turn_prefix = "" -%}{%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' + turn_prefix }}`);
+write(path.join(out, 'chat', 'gemma3', 'chat_template_noparen.jinja'), gemmaNoParen);
 const jinjaCombos = [['llama3', 'llama3', templates.llama3], ['qwen3', 'qwen3', templates.qwen3], ['qwen3', 'chatml', templates.chatml],
   ['mistral7b', 'mistral', templates.mistral], ['mistral7b', 'llama2', templates.llama2],
-  ['gemma3', 'gemma3', jinjaConfigs.gemma3.chat_template], ['deepseek_v3', 'deepseek_v3', jinjaConfigs.deepseek_v3.chat_template]];
+  ['gemma3', 'gemma3', jinjaConfigs.gemma3.chat_template], ['gemma3', 'gemma3_noparen', gemmaNoParen],
+  ['deepseek_v3', 'deepseek_v3', jinjaConfigs.deepseek_v3.chat_template]];
 for (const [model, name, source] of jinjaCombos) {
   const tmpl = new Template(source);
   const cfg = jinjaConfigs[model];
