@@ -707,9 +707,9 @@ func prefixSeed(opt Options) uint64 {
 }
 
 func (j *jinja) prefixKey(h uint64, m *Message) uint64 {
-	var buf [8 * 5]byte
+	var buf [8 * 6]byte
 	k := buf[:0]
-	for _, n := range [...]uint64{h, uint64(len(m.Role)), uint64(len(m.Content)), uint64(len(m.Reasoning))} {
+	for _, n := range [...]uint64{h, uint64(len(m.Role)), uint64(len(m.Content)), uint64(len(m.Reasoning)), uint64(len(m.parts))} {
 		k = binary.LittleEndian.AppendUint64(k, n)
 	}
 	if m.HasReasoning {
@@ -721,6 +721,7 @@ func (j *jinja) prefixKey(h uint64, m *Message) uint64 {
 	_, _ = d.WriteString(m.Role)
 	_, _ = d.WriteString(m.Content)
 	_, _ = d.WriteString(m.Reasoning)
+	_, _ = d.WriteString(m.parts) // an "openai" template renders the parts
 	return d.Sum64()
 }
 
