@@ -119,8 +119,10 @@ func bench4K() []Message {
 }
 
 // BenchmarkRenderJinja renders bench4K with the Jinja path (render: the
-// segments with message ends, which renders each prefix too; execute:
-// one rendering of the whole) and with the built-in of the same template.
+// segments with message ends, the prefixes' renderings cached as for a
+// conversation's later requests; render-cold: none cached, so each prefix
+// renders too; execute: one rendering of the whole) and with the built-in
+// of the same template.
 func BenchmarkRenderJinja(b *testing.B) {
 	for _, c := range []struct{ name, model, builtin string }{
 		{"llama3", "llama3", Llama3},
@@ -143,6 +145,21 @@ func BenchmarkRenderJinja(b *testing.B) {
 			b.SetBytes(contentBytes(msgs))
 			b.ReportAllocs()
 			for b.Loop() {
+				if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// cold: no prefix cached, as for the first request of a
+		// conversation: every prefix renders too.
+		b.Run(c.name+"/render-cold", func(b *testing.B) {
+			var dst []Segment
+			b.SetBytes(contentBytes(msgs))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.jinja.prefixes.mu.Lock()
+				r.jinja.prefixes.m = nil
+				r.jinja.prefixes.mu.Unlock()
 				if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
 					b.Fatal(err)
 				}
