@@ -157,9 +157,7 @@ func BenchmarkRenderJinja(b *testing.B) {
 			b.SetBytes(contentBytes(msgs))
 			b.ReportAllocs()
 			for b.Loop() {
-				r.jinja.prefixes.mu.Lock()
-				r.jinja.prefixes.m = nil
-				r.jinja.prefixes.mu.Unlock()
+				r.jinja.prefixes.reset()
 				if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
 					b.Fatal(err)
 				}

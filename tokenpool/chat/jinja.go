@@ -662,7 +662,8 @@ func (j *jinja) message(m *Message) map[string]any {
 // 4 KiB chat (BenchmarkRenderJinja), so rendering every prefix of every
 // request would cost that times half the message count. The prefixes'
 // renderings are cached (prefixCache: length and hash, keyed by the
-// messages' hash), so a multi-turn conversation renders each prefix once.
+// messages' hash), so a multi-turn conversation renders each prefix once
+// while the cache holds it.
 func (j *jinja) render(b *builder, msgs []Message, opt Options) error {
 	full, err := j.execute(msgs, opt)
 	if err != nil {
@@ -725,16 +726,18 @@ func (j *jinja) prefixKey(h uint64, m *Message) uint64 {
 	return d.Sum64()
 }
 
-// prefixCacheSize bounds the prefix cache: 32 bytes an entry, 1 MiB in
-// all; when full it is emptied (a conversation's prefixes are rendered
-// again on its next request).
+// prefixCacheSize bounds each of the prefix cache's two generations:
+// 32 bytes an entry, 2 MiB in all.
 const prefixCacheSize = 1 << 15
 
-// prefixCache maps a prefix's key to its rendering's length and hash.
-// mu guards the map: shards render concurrently.
+// prefixCache maps a prefix's key to its rendering's length and hash, in
+// two generations: when the current one is full it becomes the old one
+// and the oldest is dropped, so the prefixes of the conversations in
+// flight survive a flush (a lookup in the old generation moves the entry
+// to the current one). mu guards both maps: shards render concurrently.
 type prefixCache struct {
-	mu sync.Mutex
-	m  map[uint64]prefixEntry
+	mu       sync.Mutex
+	cur, old map[uint64]prefixEntry
 }
 
 type prefixEntry struct {
@@ -744,17 +747,34 @@ type prefixEntry struct {
 
 func (c *prefixCache) get(key uint64) (int, uint64, bool) {
 	c.mu.Lock()
-	e, ok := c.m[key]
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if e, ok := c.cur[key]; ok {
+		return e.n, e.sum, true
+	}
+	e, ok := c.old[key]
+	if ok {
+		c.putLocked(key, e)
+	}
 	return e.n, e.sum, ok
 }
 
 func (c *prefixCache) put(key uint64, n int, sum uint64) {
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= prefixCacheSize {
-		c.m = make(map[uint64]prefixEntry, 64)
+	c.putLocked(key, prefixEntry{n, sum})
+	c.mu.Unlock()
+}
+
+func (c *prefixCache) putLocked(key uint64, e prefixEntry) {
+	if c.cur == nil || len(c.cur) >= prefixCacheSize {
+		c.old, c.cur = c.cur, make(map[uint64]prefixEntry, 64)
 	}
-	c.m[key] = prefixEntry{n, sum}
+	c.cur[key] = e
+}
+
+// reset empties the cache (benchmarks of a conversation's first request).
+func (c *prefixCache) reset() {
+	c.mu.Lock()
+	c.cur, c.old = nil, nil
 	c.mu.Unlock()
 }
 

@@ -470,3 +470,28 @@ func TestJinjaConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixCacheBound: the prefix cache keeps at most two generations
+// of prefixCacheSize entries, and an old entry looked up survives the
+// next flush.
+func TestPrefixCacheBound(t *testing.T) {
+	t.Parallel()
+	var c prefixCache
+	c.put(0, 7, 70)
+	for k := uint64(1); k < prefixCacheSize; k++ {
+		c.put(k, 1, 1)
+	}
+	c.put(prefixCacheSize, 1, 1) // flushes: 0 is in the old generation
+	if n, sum, ok := c.get(0); !ok || n != 7 || sum != 70 {
+		t.Fatalf("entry 0 after one flush: %d %d %v", n, sum, ok)
+	}
+	for k := uint64(prefixCacheSize + 1); k < 3*prefixCacheSize; k++ {
+		c.put(k, 1, 1)
+	}
+	if len(c.cur) > prefixCacheSize || len(c.old) > prefixCacheSize {
+		t.Errorf("generations of %d and %d entries, want at most %d each", len(c.cur), len(c.old), prefixCacheSize)
+	}
+	if _, _, ok := c.get(0); ok {
+		t.Error("entry 0 survived two flushes")
+	}
+}
