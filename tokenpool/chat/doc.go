@@ -78,7 +78,7 @@
 // anyway, so the ids are the whole prompt's). A message ends where the
 // rendering of the messages up to it, without a generation prompt, is a
 // prefix of the whole rendering and falls on a segment edge; those
-// prefix renderings are cached by the prefix's hash (bounded), since
+// prefix renderings are cached by the prefix's hash (1 MiB per template), since
 // gonja takes tens to hundreds of microseconds per 4 KiB chat, where the
 // built-ins take one or two (BenchmarkRenderJinja): the built-ins stay the
 // fast path. Messages reach the template as vLLM prepares them: role,
@@ -98,7 +98,7 @@
 //
 // A Renderer is immutable after New and safe for concurrent use; Render
 // keeps its state in locals, dst and one fresh arena per call (a Jinja
-// Renderer's prefix cache is guarded by its own mutex).
+// Renderer's prefix cache is a table of atomics, a hint checked on use).
 // ParseMessages, MessagesFromValue (on a value no one else reads),
 // MessagesFromBody, Detect
 // and ParseConfig are safe for concurrent use. Client input (messages,

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -93,7 +93,7 @@ func newJinja(source string, vocab Vocab, cfg Config) (*jinja, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &jinja{tmpl: t, openai: forContent.MatchString(source), vars: map[string]any{}, seed: maphash.MakeSeed()}
+	j := &jinja{tmpl: t, openai: forContent.MatchString(source), vars: map[string]any{}, seed: maphash.MakeSeed(), prefixes: newPrefixCache()}
 	for k, v := range cfg.Specials {
 		j.vars[k] = v
 	}
@@ -205,7 +205,7 @@ func newEnvironment() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
 	// Replace only fails for a filter gonja does not have: both are its own.
 	_ = filters.Replace("tojson", filterToJSON)
-	_ = filters.Replace("trim", filterTrim)
+	_ = filters.Replace("trim", filterTrim) // gonja has trim: Replace cannot fail
 	str := map[string]exec.Method[string]{}
 	for _, name := range strMethodNames {
 		if m, ok := builtins.Methods.Str.Get(name); ok {
@@ -686,11 +686,11 @@ func (j *jinja) render(b *builder, msgs []Message, opt Options) error {
 			if err != nil {
 				n = -1 // the template refuses the prefix: no exact end
 			} else {
-				n, sum = len(p), maphash.String(j.seed, p)
+				n, sum = len(p), uint32(maphash.String(j.seed, p))
 			}
 			j.prefixes.put(key, n, sum)
 		}
-		if n >= 0 && n <= len(full) && maphash.String(j.seed, full[:n]) == sum {
+		if n >= 0 && n <= len(full) && uint32(maphash.String(j.seed, full[:n])) == sum {
 			ends[i] = n
 		}
 	}
@@ -718,65 +718,61 @@ func (j *jinja) prefixKey(h uint64, m *Message) uint64 {
 	}
 	var d maphash.Hash
 	d.SetSeed(j.seed)
-	_, _ = d.Write(k) // a hash's Write never fails
-	_, _ = d.WriteString(m.Role)
-	_, _ = d.WriteString(m.Content)
-	_, _ = d.WriteString(m.Reasoning)
-	_, _ = d.WriteString(m.parts) // an "openai" template renders the parts
+	_, _ = d.Write(k)                 // a hash's Write never fails
+	_, _ = d.WriteString(m.Role)      // never fails, as Write
+	_, _ = d.WriteString(m.Content)   // never fails
+	_, _ = d.WriteString(m.Reasoning) // never fails
+	_, _ = d.WriteString(m.parts)     // an "openai" template renders the parts
 	return d.Sum64()
 }
 
-// prefixCacheSize bounds each of the prefix cache's two generations:
-// 32 bytes an entry, 2 MiB in all.
-const prefixCacheSize = 1 << 15
+// prefixSlots is the prefix cache's size: 16 bytes a slot, 1 MiB.
+const prefixSlots = 1 << 16
 
-// prefixCache maps a prefix's key to its rendering's length and hash, in
-// two generations: when the current one is full it becomes the old one
-// and the oldest is dropped, so the prefixes of the conversations in
-// flight survive a flush (a lookup in the old generation moves the entry
-// to the current one). mu guards both maps: shards render concurrently.
+// prefixCache maps a prefix's key to its rendering's length and a 32-bit
+// hash of it, direct-mapped (a new entry overwrites the slot's). It is a
+// hint, not a source of truth: render checks every length it gets against
+// the hash of the whole rendering's first bytes, so a torn or stale slot
+// costs an end, never a wrong one (but for a 2^-32 chance). Atomics, not
+// a mutex: renders run on the shards' event loops, which never wait on a
+// lock (rules R2).
 type prefixCache struct {
-	mu       sync.Mutex
-	cur, old map[uint64]prefixEntry
+	slots []prefixSlot
 }
 
-type prefixEntry struct {
-	n   int // -1: the template refused the prefix
-	sum uint64
+type prefixSlot struct {
+	key atomic.Uint64 // 0: empty or being written
+	// val is the length plus one (0: the template refused the prefix) in
+	// the high 32 bits, the rendering's hash in the low 32.
+	val atomic.Uint64
 }
 
-func (c *prefixCache) get(key uint64) (int, uint64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.cur[key]; ok {
-		return e.n, e.sum, true
+func newPrefixCache() prefixCache { return prefixCache{slots: make([]prefixSlot, prefixSlots)} }
+
+func (c *prefixCache) get(key uint64) (n int, sum uint32, ok bool) {
+	key |= 1 // 0 marks a slot being written
+	e := &c.slots[key>>1&(prefixSlots-1)]
+	if e.key.Load() != key {
+		return 0, 0, false
 	}
-	e, ok := c.old[key]
-	if ok {
-		c.putLocked(key, e)
+	v := e.val.Load()
+	if e.key.Load() != key {
+		return 0, 0, false
 	}
-	return e.n, e.sum, ok
+	return int(v>>32) - 1, uint32(v), true
 }
 
-func (c *prefixCache) put(key uint64, n int, sum uint64) {
-	c.mu.Lock()
-	c.putLocked(key, prefixEntry{n, sum})
-	c.mu.Unlock()
-}
-
-func (c *prefixCache) putLocked(key uint64, e prefixEntry) {
-	if c.cur == nil || len(c.cur) >= prefixCacheSize {
-		c.old, c.cur = c.cur, make(map[uint64]prefixEntry, 64)
-	}
-	c.cur[key] = e
+func (c *prefixCache) put(key uint64, n int, sum uint32) {
+	key |= 1
+	e := &c.slots[key>>1&(prefixSlots-1)]
+	e.key.Store(0)
+	e.val.Store(uint64(n+1)<<32 | uint64(sum))
+	e.key.Store(key)
 }
 
 // reset empties the cache (benchmarks of a conversation's first request).
-func (c *prefixCache) reset() {
-	c.mu.Lock()
-	c.cur, c.old = nil, nil
-	c.mu.Unlock()
-}
+// Not while rendering.
+func (c *prefixCache) reset() { clear(c.slots) }
 
 // splitter finds the added tokens in a rendered prompt: only a byte that
 // starts some token is looked at, then, for the tokens sharing its next

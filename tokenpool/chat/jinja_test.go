@@ -471,27 +471,21 @@ func TestJinjaConcurrent(t *testing.T) {
 	}
 }
 
-// TestPrefixCacheBound: the prefix cache keeps at most two generations
-// of prefixCacheSize entries, and an old entry looked up survives the
-// next flush.
-func TestPrefixCacheBound(t *testing.T) {
+// TestPrefixCache: an entry put is got back, a slot's new entry replaces
+// its old one, and a refused prefix reads as -1.
+func TestPrefixCache(t *testing.T) {
 	t.Parallel()
-	var c prefixCache
-	c.put(0, 7, 70)
-	for k := uint64(1); k < prefixCacheSize; k++ {
-		c.put(k, 1, 1)
+	c := newPrefixCache()
+	c.put(42, 7, 70)
+	if n, sum, ok := c.get(42); !ok || n != 7 || sum != 70 {
+		t.Fatalf("get(42) = %d %d %v", n, sum, ok)
 	}
-	c.put(prefixCacheSize, 1, 1) // flushes: 0 is in the old generation
-	if n, sum, ok := c.get(0); !ok || n != 7 || sum != 70 {
-		t.Fatalf("entry 0 after one flush: %d %d %v", n, sum, ok)
+	c.put(42+2*prefixSlots, 1, 1) // the same slot
+	if _, _, ok := c.get(42); ok {
+		t.Error("the slot's old entry survived a new one")
 	}
-	for k := uint64(prefixCacheSize + 1); k < 3*prefixCacheSize; k++ {
-		c.put(k, 1, 1)
-	}
-	if len(c.cur) > prefixCacheSize || len(c.old) > prefixCacheSize {
-		t.Errorf("generations of %d and %d entries, want at most %d each", len(c.cur), len(c.old), prefixCacheSize)
-	}
-	if _, _, ok := c.get(0); ok {
-		t.Error("entry 0 survived two flushes")
+	c.put(9, -1, 0)
+	if n, _, ok := c.get(9); !ok || n != -1 {
+		t.Errorf("refused prefix: %d %v", n, ok)
 	}
 }
