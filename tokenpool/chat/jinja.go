@@ -190,8 +190,8 @@ func (r *raised) Error() string { return "raise_exception: " + r.msg }
 // template cannot name it (not an identifier jinja2 would let it set).
 const raisedKey = "saltus raised"
 
-// strMethods are the Python str methods gonja has by name (a MethodSet
-// cannot be copied whole), with strip, lstrip and rstrip replaced.
+// strMethodNames are the Python str methods gonja has by name (a MethodSet
+// cannot be copied whole); strip, lstrip, rstrip and split are replaced.
 var strMethodNames = []string{"capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format", "format_map",
 	"index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric", "isprintable", "isspace",
 	"istitle", "isupper", "join", "ljust", "lower", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex", "rjust",
