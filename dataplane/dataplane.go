@@ -372,7 +372,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		if tok, err = tokenizer.Load(cfg.Tokenizer); err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
-		r, name, warn, err := chat.Load(tok, cfg.Tokenizer, cfg.Router.ChatTemplate)
+		r, name, warn, err := chat.LoadTemplate(tok, cfg.Tokenizer, cfg.Router.ChatTemplate, cfg.Router.ChatTemplateFile)
 		if err != nil {
 			return nil, fmt.Errorf("chat-template: %w", err)
 		}
@@ -386,6 +386,9 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		// router keys the `none` rendering in byte-block mode.
 		if ct := cfg.Router.ChatTemplate; ct != "" && ct != chat.None {
 			logger.Warn("chat-template is ignored without a tokenizer (byte-block mode)", "chat_template", ct)
+		}
+		if f := cfg.Router.ChatTemplateFile; f != "" {
+			logger.Warn("chat-template-file is ignored without a tokenizer (byte-block mode)", "chat_template_file", f)
 		}
 		logger.Info("no tokenizer: byte-block mode (64-byte blocks of the rendered prompt)")
 	}

@@ -49,6 +49,9 @@ type Config struct {
 	// ("" = detected from the tokenizer config). The Router only reports
 	// it: NewRouter takes the renderer itself.
 	ChatTemplate string
+	// ChatTemplateFile is the Jinja chat template file the caller built
+	// the renderer from ("" = none), reported like ChatTemplate.
+	ChatTemplateFile string
 	// Tree sizes each shard's route table. Default tree.DefaultConfig().
 	Tree tree.Config
 	// Pool sizes the tokenizer pool. Default tokenpool.DefaultConfig().

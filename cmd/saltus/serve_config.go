@@ -187,7 +187,9 @@ var serveKeys = []serveKey{
 	{key: "tokenizer", bind: func(c *serveConfig) value { return strV{&c.Tokenizer} },
 		help: "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)"},
 	{key: "chat-template", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplate} },
-		help: "chat template `name` (" + strings.Join(chatpkg.Names(), ", ") + "); empty: detect from tokenizer_config.json next to --tokenizer"},
+		help: "built-in chat template `name` (" + strings.Join(chatpkg.Names(), ", ") + "); empty: the chat_template of tokenizer_config.json next to --tokenizer (a built-in where one renders it exactly, else rendered as Jinja)"},
+	{key: "chat-template-file", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplateFile} },
+		help: "`path` of a Jinja chat template (as transformers renders it) to use instead of the tokenizer config's; excludes chat-template"},
 	{key: "block-size", bind: func(c *serveConfig) value { return intV{&c.Router.BlockSize} },
 		help: "`tokens` per route-table block, a power of two ≤ 1024; use the engine's KV-cache block size (vLLM: 16)"},
 	{key: "shards", bind: func(c *serveConfig) value { return intV{&c.Reactor.Loops} },
@@ -363,6 +365,13 @@ func (c serveConfig) Validate() error {
 	}
 	if c.Router.ChatTemplate != "" && !slices.Contains(chatpkg.Names(), c.Router.ChatTemplate) {
 		bad("chat-template", "unknown template %q, want one of %s (or empty: detect from the tokenizer)", c.Router.ChatTemplate, strings.Join(chatpkg.Names(), ", "))
+	}
+	if c.Router.ChatTemplate != "" && c.Router.ChatTemplateFile != "" {
+		bad("chat-template-file", "excludes chat-template (%q): give one", c.Router.ChatTemplate)
+	} else if c.Router.ChatTemplateFile != "" {
+		if _, err := os.Stat(c.Router.ChatTemplateFile); err != nil {
+			bad("chat-template-file", "cannot read it: %v", err)
+		}
 	}
 	if c.Router.BlockSize < 1 || c.Router.BlockSize > maxBlockSize || c.Router.BlockSize&(c.Router.BlockSize-1) != 0 {
 		bad("block-size", "must be a power of two between 1 and %d, got %d", maxBlockSize, c.Router.BlockSize)

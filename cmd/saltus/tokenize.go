@@ -23,11 +23,12 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	special := fs.Bool("special", false, "add the tokenizer's special tokens around the text (BOS for Llama-3 and Mistral), as an engine does for a raw prompt")
 	asJSON := fs.Bool("json", false, "read a JSON array of strings from stdin and print one JSON array of id arrays; with --chat, a JSON array of conversations and one JSON array of results (one a line; a conversation that fails is {\"error\": ...} and the exit code 1)")
 	chat := fs.Bool("chat", false, "read an OpenAI messages array (or a request object with \"messages\") and print the prompt rendered with the model's chat template: segments, ids and message boundaries")
-	chatTemplate := fs.String("chat-template", "", "with --chat: the template by `name` ("+strings.Join(chatpkg.Names(), ", ")+"); default: recognized from the tokenizer_config.json next to --tokenizer, else none with a warning")
+	chatTemplate := fs.String("chat-template", "", "with --chat: the built-in template by `name` ("+strings.Join(chatpkg.Names(), ", ")+"); default: the tokenizer_config.json's chat_template next to --tokenizer (a built-in where one renders it exactly, else its Jinja), else none with a warning")
+	chatTemplateFile := fs.String("chat-template-file", "", "with --chat: `path` of a Jinja chat template to render with (as transformers renders it), instead of the tokenizer config's; excludes --chat-template")
 	genPrompt := fs.Bool("add-generation-prompt", true, "with --chat: end with the assistant header the model answers after, as the chat completions API does (a request object's add_generation_prompt overrides it)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: saltus tokenize --tokenizer PATH [--special] [--json] < input\n"+
-			"       saltus tokenize --tokenizer PATH --chat [--chat-template NAME] [--json] < messages.json\n\n"+
+			"       saltus tokenize --tokenizer PATH --chat [--chat-template NAME | --chat-template-file PATH] [--json] < messages.json\n\n"+
 			"Encodes stdin (UTF-8 text, at most %d MiB) to token ids, exactly as HuggingFace tokenizers\n"+
 			"does, and prints them as a JSON array. With --chat, renders an OpenAI messages array with\n"+
 			"the model's chat template and prints a JSON object: the template, the segments (added\n"+
@@ -53,6 +54,14 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "saltus tokenize: --chat-template needs --chat")
 		return 2
 	}
+	if *chatTemplateFile != "" && !*chat {
+		fmt.Fprintln(stderr, "saltus tokenize: --chat-template-file needs --chat")
+		return 2
+	}
+	if *chatTemplateFile != "" && *chatTemplate != "" {
+		fmt.Fprintln(stderr, "saltus tokenize: --chat-template and --chat-template-file exclude each other")
+		return 2
+	}
 	if *chat && *special {
 		fmt.Fprintln(stderr, "saltus tokenize: --chat does not combine with --special (the template emits its own special tokens)")
 		return 2
@@ -72,7 +81,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *chat {
-		return runTokenizeChat(tok, *path, *chatTemplate, *genPrompt, *asJSON, in, stdout, stderr)
+		return runTokenizeChat(tok, *path, *chatTemplate, *chatTemplateFile, *genPrompt, *asJSON, in, stdout, stderr)
 	}
 	encode := tok.Encode
 	if *special {

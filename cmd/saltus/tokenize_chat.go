@@ -45,7 +45,7 @@ type chatError struct {
 // a request object), or with many (--json) a JSON array of them, loading
 // the template once: the tokenizer and template are loaded once per run,
 // ~0.7 s, however many conversations there are.
-func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt, many bool, in []byte, stdout, stderr io.Writer) int {
+func runTokenizeChat(tok *tokenizer.Tokenizer, path, name, file string, genPrompt, many bool, in []byte, stdout, stderr io.Writer) int {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(in)
 	if err != nil {
@@ -59,7 +59,7 @@ func runTokenizeChat(tok *tokenizer.Tokenizer, path, name string, genPrompt, man
 			return 1
 		}
 	}
-	r, name, warn, err := chatpkg.Load(tok, path, name)
+	r, name, warn, err := chatpkg.LoadTemplate(tok, path, name, file)
 	if err != nil {
 		fmt.Fprintf(stderr, "saltus tokenize: %v\n", err)
 		return 1

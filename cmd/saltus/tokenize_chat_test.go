@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -53,4 +56,65 @@ func mustJSON(t *testing.T, s string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTokenizeChatTemplateFile: --chat-template-file renders with a Jinja
+// file; a model directory whose chat_template no built-in renders uses
+// that template as Jinja; a file that does not parse is an error naming
+// its line.
+func TestTokenizeChatTemplateFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "t.jinja")
+	src := "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"tokenize", "--tokenizer", qwen3, "--chat", "--chat-template-file", file}, strings.NewReader(`[{"role":"user","content":" Hi "}]`), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if want := `"ids":[151644,872,198,13048,151645,198],"message_ends":[{"message":0,"segment":3,"token":6}]}`; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), `"template":"jinja (`+file+`)"`) {
+		t.Errorf("got %s, want the ids %s from template jinja (%s)", out.String(), want, file)
+	}
+
+	// A model directory: the tokenizer and a config whose template is
+	// the file's (recognized by no built-in).
+	model := filepath.Join(dir, "model")
+	if err := os.Mkdir(model, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tj, err := os.ReadFile(qwen3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := json.Marshal(map[string]any{"chat_template": src, "eos_token": "<|im_end|>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"tokenizer.json.gz": tj, "tokenizer_config.json": cfg} {
+		if err := os.WriteFile(filepath.Join(model, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"tokenize", "--tokenizer", filepath.Join(model, "tokenizer.json.gz"), "--chat"}, strings.NewReader(`[{"role":"user","content":" Hi "}]`), &out, &errb); code != 0 || errb.Len() != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), `"ids":[151644,872,198,13048,151645,198]`) || !strings.Contains(out.String(), `"template":"jinja (`) {
+		t.Errorf("model directory: %s", out.String())
+	}
+
+	if err := os.WriteFile(file, []byte("a\n{{ x | }}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run([]string{"tokenize", "--tokenizer", qwen3, "--chat", "--chat-template-file", file}, strings.NewReader(`[]`), io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), file+": chat template: line 2") {
+		t.Errorf("bad template: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"tokenize", "--tokenizer", qwen3, "--chat", "--chat-template", "qwen3", "--chat-template-file", file}, strings.NewReader(`[]`), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "exclude each other") {
+		t.Errorf("both: exit %d, stderr %q", code, errb.String())
+	}
 }

@@ -34,9 +34,9 @@ func MessagesFromBody(raw []byte) ([]Message, error) {
 // content parts) views into the Scratch; valid while raw is and until
 // the Scratch is used again. Errors are the same.
 func (sc *Scratch) MessagesFromBody(raw []byte) ([]Message, error) {
-	d := decoder{arena: sc.arena[:0], view: true, most: len(raw)}
+	d := decoder{arena: sc.arena[:0], view: true, most: len(raw), desc: sc.desc[:0]}
 	msgs, err := d.bodyMessages(sc.msgs, raw)
-	sc.arena = d.arena
+	sc.arena, sc.desc = d.arena, d.desc
 	if msgs != nil {
 		sc.msgs = msgs
 	}
@@ -181,27 +181,34 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 		// read once.
 		media := 0
 		j := 0
+		d.desc = d.desc[:0]
 		for pv := jsonscan.Elem(b, c); pv >= 0; j++ {
-			text, escaped, modality, pend, err := bodyPart(b, pv, i, j)
+			text, escaped, modality, kind, pend, err := bodyPart(b, pv, i, j)
 			if err != nil {
 				return -1, err
 			}
 			pv = jsonscan.After(b, pend)
 			if modality != "" {
+				d.addMedia(modality)
 				media++
 				continue
 			}
 			if len(text) == 0 {
-				continue // vLLM drops empty and null texts
+				if kind != 0 {
+					d.addText(kind, 0)
+				}
+				continue // vLLM drops empty and null texts from the join
 			}
 			if len(d.arena) > start {
 				d.arena = append(d.arena, PartSeparator...)
 			}
+			n := len(d.arena)
 			if escaped {
 				d.arena = jsonscan.AppendUnescaped(d.arena, text)
 			} else {
 				d.arena = append(d.arena, text...)
 			}
+			d.addText(kind, len(d.arena)-n)
 		}
 		if media > 0 {
 			texts := len(d.arena) - start
@@ -210,7 +217,7 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 			}
 			ph := len(d.arena)
 			for pv := jsonscan.Elem(b, c); pv >= 0; {
-				_, _, modality, pend, _ := bodyPart(b, pv, i, 0) // checked in the first pass
+				_, _, modality, _, pend, _ := bodyPart(b, pv, i, 0) // checked in the first pass
 				if pend < 0 {
 					break // unreachable: the first pass read every part
 				}
@@ -237,6 +244,7 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 			}
 		}
 		m.Content = arenaString(d.arena, start)
+		m.parts = d.endParts()
 	default:
 		return -1, fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, jsonscan.TypeName(b, c))
 	}
@@ -258,14 +266,14 @@ const (
 // bodyPart is contentPart on a body's bytes: the raw text of part j of
 // message i (escaped: it has escapes to undo), or its modality. A text of
 // nil is no text.
-func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality string, end int, err error) {
+func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality string, kind byte, end int, err error) {
 	switch {
 	case jsonscan.Is(b, pv, '"'):
 		text, escaped, end = jsonscan.Str(b, pv)
-		return text, escaped, "", end, nil
+		return text, escaped, "", partText, end, nil
 	case jsonscan.Is(b, pv, '{'):
 	default:
-		return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, jsonscan.TypeName(b, pv))
+		return nil, false, "", 0, -1, fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, jsonscan.TypeName(b, pv))
 	}
 	// A local array, not a package variable (rules R12): on the stack.
 	keys := [...]string{pType: "type", pText: "text", pRefusal: "refusal", pThinking: "thinking", pName: "name",
@@ -286,7 +294,7 @@ func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality strin
 			}
 		}
 		if typ == nil {
-			return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
+			return nil, false, "", 0, -1, fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
 		}
 	case jsonscan.Is(b, tv, '"'):
 		typ, typEsc = jsonscan.StrTo(b, tv, fe[pType])
@@ -294,7 +302,7 @@ func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality strin
 			typ = jsonscan.AppendUnescaped(typeBuf[:0], typ)
 		}
 	default:
-		return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, jsonscan.TypeName(b, tv))
+		return nil, false, "", 0, -1, fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, jsonscan.TypeName(b, tv))
 	}
 	var key int
 	switch string(typ) {
@@ -307,20 +315,23 @@ func bodyPart(b []byte, pv, i, j int) (text []byte, escaped bool, modality strin
 	case "tool_reference":
 		key = pName
 	case "prompt_embeds":
-		return promptEmbeds, false, "", end, nil
+		return promptEmbeds, false, "", partText, end, nil
 	default:
 		if m := mediaModality(typ); m != "" {
-			return nil, false, m, end, nil
+			return nil, false, m, 0, end, nil
 		}
-		return nil, false, string(typ), end, nil // "" (an empty type): nothing, as contentPart
+		return nil, false, string(typ), 0, end, nil // "" (an empty type): nothing, as contentPart
 	}
 	fv := f[key]
 	if !jsonscan.Present(b, fv) {
-		return nil, false, "", end, nil
+		return nil, false, "", 0, end, nil
 	}
 	if !jsonscan.Is(b, fv, '"') {
-		return nil, false, "", -1, fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, keys[key], jsonscan.TypeName(b, fv))
+		return nil, false, "", 0, -1, fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, keys[key], jsonscan.TypeName(b, fv))
 	}
 	text, escaped = jsonscan.StrTo(b, fv, fe[key])
-	return text, escaped, "", end, nil
+	if key == pName {
+		return text, escaped, "", partTool, end, nil
+	}
+	return text, escaped, "", partText, end, nil
 }

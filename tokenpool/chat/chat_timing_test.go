@@ -105,3 +105,89 @@ func BenchmarkParseMessages(b *testing.B) {
 		}
 	}
 }
+
+// bench4K: a 4 KiB chat (a 2 KiB system prompt and four user/assistant
+// turns), for the Jinja path's cost.
+func bench4K() []Message {
+	msgs := []Message{{Role: "system", Content: strings.Repeat("You are a careful assistant. ", 72)}}
+	for i := range 4 {
+		msgs = append(msgs,
+			Message{Role: "user", Content: "Question " + string(rune('A'+i)) + ": how do I read a file in Go, line by line, and what about errors? " + strings.Repeat("More detail. ", 12)},
+			Message{Role: "assistant", Content: "Use bufio.Scanner over os.Open's file; check sc.Err() after the loop. " + strings.Repeat("Also this. ", 12)})
+	}
+	return append(msgs, Message{Role: "user", Content: "And with a very long line?"})
+}
+
+// BenchmarkRenderJinja renders bench4K with the Jinja path (render: the
+// segments with message ends, the prefixes' renderings cached as for a
+// conversation's later requests; render-cold: none cached, so each prefix
+// renders too; execute: one rendering of the whole) and with the built-in
+// of the same template.
+func BenchmarkRenderJinja(b *testing.B) {
+	for _, c := range []struct{ name, model, builtin string }{
+		{"llama3", "llama3", Llama3},
+		{"qwen3", "qwen3", Qwen3},
+		{"deepseek_v3", "deepseek_v3", ""},
+	} {
+		cfg := jinjaConfig(b, c.model, "")
+		var vocab Vocab
+		if c.builtin != "" {
+			vocab = loadTokenizer(b, c.model)
+		}
+		msgs := bench4K()
+		opt := Options{AddGenerationPrompt: true}
+		r, err := NewJinja(cfg.Template, vocab, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name+"/render", func(b *testing.B) {
+			var dst []Segment
+			b.SetBytes(contentBytes(msgs))
+			b.ReportAllocs()
+			for b.Loop() {
+				if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// cold: no prefix cached, as for the first request of a
+		// conversation: every prefix renders too.
+		b.Run(c.name+"/render-cold", func(b *testing.B) {
+			var dst []Segment
+			b.SetBytes(contentBytes(msgs))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.jinja.prefixes.reset()
+				if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/execute", func(b *testing.B) {
+			b.SetBytes(contentBytes(msgs))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.jinja.execute(msgs, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		if c.builtin == "" {
+			continue
+		}
+		bt, err := New(c.builtin, vocab, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name+"/builtin", func(b *testing.B) {
+			var dst []Segment
+			b.SetBytes(contentBytes(msgs))
+			b.ReportAllocs()
+			for b.Loop() {
+				if dst, err = bt.Render(dst[:0], msgs, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -53,6 +54,13 @@ type Config struct {
 	Template string
 	// BOS and EOS are bos_token and eos_token ("" when null or absent).
 	BOS, EOS string
+	// Specials are the other special tokens by field name (unk_token,
+	// pad_token, ...: every top-level field ending in "_token" that holds a
+	// string or an AddedToken), which a Jinja template sees as variables.
+	Specials map[string]string
+	// Added are the contents of added_tokens_decoder: where a Jinja
+	// template's rendering is split into special segments.
+	Added []string
 }
 
 // ParseConfig reads the fields of a tokenizer_config.json that Config
@@ -64,11 +72,40 @@ func ParseConfig(raw []byte) (Config, error) {
 		Template json.RawMessage `json:"chat_template"`
 		BOS      json.RawMessage `json:"bos_token"`
 		EOS      json.RawMessage `json:"eos_token"`
+		Added    map[string]struct {
+			Content string `json:"content"`
+		} `json:"added_tokens_decoder"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return Config{}, fmt.Errorf("cannot parse tokenizer_config.json: %w", err)
 	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &all); err != nil {
+		return Config{}, fmt.Errorf("cannot parse tokenizer_config.json: %w", err)
+	}
 	var c Config
+	for k, v := range all {
+		if !strings.HasSuffix(k, "_token") || k == "bos_token" || k == "eos_token" {
+			continue
+		}
+		// A field that is not a token (e.g. add_bos_token's bool) is not one.
+		if s, err := tokenString(v); err == nil && s != "" {
+			if c.Specials == nil {
+				c.Specials = map[string]string{}
+			}
+			c.Specials[k] = s
+		}
+	}
+	ids := make([]string, 0, len(f.Added))
+	for id := range f.Added {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // a stable order; the splitter sorts by length
+	for _, id := range ids {
+		if a := f.Added[id].Content; a != "" {
+			c.Added = append(c.Added, a)
+		}
+	}
 	var err error
 	if c.BOS, err = tokenString(f.BOS); err != nil {
 		return Config{}, fmt.Errorf("tokenizer_config.json bos_token: %w", err)

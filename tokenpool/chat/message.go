@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -24,6 +25,103 @@ type Message struct {
 	// assistant).
 	Reasoning    string
 	HasReasoning bool
+	// parts encodes the content's parts when it was a non-empty array
+	// (else ""), for Parts: a kind byte each (partText, then the text's
+	// length as a uvarint; or a media kind), the texts being those joined
+	// at the end of Content. A string, not a []Part: a body of a million
+	// one-character parts then costs a few bytes a part, not 32
+	// (openai's TestDecodeMemory bounds it), and Message stays comparable.
+	parts string
+}
+
+// Part is one content part of a Message as vLLM hands it to a template
+// that loops over a message's content (its "openai" content format,
+// NewJinja): Type "text" with its Text, "tool_reference" with the name as
+// Text, or a modality ("image", "audio", "video", "part" for a type vLLM
+// does not know) without text.
+type Part struct {
+	Type, Text string
+}
+
+// The kinds of an encoded part.
+const (
+	partText  = 't'
+	partTool  = 'r' // a tool_reference: its name is the text
+	partImage = 'i'
+	partAudio = 'a'
+	partVideo = 'v'
+	partOther = 'p'
+)
+
+func partKind(modality string) byte {
+	switch modality {
+	case "image":
+		return partImage
+	case "audio":
+		return partAudio
+	case "video":
+		return partVideo
+	}
+	return partOther
+}
+
+// Parts returns the content's parts when it was a non-empty array (nil
+// for a string, null or empty content), in order: a text part for each
+// text-bearing part whose text is a string, empty ones kept (vLLM's
+// "openai" format keeps them, its string join drops them), a media part
+// for each media part. A null text is dropped; a tool_reference part has
+// Type "tool_reference" and its name as Text, a prompt_embeds part is the
+// text "<prompt_embeds>". The texts are views into Content. Any
+// goroutine.
+func (m *Message) Parts() []Part {
+	if m.parts == "" {
+		return nil
+	}
+	// The texts are joined at the end of Content: find where they start.
+	var n, sum, texts int
+	for i := 0; i < len(m.parts); {
+		k := m.parts[i]
+		i++
+		n++
+		if k != partText && k != partTool {
+			continue
+		}
+		l, w := binary.Uvarint([]byte(m.parts[i:min(i+binary.MaxVarintLen64, len(m.parts))]))
+		i += w
+		if l > 0 {
+			sum += int(l)
+			texts++
+		}
+	}
+	pos := len(m.Content) - sum - max(texts-1, 0)
+	out := make([]Part, 0, n)
+	for i := 0; i < len(m.parts); {
+		k := m.parts[i]
+		i++
+		switch k {
+		case partText, partTool:
+			l, w := binary.Uvarint([]byte(m.parts[i:min(i+binary.MaxVarintLen64, len(m.parts))]))
+			i += w
+			p := Part{Type: "text"}
+			if k == partTool {
+				p.Type = "tool_reference"
+			}
+			if l > 0 && pos >= 0 && pos+int(l) <= len(m.Content) {
+				p.Text = m.Content[pos : pos+int(l)]
+				pos += int(l) + 1
+			}
+			out = append(out, p)
+		case partImage:
+			out = append(out, Part{Type: "image"})
+		case partAudio:
+			out = append(out, Part{Type: "audio"})
+		case partVideo:
+			out = append(out, Part{Type: "video"})
+		default:
+			out = append(out, Part{Type: "part"})
+		}
+	}
+	return out
 }
 
 // PartSeparator joins the parts of an array content. vLLM joins text parts
@@ -109,6 +207,27 @@ type decoder struct {
 	arena []byte
 	view  bool
 	most  int // the most a Scratch's arena needs (body.go's room)
+	// desc is a content's encoded parts while it is joined (reused
+	// through a Scratch); they go to the arena after its text.
+	desc []byte
+}
+
+// addText and addMedia encode a content part into d.desc: a text part
+// (kind partText or partTool) whose text has n bytes, or a media part.
+func (d *decoder) addText(kind byte, n int) {
+	d.desc = binary.AppendUvarint(append(d.desc, kind), uint64(n))
+}
+
+func (d *decoder) addMedia(modality string) { d.desc = append(d.desc, partKind(modality)) }
+
+// endParts puts d.desc into the arena, as a Message's parts.
+func (d *decoder) endParts() string {
+	if len(d.desc) == 0 {
+		return ""
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, d.desc...)
+	return arenaString(d.arena, start)
 }
 
 func (d *decoder) str(b []byte) string {
@@ -151,6 +270,7 @@ func (d *decoder) messages(dst []Message, v *fastjson.Value) ([]Message, error) 
 // goroutine; the zero value is ready.
 type Scratch struct {
 	arena  []byte    // joined content parts, unescaped strings
+	desc   []byte    // decoder.desc
 	render []byte    // Render's arena
 	msgs   []Message // MessagesFromBody's result
 	segs   []Segment // Render's result
@@ -203,11 +323,12 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 	case fastjson.TypeArray:
 		parts, _ := c.Array() // the type was checked
 		start := len(d.arena)
+		d.desc = d.desc[:0]
 		// Two passes, as vLLM builds the text: the media placeholders,
 		// then the texts; every part is checked in the first.
 		for _, media := range [2]bool{true, false} {
 			for j, pv := range parts {
-				text, modality, err := contentPart(pv, i, j)
+				text, modality, kind, err := contentPart(pv, i, j)
 				if err != nil {
 					return err
 				}
@@ -216,8 +337,15 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 						continue
 					}
 					text = nil
-				} else if len(text) == 0 {
-					continue // vLLM drops empty and null texts
+				} else {
+					if modality != "" {
+						d.addMedia(modality)
+					} else if kind != 0 {
+						d.addText(kind, len(text))
+					}
+					if len(text) == 0 {
+						continue // vLLM drops empty and null texts from the join
+					}
 				}
 				if len(d.arena) > start {
 					d.arena = append(d.arena, PartSeparator...)
@@ -234,6 +362,7 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 			}
 		}
 		m.Content = arenaString(d.arena, start)
+		m.parts = d.endParts()
 	default:
 		return fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, c.Type())
 	}
@@ -245,13 +374,13 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 // part whose text is null or absent), or the modality of a media part
 // (for a type vLLM does not know, the type itself: vLLM refuses the
 // request, so what stands there does not matter, but it is stable).
-func contentPart(pv *fastjson.Value, i, j int) (text []byte, modality string, err error) {
+func contentPart(pv *fastjson.Value, i, j int) (text []byte, modality string, kind byte, err error) {
 	switch pv.Type() {
 	case fastjson.TypeString:
-		return pv.GetStringBytes(), "", nil
+		return pv.GetStringBytes(), "", partText, nil
 	case fastjson.TypeObject:
 	default:
-		return nil, "", fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, pv.Type())
+		return nil, "", 0, fmt.Errorf("messages[%d].content[%d]: want an object or a string, got %s", i, j, pv.Type())
 	}
 	tv := Field(pv, "type")
 	var typ []byte
@@ -266,12 +395,12 @@ func contentPart(pv *fastjson.Value, i, j int) (text []byte, modality string, er
 			}
 		}
 		if typ == nil {
-			return nil, "", fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
+			return nil, "", 0, fmt.Errorf("messages[%d].content[%d].type: missing", i, j)
 		}
 	case tv.Type() == fastjson.TypeString:
 		typ = tv.GetStringBytes()
 	default:
-		return nil, "", fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, tv.Type())
+		return nil, "", 0, fmt.Errorf("messages[%d].content[%d].type: want a string, got %s", i, j, tv.Type())
 	}
 	var key string
 	switch string(typ) {
@@ -284,21 +413,24 @@ func contentPart(pv *fastjson.Value, i, j int) (text []byte, modality string, er
 	case "tool_reference":
 		key = "name"
 	case "prompt_embeds":
-		return promptEmbeds, "", nil
+		return promptEmbeds, "", partText, nil
 	default:
 		if m := mediaModality(typ); m != "" {
-			return nil, m, nil
+			return nil, m, 0, nil
 		}
-		return nil, string(typ), nil
+		return nil, string(typ), 0, nil
 	}
 	f := Field(pv, key)
 	if f == nil || f.Type() == fastjson.TypeNull {
-		return nil, "", nil
+		return nil, "", 0, nil
 	}
 	if f.Type() != fastjson.TypeString {
-		return nil, "", fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, key, f.Type())
+		return nil, "", 0, fmt.Errorf("messages[%d].content[%d].%s: want a string or null, got %s", i, j, key, f.Type())
 	}
-	return f.GetStringBytes(), "", nil
+	if key == "name" {
+		return f.GetStringBytes(), "", partTool, nil
+	}
+	return f.GetStringBytes(), "", partText, nil
 }
 
 // FieldError is a request field that does not decode; Field names it

