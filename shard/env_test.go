@@ -324,6 +324,7 @@ func loadLlama3(t testing.TB) (*tokenizer.Tokenizer, *chat.Renderer) {
 type envOpts struct {
 	loops, backends int
 	tokenizer       bool          // the llama3 tokenizer and template; else byte-block mode and none
+	jinja           bool          // with tokenizer: the llama3 template rendered from its Jinja source
 	queue           int           // per fake loop
 	maintain        time.Duration // MaintainInterval; default 10 ms
 	policy          string        // Config.Policy; default prefix
@@ -365,6 +366,15 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.tokenizer {
 		tok, tm := loadLlama3(t)
 		enc, tmpl = tok, tm
+		if o.jinja {
+			cfg, err := chat.LoadConfig("../tokenpool/testdata/models/llama3/tokenizer_config.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tmpl, err = chat.NewJinja(cfg.Template, tok, cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	e := &env{loops: newFakeLoops(o.loops, o.queue), up: newFakeUpstream(o.backends), set: metrics.NewSet()}
 	post := func(i int, fn func()) bool { e.hops.Add(1); return e.loops.post(i, fn) }

@@ -18,6 +18,11 @@ import (
 // what it decoded is its own (openai.Decode without a Scratch copies what
 // it keeps), so nothing it holds views a loop's scratch.
 
+// interpretedQueue is the decode queue's least bound with a Jinja chat
+// template, when every chat goes through it: a burst of that many
+// requests arriving at once waits for the workers instead of a 503.
+const interpretedQueue = 1024
+
 // offload queues j for a decode worker, or answers 503 when
 // Config.DecodeQueue is full. Loop only (j.loop's).
 func (r *Router) offload(j *job) {
@@ -27,7 +32,7 @@ func (r *Router) offload(j *job) {
 	default:
 		r.m.decodeQueueFull.Inc()
 		r.fail(j.x, j.route, &openai.Error{Status: 503, Type: "server_error", Code: "overloaded",
-			Message: fmt.Sprintf("too many large request bodies are waiting to be decoded (decode queue of %d full); retry later", r.cfg.DecodeQueue)},
+			Message: fmt.Sprintf("too many request bodies are waiting to be decoded off the event loops (decode queue of %d full); retry later", cap(r.decodes))},
 			reactor.Header{Name: "Retry-After", Value: "1"})
 	}
 }

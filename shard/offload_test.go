@@ -206,3 +206,34 @@ func TestLoopBodyLimits(t *testing.T) {
 		t.Fatalf("refusals counted: %d, want 5", got)
 	}
 }
+
+// TestJinjaOffloop: with a Jinja chat template every chat is rendered by
+// a decode worker, off its loop, and keyed as the built-in rendering of
+// the same template keys it; the queue holds a burst.
+func TestJinjaOffloop(t *testing.T) {
+	t.Parallel()
+	body := chatBody("system", "You are a lighthouse keeper.", "user", "How often is the lens cleaned?")
+	route := func(jinja bool) (string, *env) {
+		e := newEnv(t, envOpts{loops: 1, backends: 2, tokenizer: true, jinja: jinja})
+		x := newExchange(0, "POST", "/v1/chat/completions", body)
+		c := e.serve(t, x)
+		if c == nil {
+			t.Fatalf("jinja %v: not forwarded: %d %s", jinja, x.status, x.body)
+		}
+		return strings.Fields(c.header(HeaderRoute))[0], e
+	}
+	builtin, eb := route(false)
+	viaJinja, ej := route(true)
+	if builtin != viaJinja {
+		t.Fatalf("blocks %s through Jinja, %s through the built-in", viaJinja, builtin)
+	}
+	if n := eb.r.m.offloop.Get(); n != 0 {
+		t.Errorf("built-in: %d offloaded, want 0", n)
+	}
+	if n := ej.r.m.offloop.Get(); n != 1 {
+		t.Errorf("Jinja: %d offloaded, want 1", n)
+	}
+	if q := cap(ej.r.decodes); q < interpretedQueue {
+		t.Errorf("decode queue %d with a Jinja template, want at least %d", q, interpretedQueue)
+	}
+}

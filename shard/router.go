@@ -277,7 +277,13 @@ func newRouter(cfg Config, enc tokenpool.Encoder, tmpl *chat.Renderer, up upstre
 	r.pm = newPoolMetrics(set)
 	r.learn.Store(cfg.LearnFromUsage)
 	r.prioModels.Store(new(slices.Clone(cfg.PriorityModels)))
-	r.decodes = make(chan *job, cfg.DecodeQueue)
+	queue := cfg.DecodeQueue
+	if tmpl != nil && tmpl.Interpreted() {
+		// Every chat is rendered by a decode worker (a Jinja template):
+		// the queue holds a burst's worth of them, not only large bodies.
+		queue = max(queue, interpretedQueue)
+	}
+	r.decodes = make(chan *job, queue)
 	r.budget.init(cfg.Body.MaxValues)
 	posts := make([]func(func()), loops)
 	for i := range loops {
@@ -402,7 +408,8 @@ func (r *Router) serve(x exchange) {
 		j.routeByID()
 		return
 	}
-	if len(req.Body) > r.cfg.OffloopBytes && (r.fleet != nil || routedByPrefix(rt)) {
+	if len(req.Body) > r.cfg.OffloopBytes && (r.fleet != nil || routedByPrefix(rt)) ||
+		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses) {
 		r.offload(j) // decoded (and rendered) off the loop, then tokenize there
 		return
 	}

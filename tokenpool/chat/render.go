@@ -115,6 +115,12 @@ func New(name string, vocab Vocab, cfg Config) (*Renderer, error) {
 // Name returns the template's name. Any goroutine.
 func (r *Renderer) Name() string { return r.name }
 
+// Interpreted reports whether r renders a Jinja template (NewJinja):
+// tens of microseconds to a millisecond per request and locks inside the
+// engine, so callers render it off their event loops; the built-ins take
+// a few microseconds and never lock.
+func (r *Renderer) Interpreted() bool { return r.jinja != nil }
+
 // RoleError is a conversation the template refuses, as the model's own
 // template raises an exception for it (mistral and llama2 require roles to
 // alternate user/assistant; mistral has no system role). The engine
