@@ -181,7 +181,13 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 		// read once.
 		media := 0
 		j := 0
+		// One byte a part at least (its kind): sized at once, so a long
+		// array's parts do not grow it by doubling (openai's
+		// TestDecodeMemory: a million parts).
 		d.desc = d.desc[:0]
+		if n := jsonscan.Count(b, c); n > cap(d.desc) {
+			d.desc = make([]byte, 0, n)
+		}
 		for pv := jsonscan.Elem(b, c); pv >= 0; j++ {
 			text, escaped, modality, kind, pend, err := bodyPart(b, pv, i, j)
 			if err != nil {

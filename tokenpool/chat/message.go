@@ -80,35 +80,31 @@ func (m *Message) Parts() []Part {
 	// The texts are joined at the end of Content: find where they start.
 	var n, sum, texts int
 	for i := 0; i < len(m.parts); {
-		k := m.parts[i]
-		i++
+		k, l, next := nextPart(m.parts, i)
+		i = next
 		n++
 		if k != partText && k != partTool {
 			continue
 		}
-		l, w := binary.Uvarint([]byte(m.parts[i:min(i+binary.MaxVarintLen64, len(m.parts))]))
-		i += w
 		if l > 0 {
-			sum += int(l)
+			sum += l
 			texts++
 		}
 	}
 	pos := len(m.Content) - sum - max(texts-1, 0)
 	out := make([]Part, 0, n)
 	for i := 0; i < len(m.parts); {
-		k := m.parts[i]
-		i++
+		k, l, next := nextPart(m.parts, i)
+		i = next
 		switch k {
 		case partText, partTool:
-			l, w := binary.Uvarint([]byte(m.parts[i:min(i+binary.MaxVarintLen64, len(m.parts))]))
-			i += w
 			p := Part{Type: "text"}
 			if k == partTool {
 				p.Type = "tool_reference"
 			}
-			if l > 0 && pos >= 0 && pos+int(l) <= len(m.Content) {
-				p.Text = m.Content[pos : pos+int(l)]
-				pos += int(l) + 1
+			if l > 0 && pos >= 0 && pos+l <= len(m.Content) {
+				p.Text = m.Content[pos : pos+l]
+				pos += l + 1
 			}
 			out = append(out, p)
 		case partImage:
@@ -122,6 +118,34 @@ func (m *Message) Parts() []Part {
 		}
 	}
 	return out
+}
+
+// A text part shorter than shortPart bytes is encoded in one byte:
+// shortText or shortTool with its length in the low 6 bits (the other
+// kinds are ASCII letters); a longer one is its kind, then its length as
+// a uvarint. A million one-character parts so take a megabyte, not two
+// (openai's TestDecodeMemory).
+const (
+	shortPart = 64
+	shortText = 0x80
+	shortTool = 0xC0
+)
+
+// nextPart decodes the part at parts[i]: its kind, its text's length
+// (texts), and where the next part starts.
+func nextPart(parts string, i int) (kind byte, n, next int) {
+	k := parts[i]
+	i++
+	switch {
+	case k >= shortTool:
+		return partTool, int(k &^ shortTool), i
+	case k >= shortText:
+		return partText, int(k &^ shortText), i
+	case k == partText || k == partTool:
+		l, w := binary.Uvarint([]byte(parts[i:min(i+binary.MaxVarintLen64, len(parts))]))
+		return k, int(l), i + w
+	}
+	return k, 0, i
 }
 
 // PartSeparator joins the parts of an array content. vLLM joins text parts
@@ -215,6 +239,14 @@ type decoder struct {
 // addText and addMedia encode a content part into d.desc: a text part
 // (kind partText or partTool) whose text has n bytes, or a media part.
 func (d *decoder) addText(kind byte, n int) {
+	if n < shortPart {
+		b := byte(shortText)
+		if kind == partTool {
+			b = shortTool
+		}
+		d.desc = append(d.desc, b|byte(n))
+		return
+	}
 	d.desc = binary.AppendUvarint(append(d.desc, kind), uint64(n))
 }
 
