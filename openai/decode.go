@@ -121,6 +121,15 @@ func (r *reader) str(at int) string { return string(r.text(at)) }
 // job.keyed) or are copied when it waits for the tokenizer (job.own).
 // Any goroutine that owns sc.
 func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error {
+	return DecodeWith(dst, k, body, maxDepth, sc, true)
+}
+
+// DecodeWith is Decode, with parts false: chat messages' content parts
+// are not described (chat.Message.Parts nil; chat.MessagesFromBodyJoined),
+// for a renderer that joins them (chat.Renderer.WantsParts false): a
+// million parts then cost their joined text alone. Any goroutine that
+// owns sc.
+func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, parts bool) *Error {
 	*dst = Request{Kind: k}
 	maxDepth = min(maxDepth, MaxScanDepth)
 	var f, fe [numFields]int // the members' values: their offsets, and the offsets past them
@@ -184,8 +193,9 @@ func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error
 		var csc *chat.Scratch
 		if sc != nil {
 			csc = &sc.Chat
+			csc.Joined = !parts
 		}
-		return decodeChat(dst, b, &f, &fe, csc)
+		return decodeChat(dst, b, &f, &fe, csc, parts)
 	case KindResponses:
 		return decodeResponses(dst, &r, &f)
 	}
@@ -277,7 +287,7 @@ func optBool(b []byte, at int, dst *bool, name string) *Error {
 // decodeChat reads what chat.FromRequest reads: the messages, then
 // add_generation_prompt and chat_template_kwargs.enable_thinking, with
 // its errors.
-func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch) *Error {
+func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch, parts bool) *Error {
 	mv := f[fMessages]
 	if mv < 0 {
 		return BadRequest("messages", "messages: missing")
@@ -286,10 +296,13 @@ func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch)
 		msgs []chat.Message
 		err  error
 	)
-	if sc != nil {
+	switch {
+	case sc != nil:
 		msgs, err = sc.MessagesFromBody(b[mv:fe[fMessages]])
-	} else {
+	case parts:
 		msgs, err = chat.MessagesFromBody(b[mv:fe[fMessages]])
+	default:
+		msgs, err = chat.MessagesFromBodyJoined(b[mv:fe[fMessages]])
 	}
 	if err != nil {
 		return BadRequest("messages", "%s", err.Error())

@@ -84,10 +84,12 @@ func TestDecodeMemory(t *testing.T) {
 		d = Request{}
 		newView := allocated(func() { _ = Decode(&d, c.kind, body, 64, &sc) })
 		d = Request{}
+		joined := allocated(func() { _ = DecodeWith(&d, c.kind, body, 64, nil, false) })
+		d = Request{}
 		old := allocated(func() { _ = oldDecode(&d, c.kind, body) })
 		n := float64(len(body))
-		t.Logf("%-45s %8d bytes: copying %5.2fx, through a Scratch %5.2fx, fastjson %6.1fx",
-			c.name, len(body), float64(newCopy)/n, float64(newView)/n, float64(old)/n)
+		t.Logf("%-45s %8d bytes: copying %5.2fx, through a Scratch %5.2fx, joined parts %5.2fx, fastjson %6.1fx",
+			c.name, len(body), float64(newCopy)/n, float64(newView)/n, float64(joined)/n, float64(old)/n)
 		limit := 8.0
 		if raceBuild {
 			// The race detector's instrumentation allocates more: the
@@ -95,7 +97,7 @@ func TestDecodeMemory(t *testing.T) {
 			// The bound still catches a tree per value (50-230x).
 			limit = 14
 		}
-		for _, got := range []uint64{newCopy, newView} {
+		for _, got := range []uint64{newCopy, newView, joined} {
 			if float64(got) > limit*n {
 				t.Errorf("%s: decoding %d bytes allocated %d (%.1fx), want at most %gx", c.name, len(body), got, float64(got)/n, limit)
 			}

@@ -170,3 +170,35 @@ func TestDecodeDuplicateKeysLastWins(t *testing.T) {
 		t.Fatalf("prompt %q (%v), want last", r.Prompt, e)
 	}
 }
+
+// TestDecodeJoinedParts: DecodeWith without parts decodes the same
+// request, its messages' content parts not described (for a renderer
+// that joins them), through a Scratch or copying.
+func TestDecodeJoinedParts(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},"b",{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":""}]},{"role":"assistant","content":"c"}]}`)
+	var want Request
+	if e := Decode(&want, KindChat, body, 64, nil); e != nil {
+		t.Fatal(e)
+	}
+	if ps := want.Messages[0].Parts(); len(ps) != 4 {
+		t.Fatalf("setup: %d parts described, want 4", len(ps))
+	}
+	var sc Scratch
+	for _, scr := range []*Scratch{nil, &sc} {
+		var got Request
+		if e := DecodeWith(&got, KindChat, body, 64, scr, false); e != nil {
+			t.Fatal(e)
+		}
+		for i, m := range got.Messages {
+			if m.Parts() != nil || m.Role != want.Messages[i].Role || m.Content != want.Messages[i].Content {
+				t.Fatalf("scratch %v: message %d = %q %q, %d parts; want %q %q and none",
+					scr != nil, i, m.Role, m.Content, len(m.Parts()), want.Messages[i].Role, want.Messages[i].Content)
+			}
+		}
+	}
+	// The Scratch describes parts again when asked.
+	var again Request
+	if e := DecodeWith(&again, KindChat, body, 64, &sc, true); e != nil || len(again.Messages[0].Parts()) != 4 {
+		t.Fatalf("through the Scratch with parts: %v, %d parts", e, len(again.Messages[0].Parts()))
+	}
+}

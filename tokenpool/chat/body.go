@@ -29,12 +29,20 @@ func MessagesFromBody(raw []byte) ([]Message, error) {
 	return d.bodyMessages(nil, raw)
 }
 
+// MessagesFromBodyJoined is MessagesFromBody without the content parts'
+// description (Message.Parts is nil): for a renderer that joins them
+// (Renderer.WantsParts false), which never reads it. Any goroutine.
+func MessagesFromBodyJoined(raw []byte) ([]Message, error) {
+	d := decoder{most: len(raw), joined: true}
+	return d.bodyMessages(nil, raw)
+}
+
 // MessagesFromBody is the package's MessagesFromBody without copies: a
 // string without escapes is a view into raw, the others (and joined
 // content parts) views into the Scratch; valid while raw is and until
 // the Scratch is used again. Errors are the same.
 func (sc *Scratch) MessagesFromBody(raw []byte) ([]Message, error) {
-	d := decoder{arena: sc.arena[:0], view: true, most: len(raw), desc: sc.desc[:0]}
+	d := decoder{arena: sc.arena[:0], view: true, most: len(raw), desc: sc.desc[:0], joined: sc.Joined}
 	msgs, err := d.bodyMessages(sc.msgs, raw)
 	sc.arena, sc.desc = d.arena, d.desc
 	if msgs != nil {
@@ -185,7 +193,7 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 		// array's parts do not grow it by doubling (openai's
 		// TestDecodeMemory: a million parts).
 		d.desc = d.desc[:0]
-		if n := jsonscan.Count(b, c); n > cap(d.desc) {
+		if n := jsonscan.Count(b, c); n > cap(d.desc) && !d.joined {
 			d.desc = make([]byte, 0, n)
 		}
 		for pv := jsonscan.Elem(b, c); pv >= 0; j++ {

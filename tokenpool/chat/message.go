@@ -234,11 +234,17 @@ type decoder struct {
 	// desc is a content's encoded parts while it is joined (reused
 	// through a Scratch); they go to the arena after its text.
 	desc []byte
+	// joined: the parts are not described (MessagesFromBodyJoined,
+	// Scratch.Joined).
+	joined bool
 }
 
 // addText and addMedia encode a content part into d.desc: a text part
 // (kind partText or partTool) whose text has n bytes, or a media part.
 func (d *decoder) addText(kind byte, n int) {
+	if d.joined {
+		return
+	}
 	if n < shortPart {
 		b := byte(shortText)
 		if kind == partTool {
@@ -250,7 +256,11 @@ func (d *decoder) addText(kind byte, n int) {
 	d.desc = binary.AppendUvarint(append(d.desc, kind), uint64(n))
 }
 
-func (d *decoder) addMedia(modality string) { d.desc = append(d.desc, partKind(modality)) }
+func (d *decoder) addMedia(modality string) {
+	if !d.joined {
+		d.desc = append(d.desc, partKind(modality))
+	}
+}
 
 // endParts puts d.desc into the arena, as a Message's parts.
 func (d *decoder) endParts() string {
@@ -301,6 +311,11 @@ func (d *decoder) messages(dst []Message, v *fastjson.Value) ([]Message, error) 
 // beyond (copy what must outlive them). A Scratch belongs to one
 // goroutine; the zero value is ready.
 type Scratch struct {
+	// Joined: MessagesFromBody does not describe content parts
+	// (Message.Parts nil), as MessagesFromBodyJoined: set it for a
+	// renderer that joins them (Renderer.WantsParts false).
+	Joined bool
+
 	arena  []byte    // joined content parts, unescaped strings
 	desc   []byte    // decoder.desc
 	render []byte    // Render's arena

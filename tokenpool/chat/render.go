@@ -121,6 +121,12 @@ func (r *Renderer) Name() string { return r.name }
 // a few microseconds and never lock.
 func (r *Renderer) Interpreted() bool { return r.jinja != nil }
 
+// WantsParts reports whether r reads a message's content parts
+// (Message.Parts: a Jinja template in vLLM's "openai" content format);
+// the others read only the joined Content, and their decoders may skip
+// describing the parts (MessagesFromBodyJoined).
+func (r *Renderer) WantsParts() bool { return r.jinja != nil && r.jinja.openai }
+
 // RoleError is a conversation the template refuses, as the model's own
 // template raises an exception for it (mistral and llama2 require roles to
 // alternate user/assistant; mistral has no system role). The engine
