@@ -226,7 +226,10 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	for tok, id := range m.Vocab {
 		b, ok := decode(tok)
 		if !ok {
-			return nil, fmt.Errorf("vocab token %q is not byte-level encoded", tok)
+			// Outside GPT-2's byte alphabet (DeepSeek-V3's special
+			// tokens): no byte string maps to it, so the model never
+			// produces it; only an added token can.
+			continue
 		}
 		t.vocab[b] = id
 	}
