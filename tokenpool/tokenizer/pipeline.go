@@ -81,7 +81,7 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 			sp.literal = *c.Pattern.String
 		default:
 			if p, ok := knownSplits[*c.Pattern.Regex]; ok {
-				if how == isolated && !c.Invert {
+				if how == isolated && !c.Invert && !p.partial {
 					t.stages = append(t.stages, stage{kind: stageSplit, split: p})
 					return nil
 				}

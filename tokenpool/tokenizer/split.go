@@ -50,11 +50,16 @@ type splitter struct {
 func (sp *splitter) matches(s string, emit func(start, end int)) {
 	switch {
 	case sp.hand != nil:
-		// Every position matches these patterns: consecutive matches.
+		// No hand-matched pattern matches the empty string: a position
+		// without a match is passed over.
 		for off := 0; off < len(s); {
-			n := sp.hand.next(s[off:])
-			emit(off, off+n)
-			off += n
+			if n := sp.hand.match(s, off); n > 0 {
+				emit(off, off+n)
+				off += n
+				continue
+			}
+			_, w := at(s, off)
+			off += w
 		}
 	case sp.re != nil:
 		sp.re.find(s, emit)

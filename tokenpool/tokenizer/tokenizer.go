@@ -676,9 +676,10 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 		return t.pretokenize(dst, s, 0, first)
 	}
 	split := t.stages[0].split
+	llama := split.fn == nil // Llama-3 or Qwen, not o200k (pretok.go)
 	for len(s) > 0 {
 		var n int
-		if c := s[0]; c < utf8.RuneSelf && asciiClass[c]&classL != 0 {
+		if c := s[0]; llama && c < utf8.RuneSelf && asciiClass[c]&classL != 0 {
 			n = 1 + letters(s, 1) // an ASCII word, match's first fast path
 		} else {
 			n = split.next(s)
