@@ -82,3 +82,35 @@ func TestClassesAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestSPCutExact: cutting SentencePiece-style texts before ▁ (spWord)
+// gives the ids of BPE over the whole text, on every corpus string and
+// around Gemma 3's bridging token '>▁</'.
+func TestSPCutExact(t *testing.T) {
+	t.Parallel()
+	extra := []string{"a> </b", "<p> </p>", "x>  </y", "> </", ">> <//", "a>\u2581</b"}
+	for _, m := range []string{"gemma3", "mistral7b"} {
+		tok := loadModel(t, m)
+		if !tok.spCut {
+			t.Fatalf("%s: spCut off", m)
+		}
+		whole := *tok
+		whole.spCut = false
+		n := 0
+		for _, set := range []string{"targeted", "fuzz", "unicode", "real"} {
+			for _, s := range append(loadCorpus(t, set), extra...) {
+				if got, want := tok.Encode(nil, s), whole.Encode(nil, s); !slices.Equal(got, want) {
+					if n++; n <= 3 {
+						t.Errorf("%s %q: cut %v, whole %v", m, s, got, want)
+					}
+				}
+			}
+		}
+		if n > 0 {
+			t.Errorf("%s: %d strings differ", m, n)
+		}
+	}
+	if tok := loadModel(t, "gemma3"); len(tok.bridges) != 1 || tok.bridges[0] != (bridge{">\u2581</", 1}) {
+		t.Errorf("gemma3 bridges %+v, want one, '>\u2581</' at 1", tok.bridges)
+	}
+}

@@ -82,6 +82,10 @@ type Tokenizer struct {
 	bytePair []merge
 	byteID   [256]int32 // id of each single byte
 	ignore   bool       // ignore_merges: a piece in the vocab is one token
+	// spCut: SentencePiece-style BPE may cut a text before each ▁ that
+	// follows another character, except across a bridge (spWord).
+	spCut   bool
+	bridges []bridge
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
@@ -275,6 +279,20 @@ func Parse(raw []byte) (*Tokenizer, error) {
 				return nil, fmt.Errorf("byte_fallback vocab lacks %s", name)
 			}
 			t.byteTok[b] = id
+		}
+	}
+	if _, ok := t.vocab[spaceMark]; ok && !t.byteLevel {
+		t.spCut = true
+		for tok := range t.vocab {
+			for k := 1; k < len(tok); k++ {
+				if strings.HasPrefix(tok[k:], spaceMark) && !strings.HasSuffix(tok[:k], spaceMark) {
+					t.bridges = append(t.bridges, bridge{tok: tok, k: k})
+				}
+			}
+		}
+		if len(t.bridges) > 64 {
+			// Each cut would test them all: encode whole texts.
+			t.spCut, t.bridges = false, nil
 		}
 	}
 	t.merges = newTable(len(m.Merges))
