@@ -8,18 +8,24 @@
 // matters: a router whose ids differ from the engine's computes keys the
 // engine's cache never had.
 //
-// Supported so far: BPE, byte-level (a ByteLevel pre-tokenizer) or
+// Supported: BPE, byte-level (a ByteLevel pre-tokenizer) or
 // SentencePiece-style over characters with byte_fallback, unk_token and
-// fuse_unk (Mistral, Llama-2), with ignore_merges; pre-tokenizers Split
-// with the Llama-3 and Qwen patterns (matched by hand, see pretok.go),
-// Digits, Metaspace, ByteLevel (add_prefix_space, use_regex with GPT-2's
-// pattern, also by hand) and Sequences of them, ByteLevel last
-// (pipeline.go); normalizers NFC, Prepend, Replace (string patterns) and
-// Sequence; post-processors TemplateProcessing and ByteLevel; added tokens
-// (leftmost-longest, lstrip, rstrip, single_word). Anything else is refused
-// at load with an error naming the component. Character classes and NFC use
-// the reference's Unicode versions, not Go's 15.0.0 (unicode_tables.go,
-// nfc.go).
+// fuse_unk (Mistral, Llama-2, Gemma 3), with ignore_merges; pre-tokenizers
+// Split in every form HuggingFace has (a String or a Regex pattern; the
+// behaviors Removed, Isolated, MergedWithPrevious, MergedWithNext and
+// Contiguous; invert; split.go), Digits, Metaspace, ByteLevel
+// (add_prefix_space, use_regex with GPT-2's pattern) and Sequences of them,
+// ByteLevel last (pipeline.go); normalizers NFC, Prepend, Replace (string
+// patterns) and Sequence; post-processors TemplateProcessing and ByteLevel;
+// added tokens (leftmost-longest, lstrip, rstrip, single_word). The Split
+// regexes of Llama-3, Qwen, GPT-2, gpt-oss (o200k) and DeepSeek-V3 are
+// matched by hand (pretok.go, classes.go); any other runs on regexp2
+// (regex.go), which refuses at load the constructs whose meaning differs
+// from Oniguruma's. Anything else is refused at load with an error naming
+// the component. Character classes and NFC use the reference's Unicode
+// versions, not Go's 15.0.0 (unicode_tables.go, nfc.go). Checked against
+// HuggingFace on Llama-3, Qwen3, Mistral-7B, Gemma 3, DeepSeek-V3 and
+// gpt-oss (TestGolden).
 //
 // # Concurrency
 //
@@ -82,6 +88,9 @@ type Tokenizer struct {
 	bytePair []merge
 	byteID   [256]int32 // id of each single byte
 	ignore   bool       // ignore_merges: a piece in the vocab is one token
+	// selfMerging: bit id is set when BPE of token id's text gives id
+	// (markSelfMerging).
+	selfMerging []uint64
 	// spCut: SentencePiece-style BPE may cut a text before each ▁ that
 	// follows another character, except across a bridge (spWord).
 	spCut   bool
@@ -324,6 +333,9 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			}
 			t.bytePair[p] = m
 		}
+	}
+	if !t.ignore {
+		t.markSelfMerging()
 	}
 	for _, a := range f.AddedTokens {
 		if a.Normalized && len(t.normalizers) > 0 {
@@ -702,10 +714,10 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 		} else {
 			n = split.next(s)
 		}
-		if n <= 7 && t.ignore {
+		if n <= 7 {
 			// A short piece that is a token, the commonest case, without
 			// bpe's call and checks.
-			if id, _, ok := t.short.get(packKey(s[:n])); ok {
+			if id, _, ok := t.short.get(packKey(s[:n])); ok && (t.ignore || n == 1 || t.whole(id)) {
 				dst = append(dst, id)
 				s = s[n:]
 				continue
