@@ -23,7 +23,21 @@ type splitPattern struct {
 	// patterns), so the pattern runs in the general splitter, which
 	// walks over them.
 	partial bool
+	// asciiStarts: the ASCII bytes a match can start with, for a partial
+	// pattern (nil: any); the splitter passes over the others without
+	// calling fn.
+	asciiStarts *[128]bool
 }
+
+// asciiDigits and asciiNone are asciiStarts of \p{N}{1,3} and of
+// DeepSeek-V3's CJK class.
+var asciiDigits, asciiNone = func() (d, n *[128]bool) {
+	d = new([128]bool)
+	for c := '0'; c <= '9'; c++ {
+		d[c] = true
+	}
+	return d, new([128]bool)
+}()
 
 // The patterns matched by hand, by their exact regex text: Llama-3, Qwen,
 // gpt-oss (o200k) and DeepSeek-V3's three. Others run on regexp2
@@ -31,8 +45,8 @@ type splitPattern struct {
 // against it.
 var knownSplits = map[string]splitPattern{
 	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`: {fn: matchO200k},
-	`\p{N}{1,3}`: {fn: matchDSDigits, partial: true},
-	"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+": {fn: matchDSCJK, partial: true},
+	`\p{N}{1,3}`: {fn: matchDSDigits, partial: true, asciiStarts: asciiDigits},
+	"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+": {fn: matchDSCJK, partial: true, asciiStarts: asciiNone},
 	"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+": {fn: matchDSWords, partial: true},
 	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:                                   {maxDigits: 3},
 	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:                                        {maxDigits: 1},

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // behavior is a Split pre-tokenizer's SplitDelimiterBehavior: what becomes
@@ -52,7 +53,12 @@ func (sp *splitter) matches(s string, emit func(start, end int)) {
 	case sp.hand != nil:
 		// No hand-matched pattern matches the empty string: a position
 		// without a match is passed over.
+		starts := sp.hand.asciiStarts
 		for off := 0; off < len(s); {
+			if c := s[off]; starts != nil && c < utf8.RuneSelf && !starts[c] {
+				off++
+				continue
+			}
 			if n := sp.hand.match(s, off); n > 0 {
 				emit(off, off+n)
 				off += n
