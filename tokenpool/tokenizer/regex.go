@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -285,7 +286,7 @@ func translateRegex(src string) (string, [][2]rune, error) {
 					k++
 				}
 				if k == len(rs) {
-					return "", nil, fmt.Errorf("unterminated (?i:")
+					return "", nil, errors.New("unterminated group (?i:...)")
 				}
 				body, err := foldGroup(rs[i+4 : k])
 				if err != nil {
