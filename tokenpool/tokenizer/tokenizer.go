@@ -88,6 +88,11 @@ type Tokenizer struct {
 	bytePair []merge
 	byteID   [256]int32 // id of each single byte
 	ignore   bool       // ignore_merges: a piece in the vocab is one token
+	// spChar and spPair: for SentencePiece-style models, the id of each
+	// ASCII byte and ▁ (-1: none) and the merge of each pair of them
+	// (buildSPPairs).
+	spChar [spN]int32
+	spPair []merge
 	// selfMerging: bit id is set when BPE of token id's text gives id
 	// (markSelfMerging).
 	selfMerging []uint64
@@ -333,6 +338,9 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			}
 			t.bytePair[p] = m
 		}
+	}
+	if !t.byteLevel {
+		t.buildSPPairs()
 	}
 	if !t.ignore {
 		t.markSelfMerging()
