@@ -100,6 +100,9 @@ type Tokenizer struct {
 	// follows another character, except across a bridge (spWord).
 	spCut   bool
 	bridges []bridge
+	// spIsolated marks the ASCII characters that are tokens and that no
+	// other token holds next to a different character (spWord).
+	spIsolated [128]bool
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
@@ -301,6 +304,21 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			for k := 1; k < len(tok); k++ {
 				if strings.HasPrefix(tok[k:], spaceMark) && !strings.HasSuffix(tok[:k], spaceMark) {
 					t.bridges = append(t.bridges, bridge{tok: tok, k: k})
+				}
+			}
+		}
+		for c := range t.spIsolated {
+			_, t.spIsolated[c] = t.vocab[string(rune(c))]
+		}
+		for tok := range t.vocab {
+			for k := 1; k < len(tok); k++ {
+				if a, b := tok[k-1], tok[k]; a != b {
+					if a < utf8.RuneSelf {
+						t.spIsolated[a] = false
+					}
+					if b < utf8.RuneSelf {
+						t.spIsolated[b] = false
+					}
 				}
 			}
 		}
