@@ -197,8 +197,10 @@ func translateRegex(src string) (string, [][2]rune, error) {
 					return "", nil, fmt.Errorf("unterminated \\%c{", e)
 				}
 				name := string(rs[j+1 : k])
-				if _, ok := unicode.Categories[name]; !ok || strings.HasPrefix(name, "^") {
-					return "", nil, fmt.Errorf("unsupported property \\%c{%s} (only General_Category names are)", e, name)
+				if _, ok := unicode.Categories[name]; !ok || name == "C" {
+					// C: Go's lacks the unassigned code points (Cn),
+					// which Oniguruma's holds.
+					return "", nil, fmt.Errorf("unsupported property \\%c{%s} (only General_Category names but C are)", e, name)
 				}
 				b.WriteString(string(rs[i : k+1]))
 				i = k

@@ -90,6 +90,8 @@ func TestTranslateRegex(t *testing.T) {
 	f(`[[:alpha:]]`, "", "POSIX")
 	f(`[a&&b]`, "", "&&")
 	f(`\p{Greek}`, "", "property")
+	f(`[^\p{C}]`, "", "property")
+	f(`\p{^L}`, "", "property")
 	f(`(?i:ss)`, "", "folds to one character")
 	f(`(?i)x`, "", "unsupported group")
 	f(`(?<name>x)`, "", "unsupported group")
