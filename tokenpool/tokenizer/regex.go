@@ -40,6 +40,10 @@ type gcChange struct {
 // Constructs whose meaning differs between the two (^ and $, which are
 // line anchors in Oniguruma; \w, \b; POSIX brackets; class set
 // operations; {,n}; possessive quantifiers) are refused at load.
+//
+// A regexp2.Regexp is safe for concurrent use: it pools its matchers
+// under a mutex. No match timeout is set (a timeout would cut a match
+// short, which is not exact), so regexp2 starts no clock goroutine.
 type regexPattern struct {
 	re    *regexp2.Regexp
 	proxy map[string]rune // 16.0.0 category -> stand-in in Go's tables
