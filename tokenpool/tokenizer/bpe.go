@@ -109,6 +109,31 @@ func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
 	return t.spPiece(dst, s[start:])
 }
 
+// spCutSafe reports whether every symbol BPE makes is vocab text, which
+// spWord's cuts rely on: no merge takes a byte-fallback token (<0xXX>) or
+// the unknown token, and no unknown characters can fuse across a cut
+// (fuse_unk without byte_fallback).
+func (t *Tokenizer) spCutSafe() bool {
+	if t.fuseUnk && !t.byteFallback && t.unk >= 0 {
+		return false
+	}
+	odd := map[int32]bool{}
+	if t.unk >= 0 {
+		odd[t.unk] = true
+	}
+	if t.byteFallback {
+		for _, id := range t.byteTok {
+			odd[id] = true
+		}
+	}
+	for _, s := range t.merges.slots {
+		if k := s.key - 1; s.key != 0 && (odd[int32(k>>32)] || odd[int32(uint32(k))]) {
+			return false
+		}
+	}
+	return true
+}
+
 // spaceMark is SentencePiece's space, U+2581.
 const spaceMark = "\u2581"
 

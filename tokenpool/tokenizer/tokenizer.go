@@ -359,6 +359,9 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	}
 	if !t.byteLevel {
 		t.buildSPPairs()
+		if t.spCut && !t.spCutSafe() {
+			t.spCut, t.bridges = false, nil
+		}
 	}
 	if !t.ignore {
 		t.markSelfMerging()
