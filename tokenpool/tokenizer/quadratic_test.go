@@ -9,10 +9,10 @@ import (
 )
 
 // TestRepeatedLetterNotQuadratic: one letter repeated costs O(n log n) on
-// every model, including the regexp2 path: 100 KB takes less than 8 times
-// 25 KB (quadratic: 16). A ratio of the fastest of five runs each, so that
-// a loaded machine slows both alike; the absolute number (≤ 50 ms per model
-// for 100 KB, issue 34) is BenchmarkEncodeRepeated100K's, in BENCHMARKS.md.
+// every model, including the regexp2 path: 100 KB takes less than 40
+// times 12.5 KB (quadratic: 64). A ratio, so that a loaded machine does
+// not fail it; the absolute number (≤ 50 ms per model for 100 KB, issue
+// 34) is BenchmarkEncodeRepeated100K's, in BENCHMARKS.md.
 func TestRepeatedLetterNotQuadratic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
@@ -34,21 +34,28 @@ func TestRepeatedLetterNotQuadratic(t *testing.T) {
 	for _, m := range models {
 		toks[m] = loadModel(t, m)
 	}
-	fastest := func(tok *Tokenizer, s string) time.Duration {
-		best := time.Duration(1 << 62)
-		dst := make([]int32, 0, len(s))
-		for range 5 {
+	// Fastest of seven runs of each, interleaved, so that load on a
+	// shared machine slows both alike. 8 times the bytes: O(n log n) is
+	// ~9 times the time in theory, 15–18 measured on this 2-core machine
+	// under load; quadratic is 64 times.
+	fastest := func(tok *Tokenizer, short, long string) (time.Duration, time.Duration) {
+		bs, bl := time.Duration(1<<62), time.Duration(1<<62)
+		dst := make([]int32, 0, len(long))
+		for range 7 {
 			start := time.Now()
-			dst = tok.Encode(dst[:0], s)
-			best = min(best, time.Since(start))
+			dst = tok.Encode(dst[:0], short)
+			bs = min(bs, time.Since(start))
+			start = time.Now()
+			dst = tok.Encode(dst[:0], long)
+			bl = min(bl, time.Since(start))
 		}
-		return best
+		return bs, bl
 	}
 	for name, tok := range toks {
-		short, long := fastest(tok, strings.Repeat("a", 25_000)), fastest(tok, strings.Repeat("a", 100_000))
-		t.Logf("%s: 25 KB %v, 100 KB %v", name, short, long)
-		if long > 8*short {
-			t.Errorf("%s: 100 KB of one letter took %v, 25 KB %v: worse than O(n log n)", name, long, short)
+		short, long := fastest(tok, strings.Repeat("a", 12_500), strings.Repeat("a", 100_000))
+		t.Logf("%s: 12.5 KB %v, 100 KB %v", name, short, long)
+		if long > 40*short {
+			t.Errorf("%s: 100 KB of one letter took %v, 12.5 KB %v: worse than O(n log n)", name, long, short)
 		}
 	}
 }
