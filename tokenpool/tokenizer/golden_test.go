@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -55,7 +56,7 @@ func goldenIDs(t *testing.T, path string) [][]int32 {
 // (testdata/README.md says how they were made).
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	for _, model := range []string{"llama3", "qwen3", "mistral7b"} {
+	for _, model := range []string{"llama3", "qwen3", "mistral7b", "gemma3", "deepseek_v3", "gptoss"} {
 		tok, err := Load(testdata + "models/" + model + "/tokenizer.json.gz")
 		if err != nil {
 			t.Fatal(err)
@@ -138,8 +139,13 @@ func TestGoldenVariants(t *testing.T) {
 			var seq []any
 			for _, p := range parts {
 				var v any
-				if p == "split" {
+				if p == "split" || p == "split-merged-with-next" {
 					v = j["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0]
+					if p == "split-merged-with-next" {
+						c := maps.Clone(v.(map[string]any))
+						c["behavior"] = "MergedWithNext"
+						v = c
+					}
 				} else if err := json.Unmarshal([]byte(p), &v); err != nil {
 					t.Fatal(err)
 				}
@@ -159,6 +165,9 @@ func TestGoldenVariants(t *testing.T) {
 		byteLevelGPT2  = `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`
 		byteLevelSpace = `{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}`
 	)
+	split := func(pattern, behavior string, invert bool) string {
+		return `{"type": "Split", "pattern": ` + pattern + `, "behavior": "` + behavior + `", "invert": ` + strconv.FormatBool(invert) + `}`
+	}
 	singleWord := func(j map[string]any) {
 		for _, a := range j["added_tokens"].([]any) {
 			a := a.(map[string]any)
@@ -190,6 +199,12 @@ func TestGoldenVariants(t *testing.T) {
 			pre(digitsTrue, `{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}`)(j)
 		}},
 		"qwen3-single-word": {"qwen3", singleWord},
+		// Issue 34: the general Split (split.go, regex.go).
+		"llama3-split-removed":    {"llama3", pre(split(`{"Regex": "\\s+"}`, "Removed", false), split(`{"String": "e"}`, "Removed", true), byteLevel)},
+		"llama3-split-merged":     {"llama3", pre(split(`{"String": " "}`, "MergedWithPrevious", false), split(`{"Regex": "[\\p{P}\\p{S}]"}`, "MergedWithNext", false), byteLevel)},
+		"llama3-split-contiguous": {"llama3", pre(split(`{"Regex": "\\p{L}|\\p{M}"}`, "Contiguous", false), split(`{"Regex": "\\p{N}"}`, "Contiguous", true), byteLevel)},
+		"llama3-split-empty":      {"llama3", pre(split(`{"Regex": "\\s*"}`, "MergedWithNext", false), split(`{"Regex": "a*|(?=b)"}`, "MergedWithPrevious", false), split(`{"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d|ok)"}`, "Isolated", false), byteLevel)},
+		"llama3-split-hand":       {"llama3", pre("split-merged-with-next", split(`{"Regex": "(?<=[a-z])\\p{Lu}+(?!\\p{Ll})|[\\u3040-\\u30ff]+"}`, "Isolated", true), byteLevel)},
 	} {
 		var j map[string]any
 		if err := json.Unmarshal(readGzip(t, testdata+"models/"+v.base+"/tokenizer.json.gz"), &j); err != nil {

@@ -60,8 +60,9 @@ func TestParseRefusesUnknownComponents(t *testing.T) {
 	}{
 		{`{"type": "NFKC"}`, llamaSplit, "null", "", `normalizer "NFKC"`},
 		{"null", `{"type": "Whitespace"}`, "null", "", `unsupported pre_tokenizer`},
-		{"null", strings.Replace(llamaSplit, `{1,3}`, `{1,4}`, 1), "null", "", `unsupported Split regex`},
-		{"null", strings.Replace(llamaSplit, `Isolated`, `Removed`, 1), "null", "", `unsupported pre_tokenizer Split`},
+		{"null", strings.Replace(llamaSplit, `{1,3}`, `{1,3}+`, 1), "null", "", `unsupported Split regex`},
+		{"null", strings.Replace(llamaSplit, `Isolated`, `Splat`, 1), "null", "", `unsupported Split behavior "Splat"`},
+		{"null", strings.Replace(llamaSplit, `"pattern": {"Regex"`, `"pattern": {"Glob"`, 1), "null", "", `Split needs one pattern`},
 		{"null", `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false}, {"type": "Digits", "individual_digits": true}]}`, "null", "", `"Digits" after ByteLevel`},
 		{"null", `{"type": "Digits"}`, "null", "", `Digits without individual_digits`},
 		{"null", `{"type": "ByteLevel", "use_regex": true}`, "null", "", `ByteLevel without add_prefix_space`},

@@ -13,6 +13,9 @@ import (
 type stage struct {
 	kind  stageKind
 	split splitPattern // stageSplit; stageByteLevel with use_regex (GPT-2's)
+	// general: stageSplitGeneral, a Split that is not an Isolated,
+	// non-inverted hand-matched regex (split.go).
+	general *splitter
 	// individual: Digits with individual_digits (each digit its own piece).
 	individual bool
 	meta       metaspace // stageMetaspace
@@ -26,6 +29,7 @@ type stageKind uint8
 
 const (
 	stageSplit stageKind = iota
+	stageSplitGeneral
 	stageDigits
 	stageMetaspace
 	stageByteLevel
@@ -65,14 +69,28 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 			}
 		}
 	case "Split":
-		if c.Pattern.Regex == nil || c.Behavior != "Isolated" || c.Invert {
-			return fmt.Errorf("unsupported pre_tokenizer Split other than an Isolated, non-inverted regex: %s", trim(raw))
+		how, err := parseBehavior(c.Behavior)
+		if err != nil {
+			return err
 		}
-		p, ok := knownSplits[*c.Pattern.Regex]
-		if !ok {
-			return fmt.Errorf("unsupported Split regex %q: only the Llama-3 and Qwen patterns are matched", *c.Pattern.Regex)
+		sp := &splitter{how: how, invert: c.Invert}
+		switch {
+		case c.Pattern.Regex != nil && c.Pattern.String != nil, c.Pattern.Regex == nil && c.Pattern.String == nil:
+			return fmt.Errorf("pre_tokenizer Split needs one pattern, a String or a Regex: %s", trim(raw))
+		case c.Pattern.String != nil:
+			sp.literal = *c.Pattern.String
+		default:
+			if p, ok := knownSplits[*c.Pattern.Regex]; ok {
+				if how == isolated && !c.Invert && !p.partial {
+					t.stages = append(t.stages, stage{kind: stageSplit, split: p})
+					return nil
+				}
+				sp.hand = &p
+			} else if sp.re, err = newRegexPattern(*c.Pattern.Regex); err != nil {
+				return err
+			}
 		}
-		t.stages = append(t.stages, stage{kind: stageSplit, split: p})
+		t.stages = append(t.stages, stage{kind: stageSplitGeneral, general: sp})
 	case "Digits":
 		if c.IndividualDigits == nil {
 			return fmt.Errorf("pre_tokenizer Digits without individual_digits: %s", trim(raw))
@@ -120,6 +138,10 @@ func (t *Tokenizer) pretokenize(dst []int32, s string, k int, first bool) []int3
 			dst = t.pretokenize(dst, s[off:off+n], k+1, first && off == 0)
 			off += n
 		}
+	case stageSplitGeneral:
+		st.general.split(s, func(start, end int) {
+			dst = t.pretokenize(dst, s[start:end], k+1, first && start == 0)
+		})
 	case stageDigits:
 		for off := 0; off < len(s); {
 			n := nextDigits(s[off:], st.individual)

@@ -16,12 +16,40 @@ type splitPattern struct {
 	// gpt2: GPT-2's pattern instead, which the ByteLevel pre-tokenizer
 	// applies with use_regex (see matchGPT2).
 	gpt2 bool
+	// fn: another pattern's matcher (classes.go), returning the length
+	// of the match at i, 0 for none.
+	fn func(s string, i int) int
+	// partial: some positions match no alternative (DeepSeek-V3's
+	// patterns), so the pattern runs in the general splitter, which
+	// walks over them.
+	partial bool
+	// asciiStarts: the ASCII bytes a match can start with, for a partial
+	// pattern (nil: any); the splitter passes over the others without
+	// calling fn.
+	asciiStarts *[128]bool
 }
 
-// The two patterns we accept, by their exact regex text.
+// asciiDigits and asciiNone are asciiStarts of \p{N}{1,3} and of
+// DeepSeek-V3's CJK class.
+var asciiDigits, asciiNone = func() (d, n *[128]bool) {
+	d = new([128]bool)
+	for c := '0'; c <= '9'; c++ {
+		d[c] = true
+	}
+	return d, new([128]bool)
+}()
+
+// The patterns matched by hand, by their exact regex text: Llama-3, Qwen,
+// gpt-oss (o200k) and DeepSeek-V3's three. Others run on regexp2
+// (regex.go); TestHandMatchersAgree and FuzzHandMatchers check these
+// against it.
 var knownSplits = map[string]splitPattern{
-	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`: {maxDigits: 3},
-	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:      {maxDigits: 1},
+	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`: {fn: matchO200k},
+	`\p{N}{1,3}`: {fn: matchDSDigits, partial: true, asciiStarts: asciiDigits},
+	"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+": {fn: matchDSCJK, partial: true, asciiStarts: asciiNone},
+	"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+": {fn: matchDSWords, partial: true},
+	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:                                   {maxDigits: 3},
+	`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`:                                        {maxDigits: 1},
 }
 
 // ASCII character classes, precomputed: most text is ASCII, and the
@@ -139,6 +167,9 @@ func (p splitPattern) next(s string) int {
 // match returns the length of the regex match at i (the first alternative
 // that matches wins, as in the regex's ordered alternation).
 func (p splitPattern) match(s string, i int) int {
+	if p.fn != nil {
+		return p.fn(s, i)
+	}
 	if p.gpt2 {
 		return matchGPT2(s, i)
 	}

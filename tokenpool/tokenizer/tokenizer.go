@@ -8,18 +8,24 @@
 // matters: a router whose ids differ from the engine's computes keys the
 // engine's cache never had.
 //
-// Supported so far: BPE, byte-level (a ByteLevel pre-tokenizer) or
+// Supported: BPE, byte-level (a ByteLevel pre-tokenizer) or
 // SentencePiece-style over characters with byte_fallback, unk_token and
-// fuse_unk (Mistral, Llama-2), with ignore_merges; pre-tokenizers Split
-// with the Llama-3 and Qwen patterns (matched by hand, see pretok.go),
-// Digits, Metaspace, ByteLevel (add_prefix_space, use_regex with GPT-2's
-// pattern, also by hand) and Sequences of them, ByteLevel last
-// (pipeline.go); normalizers NFC, Prepend, Replace (string patterns) and
-// Sequence; post-processors TemplateProcessing and ByteLevel; added tokens
-// (leftmost-longest, lstrip, rstrip, single_word). Anything else is refused
-// at load with an error naming the component. Character classes and NFC use
-// the reference's Unicode versions, not Go's 15.0.0 (unicode_tables.go,
-// nfc.go).
+// fuse_unk (Mistral, Llama-2, Gemma 3), with ignore_merges; pre-tokenizers
+// Split in every form HuggingFace has (a String or a Regex pattern; the
+// behaviors Removed, Isolated, MergedWithPrevious, MergedWithNext and
+// Contiguous; invert; split.go), Digits, Metaspace, ByteLevel
+// (add_prefix_space, use_regex with GPT-2's pattern) and Sequences of them,
+// ByteLevel last (pipeline.go); normalizers NFC, Prepend, Replace (string
+// patterns) and Sequence; post-processors TemplateProcessing and ByteLevel;
+// added tokens (leftmost-longest, lstrip, rstrip, single_word). The Split
+// regexes of Llama-3, Qwen, GPT-2, gpt-oss (o200k) and DeepSeek-V3 are
+// matched by hand (pretok.go, classes.go); any other runs on regexp2
+// (regex.go), which refuses at load the constructs whose meaning differs
+// from Oniguruma's. Anything else is refused at load with an error naming
+// the component. Character classes and NFC use the reference's Unicode
+// versions, not Go's 15.0.0 (unicode_tables.go, nfc.go). Checked against
+// HuggingFace on Llama-3, Qwen3, Mistral-7B, Gemma 3, DeepSeek-V3 and
+// gpt-oss (TestGolden).
 //
 // # Concurrency
 //
@@ -82,6 +88,21 @@ type Tokenizer struct {
 	bytePair []merge
 	byteID   [256]int32 // id of each single byte
 	ignore   bool       // ignore_merges: a piece in the vocab is one token
+	// spChar and spPair: for SentencePiece-style models, the id of each
+	// ASCII byte and ▁ (-1: none) and the merge of each pair of them
+	// (buildSPPairs).
+	spChar [spN]int32
+	spPair []merge
+	// selfMerging: bit id is set when BPE of token id's text gives id
+	// (markSelfMerging).
+	selfMerging []uint64
+	// spCut: SentencePiece-style BPE may cut a text before each ▁ that
+	// follows another character, except across a bridge (spWord).
+	spCut   bool
+	bridges []bridge
+	// spIsolated marks the ASCII characters that are tokens and that no
+	// other token holds next to a different character (spWord).
+	spIsolated [128]bool
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
@@ -226,7 +247,10 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	for tok, id := range m.Vocab {
 		b, ok := decode(tok)
 		if !ok {
-			return nil, fmt.Errorf("vocab token %q is not byte-level encoded", tok)
+			// Outside GPT-2's byte alphabet (DeepSeek-V3's special
+			// tokens): no byte string maps to it, so the model never
+			// produces it; only an added token can.
+			continue
 		}
 		t.vocab[b] = id
 	}
@@ -274,6 +298,35 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			t.byteTok[b] = id
 		}
 	}
+	if _, ok := t.vocab[spaceMark]; ok && !t.byteLevel {
+		t.spCut = true
+		for tok := range t.vocab {
+			for k := 1; k < len(tok); k++ {
+				if strings.HasPrefix(tok[k:], spaceMark) && !strings.HasSuffix(tok[:k], spaceMark) {
+					t.bridges = append(t.bridges, bridge{tok: tok, k: k})
+				}
+			}
+		}
+		for c := range t.spIsolated {
+			_, t.spIsolated[c] = t.vocab[string(rune(c))]
+		}
+		for tok := range t.vocab {
+			for k := 1; k < len(tok); k++ {
+				if a, b := tok[k-1], tok[k]; a != b {
+					if a < utf8.RuneSelf {
+						t.spIsolated[a] = false
+					}
+					if b < utf8.RuneSelf {
+						t.spIsolated[b] = false
+					}
+				}
+			}
+		}
+		if len(t.bridges) > 64 {
+			// Each cut would test them all: encode whole texts.
+			t.spCut, t.bridges = false, nil
+		}
+	}
 	t.merges = newTable(len(m.Merges))
 	for rank, rawm := range m.Merges {
 		a, b, err := parseMerge(rawm)
@@ -303,6 +356,15 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			}
 			t.bytePair[p] = m
 		}
+	}
+	if !t.byteLevel {
+		t.buildSPPairs()
+		if t.spCut && !t.spCutSafe() {
+			t.spCut, t.bridges = false, nil
+		}
+	}
+	if !t.ignore {
+		t.markSelfMerging()
 	}
 	for _, a := range f.AddedTokens {
 		if a.Normalized && len(t.normalizers) > 0 {
@@ -673,17 +735,18 @@ func (t *Tokenizer) encodeText(dst []int32, s string, first bool) []int32 {
 		return t.pretokenize(dst, s, 0, first)
 	}
 	split := t.stages[0].split
+	llama := split.fn == nil // Llama-3 or Qwen, not o200k (pretok.go)
 	for len(s) > 0 {
 		var n int
-		if c := s[0]; c < utf8.RuneSelf && asciiClass[c]&classL != 0 {
+		if c := s[0]; llama && c < utf8.RuneSelf && asciiClass[c]&classL != 0 {
 			n = 1 + letters(s, 1) // an ASCII word, match's first fast path
 		} else {
 			n = split.next(s)
 		}
-		if n <= 7 && t.ignore {
+		if n <= 7 {
 			// A short piece that is a token, the commonest case, without
 			// bpe's call and checks.
-			if id, _, ok := t.short.get(packKey(s[:n])); ok {
+			if id, _, ok := t.short.get(packKey(s[:n])); ok && (t.ignore || n == 1 || t.whole(id)) {
 				dst = append(dst, id)
 				s = s[n:]
 				continue

