@@ -174,15 +174,7 @@ func matchO200k(s string, i int) int {
 	}
 	// \p{N}{1,3}
 	if c&cN != 0 {
-		n := w
-		for k := 1; k < 3; k++ {
-			_, c2, w2 := classAt(s, i+n)
-			if c2&cN == 0 {
-				break
-			}
-			n += w2
-		}
-		return n
+		return matchDSDigits(s, i)
 	}
 	// ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
 	j := i
