@@ -526,7 +526,7 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if !s.accepting.Load() {
 		s.m.rejectedDraining.Inc()
 		if isTLS {
-			s.tls.release(peer.wire)
+			s.tls.release()
 		}
 		return nil, gnet.Close
 	}
@@ -536,7 +536,7 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		s.ownAnswer(http.StatusServiceUnavailable)
 		if isTLS {
 			_ = peer.wire.write(response503()) // the records go out before the close, as OnOpen's bytes would
-			s.tls.release(peer.wire)
+			s.tls.release()
 			return nil, gnet.Close
 		}
 		return response503(), gnet.Close
@@ -574,7 +574,7 @@ func (h *engineHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
 	h.s.conns.Add(-1)
 	if c.tls != nil {
 		h.s.tls.onLoop.Add(-1)
-		h.s.tls.release(c.tls)
+		h.s.tls.release()
 	}
 	return gnet.None
 }

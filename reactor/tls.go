@@ -206,7 +206,7 @@ func (s *Server) serveTLS(ctx context.Context, nc net.Conn) {
 
 // release ends the count of one TLS connection that reached a loop. Loop
 // only (OnOpen, OnClose).
-func (e *tlsEdge) release(*tlsWire) { e.conns.Add(-1) }
+func (e *tlsEdge) release() { e.conns.Add(-1) }
 
 // handshakeFailed counts a failed handshake by reason, and answers plain
 // HTTP sent to the TLS port with a 400 in plain HTTP (as net/http does).
