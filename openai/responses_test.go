@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -143,10 +144,11 @@ func FuzzDecodeResponses(f *testing.F) {
 	f.Add(`{"model":"m","input":"hi"}`)
 	f.Add(`{"model":"m","instructions":"s","input":[{"role":"user","content":[{"type":"input_text","text":"x"}]},{"type":"function_call"},{"type":"reasoning","content":[{"text":"r"}]}]}`)
 	f.Add(`{"model":"m","input":[{"type":"function_call_output","output":[{"type":"refusal","refusal":"no"}]}],"previous_response_id":"r"}`)
+	f.Add(`{"model":"m","input":` + strings.Repeat("[", MaxScanDepth+1) + `]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var d Request
 		if e := Decode(&d, KindResponses, []byte(body), MaxScanDepth, nil); e != nil {
-			if e.Status != 400 || e.Message == "" {
+			if (e.Status != 400 && (e.Status != 413 || e.Code != "json_too_deep")) || e.Message == "" || !json.Valid(e.Body()) {
 				t.Fatalf("bad error %+v", e)
 			}
 			return
