@@ -17,7 +17,7 @@
 //
 // # Templates
 //
-// Built in, each checked id for id against the model's own Jinja template
+// Built in (harmony aside, below), each checked id for id against the model's own Jinja template
 // rendered by @huggingface/jinja and tokenized by HuggingFace tokenizers
 // (testdata/README.md): llama3 (Meta-Llama-3-Instruct: content trimmed
 // with Python's whitespace), chatml (the classic ChatML template), qwen3
@@ -38,6 +38,53 @@
 // the first user turn), and none (each message's content as its own text
 // segment: consistent keys for an unknown template, not the engine's
 // tokens).
+//
+// harmony is gpt-oss's format. vLLM renders a chat request for gpt-oss
+// with no Jinja template: it builds openai_harmony messages (its harmony
+// utilities) and renders them with openai_harmony's
+// render_conversation_for_completion. harmony.go follows the recent vLLM
+// releases' steps (the older ones kept a leading system message as a
+// system message) and the library's rendering; it is checked against
+// the library's own expected renderings (its test-data fixtures, as
+// harmony_test.go says case by case), not against a running engine.
+// Rendered exactly: the system message as vLLM builds it (the library's
+// default model identity and knowledge cutoff, the date from the
+// Renderer's clock in UTC, reasoning_effort from the request's own field
+// or medium, the valid channels, and the line sending function calls to
+// the commentary channel when there are function tools); a leading
+// system or developer message as the developer message's "# Instructions";
+// the request's function tools in the developer message's "# Tools" as
+// the library writes a JSON schema in TypeScript (descriptions, titles,
+// examples, required and optional properties, string enums, defaults,
+// nullable, arrays, type lists, oneOf, nested objects); user, later
+// system and developer messages as text; an assistant's reasoning on the
+// analysis channel and its content on the final channel, or, with
+// tool_calls, its content on the commentary channel, its reasoning, and
+// each call to functions.NAME with the content type json, ending in
+// <|call|>; a tool message as functions.NAME (the name of the call its
+// tool_call_id names) to the assistant on the commentary channel; every
+// analysis message before the last final one dropped, as vLLM drops
+// them; and <|start|>assistant at the end whatever add_generation_prompt
+// says, as vLLM appends it. chat_template_kwargs do not reach harmony, as
+// they do not in vLLM. A message end (Segment.MsgEnd) is named only
+// where the messages up to it render as the whole does (an earlier turn's
+// reasoning that a later final answer drops leaves no boundary). Not
+// exact: the date, where the engine's local date is not UTC's (around
+// midnight) or is pinned (VLLM_SYSTEM_START_DATE); text that spells one
+// of the tokenizer's special tokens, which openai_harmony encodes as
+// ordinary text and this tokenizer as the token; a content of several
+// parts, which the library encodes part by part (the text is the same,
+// the tokens at the parts' edges may differ), and refusal or thinking
+// parts, which count as text here and not in vLLM; a first system
+// message with null content and tools, rendered as an empty "#
+// Instructions" (vLLM renders none); a schema's default written as a
+// float other than the short way (1.50, 1e2: serde_json writes 1.5,
+// 100.0); tools vLLM would take as browser or python built-ins (the chat
+// API has none); and vLLM's VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS,
+// which moves the instructions into the system message. Roles other than
+// system, developer, user, assistant and tool, reasoning_effort none, and
+// tools other than functions are errors (*RoleError, *FieldError), as
+// vLLM refuses them.
 //
 // A template is picked by name, or from the tokenizer_config.json's
 // chat_template by Detect, which recognizes only the exact template texts
