@@ -139,8 +139,7 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 	var f, fe [numFields]int // the members' values: their offsets, and the offsets past them
 	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
 		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs", fTools: "tools",
-		fReasoningEffort: "reasoning_effort",
-		fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
+		fReasoningEffort: "reasoning_effort", fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
 		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input"}
 	open := jsonscan.SkipWS(body, 0)
 	if !jsonscan.Is(body, open, '{') {

@@ -84,7 +84,7 @@ type Renderer struct {
 	// harmony: its formatting tokens, and the clock its system message
 	// takes the date from (NewHarmony).
 	hStart, hMessage, hEnd, hChannel, hCall tok
-	now                                      func() time.Time
+	now                                     func() time.Time
 }
 
 // New builds a Renderer for the named template (see Names). cfg supplies
