@@ -32,6 +32,7 @@ func BenchmarkRender(b *testing.B) {
 	tok := loadTokenizer(b, "qwen3")
 	mtok := loadTokenizer(b, "mistral7b")
 	ltok := loadTokenizer(b, "llama3")
+	gtok := loadTokenizer(b, "gptoss")
 	for _, c := range []struct {
 		name  string
 		vocab Vocab
@@ -44,6 +45,7 @@ func BenchmarkRender(b *testing.B) {
 		{Mistral, mtok, "mistral7b", func(m []Message) []Message { return m[1:] }}, // no system role
 		{Llama2, mtok, "mistral7b", nil},
 		{None, mtok, "mistral7b", nil},
+		{Harmony, gtok, "gptoss", nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			r, err := New(c.name, c.vocab, loadConfig(b, c.model))
