@@ -329,3 +329,23 @@ func TestHarmonyLoad(t *testing.T) {
 		t.Errorf("mistral7b without config: %q (warn %v), want none and a warning", used, warn)
 	}
 }
+
+// openai_harmony's test_simple_tool_call fixture holds the ids its own
+// tokenizer gives an assistant's analysis and a call (a recipient after
+// the role, a content type after the channel): this tokenizer gives the
+// same ids for the same text, so the text runs the renderer joins (the
+// library encodes role, recipient and content type one by one) tokenize
+// as the library's pieces do.
+func TestHarmonyFixtureIDs(t *testing.T) {
+	t.Parallel()
+	tok := loadTokenizer(t, "gptoss")
+	text := `<|channel|>analysis<|message|>User asks: "What is the weather in Tokyo?" We need to use lookup_weather tool.<|return|>` +
+		`<|start|>assistant to=lookup_weather<|channel|>analysis code<|message|>{"location": "Tokyo"}`
+	want := []int32{200005, 35644, 200008, 1844, 31064, 25, 392, 4827, 382, 290,
+		11122, 306, 40510, 16842, 1416, 1309, 316, 1199, 37342, 170154,
+		4584, 13, 200002, 200006, 173781, 316, 28, 29712, 170154, 200005,
+		35644, 3490, 200008, 10848, 7693, 1243, 392, 173844, 18583}
+	if got := tok.Encode(nil, text); !slices.Equal(got, want) {
+		t.Errorf("ids %v\nwant %v", got, want)
+	}
+}
