@@ -193,3 +193,21 @@ func BenchmarkRenderJinja(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRenderHarmonyTools: harmony with a request's tools (the four
+// of openai_harmony's function fixture, 1.6 KiB), which it writes as
+// TypeScript on every request.
+func BenchmarkRenderHarmonyTools(b *testing.B) {
+	r := harmonyRenderer(b, loadTokenizer(b, "gptoss"))
+	msgs := benchConversation()
+	opt := Options{AddGenerationPrompt: true, Tools: harmonyFixtureTools}
+	var dst []Segment
+	b.SetBytes(contentBytes(msgs) + int64(len(opt.Tools)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

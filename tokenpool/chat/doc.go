@@ -145,7 +145,8 @@
 //
 // A Renderer is immutable after New and safe for concurrent use; Render
 // keeps its state in locals, dst and one fresh arena per call (a Jinja
-// Renderer's prefix cache is a table of atomics, a hint checked on use).
+// Renderer's prefix cache is a table of atomics, a hint checked on use;
+// harmony's last tools and their rendering sit behind an atomic pointer).
 // ParseMessages, MessagesFromValue (on a value no one else reads),
 // MessagesFromBody, Detect
 // and ParseConfig are safe for concurrent use. Client input (messages,

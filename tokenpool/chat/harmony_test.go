@@ -31,6 +31,13 @@ func withExtra(m Message, x Extra) Message {
 	return m
 }
 
+// harmonyFixtureTools are the tools of openai_harmony's
+// test_render_functions_with_parameters fixture, as a request gives them.
+const harmonyFixtureTools = `[{"type":"function","function":{"name":"get_location","description":"Gets the location of the user."}},` +
+	`{"type":"function","function":{"name":"get_current_weather","description":"Gets the current weather in the provided location.","parameters":{"type":"object","properties":{"location":{"type":"string","description":"The city and state, e.g. San Francisco, CA"},"format":{"type":"string","enum":["celsius","fahrenheit"],"default":"celsius"}},"required":["location"]}}},` +
+	`{"type":"function","function":{"name":"get_multiple_weathers","description":"Gets the current weather in the provided list of locations.","parameters":{"type":"object","properties":{"locations":{"type":"array","items":{"type":"string"},"description":"List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]"},"format":{"type":"string","enum":["celsius","fahrenheit"],"default":"celsius"}},"required":["locations"]}}},` +
+	`{"type":"function","function":{"name":"kitchensink","description":"A function with various complex schemas.","parameters":{"description":"params object","type":"object","properties":{"string":{"type":"string","title":"STRING","description":"A string","examples":["hello","world"]},"string_nullable":{"type":"string","nullable":true,"description":"A nullable string","default":"the default"},"string_enum":{"type":"string","enum":["a","b","c"]},"oneof_string_or_number":{"oneOf":[{"type":"string","default":"default_string_in_oneof"},{"type":"number","description":"numbers can happen too"}],"description":"a oneof","default":20}}}}}]`
+
 // harmonySystem is the system message vLLM builds, with the given
 // effort and the line a conversation with function tools adds.
 func harmonySystem(effort string, functions bool) string {
@@ -159,10 +166,7 @@ func TestHarmonyRender(t *testing.T) {
 	// four function tools (no parameters; required and optional
 	// properties; an enum with a default; an array; title, examples,
 	// nullable, a oneOf property, an object description).
-	tools := `[{"type":"function","function":{"name":"get_location","description":"Gets the location of the user."}},` +
-		`{"type":"function","function":{"name":"get_current_weather","description":"Gets the current weather in the provided location.","parameters":{"type":"object","properties":{"location":{"type":"string","description":"The city and state, e.g. San Francisco, CA"},"format":{"type":"string","enum":["celsius","fahrenheit"],"default":"celsius"}},"required":["location"]}}},` +
-		`{"type":"function","function":{"name":"get_multiple_weathers","description":"Gets the current weather in the provided list of locations.","parameters":{"type":"object","properties":{"locations":{"type":"array","items":{"type":"string"},"description":"List of city and state, e.g. [\"San Francisco, CA\", \"New York, NY\"]"},"format":{"type":"string","enum":["celsius","fahrenheit"],"default":"celsius"}},"required":["locations"]}}},` +
-		`{"type":"function","function":{"name":"kitchensink","description":"A function with various complex schemas.","parameters":{"description":"params object","type":"object","properties":{"string":{"type":"string","title":"STRING","description":"A string","examples":["hello","world"]},"string_nullable":{"type":"string","nullable":true,"description":"A nullable string","default":"the default"},"string_enum":{"type":"string","enum":["a","b","c"]},"oneof_string_or_number":{"oneOf":[{"type":"string","default":"default_string_in_oneof"},{"type":"number","description":"numbers can happen too"}],"description":"a oneof","default":20}}}}}]`
+	tools := harmonyFixtureTools
 	wantTools := harmonySystem("high", true) + "<|start|>developer<|message|># Instructions\n\nAlways respond in riddles\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n" +
 		"// Gets the location of the user.\ntype get_location = () => any;\n\n" +
 		"// Gets the current weather in the provided location.\ntype get_current_weather = (_: {\n// The city and state, e.g. San Francisco, CA\nlocation: string,\nformat?: \"celsius\" | \"fahrenheit\", // default: celsius\n}) => any;\n\n" +

@@ -3,6 +3,7 @@ package chat
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -81,10 +82,12 @@ type Renderer struct {
 	imStart, imEnd, think, endThink, toolResp, endToolResp tok
 	// jinja is the compiled template of a Jinja Renderer (NewJinja).
 	jinja *jinja
-	// harmony: its formatting tokens, and the clock its system message
-	// takes the date from (NewHarmony).
+	// harmony: its formatting tokens, the clock its system message takes
+	// the date from (NewHarmony), and the last tools it wrote
+	// (harmonyToolsCached).
 	hStart, hMessage, hEnd, hChannel, hCall tok
 	now                                     func() time.Time
+	hTools                                  atomic.Pointer[harmonyToolsEntry]
 }
 
 // New builds a Renderer for the named template (see Names). cfg supplies
