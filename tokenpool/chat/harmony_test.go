@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fastjson"
 )
 
 // harmonyDay is the date the harmony tests' clock reads: the one
@@ -352,4 +354,30 @@ func TestHarmonyFixtureIDs(t *testing.T) {
 	if got := tok.Encode(nil, text); !slices.Equal(got, want) {
 		t.Errorf("ids %v\nwant %v", got, want)
 	}
+}
+
+// FuzzHarmonyTools: any tools list and reasoning effort render or
+// return an error, never panic, and render the same twice (the second
+// time from the kept rendering).
+func FuzzHarmonyTools(f *testing.F) {
+	f.Add(harmonyFixtureTools, "high")
+	f.Add(`[{"type":"function","function":{"name":"f","parameters":{"oneOf":[{"type":"object","nullable":true,"default":"x","enum":["x"]},{"type":["string",1]}],"properties":5}}}]`, "")
+	f.Add(`[{"type":"function","function":{"name":"g","description":"a\r\nb\n","parameters":{"type":"object","properties":{"p":{"oneOf":[{"description":"d"}],"description":"d","default":[1,{"k":"\u0001"}],"examples":[1,"e"]}},"required":[1,"p"]}}}]`, "low")
+	f.Add(`[{"type":"function"}]`, "none")
+	f.Add(`[]`, "medium")
+	r := harmonyRenderer(f, loadTokenizer(f, "gptoss"))
+	msgs := []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"}}
+	f.Fuzz(func(t *testing.T, tools, effort string) {
+		var p fastjson.Parser
+		v, err := p.Parse(tools)
+		if err != nil || v.Type() != fastjson.TypeArray {
+			return // the decoders keep only an array
+		}
+		opt := Options{Tools: CanonicalJSON([]byte(tools)), ReasoningEffort: effort}
+		a, aerr := r.Render(nil, msgs, opt)
+		b, berr := r.Render(nil, msgs, opt)
+		if (aerr == nil) != (berr == nil) || !slices.Equal(a, b) {
+			t.Fatalf("two renderings differ: %v %v\n%q\n%q", aerr, berr, a, b)
+		}
+	})
 }
