@@ -80,8 +80,11 @@
 // Instructions" (vLLM renders none); a schema's default written as a
 // float other than the short way (1.50, 1e2: serde_json writes 1.5,
 // 100.0); tools vLLM would take as browser or python built-ins (the chat
-// API has none); and vLLM's VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS,
-// which moves the instructions into the system message. Roles other than
+// API has none); vLLM's VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS,
+// which moves the instructions into the system message; and the vLLM
+// releases that list only analysis and final as valid channels for a
+// request without tools (the recent ones list commentary always, as
+// here). Roles other than
 // system, developer, user, assistant and tool, reasoning_effort none, and
 // tools other than functions are errors (*RoleError, *FieldError), as
 // vLLM refuses them.
