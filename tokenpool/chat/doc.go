@@ -17,8 +17,9 @@
 //
 // # Templates
 //
-// Built in (harmony aside, below), each checked id for id against the model's own Jinja template
-// rendered by @huggingface/jinja and tokenized by HuggingFace tokenizers
+// Built in (harmony aside, below), each checked id for id against the
+// model's own Jinja template rendered by @huggingface/jinja and
+// tokenized by HuggingFace tokenizers
 // (testdata/README.md): llama3 (Meta-Llama-3-Instruct: content trimmed
 // with Python's whitespace), chatml (the classic ChatML template), qwen3
 // (Qwen3's template in full for system, user, assistant and tool
@@ -76,23 +77,25 @@
 // parts, which the library encodes part by part (the text is the same,
 // the tokens at the parts' edges may differ), and refusal or thinking
 // parts, which count as text here and not in vLLM; a first system
-// message with null content and tools, rendered as an empty "#
-// Instructions" (vLLM renders none); a schema's default written as a
+// message with null content and tools, rendered with empty
+// instructions (vLLM renders none); a schema's default written as a
 // float other than the short way (1.50, 1e2: serde_json writes 1.5,
-// 100.0); tools vLLM would take as browser or python built-ins (the chat
-// API has none); vLLM's VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS,
-// which moves the instructions into the system message; and the vLLM
-// releases that list only analysis and final as valid channels for a
-// request without tools (the recent ones list commentary always, as
-// here). Roles other than
-// system, developer, user, assistant and tool, reasoning_effort none, and
-// tools other than functions are errors (*RoleError, *FieldError), as
-// vLLM refuses them.
+// 100.0); a request whose tools vLLM drops (tool_choice none with its
+// --exclude-tools-when-tool-choice-none); vLLM's
+// VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, which moves the instructions
+// into the system message; and the vLLM releases that list only analysis
+// and final as valid channels for a request without tools (the recent
+// ones list commentary always, as here). Roles other than system,
+// developer, user, assistant and tool, reasoning_effort none, and tools
+// other than functions are errors (*RoleError, *FieldError), as vLLM
+// refuses them.
 //
 // A template is picked by name, or from the tokenizer_config.json's
 // chat_template by Detect, which recognizes only the exact template texts
 // the goldens check; anything else is ErrNotRecognized, and the caller
-// renders with None and warns once. mistral and llama2 refuse
+// renders with None and warns once; Load picks harmony for a tokenizer
+// with harmony's tokens and no chat template (gpt-oss's tokenizer config
+// has none, and vLLM renders it with harmony). mistral and llama2 refuse
 // non-alternating roles with a *RoleError, as the models' own templates
 // raise; the engine rejects those requests too, so the caller may answer
 // 400 (or render them with None).
