@@ -78,11 +78,18 @@ func parse(buf []byte, lim limits, p *progress) (*Request, int, error) {
 		return nil, 0, nil
 	}
 	if p.headEnd == 0 {
+		// First, so that the answer does not depend on how the bytes
+		// were split into reads (FuzzParseSplit): methodStart reads only
+		// the first 48.
+		if !methodStart(buf) {
+			return nil, 0, badRequest("malformed request line")
+		}
 		end := findHeadEnd(buf, lim.maxHead, p)
 		if end < 0 {
 			if len(buf) >= lim.maxHead {
 				return nil, 0, headTooLarge(lim.maxHead)
 			}
+
 			p.need = len(buf) + 1
 			return nil, 0, nil
 		}
@@ -137,6 +144,34 @@ func findHeadEnd(buf []byte, max int, p *progress) int {
 	}
 	p.headScan = pos
 	return -1
+}
+
+// methodStart reports whether the start of buf, an incomplete head, may
+// still become a request line: after the blank lines a client may send
+// first, a method (a token) up to its space. Bytes that cannot (a TLS
+// ClientHello sent to the plain port, binary garbage) are refused at once,
+// as nginx refuses them, instead of holding the connection until the
+// header timeout while the client waits for an answer.
+//
+// It reads at most 48 bytes, so a head trickling in a byte per read costs
+// O(1) here per read: past 16 bytes of blank lines or 32 of method it
+// leaves the verdict to parseHead.
+func methodStart(buf []byte) bool {
+	i := 0
+	for i < len(buf) && (buf[i] == '\r' || buf[i] == '\n') {
+		if i++; i == 16 {
+			return true
+		}
+	}
+	for j := i; j < min(len(buf), i+32); j++ {
+		if buf[j] == ' ' {
+			return j > i
+		}
+		if !httplex.IsTokenByte(buf[j]) {
+			return false
+		}
+	}
+	return true
 }
 
 // allBlankLines reports whether b is only CRLF/LF line ends: the empty

@@ -64,6 +64,18 @@ func TestParseNeedMore(t *testing.T) {
 	}
 }
 
+// TestParseIncompleteMethod: a head that may still become a request
+// waits for more bytes, however it begins.
+func TestParseIncompleteMethod(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"", "G", "GET", "GET ", "\r\n", "\r\nPOST /v1", strings.Repeat("\r\n", 20) + "\x16", "M-SEARCH", strings.Repeat("A", 40) + "\x00"} {
+		var p progress
+		if r, n, err := parse([]byte(in), testLimits, &p); r != nil || n != 0 || err != nil {
+			t.Errorf("parse(%q) = %v, %d, %v; want to wait for more", in, r, n, err)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	f := func(in string, status int) {
@@ -100,6 +112,12 @@ func TestParseErrors(t *testing.T) {
 	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n"+strings.Repeat("a", 2048)+"\r\n801\r\n", 413)
 	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n", 413)
 	f("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400)
+	// Bytes that cannot start a request line are refused before the
+	// head is complete (a TLS ClientHello on the plain port; garbage).
+	f("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400)
+	f("\r\n\x00", 400)
+	f(" GET", 400)
+	f("GE(T", 400)
 	// Host (RFC 9112 §3.2): exactly one, valid, in HTTP/1.1.
 	f("GET / HTTP/1.1\r\n\r\n", 400)
 	f("GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n", 400)

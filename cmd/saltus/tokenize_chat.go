@@ -131,6 +131,14 @@ func tokenizeConversation(tok *tokenizer.Tokenizer, r *chatpkg.Renderer, name st
 		if e := v.Get("chat_template_kwargs", "enable_thinking"); e != nil && e.Type() == fastjson.TypeFalse {
 			opt.DisableThinking = true
 		}
+		// A model's own template reads the tools and every kwarg, as
+		// vLLM hands them over (the built-ins ignore them).
+		if kw := v.Get("chat_template_kwargs"); kw != nil && kw.Type() == fastjson.TypeObject {
+			opt.Kwargs = string(chatpkg.AppendCanonical(nil, kw))
+		}
+		if tv := v.Get("tools"); tv != nil && tv.Type() == fastjson.TypeArray {
+			opt.Tools = string(chatpkg.AppendCanonical(nil, tv))
+		}
 		if v = v.Get("messages"); v == nil {
 			return nil, errors.New(`--chat: the object on stdin has no "messages"`)
 		}

@@ -18,6 +18,9 @@ func IsToken(s string) bool {
 	return true
 }
 
+// IsTokenByte reports whether c may appear in a token.
+func IsTokenByte(c byte) bool { return tokenChar[c] }
+
 // ValidValue rejects control characters other than HTAB in a header value.
 func ValidValue(s string) bool {
 	for i := 0; i < len(s); i++ {
