@@ -82,6 +82,7 @@ const (
 	fAddGenerationPrompt
 	fChatTemplateKwargs
 	fTools
+	fReasoningEffort
 	fPromptTokenIDs
 	fPrompt
 	fPreviousResponseID
@@ -129,7 +130,8 @@ func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error
 // (chat.Renderer.Wants): without chat.WantParts, messages' content parts
 // are not described (chat.Message.Parts nil), so a million parts cost
 // their joined text alone; without chat.WantExtras, tool calls, names,
-// tools and chat_template_kwargs are not kept (but enable_thinking).
+// tools, chat_template_kwargs and reasoning_effort are not kept (but
+// enable_thinking).
 // Any goroutine that owns sc.
 func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, want chat.Wants) *Error {
 	*dst = Request{Kind: k}
@@ -137,7 +139,7 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 	var f, fe [numFields]int // the members' values: their offsets, and the offsets past them
 	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
 		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs", fTools: "tools",
-		fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
+		fReasoningEffort: "reasoning_effort", fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
 		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input"}
 	open := jsonscan.SkipWS(body, 0)
 	if !jsonscan.Is(body, open, '{') {
@@ -324,6 +326,13 @@ func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch,
 	}
 	if tv := f[fTools]; want&chat.WantExtras != 0 && jsonscan.Is(b, tv, '[') {
 		opt.Tools = chat.CanonicalJSON(b[tv:fe[fTools]])
+	}
+	if re := f[fReasoningEffort]; want&chat.WantExtras != 0 && jsonscan.Is(b, re, '"') {
+		raw, escaped, _ := jsonscan.Str(b, re)
+		if escaped {
+			raw = jsonscan.AppendUnescaped(nil, raw)
+		}
+		opt.ReasoningEffort = string(raw)
 	}
 	dst.Messages, dst.Options = msgs, opt
 	return nil

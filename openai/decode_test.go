@@ -204,12 +204,13 @@ func TestDecodeJoinedParts(t *testing.T) {
 	}
 }
 
-// TestDecodeTemplateExtras: tools and chat_template_kwargs reach
-// chat.Options in one written form when the renderer wants them (a Jinja
-// template), and cost nothing when it does not.
+// TestDecodeTemplateExtras: tools, chat_template_kwargs and
+// reasoning_effort reach chat.Options (the first two in one written
+// form) when the renderer wants them (a Jinja template, harmony), and
+// cost nothing when it does not.
 func TestDecodeTemplateExtras(t *testing.T) {
 	t.Parallel()
-	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools": [ {"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}} ],"chat_template_kwargs":{"enable_thinking":false, "x":"\u00e9"}}`)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools": [ {"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}} ],"chat_template_kwargs":{"enable_thinking":false, "x":"\u00e9"},"reasoning_effort":"hi\u0067h"}`)
 	var sc Scratch
 	for _, s := range []*Scratch{nil, &sc} {
 		var d Request
@@ -222,11 +223,14 @@ func TestDecodeTemplateExtras(t *testing.T) {
 		if want := `{"enable_thinking":false,"x":"é"}`; d.Options.Kwargs != want || !d.Options.DisableThinking {
 			t.Errorf("kwargs %s (thinking off %v), want %s", d.Options.Kwargs, d.Options.DisableThinking, want)
 		}
+		if d.Options.ReasoningEffort != "high" {
+			t.Errorf("reasoning_effort %q, want high", d.Options.ReasoningEffort)
+		}
 		d = Request{}
 		if e := DecodeWith(&d, KindChat, body, 64, s, 0); e != nil {
 			t.Fatal(e)
 		}
-		if d.Options.Tools != "" || d.Options.Kwargs != "" || !d.Options.DisableThinking {
+		if d.Options.Tools != "" || d.Options.Kwargs != "" || d.Options.ReasoningEffort != "" || !d.Options.DisableThinking {
 			t.Errorf("without WantExtras: %+v", d.Options)
 		}
 	}

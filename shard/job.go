@@ -5,6 +5,7 @@ package shard
 // what it touches (see the package doc).
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -197,7 +198,13 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 			segs, err = j.r.tmpl.Render(nil, j.d.Messages, j.d.Options)
 		}
 		if err != nil {
-			return openai.BadRequest("messages", "%v", err)
+			// harmony refuses a reasoning_effort or tools vLLM refuses:
+			// the error names that field.
+			param := "messages"
+			if fe := (*chat.FieldError)(nil); errors.As(err, &fe) {
+				param = fe.Field
+			}
+			return openai.BadRequest(param, "%v", err)
 		}
 		if ds != nil {
 			j.texts, j.msgEnd = ds.texts[:0], ds.msgEnd[:0]

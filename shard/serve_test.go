@@ -284,6 +284,34 @@ func TestRouterRoleErrorAndModelsError(t *testing.T) {
 	}
 }
 
+// TestRouterHarmonyFieldError: a field harmony refuses, as vLLM does, is
+// the 400's param.
+func TestRouterHarmonyFieldError(t *testing.T) {
+	t.Parallel()
+	tmpl, err := chat.New(chat.Harmony, nil, chat.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loops := newFakeLoops(1, 64)
+	defer loops.stop()
+	up := newFakeUpstream(1)
+	r, err := newRouter(DefaultConfig(), nil, tmpl, up, up.state, loops.post, loops.poster, 1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := r.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	x := newExchange(0, "POST", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}],"reasoning_effort":"none"}`)
+	loops.run(t, 0, func() { r.serve(x) })
+	<-x.done
+	if x.status != 400 || !strings.Contains(string(x.body), `"param":"reasoning_effort"`) {
+		t.Fatalf("reasoning_effort none: %d %s", x.status, x.body)
+	}
+}
+
 // TestRouterModelsNoBackend: GET /v1/models with no routable backend is
 // 503 with Retry-After (issue 15), not an empty list, which would tell
 // the client its model does not exist.

@@ -187,7 +187,7 @@ var serveKeys = []serveKey{
 	{key: "tokenizer", bind: func(c *serveConfig) value { return strV{&c.Tokenizer} },
 		help: "`path` of the model's HuggingFace tokenizer.json (or its directory, or a .json.gz); empty: byte-block keys (64-byte blocks of the rendered prompt)"},
 	{key: "chat-template", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplate} },
-		help: "built-in chat template `name` (" + strings.Join(chatpkg.Names(), ", ") + "); empty: the chat_template of tokenizer_config.json next to --tokenizer (a built-in where one renders it exactly, else rendered as Jinja)"},
+		help: "built-in chat template `name` (" + strings.Join(chatpkg.Names(), ", ") + "); empty: the chat_template of tokenizer_config.json next to --tokenizer (a built-in where one renders it exactly, else rendered as Jinja; harmony for a gpt-oss tokenizer without one)"},
 	{key: "chat-template-file", bind: func(c *serveConfig) value { return strV{&c.Router.ChatTemplateFile} },
 		help: "`path` of a Jinja chat template (as transformers renders it) to use instead of the tokenizer config's; excludes chat-template"},
 	{key: "block-size", bind: func(c *serveConfig) value { return intV{&c.Router.BlockSize} },

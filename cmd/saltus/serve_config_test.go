@@ -144,7 +144,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{func(c *serveConfig) { c.Backends = []string{"http://a:1", "http://a:1"} }, `config: backends[1]: "http://a:1" repeats backends[0]`},
 		{func(c *serveConfig) { c.Backends = []string{"http://a"} }, `config: backends[0]: want http://host:port or https://host:port, got "http://a": address a: missing port in address`},
 		{func(c *serveConfig) { c.Tokenizer = "/nonexistent/tokenizer.json" }, `config: tokenizer: cannot read it: stat /nonexistent/tokenizer.json: no such file or directory`},
-		{func(c *serveConfig) { c.Router.ChatTemplate = "llama4" }, `config: chat-template: unknown template "llama4", want one of llama3, chatml, qwen3, mistral, llama2, none (or empty: detect from the tokenizer)`},
+		{func(c *serveConfig) { c.Router.ChatTemplate = "llama4" }, `config: chat-template: unknown template "llama4", want one of llama3, chatml, qwen3, mistral, llama2, harmony, none (or empty: detect from the tokenizer)`},
 		{func(c *serveConfig) { c.Router.ChatTemplate, c.Router.ChatTemplateFile = "llama3", "t.jinja" }, `config: chat-template-file: excludes chat-template ("llama3"): give one`},
 		{func(c *serveConfig) { c.Router.ChatTemplateFile = "/nonexistent/t.jinja" }, `config: chat-template-file: cannot read it: stat /nonexistent/t.jinja: no such file or directory`},
 		{func(c *serveConfig) { c.Router.BlockSize = 0 }, `config: block-size: must be a power of two between 1 and 1024, got 0`},

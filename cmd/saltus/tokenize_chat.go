@@ -132,12 +132,18 @@ func tokenizeConversation(tok *tokenizer.Tokenizer, r *chatpkg.Renderer, name st
 			opt.DisableThinking = true
 		}
 		// A model's own template reads the tools and every kwarg, as
-		// vLLM hands them over (the built-ins ignore them).
+		// vLLM hands them over (of the built-ins, harmony reads the
+		// tools).
 		if kw := v.Get("chat_template_kwargs"); kw != nil && kw.Type() == fastjson.TypeObject {
 			opt.Kwargs = string(chatpkg.AppendCanonical(nil, kw))
 		}
 		if tv := v.Get("tools"); tv != nil && tv.Type() == fastjson.TypeArray {
 			opt.Tools = string(chatpkg.AppendCanonical(nil, tv))
+		}
+		// harmony puts the request's reasoning_effort into its system
+		// message, as vLLM does.
+		if re := v.Get("reasoning_effort"); re != nil && re.Type() == fastjson.TypeString {
+			opt.ReasoningEffort = string(re.GetStringBytes())
 		}
 		if v = v.Get("messages"); v == nil {
 			return nil, errors.New(`--chat: the object on stdin has no "messages"`)

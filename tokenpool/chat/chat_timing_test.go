@@ -32,6 +32,7 @@ func BenchmarkRender(b *testing.B) {
 	tok := loadTokenizer(b, "qwen3")
 	mtok := loadTokenizer(b, "mistral7b")
 	ltok := loadTokenizer(b, "llama3")
+	gtok := loadTokenizer(b, "gptoss")
 	for _, c := range []struct {
 		name  string
 		vocab Vocab
@@ -44,6 +45,7 @@ func BenchmarkRender(b *testing.B) {
 		{Mistral, mtok, "mistral7b", func(m []Message) []Message { return m[1:] }}, // no system role
 		{Llama2, mtok, "mistral7b", nil},
 		{None, mtok, "mistral7b", nil},
+		{Harmony, gtok, "gptoss", nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			r, err := New(c.name, c.vocab, loadConfig(b, c.model))
@@ -189,5 +191,23 @@ func BenchmarkRenderJinja(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRenderHarmonyTools: harmony with a request's tools (the four
+// of openai_harmony's function fixture, 1.6 KiB), which it writes as
+// TypeScript on every request.
+func BenchmarkRenderHarmonyTools(b *testing.B) {
+	r := harmonyRenderer(b, loadTokenizer(b, "gptoss"))
+	msgs := benchConversation()
+	opt := Options{AddGenerationPrompt: true, Tools: harmonyFixtureTools}
+	var dst []Segment
+	b.SetBytes(contentBytes(msgs) + int64(len(opt.Tools)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if dst, err = r.Render(dst[:0], msgs, opt); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -28,10 +28,14 @@ const (
 	Mistral = "mistral"
 	// Llama2 is Llama-2-chat's [INST] <<SYS>> template.
 	Llama2 = "llama2"
+	// Harmony is gpt-oss's format, as vLLM renders a chat request for it
+	// with the openai_harmony library instead of a Jinja template
+	// (harmony.go).
+	Harmony = "harmony"
 )
 
 // Names lists the built-in templates, for flag help and errors.
-func Names() []string { return []string{Llama3, ChatML, Qwen3, Mistral, Llama2, None} }
+func Names() []string { return []string{Llama3, ChatML, Qwen3, Mistral, Llama2, Harmony, None} }
 
 func known(name string) bool {
 	for _, n := range Names() {

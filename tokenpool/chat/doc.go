@@ -17,8 +17,9 @@
 //
 // # Templates
 //
-// Built in, each checked id for id against the model's own Jinja template
-// rendered by @huggingface/jinja and tokenized by HuggingFace tokenizers
+// Built in (harmony aside, below), each checked id for id against the
+// model's own Jinja template rendered by @huggingface/jinja and
+// tokenized by HuggingFace tokenizers
 // (testdata/README.md): llama3 (Meta-Llama-3-Instruct: content trimmed
 // with Python's whitespace), chatml (the classic ChatML template), qwen3
 // (Qwen3's template in full for system, user, assistant and tool
@@ -39,10 +40,62 @@
 // segment: consistent keys for an unknown template, not the engine's
 // tokens).
 //
+// harmony is gpt-oss's format. vLLM renders a chat request for gpt-oss
+// with no Jinja template: it builds openai_harmony messages (its harmony
+// utilities) and renders them with openai_harmony's
+// render_conversation_for_completion. harmony.go follows the recent vLLM
+// releases' steps (the older ones kept a leading system message as a
+// system message) and the library's rendering; it is checked against
+// the library's own expected renderings (its test-data fixtures, as
+// harmony_test.go says case by case), not against a running engine.
+// Rendered exactly: the system message as vLLM builds it (the library's
+// default model identity and knowledge cutoff, the date from the
+// Renderer's clock in UTC, reasoning_effort from the request's own field
+// or medium, the valid channels, and the line sending function calls to
+// the commentary channel when there are function tools); a leading
+// system or developer message as the developer message's "# Instructions";
+// the request's function tools in the developer message's "# Tools" as
+// the library writes a JSON schema in TypeScript (descriptions, titles,
+// examples, required and optional properties, string enums, defaults,
+// nullable, arrays, type lists, oneOf, nested objects); user, later
+// system and developer messages as text; an assistant's reasoning on the
+// analysis channel and its content on the final channel, or, with
+// tool_calls, its content on the commentary channel, its reasoning, and
+// each call to functions.NAME with the content type json, ending in
+// <|call|>; a tool message as functions.NAME (the name of the call its
+// tool_call_id names) to the assistant on the commentary channel; every
+// analysis message before the last final one dropped, as vLLM drops
+// them; and <|start|>assistant at the end whatever add_generation_prompt
+// says, as vLLM appends it. chat_template_kwargs do not reach harmony, as
+// they do not in vLLM. A message end (Segment.MsgEnd) is named only
+// where the messages up to it render as the whole does (an earlier turn's
+// reasoning that a later final answer drops leaves no boundary). Not
+// exact: the date, where the engine's local date is not UTC's (around
+// midnight) or is pinned (VLLM_SYSTEM_START_DATE); text that spells one
+// of the tokenizer's special tokens, which openai_harmony encodes as
+// ordinary text and this tokenizer as the token; a content of several
+// parts, which the library encodes part by part (the text is the same,
+// the tokens at the parts' edges may differ), and refusal or thinking
+// parts, which count as text here and not in vLLM; a first system
+// message with null content and tools, rendered with empty
+// instructions (vLLM renders none); a schema's default written as a
+// float other than the short way (1.50, 1e2: serde_json writes 1.5,
+// 100.0); a request whose tools vLLM drops (tool_choice none with its
+// --exclude-tools-when-tool-choice-none); vLLM's
+// VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS, which moves the instructions
+// into the system message; and the vLLM releases that list only analysis
+// and final as valid channels for a request without tools (the recent
+// ones list commentary always, as here). Roles other than system,
+// developer, user, assistant and tool, reasoning_effort none, and tools
+// other than functions are errors (*RoleError, *FieldError), as vLLM
+// refuses them.
+//
 // A template is picked by name, or from the tokenizer_config.json's
 // chat_template by Detect, which recognizes only the exact template texts
 // the goldens check; anything else is ErrNotRecognized, and the caller
-// renders with None and warns once. mistral and llama2 refuse
+// renders with None and warns once; Load picks harmony for a tokenizer
+// with harmony's tokens and no chat template (gpt-oss's tokenizer config
+// has none, and vLLM renders it with harmony). mistral and llama2 refuse
 // non-alternating roles with a *RoleError, as the models' own templates
 // raise; the engine rejects those requests too, so the caller may answer
 // 400 (or render them with None).
@@ -98,7 +151,8 @@
 //
 // A Renderer is immutable after New and safe for concurrent use; Render
 // keeps its state in locals, dst and one fresh arena per call (a Jinja
-// Renderer's prefix cache is a table of atomics, a hint checked on use).
+// Renderer's prefix cache is a table of atomics, a hint checked on use;
+// harmony's last tools and their rendering sit behind an atomic pointer).
 // ParseMessages, MessagesFromValue (on a value no one else reads),
 // MessagesFromBody, Detect
 // and ParseConfig are safe for concurrent use. Client input (messages,

@@ -13,7 +13,9 @@ import (
 
 // Load builds the chat renderer for the tokenizer at path (its
 // tokenizer.json, directory or .json.gz): the template named, or else the
-// one recognized from the tokenizer_config.json beside it. When none is recognized it renders with `none` and returns
+// one recognized from the tokenizer_config.json beside it (harmony for a
+// tokenizer with harmony's formatting tokens and no chat template, as
+// gpt-oss ships). When none is recognized it renders with `none` and returns
 // why as warn (DESIGN.md § Stage 3: unknown template → none + a warning).
 // The config still supplies bos/eos to a named template.
 //
@@ -23,6 +25,10 @@ func Load(vocab Vocab, path, name string) (r *Renderer, used string, warn, err e
 	cfg, cfgErr := LoadConfig(ConfigPath(path))
 	if name == "" {
 		switch {
+		case (cfgErr == nil && strings.TrimSpace(cfg.Template) == "" || errors.Is(cfgErr, os.ErrNotExist)) && hasHarmonyTokens(vocab):
+			// gpt-oss: vLLM renders its chats with openai_harmony, and
+			// its tokenizer config carries no template.
+			name = Harmony
 		case cfgErr != nil && errors.Is(cfgErr, os.ErrNotExist):
 			warn = fmt.Errorf("%w: %v", ErrNotRecognized, cfgErr)
 		case cfgErr != nil:

@@ -641,7 +641,8 @@ func OptBool(v *fastjson.Value, dst *bool, name string) error {
 // FromRequest reads what rendering needs from a chat completions request
 // body (a JSON object): its non-empty "messages", and the options vLLM
 // takes from it: add_generation_prompt (default true) and
-// chat_template_kwargs.enable_thinking. A bad field is a *FieldError.
+// chat_template_kwargs.enable_thinking; and tools, chat_template_kwargs
+// and reasoning_effort as they are. A bad field is a *FieldError.
 // The simulator decodes chat requests through it; the router reads the
 // body's bytes instead (openai.Decode, MessagesFromBody).
 func FromRequest(v *fastjson.Value) ([]Message, Options, error) {
@@ -674,6 +675,9 @@ func fromRequest(v *fastjson.Value, d *decoder, dst []Message) ([]Message, Optio
 		}
 		if tv := Field(v, "tools"); tv != nil && tv.Type() == fastjson.TypeArray {
 			opt.Tools = string(AppendCanonical(nil, tv))
+		}
+		if re := Field(v, "reasoning_effort"); re != nil && re.Type() == fastjson.TypeString {
+			opt.ReasoningEffort = string(re.GetStringBytes())
 		}
 	}
 	return msgs, opt, nil

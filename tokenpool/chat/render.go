@@ -3,6 +3,8 @@ package chat
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
@@ -43,8 +45,14 @@ type Options struct {
 	// Tools is the request's tools (a JSON array as fastjson writes it
 	// back, "" for none) and Kwargs its chat_template_kwargs (a JSON
 	// object, "" for none), which vLLM hands a model's own template
-	// (Renderer.Wants WantExtras); the built-ins render neither (doc.go).
+	// (Renderer.Wants WantExtras); of the built-ins, harmony renders the
+	// tools and no built-in reads the kwargs (doc.go).
 	Tools, Kwargs string
+	// ReasoningEffort is the request's top-level "reasoning_effort" (""
+	// when absent, null or not a string), kept with WantExtras: vLLM's
+	// harmony path puts it into the system message, and hands it a Jinja
+	// template beside chat_template_kwargs; the harmony renderer reads it.
+	ReasoningEffort string
 }
 
 // Vocab is what a Renderer needs from a tokenizer: its added tokens, so
@@ -74,6 +82,12 @@ type Renderer struct {
 	imStart, imEnd, think, endThink, toolResp, endToolResp tok
 	// jinja is the compiled template of a Jinja Renderer (NewJinja).
 	jinja *jinja
+	// harmony: its formatting tokens, the clock its system message takes
+	// the date from (NewHarmony), and the last tools it wrote
+	// (harmonyToolsCached).
+	hStart, hMessage, hEnd, hChannel, hCall tok
+	now                                     func() time.Time
+	hTools                                  atomic.Pointer[harmonyToolsEntry]
 }
 
 // New builds a Renderer for the named template (see Names). cfg supplies
@@ -114,6 +128,9 @@ func New(name string, vocab Vocab, cfg Config) (*Renderer, error) {
 	r.imStart, r.imEnd = lookup("<|im_start|>"), lookup("<|im_end|>")
 	r.think, r.endThink = lookup("<think>"), lookup("</think>")
 	r.toolResp, r.endToolResp = lookup("<tool_response>"), lookup("</tool_response>")
+	r.hStart, r.hMessage, r.hEnd = lookup("<|start|>"), lookup("<|message|>"), lookup("<|end|>")
+	r.hChannel, r.hCall = lookup("<|channel|>"), lookup("<|call|>")
+	r.now = time.Now
 	return r, nil
 }
 
@@ -142,8 +159,13 @@ const (
 )
 
 // Wants reports what r reads beyond role, content and reasoning: nothing
-// for a built-in.
+// for a built-in but harmony.
 func (r *Renderer) Wants() Wants {
+	if r.name == Harmony {
+		// The parts: harmony joins a content's text parts without a
+		// separator, and leaves its media parts out.
+		return WantParts | WantExtras
+	}
 	if r.jinja == nil {
 		return 0
 	}
@@ -212,6 +234,8 @@ func (r *Renderer) render(dst []Segment, arena []byte, msgs []Message, opt Optio
 		err = r.mistral(&b, msgs)
 	case Llama2:
 		err = r.llama2(&b, msgs)
+	case Harmony:
+		err = r.harmony(&b, msgs, opt)
 	case Jinja:
 		err = r.jinja.render(&b, msgs, opt)
 	default:
