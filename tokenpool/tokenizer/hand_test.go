@@ -83,12 +83,12 @@ func TestClassesAgree(t *testing.T) {
 	}
 }
 
-// TestSPCutExact: cutting SentencePiece-style texts before ▁ (spWord)
+// TestSPCutExact: cutting SentencePiece-style texts (spWord)
 // gives the ids of BPE over the whole text, on every corpus string and
-// around Gemma 3's bridging token '>▁</'.
+// around Gemma 3's bridging token '>▁</' and punctuation.
 func TestSPCutExact(t *testing.T) {
 	t.Parallel()
-	extra := []string{"a> </b", "<p> </p>", "x>  </y", "> </", ">> <//", "a>\u2581</b"}
+	extra := []string{"a> </b", "<p> </p>", "x>  </y", "> </", ">> <//", "a>\u2581</b", "int, x", "a,b", "f(x);", "\"q\"."}
 	for _, m := range []string{"gemma3", "mistral7b"} {
 		tok := loadModel(t, m)
 		if !tok.spCut {
@@ -110,7 +110,36 @@ func TestSPCutExact(t *testing.T) {
 			t.Errorf("%s: %d strings differ", m, n)
 		}
 	}
-	if tok := loadModel(t, "gemma3"); len(tok.bridges) != 1 || tok.bridges[0] != (bridge{">\u2581</", 1}) {
-		t.Errorf("gemma3 bridges %+v, want one, '>\u2581</' at 1", tok.bridges)
+	tok := loadModel(t, "gemma3")
+	p := int('>')*spJoinN + spMark
+	start, n, _ := tok.bridges.get(uint64(p))
+	if tok.spJoin[p] != spBridged || !slices.Contains(tok.bridgeList[start:start+n], bridge{">\u2581</", 1}) {
+		t.Errorf("gemma3 '>' before \u2581: join %d, bridges %+v, want '>\u2581</' at 1 among them", tok.spJoin[p], tok.bridgeList[start:start+n])
+	}
+}
+
+// TestSPCutBridges: spWord cuts between characters that no token holds
+// side by side, and not where a token holding them (a bridge) lies across.
+func TestSPCutBridges(t *testing.T) {
+	t.Parallel()
+	tok, err := Parse([]byte(`{"normalizer": null, "pre_tokenizer": null, "post_processor": null, "added_tokens": [],
+		"model": {"type": "BPE", "unk_token": "?", "vocab": {"?": 0, "a": 1, "b": 2, "c": 3, "bc": 4, "abc": 5},
+		"merges": ["b c", "a bc"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tok.spCut || tok.spJoin[int('a')*spJoinN+'b'] != spBridged || tok.spJoin[int('c')*spJoinN+'a'] != spNever {
+		t.Fatalf("spCut %v, join a-b %d, c-a %d", tok.spCut, tok.spJoin[int('a')*spJoinN+'b'], tok.spJoin[int('c')*spJoinN+'a'])
+	}
+	for s, want := range map[string][]int32{
+		"abc":    {5},
+		"ab":     {1, 2},
+		"abcabc": {5, 5},
+		"abbc":   {1, 2, 4},
+		"xabc":   {0, 5},
+	} {
+		if got := tok.Encode(nil, s); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) = %v, want %v", s, got, want)
+		}
 	}
 }

@@ -96,13 +96,14 @@ type Tokenizer struct {
 	// selfMerging: bit id is set when BPE of token id's text gives id
 	// (markSelfMerging).
 	selfMerging []uint64
-	// spCut: SentencePiece-style BPE may cut a text before each ▁ that
-	// follows another character, except across a bridge (spWord).
-	spCut   bool
-	bridges []bridge
-	// spIsolated marks the ASCII characters that are tokens and that no
-	// other token holds next to a different character (spWord).
-	spIsolated [128]bool
+	// spCut: SentencePiece-style BPE may cut a text between characters
+	// that no vocab token holds side by side (spWord): spJoin says, for
+	// each pair of spJoinClass, whether some token does (spJoined), only
+	// the tokens bridges lists (spBridged) or none (spNever).
+	spCut      bool
+	spJoin     []uint8
+	bridges    table // spJoin index -> start in bridgeList, count
+	bridgeList []bridge
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
@@ -298,35 +299,6 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			t.byteTok[b] = id
 		}
 	}
-	if _, ok := t.vocab[spaceMark]; ok && !t.byteLevel {
-		t.spCut = true
-		for tok := range t.vocab {
-			for k := 1; k < len(tok); k++ {
-				if strings.HasPrefix(tok[k:], spaceMark) && !strings.HasSuffix(tok[:k], spaceMark) {
-					t.bridges = append(t.bridges, bridge{tok: tok, k: k})
-				}
-			}
-		}
-		for c := range t.spIsolated {
-			_, t.spIsolated[c] = t.vocab[string(rune(c))]
-		}
-		for tok := range t.vocab {
-			for k := 1; k < len(tok); k++ {
-				if a, b := tok[k-1], tok[k]; a != b {
-					if a < utf8.RuneSelf {
-						t.spIsolated[a] = false
-					}
-					if b < utf8.RuneSelf {
-						t.spIsolated[b] = false
-					}
-				}
-			}
-		}
-		if len(t.bridges) > 64 {
-			// Each cut would test them all: encode whole texts.
-			t.spCut, t.bridges = false, nil
-		}
-	}
 	t.merges = newTable(len(m.Merges))
 	for rank, rawm := range m.Merges {
 		a, b, err := parseMerge(rawm)
@@ -359,8 +331,8 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	}
 	if !t.byteLevel {
 		t.buildSPPairs()
-		if t.spCut && !t.spCutSafe() {
-			t.spCut, t.bridges = false, nil
+		if t.spCutSafe() {
+			t.buildSPJoin()
 		}
 	}
 	if !t.ignore {
