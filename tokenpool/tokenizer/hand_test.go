@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"unicode"
 	"unicode/utf8"
@@ -140,6 +141,37 @@ func TestSPCutBridges(t *testing.T) {
 	} {
 		if got := tok.Encode(nil, s); !slices.Equal(got, want) {
 			t.Errorf("Encode(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestFindAddedRuns: findAdded's search by length (runs of more than
+// maxAddedScan tokens sharing two bytes: Gemma 3's '<unused…>', '\n\n…',
+// '▁▁…') finds what comparing every added token finds: the leftmost, then
+// longest, then first.
+func TestFindAddedRuns(t *testing.T) {
+	t.Parallel()
+	tok := loadModel(t, "gemma3")
+	if len(tok.addedTrie.slots) == 0 {
+		t.Fatal("gemma3 has no long runs of added tokens")
+	}
+	naive := func(s string) (int, *addedToken) {
+		for i := range len(s) {
+			for k := range tok.added { // longest first
+				if strings.HasPrefix(s[i:], tok.added[k].content) {
+					return i, &tok.added[k]
+				}
+			}
+		}
+		return len(s), nil
+	}
+	for _, s := range []string{"<unused12>", "a <ul><li>x", "<unused6241>y", "<unused1", "<unused99", "x\n\n\n\ny", "\t\t\t", "\u2581\u2581\u2581 ", "<u", "\n\n", "<start_of_turn>", "<unused0><unused1>"} {
+		for from := range len(s) {
+			i, a := tok.findAdded(s, from)
+			j, b := naive(s[from:])
+			if j += from; i != j || a != b {
+				t.Errorf("findAdded(%q, %d) = %d %v, want %d %v", s, from, i, a, j, b)
+			}
 		}
 	}
 }
