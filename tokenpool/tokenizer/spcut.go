@@ -30,21 +30,18 @@ func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
 	}
 	start := 0
 	prev, w := spJoinClass(s)
-	for b := w; b < len(s); b += w {
-		var c int
-		c, w = spJoinClass(s[b:])
+	for b := w; b < len(s); {
+		c, w := int(s[b]), 1 // spJoinClass inline for ASCII (pprof)
+		if c >= utf8.RuneSelf {
+			c, w = spJoinClass(s[b:])
+		}
 		p := prev*spJoinN + c
 		prev = c
-		switch t.spJoin[p] {
-		case spJoined:
-			continue
-		case spBridged:
-			if t.bridged(s, b, p) {
-				continue
-			}
+		if j := t.spJoin[p]; j == spNever || j == spBridged && !t.bridged(s, b, p) {
+			dst = t.spPiece(dst, s[start:b])
+			start = b
 		}
-		dst = t.spPiece(dst, s[start:b])
-		start = b
+		b += w
 	}
 	return t.spPiece(dst, s[start:])
 }
