@@ -41,18 +41,6 @@ func (t *table) put(key uint64, a, b int32) bool {
 	}
 }
 
-// set stores key (below 2^64-1), replacing its values if present.
-func (t *table) set(key uint64, a, b int32) {
-	mask := uint64(len(t.slots) - 1)
-	for i := t.index(key); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.key == 0 || s.key == key+1 {
-			*s = slot{key: key + 1, a: a, b: b}
-			return
-		}
-	}
-}
-
 func (t *table) get(key uint64) (int32, int32, bool) {
 	mask := uint64(len(t.slots) - 1)
 	for i := t.index(key); ; i = (i + 1) & mask {

@@ -133,28 +133,28 @@ type Tokenizer struct {
 // of added (longest first), so the first of equal tokens ends its node.
 func (t *Tokenizer) buildAddedTrie(idx []int32) {
 	slices.Sort(idx)
-	n := 0
-	for _, a := range idx {
-		n += len(t.added[a].content)
-	}
-	t.addedTrie = newTable(n)
-	nodes := int32(1)
+	// Built in a map first, to size the table by edges, not bytes:
+	// Gemma 3's '<unused…>' share most of theirs.
+	edges := map[uint64][2]int32{} // key -> child, end
 	for _, a := range idx {
 		c := t.added[a].content
 		node := int32(0)
 		for j := range len(c) {
 			key := uint64(node)<<8 | uint64(c[j])
-			child, end, ok := t.addedTrie.get(key)
+			e, ok := edges[key]
 			if !ok {
-				child, end = nodes, -1
-				nodes++
+				e = [2]int32{int32(len(edges)) + 1, -1}
 			}
-			if j == len(c)-1 && end < 0 {
-				end = a
+			if j == len(c)-1 && e[1] < 0 {
+				e[1] = a
 			}
-			t.addedTrie.set(key, child, end)
-			node = child
+			edges[key] = e
+			node = e[0]
 		}
+	}
+	t.addedTrie = newTable(len(edges))
+	for key, e := range edges {
+		t.addedTrie.put(key, e[0], e[1])
 	}
 }
 
