@@ -175,3 +175,25 @@ func TestFindAddedRuns(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSPCutExact is TestSPCutExact on fuzzed input: spWord's cuts give
+// what BPE over the whole text gives, on Gemma 3 and Mistral-7B.
+func FuzzSPCutExact(f *testing.F) {
+	for _, s := range []string{"a> </b", "int, x", "f(x);\n\tg()", "<p>\u00e9t\u00e9</p>", "\u2581\u2581x", "\xff a"} {
+		f.Add(s)
+	}
+	var cut, whole []*Tokenizer
+	for _, m := range []string{"gemma3", "mistral7b"} {
+		tok := loadModel(f, m)
+		w := *tok
+		w.spCut = false
+		cut, whole = append(cut, tok), append(whole, &w)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for k := range cut {
+			if got, want := cut[k].Encode(nil, s), whole[k].Encode(nil, s); !slices.Equal(got, want) {
+				t.Fatalf("%q: cut %v, whole %v", s, got, want)
+			}
+		}
+	})
+}

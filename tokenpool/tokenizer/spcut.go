@@ -20,10 +20,11 @@ import (
 // The pairs are looked up by class (spJoinClass: an ASCII byte, ▁, any
 // other character), which is exact because a class pair counts as joined
 // when any token holds any of its character pairs. Issue 34: cutting only
-// before ▁ and around newlines gave Gemma 3 ~19 MB/s and Mistral ~16 MB/s
-// on prose; every pair (Mistral's small vocab joins few punctuation
-// marks: "▁int," is cut into "▁int" and ",") roughly halves what is left
-// for BPE on Mistral (zz).
+// before ▁ and around newlines (the first version) left Mistral at ~16
+// and Gemma 3 at ~20 MB/s on prose; cutting at every pair no token joins
+// (Mistral's 32K vocab joins few punctuation marks to letters: "▁int," is
+// "▁int" and ",") took Mistral 2.8 and Gemma 3 1.8 times faster in the
+// same run (BENCHMARKS.md has the numbers).
 func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
 	if !t.spCut || len(s) < 2 {
 		return t.spPiece(dst, s)
