@@ -77,7 +77,7 @@ func (t *Tokenizer) bpeMerge(dst []int32, piece string) []int32 {
 func (t *Tokenizer) spPiece(dst []int32, s string) []int32 {
 	// One ASCII character, a third of the pieces spWord cuts from Gemma 3
 	// prose: its token, which selfMerging does not mark (one byte).
-	if len(s) == 1 && t.spChar[s[0]&0x7f] >= 0 && s[0] < utf8.RuneSelf {
+	if len(s) == 1 && s[0] < utf8.RuneSelf && t.spChar[s[0]] >= 0 {
 		return append(dst, t.spChar[s[0]])
 	}
 	if id, ok := t.token(s); ok && t.whole(id) {
