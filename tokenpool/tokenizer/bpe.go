@@ -70,95 +70,16 @@ func (t *Tokenizer) bpeMerge(dst []int32, piece string) []int32 {
 	return t.mergeHeap(dst, ids)
 }
 
-// spWord appends the ids of a whole normalized text for SentencePiece-style
-// BPE (no pre-tokenizer, or one that leaves whole texts: Gemma 3's Split on
-// spaces runs after they became ▁). BPE over a 4 KB text is one heap of
-// 4,000 symbols; but no merge joins symbols across a place that no vocab
-// token spans, so the text is cut there and each piece is encoded on its
-// own, with the same result (TestSPCutExact): before each ▁ that follows
-// another character, unless a bridging token (one with a ▁ after another
-// character, see Parse; Gemma 3 has '>▁</') lies across that place; and
-// where a run of an isolated ASCII character (one that is a token and that
-// no longer token holds next to another character: Gemma 3's newline and
-// tab) begins or ends. Issue 34: Gemma 3 ~3 → ~19 MB/s, Mistral ~1.6 →
-// ~16 MB/s on prose.
-func (t *Tokenizer) spWord(dst []int32, s string) []int32 {
-	if !t.spCut {
-		return t.spPiece(dst, s)
-	}
-	start := 0
-	for b := 1; b < len(s); b++ {
-		c, p := s[b], s[b-1]
-		switch {
-		case c == spaceMark[0] && strings.HasPrefix(s[b:], spaceMark):
-			if b >= len(spaceMark) && s[b-len(spaceMark):b] == spaceMark {
-				continue // inside a run of ▁
-			}
-			if t.bridged(s, b) {
-				continue
-			}
-		case c != p && (c < utf8.RuneSelf && t.spIsolated[c] || p < utf8.RuneSelf && t.spIsolated[p]):
-			// A run of an isolated character begins or ends: b starts
-			// a character, since one side is ASCII.
-		default:
-			continue
-		}
-		dst = t.spPiece(dst, s[start:b])
-		start = b
-	}
-	return t.spPiece(dst, s[start:])
-}
-
-// spCutSafe reports whether every symbol BPE makes is vocab text, which
-// spWord's cuts rely on: no merge takes a byte-fallback token (<0xXX>) or
-// the unknown token, and no unknown characters can fuse across a cut
-// (fuse_unk without byte_fallback).
-func (t *Tokenizer) spCutSafe() bool {
-	if t.fuseUnk && !t.byteFallback && t.unk >= 0 {
-		return false
-	}
-	odd := map[int32]bool{}
-	if t.unk >= 0 {
-		odd[t.unk] = true
-	}
-	if t.byteFallback {
-		for _, id := range t.byteTok {
-			odd[id] = true
-		}
-	}
-	for _, s := range t.merges.slots {
-		if k := s.key - 1; s.key != 0 && (odd[int32(k>>32)] || odd[int32(uint32(k))]) {
-			return false
-		}
-	}
-	return true
-}
-
-// spaceMark is SentencePiece's space, U+2581.
-const spaceMark = "\u2581"
-
-// bridge is a vocab token with a ▁ after another character, at byte k.
-type bridge struct {
-	tok string
-	k   int
-}
-
-// bridged reports whether a bridging token lies across s[b:], where a ▁
-// starts after another character.
-func (t *Tokenizer) bridged(s string, b int) bool {
-	for _, br := range t.bridges {
-		if b >= br.k && strings.HasPrefix(s[b-br.k:], br.tok) {
-			return true
-		}
-	}
-	return false
-}
-
 // spPiece runs SentencePiece-style BPE over s: one symbol per character, a
 // character outside the vocab becomes its UTF-8 bytes' <0xXX> tokens
 // (byte_fallback) or the unknown token (fused with a preceding one under
 // fuse_unk).
 func (t *Tokenizer) spPiece(dst []int32, s string) []int32 {
+	// One ASCII character, a third of the pieces spWord cuts from Gemma 3
+	// prose: its token, which selfMerging does not mark (one byte).
+	if len(s) == 1 && s[0] < utf8.RuneSelf && t.spChar[s[0]] >= 0 {
+		return append(dst, t.spChar[s[0]])
+	}
 	if id, ok := t.token(s); ok && t.whole(id) {
 		return append(dst, id)
 	}

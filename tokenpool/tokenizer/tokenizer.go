@@ -96,13 +96,14 @@ type Tokenizer struct {
 	// selfMerging: bit id is set when BPE of token id's text gives id
 	// (markSelfMerging).
 	selfMerging []uint64
-	// spCut: SentencePiece-style BPE may cut a text before each ▁ that
-	// follows another character, except across a bridge (spWord).
-	spCut   bool
-	bridges []bridge
-	// spIsolated marks the ASCII characters that are tokens and that no
-	// other token holds next to a different character (spWord).
-	spIsolated [128]bool
+	// spCut: SentencePiece-style BPE may cut a text between characters
+	// that no vocab token holds side by side (spWord): spJoin says, for
+	// each pair of spJoinClass, whether some token does (spJoined), only
+	// the tokens bridges lists (spBridged) or none (spNever).
+	spCut      bool
+	spJoin     []uint8
+	bridges    table // spJoin index -> start in bridgeList, count
+	bridgeList []bridge
 	// bos and eos are the post-processor's special tokens around a single
 	// sequence (TemplateProcessing), added by EncodeSpecial.
 	bos, eos []int32
@@ -117,7 +118,66 @@ type Tokenizer struct {
 	oneStart    int
 	prefixes    table // prefix2 -> start in addedIdx, length of the run
 	addedIdx    []int32
+	// A run longer than maxAddedScan is searched in addedTrie instead,
+	// a trie of the tokens of such runs: (node<<8 | byte) -> child node,
+	// index into added of the token ending there (the first of equal
+	// ones) or -1; node 0 is the root. Gemma 3 has runs of 6,245 added
+	// tokens '<unused0>'... sharing '<u', 35 sharing '</' and 30 sharing
+	// '\n\n': comparing them one by one at each '</' and '<ul>' of an
+	// HTML text was 18 % of Encode (pprof); the walk stops at the first
+	// byte no token continues with.
+	addedTrie table
 }
+
+// buildAddedTrie fills addedTrie with the added tokens idx, in the order
+// of added (longest first), so the first of equal tokens ends its node.
+func (t *Tokenizer) buildAddedTrie(idx []int32) {
+	slices.Sort(idx)
+	// Built in a map first, to size the table by edges, not bytes:
+	// Gemma 3's '<unused…>' share most of theirs.
+	edges := map[uint64][2]int32{} // key -> child, end
+	for _, a := range idx {
+		c := t.added[a].content
+		node := int32(0)
+		for j := range len(c) {
+			key := uint64(node)<<8 | uint64(c[j])
+			e, ok := edges[key]
+			if !ok {
+				e = [2]int32{int32(len(edges)) + 1, -1}
+			}
+			if j == len(c)-1 && e[1] < 0 {
+				e[1] = a
+			}
+			edges[key] = e
+			node = e[0]
+		}
+	}
+	t.addedTrie = newTable(len(edges))
+	for key, e := range edges {
+		t.addedTrie.put(key, e[0], e[1])
+	}
+}
+
+// walkAdded returns the index into added of the longest token of
+// addedTrie that s starts with, or -1.
+func (t *Tokenizer) walkAdded(s string) int32 {
+	node, best := int32(0), int32(-1)
+	for j := range len(s) {
+		child, end, ok := t.addedTrie.get(uint64(node)<<8 | uint64(s[j]))
+		if !ok {
+			break
+		}
+		if end >= 0 {
+			best = end
+		}
+		node = child
+	}
+	return best
+}
+
+// maxAddedScan: the longest run of added tokens sharing a prefix2 that
+// findAdded compares one by one.
+const maxAddedScan = 8
 
 func prefix2(s string) uint16 {
 	if len(s) == 1 {
@@ -298,35 +358,6 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			t.byteTok[b] = id
 		}
 	}
-	if _, ok := t.vocab[spaceMark]; ok && !t.byteLevel {
-		t.spCut = true
-		for tok := range t.vocab {
-			for k := 1; k < len(tok); k++ {
-				if strings.HasPrefix(tok[k:], spaceMark) && !strings.HasSuffix(tok[:k], spaceMark) {
-					t.bridges = append(t.bridges, bridge{tok: tok, k: k})
-				}
-			}
-		}
-		for c := range t.spIsolated {
-			_, t.spIsolated[c] = t.vocab[string(rune(c))]
-		}
-		for tok := range t.vocab {
-			for k := 1; k < len(tok); k++ {
-				if a, b := tok[k-1], tok[k]; a != b {
-					if a < utf8.RuneSelf {
-						t.spIsolated[a] = false
-					}
-					if b < utf8.RuneSelf {
-						t.spIsolated[b] = false
-					}
-				}
-			}
-		}
-		if len(t.bridges) > 64 {
-			// Each cut would test them all: encode whole texts.
-			t.spCut, t.bridges = false, nil
-		}
-	}
 	t.merges = newTable(len(m.Merges))
 	for rank, rawm := range m.Merges {
 		a, b, err := parseMerge(rawm)
@@ -359,8 +390,8 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	}
 	if !t.byteLevel {
 		t.buildSPPairs()
-		if t.spCut && !t.spCutSafe() {
-			t.spCut, t.bridges = false, nil
+		if t.spCutSafe() {
+			t.buildSPJoin()
 		}
 	}
 	if !t.ignore {
@@ -399,6 +430,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		return int(prefix2(t.added[x].content)) - int(prefix2(t.added[y].content))
 	})
 	t.prefixes = newTable(len(t.added))
+	var trie []int32 // indices into added of the tokens in long runs
 	for k := 0; k < len(t.addedIdx); {
 		p := prefix2(t.added[t.addedIdx[k]].content)
 		e := k + 1
@@ -406,8 +438,12 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			e++
 		}
 		t.prefixes.put(uint64(p), int32(k), int32(e-k))
+		if e-k > maxAddedScan {
+			trie = append(trie, t.addedIdx[k:e]...)
+		}
 		k = e
 	}
+	t.buildAddedTrie(trie)
 	return t, nil
 }
 
@@ -709,11 +745,16 @@ func (t *Tokenizer) findAdded(s string, from int) (int, *addedToken) {
 			continue
 		}
 		if i+1 < len(s) {
-			if start, n, ok := t.prefixes.get(uint64(s[i])<<8 | uint64(s[i+1])); ok {
+			p := uint64(s[i])<<8 | uint64(s[i+1])
+			if start, n, ok := t.prefixes.get(p); ok && n <= maxAddedScan {
 				for _, k := range t.addedIdx[start : start+n] {
 					if strings.HasPrefix(s[i:], t.added[k].content) {
 						return i, &t.added[k]
 					}
+				}
+			} else if ok {
+				if k := t.walkAdded(s[i:]); k >= 0 {
+					return i, &t.added[k]
 				}
 			}
 		}
