@@ -409,7 +409,8 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	if len(req.Body) > r.cfg.OffloopBytes && (r.fleet != nil || routedByPrefix(rt)) ||
-		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses) {
+		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses) ||
+		r.tmpl.ToolsInterpreted() && rt == routeChat && chat.MayNeedTools(req.Body) {
 		r.offload(j) // decoded (and rendered) off the loop, then tokenize there
 		return
 	}

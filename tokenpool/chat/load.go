@@ -67,6 +67,11 @@ func LoadTemplate(vocab Vocab, path, name, file string) (r *Renderer, used strin
 	}
 	if file == "" {
 		r, used, warn, err = Load(vocab, path, name)
+		if err == nil && name == "" && warn == nil {
+			// A built-in recognized from the model's own template: that
+			// template renders the requests with tools (withTools).
+			attachTools(r, vocab, path)
+		}
 		if err != nil || name != "" || !errors.Is(warn, ErrNotRecognized) {
 			return r, used, warn, err
 		}
@@ -100,6 +105,30 @@ func LoadTemplate(vocab Vocab, path, name, file string) (r *Renderer, used strin
 		return r, used, fmt.Errorf("%w: %s: %v", ErrNotRecognized, from, jerr), nil
 	}
 	return j, Jinja + " (" + from + ")", nil, nil
+}
+
+// attachTools gives the built-in r, recognized from the chat_template of
+// the tokenizer at path, that template as its renderer of requests with
+// tools or tool calls, when the template reads them and the built-in
+// does not render them (see Renderer.withTools). A template that does not
+// compile leaves r as it is: the built-in renders those requests as
+// before.
+func attachTools(r *Renderer, vocab Vocab, path string) {
+	if r.name != Qwen3 {
+		return // the other built-ins' templates render no tools
+	}
+	cfg, err := LoadConfig(ConfigPath(path))
+	if err != nil || !strings.Contains(cfg.Template, "tool") {
+		return
+	}
+	if len(cfg.Added) == 0 {
+		if cfg.Added, err = addedTokens(path); err != nil {
+			return
+		}
+	}
+	if j, err := NewJinja(cfg.Template, vocab, cfg); err == nil {
+		r.withTools = j
+	}
 }
 
 func readTemplateFile(file string) ([]byte, error) {

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -88,6 +89,44 @@ type Renderer struct {
 	hStart, hMessage, hEnd, hChannel, hCall tok
 	now                                     func() time.Time
 	hTools                                  atomic.Pointer[harmonyToolsEntry]
+	// withTools is the model's own template (a Jinja Renderer) beside a
+	// built-in recognized from it (LoadTemplate), when that template
+	// renders tools and the built-in does not (Qwen3's lists the tools in
+	// its system turn and writes the calls after an assistant's content):
+	// a request with tools or tool calls (needsTools) renders with it, so
+	// it gets the engine's tokens from its first message, where the
+	// built-in's would differ from there on. The other requests keep the
+	// built-in's speed.
+	withTools *Renderer
+}
+
+// ToolsInterpreted reports whether r renders requests with tools or tool
+// calls with the model's own Jinja template (see withTools): its callers render those off
+// their event loops, as an Interpreted Renderer's (MayNeedTools tells
+// them apart by the body).
+func (r *Renderer) ToolsInterpreted() bool { return r.withTools != nil }
+
+// MayNeedTools reports whether a chat body may carry tools or tool calls
+// (the text `"tool` in it): a cheap test on the loop before the body is
+// decoded. A body it misses (a key spelled with escapes) still renders
+// right, on the loop.
+func MayNeedTools(body []byte) bool { return bytes.Contains(body, []byte(`"tool`)) }
+
+// needsTools reports whether a request has what a built-in does not
+// render (see WithTools).
+func needsTools(msgs []Message, opt Options) bool {
+	if opt.Tools != "" {
+		return true
+	}
+	for i := range msgs {
+		if msgs[i].parts == "" {
+			continue
+		}
+		if x := msgs[i].Extra(); x.ToolCalls != "" || x.HasToolCallID {
+			return true
+		}
+	}
+	return false
 }
 
 // New builds a Renderer for the named template (see Names). cfg supplies
@@ -161,6 +200,9 @@ const (
 // Wants reports what r reads beyond role, content and reasoning: nothing
 // for a built-in but harmony.
 func (r *Renderer) Wants() Wants {
+	if r.withTools != nil {
+		return r.withTools.Wants()
+	}
 	if r.name == Harmony {
 		// The parts: harmony joins a content's text parts without a
 		// separator, and leaves its media parts out.
@@ -210,6 +252,9 @@ func (r *Renderer) Render(dst []Segment, msgs []Message, opt Options) ([]Segment
 // render is Render with the builder's arena given (nil: allocated when
 // first needed); it returns the arena, grown, for Scratch to reuse.
 func (r *Renderer) render(dst []Segment, arena []byte, msgs []Message, opt Options) ([]Segment, []byte, error) {
+	if r.withTools != nil && needsTools(msgs, opt) {
+		return r.withTools.render(dst, arena, msgs, opt)
+	}
 	b := builder{segs: dst, base: len(dst), pendingEnd: -1, est: 64, arena: arena}
 	for i := range msgs {
 		// Template text per message is under 64 bytes in every template.
