@@ -1,0 +1,69 @@
+package jinja
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestJinja2Cases renders testdata/cases.json, each case's expected
+// output written by Python's jinja2 3.1 in transformers' environment
+// (testdata/gen_cases.py): the output, the raise_exception message, or
+// the error (its Python type, then the message jinja2 gives, which this
+// engine's must equal).
+func TestJinja2Cases(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("testdata/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Template string          `json:"template"`
+		Data     json.RawMessage `json:"data"`
+		Want     *string         `json:"want"`
+		Raised   *string         `json:"raised"`
+		Error    *string         `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 6, 17, 5, 9, 0, time.UTC)
+	for i, c := range cases {
+		tmpl, err := Parse(c.Template)
+		if err != nil {
+			t.Errorf("case %d %q: %v", i, c.Template, err)
+			continue
+		}
+		data, err := DecodeJSON(c.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vars := map[string]any{}
+		m := data.(*Map)
+		for j, k := range m.Keys() {
+			vars[k.(string)] = m.Value(j)
+		}
+		got, err := tmpl.RenderAt(vars, now)
+		switch {
+		case c.Want != nil:
+			if err != nil || got != *c.Want {
+				t.Errorf("case %d %q:\n got %q, %v\nwant %q", i, c.Template, got, err, *c.Want)
+			}
+		case c.Raised != nil:
+			var re *RaisedError
+			if !errors.As(err, &re) || re.Message != *c.Raised {
+				t.Errorf("case %d %q: got %q, %v; want raise_exception(%q)", i, c.Template, got, err, *c.Raised)
+			}
+		default:
+			var e *Error
+			_, msg, _ := strings.Cut(*c.Error, ": ")
+			if !errors.As(err, &e) || e.Message != msg {
+				t.Errorf("case %d %q: got %q, %v; want the error %q", i, c.Template, got, err, *c.Error)
+			}
+		}
+	}
+	t.Logf("%d cases", len(cases))
+}
