@@ -68,7 +68,7 @@ type Renderer struct {
 	// chatml, qwen3
 	imStart, imEnd, think, endThink, toolResp, endToolResp tok
 	// jinja is the compiled template of a Jinja Renderer (NewJinja).
-	jinja *jinja
+	jinja *jinjaRenderer
 }
 
 // New builds a Renderer for the named template (see Names). cfg supplies

@@ -763,6 +763,9 @@ func printf(s string, v any) (any, error) {
 				j++
 			}
 			prec, _ = strconv.Atoi(s[i+1 : j]) // digits only: "" is 0, as in Python
+			if prec > 100 || j-i > 4 {
+				return nil, errorf("precision too big")
+			}
 			i = j
 		}
 		if i >= len(s) {

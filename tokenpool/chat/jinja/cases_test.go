@@ -67,3 +67,11 @@ func TestJinja2Cases(t *testing.T) {
 	}
 	t.Logf("%d cases", len(cases))
 }
+
+func TestStrftime(t *testing.T) {
+	t.Parallel()
+	tm := time.Date(2026, 12, 6, 17, 5, 9, 0, time.UTC)
+	if got := Strftime(tm, "%d %b %Y|%B %m %y %H:%M:%S %a %A %I%p %j %% %Q"); got != "06 Dec 2026|December 12 26 17:05:09 Sun Sunday 05PM 340 % %Q" {
+		t.Errorf("Strftime = %q", got)
+	}
+}

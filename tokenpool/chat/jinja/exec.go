@@ -14,7 +14,10 @@ type state struct {
 	vars  map[string]any
 	now   time.Time
 	steps int // loop iterations and macro calls so far
+	work  int // bytes of strings and lists built so far
 	depth int // macro calls in progress
+	// the Template's bounds
+	maxSteps, maxWork int
 }
 
 // scope is one frame of variables: the template's top level, a loop
@@ -57,8 +60,30 @@ func (st *state) lookup(sc *scope, name string) any {
 
 func (st *state) step() error {
 	st.steps++
-	if st.steps > MaxSteps {
-		return errorf("template ran more than %d loop iterations", MaxSteps)
+	if st.steps > st.maxSteps {
+		return errorf("template ran more than %d loop iterations", st.maxSteps)
+	}
+	return nil
+}
+
+// charge counts v, just built or about to be walked, against the
+// rendering's work bound: a string's bytes, 16 for a list's or dict's
+// item.
+func (st *state) charge(v any) error {
+	switch x := v.(type) {
+	case string:
+		st.work += len(x)
+	case []any:
+		st.work += 16 * len(x)
+	case tuple:
+		st.work += 16 * len(x)
+	case *Map:
+		st.work += 16 * x.Len()
+	default:
+		return nil
+	}
+	if st.work > st.maxWork {
+		return errorf("template built more than %d bytes of values", st.maxWork)
 	}
 	return nil
 }
@@ -79,6 +104,9 @@ func (st *state) capture(body []node, sc *scope) (string, ctl, error) {
 	c, err := st.execBody(body, sc)
 	s := string(st.out)
 	st.out = saved
+	if err == nil {
+		err = st.charge(s)
+	}
 	return s, c, err
 }
 
@@ -372,6 +400,9 @@ func (n *filterBlockNode) exec(st *state, sc *scope) (ctl, error) {
 	if err != nil {
 		return ctlNone, err
 	}
+	if err := st.charge(v); err != nil {
+		return ctlNone, err
+	}
 	return ctlNone, st.write(toStr(v))
 }
 
@@ -624,6 +655,12 @@ func (n *getitemNode) eval(st *state, sc *scope) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s, ok := v.(string); ok {
+		// indexing a string walks it (for its characters)
+		if err := st.charge(s); err != nil {
+			return nil, err
+		}
+	}
 	return getitem(v, k)
 }
 
@@ -706,6 +743,9 @@ func (n *sliceNode) eval(st *state, sc *scope) (any, error) {
 		if bounds[i], err = e.eval(st, sc); err != nil {
 			return nil, err
 		}
+	}
+	if err := st.charge(v); err != nil {
+		return nil, err
 	}
 	return slice(v, bounds[0], bounds[1], bounds[2])
 }
@@ -902,7 +942,14 @@ func (n *callNode) eval(st *state, sc *scope) (any, error) {
 	}
 	switch x := f.(type) {
 	case *boundMethod:
-		return st.callMethod(x, a)
+		if err := st.charge(x.recv); err != nil {
+			return nil, err
+		}
+		v, err := st.callMethod(x, a)
+		if err == nil {
+			err = st.charge(v)
+		}
+		return v, err
 	case *Macro:
 		return st.callMacro(x, a)
 	case builtinFunc:
@@ -932,7 +979,15 @@ func (n *filterNode) eval(st *state, sc *scope) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.fn(st, v, a)
+	// A filter walks its input: a loop calling one on a large value is
+	// work in proportion.
+	if err := st.charge(v); err != nil {
+		return nil, err
+	}
+	if v, err = n.fn(st, v, a); err != nil {
+		return nil, err
+	}
+	return v, st.charge(v)
 }
 
 type testNode struct {
@@ -1054,6 +1109,13 @@ func (n *compareNode) eval(st *state, sc *scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		// a comparison or a search walks its operands
+		if err := st.charge(a); err != nil {
+			return nil, err
+		}
+		if err := st.charge(b); err != nil {
+			return nil, err
+		}
 		ok, err := compareOp(op, a, b)
 		if err != nil || !ok {
 			return false, err
@@ -1141,9 +1203,13 @@ func (n *binNode) eval(st *state, sc *scope) (any, error) {
 		if len(s) > MaxOutput {
 			return nil, errorf("string longer than %d bytes", MaxOutput)
 		}
-		return s, nil
+		return s, st.charge(s)
 	}
-	return binop(n.op, a, b)
+	v, err := binop(n.op, a, b)
+	if err != nil {
+		return nil, err
+	}
+	return v, st.charge(v)
 }
 
 func binop(op string, a, b any) (any, error) {

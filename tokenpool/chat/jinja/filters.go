@@ -456,6 +456,9 @@ func fIndent(_ *state, v any, a *args) (any, error) {
 		blank = truthy(b)
 	}
 	lines := splitLines(s+"\n", false)
+	if len(s)+len(lines)*len(ind) > MaxOutput {
+		return nil, errorf("string longer than %d bytes", MaxOutput)
+	}
 	var b strings.Builder
 	if blank {
 		for i, l := range lines {
@@ -672,17 +675,20 @@ func fUnique(_ *state, v any, a *args) (any, error) {
 		return nil, err
 	}
 	key := keyFunc(a, 1, 0)
-	var seen []any
+	seen := NewMap(len(items)) // Python's unique keeps a set: keys must hash
 	out := []any{}
 	for _, it := range items {
 		k, err := key(it)
 		if err != nil {
 			return nil, err
 		}
-		if slices.ContainsFunc(seen, func(s any) bool { return equal(s, k, 0) }) {
+		if err := hashable(k); err != nil {
+			return nil, err
+		}
+		if _, dup := seen.get(k); dup {
 			continue
 		}
-		seen = append(seen, k)
+		seen.set(k, nil)
 		out = append(out, it)
 	}
 	return out, nil

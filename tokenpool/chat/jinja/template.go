@@ -16,9 +16,15 @@ const (
 	// counts apart, each bounded so too).
 	MaxOutput = 64 << 20
 	// MaxSteps is the most loop iterations and macro calls a rendering
-	// makes, all loops together: 10M is ~1 s of the cheapest loop body,
-	// far past a chat template's few hundred.
+	// makes, all loops together: 10M is about a second of the cheapest
+	// loop body, far past a chat template's few hundred.
 	MaxSteps = 10_000_000
+	// MaxWork is the most bytes of strings (and 16 a list item) a
+	// rendering's expressions build, all together: a loop appending to a
+	// string (ns.s = ns.s ~ x) copies it each time, so within MaxSteps
+	// and MaxOutput it could still copy terabytes. 1 GiB is about 0.3 s
+	// of copying, a thousand times a chat template's own.
+	MaxWork = 1 << 30
 	// maxCallDepth bounds macro recursion (Python's own limit is 1,000
 	// frames; a template's recursive macro over a tool schema nests as
 	// deep as the schema, a few levels).
@@ -32,6 +38,9 @@ const (
 // number of goroutines at once.
 type Template struct {
 	body []node
+	// maxSteps and maxWork are MaxSteps and MaxWork (tests lower them
+	// so a fuzzer's worst template takes milliseconds, not seconds).
+	maxSteps, maxWork int
 }
 
 // Parse compiles a template source with transformers' settings.
@@ -48,7 +57,7 @@ func Parse(src string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Template{body: body}, nil
+	return &Template{body: body, maxSteps: MaxSteps, maxWork: MaxWork}, nil
 }
 
 // Render renders the template with the variables vars (only read: a
@@ -60,7 +69,7 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 
 // RenderAt is Render with strftime_now reading now.
 func (t *Template) RenderAt(vars map[string]any, now time.Time) (out string, err error) {
-	st := &state{vars: vars, now: now, out: make([]byte, 0, 1024)}
+	st := &state{vars: vars, now: now, out: make([]byte, 0, 1024), maxSteps: t.maxSteps, maxWork: t.maxWork}
 	defer func() {
 		// A bug in the engine on some input must not take the process
 		// down with it: client input never panics.
