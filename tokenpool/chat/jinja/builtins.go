@@ -125,11 +125,11 @@ func fnDict(_ *state, a *args) (any, error) {
 }
 
 func fnRaise(_ *state, a *args) (any, error) {
-	msg := ""
-	if v, ok := a.get(0, "message"); ok {
-		msg = toStr(v)
+	v, ok := a.get(0, "message")
+	if !ok {
+		return nil, errorf("raise_exception() missing 1 required positional argument: 'message'")
 	}
-	return nil, &RaisedError{Message: msg}
+	return nil, &RaisedError{Message: toStr(v)}
 }
 
 func fnStrftimeNow(st *state, a *args) (any, error) {
@@ -438,7 +438,7 @@ func strMethod(s, name string, a *args) (any, error) {
 		}
 		return cased, nil
 	case "istitle":
-		return s != pyTitle(s) == false && strings.ContainsFunc(s, unicode.IsLetter), nil
+		return isTitle(s), nil
 	case "center", "ljust", "rjust":
 		w, err := argInt(a, 0, "width", 0)
 		if err != nil {
@@ -499,6 +499,30 @@ func strMethod(s, name string, a *args) (any, error) {
 		return tuple{s[:i], sep, s[i+len(sep):]}, nil
 	}
 	return nil, errorf("'str' object has no method '%s'", name)
+}
+
+// isTitle is Python's str.istitle: an upper-case letter only after an
+// uncased character, a lower-case one only after a cased one, and at
+// least one cased.
+func isTitle(s string) bool {
+	cased, prevCased := false, false
+	for _, r := range s {
+		switch {
+		case unicode.IsUpper(r) || unicode.IsTitle(r):
+			if prevCased {
+				return false
+			}
+			prevCased, cased = true, true
+		case unicode.IsLower(r):
+			if !prevCased {
+				return false
+			}
+			prevCased, cased = true, true
+		default:
+			prevCased = false
+		}
+	}
+	return cased
 }
 
 func toList(ss []string) []any {
@@ -762,9 +786,13 @@ func printf(s string, v any) (any, error) {
 			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
 				j++
 			}
-			prec, _ = strconv.Atoi(s[i+1 : j]) // digits only: "" is 0, as in Python
-			if prec > 100 || j-i > 4 {
-				return nil, errorf("precision too big")
+			prec = 0 // "%.f": Python's precision 0
+			if j > i+1 {
+				n, err := strconv.Atoi(s[i+1 : j])
+				if err != nil || n > 100 {
+					return nil, errorf("precision too big")
+				}
+				prec = n
 			}
 			i = j
 		}

@@ -26,7 +26,11 @@
 // inheritance and includes (a chat template is one source), recursive
 // loops, call blocks, *args and **kwargs in calls, a macro's varargs and
 // kwargs, str.format's format specs, groupby and the HTML filters but
-// escape. Each is a parse or render error, never a silent difference.
+// escape; each is a parse or render error. Known differences, also
+// unseen in chat templates: integers are 64-bit (Python's grow; past
+// int64 is an error), dict.items(), keys() and values() are lists and
+// range() a list (Python prints them as dict_items([...]) and range(0,
+// 3)), and a tuple cannot be a dict key.
 //
 // A template is an operator's file and its data a client's request: a
 // rendering stops with an error past MaxOutput bytes of output, MaxSteps

@@ -575,11 +575,11 @@ func (n *dictNode) eval(st *state, sc *scope) (any, error) {
 }
 
 func hashable(k any) error {
-	switch k.(type) {
+	switch x := k.(type) {
 	case nil, bool, int, float64, string:
 		return nil
 	case Undefined:
-		return k.(Undefined).err()
+		return x.err()
 	}
 	return errorf("unhashable type: '%s'", typeName(k))
 }
@@ -1223,6 +1223,9 @@ func binop(op string, a, b any) (any, error) {
 	bi, bf, bfl, bok := number(b)
 	if aok && bok {
 		if afl || bfl || op == "/" {
+			if op == "/" && !afl && !bfl && bi == 0 {
+				return nil, errorf("division by zero")
+			}
 			if !afl {
 				af = float64(ai)
 			}
@@ -1323,6 +1326,9 @@ func intOp(op string, a, b int) (any, error) {
 		}
 		return 0, nil
 	case "//", "%":
+		if b == 0 && op == "%" {
+			return nil, errorf("integer modulo by zero")
+		}
 		if b == 0 {
 			return nil, errorf("integer division or modulo by zero")
 		}
@@ -1384,7 +1390,7 @@ func floatOp(op string, a, b float64) (any, error) {
 		return a * b, nil
 	case "/":
 		if b == 0 {
-			return nil, errorf("division by zero")
+			return nil, errorf("float division by zero")
 		}
 		return a / b, nil
 	case "//":

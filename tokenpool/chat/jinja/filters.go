@@ -384,7 +384,10 @@ func fRound(_ *state, v any, a *args) (any, error) {
 		}
 		// strconv rounds the decimal digits half to even, as Python.
 		if prec >= 0 {
-			r, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', prec, 64), 64) // FormatFloat writes a valid float
+			r, err := strconv.ParseFloat(strconv.FormatFloat(f, 'f', prec, 64), 64)
+			if err != nil {
+				return nil, errorf("round: %v", err) // FormatFloat wrote a finite float: never
+			}
 			return r, nil
 		}
 		return math.RoundToEven(f*p) / p, nil

@@ -377,7 +377,10 @@ func pyFloat(f float64) string {
 		s = s[1:]
 	}
 	e := strings.IndexByte(s, 'e')
-	exp, _ := strconv.Atoi(s[e+1:]) // FormatFloat writes a valid exponent
+	exp, err := strconv.Atoi(s[e+1:])
+	if err != nil {
+		panic("BUG: strconv.FormatFloat wrote the exponent " + s[e+1:])
+	}
 	digits := strings.Replace(s[:e], ".", "", 1)
 	var out string
 	if exp < -4 || exp >= 16 {
