@@ -1,7 +1,6 @@
 package jinja
 
 import (
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -834,8 +833,13 @@ func printf(s string, v any) (any, error) {
 			return nil, errorf("unsupported format character '%c'", s[i])
 		}
 	}
-	if k < len(vals) && isTuple {
-		return nil, errorf("not all arguments converted during string formatting")
+	if k < len(vals) {
+		// Python leaves an argument unused only if it has __getitem__
+		// and is no tuple or str (a dict, list, undefined).
+		switch v.(type) {
+		case tuple, nil, bool, int, float64, string:
+			return nil, errorf("not all arguments converted during string formatting")
+		}
 	}
 	return b.String(), nil
 }
@@ -909,7 +913,28 @@ func listMethod(l []any, name string, a *args) (any, error) {
 
 type testFunc func(st *state, v any, a *args) (bool, error)
 
+// testByName is jinja2's test of that name, or nil. As in Python, a test
+// given more arguments than it takes fails (`x is string in y` parses as
+// the test string with the argument `in`, and fails so in jinja2 too).
 func testByName(name string) testFunc {
+	f := testImpl(name)
+	if f == nil {
+		return nil
+	}
+	takes := 0
+	switch name {
+	case "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge", ">=", "in", "sameas":
+		takes = 1
+	}
+	return func(st *state, v any, a *args) (bool, error) {
+		if n := len(a.pos) + len(a.kwNames); n > takes {
+			return false, errorf("test_%s() takes %d positional argument(s) but %d were given", name, takes+1, n+1)
+		}
+		return f(st, v, a)
+	}
+}
+
+func testImpl(name string) testFunc {
 	switch name {
 	case "defined":
 		return func(_ *state, v any, _ *args) (bool, error) { _, u := v.(Undefined); return !u, nil }
@@ -952,23 +977,23 @@ func testByName(name string) testFunc {
 	case "callable":
 		return func(_ *state, v any, _ *args) (bool, error) {
 			switch v.(type) {
-			case *boundMethod, *Macro, builtinFunc:
+			case *boundMethod, *Macro, builtinFunc, *joinerState, Undefined: // jinja2's Undefined has __call__
 				return true, nil
 			}
 			return false, nil
 		}
 	case "odd", "even":
+		// Python's value % 2 == 1 (odd) or == 0 (even): 2.5 is neither.
+		want := 0
+		if name == "odd" {
+			want = 1
+		}
 		return func(_ *state, v any, _ *args) (bool, error) {
-			n, ok := index(v)
-			if !ok {
-				if _, isF := v.(float64); !isF {
-					return false, errorf("unsupported operand type(s) for %%: '%s' and 'int'", typeName(v))
-				}
-				f := v.(float64)
-				r := math.Mod(f, 2)
-				return (r == 1 || r == -1) == (name == "odd"), nil
+			r, err := binop("%", v, 2)
+			if err != nil {
+				return false, err
 			}
-			return (n%2 != 0) == (name == "odd"), nil
+			return equal(r, want, 0), nil
 		}
 	case "divisibleby":
 		return func(_ *state, v any, a *args) (bool, error) {
@@ -1004,11 +1029,8 @@ func testByName(name string) testFunc {
 		}
 	case "lower", "upper":
 		return func(_ *state, v any, _ *args) (bool, error) {
-			s := toStr(v)
-			if name == "lower" {
-				return s == strings.ToLower(s), nil
-			}
-			return s == strings.ToUpper(s), nil
+			r, err := strMethod(toStr(v), "is"+name, &args{})
+			return r == true, err
 		}
 	case "sameas":
 		return func(_ *state, v any, a *args) (bool, error) {

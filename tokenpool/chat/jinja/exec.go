@@ -769,7 +769,9 @@ func slice(v, start, stop, step any) (any, error) {
 	case Undefined:
 		return nil, x.err()
 	default:
-		return Undefined{owner: typeName(v) + " object"}, nil
+		// jinja2 slices with Python's own subscript, not its getitem:
+		// no undefined here.
+		return nil, errorf("'%s' object is not subscriptable", typeName(v))
 	}
 	bound := func(b any, def int) (int, error) {
 		if b == nil {
@@ -1173,6 +1175,10 @@ func contains(container, item any) (bool, error) {
 		}
 		return false, nil
 	case *Map:
+		switch item.(type) {
+		case Undefined, tuple:
+			return false, nil // they hash in Python, and are no key here
+		}
 		if err := hashable(item); err != nil {
 			return false, err
 		}
@@ -1213,6 +1219,9 @@ func (n *binNode) eval(st *state, sc *scope) (any, error) {
 }
 
 func binop(op string, a, b any) (any, error) {
+	if s, ok := a.(string); ok && op == "%" {
+		return printf(s, b) // str % undefined formats it, as Python does
+	}
 	if u, ok := a.(Undefined); ok {
 		return nil, u.err()
 	}
@@ -1373,6 +1382,24 @@ func intOp(op string, a, b int) (any, error) {
 	return nil, errorf("unsupported operand %s", op)
 }
 
+// floorDiv is Python's float //, from its float_divmod: 7 // 1e-05 is
+// 699999.0 (math.Floor(7/1e-05) would be 700000).
+func floorDiv(a, b float64) float64 {
+	mod := math.Mod(a, b)
+	div := (a - mod) / b
+	if mod != 0 && (b < 0) != (mod < 0) {
+		div--
+	}
+	if div == 0 {
+		return math.Copysign(0, a/b)
+	}
+	f := math.Floor(div)
+	if div-f > 0.5 {
+		f++
+	}
+	return f
+}
+
 func abs(x int) int {
 	if x < 0 {
 		return -x
@@ -1397,7 +1424,7 @@ func floatOp(op string, a, b float64) (any, error) {
 		if b == 0 {
 			return nil, errorf("float floor division by zero")
 		}
-		return math.Floor(a / b), nil
+		return floorDiv(a, b), nil
 	case "%":
 		if b == 0 {
 			return nil, errorf("float modulo")

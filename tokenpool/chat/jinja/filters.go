@@ -235,7 +235,7 @@ func fFirst(_ *state, v any, _ *args) (any, error) {
 
 func fLast(_ *state, v any, _ *args) (any, error) {
 	switch v.(type) {
-	case []any, tuple, string:
+	case []any, tuple, string, *Map:
 	case Undefined:
 		return Undefined{name: "last"}, nil
 	default:
@@ -288,6 +288,9 @@ func pyFloatParse(s string) (float64, bool) {
 }
 
 func fInt(_ *state, v any, a *args) (any, error) {
+	if u, ok := v.(Undefined); ok {
+		return nil, u.err() // int(undefined) fails, unlike int("x")
+	}
 	def, ok := a.get(0, "default")
 	if !ok {
 		def = 0
@@ -319,6 +322,9 @@ func fInt(_ *state, v any, a *args) (any, error) {
 }
 
 func fFloat(_ *state, v any, a *args) (any, error) {
+	if u, ok := v.(Undefined); ok {
+		return nil, u.err() // as int
+	}
 	def, ok := a.get(0, "default")
 	if !ok {
 		def = 0.0
@@ -439,7 +445,14 @@ func htmlEscape(s string) string {
 // fIndent is jinja2's indent: every line but the first (and blank ones,
 // unless blank) indented by width spaces or the width string.
 func fIndent(_ *state, v any, a *args) (any, error) {
-	s := toStr(v)
+	s, ok := v.(string)
+	if !ok {
+		if u, isU := v.(Undefined); isU {
+			return nil, u.err()
+		}
+		// jinja2 appends "\n" to the value: only a string takes it.
+		return nil, errorf("unsupported operand type(s) for +=: '%s' and 'str'", typeName(v))
+	}
 	ind := "    "
 	if w, ok := a.get(0, "width"); ok {
 		if ws, isStr := w.(string); isStr {
@@ -526,6 +539,11 @@ func sortItems(items []any, key func(any) (any, error), reverse bool) ([]any, er
 	}
 	var cmpErr error
 	slices.SortStableFunc(idx, func(x, y int) int {
+		// Python compares sort's keys (one-item lists in jinja2's sort)
+		// by == first: equal undefined values sort without an error.
+		if equal(keys[x], keys[y], 0) {
+			return 0
+		}
 		c, err := compare(keys[x], keys[y], "<")
 		if err != nil && cmpErr == nil {
 			cmpErr = err
@@ -576,6 +594,9 @@ func fDictsort(_ *state, v any, a *args) (any, error) {
 }
 
 func fMap(st *state, v any, a *args) (any, error) {
+	if !truthy(v) {
+		return []any{}, nil // jinja2's map walks only a true value
+	}
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -613,6 +634,9 @@ func fMap(st *state, v any, a *args) (any, error) {
 }
 
 func selectItems(st *state, v any, a *args, byAttr, keep bool) (any, error) {
+	if !truthy(v) {
+		return []any{}, nil // as map
+	}
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err

@@ -850,7 +850,8 @@ func (p *parser) parseSubscript(x expr) (expr, error) {
 	}
 	if colons == 0 {
 		if parts[0] == nil {
-			return nil, p.fail(p.cur(), "empty subscript")
+			// x[] is x[()] in jinja2
+			return &getitemNode{x: x, key: &listNode{isTuple: true}}, nil
 		}
 		return &getitemNode{x: x, key: parts[0]}, nil
 	}

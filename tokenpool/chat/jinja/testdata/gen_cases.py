@@ -42,23 +42,29 @@ env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = strftime_now
 
-with open("cases.txt") as f:
-    src = f.read()
-out = []
-for block in src.split("\n====\n"):
-    if not block.strip():
-        continue
-    tmpl, _, data = block.partition("\n----\n")
-    data = json.loads(data) if data.strip() else {}
-    case = {"template": tmpl, "data": data}
-    try:
-        case["want"] = env.from_string(tmpl).render(**data)
-    except TemplateError as e:
-        case["raised"] = str(e)
-    except Exception as e:
-        case["error"] = type(e).__name__ + ": " + str(e)
-    out.append(case)
-with open("cases.json", "w") as f:
-    json.dump(out, f, ensure_ascii=False, indent=1)
-    f.write("\n")
-print(len(out), "cases")
+
+def main():
+    with open("cases.txt") as f:
+        src = f.read()
+    out = []
+    for block in src.split("\n====\n"):
+        if not block.strip():
+            continue
+        tmpl, _, data = block.partition("\n----\n")
+        data = json.loads(data) if data.strip() else {}
+        case = {"template": tmpl, "data": data}
+        try:
+            case["want"] = env.from_string(tmpl).render(**data)
+        except TemplateError as e:
+            case["raised"] = str(e)
+        except Exception as e:
+            case["error"] = type(e).__name__ + ": " + str(e)
+        out.append(case)
+    with open("cases.json", "w") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(len(out), "cases")
+
+
+if __name__ == "__main__":
+    main()

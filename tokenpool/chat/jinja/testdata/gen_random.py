@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Writes random.json: random expressions over a fixed context, each with
+what Python's jinja2 renders in transformers' environment (gen_cases.py's)
+or that it fails, for TestJinja2Random. Run from this directory with
+jinja2 3.1 installed: python3 gen_random.py. Seeded: the same file each
+run."""
+import copy
+import json
+import random
+import re
+
+from jinja2.nodes import EvalContext
+
+from gen_cases import env
+
+CONTEXT = {
+    "s": "Hello World", "w": " a b ", "e": "", "n": 3, "z": 0, "m": -2, "f": 2.5, "g": 1e-05,
+    "t": True, "no": None, "l": [3, 1, 2], "ls": ["b", "A", "c"], "d": {"k": "v", "a": 1},
+    "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "x": 1}],
+}
+ATOMS = ["s", "w", "e", "n", "z", "m", "f", "g", "t", "no", "l", "ls", "d", "msgs", "u", "0", "1", "2", "-1", "7",
+         "0.5", "2.0", "1e3", "'a'", "'ab c'", "' x '", "''", "none", "true", "false", "[]", "[1, 'a']", "{'k': 1}",
+         "(1, 2)", "msgs[0]", "d.k", "d['a']", "l[0]", "msgs[-1].content", "loopless"]
+VARS = ["s", "w", "e", "n", "z", "m", "f", "g", "t", "no", "l", "ls", "d", "msgs", "u", "loopless"]
+
+
+def constant(src):
+    """Whether jinja2 folds the expression src to a constant."""
+    try:
+        node = env.parse("{{ " + src + " }}").body[0].nodes[0]
+        node.as_const(EvalContext(env))
+        return True
+    except Exception:
+        return False
+
+BINOPS = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">", "<=", ">=", "in", "not in", "and", "or"]
+FILTERS = ["length", "upper", "lower", "trim", "first", "last", "list", "string", "int", "float", "abs", "round",
+           "join(',')", "join", "tojson", "default('z')", "default('z', true)", "sort", "unique | list", "sum", "min", "max",
+           "title", "capitalize", "count", "dictsort", "replace('l', 'L')", "indent(2)", "wordcount",
+           "center(9)", "batch(2) | list", "select('odd') | list", "reject('even') | list", "map('string') | list",
+           "items | list", "round(1)", "int(5)", "float(1.5)", "reverse | list", "sort(reverse=true)", "tojson(indent=1)",
+           # not escape or safe: jinja2's Markup prints as Markup('...') inside a list (package doc)
+           "map(attribute='role') | list", "selectattr('role', 'eq', 'user') | list", "format(1)"]
+TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "mapping", "iterable",
+         "sequence", "odd", "even", "divisibleby 2", "eq 3", "lt 2", "in [1, 3]", "true", "false", "lower", "upper",
+         "callable"]
+METHODS = ["upper()", "lower()", "strip()", "split()", "split(' ')", "startswith('H')", "endswith('d')", "title()",
+           "capitalize()", "count('l')", "find('o')", "replace('o', '0')", "lstrip()", "rstrip('d')", "get('k')",
+           "get('q', 'dflt')", "items() | list", "keys() | list", "values() | list", "index(1)", "isdigit()", "splitlines()",
+           "format(1, 2)", "join(['x', 'y'])", "rsplit(' ', 1)", "zfill(5)", "partition(' ')"]
+
+
+def expr(r, depth):
+    if depth <= 0 or r.random() < 0.25:
+        return r.choice(ATOMS)
+    k = r.random()
+    if k < 0.3:
+        return f"{expr(r, depth - 1)} {r.choice(BINOPS)} {expr(r, depth - 1)}"
+    if k < 0.45:
+        return f"({expr(r, depth - 1)}) | {r.choice(FILTERS)}"
+    if k < 0.55:
+        neg = "not " if r.random() < 0.3 else ""
+        return f"({expr(r, depth - 1)}) is {neg}{r.choice(TESTS)}"
+    if k < 0.65:
+        return f"({expr(r, depth - 1)}).{r.choice(METHODS)}"
+    if k < 0.75:
+        return f"({expr(r, depth - 1)} if {expr(r, depth - 1)} else {expr(r, depth - 1)})"
+    if k < 0.82:
+        # jinja2 folds a constant's slice through its getitem (undefined
+        # when it fails) where a variable's raises: slice what has a name.
+        base = expr(r, depth - 1)
+        if constant(base):
+            base = r.choice(VARS)
+        return f"({base})[{r.choice(['0', '-1', '1:', '::-1', ':2', '-2:', '1::2', repr('k'), repr('role')])}]"
+    if k < 0.9:
+        return f"{r.choice(['not ', '-'])}({expr(r, depth - 1)})"
+    return f"[{expr(r, depth - 1)}, {expr(r, depth - 1)}]"
+
+
+# Python prints these unlike this engine (package doc, "Known
+# differences"), or with an address: such cases are left out.
+SKIP = re.compile(r"dict_items|dict_keys|dict_values|range\(| at 0x|<generator|\d{19}")
+
+
+def main(count=1000, seed=34, path="random.json"):
+    r = random.Random(seed)
+    out = []
+    while len(out) < count:
+        src = "{{ " + expr(r, 3) + " }}"
+        case = {"template": src}
+        try:
+            # a copy: jinja2's indent filter extends a list given to it in place
+            case["want"] = env.from_string(src).render(**copy.deepcopy(CONTEXT))
+            if SKIP.search(case["want"]):
+                continue
+        except OverflowError:
+            continue
+        except Exception as ex:
+            case["error"] = type(ex).__name__
+        out.append(case)
+    with open(path, "w") as f:
+        json.dump({"context": CONTEXT, "cases": out}, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print(len(out), "cases,", sum("error" in c for c in out), "errors")
+
+
+if __name__ == "__main__":
+    import sys
+
+    # optional: count, seed and path, for a longer run than the committed file
+    main(*(int(a) for a in sys.argv[1:3]), *sys.argv[3:4])
