@@ -77,6 +77,40 @@ def expr(r, depth):
     return f"[{expr(r, depth - 1)}, {expr(r, depth - 1)}]"
 
 
+# Layout: text with spaces, tabs and newlines around tags with whitespace
+# control, comments and raw blocks, for trim_blocks and lstrip_blocks.
+TEXTS = ["", " ", "  ", "\t", "\n", "\n\n", " \n", "\n  ", "a", " a ", "a\n", "\n b", "x \t\n  y"]
+
+
+def tag(r, inner, kind="%"):
+    left = r.choice(["", "", "-", "+"] if kind != "{" else ["", "", "-"])
+    right = r.choice(["", "", "-"] + (["+"] if kind == "%" else []))
+    close = {"%": "%}", "#": "#}", "{": "}}"}[kind]
+    return "{" + kind + left + " " + inner + " " + right + close
+
+
+def layout(r, depth):
+    parts = []
+    for _ in range(r.randint(1, 4)):
+        parts.append(r.choice(TEXTS))
+        k = r.random()
+        if k < 0.3:
+            parts.append(tag(r, r.choice(["n", "s", "'v'", "l | length"]), "{"))
+        elif k < 0.45:
+            parts.append(tag(r, "comment", "#"))
+        elif k < 0.55:
+            parts.append(tag(r, "raw") + r.choice(TEXTS) + "{{ not }}" + r.choice(TEXTS) + tag(r, "endraw"))
+        elif k < 0.65:
+            parts.append(tag(r, "set q = 1"))
+        elif depth > 0 and k < 0.85:
+            parts.append(tag(r, "if " + r.choice(["t", "z", "n > 1"])) + layout(r, depth - 1)
+                         + (tag(r, "else") + layout(r, depth - 1) if r.random() < 0.4 else "") + tag(r, "endif"))
+        elif depth > 0:
+            parts.append(tag(r, "for x in " + r.choice(["l", "[]", "ls"])) + layout(r, depth - 1) + tag(r, "endfor"))
+    parts.append(r.choice(TEXTS))
+    return "".join(parts)
+
+
 # Python prints these unlike this engine (package doc, "Known
 # differences"), or with an address: such cases are left out.
 SKIP = re.compile(r"dict_items|dict_keys|dict_values|range\(| at 0x|<generator|\d{19}")
@@ -86,7 +120,7 @@ def main(count=1000, seed=34, path="random.json"):
     r = random.Random(seed)
     out = []
     while len(out) < count:
-        src = "{{ " + expr(r, 3) + " }}"
+        src = "{{ " + expr(r, 3) + " }}" if len(out) % 4 else layout(r, 2)
         case = {"template": src}
         try:
             # a copy: jinja2's indent filter extends a list given to it in place
