@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/saltus-lb/saltus/tokenpool/chat/jinja"
@@ -128,12 +129,19 @@ func (j *jinjaRenderer) execute(msgs []Message, opt Options) (string, error) {
 	if opt.DisableThinking {
 		data["enable_thinking"] = false
 	}
-	return j.executeData(data)
+	// The prompt is about the messages' text and a few dozen bytes of
+	// markup a message: sized so, its buffer rarely grows.
+	size := 256
+	for i := range msgs {
+		size += len(msgs[i].Content) + len(msgs[i].Reasoning) + len(msgs[i].parts) + 64
+	}
+	return j.executeData(data, size)
 }
 
-// executeData renders the template with the variables data.
-func (j *jinjaRenderer) executeData(data map[string]any) (string, error) {
-	out, err := j.tmpl.Render(data)
+// executeData renders the template with the variables data into a
+// buffer of size bytes to start with.
+func (j *jinjaRenderer) executeData(data map[string]any, size int) (string, error) {
+	out, err := j.tmpl.Append(make([]byte, 0, min(size, 1<<20)), data, time.Now())
 	if err != nil {
 		var r *jinja.RaisedError
 		if errors.As(err, &r) {
@@ -141,7 +149,7 @@ func (j *jinjaRenderer) executeData(data map[string]any) (string, error) {
 		}
 		return "", &TemplateError{Message: err.Error()}
 	}
-	return out, nil
+	return string(out), nil
 }
 
 // message is the dict a template sees for m, as vLLM prepares it

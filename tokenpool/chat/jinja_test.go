@@ -236,7 +236,7 @@ func TestJinjaFeatures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := j.executeData(data.(map[string]any))
+		got, err := j.executeData(data.(map[string]any), 0)
 		switch {
 		case row.Error != nil:
 			var te *TemplateError

@@ -28,6 +28,15 @@ type scope struct {
 	parent *scope
 	names  []string
 	vals   []any
+	// room for a loop iteration's few names without more allocations
+	inlineNames [4]string
+	inlineVals  [4]any
+}
+
+func newScope(parent *scope) *scope {
+	sc := &scope{parent: parent}
+	sc.names, sc.vals = sc.inlineNames[:0], sc.inlineVals[:0]
+	return sc
 }
 
 func (sc *scope) set(name string, v any) {
@@ -237,7 +246,7 @@ func (n *forNode) exec(st *state, sc *scope) (ctl, error) {
 			if err := st.step(); err != nil {
 				return ctlNone, err
 			}
-			fs := &scope{parent: sc}
+			fs := newScope(sc)
 			if err := st.assign(fs, &n.target, it); err != nil {
 				return ctlNone, err
 			}
@@ -257,7 +266,7 @@ func (n *forNode) exec(st *state, sc *scope) (ctl, error) {
 			return ctlNone, err
 		}
 		loop.i = i
-		body := &scope{parent: sc, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
+		body := newScope(sc)
 		body.names = append(body.names, "loop")
 		body.vals = append(body.vals, loop)
 		if err := st.assign(body, &n.target, it); err != nil {
@@ -413,7 +422,7 @@ type withNode struct {
 }
 
 func (n *withNode) exec(st *state, sc *scope) (ctl, error) {
-	inner := &scope{parent: sc}
+	inner := newScope(sc)
 	for i, e := range n.vals {
 		v, err := e.eval(st, sc)
 		if err != nil {
@@ -481,7 +490,7 @@ func (st *state) callMacro(m *Macro, a *args) (any, error) {
 	}
 	st.depth++
 	defer func() { st.depth-- }()
-	fs := &scope{parent: m.sc}
+	fs := newScope(m.sc)
 	for i, p := range m.params {
 		if i < len(a.pos) {
 			fs.set(p, a.pos[i])
@@ -1188,6 +1197,61 @@ func contains(container, item any) (bool, error) {
 		return false, nil
 	}
 	return false, errorf("argument of type '%s' is not iterable", typeName(container))
+}
+
+// addChain is a + b + c + ...: chat templates build each turn so
+// ('<|im_start|>' + role + '\n' + content + ...), and adding the strings
+// pairwise would copy the growing string once per operand. Evaluated
+// left to right as Python does; strings are joined once, anything else
+// goes through binop in order (so errors are Python's).
+type addChain struct{ xs []expr }
+
+func (n *addChain) eval(st *state, sc *scope) (any, error) {
+	acc, err := n.xs[0].eval(st, sc)
+	if err != nil {
+		return nil, err
+	}
+	var parts []string // strings to join onto acc, a string
+	size := 0          // acc's and parts' length
+	flush := func() {
+		if len(parts) == 0 {
+			return
+		}
+		var b strings.Builder
+		b.Grow(size)
+		b.WriteString(acc.(string))
+		for _, p := range parts {
+			b.WriteString(p)
+		}
+		acc, parts = b.String(), parts[:0]
+	}
+	for _, x := range n.xs[1:] {
+		v, err := x.eval(st, sc)
+		if err != nil {
+			return nil, err
+		}
+		if s, ok := v.(string); ok {
+			if a, ok := acc.(string); ok {
+				if len(parts) == 0 {
+					size = len(a)
+				}
+				if size += len(s); size > MaxOutput {
+					return nil, errorf("string longer than %d bytes", MaxOutput)
+				}
+				if parts == nil {
+					parts = make([]string, 0, len(n.xs)-1)
+				}
+				parts = append(parts, s)
+				continue
+			}
+		}
+		flush()
+		if acc, err = binop("+", acc, v); err != nil {
+			return nil, err
+		}
+	}
+	flush()
+	return acc, st.charge(acc)
 }
 
 type binNode struct {

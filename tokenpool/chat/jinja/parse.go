@@ -622,7 +622,16 @@ func (p *parser) parseMath1() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		e = &binNode{op: op, a: e, b: r}
+		if c, ok := e.(*addChain); ok && op == "+" {
+			c.xs = append(c.xs, r)
+		} else if op == "+" {
+			e = &addChain{xs: []expr{e, r}}
+		} else {
+			e = &binNode{op: op, a: e, b: r}
+		}
+	}
+	if c, ok := e.(*addChain); ok && len(c.xs) == 2 {
+		return &binNode{op: "+", a: c.xs[0], b: c.xs[1]}, nil
 	}
 	return e, nil
 }

@@ -68,23 +68,33 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 }
 
 // RenderAt is Render with strftime_now reading now.
-func (t *Template) RenderAt(vars map[string]any, now time.Time) (out string, err error) {
-	st := &state{vars: vars, now: now, out: make([]byte, 0, 1024), maxSteps: t.maxSteps, maxWork: t.maxWork}
+func (t *Template) RenderAt(vars map[string]any, now time.Time) (string, error) {
+	out, err := t.Append(make([]byte, 0, 1024), vars, now)
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// Append renders as RenderAt onto dst and returns the extended buffer
+// (dst sized for the output saves growing it; on an error dst as given).
+func (t *Template) Append(dst []byte, vars map[string]any, now time.Time) (out []byte, err error) {
+	st := &state{vars: vars, now: now, out: dst, maxSteps: t.maxSteps, maxWork: t.maxWork}
 	defer func() {
 		// A bug in the engine on some input must not take the process
 		// down with it: client input never panics.
 		if r := recover(); r != nil {
-			out, err = "", &Error{Message: fmt.Sprintf("BUG: template engine panic: %v\n%s", r, debug.Stack())}
+			out, err = dst, &Error{Message: fmt.Sprintf("BUG: template engine panic: %v\n%s", r, debug.Stack())}
 		}
 	}()
-	ctl, err := st.execBody(t.body, &scope{})
+	ctl, err := st.execBody(t.body, newScope(nil))
 	if err != nil {
-		return "", err
+		return dst, err
 	}
 	if ctl != ctlNone {
-		return "", errorf("'break' or 'continue' outside a loop")
+		return dst, errorf("'break' or 'continue' outside a loop")
 	}
-	return string(st.out), nil
+	return st.out, nil
 }
 
 // SyntaxError is a template that does not parse.

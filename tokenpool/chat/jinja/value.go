@@ -37,7 +37,8 @@ const mapIndexFrom = 16
 
 // NewMap returns an empty Map with room for n entries.
 func NewMap(n int) *Map {
-	return &Map{keys: make([]any, 0, n), vals: make([]any, 0, n)}
+	buf := make([]any, 2*n) // keys and values in one allocation
+	return &Map{keys: buf[:0:n], vals: buf[n:n:2*n]}
 }
 
 // Len is the number of entries.
