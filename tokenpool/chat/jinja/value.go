@@ -38,7 +38,7 @@ const mapIndexFrom = 16
 // NewMap returns an empty Map with room for n entries.
 func NewMap(n int) *Map {
 	buf := make([]any, 2*n) // keys and values in one allocation
-	return &Map{keys: buf[:0:n], vals: buf[n:n:2*n]}
+	return &Map{keys: buf[:0:n], vals: buf[n : n : 2*n]}
 }
 
 // Len is the number of entries.
