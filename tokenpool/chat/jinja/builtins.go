@@ -212,6 +212,14 @@ func (st *state) callMethod(m *boundMethod, a *args) (any, error) {
 	case tuple:
 		return listMethod([]any(r), m.name, a)
 	case *loopState:
+		if m.name == "changed" {
+			v := tuple(a.pos)
+			if r.hasChanged && equal(r.changed, v, 0) {
+				return false, nil
+			}
+			r.changed, r.hasChanged = slices.Clone(v), true
+			return true, nil
+		}
 		if len(a.pos) == 0 {
 			return nil, errorf("no items for cycling given")
 		}

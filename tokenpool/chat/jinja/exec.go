@@ -315,6 +315,9 @@ func iterate(v any) ([]any, error) {
 type loopState struct {
 	items []any
 	i     int
+	// changed: the arguments of the last loop.changed call, if any
+	changed    tuple
+	hasChanged bool
 }
 
 func (l *loopState) attr(name string) any {
@@ -348,7 +351,7 @@ func (l *loopState) attr(name string) any {
 			return Undefined{name: "nextitem", owner: "LoopContext"}
 		}
 		return l.items[l.i+1]
-	case "cycle":
+	case "cycle", "changed":
 		return &boundMethod{recv: l, name: name}
 	}
 	return Undefined{name: name, owner: "LoopContext"}
