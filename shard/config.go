@@ -129,8 +129,8 @@ type Config struct {
 	// saltus_shard_decode_queue_full_total). Default 32. With a Jinja
 	// chat template (chat.Renderer.Interpreted) every chat and responses
 	// request is rendered by a decode worker, off its loop (a rendering
-	// takes 30 µs, up to 250 µs for a conversation's first request), and
-	// the queue is at least
+	// takes 20 to 50 µs, up to 300 µs for a conversation's first
+	// request: docs/BENCHMARKS.md), and the queue is at least
 	// interpretedQueue.
 	DecodeQueue int
 	// LearnFromUsage asks the engine for a streamed chat or completion's
