@@ -103,8 +103,11 @@ func fnDict(_ *state, a *args) (any, error) {
 			for i, k := range src.keys {
 				m.set(k, src.vals[i])
 			}
-		case []any, tuple:
-			pairs, _ := seq(a.pos[0])
+		case []any, tuple, *generator:
+			pairs, err := iterate(a.pos[0])
+			if err != nil {
+				return nil, err
+			}
 			for _, p := range pairs {
 				kv, ok := seq(p)
 				if !ok || len(kv) != 2 {
@@ -845,7 +848,8 @@ func printf(s string, v any) (any, error) {
 		// Python leaves an argument unused only if it has __getitem__
 		// and is no tuple or str (a dict, list, undefined).
 		switch v.(type) {
-		case tuple, nil, bool, int, float64, string:
+		case *Map, []any, Undefined:
+		default:
 			return nil, errorf("not all arguments converted during string formatting")
 		}
 	}
@@ -969,7 +973,7 @@ func testImpl(name string) testFunc {
 	case "iterable":
 		return func(_ *state, v any, _ *args) (bool, error) {
 			switch v.(type) {
-			case string, []any, tuple, *Map, Undefined:
+			case string, []any, tuple, *Map, Undefined, *generator:
 				return true, nil
 			}
 			return false, nil

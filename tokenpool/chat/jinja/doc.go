@@ -26,11 +26,16 @@
 // inheritance and includes (a chat template is one source), recursive
 // loops, call blocks, *args and **kwargs in calls, a macro's varargs and
 // kwargs, str.format's format specs, groupby and the HTML filters but
-// escape; each is a parse or render error. Known differences, also
+// escape; each is a parse or render error. The filters that return
+// Python generators (map, select, unique, ...) return lazy, single-use
+// iterators here too, true even when empty. Known differences, also
 // unseen in chat templates: integers are 64-bit (Python's grow; past
-// int64 is an error), dict.items(), keys() and values() are lists and
+// int64 is an error); dict.items(), keys() and values() are lists and
 // range() a list (Python prints them as dict_items([...]) and range(0,
-// 3)), and a tuple cannot be a dict key.
+// 3)); a tuple cannot be a dict key; safe and escape return plain
+// strings, where jinja2's Markup escapes a plain string added to it with
+// + (one template seen, functionary v3.1, does that with tool
+// descriptions) and prints as Markup('...') inside a list.
 //
 // A template is an operator's file and its data a client's request: a
 // rendering stops with an error past MaxOutput bytes of output, MaxSteps

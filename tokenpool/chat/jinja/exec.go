@@ -294,6 +294,8 @@ func iterate(v any) ([]any, error) {
 		return x, nil
 	case tuple:
 		return x, nil
+	case *generator:
+		return x.rest()
 	case *Map:
 		return x.keys, nil
 	case string:
@@ -1188,14 +1190,26 @@ func contains(container, item any) (bool, error) {
 		return false, nil
 	case *Map:
 		switch item.(type) {
-		case Undefined, tuple:
-			return false, nil // they hash in Python, and are no key here
+		case nil, bool, int, float64, string:
+			_, ok := x.get(item)
+			return ok, nil
+		case []any, *Map:
+			return false, errorf("unhashable type: '%s'", typeName(item))
 		}
-		if err := hashable(item); err != nil {
+		return false, nil // hashable in Python (a tuple, undefined, a generator), and no key here
+	case *generator:
+		// Python's in reads the iterator up to the item found
+		if err := x.load(); err != nil {
 			return false, err
 		}
-		_, ok := x.get(item)
-		return ok, nil
+		for i := x.pos; i < len(x.items); i++ {
+			if equal(x.items[i], item, 0) {
+				x.pos = i + 1
+				return true, nil
+			}
+		}
+		x.pos = len(x.items)
+		return false, nil
 	case Undefined:
 		return false, nil
 	}

@@ -71,9 +71,13 @@ func filterByName(name string) filterFunc {
 	case "map":
 		return fMap
 	case "select", "reject":
-		return func(st *state, v any, a *args) (any, error) { return selectItems(st, v, a, false, name == "select") }
+		return func(st *state, v any, a *args) (any, error) {
+			return lazy("select_or_reject", func() ([]any, error) { return selectItems(st, v, a, false, name == "select") }), nil
+		}
 	case "selectattr", "rejectattr":
-		return func(st *state, v any, a *args) (any, error) { return selectItems(st, v, a, true, name == "selectattr") }
+		return func(st *state, v any, a *args) (any, error) {
+			return lazy("select_or_reject", func() ([]any, error) { return selectItems(st, v, a, true, name == "selectattr") }), nil
+		}
 	case "unique":
 		return fUnique
 	case "min", "max":
@@ -223,6 +227,16 @@ func fJoin(_ *state, v any, a *args) (any, error) {
 }
 
 func fFirst(_ *state, v any, _ *args) (any, error) {
+	if g, ok := v.(*generator); ok {
+		if err := g.load(); err != nil {
+			return nil, err
+		}
+		if g.pos == len(g.items) {
+			return Undefined{name: "first"}, nil
+		}
+		g.pos++
+		return g.items[g.pos-1], nil
+	}
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -503,12 +517,16 @@ func fIndent(_ *state, v any, a *args) (any, error) {
 	return out, nil
 }
 
-func fItems(_ *state, v any, _ *args) (any, error) {
+func itemPairs(v any) ([]any, error) {
 	switch x := v.(type) {
 	case Undefined:
-		return []any{}, nil
+		return nil, nil
 	case *Map:
-		return dictMethod(x, "items", &args{})
+		items, err := dictMethod(x, "items", &args{})
+		if err != nil {
+			return nil, err
+		}
+		return items.([]any), nil
 	}
 	return nil, errorf("Can only get item pairs from a mapping.")
 }
@@ -593,9 +611,9 @@ func fDictsort(_ *state, v any, a *args) (any, error) {
 	return sortItems(items.([]any), func(it any) (any, error) { return sortKey(it.(tuple)[pos], cs), nil }, rev)
 }
 
-func fMap(st *state, v any, a *args) (any, error) {
+func mapItems(st *state, v any, a *args) ([]any, error) {
 	if !truthy(v) {
-		return []any{}, nil // jinja2's map walks only a true value
+		return nil, nil // jinja2's map walks only a true value
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -633,9 +651,9 @@ func fMap(st *state, v any, a *args) (any, error) {
 	return out, nil
 }
 
-func selectItems(st *state, v any, a *args, byAttr, keep bool) (any, error) {
+func selectItems(st *state, v any, a *args, byAttr, keep bool) ([]any, error) {
 	if !truthy(v) {
-		return []any{}, nil // as map
+		return nil, nil // as map
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -696,7 +714,7 @@ func keyFunc(a *args, attrPos, csPos int) func(any) (any, error) {
 	}
 }
 
-func fUnique(_ *state, v any, a *args) (any, error) {
+func uniqueItems(v any, a *args) ([]any, error) {
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -709,8 +727,15 @@ func fUnique(_ *state, v any, a *args) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := hashable(k); err != nil {
-			return nil, err
+		switch x := k.(type) {
+		case Undefined:
+			k = undefinedKey{} // jinja2's undefined values hash and compare equal
+		case tuple:
+			k = tupleKey(toStr(x)) // a tuple hashes in Python; its repr stands for it
+		default:
+			if err := hashable(k); err != nil {
+				return nil, err
+			}
 		}
 		if _, dup := seen.get(k); dup {
 			continue
@@ -773,11 +798,30 @@ func fSum(_ *state, v any, a *args) (any, error) {
 	return total, nil
 }
 
+// fReverse is jinja2's reverse: a string reversed; a list's or dict's
+// reversed iterator (a generator here); anything else iterable as a
+// reversed list.
+// undefinedKey and tupleKey stand for an undefined value and a tuple as
+// a set's key.
+type (
+	undefinedKey struct{}
+	tupleKey     string
+)
+
 func fReverse(_ *state, v any, _ *args) (any, error) {
-	if s, ok := v.(string); ok {
-		r := []rune(s)
+	switch x := v.(type) {
+	case string:
+		r := []rune(x)
 		slices.Reverse(r)
 		return string(r), nil
+	case []any, tuple, *Map, Undefined:
+		items, err := iterate(x)
+		if err != nil {
+			return nil, err
+		}
+		out := slices.Clone(items)
+		slices.Reverse(out)
+		return &generator{name: reversedName(x), items: out}, nil
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -800,7 +844,7 @@ func fSort(_ *state, v any, a *args) (any, error) {
 	return sortItems(items, keyFunc(a, 2, 1), rev)
 }
 
-func fBatch(_ *state, v any, a *args) (any, error) {
+func batchItems(v any, a *args) ([]any, error) {
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -822,4 +866,33 @@ func fBatch(_ *state, v any, a *args) (any, error) {
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// reversedName is the type of Python's reversed(v).
+func reversedName(v any) string {
+	switch v.(type) {
+	case []any:
+		return "list_reverseiterator"
+	case *Map:
+		return "dict_reversekeyiterator"
+	}
+	return "reversed"
+}
+
+// The generator filters: lazy, as jinja2's generator functions are.
+
+func fMap(st *state, v any, a *args) (any, error) {
+	return lazy("sync_do_map", func() ([]any, error) { return mapItems(st, v, a) }), nil
+}
+
+func fUnique(_ *state, v any, a *args) (any, error) {
+	return lazy("sync_do_unique", func() ([]any, error) { return uniqueItems(v, a) }), nil
+}
+
+func fBatch(_ *state, v any, a *args) (any, error) {
+	return lazy("do_batch", func() ([]any, error) { return batchItems(v, a) }), nil
+}
+
+func fItems(_ *state, v any, _ *args) (any, error) {
+	return lazy("do_items", func() ([]any, error) { return itemPairs(v) }), nil
 }

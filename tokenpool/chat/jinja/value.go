@@ -154,6 +154,50 @@ func seq(v any) ([]any, bool) {
 	return nil, false
 }
 
+// generator is what jinja2's map, select, reject, selectattr,
+// rejectattr, unique, batch and items filters return, and reverse of a
+// list or dict: a Python iterator, not a list. It is true even when empty,
+// has no length, prints as Python's repr (with a fixed address),
+// is no JSON, and a walk uses it up: a second loop over it is empty, and
+// first takes one item. |list makes it a list. The filters' generators are
+// lazy, as Python's: their work, and its errors, come with the first walk.
+type generator struct {
+	name  string                // Python's type name; "" is "generator"
+	fn    string                // a generator's function, for its repr
+	fill  func() ([]any, error) // computes items on first use (then nil)
+	items []any
+	pos   int // items[pos:] are still to come
+}
+
+// load computes g's items if that was not done yet.
+func (g *generator) load() error {
+	if g.fill == nil {
+		return nil
+	}
+	f := g.fill
+	g.fill = nil
+	items, err := f()
+	if err != nil {
+		return err
+	}
+	g.items = items
+	return nil
+}
+
+// rest is what is left of g, used up.
+func (g *generator) rest() ([]any, error) {
+	if err := g.load(); err != nil {
+		return nil, err
+	}
+	r := g.items[g.pos:]
+	g.pos = len(g.items)
+	return r, nil
+}
+
+func lazy(fn string, fill func() ([]any, error)) *generator {
+	return &generator{fn: fn, fill: fill}
+}
+
 // Namespace is what namespace(...) makes: a dict whose attributes a
 // template may set from inside a loop ({% set ns.x = ... %}).
 type Namespace struct{ attrs *Map }
@@ -230,6 +274,11 @@ func typeName(v any) string {
 		return "tuple"
 	case *Map:
 		return "dict"
+	case *generator:
+		if x := v.(*generator); x.name != "" {
+			return x.name
+		}
+		return "generator"
 	case *Namespace:
 		return "Namespace"
 	case Undefined:
@@ -355,6 +404,13 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 		b.WriteString(">")
 	case *Macro:
 		b.WriteString("<Macro '" + x.name + "'>")
+	case *generator:
+		// Python's repr, with a fixed address of its usual length
+		if x.name == "" {
+			b.WriteString("<generator object " + x.fn + " at 0x7f0000000000>")
+		} else {
+			b.WriteString("<" + x.name + " object at 0x7f0000000000>")
+		}
 	default:
 		fmt.Fprintf(b, "<%s object>", typeName(v))
 	}
@@ -517,9 +573,7 @@ func equal(a, b any, depth int) bool {
 			}
 		}
 		return true
-	case *Namespace:
-		return a == b
-	case *Macro:
+	case *Namespace, *Macro, *generator:
 		return a == b
 	}
 	return false
