@@ -257,7 +257,7 @@ func norm(v any) any {
 
 // typeName is Python's name of v's type, for error messages.
 func typeName(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
 	case nil:
 		return "NoneType"
 	case bool:
@@ -275,7 +275,7 @@ func typeName(v any) string {
 	case *Map:
 		return "dict"
 	case *generator:
-		if x := v.(*generator); x.name != "" {
+		if x.name != "" {
 			return x.name
 		}
 		return "generator"
