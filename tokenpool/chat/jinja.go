@@ -48,11 +48,6 @@ type jinjaRenderer struct {
 // (no template checked here has one).
 var forContent = regexp.MustCompile(`for\s+\w+(\s*,\s*\w+)?\s+in\s+\w+\s*(\[\s*['"]content['"]\s*\]|\.content\b)`)
 
-// lineSep normalizes the template's line ends as jinja2's lexer does with
-// its default newline_sequence "\n" (for the template's own text; a
-// variable's value keeps its line ends).
-var lineSep = strings.NewReplacer("\r\n", "\n", "\r", "\n")
-
 // NewJinja builds a Renderer for a Jinja chat template source, rendered as
 // HuggingFace transformers renders it (package jinja: jinja2's semantics
 // with trim_blocks and lstrip_blocks, raise_exception, tojson,
@@ -76,8 +71,7 @@ func newJinja(source string, vocab Vocab, cfg Config) (*jinjaRenderer, error) {
 	if !utf8.ValidString(source) {
 		return nil, errors.New("chat template: not valid UTF-8")
 	}
-	source = lineSep.Replace(source)
-	t, err := jinja.Parse(source)
+	t, err := jinja.Parse(source) // which ends its lines with "\n" as jinja2 does
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}

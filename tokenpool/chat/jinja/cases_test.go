@@ -171,3 +171,17 @@ func TestConcurrentRender(t *testing.T) {
 		}
 	}
 }
+
+// TestLineEnds: "\r\n" and "\r" in a template are "\n" to jinja2's lexer,
+// for trim_blocks and in string literals; a value's are kept.
+func TestLineEnds(t *testing.T) {
+	t.Parallel()
+	tmpl, err := Parse("a\r\n{% if true %}\r\nb{{ 'x\r\ny' }}\r{{ v }}\r\n{% endif %}\r\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render(map[string]any{"v": "1\r\n2"})
+	if want := "a\nbx\ny\n1\r\n2\n"; err != nil || got != want {
+		t.Errorf("got %q, %v; want %q", got, err, want)
+	}
+}

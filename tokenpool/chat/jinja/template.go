@@ -43,10 +43,15 @@ type Template struct {
 	maxSteps, maxWork int
 }
 
-// Parse compiles a template source with transformers' settings.
+// Parse compiles a template source with transformers' settings. Its line
+// ends are "\n" to jinja2's lexer ("\r\n" and "\r" become "\n", in the
+// text and in string literals alike; a value's own are kept).
 func Parse(src string) (*Template, error) {
 	if !utf8.ValidString(src) {
 		return nil, &SyntaxError{Line: 1, Column: 1, Message: "template is not valid UTF-8"}
+	}
+	if strings.IndexByte(src, '\r') >= 0 {
+		src = strings.ReplaceAll(strings.ReplaceAll(src, "\r\n", "\n"), "\r", "\n")
 	}
 	toks, err := lex(src)
 	if err != nil {
