@@ -175,6 +175,9 @@ func fnJoiner(_ *state, a *args) (any, error) {
 type boundMethod struct {
 	recv any
 	name string
+	// markup: the receiver was a Markup, whose str methods escape their
+	// string arguments and return Markup (markupsafe)
+	markup bool
 }
 
 func isStrMethod(name string) bool {
@@ -207,6 +210,9 @@ func isListMethod(name string) bool {
 func (st *state) callMethod(m *boundMethod, a *args) (any, error) {
 	switch r := m.recv.(type) {
 	case string:
+		if m.markup {
+			return markupMethod(r, m.name, a)
+		}
 		return strMethod(r, m.name, a)
 	case *Map:
 		return dictMethod(r, m.name, a)
@@ -245,6 +251,66 @@ func (st *state) callMethod(m *boundMethod, a *args) (any, error) {
 		return r.sep, nil
 	}
 	return nil, errorf("'%s' object has no method '%s'", typeName(m.recv), m.name)
+}
+
+// markupMethod is a Markup's str method: string arguments escaped, string
+// results (alone, in a list or tuple) Markup, as markupsafe wraps them;
+// the predicates and searches (startswith, find, isdigit) are str's.
+func markupMethod(s, name string, a *args) (any, error) {
+	switch name {
+	case "join", "split", "rsplit", "splitlines", "capitalize", "title", "lower", "upper", "replace", "ljust", "rjust",
+		"lstrip", "rstrip", "center", "strip", "swapcase", "zfill", "format", "partition", "rpartition", "removeprefix",
+		"removesuffix", "casefold":
+	default:
+		return strMethod(s, name, a)
+	}
+	esc := func(v any) any {
+		if x, ok := v.(string); ok {
+			return htmlEscape(x)
+		}
+		return unmark(v)
+	}
+	e := &args{pos: make([]any, len(a.pos)), kwNames: a.kwNames, kwVals: make([]any, len(a.kwVals))}
+	for i, v := range a.pos {
+		e.pos[i] = esc(v)
+	}
+	for i, v := range a.kwVals {
+		e.kwVals[i] = esc(v)
+	}
+	if name == "join" && len(e.pos) == 1 {
+		// join escapes the items, not the iterable
+		items, err := iterate(a.pos[0])
+		if err != nil {
+			return nil, err
+		}
+		l := make([]any, len(items))
+		for i, it := range items {
+			l[i] = esc(it)
+		}
+		e.pos[0] = l
+	}
+	r, err := strMethod(s, name, e)
+	if err != nil {
+		return nil, err
+	}
+	return toMarkup(r), nil
+}
+
+// toMarkup makes a string result, or the strings of a list or tuple, Markup.
+func toMarkup(v any) any {
+	switch x := v.(type) {
+	case string:
+		return markup(x)
+	case []any:
+		for i, e := range x {
+			x[i] = toMarkup(e)
+		}
+	case tuple:
+		for i, e := range x {
+			x[i] = toMarkup(e)
+		}
+	}
+	return v
 }
 
 // unsafe is jinja2's ImmutableSandboxedEnvironment refusing a method that
@@ -414,7 +480,7 @@ func strMethod(s, name string, a *args) (any, error) {
 		}
 		parts := make([]string, len(items))
 		for i, it := range items {
-			p, ok := it.(string)
+			p, ok := unmark(it).(string)
 			if !ok {
 				return nil, errorf("sequence item %d: expected str instance, %s found", i, typeName(it))
 			}
@@ -939,6 +1005,10 @@ func testByName(name string) testFunc {
 		takes = 1
 	}
 	return func(st *state, v any, a *args) (bool, error) {
+		if name != "escaped" {
+			v = unmark(v)
+		}
+		a = a.unmarked()
 		if n := len(a.pos) + len(a.kwNames); n > takes {
 			return false, errorf("test_%s() takes %d positional argument(s) but %d were given", name, takes+1, n+1)
 		}
@@ -1063,7 +1133,7 @@ func testImpl(name string) testFunc {
 			return equal(v, o, 0) && typeName(v) == typeName(o), nil
 		}
 	case "escaped":
-		return func(*state, any, *args) (bool, error) { return false, nil }
+		return func(_ *state, v any, _ *args) (bool, error) { _, ok := v.(markup); return ok, nil }
 	case "filter":
 		return func(_ *state, v any, _ *args) (bool, error) {
 			s, ok := v.(string)

@@ -32,10 +32,10 @@
 // unseen in chat templates: integers are 64-bit (Python's grow; past
 // int64 is an error); dict.items(), keys() and values() are lists and
 // range() a list (Python prints them as dict_items([...]) and range(0,
-// 3)); a tuple cannot be a dict key; safe and escape return plain
-// strings, where jinja2's Markup escapes a plain string added to it with
-// + (one template seen, functionary v3.1, does that with tool
-// descriptions) and prints as Markup('...') inside a list.
+// 3)); a tuple cannot be a dict key. safe and escape return a Markup as
+// jinja2's do (markupsafe's: a plain string added to it with + is escaped,
+// as functionary v3.1's template relies on); a few filters and methods
+// that would keep it a Markup give its plain text.
 //
 // A template is an operator's file and its data a client's request: a
 // rendering stops with an error past MaxOutput bytes of output, MaxSteps

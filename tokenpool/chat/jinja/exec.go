@@ -162,6 +162,8 @@ func (n *outputNode) exec(st *state, sc *scope) (ctl, error) {
 	switch x := v.(type) {
 	case string:
 		return ctlNone, st.write(x)
+	case markup:
+		return ctlNone, st.write(string(x))
 	case Undefined:
 		return ctlNone, nil
 	}
@@ -289,6 +291,7 @@ func (n *forNode) exec(st *state, sc *scope) (ctl, error) {
 // iterate is the items a for loop or a filter walks: a list's, a dict's
 // keys, a string's characters; undefined is empty.
 func iterate(v any) ([]any, error) {
+	v = unmark(v)
 	switch x := v.(type) {
 	case []any:
 		return x, nil
@@ -589,6 +592,7 @@ func (n *dictNode) eval(st *state, sc *scope) (any, error) {
 }
 
 func hashable(k any) error {
+	k = unmark(k)
 	switch x := k.(type) {
 	case nil, bool, int, float64, string:
 		return nil
@@ -614,6 +618,10 @@ func (n *getattrNode) eval(st *state, sc *scope) (any, error) {
 // getattr is jinja2's attribute lookup: the Python attribute (a method)
 // first, then the item; missing is undefined; of undefined an error.
 func getattr(v any, name string) (any, error) {
+	if m, ok := v.(markup); ok && isStrMethod(name) {
+		return &boundMethod{recv: string(m), name: name, markup: true}, nil
+	}
+	v = unmark(v)
 	switch x := v.(type) {
 	case *Map:
 		if isDictMethod(name) {
@@ -681,6 +689,7 @@ func (n *getitemNode) eval(st *state, sc *scope) (any, error) {
 // getitem is jinja2's subscript: the item first, then for a string key
 // the attribute; missing is undefined.
 func getitem(v, k any) (any, error) {
+	v, k = unmark(v), unmark(k)
 	switch x := v.(type) {
 	case *Map:
 		if r, ok := x.get(k); ok {
@@ -766,6 +775,10 @@ func (n *sliceNode) eval(st *state, sc *scope) (any, error) {
 
 // slice is Python's v[start:stop:step].
 func slice(v, start, stop, step any) (any, error) {
+	if m, ok := v.(markup); ok {
+		r, err := slice(string(m), start, stop, step)
+		return toMarkup(r), err // markupsafe's slice is a Markup
+	}
 	var n int
 	var rs []rune
 	switch x := v.(type) {
@@ -900,6 +913,31 @@ type args struct {
 	kwVals  []any
 }
 
+// unmarked is a with its markup values as plain strings: only the +, %
+// and * operators and printing tell Markup from its text.
+func (a *args) unmarked() *args {
+	has := false
+	for _, v := range a.pos {
+		_, m := v.(markup)
+		has = has || m
+	}
+	for _, v := range a.kwVals {
+		_, m := v.(markup)
+		has = has || m
+	}
+	if !has {
+		return a
+	}
+	b := &args{pos: make([]any, len(a.pos)), kwNames: a.kwNames, kwVals: make([]any, len(a.kwVals))}
+	for i, v := range a.pos {
+		b.pos[i] = unmark(v)
+	}
+	for i, v := range a.kwVals {
+		b.kwVals[i] = unmark(v)
+	}
+	return b
+}
+
 func (a *args) kw(name string) (any, bool) {
 	for i, n := range a.kwNames {
 		if n == name {
@@ -956,6 +994,7 @@ func (n *callNode) eval(st *state, sc *scope) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	a = a.unmarked()
 	switch x := f.(type) {
 	case *boundMethod:
 		if err := st.charge(x.recv); err != nil {
@@ -1170,6 +1209,7 @@ func compareOp(op string, a, b any) (bool, error) {
 
 // contains is Python's item in container.
 func contains(container, item any) (bool, error) {
+	container, item = unmark(container), unmark(item)
 	switch x := container.(type) {
 	case string:
 		s, ok := item.(string)
@@ -1300,6 +1340,10 @@ func (n *binNode) eval(st *state, sc *scope) (any, error) {
 }
 
 func binop(op string, a, b any) (any, error) {
+	if r, ok, err := markupOp(op, a, b); ok {
+		return r, err
+	}
+	a, b = unmark(a), unmark(b)
 	if s, ok := a.(string); ok && op == "%" {
 		return printf(s, b) // str % undefined formats it, as Python does
 	}
@@ -1363,6 +1407,90 @@ func binop(op string, a, b any) (any, error) {
 		}
 	}
 	return nil, errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
+}
+
+// markupOp is a + b, a % b or a * b where a markup is involved, as
+// markupsafe computes them; ok is false for the other operations.
+func markupOp(op string, a, b any) (any, bool, error) {
+	am, aIs := a.(markup)
+	bm, bIs := b.(markup)
+	if !aIs && !bIs {
+		return nil, false, nil
+	}
+	switch op {
+	case "+":
+		// Markup + str escapes the str, either side; Markup + int is
+		// Python's TypeError.
+		other := b
+		if !aIs {
+			other = a
+		}
+		var text string
+		switch o := other.(type) {
+		case markup:
+			text = string(o)
+		case string:
+			text = htmlEscape(o)
+		default:
+			return nil, true, errorf("unsupported operand type(s) for +: '%s' and '%s'", typeName(a), typeName(b))
+		}
+		if len(text)+len(am)+len(bm) > MaxOutput {
+			return nil, true, errorf("string longer than %d bytes", MaxOutput)
+		}
+		if aIs {
+			return markup(string(am) + text), true, nil
+		}
+		return markup(text + string(bm)), true, nil
+	case "%":
+		if !aIs {
+			return nil, false, nil // str % Markup formats its text
+		}
+		args, isTuple := b.(tuple)
+		if !isTuple {
+			switch b.(type) {
+			case []any, *Map, Undefined:
+				// markupsafe takes an argument with __getitem__ as a
+				// mapping, as str's % does
+				r, err := printf(string(am), b)
+				if err != nil {
+					return nil, true, err
+				}
+				return markup(r.(string)), true, nil
+			}
+			args = tuple{b}
+		}
+		esc := make(tuple, len(args))
+		for i, x := range args {
+			switch x.(type) {
+			case bool, int, float64, markup:
+				esc[i] = x
+			default:
+				esc[i] = markup(htmlEscape(toStr(x)))
+			}
+		}
+		var arg any = esc
+		if !isTuple {
+			arg = esc[0]
+		}
+		r, err := printf(string(am), arg)
+		if err != nil {
+			return nil, true, err
+		}
+		return markup(r.(string)), true, nil
+	case "*":
+		var r any
+		var err error
+		if aIs {
+			r, err = binop("*", string(am), b)
+		} else {
+			r, err = binop("*", a, string(bm))
+		}
+		if s, ok := r.(string); ok && err == nil {
+			return markup(s), true, nil
+		}
+		return r, true, err
+	}
+	return nil, false, nil
 }
 
 func repeat(v any, n int) (any, error) {
@@ -1513,6 +1641,9 @@ func floatOp(op string, a, b float64) (any, error) {
 		r := math.Mod(a, b)
 		if r != 0 && (r < 0) != (b < 0) {
 			r += b
+		}
+		if r == 0 {
+			r = math.Copysign(0, b) // Python's zero takes the divisor's sign
 		}
 		return r, nil
 	case "**":

@@ -13,6 +13,44 @@ type filterFunc func(st *state, v any, a *args) (any, error)
 // filterByName is jinja2's filter of that name (transformers' tojson
 // replacing jinja2's), or nil.
 func filterByName(name string) filterFunc {
+	f := filterImpl(name)
+	switch name {
+	case "safe", "escape", "e", "forceescape", "default", "d", "string", "":
+		return f // they keep a markup value a Markup, as markupsafe's
+	}
+	if f == nil {
+		return nil
+	}
+	switch name {
+	case "trim", "upper", "lower", "capitalize", "title", "center", "indent", "reverse", "last":
+		// soft_str keeps a Markup, and its str methods return Markup
+		return func(st *state, v any, a *args) (any, error) {
+			_, isMarkup := v.(markup)
+			r, err := f(st, unmark(v), a.unmarked())
+			if isMarkup && err == nil {
+				r = toMarkup(r)
+			}
+			return r, err
+		}
+	case "format":
+		// Markup % args escapes the arguments
+		return func(st *state, v any, a *args) (any, error) {
+			if _, isMarkup := v.(markup); isMarkup && len(a.kwNames) == 0 {
+				var arg any = tuple(a.pos)
+				if len(a.pos) == 1 {
+					arg = tuple{a.pos[0]}
+				}
+				return binop("%", v, arg)
+			}
+			return f(st, unmark(v), a.unmarked())
+		}
+	}
+	// Other filters see a markup value as its text, as jinja2's do
+	// without autoescape (replace, join) or after str().
+	return func(st *state, v any, a *args) (any, error) { return f(st, unmark(v), a.unmarked()) }
+}
+
+func filterImpl(name string) filterFunc {
 	switch name {
 	case "trim":
 		return fTrim
@@ -42,14 +80,14 @@ func filterByName(name string) filterFunc {
 			return slices.Clone(items), err
 		}
 	case "string":
-		return func(_ *state, v any, _ *args) (any, error) { return toStr(v), nil }
-	case "safe":
 		return func(_ *state, v any, _ *args) (any, error) {
-			if s, ok := v.(string); ok {
-				return s, nil
+			if m, ok := v.(markup); ok {
+				return m, nil
 			}
 			return toStr(v), nil
 		}
+	case "safe":
+		return func(_ *state, v any, _ *args) (any, error) { return markup(toStr(v)), nil }
 	case "int":
 		return fInt
 	case "float":
@@ -60,8 +98,15 @@ func filterByName(name string) filterFunc {
 		return fRound
 	case "replace":
 		return fReplace
-	case "escape", "e", "forceescape":
-		return func(_ *state, v any, _ *args) (any, error) { return htmlEscape(toStr(v)), nil }
+	case "escape", "e":
+		return func(_ *state, v any, _ *args) (any, error) {
+			if m, ok := v.(markup); ok {
+				return m, nil // already safe: escape leaves a Markup as it is
+			}
+			return markup(htmlEscape(toStr(v))), nil
+		}
+	case "forceescape":
+		return func(_ *state, v any, _ *args) (any, error) { return markup(htmlEscape(toStr(v))), nil }
 	case "indent":
 		return fIndent
 	case "items":

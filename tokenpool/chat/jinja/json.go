@@ -73,7 +73,7 @@ func (j *jsonWriter) write(v any, depth int) error {
 	if j.b.Len() > MaxOutput {
 		return errorf("tojson: output longer than %d bytes", MaxOutput)
 	}
-	switch x := norm(v).(type) {
+	switch x := norm(unmark(v)).(type) {
 	case nil:
 		j.b.WriteString("null")
 	case bool:

@@ -63,6 +63,8 @@ func (m *Map) Value(i int) any { return m.vals[i] }
 
 func mapKey(k any) any {
 	switch x := k.(type) {
+	case markup:
+		return string(x)
 	case float64:
 		if x == math.Trunc(x) && math.Abs(x) < 1<<62 {
 			return int(x)
@@ -198,6 +200,21 @@ func lazy(fn string, fill func() ([]any, error)) *generator {
 	return &generator{fn: fn, fill: fill}
 }
 
+// markup is markupsafe's Markup, what safe and escape return: a string
+// that, added to a plain one with + (either side), gets that one
+// HTML-escaped, formats its % arguments escaped, and prints as
+// Markup('...') inside a list. Everywhere else it is its text (unmark):
+// transformers renders without autoescape.
+type markup string
+
+// unmark is v, a markup as its plain string.
+func unmark(v any) any {
+	if m, ok := v.(markup); ok {
+		return string(m)
+	}
+	return v
+}
+
 // Namespace is what namespace(...) makes: a dict whose attributes a
 // template may set from inside a loop ({% set ns.x = ... %}).
 type Namespace struct{ attrs *Map }
@@ -274,6 +291,8 @@ func typeName(v any) string {
 		return "tuple"
 	case *Map:
 		return "dict"
+	case markup:
+		return "Markup"
 	case *generator:
 		if x.name != "" {
 			return x.name
@@ -306,6 +325,8 @@ func truthy(v any) bool {
 		return x != 0
 	case string:
 		return x != ""
+	case markup:
+		return x != ""
 	case []any:
 		return len(x) > 0
 	case tuple:
@@ -321,6 +342,8 @@ func toStr(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
+	case markup:
+		return string(x)
 	case Undefined:
 		return ""
 	}
@@ -337,6 +360,8 @@ func writeStr(b *strings.Builder, v any, depth int) {
 	switch x := v.(type) {
 	case string:
 		b.WriteString(x)
+	case markup:
+		b.WriteString(string(x))
 	case Undefined:
 	default:
 		writeRepr(b, v, depth)
@@ -366,6 +391,10 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 		b.WriteString(pyFloat(x))
 	case string:
 		pyRepr(b, x)
+	case markup:
+		b.WriteString("Markup(")
+		pyRepr(b, string(x))
+		b.WriteByte(')')
 	case []any:
 		b.WriteByte('[')
 		for i, e := range x {
@@ -521,6 +550,7 @@ func number(v any) (i int, f float64, isFloat, ok bool) {
 
 // equal is Python's ==.
 func equal(a, b any, depth int) bool {
+	a, b = unmark(a), unmark(b)
 	if depth > maxReprDepth {
 		return false
 	}
@@ -582,6 +612,7 @@ func equal(a, b any, depth int) bool {
 // compare is Python's ordering of a and b: -1, 0 or 1, or an error for
 // types Python does not order.
 func compare(a, b any, op string) (int, error) {
+	a, b = unmark(a), unmark(b)
 	ai, af, afl, aok := number(a)
 	bi, bf, bfl, bok := number(b)
 	if aok && bok {

@@ -39,10 +39,11 @@ FILTERS = ["length", "upper", "lower", "trim", "first", "last", "list", "string"
            "title", "capitalize", "count", "dictsort", "replace('l', 'L')", "indent(2)", "wordcount",
            "center(9)", "batch(2) | list", "select('odd') | list", "reject('even') | list", "map('string') | list",
            "items | list", "round(1)", "int(5)", "float(1.5)", "reverse | list", "sort(reverse=true)", "tojson(indent=1)",
-           # not escape or safe: jinja2's Markup prints as Markup('...') inside a list (package doc)
            "map(attribute='role') | list", "selectattr('role', 'eq', 'user') | list", "format(1)",
            # generators, bare: true when empty, no length, used up by a walk
-           "select('odd')", "map('string')", "reverse", "unique", "items", "reject('none')"]
+           "select('odd')", "map('string')", "reverse", "unique", "items", "reject('none')",
+           # Markup: escapes what is added to it
+           "safe", "escape", "e", "forceescape", "safe + '<&>'", "e ~ '<'", "safe % '<'"]
 TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "mapping", "iterable",
          "sequence", "odd", "even", "divisibleby 2", "eq 3", "lt 2", "in [1, 3]", "true", "false", "lower", "upper",
          "callable"]
