@@ -128,8 +128,9 @@ type Config struct {
 	// over it a request gets 503 with Retry-After (counted in
 	// saltus_shard_decode_queue_full_total). Default 32. With a Jinja
 	// chat template (chat.Renderer.Interpreted) every chat and responses
-	// request is rendered by a decode worker, off its loop (gonja takes
-	// 75 µs to 1 ms and locks inside), and the queue is at least
+	// request is rendered by a decode worker, off its loop (a rendering
+	// takes 20 to 50 µs, up to 300 µs for a conversation's first
+	// request: docs/BENCHMARKS.md), and the queue is at least
 	// interpretedQueue.
 	DecodeQueue int
 	// LearnFromUsage asks the engine for a streamed chat or completion's

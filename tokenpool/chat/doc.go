@@ -104,26 +104,25 @@
 //
 // A model's own template renders too (NewJinja, LoadTemplate): the
 // chat_template of its tokenizer_config.json when no built-in renders it
-// exactly, or a Jinja file. It is compiled once by gonja
-// (github.com/nikolalohinski/gonja/v2) in the environment transformers
-// gives templates: trim_blocks and lstrip_blocks, raise_exception (the
+// exactly, or a Jinja file. It is compiled once by package jinja
+// (tokenpool/chat/jinja, our own engine: jinja2's semantics, Python's
+// values and methods) in the environment transformers gives templates:
+// trim_blocks and lstrip_blocks, raise_exception (the
 // request's error is a *TemplateError carrying the template's message),
 // tojson as json.dumps, strftime_now, loop controls, namespace, the
 // tokenizer config's special tokens as variables (bos_token, eos_token,
 // ...), add_generation_prompt, and enable_thinking when a request turns
-// thinking off. Where gonja differs from Python's jinja2 on what chat
-// templates use, jinja.go replaces its part through gonja's own
-// extension points (filters, methods, the ItemGetter of a list): Python's
-// str.strip family and split, trim with Python's whitespace, negative
-// indexes of one-element lists. gonja parses a conditional expression
-// (a if c else b) only at the top of {{ }} and in set, so a template with
-// one inside parentheses or arguments (Gemma 3's) does not compile: the
-// caller renders with None and warns (the same template with that
-// expression written as if/set renders as @huggingface/jinja renders it,
-// content parts included). The goldens: every corpus conversation renders to the string @huggingface/jinja
-// renders for Llama 3, Qwen3, ChatML, Mistral, Llama 2 and DeepSeek V3,
-// and each built-in's segments tokenize to the ids of its template's
-// Jinja rendering (testdata/README.md).
+// thinking off. The engine replaced gonja, which could not parse a
+// conditional expression inside parentheses or arguments (Gemma 3's
+// `(first_user_prefix if loop.first else "")`) and needed Python's
+// semantics patched in; its unit cases are Python jinja2's own outputs
+// (jinja/testdata). A template that does not compile (a syntax error, a
+// construct no chat template uses: see package jinja) renders with None
+// and the caller warns. The goldens: every corpus conversation renders to
+// the string @huggingface/jinja renders for Llama 3, Qwen3, ChatML,
+// Mistral, Llama 2, Gemma 3 (its "openai" content path, parts included)
+// and DeepSeek V3, and each built-in's segments tokenize to the ids of its
+// template's Jinja rendering (testdata/README.md).
 //
 // The rendered prompt is split at the added tokens of the tokenizer
 // config (added_tokens_decoder, or the tokenizer.json's added_tokens)
@@ -131,10 +130,10 @@
 // anyway, so the ids are the whole prompt's). A message ends where the
 // rendering of the messages up to it, without a generation prompt, is a
 // prefix of the whole rendering and falls on a segment edge; those
-// prefix renderings are cached by the prefix's hash (1 MiB per template), since
-// gonja takes tens to hundreds of microseconds per 4 KiB chat, where the
-// built-ins take one or two (BenchmarkRenderJinja): the built-ins stay the
-// fast path. Messages reach the template as vLLM prepares them: role,
+// prefix renderings are cached by the prefix's hash (1 MiB per template),
+// since a Jinja rendering of a 4 KiB chat takes tens of microseconds,
+// where the built-ins take a few (BenchmarkRenderJinja): the built-ins
+// stay the fast path. Messages reach the template as vLLM prepares them: role,
 // content, reasoning and reasoning_content. A template that loops over a
 // message's content (vLLM's "openai" content format, detected by the
 // loop in its text) gets the list of parts (Message.Parts: text parts,

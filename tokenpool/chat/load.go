@@ -58,7 +58,7 @@ const MaxTemplateFile = 1 << 20
 // in the file (file), or the tokenizer_config.json beside the tokenizer:
 // a chat_template a built-in renders exactly (Detect) takes the built-in,
 // the fast path; any other renders as Jinja (NewJinja). With no template
-// there, or one gonja cannot compile, it renders with `none` and returns
+// there, or one package jinja cannot compile, it renders with `none` and returns
 // why as warn. name and file together are an error. used names what
 // renders: a built-in's name, or "jinja" and where from.
 func LoadTemplate(vocab Vocab, path, name, file string) (r *Renderer, used string, warn, err error) {

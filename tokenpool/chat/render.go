@@ -82,7 +82,7 @@ type Renderer struct {
 	// chatml, qwen3
 	imStart, imEnd, think, endThink, toolResp, endToolResp tok
 	// jinja is the compiled template of a Jinja Renderer (NewJinja).
-	jinja *jinja
+	jinja *jinjaRenderer
 	// harmony: its formatting tokens, the clock its system message takes
 	// the date from (NewHarmony), and the last tools it wrote
 	// (harmonyToolsCached).

