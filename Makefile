@@ -69,8 +69,8 @@ fuzz-smoke: ## each fuzz target for FUZZTIME (default 5s: CI time; run longer wi
 
 check: vet lint rules race fuzz-smoke build browser-check ## what CI runs
 
-golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm; not part of check)
-	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs
+golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm, and Python 3 with jinja2 and pydantic; not part of check)
+	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs && python3 chat_tools.py
 
 clean:
 	rm -rf bin dist

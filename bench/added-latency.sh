@@ -26,6 +26,7 @@ BASE=${BASE:-}
 NGINX_ON=${NGINX:-1}
 
 . bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
+require_free $UP $SAL $SALB $NGX
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
 targets="$UP $SAL"

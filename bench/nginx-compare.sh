@@ -43,6 +43,7 @@ SAL_TLS=127.0.0.1:18183 NGX_TLS=127.0.0.1:18191 SAL_BASE=127.0.0.1:18184
 BASE=${BASE:-}
 
 . bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
+require_free $UP $SAL $SAL_PIN $SAL_RR $NGX $SAL_TLS $NGX_TLS $SAL_BASE
 
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
 "$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards $SHARDS --log-level warn & pids+=($!)

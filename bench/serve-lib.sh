@@ -1,9 +1,24 @@
-# Sourced by bench/nginx-compare.sh and bench/added-latency.sh: a
+# Sourced by bench/nginx-compare.sh and bench/added-latency.sh (after
+# they call require_free on the addresses they use): a
 # temporary directory ($work) with the three binaries they run (saltus,
 # the instant upstream, the load generator) built from this checkout, and
 # a cleanup on exit that kills every process whose pid is in $pids (and
 # nginx, if $work/nginx.pid exists) and removes $work; start_nginx runs
 # nginx as the plain reverse proxy they compare saltus with.
+# require_free ADDR...: stop when something already listens on one of
+# the loopback addresses the run is about to use (a process left from an
+# earlier run would answer instead of the one measured, and every
+# request would count against the wrong proxy).
+require_free() {
+  local a
+  for a in "$@"; do
+    if (exec 3<>"/dev/tcp/${a%:*}/${a##*:}") 2>/dev/null; then
+      echo "$a is already in use (a process left from an earlier run?): stop it first" >&2
+      exit 1
+    fi
+  done
+}
+
 work=$(mktemp -d)
 pids=()
 cleanup() {

@@ -81,6 +81,7 @@ const (
 	fMessages
 	fAddGenerationPrompt
 	fChatTemplateKwargs
+	fTools
 	fPromptTokenIDs
 	fPrompt
 	fPreviousResponseID
@@ -121,20 +122,21 @@ func (r *reader) str(at int) string { return string(r.text(at)) }
 // job.keyed) or are copied when it waits for the tokenizer (job.own).
 // Any goroutine that owns sc.
 func Decode(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch) *Error {
-	return DecodeWith(dst, k, body, maxDepth, sc, true)
+	return DecodeWith(dst, k, body, maxDepth, sc, chat.WantParts|chat.WantExtras)
 }
 
-// DecodeWith is Decode, with parts false: chat messages' content parts
-// are not described (chat.Message.Parts nil; chat.MessagesFromBodyJoined),
-// for a renderer that joins them (chat.Renderer.WantsParts false): a
-// million parts then cost their joined text alone. Any goroutine that
-// owns sc.
-func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, parts bool) *Error {
+// DecodeWith is Decode keeping of a chat only what the renderer wants
+// (chat.Renderer.Wants): without chat.WantParts, messages' content parts
+// are not described (chat.Message.Parts nil), so a million parts cost
+// their joined text alone; without chat.WantExtras, tool calls, names,
+// tools and chat_template_kwargs are not kept (but enable_thinking).
+// Any goroutine that owns sc.
+func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, want chat.Wants) *Error {
 	*dst = Request{Kind: k}
 	maxDepth = min(maxDepth, MaxScanDepth)
 	var f, fe [numFields]int // the members' values: their offsets, and the offsets past them
 	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
-		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs",
+		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs", fTools: "tools",
 		fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
 		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input"}
 	open := jsonscan.SkipWS(body, 0)
@@ -193,9 +195,9 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, pa
 		var csc *chat.Scratch
 		if sc != nil {
 			csc = &sc.Chat
-			csc.Joined = !parts
+			csc.Joined, csc.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
 		}
-		return decodeChat(dst, b, &f, &fe, csc, parts)
+		return decodeChat(dst, b, &f, &fe, csc, want)
 	case KindResponses:
 		return decodeResponses(dst, &r, &f)
 	}
@@ -287,7 +289,7 @@ func optBool(b []byte, at int, dst *bool, name string) *Error {
 // decodeChat reads what chat.FromRequest reads: the messages, then
 // add_generation_prompt and chat_template_kwargs.enable_thinking, with
 // its errors.
-func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch, parts bool) *Error {
+func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch, want chat.Wants) *Error {
 	mv := f[fMessages]
 	if mv < 0 {
 		return BadRequest("messages", "messages: missing")
@@ -299,10 +301,8 @@ func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch,
 	switch {
 	case sc != nil:
 		msgs, err = sc.MessagesFromBody(b[mv:fe[fMessages]])
-	case parts:
-		msgs, err = chat.MessagesFromBody(b[mv:fe[fMessages]])
 	default:
-		msgs, err = chat.MessagesFromBodyJoined(b[mv:fe[fMessages]])
+		msgs, err = chat.MessagesFromBodyFor(b[mv:fe[fMessages]], want)
 	}
 	if err != nil {
 		return BadRequest("messages", "%s", err.Error())
@@ -318,6 +318,12 @@ func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch,
 		var et [1]int
 		jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:], nil)
 		opt.DisableThinking = jsonscan.Is(b, et[0], 'f')
+		if want&chat.WantExtras != 0 {
+			opt.Kwargs = chat.CanonicalJSON(b[kw:fe[fChatTemplateKwargs]])
+		}
+	}
+	if tv := f[fTools]; want&chat.WantExtras != 0 && jsonscan.Is(b, tv, '[') {
+		opt.Tools = chat.CanonicalJSON(b[tv:fe[fTools]])
 	}
 	dst.Messages, dst.Options = msgs, opt
 	return nil

@@ -38,6 +38,8 @@ func hostileBodies() []struct {
 		{"one-character text parts", KindChat, `{"model":"m","messages":[{"role":"user","content":[` + rep(`{"type":"text","text":"a"}`) + `]}]}`},
 		{"empty objects as messages", KindChat, `{"model":"m","messages":[` + rep("{}") + `]}`},
 		{"smallest messages", KindChat, `{"model":"m","messages":[` + rep(`{"role":"x"}`) + `]}`},
+		{"smallest named messages", KindChat, `{"model":"m","messages":[` + rep(`{"role":"x","name":""}`) + `]}`},
+		{"smallest tool calls", KindChat, `{"model":"m","messages":[` + rep(`{"role":"assistant","tool_calls":[0]}`) + `]}`},
 		{"prompt_token_ids", KindCompletion, `{"model":"m","prompt_token_ids":[` + ids.String() + `]}`},
 		{"ones as a prompt", KindCompletion, `{"model":"m","prompt":[` + rep("1") + `]}`},
 		{"empty objects as prompt_token_ids", KindCompletion, `{"model":"m","prompt_token_ids":[` + rep("{}") + `]}`},
@@ -66,7 +68,9 @@ func allocated(fn func()) uint64 {
 // 0.00 / 117-232; a million one-character content parts 1.00 / 1.00 /
 // 119, text parts 1.00 / 1.00 / 53; a million {} as messages 0.00 / 0.00
 // / 174; a million smallest messages ({"role":"x"}) 6.54 / 5.54 / 75 (the
-// most: a 72-byte chat.Message, content parts included, per 13 bytes); 1 M prompt_token_ids 0.64 /
+// most: a 72-byte chat.Message, content parts included, per 13 bytes),
+// named ones ({"role":"x","name":""}, whose Extra the Message's parts
+// encode) 4.13 / 4.13 / 66, smallest tool calls 2.90 / 2.90 / 51; 1 M prompt_token_ids 0.64 /
 // 0.64 / 76; a million 1s as a prompt 2.00 / 2.00 / 234 (4 bytes per
 // id); a million {} as prompt_token_ids 1.34 / 1.34 / 156; a million {}
 // as Responses input 0.00 / 0.00 / 155, smallest items 4.31 / 4.31 / 99.
@@ -84,7 +88,7 @@ func TestDecodeMemory(t *testing.T) {
 		d = Request{}
 		newView := allocated(func() { _ = Decode(&d, c.kind, body, 64, &sc) })
 		d = Request{}
-		joined := allocated(func() { _ = DecodeWith(&d, c.kind, body, 64, nil, false) })
+		joined := allocated(func() { _ = DecodeWith(&d, c.kind, body, 64, nil, 0) })
 		d = Request{}
 		old := allocated(func() { _ = oldDecode(&d, c.kind, body) })
 		n := float64(len(body))

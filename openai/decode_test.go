@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/saltus-lb/saltus/openai/openaitest"
+	"github.com/saltus-lb/saltus/tokenpool/chat"
 )
 
 func TestDecodeChat(t *testing.T) {
@@ -186,7 +187,7 @@ func TestDecodeJoinedParts(t *testing.T) {
 	var sc Scratch
 	for _, scr := range []*Scratch{nil, &sc} {
 		var got Request
-		if e := DecodeWith(&got, KindChat, body, 64, scr, false); e != nil {
+		if e := DecodeWith(&got, KindChat, body, 64, scr, 0); e != nil {
 			t.Fatal(e)
 		}
 		for i, m := range got.Messages {
@@ -198,7 +199,35 @@ func TestDecodeJoinedParts(t *testing.T) {
 	}
 	// The Scratch describes parts again when asked.
 	var again Request
-	if e := DecodeWith(&again, KindChat, body, 64, &sc, true); e != nil || len(again.Messages[0].Parts()) != 4 {
+	if e := DecodeWith(&again, KindChat, body, 64, &sc, chat.WantParts|chat.WantExtras); e != nil || len(again.Messages[0].Parts()) != 4 {
 		t.Fatalf("through the Scratch with parts: %v, %d parts", e, len(again.Messages[0].Parts()))
+	}
+}
+
+// TestDecodeTemplateExtras: tools and chat_template_kwargs reach
+// chat.Options in one written form when the renderer wants them (a Jinja
+// template), and cost nothing when it does not.
+func TestDecodeTemplateExtras(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools": [ {"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}} ],"chat_template_kwargs":{"enable_thinking":false, "x":"\u00e9"}}`)
+	var sc Scratch
+	for _, s := range []*Scratch{nil, &sc} {
+		var d Request
+		if e := DecodeWith(&d, KindChat, body, 64, s, chat.WantExtras); e != nil {
+			t.Fatal(e)
+		}
+		if want := `[{"type":"function","function":{"name":"f","parameters":{"b":1,"a":2}}}]`; d.Options.Tools != want {
+			t.Errorf("tools %s, want %s", d.Options.Tools, want)
+		}
+		if want := `{"enable_thinking":false,"x":"é"}`; d.Options.Kwargs != want || !d.Options.DisableThinking {
+			t.Errorf("kwargs %s (thinking off %v), want %s", d.Options.Kwargs, d.Options.DisableThinking, want)
+		}
+		d = Request{}
+		if e := DecodeWith(&d, KindChat, body, 64, s, 0); e != nil {
+			t.Fatal(e)
+		}
+		if d.Options.Tools != "" || d.Options.Kwargs != "" || !d.Options.DisableThinking {
+			t.Errorf("without WantExtras: %+v", d.Options)
+		}
 	}
 }

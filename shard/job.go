@@ -172,7 +172,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 	var e *openai.Error
 	if ds != nil {
 		defer ds.trim(len(body)) // after the views are taken: they keep what they view
-		e = openai.DecodeWith(&j.d, k, body, lim.MaxDepth, &ds.sc, j.r.tmpl.WantsParts())
+		e = openai.DecodeWith(&j.d, k, body, lim.MaxDepth, &ds.sc, j.r.tmpl.Wants())
 		if lazy && e != nil {
 			if _, ce, why := lim.Check(body); ce != nil {
 				j.r.m.refused[why].Inc()
@@ -180,7 +180,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 			}
 		}
 	} else {
-		e = openai.DecodeWith(&j.d, k, body, lim.MaxDepth, nil, j.r.tmpl.WantsParts())
+		e = openai.DecodeWith(&j.d, k, body, lim.MaxDepth, nil, j.r.tmpl.Wants())
 	}
 	if e != nil {
 		return e

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/valyala/fastjson"
+
 	"github.com/saltus-lb/saltus/internal/jsonscan"
 )
 
@@ -30,10 +32,17 @@ func MessagesFromBody(raw []byte) ([]Message, error) {
 }
 
 // MessagesFromBodyJoined is MessagesFromBody without the content parts'
-// description (Message.Parts is nil): for a renderer that joins them
-// (Renderer.WantsParts false), which never reads it. Any goroutine.
+// description (Message.Parts is nil) and the messages' Extra: for a
+// built-in renderer, which reads neither (Renderer.Wants 0). Any
+// goroutine.
 func MessagesFromBodyJoined(raw []byte) ([]Message, error) {
-	d := decoder{most: len(raw), joined: true}
+	return MessagesFromBodyFor(raw, 0)
+}
+
+// MessagesFromBodyFor is MessagesFromBody keeping only what w names
+// beyond role, content and reasoning (Renderer.Wants). Any goroutine.
+func MessagesFromBodyFor(raw []byte, w Wants) ([]Message, error) {
+	d := decoder{most: len(raw), joined: w&WantParts == 0, noExtras: w&WantExtras == 0}
 	return d.bodyMessages(nil, raw)
 }
 
@@ -42,7 +51,7 @@ func MessagesFromBodyJoined(raw []byte) ([]Message, error) {
 // content parts) views into the Scratch; valid while raw is and until
 // the Scratch is used again. Errors are the same.
 func (sc *Scratch) MessagesFromBody(raw []byte) ([]Message, error) {
-	d := decoder{arena: sc.arena[:0], view: true, most: len(raw), desc: sc.desc[:0], joined: sc.Joined}
+	d := decoder{arena: sc.arena[:0], view: true, most: len(raw), desc: sc.desc[:0], joined: sc.Joined, noExtras: sc.NoExtras}
 	msgs, err := d.bodyMessages(sc.msgs, raw)
 	sc.arena, sc.desc = d.arena, d.desc
 	if msgs != nil {
@@ -142,6 +151,9 @@ const (
 	mRole = iota
 	mReasoning
 	mContent
+	mToolCalls
+	mToolCallID
+	mName
 	mN
 )
 
@@ -152,7 +164,8 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 		return -1, fmt.Errorf("messages[%d]: want an object, got %s", i, jsonscan.TypeName(b, at))
 	}
 	var f, fe [mN]int
-	end := jsonscan.Members(b, at, []string{mRole: "role", mReasoning: "reasoning", mContent: "content"}, f[:], fe[:])
+	end := jsonscan.Members(b, at, []string{mRole: "role", mReasoning: "reasoning", mContent: "content",
+		mToolCalls: "tool_calls", mToolCallID: "tool_call_id", mName: "name"}, f[:], fe[:])
 	if f[mRole] < 0 {
 		return -1, fmt.Errorf("messages[%d].role: missing", i)
 	}
@@ -171,14 +184,122 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 			m.Reasoning, m.HasReasoning = d.bstr(b, rv, fe[mReasoning]), true
 		}
 	}
-	c := f[mContent]
+	if err := d.bodyContent(m, b, f[mContent], fe[mContent], i); err != nil {
+		return -1, err
+	}
+	if !d.noExtras {
+		x := d.bodyExtra(m, b, &f, &fe)
+		d.endExtra(m, &x)
+	}
+	return end, nil
+}
+
+// bodyExtra reads a message's Extra from its members (f, fe), as vLLM
+// keeps them: tool_calls of an assistant when a non-empty array (vLLM
+// drops an empty one, so the template takes its plain assistant path),
+// tool_call_id of a tool message and name when strings. Other types are
+// the engine's to refuse. The strings are views into b, d.tmp or
+// copies, valid until the next message: endExtra copies them.
+func (d *decoder) bodyExtra(m *Message, b []byte, f, fe *[mN]int) Extra {
+	var x Extra
+	if tc := f[mToolCalls]; m.Role == "assistant" && jsonscan.Is(b, tc, '[') && jsonscan.Elem(b, tc) >= 0 {
+		if v, err := d.p.ParseBytes(b[tc:fe[mToolCalls]]); err == nil { // a checked body always parses
+			d.tmp = AppendCanonical(d.tmp[:0], v)
+			x.ToolCalls = viewString(d.tmp)
+		}
+	}
+	if id := f[mToolCallID]; m.Role == "tool" && jsonscan.Is(b, id, '"') {
+		x.ToolCallID, x.HasToolCallID = unescaped(b, id, fe[mToolCallID]), true
+	}
+	if n := f[mName]; jsonscan.Is(b, n, '"') {
+		x.Name, x.HasName = unescaped(b, n, fe[mName]), true
+	}
+	return x
+}
+
+// CanonicalJSON is raw (a valid JSON value) in one written form
+// (AppendCanonical), "" for invalid JSON: Options.Tools and
+// Options.Kwargs.
+func CanonicalJSON(raw []byte) string {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return "" // unreachable: the body passed the grammar check
+	}
+	return string(AppendCanonical(nil, v))
+}
+
+// AppendCanonical appends v in one written form, whether it was parsed
+// from a body's bytes or is part of a whole request's parse tree, so
+// that both decoders give equal Messages and Options: no white space,
+// strings (keys too) unescaped and written back with only '"' and '\\'
+// escaped. That form is never longer than the value's bytes (an escape
+// shrinks or stays; control characters, which the body scan lets
+// through as fastjson does, stay raw), so it keeps body.go's arena
+// bound; it is JSON for fastjson, which reads it back (NewJinja).
+// fastjson's own MarshalTo is not one form: it writes a string raw or
+// Go-quoted depending on whether it was read before.
+func AppendCanonical(dst []byte, v *fastjson.Value) []byte {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object() // the type was checked
+		dst = append(dst, '{')
+		first := true
+		o.Visit(func(k []byte, fv *fastjson.Value) {
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(appendQuoted(dst, k), ':')
+			dst = AppendCanonical(dst, fv)
+		})
+		return append(dst, '}')
+	case fastjson.TypeArray:
+		dst = append(dst, '[')
+		for i, e := range v.GetArray() {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendCanonical(dst, e)
+		}
+		return append(dst, ']')
+	case fastjson.TypeString:
+		return appendQuoted(dst, v.GetStringBytes())
+	}
+	return v.MarshalTo(dst) // a number as written, true, false, null
+}
+
+func appendQuoted(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	for _, c := range s {
+		if c == '"' || c == '\\' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, '"')
+}
+
+// unescaped is the string value at b[at] that ends at end: a view when
+// it has no escapes, else a copy.
+func unescaped(b []byte, at, end int) string {
+	raw, escaped := jsonscan.StrTo(b, at, end)
+	if !escaped {
+		return viewString(raw)
+	}
+	return string(jsonscan.AppendUnescaped(nil, raw))
+}
+
+// bodyContent reads message i's content (at b[c], ending at ce; c < 0
+// when absent) into m.
+func (d *decoder) bodyContent(m *Message, b []byte, c, ce, i int) error {
 	if c < 0 {
-		return end, nil
+		return nil
 	}
 	switch {
 	case jsonscan.Is(b, c, 'n'):
 	case jsonscan.Is(b, c, '"'):
-		m.Content = d.bstr(b, c, fe[mContent])
+		m.Content = d.bstr(b, c, ce)
 	case jsonscan.Is(b, c, '['):
 		d.room()
 		start := len(d.arena)
@@ -199,7 +320,7 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 		for pv := jsonscan.Elem(b, c); pv >= 0; j++ {
 			text, escaped, modality, kind, pend, err := bodyPart(b, pv, i, j)
 			if err != nil {
-				return -1, err
+				return err
 			}
 			pv = jsonscan.After(b, pend)
 			if modality != "" {
@@ -260,9 +381,9 @@ func (d *decoder) bodyMessage(m *Message, b []byte, at, i int) (int, error) {
 		m.Content = arenaString(d.arena, start)
 		m.parts = d.endParts()
 	default:
-		return -1, fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, jsonscan.TypeName(b, c))
+		return fmt.Errorf("messages[%d].content: want a string, an array of parts or null, got %s", i, jsonscan.TypeName(b, c))
 	}
-	return end, nil
+	return nil
 }
 
 // The members of a content part that bodyPart reads: its type, the text

@@ -31,7 +31,103 @@ type Message struct {
 	// at the end of Content. A string, not a []Part: a body of a million
 	// one-character parts then costs a few bytes a part, not 32
 	// (openai's TestDecodeMemory bounds it), and Message stays comparable.
+	// After the parts, the message's extras (see Extra), when it has
+	// any: the byte partExtra, then appendExtra's encoding. Kept here and
+	// not in fields of their own for the same reason: three more strings
+	// would take a million smallest messages past 8 bytes a body byte.
 	parts string
+}
+
+// Extra is what a message carries besides its role, content and
+// reasoning that only a model's own template reads, as vLLM hands it to
+// the template (entrypoints/chat_utils.py, _parse_chat_message_content):
+// an assistant's tool_calls (the JSON array, compacted; vLLM then parses
+// each call's arguments, see NewJinja), a tool message's tool_call_id,
+// and any message's name. The built-in templates render none of them
+// (doc.go).
+type Extra struct {
+	ToolCalls     string // a JSON array, "" for none
+	ToolCallID    string
+	HasToolCallID bool
+	Name          string
+	HasName       bool
+}
+
+// Extra returns the message's extras (the zero Extra for none). Any
+// goroutine.
+func (m *Message) Extra() Extra {
+	i := 0
+	for i < len(m.parts) {
+		k, _, next := nextPart(m.parts, i)
+		if k == partExtra {
+			return decodeExtra(m.parts[i+1:])
+		}
+		i = next
+	}
+	return Extra{}
+}
+
+// partExtra starts the extras after a message's parts (an ASCII letter,
+// as the other long kinds, so never a short part's byte).
+const partExtra = 'x'
+
+// The flags byte of an encoded Extra.
+const (
+	extraToolCallID = 1 << iota
+	extraName
+)
+
+// appendExtra encodes x after dst: partExtra, a flags byte, then the
+// three strings each as a uvarint length and the bytes.
+func appendExtra(dst []byte, x *Extra) []byte {
+	var flags byte
+	if x.HasToolCallID {
+		flags |= extraToolCallID
+	}
+	if x.HasName {
+		flags |= extraName
+	}
+	dst = append(dst, partExtra, flags)
+	for _, s := range [...]string{x.ToolCalls, x.ToolCallID, x.Name} {
+		dst = append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+	}
+	return dst
+}
+
+// decodeExtra reads appendExtra's encoding (without its partExtra byte).
+func decodeExtra(s string) Extra {
+	if len(s) < 1 {
+		return Extra{}
+	}
+	x := Extra{HasToolCallID: s[0]&extraToolCallID != 0, HasName: s[0]&extraName != 0}
+	s = s[1:]
+	var f [3]string
+	for k := range f {
+		n, w := binary.Uvarint([]byte(s[:min(binary.MaxVarintLen64, len(s))]))
+		if w <= 0 || n > uint64(len(s)-w) {
+			return Extra{} // unreachable: appendExtra wrote it
+		}
+		f[k], s = s[w:w+int(n)], s[w+int(n):]
+	}
+	x.ToolCalls, x.ToolCallID, x.Name = f[0], f[1], f[2]
+	return x
+}
+
+// endExtra appends x's encoding after m's parts in the arena (where
+// endParts put them last, or alone), for Message.Extra. The encoding
+// never takes more bytes than the members it encodes took in the body
+// (canonicalJSON never lengthens a value, and each member's key and
+// quotes outweigh a length prefix; the 5 fixed bytes of an Extra with
+// one short member fit in that member's key), so body.go's arena bound
+// holds.
+func (d *decoder) endExtra(m *Message, x *Extra) {
+	if d.noExtras || *x == (Extra{}) {
+		return
+	}
+	d.room()
+	start := len(d.arena) - len(m.parts) // endParts appended the parts last
+	d.arena = appendExtra(d.arena, x)
+	m.parts = arenaString(d.arena, start)
 }
 
 // Part is one content part of a Message as vLLM hands it to a template
@@ -74,13 +170,16 @@ func partKind(modality string) byte {
 // text "<prompt_embeds>". The texts are views into Content. Any
 // goroutine.
 func (m *Message) Parts() []Part {
-	if m.parts == "" {
+	if m.parts == "" || m.parts[0] == partExtra {
 		return nil
 	}
 	// The texts are joined at the end of Content: find where they start.
 	var n, sum, texts int
 	for i := 0; i < len(m.parts); {
 		k, l, next := nextPart(m.parts, i)
+		if k == partExtra {
+			break
+		}
 		i = next
 		n++
 		if k != partText && k != partTool {
@@ -95,6 +194,9 @@ func (m *Message) Parts() []Part {
 	out := make([]Part, 0, n)
 	for i := 0; i < len(m.parts); {
 		k, l, next := nextPart(m.parts, i)
+		if k == partExtra {
+			break
+		}
 		i = next
 		switch k {
 		case partText, partTool:
@@ -235,8 +337,11 @@ type decoder struct {
 	// through a Scratch); they go to the arena after its text.
 	desc []byte
 	// joined: the parts are not described (MessagesFromBodyJoined,
-	// Scratch.Joined).
-	joined bool
+	// Scratch.Joined); noExtras: nor the messages' Extra.
+	joined, noExtras bool
+	// p and tmp write a message's tool_calls back in one form (bodyExtra).
+	p   fastjson.Parser
+	tmp []byte
 }
 
 // addText and addMedia encode a content part into d.desc: a text part
@@ -313,8 +418,9 @@ func (d *decoder) messages(dst []Message, v *fastjson.Value) ([]Message, error) 
 type Scratch struct {
 	// Joined: MessagesFromBody does not describe content parts
 	// (Message.Parts nil), as MessagesFromBodyJoined: set it for a
-	// renderer that joins them (Renderer.WantsParts false).
-	Joined bool
+	// renderer that joins them (Renderer.Wants without WantParts).
+	// NoExtras: nor keeps the messages' Extra (without WantExtras).
+	Joined, NoExtras bool
 
 	arena  []byte    // joined content parts, unescaped strings
 	desc   []byte    // decoder.desc
@@ -359,7 +465,34 @@ func (d *decoder) message(m *Message, v *fastjson.Value, i int) error {
 			m.Reasoning, m.HasReasoning = d.str(rv.GetStringBytes()), true
 		}
 	}
-	c := Field(v, "content")
+	if err := d.content(m, Field(v, "content"), i); err != nil {
+		return err
+	}
+	if !d.noExtras {
+		x := d.valueExtra(m, v)
+		d.endExtra(m, &x)
+	}
+	return nil
+}
+
+// valueExtra is bodyExtra on a parse tree.
+func (d *decoder) valueExtra(m *Message, v *fastjson.Value) Extra {
+	var x Extra
+	if tc := Field(v, "tool_calls"); m.Role == "assistant" && tc != nil && tc.Type() == fastjson.TypeArray && len(tc.GetArray()) > 0 {
+		d.tmp = AppendCanonical(d.tmp[:0], tc)
+		x.ToolCalls = viewString(d.tmp)
+	}
+	if id := Field(v, "tool_call_id"); m.Role == "tool" && id != nil && id.Type() == fastjson.TypeString {
+		x.ToolCallID, x.HasToolCallID = string(id.GetStringBytes()), true
+	}
+	if n := Field(v, "name"); n != nil && n.Type() == fastjson.TypeString {
+		x.Name, x.HasName = string(n.GetStringBytes()), true
+	}
+	return x
+}
+
+// content reads message i's content (c, nil when absent) into m.
+func (d *decoder) content(m *Message, c *fastjson.Value, i int) error {
 	if c == nil {
 		return nil
 	}
@@ -534,6 +667,14 @@ func fromRequest(v *fastjson.Value, d *decoder, dst []Message) ([]Message, Optio
 	}
 	if t := Field(v, "chat_template_kwargs", "enable_thinking"); t != nil && t.Type() == fastjson.TypeFalse {
 		opt.DisableThinking = true
+	}
+	if !d.noExtras {
+		if kw := Field(v, "chat_template_kwargs"); kw != nil && kw.Type() == fastjson.TypeObject {
+			opt.Kwargs = string(AppendCanonical(nil, kw))
+		}
+		if tv := Field(v, "tools"); tv != nil && tv.Type() == fastjson.TypeArray {
+			opt.Tools = string(AppendCanonical(nil, tv))
+		}
 	}
 	return msgs, opt, nil
 }

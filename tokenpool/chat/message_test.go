@@ -224,3 +224,67 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("ConfigPath(dir) = %q", got)
 	}
 }
+
+// TestExtra: a message's tool_calls, tool_call_id and name, kept as vLLM
+// keeps them (tool_calls of an assistant when an array, tool_call_id of
+// a tool message, name of any message when strings), the same from the
+// parse tree, the body's bytes and a Scratch; dropped without
+// WantExtras; the parts unaffected.
+func TestExtra(t *testing.T) {
+	t.Parallel()
+	in := `[{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"image_url"}],"tool_calls": [ {"id":"c1", "function":{"name":"f","arguments":"{\"a\":1}"}} ],"name":"b\u00e9"},` +
+		`{"role":"tool","tool_call_id":"c1","content":"r","name":""},` +
+		`{"role":"user","tool_calls":[],"tool_call_id":"x","name":7},` +
+		`{"role":"assistant","tool_calls":"no"}]`
+	want := []Extra{
+		{ToolCalls: `[{"id":"c1","function":{"name":"f","arguments":"{\"a\":1}"}}]`, Name: "bé", HasName: true},
+		{ToolCallID: "c1", HasToolCallID: true, HasName: true},
+		{},
+		{},
+	}
+	tree, err := ParseMessages([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := MessagesFromBody([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc Scratch
+	view, err := sc.MessagesFromBody([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range [][]Message{tree, body, view} {
+		for i, w := range want {
+			if x := got[i].Extra(); x != w {
+				t.Errorf("message %d: extra %+v, want %+v", i, x, w)
+			}
+		}
+		if ps := got[0].Parts(); !reflect.DeepEqual(ps, []Part{{"text", "t"}, {"image", ""}}) {
+			t.Errorf("parts %q beside the extra", ps)
+		}
+		if ps := got[1].Parts(); ps != nil {
+			t.Errorf("a string content with an extra has parts %q", ps)
+		}
+	}
+	none, err := MessagesFromBodyFor([]byte(in), WantParts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.NoExtras = true
+	viewNone, err := sc.MessagesFromBody([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range [][]Message{none, viewNone} {
+		for i := range got {
+			if x := got[i].Extra(); x != (Extra{}) {
+				t.Errorf("message %d: extra %+v without WantExtras", i, x)
+			}
+		}
+		if ps := got[0].Parts(); len(ps) != 2 {
+			t.Errorf("parts %q", ps)
+		}
+	}
+}

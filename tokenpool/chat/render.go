@@ -38,8 +38,13 @@ type Options struct {
 	AddGenerationPrompt bool
 	// DisableThinking is chat_template_kwargs {"enable_thinking": false}:
 	// the qwen3 template then appends an empty <think></think> block after
-	// the generation prompt. Other templates ignore it.
+	// the generation prompt. Other built-ins ignore it.
 	DisableThinking bool
+	// Tools is the request's tools (a JSON array as fastjson writes it
+	// back, "" for none) and Kwargs its chat_template_kwargs (a JSON
+	// object, "" for none), which vLLM hands a model's own template
+	// (Renderer.Wants WantExtras); the built-ins render neither (doc.go).
+	Tools, Kwargs string
 }
 
 // Vocab is what a Renderer needs from a tokenizer: its added tokens, so
@@ -121,11 +126,36 @@ func (r *Renderer) Name() string { return r.name }
 // a few microseconds and never lock.
 func (r *Renderer) Interpreted() bool { return r.jinja != nil }
 
+// Wants is what a renderer reads of a request beyond the messages' role,
+// content and reasoning, so that decoders skip the rest: a million
+// content parts then cost their joined text alone, and a built-in
+// template's requests never pay for tools they do not render.
+type Wants uint8
+
+const (
+	// WantParts: a message's content parts (Message.Parts), read by a
+	// Jinja template in vLLM's "openai" content format.
+	WantParts Wants = 1 << iota
+	// WantExtras: a message's Extra and the request's Options.Tools and
+	// Options.Kwargs, read by every Jinja template.
+	WantExtras
+)
+
+// Wants reports what r reads beyond role, content and reasoning: nothing
+// for a built-in.
+func (r *Renderer) Wants() Wants {
+	if r.jinja == nil {
+		return 0
+	}
+	if r.jinja.openai {
+		return WantParts | WantExtras
+	}
+	return WantExtras
+}
+
 // WantsParts reports whether r reads a message's content parts
-// (Message.Parts: a Jinja template in vLLM's "openai" content format);
-// the others read only the joined Content, and their decoders may skip
-// describing the parts (MessagesFromBodyJoined).
-func (r *Renderer) WantsParts() bool { return r.jinja != nil && r.jinja.openai }
+// (Wants&WantParts).
+func (r *Renderer) WantsParts() bool { return r.Wants()&WantParts != 0 }
 
 // RoleError is a conversation the template refuses, as the model's own
 // template raises an exception for it (mistral and llama2 require roles to

@@ -124,6 +124,8 @@ func FuzzScratch(f *testing.F) {
 		`{"messages":[{"role":"user","content":["a",{"type":"text","text":""},{"image_url":{"url":"u"}}]},{"role":"assistant","content":"y","reasoning_content":"dropped"}]}`,
 		`{"messages":[{"role":"tool","content":"\u0000\ud800 \n\t"}],"add_generation_prompt":false}`,
 		`{"messages":[{"role":"user","content":5}]}`,
+		`{"messages":[{"role":"assistant","content":null,"tool_calls":[ {"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}} ],"name":"bot"},{"role":"tool","tool_call_id":"c\u0031","content":[{"type":"text","text":"r"}],"name":""}]}`,
+		`{"messages":[{"role":"user","tool_calls":[1],"tool_call_id":"x","name":5},{"role":"assistant","tool_calls":{},"name":"\u00e9"}]}`,
 		`{"messages":[]}`, `{}`, `[`,
 	} {
 		f.Add(s, `{"messages":[{"role":"user","content":"x"}]}`)
