@@ -119,17 +119,147 @@ func (j *jinjaRenderer) execute(msgs []Message, opt Options) (string, error) {
 		list[i] = j.message(&msgs[i])
 	}
 	data["messages"] = list
+	// transformers passes tools and documents always: None when the
+	// request has none (a template's `tools is defined` is true).
+	data["tools"], data["documents"] = vllmTools(opt.Tools), nil
 	data["add_generation_prompt"] = opt.AddGenerationPrompt
 	if opt.DisableThinking {
 		data["enable_thinking"] = false
 	}
+	templateKwargs(data, opt.Kwargs)
 	// The prompt is about the messages' text and a few dozen bytes of
 	// markup a message: sized so, its buffer rarely grows.
-	size := 256
+	size := 256 + len(opt.Tools)
 	for i := range msgs {
 		size += len(msgs[i].Content) + len(msgs[i].Reasoning) + len(msgs[i].parts) + 64
 	}
 	return j.executeData(data, size)
+}
+
+// reservedKwarg reports whether a chat_template_kwargs member is one the
+// template does not get as a variable: the arguments vLLM and
+// transformers give the template themselves (a request naming one is
+// refused by the engine or overridden there).
+func reservedKwarg(name string) bool {
+	switch name {
+	case "messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message", "chat_template", "tokenize":
+		return true
+	}
+	return false
+}
+
+// templateKwargs sets each member of the request's chat_template_kwargs
+// (a JSON object, "" for none) as a template variable, as vLLM passes
+// them to apply_chat_template (enable_thinking, reasoning_effort, a
+// template's own switches). An unreadable object sets nothing.
+func templateKwargs(data map[string]any, kwargs string) {
+	if kwargs == "" {
+		return
+	}
+	v, err := jinja.DecodeJSON([]byte(kwargs))
+	m, ok := v.(*jinja.Map)
+	if err != nil || !ok {
+		return
+	}
+	for i, k := range m.Keys() {
+		if name, ok := k.(string); ok && !reservedKwarg(name) {
+			data[name] = m.Value(i)
+		}
+	}
+}
+
+// vllmTools is the request's tools (a JSON array, "" for none) as vLLM
+// hands them to the template: each tool as its pydantic request model
+// dumps it, type (default "function"), then function {name, description
+// and parameters (None when absent), then its other members}, then the
+// tool's other members (tokenpool/testdata/gen/chat_tools.py does the
+// same for the references). nil (None) for none, or when unreadable.
+func vllmTools(tools string) any {
+	if tools == "" {
+		return nil
+	}
+	v, err := jinja.DecodeJSON([]byte(tools))
+	list, ok := v.([]any)
+	if err != nil || !ok {
+		return nil
+	}
+	out := make([]any, 0, len(list))
+	for _, t := range list {
+		tm, ok := t.(*jinja.Map)
+		if !ok {
+			out = append(out, t) // the engine refuses it; keep what was sent
+			continue
+		}
+		d := jinja.NewMap(tm.Len() + 1)
+		typ, ok := tm.Get("type")
+		if !ok {
+			typ = "function"
+		}
+		d.Set("type", typ)
+		if f, ok := tm.Get("function"); ok {
+			if fm, ok := f.(*jinja.Map); ok {
+				fd := jinja.NewMap(fm.Len() + 2)
+				for _, k := range []string{"name", "description", "parameters"} {
+					v, _ := fm.Get(k) // absent: nil, None
+					fd.Set(k, v)
+				}
+				copyOthers(fd, fm)
+				f = fd
+			}
+			d.Set("function", f)
+		}
+		copyOthers(d, tm)
+		out = append(out, d)
+	}
+	return out
+}
+
+// copyOthers sets in dst the string keys of src that dst lacks, in src's
+// order.
+func copyOthers(dst, src *jinja.Map) {
+	for i, k := range src.Keys() {
+		if name, ok := k.(string); ok {
+			if _, have := dst.Get(name); !have {
+				dst.Set(name, src.Value(i))
+			}
+		}
+	}
+}
+
+// vllmToolCalls is an assistant's tool_calls (Extra.ToolCalls, a
+// non-empty JSON array) as vLLM hands them to the template: each call's
+// function.arguments, a JSON string, parsed (entrypoints/chat_utils.py,
+// _postprocess_messages: "" or absent becomes {}; arguments already an
+// object or a list stay). Arguments that are not JSON stay the string
+// (vLLM refuses such a request; the engine will). nil when unreadable.
+func vllmToolCalls(raw string) any {
+	v, err := jinja.DecodeJSON([]byte(raw))
+	list, ok := v.([]any)
+	if err != nil || !ok {
+		return nil
+	}
+	for _, c := range list {
+		cm, ok := c.(*jinja.Map)
+		if !ok {
+			continue
+		}
+		f, _ := cm.Get("function")
+		fm, ok := f.(*jinja.Map)
+		if !ok {
+			continue
+		}
+		switch a, _ := fm.Get("arguments"); a := a.(type) {
+		case string:
+			if a == "" {
+				fm.Set("arguments", jinja.NewMap(0))
+			} else if parsed, err := jinja.DecodeJSON([]byte(a)); err == nil {
+				fm.Set("arguments", parsed)
+			}
+		case nil:
+			fm.Set("arguments", jinja.NewMap(0))
+		}
+	}
+	return list
 }
 
 // executeData renders the template with the variables data into a
@@ -177,9 +307,21 @@ func (j *jinjaRenderer) message(m *Message) *jinja.Map {
 	} else {
 		d.Set("content", m.Content)
 	}
+	x := m.Extra()
+	if x.ToolCalls != "" && m.Role == "assistant" {
+		if tc := vllmToolCalls(x.ToolCalls); tc != nil {
+			d.Set("tool_calls", tc)
+		}
+	}
 	if m.HasReasoning {
 		d.Set("reasoning", m.Reasoning)
 		d.Set("reasoning_content", m.Reasoning)
+	}
+	if x.HasToolCallID {
+		d.Set("tool_call_id", x.ToolCallID)
+	}
+	if x.HasName {
+		d.Set("name", x.Name)
 	}
 	return d
 }
@@ -211,7 +353,7 @@ func (j *jinjaRenderer) render(b *builder, msgs []Message, opt Options) error {
 	ends := make([]int, len(msgs))
 	popt := opt
 	popt.AddGenerationPrompt = false
-	key := prefixSeed(popt)
+	key := j.prefixSeed(popt)
 	for i := range msgs {
 		ends[i] = -1
 		key = j.prefixKey(key, &msgs[i])
@@ -239,11 +381,25 @@ func (j *jinjaRenderer) render(b *builder, msgs []Message, opt Options) error {
 
 // prefixSeed and prefixKey hash a conversation prefix and the options it
 // renders with, message by message.
-func prefixSeed(opt Options) uint64 {
+func (j *jinjaRenderer) prefixSeed(opt Options) uint64 {
+	h := uint64(0x6a09e667f3bcc908)
 	if opt.DisableThinking {
-		return 0x9e3779b97f4a7c15
+		h = 0x9e3779b97f4a7c15
 	}
-	return 0x6a09e667f3bcc908
+	if opt.Tools == "" && opt.Kwargs == "" {
+		return h
+	}
+	// The tools and kwargs render into the prefixes too (Qwen3's system
+	// turn lists the tools).
+	var d maphash.Hash
+	d.SetSeed(j.seed)
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], h)
+	_, _ = d.Write(b[:])             // a hash's Write never fails
+	_, _ = d.WriteString(opt.Tools)  // never fails
+	_, _ = d.WriteString("\x00")     // never fails
+	_, _ = d.WriteString(opt.Kwargs) // never fails
+	return d.Sum64()
 }
 
 func (j *jinjaRenderer) prefixKey(h uint64, m *Message) uint64 {
