@@ -28,12 +28,14 @@
 // the template as reasoning_content, dropping a request's own
 // reasoning_content) or from the content before '</think>', and dropped
 // from earlier turns; consecutive tool responses in
-// one user turn; enable_thinking=false. Not rendered: a request's tools
-// list, which Qwen3 puts into the system turn, so such a request gets
-// other tokens than the engine's from its first message on; and an
-// assistant's tool_calls, which follow its content, so the tokens match
-// the engine's up to that content and differ after it. Other roles render
-// as nothing, as in Qwen3's template),
+// one user turn; enable_thinking=false. Not rendered by the built-in: a
+// request's tools list, which Qwen3 puts into the system turn, and an
+// assistant's tool_calls, which follow its content; when the built-in
+// was recognized from Qwen3's own template (LoadTemplate), a request
+// with tools or tool calls renders with that template instead
+// (Renderer.ToolsInterpreted, off the caller's event loop), so it gets
+// the engine's tokens too. Other roles render as nothing, as in Qwen3's
+// template),
 // mistral (Mistral-7B-Instruct-v0.1:
 // no system role), llama2 (Llama-2-chat: the system message goes inside
 // the first user turn), and none (each message's content as its own text
@@ -133,14 +135,24 @@
 // prefix renderings are cached by the prefix's hash (1 MiB per template),
 // since a Jinja rendering of a 4 KiB chat takes tens of microseconds,
 // where the built-ins take a few (BenchmarkRenderJinja): the built-ins
-// stay the fast path. Messages reach the template as vLLM prepares them: role,
-// content, reasoning and reasoning_content. A template that loops over a
-// message's content (vLLM's "openai" content format, detected by the
+// stay the fast path. Messages reach the template as vLLM prepares them
+// (entrypoints/chat_utils.py): role, content, then an assistant's
+// tool_calls (a non-empty list; each call's function.arguments, a JSON
+// string, parsed into a dict, "" or absent becoming {}), reasoning and
+// reasoning_content, a tool message's tool_call_id, and any message's
+// name (Message.Extra, which the decoders keep only for a renderer that
+// wants it: Renderer.Wants). The request's tools become the variable
+// tools as vLLM's request model dumps them (type, then function with
+// name, description and parameters, None when absent, then any other
+// member), None without; documents is None; every member of
+// chat_template_kwargs is a variable. TestJinjaTools checks 24 such
+// requests against Python jinja2's rendering for Qwen3, Llama 3, Gemma 3
+// and DeepSeek V3 (testdata/gen/chat_tools.py). A template that loops
+// over a message's
+// content (vLLM's "openai" content format, detected by the
 // loop in its text) gets the list of parts (Message.Parts: text parts,
 // empty ones kept, and media parts by modality), a string content as one
-// text part; the others get the parts joined, as the built-ins do. Not
-// rendered yet: a request's tools and an assistant's tool_calls (the
-// decoders do not keep them).
+// text part; the others get the parts joined, as the built-ins do.
 //
 // Content given as an array of parts is joined as vLLM joins it for
 // string templates: the parts' texts, empty ones dropped, joined with
