@@ -239,7 +239,12 @@ func CanonicalJSON(raw []byte) string {
 // bound; it is JSON for fastjson, which reads it back (NewJinja).
 // fastjson's own MarshalTo is not one form: it writes a string raw or
 // Go-quoted depending on whether it was read before.
-func AppendCanonical(dst []byte, v *fastjson.Value) []byte {
+func AppendCanonical(dst []byte, v *fastjson.Value) []byte { return appendJSON(dst, v, appendQuoted) }
+
+// appendJSON appends v compact, members in their order, each string
+// (keys too) written by quote from its unescaped bytes, a number as
+// written.
+func appendJSON(dst []byte, v *fastjson.Value, quote func(dst, s []byte) []byte) []byte {
 	switch v.Type() {
 	case fastjson.TypeObject:
 		o, _ := v.Object() // the type was checked
@@ -250,8 +255,8 @@ func AppendCanonical(dst []byte, v *fastjson.Value) []byte {
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = append(appendQuoted(dst, k), ':')
-			dst = AppendCanonical(dst, fv)
+			dst = append(quote(dst, k), ':')
+			dst = appendJSON(dst, fv, quote)
 		})
 		return append(dst, '}')
 	case fastjson.TypeArray:
@@ -260,11 +265,11 @@ func AppendCanonical(dst []byte, v *fastjson.Value) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = AppendCanonical(dst, e)
+			dst = appendJSON(dst, e, quote)
 		}
 		return append(dst, ']')
 	case fastjson.TypeString:
-		return appendQuoted(dst, v.GetStringBytes())
+		return quote(dst, v.GetStringBytes())
 	}
 	return v.MarshalTo(dst) // a number as written, true, false, null
 }

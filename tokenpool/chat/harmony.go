@@ -648,35 +648,7 @@ func jsonStr(v *fastjson.Value) *string {
 // with preserve_order). A number is written as the request wrote it,
 // where serde_json writes its shortest form: the two agree on integers
 // and on floats written the short way (0.5, 1.25), not on 1e2 or 1.50.
-func appendSerde(dst []byte, v *fastjson.Value) []byte {
-	switch v.Type() {
-	case fastjson.TypeObject:
-		o, _ := v.Object() // the type was checked
-		dst = append(dst, '{')
-		first := true
-		o.Visit(func(k []byte, fv *fastjson.Value) {
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			dst = append(appendSerdeString(dst, k), ':')
-			dst = appendSerde(dst, fv)
-		})
-		return append(dst, '}')
-	case fastjson.TypeArray:
-		dst = append(dst, '[')
-		for i, e := range v.GetArray() {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendSerde(dst, e)
-		}
-		return append(dst, ']')
-	case fastjson.TypeString:
-		return appendSerdeString(dst, v.GetStringBytes())
-	}
-	return v.MarshalTo(dst)
-}
+func appendSerde(dst []byte, v *fastjson.Value) []byte { return appendJSON(dst, v, appendSerdeString) }
 
 func appendSerdeString(dst, s []byte) []byte {
 	const hex = "0123456789abcdef"
