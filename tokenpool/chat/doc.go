@@ -145,7 +145,7 @@
 // tools as vLLM's request model dumps them (type, then function with
 // name, description and parameters, None when absent, then any other
 // member), None without; documents is None; every member of
-// chat_template_kwargs is a variable. TestJinjaTools checks 24 such
+// chat_template_kwargs is a variable. TestJinjaTools checks 26 such
 // requests against Python jinja2's rendering for Qwen3, Llama 3, Gemma 3
 // and DeepSeek V3 (testdata/gen/chat_tools.py). A template that loops
 // over a message's

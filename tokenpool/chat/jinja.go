@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/saltus-lb/saltus/tokenpool/chat/jinja"
+	"github.com/valyala/fastjson"
 )
 
 // Jinja is the name of a Renderer built from a model's own Jinja template
@@ -156,9 +157,8 @@ func templateKwargs(data map[string]any, kwargs string) {
 	if kwargs == "" {
 		return
 	}
-	v, err := jinja.DecodeJSON([]byte(kwargs))
-	m, ok := v.(*jinja.Map)
-	if err != nil || !ok {
+	m, ok := templateJSON(kwargs).(*jinja.Map)
+	if !ok {
 		return
 	}
 	for i, k := range m.Keys() {
@@ -178,9 +178,8 @@ func vllmTools(tools string) any {
 	if tools == "" {
 		return nil
 	}
-	v, err := jinja.DecodeJSON([]byte(tools))
-	list, ok := v.([]any)
-	if err != nil || !ok {
+	list, ok := templateJSON(tools).([]any)
+	if !ok {
 		return nil
 	}
 	out := make([]any, 0, len(list))
@@ -226,6 +225,54 @@ func copyOthers(dst, src *jinja.Map) {
 	}
 }
 
+// templateJSON is the JSON text s as Python's json.loads hands it to a
+// template (jinja.DecodeJSON's values: objects as *jinja.Map in their
+// order, the last of a repeated key at its first place, numbers as int
+// or float), nil when s is not JSON. It reads with fastjson, which takes
+// what the body scan let through and chat.AppendCanonical wrote back: a
+// string's control characters raw (an argument pretty-printed with
+// "\n" in the request is a raw newline in that form), which
+// encoding/json, under jinja.DecodeJSON, refuses.
+func templateJSON(s string) any {
+	var p fastjson.Parser
+	v, err := p.Parse(s)
+	if err != nil {
+		return nil
+	}
+	return jsonValue(v)
+}
+
+// jsonValue is templateJSON for a parsed value.
+func jsonValue(v *fastjson.Value) any {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object() // the type was checked
+		m := jinja.NewMap(o.Len())
+		o.Visit(func(k []byte, fv *fastjson.Value) { m.Set(string(k), jsonValue(fv)) })
+		return m
+	case fastjson.TypeArray:
+		a := v.GetArray()
+		out := make([]any, len(a))
+		for i, e := range a {
+			out[i] = jsonValue(e)
+		}
+		return out
+	case fastjson.TypeString:
+		return string(v.GetStringBytes())
+	case fastjson.TypeNumber:
+		n, err := jinja.DecodeJSON(v.MarshalTo(nil)) // int or float, as json.loads
+		if err != nil {
+			return v.GetFloat64()
+		}
+		return n
+	case fastjson.TypeTrue:
+		return true
+	case fastjson.TypeFalse:
+		return false
+	}
+	return nil // null
+}
+
 // vllmToolCalls is an assistant's tool_calls (Extra.ToolCalls, a
 // non-empty JSON array) as vLLM hands them to the template: each call's
 // function.arguments, a JSON string, parsed (entrypoints/chat_utils.py,
@@ -233,9 +280,8 @@ func copyOthers(dst, src *jinja.Map) {
 // object or a list stay). Arguments that are not JSON stay the string
 // (vLLM refuses such a request; the engine will). nil when unreadable.
 func vllmToolCalls(raw string) any {
-	v, err := jinja.DecodeJSON([]byte(raw))
-	list, ok := v.([]any)
-	if err != nil || !ok {
+	list, ok := templateJSON(raw).([]any)
+	if !ok {
 		return nil
 	}
 	for _, c := range list {
@@ -252,7 +298,7 @@ func vllmToolCalls(raw string) any {
 		case string:
 			if a == "" {
 				fm.Set("arguments", jinja.NewMap(0))
-			} else if parsed, err := jinja.DecodeJSON([]byte(a)); err == nil {
+			} else if parsed := templateJSON(a); parsed != nil {
 				fm.Set("arguments", parsed)
 			}
 		case nil:

@@ -155,6 +155,11 @@ def cases():
         {'messages': [u('no tools given'), a(None, tool_calls=[call('n', 'get_weather', '{"city":"Lima"}')]), t('n', 'mild'), u('ok')]},
         {'messages': [u('think off with tools')], 'tools': [weather], 'chat_template_kwargs': {'enable_thinking': False}},
         {'messages': [s('sys'), u('q'), a(None, tool_calls=[call('p', 'ping', '{"k": "v"}')]), t('p', 'r1'), a('done'), u('more')], 'tools': [bare, weather]},
+        # Arguments pretty-printed (raw newlines once the request's string
+        # is read), a value with an escaped newline, a float; a
+        # description with a newline and a tab.
+        {'messages': [u('code'), a(None, tool_calls=[call('m', 'run', '{\n  "src": "a\\nb",\n  "x": 1.5,\n  "q": "\\"q\\""\n}')]), t('m', 'line1\nline2')],
+         'tools': [{'type': 'function', 'function': {'name': 'run', 'description': 'Runs\n\tcode.', 'parameters': {'type': 'object'}}}]},
     ]
     out = []
     for c in base:
