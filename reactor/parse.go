@@ -89,7 +89,6 @@ func parse(buf []byte, lim limits, p *progress) (*Request, int, error) {
 			if len(buf) >= lim.maxHead {
 				return nil, 0, headTooLarge(lim.maxHead)
 			}
-
 			p.need = len(buf) + 1
 			return nil, 0, nil
 		}

@@ -113,7 +113,7 @@ func (r *Renderer) ToolsInterpreted() bool { return r.withTools != nil }
 func MayNeedTools(body []byte) bool { return bytes.Contains(body, []byte(`"tool`)) }
 
 // needsTools reports whether a request has what a built-in does not
-// render (see WithTools).
+// render (see Renderer.withTools).
 func needsTools(msgs []Message, opt Options) bool {
 	if opt.Tools != "" {
 		return true
