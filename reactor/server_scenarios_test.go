@@ -176,6 +176,10 @@ func TestFramingErrors(t *testing.T) {
 		{"head too large, id first", "GET / HTTP/1.1\r\nX-Request-ID: r-4\r\nX: " + strings.Repeat("a", 2000), 431, "r-4"},
 		{"body too large, id", "POST / HTTP/1.1\r\nHost: x\r\nX-Request-ID: r-5\r\nContent-Length: 101\r\n\r\n", 413, "r-5"},
 		{"id too long", "GET / HTTP/1.1\r\nX-Request-ID: " + strings.Repeat("i", 300) + "\r\n\r\n", 400, ""},
+		// Incomplete, and no request line can come of it: answered at
+		// once, not at the header timeout.
+		{"tls on the plain port", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400, ""},
+		{"binary", "\x00\x01", 400, ""},
 	}
 	ids := map[string]bool{}
 	for _, tc := range cases {
@@ -197,7 +201,7 @@ func TestFramingErrors(t *testing.T) {
 		ids[id] = true
 		expectClosed(t, br)
 	}
-	for code, want := range map[int]int{400: 9, 413: 3, 431: 3, 501: 1} {
+	for code, want := range map[int]int{400: 11, 413: 3, 431: 3, 501: 1} {
 		if got := counter(set, fmt.Sprintf(`saltus_reactor_framing_errors_total{code="%d"}`, code)); got != strconv.Itoa(want) {
 			t.Errorf("framing errors %d = %s, want %d", code, got, want)
 		}
