@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/saltus-lb/saltus/tokenpool/chat/jinja"
-	"github.com/valyala/fastjson"
 )
 
 // Jinja is the name of a Renderer built from a model's own Jinja template
@@ -225,52 +224,15 @@ func copyOthers(dst, src *jinja.Map) {
 	}
 }
 
-// templateJSON is the JSON text s as Python's json.loads hands it to a
-// template (jinja.DecodeJSON's values: objects as *jinja.Map in their
-// order, the last of a repeated key at its first place, numbers as int
-// or float), nil when s is not JSON. It reads with fastjson, which takes
-// what the body scan let through and chat.AppendCanonical wrote back: a
-// string's control characters raw (an argument pretty-printed with
-// "\n" in the request is a raw newline in that form), which
-// encoding/json, under jinja.DecodeJSON, refuses.
+// templateJSON is the JSON text s as json.loads hands it to a template
+// (jinja.DecodeJSON, which takes a string's raw control characters as
+// chat.AppendCanonical writes them back), nil when s is not JSON.
 func templateJSON(s string) any {
-	var p fastjson.Parser
-	v, err := p.Parse(s)
+	v, err := jinja.DecodeJSON([]byte(s))
 	if err != nil {
 		return nil
 	}
-	return jsonValue(v)
-}
-
-// jsonValue is templateJSON for a parsed value.
-func jsonValue(v *fastjson.Value) any {
-	switch v.Type() {
-	case fastjson.TypeObject:
-		o, _ := v.Object() // the type was checked
-		m := jinja.NewMap(o.Len())
-		o.Visit(func(k []byte, fv *fastjson.Value) { m.Set(string(k), jsonValue(fv)) })
-		return m
-	case fastjson.TypeArray:
-		a := v.GetArray()
-		out := make([]any, len(a))
-		for i, e := range a {
-			out[i] = jsonValue(e)
-		}
-		return out
-	case fastjson.TypeString:
-		return string(v.GetStringBytes())
-	case fastjson.TypeNumber:
-		n, err := jinja.DecodeJSON(v.MarshalTo(nil)) // int or float, as json.loads
-		if err != nil {
-			return v.GetFloat64()
-		}
-		return n
-	case fastjson.TypeTrue:
-		return true
-	case fastjson.TypeFalse:
-		return false
-	}
-	return nil // null
+	return v
 }
 
 // vllmToolCalls is an assistant's tool_calls (Extra.ToolCalls, a

@@ -1,15 +1,14 @@
 package jinja
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
 )
 
 // fToJSON is transformers' tojson, which replaces jinja2's (that one
@@ -215,69 +214,70 @@ func jsonQuote(b *strings.Builder, s string, ascii bool) {
 }
 
 // DecodeJSON decodes JSON as Python's json.loads gives it to a template:
-// objects as *Map in their order, arrays as []any, numbers as int when
-// written without a fraction or exponent (and in int's range), else
-// float64.
+// objects as *Map in their order (a repeated key's last value at its
+// first place), arrays as []any, numbers as int when written without a
+// fraction or exponent (and in int's range), else float64. It reads with
+// fastjson, so a string's raw control characters, which a request's
+// scan lets through and chat.AppendCanonical writes back raw (an
+// argument pretty-printed with "\n" in a request), are taken, where
+// encoding/json would refuse the whole value.
 func DecodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
+	var p fastjson.Parser
+	v, err := p.ParseBytes(data)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jinja: JSON: %w", err)
 	}
-	if dec.More() {
-		return nil, errors.New("jinja: JSON: data after the value")
-	}
-	return v, nil
+	return decodeValue(v, 0)
 }
 
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
+func decodeValue(v *fastjson.Value, depth int) (any, error) {
 	if depth > maxReprDepth {
 		return nil, fmt.Errorf("jinja: JSON nested deeper than %d", maxReprDepth)
 	}
-	tk, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch tk := tk.(type) {
-	case json.Delim:
-		if tk == '[' {
-			list := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			_, err := dec.Token() // the ']' (More saw it)
-			return list, err
-		}
-		m := NewMap(4)
-		for dec.More() {
-			k, err := dec.Token()
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object() // the type was checked
+		m := NewMap(o.Len())
+		var err error
+		o.Visit(func(k []byte, fv *fastjson.Value) {
 			if err != nil {
-				return nil, err
+				return
 			}
-			v, err := decodeValue(dec, depth+1)
-			if err != nil {
-				return nil, err
+			var x any
+			if x, err = decodeValue(fv, depth+1); err == nil {
+				m.set(string(k), x)
 			}
-			m.set(k.(string), v) // an object's key token is a string
-		}
-		_, err := dec.Token() // the '}'
+		})
 		return m, err
-	case json.Number:
-		if !strings.ContainsAny(string(tk), ".eE") {
-			if n, err := strconv.Atoi(string(tk)); err == nil {
+	case fastjson.TypeArray:
+		a := v.GetArray()
+		list := make([]any, len(a))
+		for i, e := range a {
+			x, err := decodeValue(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			list[i] = x
+		}
+		return list, nil
+	case fastjson.TypeString:
+		return string(v.GetStringBytes()), nil
+	case fastjson.TypeNumber:
+		raw := string(v.MarshalTo(nil)) // as written
+		if !strings.ContainsAny(raw, ".eE") {
+			if n, err := strconv.Atoi(raw); err == nil {
 				return n, nil
 			}
 		}
-		f, err := strconv.ParseFloat(string(tk), 64)
+		f, err := strconv.ParseFloat(raw, 64)
 		if err != nil && !isRange(err) {
 			return nil, err
 		}
 		return f, nil
+	case fastjson.TypeTrue:
+		return true, nil
+	case fastjson.TypeFalse:
+		return false, nil
 	}
-	return tk, nil // string, bool or nil
+	return nil, nil // null
 }
