@@ -75,6 +75,7 @@ type Tracer struct {
 	group   *rules.Group
 	logger  *slog.Logger
 
+	closed                    atomic.Bool
 	dropped, exported, failed *metrics.Counter
 	throttle                  throttle // the failed exports' log
 }
@@ -101,7 +102,7 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Tracer, error) {
 	var opts []otlptracehttp.Option
 	switch {
 	case cfg.Endpoint != "":
-		opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+		opts = append(opts, otlptracehttp.WithEndpointURL(endpointURL(cfg.Endpoint)))
 	case os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "":
 		return nil, nil
 	}
@@ -197,9 +198,10 @@ func (t *Tracer) run(ctx context.Context) {
 
 // Close stops the tracing goroutine once it has built the spans queued,
 // and flushes the batch processor (a dead collector: until ctx ends or
-// its export timeout). Any goroutine but a loop.
+// its export timeout). Again, it does nothing. Any goroutine but a
+// loop.
 func (t *Tracer) Close(ctx context.Context) error {
-	if t == nil {
+	if t == nil || t.closed.Swap(true) {
 		return nil
 	}
 	t.group.Stop()
@@ -325,6 +327,17 @@ func (t *Tracer) export(s *Span) {
 		sp.SetStatus(codes.Error, "no answer: the client left")
 	}
 	sp.End(trace.WithTimestamp(s.End))
+}
+
+// endpointURL is Config.Endpoint with /v1/traces when it has no path:
+// WithEndpointURL (v1.47.0) posts to a path-less URL's root.
+func endpointURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Path != "" && u.Path != "/") {
+		return endpoint // Validate parsed it; a path is used as is
+	}
+	u.Path = "/v1/traces"
+	return u.String()
 }
 
 // Operation is a path's gen_ai.operation.name; "" for a path that is no

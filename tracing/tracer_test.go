@@ -1,0 +1,172 @@
+package tracing
+
+import (
+	"context"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/saltus-lb/saltus/tracing/tracingtest"
+)
+
+// Not parallel: the SDK reads the environment (t.Setenv).
+
+func newTracer(t *testing.T, cfg Config) (*Tracer, *metrics.Set) {
+	t.Helper()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20") // ms: the test waits for the export, not 5 s
+	set := metrics.NewSet()
+	tr, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, nil)), set)
+	if err != nil || tr == nil {
+		t.Fatalf("New: %v, %v", tr, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tr.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return tr, set
+}
+
+func TestTracerExports(t *testing.T) {
+	col := tracingtest.New(t)
+	cfg := DefaultConfig()
+	cfg.Endpoint = col.URL // no path: /v1/traces
+	cfg.SampleRatio = 1
+	t.Setenv("OTEL_SERVICE_NAME", "lb-under-test")
+	tr, set := newTracer(t, cfg)
+	l := tr.Loop()
+
+	start := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	s := &Span{Method: "POST", Path: "/v1/chat/completions", Model: "m1", ResponseModel: "m1-resp", Status: 200,
+		Backend: "b0", BackendURL: "http://10.1.2.3:8000", Policy: "prefix", RouteReason: "prefix",
+		PredictedCached: 32, InputTokens: 100, OutputTokens: 7, CachedTokens: 48, Retries: 1, QueueWait: 1500 * time.Microsecond,
+		Start: start, FirstByte: start.Add(200 * time.Millisecond), End: start.Add(time.Second)}
+	l.Begin(&s.Ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x")
+	tr.Hand(s)
+	refused := &Span{Method: "POST", Path: "/v1/completions", Model: "m2", Status: 503, Refused: "no_backend", PredictedCached: -1,
+		InputTokens: -1, OutputTokens: -1, CachedTokens: -1, Start: start, End: start.Add(time.Millisecond)}
+	l.Begin(&refused.Ctx, "", "")
+	tr.Hand(refused)
+
+	spans := col.Wait(t, 2, 30*time.Second)
+	chat := tracingtest.ByName(spans, "chat m1")
+	if len(chat) != 1 {
+		t.Fatalf("spans %+v, want one chat m1", spans)
+	}
+	c := chat[0]
+	if c.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || c.ParentSpanID != "00f067aa0ba902b7" ||
+		c.SpanID != hex.EncodeToString(s.Ctx.SpanID[:]) || c.TraceState != "vendor=x" || c.Kind != tracepb.Span_SPAN_KIND_SERVER {
+		t.Fatalf("chat span's IDs %+v, context %+v", c, s.Ctx)
+	}
+	if !c.Start.Equal(s.Start) || !c.End.Equal(s.End) {
+		t.Fatalf("chat span %v to %v, want %v to %v", c.Start, c.End, s.Start, s.End)
+	}
+	want := map[string]any{
+		"gen_ai.operation.name": "chat", "gen_ai.request.model": "m1", "gen_ai.response.model": "m1-resp",
+		"gen_ai.provider.name": "vllm", "gen_ai.usage.input_tokens": int64(100), "gen_ai.usage.output_tokens": int64(7),
+		"gen_ai.usage.cache_read.input_tokens": int64(48), "http.request.method": "POST", "url.path": "/v1/chat/completions",
+		"http.response.status_code": int64(200), "server.address": "10.1.2.3", "server.port": int64(8000),
+		"saltus.policy": "prefix", "saltus.backend": "b0", "saltus.route_reason": "prefix",
+		"saltus.predicted_cached_tokens": int64(32), "saltus.queue_wait_ms": 1.5, "saltus.retries": int64(1),
+	}
+	for k, v := range want {
+		if c.Attrs[k] != v {
+			t.Errorf("chat span %s = %#v, want %#v", k, c.Attrs[k], v)
+		}
+	}
+	if len(c.Events) != 2 || c.Events[0].Name != "first_byte" || !c.Events[0].Time.Equal(s.FirstByte) ||
+		c.Events[0].Attrs["saltus.ttft_ms"] != 200.0 || c.Events[1].Name != "end" {
+		t.Errorf("chat span's events %+v", c.Events)
+	}
+	if c.StatusCode != tracepb.Status_STATUS_CODE_UNSET || c.Resource["service.name"] != "lb-under-test" {
+		t.Errorf("chat span's status %v, resource %v", c.StatusCode, c.Resource)
+	}
+
+	r := tracingtest.ByName(spans, "text_completion m2")
+	if len(r) != 1 || r[0].ParentSpanID != "" || r[0].TraceID != hex.EncodeToString(refused.Ctx.TraceID[:]) ||
+		r[0].StatusCode != tracepb.Status_STATUS_CODE_ERROR || r[0].Attrs["error.type"] != "no_backend" ||
+		r[0].Attrs["gen_ai.usage.input_tokens"] != nil {
+		t.Fatalf("the refused request's span %+v", r)
+	}
+	if err := tr.Close(context.Background()); err != nil { // the exporter has returned
+		t.Fatal(err)
+	}
+	if got := set.GetOrCreateCounter("saltus_tracing_spans_exported_total").Get(); got != 2 {
+		t.Errorf("exported %d, want 2", got)
+	}
+}
+
+// TestTracerNotSampled: a span whose client's parent was not sampled,
+// or that the ratio left out, is never exported.
+func TestTracerNotSampled(t *testing.T) {
+	col := tracingtest.New(t)
+	cfg := DefaultConfig()
+	cfg.Endpoint = col.URL + "/v1/traces"
+	cfg.SampleRatio = 0
+	tr, _ := newTracer(t, cfg)
+	l := tr.Loop()
+	for i := range 100 {
+		s := &Span{Method: "POST", Path: "/v1/completions", Status: 200, Start: time.Now(), End: time.Now()}
+		tp := ""
+		if i%2 == 0 {
+			tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+		}
+		l.Begin(&s.Ctx, tp, "")
+		if s.Ctx.Sampled {
+			t.Fatalf("sampled at ratio 0: %+v", s.Ctx)
+		}
+		tr.Hand(s)
+	}
+	sampled := &Span{Method: "POST", Path: "/v1/completions", Status: 200, Start: time.Now(), End: time.Now()}
+	l.Begin(&sampled.Ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")
+	tr.Hand(sampled) // parent-based: the client's sampled parent wins over ratio 0
+	if spans := col.Wait(t, 1, 30*time.Second); len(spans) != 1 || spans[0].ParentSpanID != "00f067aa0ba902b7" {
+		t.Fatalf("spans %+v, want the sampled client's only", spans)
+	}
+}
+
+// TestTracerDeadCollector: a collector that never answers costs Hand
+// nothing: the spans past the queues are dropped and counted.
+func TestTracerDeadCollector(t *testing.T) {
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+	t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "200") // ms
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "100")
+	cfg := DefaultConfig()
+	cfg.Endpoint = tracingtest.Blackhole(t)
+	cfg.SampleRatio = 1
+	cfg.QueueSize = 16
+	tr, set := newTracer(t, cfg)
+	l := tr.Loop()
+	const n = 5000
+	start := time.Now()
+	for range n {
+		s := &Span{Method: "POST", Path: "/v1/completions", Status: 200, Start: start, End: start}
+		l.Begin(&s.Ctx, "", "")
+		tr.Hand(s)
+	}
+	took := time.Since(start)
+	// The queues hold 16 + 8 + a batch of 4 and one span on the
+	// goroutine: the rest were dropped.
+	if d := set.GetOrCreateCounter("saltus_tracing_spans_dropped_total").Get(); d < n-40 {
+		t.Fatalf("dropped %d of %d", d, n)
+	}
+	t.Logf("%d spans handed in %v (%v each) to a dead collector", n, took, took/n)
+	if strings.Contains(metricsText(set), "saltus_tracing_spans_exported_total 1") {
+		t.Fatal("a dead collector accepted spans")
+	}
+}
+
+func metricsText(set *metrics.Set) string {
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	return b.String()
+}
