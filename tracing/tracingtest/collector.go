@@ -221,4 +221,3 @@ func Blackhole(t testing.TB) string {
 	})
 	return "http://" + ln.Addr().String()
 }
-
