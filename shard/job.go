@@ -108,6 +108,8 @@ type job struct {
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64
+	waited      time.Duration // time spent in its gate, over its requeues (the request log's)
+	start       int64         // when served (the router's clock), only with a sink (reqlog.go)
 	// transit is its pool's count while it is dispatched from its gate
 	// and not decided yet (gate.go: arrived); nil otherwise.
 	transit *atomic.Int64
@@ -324,6 +326,7 @@ func (j *job) dispatch() {
 	if j.x != nil && gone(j.x) {
 		j.arrived()
 		j.r.m.clientGone.Inc()
+		j.logGone(j.loop)
 		return
 	}
 	if j.d.PreviousResponseID != "" {
@@ -484,6 +487,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (decide.go: pendingPrefill)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
+	loop := j.x.loopID() // the forward's, whose hooks run there
 	h := backend.Hooks{Done: func(o backend.Outcome) {
 		if o.Requeued {
 			j.requeue(o)
@@ -506,7 +510,10 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		j.pin.release()
 		r.m.request(j.route, o.Status)
 		j.settle(o)
-	}, Usage: j.wantsUsage() || j.key != nil}
+		if r.sink != nil {
+			r.logEnd(loop, j.x, &o, o.Status, 0, "")
+		}
+	}, Usage: j.wantsUsage() || j.key != nil || r.sinkTokens}
 	if j.pool != nil && j.requeues < maxRequeues {
 		h.Requeue = func() bool { return true }
 	}
@@ -515,7 +522,6 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	// counted there. The upstream I/O runs on the client connection's
 	// loop, whatever the route and the policy, streamed (event by event)
 	// or not.
-	loop := j.x.loopID()
 	// FirstByte runs on that loop: a learn for a prefix that loop owns is
 	// applied at once. Posted, it could run after the client's next
 	// request, whose lookup runs inline on the same loop (gnet runs
