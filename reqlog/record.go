@@ -34,6 +34,15 @@ type Record struct {
 	// Trace is the client's W3C traceparent, when it sent a valid one
 	// (Trace.Valid); a tracer may set Trace.ID to the trace it made.
 	Trace Trace
+	// Span is saltus's own span in Trace when a tracer chose one (package
+	// tracing, on the loop that forwarded the request: the engine got a
+	// traceparent naming it); zero otherwise. Trace.ID is then the trace
+	// it is in (the client's, or one the tracer made), SpanSampled the
+	// tracer's sampling decision and TraceState the client's tracestate
+	// it passed on.
+	Span        [8]byte
+	SpanSampled bool
+	TraceState  string
 	// Client is the client's address (host:port) as the listener saw it.
 	Client string
 	// Key is the name of the API key used (never its secret); "" when
@@ -56,6 +65,11 @@ type Record struct {
 	// Backend is the label (X-Saltus-Backend) of the backend that
 	// answered, or the last one tried; "" if none was.
 	Backend string
+	// BackendURL is that backend's URL; "" if none was tried.
+	BackendURL string
+	// Policy is the routing policy that decided (shard.Config.Policy);
+	// "" when nothing was decided.
+	Policy string
 	// RouteReason is the reason of X-Saltus-Route (tree, hash, fallback,
 	// override, round_robin, ...); "" when not routed.
 	RouteReason string
