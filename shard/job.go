@@ -21,6 +21,7 @@ import (
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
+	"github.com/saltus-lb/saltus/tracing"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
@@ -126,6 +127,11 @@ type job struct {
 	boundArr [8]int
 	candArr  [4]*backend.Backend
 	hdrArr   [1]reactor.Header
+	// tc is its place in its trace (package tracing), chosen on the loop
+	// that forwards it; tcHdr the traceparent and tracestate that go
+	// with it to the engine (Hooks.ReqHeader).
+	tc    tracing.Context
+	tcHdr [2]reactor.Header
 
 	// Posting (job.post): the stage, j.run as a func made once, and what
 	// the forward stage forwards.
@@ -517,6 +523,9 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if j.pool != nil && j.requeues < maxRequeues {
 		h.Requeue = func() bool { return true }
 	}
+	if sh := r.shards[cur]; sh.trace.On() {
+		h.ReqHeader = j.traceHeaders(&sh.trace)
+	}
 	// A refused ForwardOnLoop (MaxInFlight) answers 503 itself and
 	// reports it through Hooks.Done like any other outcome, so it is
 	// counted there. The upstream I/O runs on the client connection's
@@ -628,4 +637,19 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 		j.fb.removed = true
 		r.fb.pendingFailed.Inc()
 	}
+}
+
+// traceHeaders chooses j's trace context on this loop (once: a requeued
+// job keeps it) and returns the headers that carry it to the engine: a
+// traceparent naming saltus's span, and the client's tracestate, which
+// W3C drops with an invalid traceparent (an empty value removes it).
+// Loop only (the one deciding, whose tl it is).
+func (j *job) traceHeaders(tl *tracing.Loop) []reactor.Header {
+	if !j.tc.Began() {
+		tl.Begin(&j.tc, j.req.HeaderValue(tracing.HeaderParent), j.req.HeaderValue(tracing.HeaderState))
+		var buf [64]byte
+		j.tcHdr[0] = reactor.Header{Name: tracing.HeaderParent, Value: string(j.tc.AppendTraceparent(buf[:0]))}
+		j.tcHdr[1] = reactor.Header{Name: tracing.HeaderState, Value: j.tc.State}
+	}
+	return j.tcHdr[:]
 }

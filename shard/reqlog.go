@@ -8,6 +8,7 @@ import (
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/reqlog"
+	"github.com/saltus-lb/saltus/tracing"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
 
@@ -25,6 +26,17 @@ import (
 func (r *Router) UseSinks(s reqlog.Sink) {
 	r.sink = s
 	r.sinkTokens = s != nil && reqlog.WantsTokens(s)
+}
+
+// UseTracer makes the loops choose each forwarded request's trace
+// context (tracing.Loop) and send the engine a traceparent naming
+// saltus's span; the records carry it (Record.Span) to t, which must
+// also be among the sinks (UseSinks) to export the spans. Call it before
+// the loops start.
+func (r *Router) UseTracer(t *tracing.Tracer) {
+	for _, sh := range r.shards {
+		sh.trace = t.Loop()
+	}
 }
 
 // statusGone is the status logged for a request whose client left before
@@ -64,6 +76,15 @@ func (r *Router) logEnd(onLoop int, x exchange, o *backend.Outcome, status int, 
 		rec.Model, rec.Requeues, rec.QueueWait = j.d.Model, j.requeues, j.waited
 		if j.hdrArr[0].Name == HeaderRoute {
 			rec.RouteReason = routeReason(j.hdrArr[0].Value)
+			rec.Policy = r.cfg.Policy
+		}
+		if !j.tc.Began() && onLoop >= 0 && r.shards[onLoop].trace.On() {
+			// Refused before its forward: its span's IDs, from this loop.
+			r.shards[onLoop].trace.Begin(&j.tc, req.HeaderValue(tracing.HeaderParent), req.HeaderValue(tracing.HeaderState))
+		}
+		if j.tc.Began() {
+			rec.Trace.ID, rec.Trace.Parent = j.tc.TraceID, j.tc.Parent
+			rec.Span, rec.SpanSampled, rec.TraceState = j.tc.SpanID, j.tc.Sampled, j.tc.State
 		}
 	}
 	rec.Own = o == nil && status != statusGone
@@ -83,7 +104,7 @@ func (r *Router) logOutcome(rec *reqlog.Record, j *job, o *backend.Outcome) {
 		rec.Status, rec.ClientGone = statusGone, true
 	}
 	if o.Backend != nil {
-		rec.Backend = r.up.Label(o.Backend)
+		rec.Backend, rec.BackendURL = r.up.Label(o.Backend), o.Backend.URL
 	}
 	if !o.Sent.IsZero() {
 		if o.TTFB > 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+	"github.com/saltus-lb/saltus/tracing"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -185,6 +186,7 @@ type Shard struct {
 	// them (publishGates); any goroutine reads them.
 	queues atomic.Pointer[[]gateSnap]
 	rec    reqlog.Record // the forwards' ends' record (reqlog.go), reused
+	trace  tracing.Loop  // the loop's trace IDs and sampling (UseTracer); off by default
 
 	// Any goroutine.
 	maintained time.Time    // the last maintenance step; owned by the loop

@@ -3,6 +3,8 @@ package tracing
 import (
 	"encoding/binary"
 	"math/rand/v2"
+
+	"github.com/saltus-lb/saltus/reqlog"
 )
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/): the headers a
@@ -15,9 +17,6 @@ const (
 // traceparentLen is a version-00 traceparent's length:
 // 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>.
 const traceparentLen = 55
-
-// flagSampled is the sampled bit of the trace flags.
-const flagSampled = 0x01
 
 // Context is one request's place in its trace, chosen on the loop by
 // Loop.Begin: the trace, saltus's span in it, the client's span (its
@@ -64,55 +63,6 @@ func appendHex(dst, b []byte) []byte {
 	return dst
 }
 
-// ParseTraceparent reads a traceparent header's value: its trace ID,
-// parent span ID and flags. ok is false for a value W3C says to ignore
-// (the receiver then starts a new trace): a wrong length or separator,
-// upper-case or non-hex digits, version ff, an all-zero trace or span ID,
-// a version-00 value with anything after the flags. A later version is
-// read by its first four fields, as the spec asks.
-func ParseTraceparent(s string) (traceID [16]byte, spanID [8]byte, flags byte, ok bool) {
-	if len(s) < traceparentLen || s[2] != '-' || s[35] != '-' || s[52] != '-' {
-		return traceID, spanID, 0, false
-	}
-	var ver [1]byte
-	if !decodeHex(ver[:], s[0:2]) || ver[0] == 0xff {
-		return traceID, spanID, 0, false
-	}
-	if len(s) > traceparentLen && (ver[0] == 0 || s[traceparentLen] != '-') {
-		return traceID, spanID, 0, false
-	}
-	var f [1]byte
-	if !decodeHex(traceID[:], s[3:35]) || !decodeHex(spanID[:], s[36:52]) || !decodeHex(f[:], s[53:55]) {
-		return traceID, spanID, 0, false
-	}
-	if traceID == [16]byte{} || spanID == [8]byte{} {
-		return [16]byte{}, [8]byte{}, 0, false
-	}
-	return traceID, spanID, f[0], true
-}
-
-// decodeHex decodes len(dst)*2 lower-case hex digits of s into dst.
-func decodeHex(dst []byte, s string) bool {
-	for i := range dst {
-		hi, lo := unhex(s[2*i]), unhex(s[2*i+1])
-		if hi > 15 || lo > 15 {
-			return false
-		}
-		dst[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
-	}
-	return 255 // upper case too: W3C's digits are lower case
-}
-
 // Loop is one event loop's part of tracing: its random source for IDs
 // and the sampler. The zero Loop is off (Begin does nothing). Owned by
 // its loop: no lock, no atomic.
@@ -133,21 +83,35 @@ func (l *Loop) Begin(c *Context, traceparent, tracestate string) {
 	if l.rng == nil || c.began {
 		return
 	}
+	tr, _ := reqlog.ParseTraceparent(traceparent) // invalid: a new trace
+	begin(c, tr, tracestate, l.sampler, l.rng)
+}
+
+// begin fills c for the client's trace tr (zero: none) and tracestate,
+// with IDs from rng.
+func begin(c *Context, tr reqlog.Trace, tracestate string, s Sampler, rng uint64Source) {
 	c.began = true
-	tid, parent, flags, ok := ParseTraceparent(traceparent)
-	if ok {
-		c.TraceID, c.Parent, c.State = tid, parent, tracestate
+	if tr.Valid() {
+		c.TraceID, c.Parent, c.State = tr.ID, tr.Parent, tracestate
 	} else {
 		for c.TraceID == [16]byte{} {
-			binary.BigEndian.PutUint64(c.TraceID[:8], l.rng.Uint64())
-			binary.BigEndian.PutUint64(c.TraceID[8:], l.rng.Uint64())
+			binary.BigEndian.PutUint64(c.TraceID[:8], rng.Uint64())
+			binary.BigEndian.PutUint64(c.TraceID[8:], rng.Uint64())
 		}
 	}
 	for c.SpanID == [8]byte{} {
-		binary.BigEndian.PutUint64(c.SpanID[:], l.rng.Uint64())
+		binary.BigEndian.PutUint64(c.SpanID[:], rng.Uint64())
 	}
-	c.Sampled = l.sampler.Sample(c.TraceID, ok, flags&flagSampled != 0)
+	c.Sampled = s.Sample(c.TraceID, tr.Valid(), tr.Sampled())
 }
+
+type uint64Source interface{ Uint64() uint64 }
+
+// globalRand is math/rand/v2's global source: per thread in the
+// runtime, no lock.
+type globalRand struct{}
+
+func (globalRand) Uint64() uint64 { return rand.Uint64() }
 
 // newPCG is a loop's random source, seeded from the global one.
 func newPCG() *rand.PCG { return rand.NewPCG(rand.Uint64(), rand.Uint64()) }

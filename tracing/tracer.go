@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/saltus-lb/saltus/internal/promtext"
+	"github.com/saltus-lb/saltus/reqlog"
 	"github.com/saltus-lb/saltus/rules"
 )
 
@@ -38,38 +39,31 @@ func init() {
 	})
 }
 
-// Span is what a loop hands the Tracer for one finished, sampled request:
-// its trace context (chosen on the loop) and what the span says, all
-// copies (strings are immutable; nothing points into a loop's buffers).
-type Span struct {
-	Ctx           Context
-	Method, Path  string
-	Model         string // the request's model ("" unknown)
-	ResponseModel string // the answer's model ("" unknown)
-	Status        int    // what the client got; 0: nothing (the client left)
-	// Backend names the engine that answered (or was tried last) as
-	// X-Saltus-Backend does; BackendURL is its URL ("" none).
-	Backend, BackendURL string
-	Policy, RouteReason string
-	// Refused is the error code of saltus's own refusal (no_backend,
-	// queue_full...): the span's status is an error; "" none.
-	Refused string
-	// Tokens: -1 unknown.
-	PredictedCached, InputTokens, OutputTokens, CachedTokens int64
-	Retries                                                  int
-	QueueWait                                                time.Duration
-	// Start is when the request arrived, FirstByte when its answer's
-	// first byte (a stream's first token) came (zero: none), End when
-	// it was answered in full.
-	Start, FirstByte, End time.Time
+// span is what Log keeps of one finished, sampled request: its trace
+// context and what its span says, all copies (Log's Record is reused,
+// its strings may view a loop's buffers).
+type span struct {
+	ctx                   Context
+	method, path          string
+	model                 string // "" unknown
+	status                int
+	own, clientGone       bool
+	backend, backendURL   string // "" none tried
+	policy, routeReason   string // "" not routed
+	predicted, cached     int64  // -1 unknown
+	prompt, completion    int64  // -1 unknown
+	retries, requeues     int
+	queueWait             time.Duration
+	start, firstByte, end time.Time // firstByte zero: none
 }
 
-// Tracer exports request spans: Hand takes them on the loops, one
-// goroutine builds and ends them into the SDK's batch processor. Safe for
-// concurrent use.
+// Tracer exports request spans: it is a reqlog.Sink whose Log takes the
+// sampled requests' records on the loops, and one goroutine builds and
+// ends their spans into the SDK's batch processor. Safe for concurrent
+// use.
 type Tracer struct {
 	sampler Sampler
-	queue   chan *Span // bounded (Config.QueueSize); overflow dropped, counted
+	queue   chan *span // bounded (Config.QueueSize); overflow dropped, counted
 	tp      *sdktrace.TracerProvider
 	tr      trace.Tracer
 	group   *rules.Group
@@ -115,7 +109,7 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Tracer, error) {
 	}
 	// The SDK hands its errors (an export's, a bad OTEL_* value's) to
 	// the global handler, which otherwise prints each to stderr.
-	t := &Tracer{sampler: sampler, logger: logger, queue: make(chan *Span, cfg.QueueSize)}
+	t := &Tracer{sampler: sampler, logger: logger, queue: make(chan *span, cfg.QueueSize)}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(t.sdkError))
 	ctx := context.Background()
 	exp, err := otlptracehttp.New(ctx, opts...) // dials nothing until the first export
@@ -138,8 +132,8 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Tracer, error) {
 	set.GetOrCreateGauge("saltus_tracing_queue_depth", func() float64 { return float64(len(t.queue)) })
 	t.tp = sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
-		// Every span that reaches the SDK was sampled on its loop (Hand
-		// takes only those); its tracestate is its parent's.
+		// Every span that reaches the SDK was sampled on its loop (Log
+		// keeps only those); its tracestate is its parent's.
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
 		// Blocking: the tracing goroutine waits for room, so spans are
@@ -162,12 +156,44 @@ func (t *Tracer) Loop() Loop {
 	return Loop{rng: newPCG(), sampler: t.sampler}
 }
 
-// Hand queues s for export if it was sampled, without waiting: when the
-// queue is full s is dropped and counted. The Tracer keeps s: the caller
-// does not touch it again. Any goroutine (a loop).
-func (t *Tracer) Hand(s *Span) {
-	if t == nil || !s.Ctx.Sampled {
+// Log keeps a sampled request's span for export, without waiting: when
+// the queue is full it is dropped and counted. A record whose trace
+// context no loop chose (saltus's answers off the loops: /v1/models,
+// refusals of off-loop decodes) gets one here, from the global random
+// source (lock-free), and without the client's tracestate; the
+// reactor's own answers (no request parsed) get no span. Any goroutine
+// (a loop).
+func (t *Tracer) Log(r *reqlog.Record) {
+	if r.Path == "" {
 		return
+	}
+	c := Context{TraceID: r.Trace.ID, SpanID: r.Span, Parent: r.Trace.Parent, Sampled: r.SpanSampled, State: r.TraceState, began: true}
+	if r.Span == [8]byte{} {
+		c = Context{}
+		begin(&c, r.Trace, "", t.sampler, globalRand{})
+	}
+	if !c.Sampled {
+		return
+	}
+	s := &span{ctx: c, method: strings.Clone(r.Method), path: strings.Clone(r.Path), model: strings.Clone(r.Model),
+		status: r.Status, own: r.Own, clientGone: r.ClientGone,
+		backend: strings.Clone(r.Backend), backendURL: strings.Clone(r.BackendURL),
+		policy: strings.Clone(r.Policy), routeReason: strings.Clone(r.RouteReason),
+		predicted: -1, cached: -1, prompt: -1, completion: -1,
+		retries: r.Retries, requeues: r.Requeues, queueWait: r.QueueWait,
+		start: r.Start, firstByte: r.FirstByte, end: r.End}
+	s.ctx.State = strings.Clone(s.ctx.State)
+	if r.FirstData.After(r.Start) {
+		s.firstByte = r.FirstData // a stream's first token
+	}
+	if r.HasPrediction {
+		s.predicted = int64(r.CachedPredicted)
+	}
+	if r.HasCached {
+		s.cached = int64(r.Cached)
+	}
+	if r.HasUsage {
+		s.prompt, s.completion = int64(r.PromptTokens), int64(r.CompletionTokens)
 	}
 	select {
 	case t.queue <- s:
@@ -175,6 +201,9 @@ func (t *Tracer) Hand(s *Span) {
 		t.dropped.Inc()
 	}
 }
+
+// Tokens asks the shard for the answers' token counts (reqlog.Tokens).
+func (t *Tracer) Tokens() bool { return true }
 
 // run builds the spans handed to the Tracer until the group stops, then
 // those still queued.
@@ -238,42 +267,39 @@ func (idGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID 
 
 // export builds s's span and ends it into the batch processor. On the
 // tracing goroutine.
-func (t *Tracer) export(s *Span) {
-	ctx := context.WithValue(context.Background(), ctxKey{}, &s.Ctx)
-	if s.Ctx.HasParent() {
-		ts, err := trace.ParseTraceState(s.Ctx.State)
+func (t *Tracer) export(s *span) {
+	ctx := context.WithValue(context.Background(), ctxKey{}, &s.ctx)
+	if s.ctx.HasParent() {
+		ts, err := trace.ParseTraceState(s.ctx.State)
 		if err != nil {
 			ts = trace.TraceState{} // W3C: an invalid tracestate is dropped, the trace kept
 		}
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: s.Ctx.TraceID, SpanID: s.Ctx.Parent, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true}))
+			TraceID: s.ctx.TraceID, SpanID: s.ctx.Parent, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true}))
 	}
-	op := Operation(s.Path)
-	name := s.Method + " " + s.Path
+	op := Operation(s.path)
+	name := s.method + " " + s.path
 	if op != "" {
 		name = op
-		if s.Model != "" {
-			name += " " + s.Model
+		if s.model != "" {
+			name += " " + s.model
 		}
 	}
 	attrs := make([]attribute.KeyValue, 0, 24)
 	attrs = append(attrs,
-		semconv.HTTPRequestMethodKey.String(s.Method),
-		semconv.URLPath(s.Path),
+		semconv.HTTPRequestMethodKey.String(s.method),
+		semconv.URLPath(s.path),
 		semconv.GenAIProviderNameKey.String("vllm"))
 	if op != "" {
 		attrs = append(attrs, semconv.GenAIOperationNameKey.String(op))
 	}
-	if s.Model != "" {
-		attrs = append(attrs, semconv.GenAIRequestModel(s.Model))
+	if s.model != "" {
+		attrs = append(attrs, semconv.GenAIRequestModel(s.model))
 	}
-	if s.ResponseModel != "" {
-		attrs = append(attrs, semconv.GenAIResponseModel(s.ResponseModel))
+	if s.status > 0 {
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(s.status))
 	}
-	if s.Status > 0 {
-		attrs = append(attrs, semconv.HTTPResponseStatusCode(s.Status))
-	}
-	if host, port := hostPort(s.BackendURL); host != "" {
+	if host, port := hostPort(s.backendURL); host != "" {
 		attrs = append(attrs, semconv.ServerAddress(host))
 		if port > 0 {
 			attrs = append(attrs, semconv.ServerPort(port))
@@ -283,50 +309,53 @@ func (t *Tracer) export(s *Span) {
 		k attribute.Key
 		v int64
 	}{
-		{semconv.GenAIUsageInputTokensKey, s.InputTokens},
-		{semconv.GenAIUsageOutputTokensKey, s.OutputTokens},
-		{semconv.GenAIUsageCacheReadInputTokensKey, s.CachedTokens},
-		{"saltus.predicted_cached_tokens", s.PredictedCached},
+		{semconv.GenAIUsageInputTokensKey, s.prompt},
+		{semconv.GenAIUsageOutputTokensKey, s.completion},
+		{semconv.GenAIUsageCacheReadInputTokensKey, s.cached},
+		{"saltus.predicted_cached_tokens", s.predicted},
 	} {
 		if n.v >= 0 {
 			attrs = append(attrs, n.k.Int64(n.v))
 		}
 	}
-	if s.Policy != "" {
-		attrs = append(attrs, attribute.String("saltus.policy", s.Policy))
-	}
-	if s.Backend != "" {
-		attrs = append(attrs, attribute.String("saltus.backend", s.Backend))
-	}
-	if s.RouteReason != "" {
-		attrs = append(attrs, attribute.String("saltus.route_reason", s.RouteReason))
+	for _, a := range [...]struct{ k, v string }{
+		{"saltus.policy", s.policy}, {"saltus.backend", s.backend}, {"saltus.route_reason", s.routeReason},
+	} {
+		if a.v != "" {
+			attrs = append(attrs, attribute.String(a.k, a.v))
+		}
 	}
 	attrs = append(attrs,
-		attribute.Float64("saltus.queue_wait_ms", float64(s.QueueWait.Microseconds())/1000),
-		attribute.Int("saltus.retries", s.Retries))
-	errType := s.Refused
-	if errType == "" && s.Status >= 500 {
-		errType = strconv.Itoa(s.Status)
+		attribute.Float64("saltus.queue_wait_ms", float64(s.queueWait.Microseconds())/1000),
+		attribute.Int("saltus.retries", s.retries))
+	if s.requeues > 0 {
+		attrs = append(attrs, attribute.Int("saltus.requeues", s.requeues))
 	}
-	if errType != "" {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
+	if s.clientGone {
+		attrs = append(attrs, attribute.Bool("saltus.client_gone", true))
+	}
+	// Error: a 5xx, or any error answer saltus gave itself (its
+	// refusals: no backend, queue full, a key's limit, a bad body);
+	// a 4xx the engine answered is the client's, as HTTP server spans
+	// have it.
+	failed := s.status >= 500 || (s.own && s.status >= 400)
+	if failed {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(s.status)))
 	}
 	_, sp := t.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithTimestamp(s.Start), trace.WithAttributes(attrs...))
-	if !s.FirstByte.IsZero() {
-		sp.AddEvent("first_byte", trace.WithTimestamp(s.FirstByte),
-			trace.WithAttributes(attribute.Float64("saltus.ttft_ms", float64(s.FirstByte.Sub(s.Start).Microseconds())/1000)))
+		trace.WithTimestamp(s.start), trace.WithAttributes(attrs...))
+	if !s.firstByte.IsZero() {
+		sp.AddEvent("first_byte", trace.WithTimestamp(s.firstByte),
+			trace.WithAttributes(attribute.Float64("saltus.ttft_ms", float64(s.firstByte.Sub(s.start).Microseconds())/1000)))
 	}
-	sp.AddEvent("end", trace.WithTimestamp(s.End))
+	sp.AddEvent("end", trace.WithTimestamp(s.end))
 	switch {
-	case s.Refused != "":
-		sp.SetStatus(codes.Error, "refused by saltus: "+s.Refused)
-	case s.Status >= 500:
-		sp.SetStatus(codes.Error, "HTTP "+strconv.Itoa(s.Status))
-	case s.Status == 0:
-		sp.SetStatus(codes.Error, "no answer: the client left")
+	case s.own && failed:
+		sp.SetStatus(codes.Error, "refused by saltus: HTTP "+strconv.Itoa(s.status))
+	case failed:
+		sp.SetStatus(codes.Error, "HTTP "+strconv.Itoa(s.status))
 	}
-	sp.End(trace.WithTimestamp(s.End))
+	sp.End(trace.WithTimestamp(s.end))
 }
 
 // endpointURL is Config.Endpoint with /v1/traces when it has no path:

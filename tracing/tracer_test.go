@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/saltus-lb/saltus/reqlog"
 	"github.com/saltus-lb/saltus/tracing/tracingtest"
 )
 
@@ -45,63 +46,77 @@ func TestTracerExports(t *testing.T) {
 	l := tr.Loop()
 
 	start := time.Now().Add(-time.Second).Truncate(time.Microsecond)
-	s := &Span{Method: "POST", Path: "/v1/chat/completions", Model: "m1", ResponseModel: "m1-resp", Status: 200,
-		Backend: "b0", BackendURL: "http://10.1.2.3:8000", Policy: "prefix", RouteReason: "prefix",
-		PredictedCached: 32, InputTokens: 100, OutputTokens: 7, CachedTokens: 48, Retries: 1, QueueWait: 1500 * time.Microsecond,
-		Start: start, FirstByte: start.Add(200 * time.Millisecond), End: start.Add(time.Second)}
-	l.Begin(&s.Ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x")
-	tr.Hand(s)
-	refused := &Span{Method: "POST", Path: "/v1/completions", Model: "m2", Status: 503, Refused: "no_backend", PredictedCached: -1,
-		InputTokens: -1, OutputTokens: -1, CachedTokens: -1, Start: start, End: start.Add(time.Millisecond)}
-	l.Begin(&refused.Ctx, "", "")
-	tr.Hand(refused)
+	var c Context
+	l.Begin(&c, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x")
+	rec := &reqlog.Record{Method: "POST", Path: "/v1/chat/completions", Model: "m1", Status: 200,
+		Trace: reqlog.Trace{ID: c.TraceID, Parent: c.Parent, Flags: 1}, Span: c.SpanID, SpanSampled: c.Sampled, TraceState: c.State,
+		Backend: "b0", BackendURL: "http://10.1.2.3:8000", Policy: "prefix", RouteReason: "tree",
+		CachedPredicted: 32, HasPrediction: true, PromptTokens: 100, CompletionTokens: 7, HasUsage: true, Cached: 48, HasCached: true,
+		Retries: 1, QueueWait: 1500 * time.Microsecond,
+		Start: start, FirstByte: start.Add(100 * time.Millisecond), FirstData: start.Add(200 * time.Millisecond), End: start.Add(time.Second)}
+	tr.Log(rec)
+	rec.Reset() // Log kept copies
+	// saltus's refusal, off the loops: Log chooses its context.
+	tr.Log(&reqlog.Record{Method: "POST", Path: "/v1/completions", Model: "m2", Status: 503, Own: true,
+		Start: start, End: start.Add(time.Millisecond)})
+	tr.Log(&reqlog.Record{Status: 400, Own: true, Start: start, End: start}) // the reactor's own: no span
 
 	spans := col.Wait(t, 2, 30*time.Second)
 	chat := tracingtest.ByName(spans, "chat m1")
 	if len(chat) != 1 {
 		t.Fatalf("spans %+v, want one chat m1", spans)
 	}
-	c := chat[0]
-	if c.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || c.ParentSpanID != "00f067aa0ba902b7" ||
-		c.SpanID != hex.EncodeToString(s.Ctx.SpanID[:]) || c.TraceState != "vendor=x" || c.Kind != tracepb.Span_SPAN_KIND_SERVER {
-		t.Fatalf("chat span's IDs %+v, context %+v", c, s.Ctx)
+	s := chat[0]
+	if s.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || s.ParentSpanID != "00f067aa0ba902b7" ||
+		s.SpanID != hex.EncodeToString(c.SpanID[:]) || s.TraceState != "vendor=x" || s.Kind != tracepb.Span_SPAN_KIND_SERVER {
+		t.Fatalf("chat span's IDs %+v, context %+v", s, c)
 	}
-	if !c.Start.Equal(s.Start) || !c.End.Equal(s.End) {
-		t.Fatalf("chat span %v to %v, want %v to %v", c.Start, c.End, s.Start, s.End)
+	if !s.Start.Equal(start) || !s.End.Equal(start.Add(time.Second)) {
+		t.Fatalf("chat span %v to %v, want %v and 1s", s.Start, s.End, start)
 	}
 	want := map[string]any{
-		"gen_ai.operation.name": "chat", "gen_ai.request.model": "m1", "gen_ai.response.model": "m1-resp",
+		"gen_ai.operation.name": "chat", "gen_ai.request.model": "m1",
 		"gen_ai.provider.name": "vllm", "gen_ai.usage.input_tokens": int64(100), "gen_ai.usage.output_tokens": int64(7),
 		"gen_ai.usage.cache_read.input_tokens": int64(48), "http.request.method": "POST", "url.path": "/v1/chat/completions",
 		"http.response.status_code": int64(200), "server.address": "10.1.2.3", "server.port": int64(8000),
-		"saltus.policy": "prefix", "saltus.backend": "b0", "saltus.route_reason": "prefix",
+		"saltus.policy": "prefix", "saltus.backend": "b0", "saltus.route_reason": "tree",
 		"saltus.predicted_cached_tokens": int64(32), "saltus.queue_wait_ms": 1.5, "saltus.retries": int64(1),
 	}
 	for k, v := range want {
-		if c.Attrs[k] != v {
-			t.Errorf("chat span %s = %#v, want %#v", k, c.Attrs[k], v)
+		if s.Attrs[k] != v {
+			t.Errorf("chat span %s = %#v, want %#v", k, s.Attrs[k], v)
 		}
 	}
-	if len(c.Events) != 2 || c.Events[0].Name != "first_byte" || !c.Events[0].Time.Equal(s.FirstByte) ||
-		c.Events[0].Attrs["saltus.ttft_ms"] != 200.0 || c.Events[1].Name != "end" {
-		t.Errorf("chat span's events %+v", c.Events)
+	if len(s.Events) != 2 || s.Events[0].Name != "first_byte" || !s.Events[0].Time.Equal(start.Add(200*time.Millisecond)) ||
+		s.Events[0].Attrs["saltus.ttft_ms"] != 200.0 || s.Events[1].Name != "end" {
+		t.Errorf("chat span's events %+v", s.Events)
 	}
-	if c.StatusCode != tracepb.Status_STATUS_CODE_UNSET || c.Resource["service.name"] != "lb-under-test" {
-		t.Errorf("chat span's status %v, resource %v", c.StatusCode, c.Resource)
+	if s.StatusCode != tracepb.Status_STATUS_CODE_UNSET || s.Resource["service.name"] != "lb-under-test" {
+		t.Errorf("chat span's status %v, resource %v", s.StatusCode, s.Resource)
 	}
 
 	r := tracingtest.ByName(spans, "text_completion m2")
-	if len(r) != 1 || r[0].ParentSpanID != "" || r[0].TraceID != hex.EncodeToString(refused.Ctx.TraceID[:]) ||
-		r[0].StatusCode != tracepb.Status_STATUS_CODE_ERROR || r[0].Attrs["error.type"] != "no_backend" ||
+	if len(r) != 1 || r[0].ParentSpanID != "" || len(r[0].TraceID) != 32 || r[0].TraceID == s.TraceID ||
+		r[0].StatusCode != tracepb.Status_STATUS_CODE_ERROR || r[0].Attrs["error.type"] != "503" ||
 		r[0].Attrs["gen_ai.usage.input_tokens"] != nil {
 		t.Fatalf("the refused request's span %+v", r)
 	}
 	if err := tr.Close(context.Background()); err != nil { // the exporter has returned
 		t.Fatal(err)
 	}
-	if got := set.GetOrCreateCounter("saltus_tracing_spans_exported_total").Get(); got != 2 {
-		t.Errorf("exported %d, want 2", got)
+	if got := set.GetOrCreateCounter("saltus_tracing_spans_exported_total").Get(); got != 2 || len(col.Spans()) != 2 {
+		t.Errorf("exported %d (%d came), want 2", got, len(col.Spans()))
 	}
+}
+
+// record is a finished request whose context l chose for a client's
+// traceparent tp.
+func record(l *Loop, tp string) *reqlog.Record {
+	var c Context
+	l.Begin(&c, tp, "")
+	now := time.Now()
+	return &reqlog.Record{Method: "POST", Path: "/v1/completions", Status: 200, Start: now, End: now,
+		Trace: reqlog.Trace{ID: c.TraceID, Parent: c.Parent}, Span: c.SpanID, SpanSampled: c.Sampled}
 }
 
 // TestTracerNotSampled: a span whose client's parent was not sampled,
@@ -114,26 +129,24 @@ func TestTracerNotSampled(t *testing.T) {
 	tr, _ := newTracer(t, cfg)
 	l := tr.Loop()
 	for i := range 100 {
-		s := &Span{Method: "POST", Path: "/v1/completions", Status: 200, Start: time.Now(), End: time.Now()}
 		tp := ""
 		if i%2 == 0 {
 			tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
 		}
-		l.Begin(&s.Ctx, tp, "")
-		if s.Ctx.Sampled {
-			t.Fatalf("sampled at ratio 0: %+v", s.Ctx)
+		r := record(&l, tp)
+		if r.SpanSampled {
+			t.Fatalf("sampled at ratio 0: %+v", r)
 		}
-		tr.Hand(s)
+		tr.Log(r)
 	}
-	sampled := &Span{Method: "POST", Path: "/v1/completions", Status: 200, Start: time.Now(), End: time.Now()}
-	l.Begin(&sampled.Ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")
-	tr.Hand(sampled) // parent-based: the client's sampled parent wins over ratio 0
+	// parent-based: the client's sampled parent wins over ratio 0
+	tr.Log(record(&l, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 	if spans := col.Wait(t, 1, 30*time.Second); len(spans) != 1 || spans[0].ParentSpanID != "00f067aa0ba902b7" {
 		t.Fatalf("spans %+v, want the sampled client's only", spans)
 	}
 }
 
-// TestTracerDeadCollector: a collector that never answers costs Hand
+// TestTracerDeadCollector: a collector that never answers costs Log
 // nothing: the spans past the queues are dropped and counted.
 func TestTracerDeadCollector(t *testing.T) {
 	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
@@ -147,19 +160,21 @@ func TestTracerDeadCollector(t *testing.T) {
 	tr, set := newTracer(t, cfg)
 	l := tr.Loop()
 	const n = 5000
+	recs := make([]*reqlog.Record, n)
+	for i := range recs {
+		recs[i] = record(&l, "")
+	}
 	start := time.Now()
-	for range n {
-		s := &Span{Method: "POST", Path: "/v1/completions", Status: 200, Start: start, End: start}
-		l.Begin(&s.Ctx, "", "")
-		tr.Hand(s)
+	for _, r := range recs {
+		tr.Log(r)
 	}
 	took := time.Since(start)
-	// The queues hold 16 + 8 + a batch of 4 and one span on the
+	// The queues hold 16 + 8, a batch of 4 and one span on the
 	// goroutine: the rest were dropped.
 	if d := set.GetOrCreateCounter("saltus_tracing_spans_dropped_total").Get(); d < n-40 {
 		t.Fatalf("dropped %d of %d", d, n)
 	}
-	t.Logf("%d spans handed in %v (%v each) to a dead collector", n, took, took/n)
+	t.Logf("%d spans logged in %v (%v each) to a dead collector", n, took, took/n)
 	if strings.Contains(metricsText(set), "saltus_tracing_spans_exported_total 1") {
 		t.Fatal("a dead collector accepted spans")
 	}

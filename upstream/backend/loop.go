@@ -301,7 +301,8 @@ const maxScratch = 256 << 10
 // appendWire serializes the request for b, as fasthttp's client did
 // does: method, path and query as sent, Host, the client's headers minus
 // hop-by-hop ones (and Host, Content-Length, Expect, X-Request-ID, which
-// are ours), X-Request-ID, Content-Length, the body.
+// are ours, and those Hooks.ReqHeader replaces), Hooks.ReqHeader's,
+// X-Request-ID, Content-Length, the body.
 func (lr *loopReq) appendWire(dst []byte, b *Backend) []byte {
 	r := lr.req
 	dst = append(dst, r.Method...)
@@ -317,13 +318,21 @@ func (lr *loopReq) appendWire(dst []byte, b *Backend) []byte {
 	conn := r.HeaderValue("Connection")
 	for _, h := range r.Header {
 		if hopByHop(h.Name, conn) || equalFold(h.Name, "Host") || equalFold(h.Name, "Content-Length") ||
-			equalFold(h.Name, "Expect") || equalFold(h.Name, "X-Request-ID") {
+			equalFold(h.Name, "Expect") || equalFold(h.Name, "X-Request-ID") || lr.replaced(h.Name) {
 			continue
 		}
 		dst = append(dst, h.Name...)
 		dst = append(dst, ": "...)
 		dst = append(dst, h.Value...)
 		dst = append(dst, "\r\n"...)
+	}
+	for _, h := range lr.hooks.ReqHeader {
+		if h.Value != "" {
+			dst = append(dst, h.Name...)
+			dst = append(dst, ": "...)
+			dst = append(dst, h.Value...)
+			dst = append(dst, "\r\n"...)
+		}
 	}
 	dst = append(dst, "X-Request-ID: "...)
 	dst = append(dst, lr.reqID...)
@@ -333,6 +342,17 @@ func (lr *loopReq) appendWire(dst []byte, b *Backend) []byte {
 	}
 	dst = append(dst, "\r\n\r\n"...)
 	return append(dst, lr.body...)
+}
+
+// replaced reports whether Hooks.ReqHeader replaces the client's header
+// name.
+func (lr *loopReq) replaced(name string) bool {
+	for _, h := range lr.hooks.ReqHeader {
+		if equalFold(h.Name, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // conn returns an idle pooled connection to b (unless fresh), or dials a

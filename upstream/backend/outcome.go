@@ -49,6 +49,11 @@ type Hooks struct {
 	// chunks (usageopt.go says which vLLM versions add what). An event
 	// over the relay buffer (32 KiB) is passed through as is.
 	DropUsage, DropUsageNull bool
+	// ReqHeader are headers the forwarded request carries instead of
+	// the client's of the same names (ASCII case-insensitive); one with
+	// an empty Value only removes the client's. Package tracing's
+	// traceparent, which makes saltus's span the engine's parent.
+	ReqHeader []reactor.Header
 	// Requeue, when set, is asked when every candidate refused as full
 	// (429 or 503 before an answer byte): true means the caller takes the
 	// request back to forward it again later (its pool's gateway queue):
