@@ -38,6 +38,7 @@ import (
 	"github.com/saltus-lb/saltus/shard/state"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
 	"github.com/saltus-lb/saltus/tokenpool/tokenizer"
+	"github.com/saltus-lb/saltus/tracing"
 	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 	"github.com/saltus-lb/saltus/upstream/queue"
@@ -122,6 +123,10 @@ type Config struct {
 	// Keys are the API keys clients must present (keys.Config: a file
 	// and/or SALTUS_API_KEYS); off by default.
 	Keys keys.Config
+	// Tracing exports a span per request to an OpenTelemetry collector
+	// (tracing.Config); off unless it or the environment names one.
+	// Not reloadable.
+	Tracing tracing.Config
 }
 
 // DiscoveryK8s is Config.Discovery's value for Kubernetes EndpointSlices.
@@ -134,7 +139,7 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(),
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(), Tracing: tracing.DefaultConfig(),
 		BackendModels:         []string{}, // as a config file's `backend-models: []` decodes
 		PriorityBackends:      []string{},
 		BackendMaxConcurrency: []string{},
@@ -170,7 +175,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf(`discovery: must be %q or empty (none), got %q`, DiscoveryK8s, c.Discovery))
 	}
-	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate())
+	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate(), c.Tracing.Validate())
 	return errors.Join(errs...)
 }
 
@@ -179,12 +184,13 @@ type Path struct {
 	Data     *reactor.Server
 	Router   *shard.Router
 	Set      *backend.Set
-	Backends admin.Backends // the admin API's view of Set
-	Routes   admin.Routes   // the admin API's view of Router (and Cluster)
-	Cluster  *gossip.Node   // nil without Config.Cluster.Bind
-	Fleet    *fleet.Fleet   // the model pools
-	Keys     *keys.Ring     // the API keys (off unless Config.Keys says)
-	State    *state.Saver   // nil without Config.State.Dir
+	Backends admin.Backends  // the admin API's view of Set
+	Routes   admin.Routes    // the admin API's view of Router (and Cluster)
+	Cluster  *gossip.Node    // nil without Config.Cluster.Bind
+	Fleet    *fleet.Fleet    // the model pools
+	Keys     *keys.Ring      // the API keys (off unless Config.Keys says)
+	State    *state.Saver    // nil without Config.State.Dir
+	Tracer   *tracing.Tracer // nil: tracing off (Config.Tracing)
 	// Static owns the configured backends (Config.Backends): Reload's
 	// SyncBackends keeps them equal to the file's list.
 	Static *backend.Managed
@@ -346,6 +352,7 @@ func (p *Path) Close(ctx context.Context) error {
 		cerr = errors.Join(cerr, p.Cluster.Close(ctx)) // peers drop this router's load at once
 	}
 	err := errors.Join(cerr, p.Router.Close(ctx))
+	err = errors.Join(err, p.Tracer.Close(ctx)) // after the loops: no span comes any more
 	p.sources.Stop()
 	if werr := p.sources.Wait(ctx); werr != nil {
 		// A source still running could add a backend: its probe's Go
@@ -399,6 +406,16 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	if err != nil {
 		return nil, err
 	}
+	tracer, err := tracing.New(cfg.Tracing, logger, set)
+	if err != nil {
+		return nil, err
+	}
+	built := false
+	defer func() {
+		if !built {
+			_ = tracer.Close(context.Background()) // nothing was traced: returns at once
+		}
+	}()
 
 	// reactor, backend and shard add their own component attribute.
 	bset, err := backend.NewSet(cfg.Backend, logger, set)
@@ -482,6 +499,10 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	}
 	router.UseFleet(fl)
 	router.UseKeys(ring)
+	if tracer != nil {
+		router.UseTracer(tracer)
+		router.UseSinks(tracer)
+	}
 	router.SetAdminToken(cfg.AdminToken)
 	views, err := shard.NewViews(router, shard.DefaultViewConfig(), set)
 	if err != nil {
@@ -490,7 +511,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	probes, sources := rules.NewGroup(context.Background()), rules.NewGroup(context.Background())
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Keys: ring, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
-		Cluster: node, State: saver, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
+		Cluster: node, State: saver, Tracer: tracer, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
 		views: views, logger: logger.With("component", "dataplane"), base: logger, set: set}
 	if watches != nil {
 		p.Discovered = bset.Managed(cfg.Discovery)
@@ -511,6 +532,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	case <-time.After(cfg.Fleet.Timeout + time.Second):
 		p.logger.Warn("the backends' models are not all known yet; requests for a model no known backend serves go to those not yet listed", "waited_ms", (cfg.Fleet.Timeout + time.Second).Milliseconds())
 	}
+	built = true
 	return p, nil
 }
 

@@ -286,6 +286,13 @@
 // the connection or Close closes it (1,024 stalls at most, more get
 // 503). Another value is a 400. Each injected failure is counted.
 //
+// # Trace context
+//
+// A request's W3C traceparent and tracestate headers, when it has them,
+// are echoed in the answer's X-Sim-Traceparent and X-Sim-Tracestate:
+// what vLLM would make its own spans children of, shown to tests (saltus
+// passes the X-Sim-* headers through).
+//
 // # Bounds
 //
 // Body Config.MaxBody (413), head 16 KiB (431), waiting requests

@@ -16,6 +16,12 @@ import (
 // failHeader is the per-request failure injection header (doc.go).
 const failHeader = "X-Sim-Fail"
 
+// The answer headers that echo a request's W3C trace context (doc.go).
+const (
+	traceparentEcho = "X-Sim-Traceparent"
+	tracestateEcho  = "X-Sim-Tracestate"
+)
+
 // resetAfter is how many content chunks a streamed X-Sim-Fail: reset
 // request gets before its connection is reset (fewer if max_tokens is
 // smaller: then after the last one, before usage and [DONE]).
@@ -29,6 +35,13 @@ const resetGrace = 20 * time.Millisecond
 // handle routes a request. It runs on a fasthttp worker goroutine, one
 // per connection in flight.
 func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
+	// The trace context it got, echoed (doc.go: Trace context).
+	if v := ctx.Request.Header.Peek("traceparent"); len(v) > 0 {
+		ctx.Response.Header.SetBytesV(traceparentEcho, v)
+	}
+	if v := ctx.Request.Header.Peek("tracestate"); len(v) > 0 {
+		ctx.Response.Header.SetBytesV(tracestateEcho, v)
+	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
 		if s.method(ctx, fasthttp.MethodPost) {

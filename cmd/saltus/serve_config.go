@@ -296,6 +296,11 @@ var serveKeys = []serveKey{
 		help: "`directory` where the route table (the routes this router learned, with their ages) is saved every --state-interval and at shutdown, and restored from at start (created if missing); empty: not kept across restarts"},
 	{key: "state-interval", bind: func(c *serveConfig) value { return durV{&c.State.Interval} },
 		help: "`duration` between route table snapshots in --state-dir"},
+	{key: "otel-endpoint", bind: func(c *serveConfig) value { return strV{&c.Tracing.Endpoint} },
+		help: "`URL` of an OpenTelemetry collector's OTLP/HTTP receiver (e.g. http://collector:4318; a URL without a path gets /v1/traces) to export a span per request to; " +
+			"empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set, else off. The other OTEL_* variables (headers, timeout, service name) apply as the OpenTelemetry SDK reads them"},
+	{key: "otel-sample-ratio", bind: func(c *serveConfig) value { return floatV{&c.Tracing.SampleRatio} },
+		help: "share (`ratio` 0 to 1) of requests without a client traceparent whose span is sampled and exported; a client's traceparent decides by its sampled flag (parent-based); -1: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, else every request"},
 	{key: "log-format", bind: func(c *serveConfig) value { return strV{&c.LogFormat} },
 		help: "log `format`: text or json (to stderr)"},
 	{key: "log-level", live: true, bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
@@ -537,6 +542,8 @@ var componentKeys = []struct{ prefix, key string }{
 	{"fleet: models-interval ", "models-interval"},
 	{"state: Interval ", "state-interval"},
 	{"discovery: ", "discovery"},
+	{"tracing: Endpoint: ", "otel-endpoint"},
+	{"tracing: SampleRatio: ", "otel-sample-ratio"},
 	{"admin: Listen ", "admin-listen"},
 	{"admin: BearerToken ", "admin-token"},
 	{"admin: MaxBodyBytes ", "max-body"}, // adminConfig's, from max-body
