@@ -183,8 +183,11 @@ func ByName(spans []Span, name string) []Span {
 }
 
 // Blackhole is a dead collector: it accepts connections on 127.0.0.1
-// and never answers. It returns its URL; it closes when t ends.
-func Blackhole(t testing.TB) string {
+// and never answers, until release closes them and the listener (an
+// exporter then fails at once: connection refused). It returns its URL
+// and release, which t's end calls too; call it before anything that
+// waits for the exporter (a shutdown).
+func Blackhole(t testing.TB) (url string, release func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -193,9 +196,10 @@ func Blackhole(t testing.TB) string {
 		mu    sync.Mutex
 		conns []net.Conn
 		wg    sync.WaitGroup
+		once  sync.Once
 	)
 	wg.Add(1)
-	//saltus:allow R1 a test helper's accept loop, joined in t.Cleanup
+	//saltus:allow R1 a test helper's accept loop, joined by release
 	go func() {
 		defer wg.Done()
 		for {
@@ -206,18 +210,25 @@ func Blackhole(t testing.TB) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			//saltus:allow R1 a test helper's reader: ends when Cleanup closes c
-			go func() { _, _ = io.Copy(io.Discard, c) }() // read what comes, answer nothing
+			wg.Add(1)
+			//saltus:allow R1 a test helper's reader, joined by release (which closes c)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c) // read what comes, answer nothing
+			}()
 		}
 	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-	})
-	return "http://" + ln.Addr().String()
+	release = func() {
+		once.Do(func() {
+			_ = ln.Close() // ends the accept loop
+			mu.Lock()
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			mu.Unlock()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(release)
+	return "http://" + ln.Addr().String(), release
 }
