@@ -1,11 +1,15 @@
 package shard
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/saltus-lb/saltus/policy"
+	"github.com/saltus-lb/saltus/tracing"
+	"github.com/saltus-lb/saltus/tracing/tracingtest"
 	"github.com/saltus-lb/saltus/upstream/fleet"
 )
 
@@ -57,5 +61,54 @@ func benchServeChat4K(b *testing.B, pooled bool) {
 	})
 	if s := e.r.shards[0].tok.Stats(); s.CacheMisses != misses {
 		b.Fatalf("%d cache misses during the benchmark", s.CacheMisses-misses)
+	}
+}
+
+// BenchmarkServeTraced is BenchmarkServeChat4K's request served to its
+// end (the fake forward reports a 200 through Hooks.Done at once), with
+// and without tracing: "off" no tracer and no record; "ratio_0.01" and
+// "ratio_1" a tracer (exporting to a test collector) sampling 1 % and
+// every request: the record, the trace IDs, the traceparent header, and
+// for a sampled request its copy handed to the tracer's queue (full at
+// ratio 1: dropped and counted, as with a collector that cannot keep up).
+func BenchmarkServeTraced(b *testing.B) {
+	for _, ratio := range []float64{-2, 0.01, 1} {
+		name := "off"
+		if ratio >= 0 {
+			name = fmt.Sprintf("ratio_%g", ratio)
+		}
+		b.Run(name, func(b *testing.B) {
+			e := newEnv(b, envOpts{loops: 1, backends: 8, tokenizer: true, maintain: time.Hour})
+			if ratio >= 0 {
+				col := tracingtest.New(b)
+				cfg := tracing.DefaultConfig()
+				cfg.Endpoint, cfg.SampleRatio = col.URL, ratio
+				tr, err := tracing.New(cfg, nil, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = tr.Close(context.Background()) }) // errors: none the benchmark can act on
+				e.r.UseTracer(tr)
+				e.r.UseSinks(tr)
+			}
+			body := chat4K()
+			for range 2 {
+				if c := e.serve(b, newExchange(0, "POST", "/v1/chat/completions", body)); c == nil {
+					b.Fatal("not forwarded")
+				}
+			}
+			e.up.quiet.Store(true)
+			e.up.quietDone.Store(true)
+			x := newExchange(0, "POST", "/v1/chat/completions", body)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			e.loops.run(b, 0, func() {
+				b.ResetTimer()
+				for range b.N {
+					e.r.serve(x)
+				}
+				b.StopTimer()
+			})
+		})
 	}
 }
