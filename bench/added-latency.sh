@@ -14,6 +14,8 @@
 #   git worktree add /tmp/wt-pre 4a57920 && (cd /tmp/wt-pre && go build -o /tmp/saltus-pre ./cmd/saltus)
 #   git worktree remove /tmp/wt-pre --force
 #   BASE=/tmp/saltus-pre ROUNDS=9 bench/added-latency.sh
+# SALTUS_FLAGS and BASE_FLAGS are more flags for this build and BASE (e.g.
+# tracing on in one: BENCHMARKS.md § Tracing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -28,14 +30,14 @@ NGINX_ON=${NGINX:-1}
 . bench/serve-lib.sh # $work with the binaries, $pids, the cleanup
 require_free $UP $SAL $SALB $NGX
 "$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
-"$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
+"$work/saltus" serve --listen $SAL --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn ${SALTUS_FLAGS:-} & pids+=($!)
 targets="$UP $SAL"
 if [ "$NGINX_ON" = 1 ]; then
   start_nginx "$NGX" "$UP"
   targets="$targets $NGX"
 fi
 if [ -n "$BASE" ]; then
-  "$BASE" serve --listen $SALB --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn & pids+=($!)
+  "$BASE" serve --listen $SALB --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --log-level warn ${BASE_FLAGS:-} & pids+=($!)
   targets="$targets $SALB"
 fi
 flag=""; [ "$STREAM" = 1 ] && flag="--stream"

@@ -470,6 +470,10 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 			Message: "no backend is available to serve the request"}) // fail adds Retry-After to a 503
 		return
 	}
+	var traceHdr []reactor.Header
+	if sh := r.shards[cur]; sh.trace.On() {
+		traceHdr = j.traceHeaders(&sh.trace) // before the hooks: a sampled span asks for tokens
+	}
 	cands := j.candArr[:0]
 	for _, id := range d.Candidates {
 		cands = append(cands, snap[indexOfBackend(snap, id)]) // decided from snap
@@ -519,12 +523,9 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		if r.sink != nil {
 			r.logEnd(loop, j.x, &o, o.Status, 0, "")
 		}
-	}, Usage: j.wantsUsage() || j.key != nil || r.sinkTokens}
+	}, Usage: j.wantsUsage() || j.key != nil || j.wantsTokens(), ReqHeader: traceHdr}
 	if j.pool != nil && j.requeues < maxRequeues {
 		h.Requeue = func() bool { return true }
-	}
-	if sh := r.shards[cur]; sh.trace.On() {
-		h.ReqHeader = j.traceHeaders(&sh.trace)
 	}
 	// A refused ForwardOnLoop (MaxInFlight) answers 503 itself and
 	// reports it through Hooks.Done like any other outcome, so it is
@@ -638,6 +639,11 @@ func (r *Router) learnFrom(on int, j *job, backendID int) {
 		r.fb.pendingFailed.Inc()
 	}
 }
+
+// wantsTokens: its record carries its token counts, for a sink that
+// wants every request's (reqlog.Tokens), or for its sampled span
+// (tracing): only those of 1 % of the requests then cost a usage parse.
+func (j *job) wantsTokens() bool { return j.r.sinkTokens || j.tc.Sampled }
 
 // traceHeaders chooses j's trace context on this loop (once: a requeued
 // job keeps it) and returns the headers that carry it to the engine: a

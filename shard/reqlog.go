@@ -116,7 +116,7 @@ func (r *Router) logOutcome(rec *reqlog.Record, j *job, o *backend.Outcome) {
 		}
 	}
 	var u openai.UsageCounts
-	if r.sinkTokens && o.Usage != nil {
+	if (r.sinkTokens || j != nil && j.tc.Sampled) && o.Usage != nil {
 		u = openai.ReadUsage(o.Usage)
 		rec.PromptTokens, rec.CompletionTokens, rec.HasUsage = u.Prompt, u.Completion, u.OK
 		rec.Cached, rec.HasCached = u.Cached, u.HasCached

@@ -40,8 +40,9 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
 	// A keyed request's tokens are charged from its usage (keys.go),
 	// under every policy and whether or not saltus learns from it.
-	// So are a request log's (reqlog.go), when its sink wants tokens.
-	keyed := (j.key != nil || j.r.sinkTokens) && (j.route == routeChat || j.route == routeCompletions)
+	// So are a request log's (reqlog.go), when its sink wants tokens,
+	// and a sampled span's (tracing).
+	keyed := (j.key != nil || j.wantsTokens()) && (j.route == routeChat || j.route == routeCompletions)
 	if !j.d.Stream || j.d.IncludeUsage || !(keyed || r.learn.Load() && j.wantsUsage()) {
 		return body
 	}

@@ -202,9 +202,6 @@ func (t *Tracer) Log(r *reqlog.Record) {
 	}
 }
 
-// Tokens asks the shard for the answers' token counts (reqlog.Tokens).
-func (t *Tracer) Tokens() bool { return true }
-
 // run builds the spans handed to the Tracer until the group stops, then
 // those still queued.
 func (t *Tracer) run(ctx context.Context) {
