@@ -24,9 +24,9 @@ import (
 // HELP text or TYPE, a vmrange bucket or a broken histogram fails).
 func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 	t.Helper()
-	// A cluster of one, with a state dir, TLS on the API, and a Kubernetes
-	// discovery whose API server refuses connections: their metrics are on
-	// /metrics too.
+	// A cluster of one, with a state dir, TLS on the API, a Kubernetes
+	// discovery whose API server refuses connections and tracing to a
+	// collector that does the same: their metrics are on /metrics too.
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "metrics")
 	leaf := ca.Issue(t, tlstest.ECDSA, time.Hour, "127.0.0.1")
@@ -46,9 +46,10 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 		c.Cluster.Bind, c.State.Dir = "127.0.0.1:0", dir
 		c.Discovery, c.K8s.Service, c.K8s.Kubeconfig = dataplane.DiscoveryK8s, "vllm", kubeconfig
 		c.TLSCertFile, c.TLSKeyFile = leaf.CertFile, leaf.KeyFile
-		c.KVEventsPort = kvDeadPort(t)                                            // a subscription per backend, retrying: its series exist
-		c.KVEventsReplayPort = kvDeadPort(t)                                      // with a replay endpoint: its series too
-		c.KVEventsListen = "tcp://127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t)) // the bound subscription's series too
+		c.KVEventsPort = kvDeadPort(t)                                               // a subscription per backend, retrying: its series exist
+		c.KVEventsReplayPort = kvDeadPort(t)                                         // with a replay endpoint: its series too
+		c.KVEventsListen = "tcp://127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))    // the bound subscription's series too
+		c.Tracing.Endpoint = "http://127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t)) // tracing to a dead collector: its series
 	})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	api := "https://" + s.addr
