@@ -393,7 +393,10 @@ func hostPort(rawURL string) (string, int) {
 	if err != nil {
 		return u.Host, 0
 	}
-	p, _ := strconv.Atoi(port) // a bad port: none
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return host, 0 // a bad port: none
+	}
 	return host, p
 }
 
