@@ -417,6 +417,8 @@ k8s-kubeconfig: ""
 k8s-model-selector: []
 state-dir: ""
 state-interval: 1m
+otel-endpoint: ""
+otel-sample-ratio: -1
 log-format: text
 log-level: info
 `
