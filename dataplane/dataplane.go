@@ -208,7 +208,7 @@ type Path struct {
 	// static is the configured backends' list the last SyncBackends set
 	// (nil: cfg.Backends).
 	static atomic.Pointer[[]string]
-	views  *shard.Views // the evented backends' exact views (kvevents.go)
+	views  *shard.Views   // the evented backends' exact views (kvevents.go)
 	access *accesslog.Log // nil without Config.AccessLog.Path
 	logger *slog.Logger
 	base   *slog.Logger // Build's, for components that name themselves
