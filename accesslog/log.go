@@ -178,6 +178,11 @@ func (l *Log) run(ctx context.Context) {
 	for {
 		select {
 		case bp := <-l.lines:
+			select {
+			case <-l.reopen: // asked before this line was queued: it goes to the new file
+				l.reopenFile()
+			default:
+			}
 			l.write(bp)
 			l.drain()
 			l.flush()

@@ -104,12 +104,29 @@ func TestAccessLogSDK(t *testing.T) {
 		t.Fatalf("framing error: %d", resp.StatusCode)
 	}
 
+	// A reload reopens the file logrotate moved: the next line goes to
+	// the new one.
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.s.adm(t, "POST", "/admin/reload", ""); a.status != 200 {
+		t.Fatalf("reload: %d %s", a.status, a.body)
+	}
+	do("GET", "/after-reload", "test", "after-reload", 404)
+
 	// The drain closes the log after the last request: every line is out.
 	f.s.term()
 	if code := f.s.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("serve exit code %d", code)
 	}
-	raw, err := os.ReadFile(path)
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(after, []byte(`"request_id":"alog-after-reload"`)) || bytes.Count(after, []byte("\n")) != 1 {
+		t.Errorf("after the reload:\n%s", after)
+	}
+	raw, err := os.ReadFile(path + ".1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +214,7 @@ func TestAccessLogSDK(t *testing.T) {
 	}
 	var prom bytes.Buffer
 	f.s.set.WritePrometheus(&prom)
-	if s := prom.String(); !strings.Contains(s, "saltus_access_log_lines_total 11\n") || !strings.Contains(s, "saltus_access_log_dropped_total 0\n") {
+	if s := prom.String(); !strings.Contains(s, "saltus_access_log_lines_total 12\n") || !strings.Contains(s, "saltus_access_log_dropped_total 0\n") {
 		t.Errorf("metrics:\n%s", grepLines(s, "saltus_access_log"))
 	}
 }
