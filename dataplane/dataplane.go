@@ -699,9 +699,9 @@ type lateHandler struct{ h reactor.Handler } // set before Server.Start
 func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
 
 // OwnAnswer passes the reactor's own answers on to the router's count.
-func (l *lateHandler) OwnAnswer(status int) {
+func (l *lateHandler) OwnAnswer(status int, client, requestID string) {
 	if o, ok := l.h.(reactor.OwnAnswers); ok {
-		o.OwnAnswer(status)
+		o.OwnAnswer(status, client, requestID)
 	}
 }
 

@@ -51,7 +51,7 @@ func TestRequestRecords(t *testing.T) {
 	if e.serve(t, x404) != nil {
 		t.Fatal("forwarded an unknown path")
 	}
-	e.r.OwnAnswer(431)
+	e.r.OwnAnswer(431, "127.0.0.1:6666", "")
 	e.loops.settle(t)
 
 	recs := sink.take()
@@ -77,7 +77,7 @@ func TestRequestRecords(t *testing.T) {
 	if r.Status != 404 || !r.Own || r.Path != "/nope" || r.RequestID == "" || r.RequestID != x404.header(reactor.RequestIDHeader) || r.BytesOut == 0 {
 		t.Fatalf("404 record %+v (answer's id %q)", r, x404.header(reactor.RequestIDHeader))
 	}
-	if r = recs[2]; r.Status != 431 || !r.Own || r.Path != "" {
+	if r = recs[2]; r.Status != 431 || !r.Own || r.Path != "" || r.Client != "127.0.0.1:6666" {
 		t.Fatalf("reactor's record %+v", r)
 	}
 

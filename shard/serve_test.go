@@ -58,7 +58,7 @@ func TestRouterDirectAnswers(t *testing.T) {
 	if e.serve(t, x) != nil || x.status != 200 || x.header("Allow") != "GET, HEAD, POST, OPTIONS" || x.header("X-Request-ID") == "" {
 		t.Fatalf("OPTIONS *: %d %v", x.status, x.hdr)
 	}
-	e.r.OwnAnswer(431)
+	e.r.OwnAnswer(431, "", "")
 	if n, m := e.r.m.requests[routeNone][200].Load(), e.r.m.requests[routeNone][431].Load(); n != 1 || m != 1 {
 		t.Fatalf("route none: %d 200s, %d 431s counted", n, m)
 	}

@@ -94,7 +94,7 @@ func TestAccessLogSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Write([]byte("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n")) // the answer tells
+	_, _ = c.Write([]byte("POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-ID: alog-framing\r\nTransfer-Encoding: gzip\r\n\r\n")) // the answer tells
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,6 @@ func TestAccessLogSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	byID := map[string]map[string]any{}
-	var anon []map[string]any
 	lines := bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n"))
 	for _, ln := range lines {
 		var m map[string]any
@@ -139,17 +138,13 @@ func TestAccessLogSDK(t *testing.T) {
 			t.Fatalf("line %q: %v", ln, err)
 		}
 		rid, _ := m["request_id"].(string)
-		if rid == "" {
-			anon = append(anon, m)
-			continue
-		}
 		if byID[rid] != nil {
 			t.Errorf("two lines for %s:\n%v\n%v", rid, byID[rid], m)
 		}
 		byID[rid] = m
 	}
-	if len(byID) != 10 || len(anon) != 1 {
-		t.Fatalf("%d lines with an id (want 10), %d without (want 1):\n%s", len(byID), len(anon), raw)
+	if len(byID) != 11 || len(lines) != 11 {
+		t.Fatalf("%d lines, %d request ids, want 11:\n%s", len(lines), len(byID), raw)
 	}
 	num := func(m map[string]any, k string) float64 {
 		v, _ := m[k].(float64)
@@ -209,7 +204,7 @@ func TestAccessLogSDK(t *testing.T) {
 	if m := byID["alog-refused"]; m["model"] != "llama3" {
 		t.Errorf("refused: model %v", m["model"])
 	}
-	if m := anon[0]; num(m, "status") != 501 || m["own"] != true || m["path"] != nil {
+	if m := byID["alog-framing"]; num(m, "status") != 501 || m["own"] != true || m["path"] != nil || !strings.HasPrefix(m["client"].(string), "127.0.0.1:") {
 		t.Errorf("framing error line: %v", m)
 	}
 	var prom bytes.Buffer
