@@ -86,6 +86,11 @@
 //     immutable snapshot behind an atomic pointer, its limiters atomics
 //     shared by every loop; serve looks the key up before any body work,
 //     with no lock and no message.
+//   - Request records (reqlog.go): with a sink (UseSinks, before the
+//     loops start) every answer's end hands one reqlog.Record to it: a
+//     forward's Done fills its loop's scratch Record (the Shard's rec),
+//     saltus's own answers off the loops (fail, /v1/models) a Record
+//     each. Without one, no record and no allocation.
 //   - Counters are atomics; Serve is loop only, Explain, RouteStats and
 //     Close any goroutine but a loop.
 package shard
