@@ -420,7 +420,7 @@ func (r *Router) serve(x exchange) {
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
 		if r.fleet != nil || key != nil {
-			j.d.Model = openai.BodyModel(req.Body)
+			j.d.Model = unkeyedModel(rt, req)
 		}
 		if e := j.admit(); e != nil {
 			r.fail(j.x, rt, e)
@@ -447,6 +447,16 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	j.tokenize()
+}
+
+// unkeyedModel is the model a request of a route not routed by prefix
+// names, for its pool: an audio upload's form field, or the JSON body's
+// "model" ("" for none: any backend, whose answer the client gets).
+func unkeyedModel(rt routeID, req *reactor.Request) string {
+	if rt == routeAudio {
+		return openai.FormModel(req.Body, req.HeaderValue("Content-Type"))
+	}
+	return openai.BodyModel(req.Body)
 }
 
 // routedByPrefix: the route's body is decoded, tokenized and keyed (a
