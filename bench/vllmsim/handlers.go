@@ -46,6 +46,10 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.tokenize(ctx)
 		}
+	case "/v1/audio/transcriptions", "/v1/audio/translations":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.audio(ctx)
+		}
 	case "/v1/embeddings", "/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank":
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.pooling(ctx, poolKindOf(string(ctx.Path())))

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
@@ -62,6 +64,21 @@ func TestServePoolingByPrefix(t *testing.T) {
 	// pair's query found by the other pairs and requests.
 	if ratio := float64(hits) / float64(queries); ratio < 0.6 {
 		t.Fatalf("engines' prefix hit ratio %.2f (%d of %d tokens): the repeats did not reach their holders", ratio, hits, queries)
+	}
+
+	// An audio upload goes to an engine serving the form's model.
+	var form bytes.Buffer
+	w := multipart.NewWriter(&form)
+	fw, err := w.CreateFormFile("file", "a.wav")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = fw.Write(bytes.Repeat([]byte("RIFF"), 1000))
+	_ = w.WriteField("model", "llama3")
+	_ = w.Close()
+	a := do(t, "POST", base+"/v1/audio/transcriptions", form.String(), "Content-Type", w.FormDataContentType())
+	if a.status != 200 || !strings.Contains(a.body, `4000 bytes for llama3`) || a.backend == "" {
+		t.Fatalf("transcription: %d from %q: %s", a.status, a.backend, a.body)
 	}
 
 	var resp *http.Response
