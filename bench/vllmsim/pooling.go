@@ -97,11 +97,7 @@ func (s *Sim) pooling(ctx *fasthttp.RequestCtx, pk poolKind) {
 		hashes[i], prompt = t.hash, prompt+t.n
 	}
 	for _, sq := range seqs {
-		for sq.state.Load() == seqActive {
-			<-sq.notify
-		}
-		if sq.state.Load() != seqDone {
-			s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "shutting_down"})
+		if !s.awaitDone(ctx, sq) {
 			return
 		}
 	}
