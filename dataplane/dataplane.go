@@ -27,12 +27,14 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/accesslog"
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/discovery/kube"
 	"github.com/saltus-lb/saltus/gossip"
 	"github.com/saltus-lb/saltus/gossip/wire"
 	"github.com/saltus-lb/saltus/keys"
 	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/reqlog"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/shard"
 	"github.com/saltus-lb/saltus/shard/state"
@@ -127,6 +129,9 @@ type Config struct {
 	// (tracing.Config); off unless it or the environment names one.
 	// Not reloadable.
 	Tracing tracing.Config
+	// AccessLog writes a line per finished request (accesslog.Config);
+	// its Path "" (the default) is off. Every Retune reopens its file.
+	AccessLog accesslog.Config
 }
 
 // DiscoveryK8s is Config.Discovery's value for Kubernetes EndpointSlices.
@@ -139,7 +144,7 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(), Tracing: tracing.DefaultConfig(),
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(), AccessLog: accesslog.DefaultConfig(), Tracing: tracing.DefaultConfig(),
 		BackendModels:         []string{}, // as a config file's `backend-models: []` decodes
 		PriorityBackends:      []string{},
 		BackendMaxConcurrency: []string{},
@@ -175,7 +180,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf(`discovery: must be %q or empty (none), got %q`, DiscoveryK8s, c.Discovery))
 	}
-	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate(), c.Tracing.Validate())
+	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate(), c.AccessLog.Validate(), c.Tracing.Validate())
 	return errors.Join(errs...)
 }
 
@@ -210,7 +215,8 @@ type Path struct {
 	// static is the configured backends' list the last SyncBackends set
 	// (nil: cfg.Backends).
 	static atomic.Pointer[[]string]
-	views  *shard.Views // the evented backends' exact views (kvevents.go)
+	views  *shard.Views   // the evented backends' exact views (kvevents.go)
+	access *accesslog.Log // nil without Config.AccessLog.Path
 	logger *slog.Logger
 	base   *slog.Logger // Build's, for components that name themselves
 	set    *metrics.Set
@@ -352,6 +358,11 @@ func (p *Path) Close(ctx context.Context) error {
 		cerr = errors.Join(cerr, p.Cluster.Close(ctx)) // peers drop this router's load at once
 	}
 	err := errors.Join(cerr, p.Router.Close(ctx))
+	if p.access != nil {
+		// After the router's goroutines, the last to log (its own
+		// answers off the loops): flushed and closed.
+		err = errors.Join(err, p.access.Close(ctx))
+	}
 	err = errors.Join(err, p.Tracer.Close(ctx)) // after the loops: no span comes any more
 	p.sources.Stop()
 	if werr := p.sources.Wait(ctx); werr != nil {
@@ -370,6 +381,22 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var al *accesslog.Log
+	if cfg.AccessLog.Path != "" {
+		var err error
+		if al, err = accesslog.Open(cfg.AccessLog, logger, set); err != nil {
+			return nil, fmt.Errorf("access-log: %w", err)
+		}
+	}
+	p, err := build(cfg, logger, set, al)
+	if err != nil && al != nil {
+		_ = al.Close(context.Background()) // nothing was logged; the build's error is the one to report
+	}
+	return p, err
+}
+
+// build is Build with the access log opened (nil: none).
+func build(cfg Config, logger *slog.Logger, set *metrics.Set, al *accesslog.Log) (*Path, error) {
 	var (
 		tok  *tokenizer.Tokenizer
 		tmpl *chat.Renderer
@@ -453,6 +480,22 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		return nil, err
 	}
 	h.h = router
+	// Each finished request's record goes to the access log and the
+	// tracer, those that are on.
+	var sinks reqlog.Sinks
+	if al != nil {
+		sinks = append(sinks, al)
+	}
+	if tracer != nil {
+		router.UseTracer(tracer)
+		sinks = append(sinks, tracer)
+	}
+	switch len(sinks) {
+	case 1:
+		router.UseSinks(sinks[0])
+	case 2:
+		router.UseSinks(sinks)
+	}
 
 	var node *gossip.Node
 	if cfg.Cluster.Enabled() {
@@ -499,10 +542,6 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	}
 	router.UseFleet(fl)
 	router.UseKeys(ring)
-	if tracer != nil {
-		router.UseTracer(tracer)
-		router.UseSinks(tracer)
-	}
 	router.SetAdminToken(cfg.AdminToken)
 	views, err := shard.NewViews(router, shard.DefaultViewConfig(), set)
 	if err != nil {
@@ -512,7 +551,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Keys: ring, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
 		Cluster: node, State: saver, Tracer: tracer, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
-		views: views, logger: logger.With("component", "dataplane"), base: logger, set: set}
+		views: views, access: al, logger: logger.With("component", "dataplane"), base: logger, set: set}
 	if watches != nil {
 		p.Discovered = bset.Managed(cfg.Discovery)
 		p.disc.lists = make([][]kube.Target, len(watches))
@@ -659,6 +698,9 @@ func (p *Path) Retune(cfg Config) error {
 	// keys in force, logged and counted by the Ring, and fails nothing
 	// else of the reload. Its path is fixed until a restart.
 	_, _ = p.Keys.Reload()
+	if p.access != nil {
+		p.access.Reopen() // logrotate moved the file (or not: the same file again)
+	}
 	st := settingsOf(cfg)
 	p.live.Store(&st)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
@@ -689,9 +731,9 @@ type lateHandler struct{ h reactor.Handler } // set before Server.Start
 func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
 
 // OwnAnswer passes the reactor's own answers on to the router's count.
-func (l *lateHandler) OwnAnswer(status int) {
+func (l *lateHandler) OwnAnswer(status int, client, requestID string) {
 	if o, ok := l.h.(reactor.OwnAnswers); ok {
-		o.OwnAnswer(status)
+		o.OwnAnswer(status, client, requestID)
 	}
 }
 

@@ -25,11 +25,12 @@ import "time"
 // unknown one.
 type Record struct {
 	// Start is when saltus had the whole request (the reactor handed it
-	// over); zero for the reactor's own answers (a request it could not
-	// parse), which set End only.
+	// over); for an answer without a job (the reactor's own, /v1/models)
+	// when it was answered, as End.
 	Start time.Time
 	// RequestID is the X-Request-ID the answer carried (the client's, or
-	// the one saltus made); "" for the reactor's own answers.
+	// the one saltus made); "" for the reactor's max-conns 503 and a
+	// client gone before any answer that sent none.
 	RequestID string
 	// Trace is the client's W3C traceparent, when it sent a valid one
 	// (Trace.Valid); a tracer may set Trace.ID to the trace it made.

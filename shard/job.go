@@ -151,6 +151,10 @@ type job struct {
 // until keyed or own; without (Explain, a decode worker) they are the
 // job's own.
 func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
+	if pooled(j.route) {
+		j.preparePooled(body)
+		return nil
+	}
 	k := openai.KindChat
 	switch j.route {
 	case routeCompletions:
@@ -231,6 +235,26 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 	return nil
 }
 
+// preparePooled is prepare for a pooling or scoring route: its input to
+// key, or, when saltus cannot read the body, its model alone (then it is
+// routed unkeyed: pooled). Nothing is refused here; the engine answers
+// what it refuses. The body's grammar and depth are checked as it is read
+// (bounded work, nothing kept per value).
+func (j *job) preparePooled(body []byte) {
+	k := openai.KindPooling
+	if j.route == routeScore {
+		k = openai.KindScore
+	}
+	if e := openai.DecodePooling(&j.d, k, body, j.r.cfg.Body.MaxDepth); e != nil {
+		j.r.m.unkeyed.Inc()
+		j.d = openai.Request{Kind: k, Model: openai.BodyModel(body)}
+		return
+	}
+	if !j.d.HasTokenIDs {
+		j.texts, j.msgEnd = []string{j.d.Prompt}, []bool{false}
+	}
+}
+
 func (j *job) seedModel() string {
 	if j.r.cfg.Model != "" {
 		return j.r.cfg.Model
@@ -240,6 +264,20 @@ func (j *job) seedModel() string {
 
 // tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
 func (j *job) tokenize() {
+	if len(j.texts) == 0 && !j.d.HasTokenIDs {
+		j.dispatch() // a pooled route's body saltus could not key: no keys
+		return
+	}
+	if j.route == routeScore && !j.d.HasTokenIDs {
+		// A reranker's engine tokenizes the query with each document
+		// (its pair template, its separator): byte-block keys of the
+		// query send the same query to one engine, and claim no blocks
+		// the engine's KV events could confirm (exact 0).
+		j.keys = tree.ByteBlockKeys(j.keyArr[:0], tree.ByteBlockSeed(j.seedModel()), j.texts...)
+		j.texts, j.msgEnd = nil, nil
+		j.dispatch()
+		return
+	}
 	if j.d.HasTokenIDs {
 		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.TokenIDs, j.r.cfg.BlockSize)
 		j.exact = len(j.keys)
@@ -489,7 +527,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
 	// Only prefix and ranvier read the tree, so only they teach it.
-	routed := r.pol.Kind.UsesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	routed := r.pol.Kind.UsesTree() && routedByPrefix(j.route)
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.

@@ -159,7 +159,7 @@ func (j *job) promptEstimate() int64 {
 		return int64(len(j.d.TokenIDs))
 	}
 	n := 0
-	if routedByPrefix(j.route) {
+	if routedByPrefix(j.route) && len(j.texts) > 0 {
 		for _, t := range j.texts {
 			n += len(t)
 		}

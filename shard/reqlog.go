@@ -167,12 +167,13 @@ func (j *job) logGone(onLoop int) {
 
 // OwnAnswer counts an answer the reactor gave by itself (framing errors,
 // the max-conns 503: reactor.OwnAnswers) in saltus_requests_total, under
-// route "none", and logs what is known of it: its status. Loop only.
-func (r *Router) OwnAnswer(status int) {
+// route "none", and logs what is known of it: status, client, request
+// id (no request was parsed). Loop only.
+func (r *Router) OwnAnswer(status int, client, requestID string) {
 	r.m.request(routeNone, status)
 	if r.sink != nil {
 		now := time.Now()
-		r.sink.Log(&reqlog.Record{Start: now, End: now, Status: status, Own: true})
+		r.sink.Log(&reqlog.Record{Start: now, End: now, Status: status, Own: true, Client: client, RequestID: requestID})
 	}
 }
 

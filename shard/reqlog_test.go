@@ -1,9 +1,11 @@
 package shard
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/reqlog"
@@ -51,7 +53,7 @@ func TestRequestRecords(t *testing.T) {
 	if e.serve(t, x404) != nil {
 		t.Fatal("forwarded an unknown path")
 	}
-	e.r.OwnAnswer(431)
+	e.r.OwnAnswer(431, "127.0.0.1:6666", "")
 	e.loops.settle(t)
 
 	recs := sink.take()
@@ -77,7 +79,7 @@ func TestRequestRecords(t *testing.T) {
 	if r.Status != 404 || !r.Own || r.Path != "/nope" || r.RequestID == "" || r.RequestID != x404.header(reactor.RequestIDHeader) || r.BytesOut == 0 {
 		t.Fatalf("404 record %+v (answer's id %q)", r, x404.header(reactor.RequestIDHeader))
 	}
-	if r = recs[2]; r.Status != 431 || !r.Own || r.Path != "" {
+	if r = recs[2]; r.Status != 431 || !r.Own || r.Path != "" || r.Client != "127.0.0.1:6666" {
 		t.Fatalf("reactor's record %+v", r)
 	}
 
@@ -105,5 +107,42 @@ func TestRequestRecordsGone(t *testing.T) {
 	recs := sink.take()
 	if len(recs) != 1 || recs[0].Status != 499 || !recs[0].ClientGone || recs[0].Own || recs[0].Model != "m" {
 		t.Fatalf("records %+v", recs)
+	}
+}
+
+// TestRequestRecordsQueued: a request that waited in its pool's gateway
+// queue logs its wait; one whose client left while it waited logs 499.
+func TestRequestRecordsQueued(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2})
+	sink := &recordSink{}
+	e.r.UseSinks(sink)
+	e.up.status.Store(200)
+	free := fullPool(t, e)
+	x1 := newExchange(0, "POST", "/v1/chat/completions", chatAt(0, 1))
+	x2 := newExchange(0, "POST", "/v1/chat/completions", chatAt(0, 2))
+	for _, x := range []*fakeExchange{x1, x2} {
+		e.loops.run(t, 0, func() { e.r.serve(x) })
+	}
+	waitUntil(t, "2 queued", func() bool { return e.r.queued.Load() == 2 })
+	close(x2.gone)
+	free()
+	select {
+	case <-e.up.calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not forwarded after the slots freed")
+	}
+	waitUntil(t, "the queue empty", func() bool { return e.r.queued.Load() == 0 })
+	e.loops.settle(t)
+	recs := sink.take()
+	if len(recs) != 2 {
+		t.Fatalf("%d records: %+v", len(recs), recs)
+	}
+	slices.SortFunc(recs, func(a, b reqlog.Record) int { return a.Status - b.Status })
+	if r := recs[0]; r.Status != 200 || r.QueueWait <= 0 || r.Model != "m" || r.Backend == "" || r.Duration < r.QueueWait {
+		t.Errorf("queued record %+v", r)
+	}
+	if r := recs[1]; r.Status != 499 || !r.ClientGone || r.Own || r.Backend != "" {
+		t.Errorf("gone record %+v", r)
 	}
 }

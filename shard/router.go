@@ -434,7 +434,7 @@ func (r *Router) serve(x exchange) {
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
 		if r.fleet != nil || key != nil || r.sink != nil {
-			j.d.Model = openai.BodyModel(req.Body)
+			j.d.Model = unkeyedModel(rt, req)
 		}
 		if e := j.admit(); e != nil {
 			r.fail(j.x, rt, e)
@@ -463,10 +463,33 @@ func (r *Router) serve(x exchange) {
 	j.tokenize()
 }
 
-// routedByPrefix: the route's body is decoded, tokenized and keyed.
-func routedByPrefix(rt routeID) bool {
+// unkeyedModel is the model a request of a route not routed by prefix
+// names, for its pool: an audio upload's form field, or the JSON body's
+// "model" ("" for none: any backend, whose answer the client gets).
+func unkeyedModel(rt routeID, req *reactor.Request) string {
+	if rt == routeAudio {
+		return openai.FormModel(req.Body, req.HeaderValue("Content-Type"))
+	}
+	return openai.BodyModel(req.Body)
+}
+
+// routedByPrefix: the route's body is decoded, tokenized and keyed (a
+// pooling route's when it can be: pooled).
+func routedByPrefix(rt routeID) bool { return generates(rt) || pooled(rt) }
+
+// generates: the routes that generate, whose answers carry the usage
+// feedback reads (a Responses answer's has another shape).
+func generates(rt routeID) bool {
 	return rt == routeChat || rt == routeCompletions || rt == routeResponses
 }
+
+// pooled: vLLM's pooling and scoring routes. An engine with prefix
+// caching reuses the KV of a long input (a document embedded again, a
+// reranker's query and its instructions before every document), so they
+// are keyed by the input (openai.DecodePooling) and routed by prefix;
+// a body in a shape saltus does not read goes unkeyed to the least
+// loaded backend of its model's pool, and the engine answers it.
+func pooled(rt routeID) bool { return rt == routeEmbeddings || rt == routePooling || rt == routeScore }
 
 // fail answers x with an OpenAI-style error, with the request's
 // X-Request-ID (or a generated one) like a proxied answer, and

@@ -421,6 +421,12 @@ otel-endpoint: ""
 otel-sample-ratio: -1
 log-format: text
 log-level: info
+access-log: ""
+access-log-format: json
+access-log-max-size: 0B
+access-log-max-files: 5
+access-log-sample: 1
+access-log-buffer: 8192
 `
 
 func TestDryRun(t *testing.T) {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,19 +53,11 @@ func tracedPost(t *testing.T, addr, body string, h http.Header) answer {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	if _, err := strings.NewReader("").WriteTo(&b); err != nil {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return answer{resp.StatusCode, resp.Header, b.String(), resp.Header.Get("X-Saltus-Backend"), resp.Header.Get("X-Saltus-Route")}
+	return answer{resp.StatusCode, resp.Header, string(b), resp.Header.Get("X-Saltus-Backend"), resp.Header.Get("X-Saltus-Route")}
 }
 
 // splitTP splits a traceparent into trace id, parent id and flags.
@@ -79,9 +74,11 @@ func TestTracingE2E(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10") // ms: the test waits for the export, not 5 s
 	col := tracingtest.New(t)
 	_, urls := startSims(t, 2, 100)
+	logPath := filepath.Join(t.TempDir(), "access.log")
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tracing.Endpoint = col.URL // no path: /v1/traces
 		c.Tracing.SampleRatio = 0.5  // a sampled client parent is sampled whatever the ratio
+		c.AccessLog.Path = logPath   // the other sink, beside the tracer
 	}, urls...)
 	tp := clientTracer(t, col)
 	tr := tp.Tracer("test-client")
@@ -160,6 +157,18 @@ func TestTracingE2E(t *testing.T) {
 	}
 	if g := got[1]; g.a.header.Get("Content-Type") != "text/event-stream; charset=utf-8" {
 		t.Errorf("the second request was not streamed: %v", g.a.header)
+	}
+	// The access log names the same traces.
+	var lines []string
+	waitFor(t, func() bool {
+		b, err := os.ReadFile(logPath)
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		return err == nil && len(lines) == len(got)
+	})
+	for i, g := range got {
+		if !strings.Contains(lines[i], `"trace_id":"`+g.trace+`"`) {
+			t.Errorf("access log line %d %s, want trace %s", i, lines[i], g.trace)
+		}
 	}
 }
 

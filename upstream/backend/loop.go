@@ -770,6 +770,11 @@ func (lr *loopReq) clientGone() {
 		lr.c = nil
 	}
 	lr.o.ClientGone, lr.o.Err = true, errClientGone
+	if lr.st != nil && !lr.st.raw {
+		// A client that closes on [DONE] can beat the upstream's last
+		// chunk: the usage event before it was read all the same.
+		lr.o.Usage = lr.st.r.usage()
+	}
 	lr.sink.Abort() // the connection is closed: nothing is sent
 	lr.finish(time.Now())
 }
