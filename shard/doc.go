@@ -95,6 +95,12 @@
 //     forward's Done fills its loop's scratch Record (the Shard's rec),
 //     saltus's own answers off the loops (fail, /v1/models) a Record
 //     each. Without one, no record and no allocation.
+//   - Tracing (UseTracer, optional): each Shard's tracing.Loop (its own
+//     random source, no lock) chooses a request's span IDs and sampling
+//     on the loop that decides, before the forward (job.traceHeaders);
+//     the engine gets the traceparent (backend.Hooks.ReqHeader), the
+//     request's record the IDs, and the Tracer, one of the sinks, the
+//     rest.
 //   - Counters are atomics; Serve is loop only, Explain, RouteStats and
 //     Close any goroutine but a loop.
 package shard
