@@ -275,6 +275,35 @@ func TestLoopGeneratedRequestID(t *testing.T) {
 	}
 }
 
+// TestLoopReqHeader: Hooks.ReqHeader's headers replace the client's of
+// the same names (any case); an empty value only removes the client's;
+// the others pass as sent.
+func TestLoopReqHeader(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, nil)
+	edit := func(h *Hooks) {
+		h.ReqHeader = []reactor.Header{{Name: "traceparent", Value: "00-ours-01"}, {Name: "tracestate", Value: ""}}
+	}
+	e.hooks.Store(&edit)
+	got := make(chan http.Header, 1)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader, n int) {
+		r, _, ok := readReq(br)
+		if ok {
+			got <- r.Header
+			answerOK(c, n, "{}")
+		}
+	})
+	e.use(mustAdd(t, e.s, up.url()))
+	c := e.dial(t)
+	c.send(t, "{}", "Traceparent", "00-theirs-01", "TraceState", "k=v", "X-Other", "kept")
+	c.read(t)
+	e.outcome(t)
+	h := <-got
+	if tp := h.Values("Traceparent"); len(tp) != 1 || tp[0] != "00-ours-01" || h.Get("Tracestate") != "" || h.Get("X-Other") != "kept" {
+		t.Errorf("upstream saw %v", h)
+	}
+}
+
 // TestLoopStaleConnRetried: a pooled connection the upstream closes with
 // the next request unanswered is retried once on a fresh connection, on
 // the same backend, without counting as a retry.
