@@ -142,7 +142,13 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Tracer, error) {
 	t.tr = t.tp.Tracer("github.com/saltus-lb/saltus", trace.WithSchemaURL(semconv.SchemaURL))
 	t.group = rules.NewGroup(ctx)
 	t.group.Go("tracing.spans", t.run)
-	logger.Info("tracing on", "sampler", sampler.String())
+	endpoint := cfg.Endpoint
+	if endpoint == "" { // the exporter's order: the traces' own first
+		if endpoint = os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); endpoint == "" {
+			endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		}
+	}
+	logger.Info("tracing on", "endpoint", endpoint, "sampler", sampler.String())
 	return t, nil
 }
 
