@@ -189,3 +189,41 @@ func metricsText(set *metrics.Set) string {
 	set.WritePrometheus(&b)
 	return b.String()
 }
+
+// TestTracerFromEnv: the environment alone turns tracing on, as the
+// SDK reads it; without it, or with the SDK disabled, New returns nil.
+func TestTracerFromEnv(t *testing.T) {
+	col := tracingtest.New(t)
+	cfg := DefaultConfig()
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_TRACES_SAMPLER"} {
+		t.Setenv(k, "")
+	}
+	if tr, err := New(cfg, nil, nil); tr != nil || err != nil {
+		t.Fatalf("no endpoint: %v, %v", tr, err)
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL) // a base URL: /v1/traces appended
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+	t.Setenv("OTEL_SDK_DISABLED", "true")
+	if tr, err := New(cfg, nil, nil); tr != nil || err != nil {
+		t.Fatalf("OTEL_SDK_DISABLED: %v, %v", tr, err)
+	}
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	tr, _ := newTracer(t, cfg)
+	l := tr.Loop()
+	tr.Log(record(&l, ""))                                                        // always_off: not sampled
+	tr.Log(record(&l, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")) // always_off is not parent-based either
+	if err := tr.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(col.Spans()); n != 0 {
+		t.Fatalf("always_off exported %d spans", n)
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+	tr, _ = newTracer(t, cfg)
+	l = tr.Loop()
+	tr.Log(record(&l, ""))
+	tr.Log(record(&l, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")) // the sampled parent decides
+	if spans := col.Wait(t, 1, 30*time.Second); len(spans) != 1 || spans[0].ParentSpanID != "00f067aa0ba902b7" {
+		t.Fatalf("parentbased_always_off exported %+v", spans)
+	}
+}
