@@ -3,6 +3,7 @@ package tracing
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/saltus-lb/saltus/reqlog"
 )
@@ -92,7 +93,7 @@ func (l *Loop) Begin(c *Context, traceparent, tracestate string) {
 func begin(c *Context, tr reqlog.Trace, tracestate string, s Sampler, rng uint64Source) {
 	c.began = true
 	if tr.Valid() {
-		c.TraceID, c.Parent, c.State = tr.ID, tr.Parent, tracestate
+		c.TraceID, c.Parent, c.State = tr.ID, tr.Parent, LimitState(tracestate)
 	} else {
 		for c.TraceID == [16]byte{} {
 			binary.BigEndian.PutUint64(c.TraceID[:8], rng.Uint64())
@@ -115,3 +116,22 @@ func (globalRand) Uint64() uint64 { return rand.Uint64() }
 
 // newPCG is a loop's random source, seeded from the global one.
 func newPCG() *rand.PCG { return rand.NewPCG(rand.Uint64(), rand.Uint64()) }
+
+// maxState is the longest tracestate passed on: W3C asks every vendor to
+// propagate at least 512 characters, and lets one cut a longer value
+// from its end.
+const maxState = 512
+
+// LimitState is tracestate cut to at most maxState bytes at a list
+// member's end (W3C: members are removed from the end); "" if its first
+// member is already longer. A view of tracestate: no allocation.
+func LimitState(tracestate string) string {
+	if len(tracestate) <= maxState {
+		return tracestate
+	}
+	cut := strings.LastIndexByte(tracestate[:maxState+1], ',')
+	if cut < 0 {
+		return ""
+	}
+	return strings.TrimRight(tracestate[:cut], " \t")
+}

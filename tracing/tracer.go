@@ -57,6 +57,18 @@ type span struct {
 	start, firstByte, end time.Time // firstByte zero: none
 }
 
+// maxAttr bounds each string a span keeps (a path or a model is the
+// client's), so the queue's memory is bounded too: about 2 KiB a span.
+const maxAttr = 256
+
+// clip is a copy of s, at most maxAttr bytes of it.
+func clip(s string) string {
+	if len(s) > maxAttr {
+		s = s[:maxAttr]
+	}
+	return strings.Clone(s)
+}
+
 // Tracer exports request spans: it is a reqlog.Sink whose Log takes the
 // sampled requests' records on the loops, and one goroutine builds and
 // ends their spans into the SDK's batch processor. Safe for concurrent
@@ -181,14 +193,14 @@ func (t *Tracer) Log(r *reqlog.Record) {
 	if !c.Sampled {
 		return
 	}
-	s := &span{ctx: c, method: strings.Clone(r.Method), path: strings.Clone(r.Path), model: strings.Clone(r.Model),
+	s := &span{ctx: c, method: clip(r.Method), path: clip(r.Path), model: clip(r.Model),
 		status: r.Status, own: r.Own, clientGone: r.ClientGone,
-		backend: strings.Clone(r.Backend), backendURL: strings.Clone(r.BackendURL),
-		policy: strings.Clone(r.Policy), routeReason: strings.Clone(r.RouteReason),
+		backend: clip(r.Backend), backendURL: clip(r.BackendURL),
+		policy: clip(r.Policy), routeReason: clip(r.RouteReason),
 		predicted: -1, cached: -1, prompt: -1, completion: -1,
 		retries: r.Retries, requeues: r.Requeues, queueWait: r.QueueWait,
 		start: r.Start, firstByte: r.FirstByte, end: r.End}
-	s.ctx.State = strings.Clone(s.ctx.State)
+	s.ctx.State = strings.Clone(LimitState(s.ctx.State))
 	if r.FirstData.After(r.Start) {
 		s.firstByte = r.FirstData // a stream's first token
 	}
