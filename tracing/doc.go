@@ -16,12 +16,19 @@
 // sampler would (Sampler: the SDK's own rules, checked against them in
 // sampler_test.go). The forwarded request carries a traceparent whose
 // parent is saltus's span, so the engine's span, if it makes one, is its
-// child; tracestate passes through. Nothing else happens on the loop: a
-// sampled request's Span (timestamps, attributes' values) is a small
-// value sent to a bounded queue without waiting; when it is full the span
-// is dropped and counted (saltus_tracing_spans_dropped_total).
+// child; tracestate passes through (its first 512 bytes). Nothing else
+// happens on the loop: when the request ends, Log copies a sampled
+// request's record (timestamps, attributes' values, each string cut at
+// 256 bytes) into a small value sent to a bounded queue without waiting;
+// when it is full the span is dropped and counted
+// (saltus_tracing_spans_dropped_total).
 //
-// Off the loop, one goroutine (a rules.Group's) turns each Span into an
+// One span per request, of kind SERVER: the forward is saltus's whole
+// work on it, retries are an attribute, and a CLIENT span beside it
+// would double what the collector stores; the engine's span is the
+// SERVER span's child directly.
+//
+// Off the loop, one goroutine (a rules.Group's) turns each value into an
 // SDK span with the IDs chosen on the loop (idGenerator reads them from
 // the context given to Start) and the recorded timestamps
 // (trace.WithTimestamp), and ends it into the SDK's BatchSpanProcessor,

@@ -149,7 +149,7 @@ func New(cfg Config, logger *slog.Logger, set *metrics.Set) (*Tracer, error) {
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
 		// Blocking: the tracing goroutine waits for room, so spans are
-		// dropped (and counted) only at Hand's queue.
+		// dropped (and counted) only at Log's queue.
 		sdktrace.WithBatcher(countingExporter{SpanExporter: exp, t: t}, sdktrace.WithBlocking()))
 	t.tr = t.tp.Tracer("github.com/saltus-lb/saltus", trace.WithSchemaURL(semconv.SchemaURL))
 	t.group = rules.NewGroup(ctx)
