@@ -642,9 +642,9 @@ func checkRouterConfig(t *testing.T, cfg serveConfig, c k8sContainer, pod k8sPod
 		if want := net.JoinHostPort(testPodIP, strconv.Itoa(ports["gossip-tcp"].ContainerPort)); cfg.Cluster.Advertise != want {
 			t.Errorf("cluster-advertise %q, want the pod IP and the gossip port %q", cfg.Cluster.Advertise, want)
 		}
-	}
-	if cfg.Cluster.NodeName != testPodName {
-		t.Errorf("node-name %q, want the pod's name", cfg.Cluster.NodeName)
+		if cfg.Cluster.NodeName != testPodName {
+			t.Errorf("node-name %q, want the pod's name", cfg.Cluster.NodeName)
+		}
 	}
 	if cfg.Admin.BearerToken != "" {
 		t.Error("admin-token is set: the probes on /ready cannot send it")
