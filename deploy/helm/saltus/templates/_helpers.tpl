@@ -80,7 +80,7 @@ cluster-advertise) and state-dir are the Deployment's args.
 */}}
 {{- define "saltus.config" -}}
 listen: 0.0.0.0:{{ .Values.ports.http }}
-# probes and Prometheus; the NetworkPolicy limits who else reaches it
+# probes and Prometheus (networkPolicy.adminFrom: who else reaches it)
 admin-listen: 0.0.0.0:{{ .Values.ports.admin }}
 drain-timeout: {{ .Values.lifecycle.drainSeconds }}s
 {{- if .Values.tls.enabled }}
