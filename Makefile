@@ -68,12 +68,12 @@ browser-test: ## the dashboard in headless Chromium against a running saltus, nu
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 5s: CI time; run longer with FUZZTIME=5m); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
-helm-check: ## the Helm chart deploy/helm/saltus: Helm built once from the Go module proxy into bin/helm (no download script; ~2.5 min cold on 2 cores, seconds once cached), lint --strict with the default values and each ci/*.yaml, the rendered objects decoded strictly against k8s.io/api (deploy/helm/check, its own module), the args and saltus.yaml loaded by saltus's config loader (cmd/saltus TestHelmChart)
+helm-check: ## the Helm chart deploy/helm/saltus: Helm built once from the Go module proxy into bin/helm (no download; 230 s of CPU cold, seconds once cached), lint --strict with the default values and each ci/*.yaml, the rendered objects decoded strictly against k8s.io/api (deploy/helm/check, its own module), the args and saltus.yaml loaded by saltus's config loader (cmd/saltus TestHelmChart; -race reuses race's test binary)
 	GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 	bin/helm lint --strict deploy/helm/saltus
 	for f in deploy/helm/saltus/ci/*.yaml; do bin/helm lint --strict deploy/helm/saltus -f $$f || exit 1; done
 	cd deploy/helm/check && $(GO) vet ./... && HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./...
-	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 -run 'TestHelm|TestKubernetesManifests' ./cmd/saltus
+	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 -race -run 'TestHelm|TestKubernetesManifests' ./cmd/saltus
 
 check: vet lint rules race fuzz-smoke build browser-check helm-check ## what CI runs
 
