@@ -142,9 +142,9 @@ func (m *feedbackMetrics) writeMetrics(w io.Writer) {
 
 // wantsUsage reports whether j's forward should parse the answer's usage:
 // routed chat and completions requests (a Responses answer's usage has
-// another shape). Any stage.
+// another shape; a pooling answer's tells no cached tokens). Any stage.
 func (j *job) wantsUsage() bool {
-	return j.learnsRoutes() && j.route != routeResponses
+	return j.learnsRoutes() && (j.route == routeChat || j.route == routeCompletions)
 }
 
 // feedback compares a 2xx answer's usage with the prediction, demotes a
