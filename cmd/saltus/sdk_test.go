@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,8 +86,16 @@ func startSDKFleetWith(t *testing.T, n int, speedup float64, mod func(*serveConf
 	var urls []string
 	f.sims, urls = startSims(t, n, speedup)
 	// Registered after the sims' cleanups, so it runs before them: saltus
-	// drains before its engines go.
-	f.s = startServeWith(t, nil, mod, urls...)
+	// drains before its engines go. Every SDK test runs with the access
+	// log on (issue 35): before saltus stops, every answer it counted has
+	// its line, none dropped.
+	f.s = startServeWith(t, nil, func(c *serveConfig) {
+		c.AccessLog.Path = filepath.Join(t.TempDir(), "access.log")
+		if mod != nil {
+			mod(c)
+		}
+	}, urls...)
+	t.Cleanup(func() { checkAccessLogged(t, f.s) })
 	f.client = openai.NewClient(
 		option.WithBaseURL("http://"+f.s.addr+"/v1/"),
 		option.WithAPIKey("test"),
@@ -95,6 +104,26 @@ func startSDKFleetWith(t *testing.T, n int, speedup float64, mod func(*serveConf
 		option.WithHTTPClient(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}),
 	)
 	return f
+}
+
+// checkAccessLogged waits until the access log has written a line for
+// every answer s counted (saltus_requests_total: both count at an
+// answer's end), and fails if a line was dropped or the counts part.
+func checkAccessLogged(t *testing.T, s *served) {
+	t.Helper()
+	if s.cfg.AccessLog.Path == "" || s.cfg.AccessLog.Sample < 1 {
+		return
+	}
+	var answers, lines, dropped float64
+	waitLong(t, "a line for every answer", func() bool {
+		m := s.setMetrics(t) // from the process: a test may have stopped saltus already
+		answers, lines = metricSum(m, "saltus_requests_total"), metricSum(m, "saltus_access_log_lines_total")
+		dropped = metricSum(m, "saltus_access_log_dropped_total")
+		return lines+dropped >= answers
+	})
+	if dropped > 0 || lines != answers {
+		t.Errorf("access log: %v lines and %v dropped for %v answers", lines, dropped, answers)
+	}
 }
 
 // simOf is the engine behind a response's X-Saltus-Backend.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,8 +197,15 @@ func (s *served) metrics(t *testing.T) map[string]float64 {
 	if a.status != 200 {
 		t.Fatalf("/metrics: %d %s", a.status, a.body)
 	}
+	return parseMetrics(t, a.body)
+}
+
+// parseMetrics reads Prometheus text: each series (name and labels as
+// written) to its value.
+func parseMetrics(t *testing.T, text string) map[string]float64 {
+	t.Helper()
 	m := map[string]float64{}
-	for line := range strings.SplitSeq(a.body, "\n") {
+	for line := range strings.SplitSeq(text, "\n") {
 		if line == "" || line[0] == '#' {
 			continue
 		}
@@ -209,6 +217,15 @@ func (s *served) metrics(t *testing.T) map[string]float64 {
 		m[line[:i]] = v
 	}
 	return m
+}
+
+// setMetrics is metrics read from s's metrics set in the process, which
+// outlives its listeners.
+func (s *served) setMetrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	var b bytes.Buffer
+	s.set.WritePrometheus(&b)
+	return parseMetrics(t, b.String())
 }
 
 // metric is one series of /metrics; it fails the test if it is absent.
