@@ -443,6 +443,7 @@ func TestQueueFull(t *testing.T) {
 			defer cancel()
 			var wg sync.WaitGroup
 			heads := make([]int, 2)
+			headed := make(chan struct{}, len(heads)) // a head (or an error) came
 			for i := range heads {
 				wg.Add(1)
 				go func() { // test clients
@@ -454,9 +455,11 @@ func TestQueueFull(t *testing.T) {
 					}
 					resp, err := client().Do(req)
 					if err != nil {
-						return // cancelled before the head came
+						headed <- struct{}{}
+						return // no head: heads[i] stays 0
 					}
 					heads[i] = resp.StatusCode
+					headed <- struct{}{}
 					_, _ = io.Copy(io.Discard, resp.Body) // until cancelled
 					resp.Body.Close()
 				}()
@@ -482,6 +485,16 @@ func TestQueueFull(t *testing.T) {
 			}
 			if st := s.Stats(); st.Rejected != 1 || metric(t, s, "vllmsim_rejected_total") != 1 {
 				t.Errorf("rejected: stats %d", st.Rejected)
+			}
+			// Both heads came before the refusal's answer (vLLM sends a
+			// stream's head at once, waiting or not); wait for the client
+			// goroutines to see them before cancelling.
+			for range heads {
+				select {
+				case <-headed:
+				case <-time.After(10 * time.Second):
+					t.Error("a streamed request's head did not come within 10 s")
+				}
 			}
 			cancel()
 			wg.Wait()
