@@ -30,6 +30,7 @@ const (
 	KindChat       Kind = iota + 1 // POST /v1/chat/completions
 	KindCompletion                 // POST /v1/completions
 	KindResponses                  // POST /v1/responses (responses.go)
+	KindMessages                   // POST /v1/messages, Anthropic's (messages.go)
 )
 
 // Request is what stage 2 keeps of a body. Every field is a copy, except
@@ -47,7 +48,8 @@ type Request struct {
 	Prompt      string
 	TokenIDs    []int32 // token ids: prompt as ids, or prompt_token_ids
 	HasTokenIDs bool
-	// responses (Messages and Options as chat; responses.go)
+	// responses and Anthropic's messages (Messages and Options as chat;
+	// responses.go, messages.go)
 	PreviousResponseID string // previous_response_id, "" for none
 	// Priority is vLLM's request field (lower first; 0 when absent): the
 	// order of the gateway queue (shard/gate.go).
@@ -70,6 +72,7 @@ const KeepDecodeBytes = 64 << 10
 type Scratch struct {
 	Chat  chat.Scratch
 	model string
+	conv  []byte // an Anthropic request's chat JSON (messages.go), which Chat's messages view
 }
 
 // The top-level members decode reads, by their index in its field table.
@@ -88,6 +91,10 @@ const (
 	fPreviousResponseID
 	fInstructions
 	fInput
+	fSystem
+	fMaxTokens
+	fToolChoice
+	fOutputConfig
 	numFields
 )
 
@@ -140,7 +147,8 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
 		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs", fTools: "tools",
 		fReasoningEffort: "reasoning_effort", fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
-		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input"}
+		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input",
+		fSystem: "system", fMaxTokens: "max_tokens", fToolChoice: "tool_choice", fOutputConfig: "output_config"}
 	open := jsonscan.SkipWS(body, 0)
 	if !jsonscan.Is(body, open, '{') {
 		if _, _, se := scanJSON(body, math.MaxInt, max(maxDepth, 0)); se.kind != ScanOK {
@@ -192,14 +200,18 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		}
 		dst.Priority, dst.HasPriority = int(n), true
 	}
+	if sc != nil {
+		sc.Chat.Joined, sc.Chat.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
+	}
 	switch k {
 	case KindChat:
 		var csc *chat.Scratch
 		if sc != nil {
 			csc = &sc.Chat
-			csc.Joined, csc.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
 		}
 		return decodeChat(dst, b, &f, &fe, csc, want)
+	case KindMessages:
+		return decodeMessages(dst, &r, &f, &fe, sc, want)
 	case KindResponses:
 		return decodeResponses(dst, &r, &f)
 	}
