@@ -78,9 +78,12 @@ const billingHeader = "x-anthropic-billing-header"
 // bytes. Strings are copied as they are written in the body (escapes
 // kept): valid JSON string contents, concatenated freely.
 type convWriter struct {
-	r   *reader
-	out []byte
-	py  []byte // a tool input as json.dumps writes it (pyjson.go)
+	r *reader
+	// calls: the tool calls are written (chat.WantExtras); without, no
+	// template reads them.
+	calls bool
+	out   []byte
+	py    []byte // a tool input as json.dumps writes it (pyjson.go)
 }
 
 // rawStr is the string at r.b[at] between its quotes, escapes kept.
@@ -111,24 +114,37 @@ func appendEscapedJSON(dst, v []byte) []byte {
 	return dst
 }
 
-// msgPath names content block j of message i (i < 0: of system).
-func msgPath(i, j int, field string) string {
+// loc is where a value is: message i's content block j (i < 0: the
+// system's; j < 0: the content itself), item k of that block's content
+// (k < 0: the block). Its path is made only for an error.
+type loc struct{ i, j, k int }
+
+func (l loc) path(field string) string {
 	p := "system"
-	if i >= 0 {
-		p = "messages[" + strconv.Itoa(i) + "].content"
+	if l.i >= 0 {
+		p = "messages[" + strconv.Itoa(l.i) + "].content"
 	}
-	if j >= 0 {
-		p += "[" + strconv.Itoa(j) + "]"
+	if l.j >= 0 {
+		p += "[" + strconv.Itoa(l.j) + "]"
+	}
+	if l.k >= 0 {
+		p += ".content[" + strconv.Itoa(l.k) + "]"
 	}
 	return p + field
 }
 
+// bad is a 400 naming l's field: the path, then the message.
+func (l loc) bad(field, format string, args ...any) *Error {
+	p := l.path(field)
+	return BadRequest(p, "%s"+format, append([]any{p}, args...)...)
+}
+
 // blockType reads the type of the block at b[v] (an object, checked) into
 // a constant: vLLM's block types, "" for another (refused).
-func blockType(r *reader, v int, f *[bN]int, path string) (string, *Error) {
+func blockType(r *reader, f *[bN]int, l loc) (string, *Error) {
 	b := r.b
 	if !jsonscan.Is(b, f[bType], '"') {
-		return "", BadRequest(path+".type", "%s.type: missing or not a string", path)
+		return "", l.bad(".type", ": missing or not a string")
 	}
 	switch t := r.text(f[bType]); string(t) {
 	case "text":
@@ -146,25 +162,26 @@ func blockType(r *reader, v int, f *[bN]int, path string) (string, *Error) {
 	case "redacted_thinking":
 		return "redacted_thinking", nil
 	default:
-		return "", BadRequest(path+".type", "%s.type: want text, image, tool_use, tool_result, tool_reference, thinking or redacted_thinking, got %.40q", path, t)
+		return "", l.bad(".type", ": want text, image, tool_use, tool_result, tool_reference, thinking or redacted_thinking, got %.40q", t)
 	}
 }
 
 // block reads the members of the block at b[v]; an error unless it is an
 // object with a known type.
-func block(r *reader, v int, path string) (f [bN]int, typ string, e *Error) {
+func block(r *reader, v int, l loc) (f [bN]int, typ string, e *Error) {
 	if !jsonscan.Is(r.b, v, '{') {
-		return f, "", BadRequest(path, "%s: want a content block object, got %s", path, jsonscan.TypeName(r.b, v))
+		return f, "", l.bad("", ": want a content block object, got %s", jsonscan.TypeName(r.b, v))
 	}
 	jsonscan.Members(r.b, v, blockKeys, f[:], nil)
-	typ, e = blockType(r, v, &f, path)
+	typ, e = blockType(r, &f, l)
 	return f, typ, e
 }
 
-// optStr checks that the member at b[at] is a string or null (absent).
-func optStr(b []byte, at int, path string) *Error {
+// optStr checks that the member at b[at] (l's field) is a string or null
+// (absent).
+func optStr(b []byte, at int, l loc, field string) *Error {
 	if jsonscan.Present(b, at) && !jsonscan.Is(b, at, '"') {
-		return BadRequest(path, "%s: want a string, got %s", path, jsonscan.TypeName(b, at))
+		return l.bad(field, ": want a string, got %s", jsonscan.TypeName(b, at))
 	}
 	return nil
 }
@@ -179,17 +196,16 @@ func (w *convWriter) systemParts(v, i int) *Error {
 		return nil
 	case jsonscan.Is(b, v, '['):
 	default:
-		p := msgPath(i, -1, "")
-		return BadRequest(p, "%s: want a string or an array of content blocks, got %s", p, jsonscan.TypeName(b, v))
+		return loc{i, -1, -1}.bad("", ": want a string or an array of content blocks, got %s", jsonscan.TypeName(b, v))
 	}
 	j := 0
 	for e := jsonscan.Elem(b, v); e >= 0; e = jsonscan.Next(b, e) {
-		p := msgPath(i, j, "")
-		f, typ, err := block(w.r, e, p)
+		l := loc{i, j, -1}
+		f, typ, err := block(w.r, e, l)
 		if err != nil {
 			return err
 		}
-		if err := optStr(b, f[bText], p+".text"); err != nil {
+		if err := optStr(b, f[bText], l, ".text"); err != nil {
 			return err
 		}
 		if typ == "text" && jsonscan.Is(b, f[bText], '"') && !bytes.HasPrefix(w.r.text(f[bText]), []byte(billingHeader)) {
@@ -202,15 +218,16 @@ func (w *convWriter) systemParts(v, i int) *Error {
 
 // imageURL appends the URL vLLM makes of an image source at b[s]: its
 // url, or a data URL of its media_type (image/jpeg by default) and data.
-func (w *convWriter) imageURL(s int, path string) *Error {
+func (w *convWriter) imageURL(s int, l loc) *Error {
 	b := w.r.b
 	if !jsonscan.Is(b, s, '{') {
-		return BadRequest(path, "%s: want an object, got %s", path, jsonscan.TypeName(b, s))
+		return l.bad(".source", ": want an object, got %s", jsonscan.TypeName(b, s))
 	}
 	var f [4]int
-	jsonscan.Members(b, s, []string{"type", "url", "media_type", "data"}, f[:], nil)
-	for k, name := range []string{"type", "url", "media_type", "data"} {
-		if err := optStr(b, f[k], path+"."+name); err != nil {
+	names := [...]string{"type", "url", "media_type", "data"}
+	jsonscan.Members(b, s, names[:], f[:], nil)
+	for k, name := range names {
+		if err := optStr(b, f[k], l, ".source."+name); err != nil {
 			return err
 		}
 	}
@@ -236,9 +253,9 @@ func (w *convWriter) imageURL(s int, path string) *Error {
 }
 
 // imagePart appends an image_url content part for the source at b[s].
-func (w *convWriter) imagePart(s int, path string) *Error {
+func (w *convWriter) imagePart(s int, l loc) *Error {
 	w.out = append(w.out, `{"type":"image_url","image_url":{"url":`...)
-	if e := w.imageURL(s, path); e != nil {
+	if e := w.imageURL(s, l); e != nil {
 		return e
 	}
 	w.out = append(w.out, "}}"...)
@@ -255,9 +272,9 @@ func (w *convWriter) sep() {
 // toolResult appends the messages a user's tool_result block (members f,
 // at path) makes: a tool message, then a user message of its images and
 // a tool message of its tool references when it has any.
-func (w *convWriter) toolResult(f *[bN]int, path string) *Error {
+func (w *convWriter) toolResult(f *[bN]int, l loc) *Error {
 	b := w.r.b
-	if err := optStr(b, f[bToolUseID], path+".tool_use_id"); err != nil {
+	if err := optStr(b, f[bToolUseID], l, ".tool_use_id"); err != nil {
 		return err
 	}
 	w.sep()
@@ -275,10 +292,10 @@ func (w *convWriter) toolResult(f *[bN]int, path string) *Error {
 	case jsonscan.Is(b, cv, '['):
 		k, texts := 0, 0
 		for it := jsonscan.Elem(b, cv); it >= 0; it = jsonscan.Next(b, it) {
-			p := path + ".content[" + strconv.Itoa(k) + "]"
+			il := loc{l.i, l.j, k}
 			k++
 			if !jsonscan.Is(b, it, '{') {
-				return BadRequest(p, "%s: want an object, got %s", p, jsonscan.TypeName(b, it))
+				return il.bad("", ": want an object, got %s", jsonscan.TypeName(b, it))
 			}
 			var g [bN]int
 			jsonscan.Members(b, it, blockKeys, g[:], nil)
@@ -287,7 +304,7 @@ func (w *convWriter) toolResult(f *[bN]int, path string) *Error {
 			}
 			switch string(w.r.text(g[bType])) {
 			case "text":
-				if err := optStr(b, g[bText], p+".text"); err != nil {
+				if err := optStr(b, g[bText], il, ".text"); err != nil {
 					return err
 				}
 				if texts > 0 {
@@ -300,10 +317,10 @@ func (w *convWriter) toolResult(f *[bN]int, path string) *Error {
 			case "image":
 				images++
 			case "tool_reference":
-				if err := optStr(b, g[bToolName], p+".tool_name"); err != nil {
+				if err := optStr(b, g[bToolName], il, ".tool_name"); err != nil {
 					return err
 				}
-				if err := optStr(b, g[bName], p+".name"); err != nil {
+				if err := optStr(b, g[bName], il, ".name"); err != nil {
 					return err
 				}
 				if refName(b, &g) >= 0 {
@@ -312,7 +329,7 @@ func (w *convWriter) toolResult(f *[bN]int, path string) *Error {
 			}
 		}
 	default:
-		return BadRequest(path+".content", "%s.content: want a string or an array of content blocks, got %s", path, jsonscan.TypeName(b, cv))
+		return l.bad(".content", ": want a string or an array of content blocks, got %s", jsonscan.TypeName(b, cv))
 	}
 	w.out = append(w.out, `"}`...)
 	if images > 0 {
@@ -329,7 +346,7 @@ func (w *convWriter) toolResult(f *[bN]int, path string) *Error {
 				}
 				if s < 0 {
 					w.out = append(w.out, `{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,"}}`...)
-				} else if e := w.imagePart(s, path+".content["+strconv.Itoa(k)+"].source"); e != nil {
+				} else if e := w.imagePart(s, loc{l.i, l.j, k}); e != nil {
 					return e
 				}
 			}
@@ -373,14 +390,15 @@ func refName(b []byte, g *[bN]int) int {
 // message appends what message i (at b[v]) makes.
 func (w *convWriter) message(v, i int) *Error {
 	b := w.r.b
-	p := "messages[" + strconv.Itoa(i) + "]"
 	if !jsonscan.Is(b, v, '{') {
+		p := "messages[" + strconv.Itoa(i) + "]"
 		return BadRequest(p, "%s: want an object, got %s", p, jsonscan.TypeName(b, v))
 	}
 	var f [2]int
 	jsonscan.Members(b, v, []string{"role", "content"}, f[:], nil)
 	if !jsonscan.Is(b, f[0], '"') {
-		return BadRequest(p+".role", "%s.role: missing or not a string", p)
+		p := "messages[" + strconv.Itoa(i) + "].role"
+		return BadRequest(p, "%s: missing or not a string", p)
 	}
 	role := ""
 	switch t := w.r.text(f[0]); string(t) {
@@ -391,7 +409,8 @@ func (w *convWriter) message(v, i int) *Error {
 	case "system":
 		role = "system"
 	default:
-		return BadRequest(p+".role", "%s.role: want user, assistant or system, got %.40q", p, t)
+		p := "messages[" + strconv.Itoa(i) + "].role"
+		return BadRequest(p, "%s: want user, assistant or system, got %.40q", p, t)
 	}
 	cv := f[1]
 	switch {
@@ -406,7 +425,7 @@ func (w *convWriter) message(v, i int) *Error {
 		return nil
 	case jsonscan.Is(b, cv, '['):
 	default:
-		return BadRequest(p+".content", "%s.content: want a string or an array of content blocks, got %s", p, jsonscan.TypeName(b, cv))
+		return loc{i, -1, -1}.bad("", ": want a string or an array of content blocks, got %s", jsonscan.TypeName(b, cv))
 	}
 	// Every block checked, and the tool messages of a user's tool
 	// results written (vLLM appends them as it meets them, before the
@@ -414,9 +433,9 @@ func (w *convWriter) message(v, i int) *Error {
 	var parts, texts, reasoning, calls int
 	j := 0
 	for e := jsonscan.Elem(b, cv); e >= 0; e = jsonscan.Next(b, e) {
-		bp := msgPath(i, j, "")
+		l := loc{i, j, -1}
 		j++
-		g, typ, err := block(w.r, e, bp)
+		g, typ, err := block(w.r, e, l)
 		if err != nil {
 			return err
 		}
@@ -424,7 +443,7 @@ func (w *convWriter) message(v, i int) *Error {
 			k    int
 			name string
 		}{{bText, ".text"}, {bThinking, ".thinking"}, {bID, ".id"}, {bName, ".name"}} {
-			if err := optStr(b, g[m.k], bp+m.name); err != nil {
+			if err := optStr(b, g[m.k], l, m.name); err != nil {
 				return err
 			}
 		}
@@ -447,12 +466,12 @@ func (w *convWriter) message(v, i int) *Error {
 			}
 		case "tool_use":
 			if iv := g[bInput]; jsonscan.Present(b, iv) && !jsonscan.Is(b, iv, '{') {
-				return BadRequest(bp+".input", "%s.input: want an object, got %s", bp, jsonscan.TypeName(b, iv))
+				return l.bad(".input", ": want an object, got %s", jsonscan.TypeName(b, iv))
 			}
 			calls++
 		case "tool_result":
 			if role == "user" {
-				if err := w.toolResult(&g, bp); err != nil {
+				if err := w.toolResult(&g, l); err != nil {
 					return err
 				}
 			} else {
@@ -478,7 +497,7 @@ func (w *convWriter) message(v, i int) *Error {
 		}
 		w.out = append(w.out, '"')
 	}
-	if calls > 0 {
+	if calls > 0 && w.calls {
 		w.out = append(w.out, `,"tool_calls":[`...)
 		for e := jsonscan.Elem(b, cv); e >= 0; e = jsonscan.Next(b, e) {
 			var g [bN]int
@@ -516,7 +535,7 @@ func (w *convWriter) message(v, i int) *Error {
 		for e := jsonscan.Elem(b, cv); e >= 0; e = jsonscan.Next(b, e) {
 			var g [bN]int
 			jsonscan.Members(b, e, blockKeys, g[:], nil)
-			bp := msgPath(i, j, "")
+			l := loc{i, j, -1}
 			j++
 			text := -1 // a text part: its string, or a tool result's content
 			switch string(w.r.text(g[bType])) {
@@ -530,7 +549,7 @@ func (w *convWriter) message(v, i int) *Error {
 					continue
 				}
 				w.sep()
-				if err := w.imagePart(g[bSource], bp+".source"); err != nil {
+				if err := w.imagePart(g[bSource], l); err != nil {
 					return err
 				}
 				continue
@@ -580,22 +599,22 @@ func (w *convWriter) tools(v int) *Error {
 	w.out = append(w.out, '[')
 	k := 0
 	for t := jsonscan.Elem(b, v); t >= 0; t = jsonscan.Next(b, t) {
-		p := "tools[" + strconv.Itoa(k) + "]"
+		p := func() string { return "tools[" + strconv.Itoa(k-1) + "]" } // for an error only
 		k++
 		if !jsonscan.Is(b, t, '{') {
-			return BadRequest(p, "%s: want an object, got %s", p, jsonscan.TypeName(b, t))
+			return BadRequest(p(), "%s: want an object, got %s", p(), jsonscan.TypeName(b, t))
 		}
 		var f [3]int
 		jsonscan.Members(b, t, []string{"name", "description", "input_schema"}, f[:], nil)
 		if !jsonscan.Is(b, f[0], '"') {
-			return BadRequest(p+".name", "%s.name: missing or not a string", p)
+			return BadRequest(p()+".name", "%s.name: missing or not a string", p())
 		}
-		if err := optStr(b, f[1], p+".description"); err != nil {
-			return err
+		if d := f[1]; jsonscan.Present(b, d) && !jsonscan.Is(b, d, '"') {
+			return BadRequest(p()+".description", "%s.description: want a string, got %s", p(), jsonscan.TypeName(b, d))
 		}
 		sv := f[2]
 		if !jsonscan.Is(b, sv, '{') {
-			return BadRequest(p+".input_schema", "%s.input_schema: want an object, got %s", p, jsonscan.TypeName(b, sv))
+			return BadRequest(p()+".input_schema", "%s.input_schema: want an object, got %s", p(), jsonscan.TypeName(b, sv))
 		}
 		w.sep()
 		w.out = append(w.out, `{"type":"function","function":{"name":"`...)
@@ -681,9 +700,14 @@ func decodeMessages(dst *Request, r *reader, f, fe *[numFields]int, sc *Scratch,
 	if e := toolChoice(r, f[fToolChoice]); e != nil {
 		return e
 	}
-	w := convWriter{r: r}
+	w := convWriter{r: r, calls: want&chat.WantExtras != 0}
 	if sc != nil {
 		w.out = sc.conv[:0]
+	}
+	if cap(w.out) < len(b) {
+		// Room for the usual conversion (about the body's size) at once,
+		// rather than append's series of ever larger buffers.
+		w.out = make([]byte, 0, len(b)+len(b)/4)
 	}
 	w.out = append(w.out, `[{"role":"system","content":"`...)
 	start := len(w.out)

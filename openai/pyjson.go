@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -62,10 +63,9 @@ func appendPyJSON(dst, b []byte, at int) []byte {
 // appendPyString appends the JSON string of raw's text (raw: a string's
 // bytes as written, escapes kept) with ensure_ascii's escapes.
 func appendPyString(dst, raw []byte) []byte {
-	var tmp [256]byte
 	s := raw
-	if len(raw) > 0 {
-		s = jsonscan.AppendUnescaped(tmp[:0], raw)
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		s = jsonscan.AppendUnescaped(nil, raw) // rare: unescaped text is never longer
 	}
 	dst = append(dst, '"')
 	for len(s) > 0 {
