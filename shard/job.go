@@ -149,6 +149,8 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 		k = openai.KindCompletion
 	case routeResponses:
 		k = openai.KindResponses
+	case routeMessages:
+		k = openai.KindMessages
 	}
 	lim := j.r.cfg.Body
 	// On the loop, a body (at most OffloopBytes) too short to hold more
@@ -187,7 +189,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 		return e
 	}
 	switch {
-	case j.d.Kind == openai.KindChat || j.d.Kind == openai.KindResponses:
+	case j.d.Kind == openai.KindChat || j.d.Kind == openai.KindResponses || j.d.Kind == openai.KindMessages:
 		var (
 			segs []chat.Segment
 			err  error
@@ -476,7 +478,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	j.hdrArr[0] = reactor.Header{Name: HeaderRoute, Value: string(route)}
 	hdr := j.hdrArr[:]
 	// Only prefix and ranvier read the tree, so only they teach it.
-	routed := r.pol.Kind.UsesTree() && (j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+	routed := r.pol.Kind.UsesTree() && routedByPrefix(j.route)
 	// A prompt shorter than a block teaches nothing; nor does one that
 	// names a previous response: the engine prepends history saltus does
 	// not see, so its keys are not the prefix the backend now holds.

@@ -16,7 +16,7 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, other: other POST /v1/* and vLLM's /tokenize, /detokenize, /pooling, /classify, /score, /rerank, /v2/rerank; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
+		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, messages: Anthropic's POST /v1/messages, embeddings, other: other POST /v1/* and vLLM's /tokenize, /detokenize, /pooling, /classify, /score, /rerank, /v2/rerank; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
 		"saltus_route_decisions_total":         "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
 		"saltus_route_diverted_total":          "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
 		"saltus_router_prefix_match_ratio":     "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
@@ -63,10 +63,11 @@ const (
 	routeResponseID                 // /v1/responses/{id}[/cancel|/input_items]
 	routeNone                       // no route: the reactor's own answers (framing errors, max-conns), OPTIONS *
 	routeAdapters                   // POST /v1/load_lora_adapter, /v1/unload_lora_adapter (adapters.go)
+	routeMessages                   // POST /v1/messages (Anthropic's Messages API)
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none", "adapters"}
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none", "adapters", "messages"}
 
 // rootPaths are vLLM's endpoints outside /v1 that name a model: routed
 // to the model's pool like POST /v1/embeddings (route other).
@@ -94,6 +95,8 @@ func classify(method, path string) (routeID, string) {
 		return routeModels, "GET, HEAD"
 	case "/v1/responses":
 		return routeResponses, allowOnly(method, "POST")
+	case "/v1/messages":
+		return routeMessages, allowOnly(method, "POST")
 	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
 		return routeAdapters, allowOnly(method, "POST")
 	}

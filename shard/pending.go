@@ -59,7 +59,7 @@ type routeFeedback struct {
 // of job.finish's learn. Any stage.
 func (j *job) learnsRoutes() bool {
 	return j.r.pol.Kind == policy.Prefix && len(j.keys) > 0 && j.d.PreviousResponseID == "" &&
-		(j.route == routeChat || j.route == routeCompletions || j.route == routeResponses)
+		routedByPrefix(j.route)
 }
 
 // pend records d for feedback and inserts its backend as a pending holder

@@ -409,8 +409,8 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	if len(req.Body) > r.cfg.OffloopBytes && (r.fleet != nil || routedByPrefix(rt)) ||
-		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses) ||
-		r.tmpl.ToolsInterpreted() && rt == routeChat && chat.MayNeedTools(req.Body) {
+		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses || rt == routeMessages) ||
+		r.tmpl.ToolsInterpreted() && (rt == routeChat || rt == routeMessages) && chat.MayNeedTools(req.Body) {
 		r.offload(j) // decoded (and rendered) off the loop, then tokenize there
 		return
 	}
@@ -451,10 +451,11 @@ func (r *Router) serve(x exchange) {
 
 // routedByPrefix: the route's body is decoded, tokenized and keyed.
 func routedByPrefix(rt routeID) bool {
-	return rt == routeChat || rt == routeCompletions || rt == routeResponses
+	return rt == routeChat || rt == routeCompletions || rt == routeResponses || rt == routeMessages
 }
 
-// fail answers x with an OpenAI-style error, with the request's
+// fail answers x with an OpenAI-style error (Anthropic's on
+// /v1/messages, whose SDKs read that shape), with the request's
 // X-Request-ID (or a generated one) like a proxied answer, and
 // Retry-After on a 503: the Router's 503s all mean that nothing can serve
 // the request now. Any goroutine.
@@ -470,6 +471,10 @@ func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.
 	}
 	hdr = append(hdr, extra...)
 	r.m.request(rt, e.Status) // counted before the client can see it (tests read /metrics right after)
+	if rt == routeMessages {
+		x.Respond(e.Status, hdr, e.AnthropicBody())
+		return
+	}
 	x.Respond(e.Status, hdr, e.Body())
 }
 
@@ -616,8 +621,8 @@ func (r *Router) modelsWorker(ctx context.Context) {
 // up to Config.ExplainTimeout. Any goroutine but a loop.
 func (r *Router) Explain(body []byte, path string) (policy.Decision, error) {
 	rt, _ := classify("POST", path)
-	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
-		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
+	if !routedByPrefix(rt) {
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/messages)", path)
 	}
 	j := &job{r: r, route: rt, explain: make(chan policy.Decision, 1), rawBody: body}
 	if e := j.prepare(body, nil); e != nil {
