@@ -18,6 +18,7 @@ type answer struct {
 	maxTokens int
 	out       output
 	reset     net.Conn // X-Sim-Fail: reset on a stream: the connection to reset
+	msg       *msgAnswer // an Anthropic Messages answer (messages.go); nil: OpenAI's
 }
 
 func answerID(dst []byte, k kind, n uint64) []byte {
