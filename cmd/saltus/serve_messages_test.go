@@ -1,0 +1,101 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// anthropicJSON is a Messages request of sysA (as a text block) and one
+// user turn.
+func anthropicJSON(stream bool, user string) string {
+	b, _ := json.Marshal(map[string]any{"model": "llama3", "max_tokens": 4, "stream": stream,
+		"system":   []map[string]any{{"type": "text", "text": sysA}},
+		"messages": []map[string]any{{"role": "user", "content": user}}})
+	return string(b)
+}
+
+// TestServeMessages: Anthropic's POST /v1/messages through saltus to
+// simulated vLLM engines (llama3 tokenizer and template on both sides):
+// routed by prefix like its chat request (the same keys: a chat request
+// after it matches it whole, on its engine), its usage learned from (the
+// engines' cached tokens are the route table's prediction), streamed
+// events passed through as they come, and saltus's own refusals and API
+// key checks (x-api-key) in Anthropic's error shape.
+func TestServeMessages(t *testing.T) {
+	t.Parallel()
+	_, urls := startSims(t, 3, 100)
+	file := keyFile(t, "", keyEntry("alpha", "sk-alpha-secret-1", ""))
+	s := startServeWith(t, nil, func(c *serveConfig) { c.Keys.File = file }, urls...)
+	key := []string{"x-api-key", "sk-alpha-secret-1", "anthropic-version", "2023-06-01"}
+	send := func(body string) answer {
+		t.Helper()
+		a := post(t, s.addr, "/v1/messages", body, key...)
+		if a.status != 200 {
+			t.Fatalf("POST /v1/messages: %d %s", a.status, a.body)
+		}
+		return a
+	}
+	type message struct {
+		Type       string
+		StopReason string `json:"stop_reason"`
+		Content    []struct{ Type, Text string }
+		Usage      struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+			CacheRead    int `json:"cache_read_input_tokens"`
+		}
+	}
+	first := send(anthropicJSON(false, "Where is the Maersk Alabama?"))
+	if _, total, reason := parseRoute(t, first.route); reason != "hash" || total < 8 {
+		t.Fatalf("first: route %q", first.route)
+	}
+	again := send(anthropicJSON(false, "Which port code is Rotterdam?"))
+	var m message
+	if err := json.Unmarshal([]byte(again.body), &m); err != nil || m.Type != "message" || len(m.Content) != 1 || m.Usage.OutputTokens != 4 {
+		t.Fatalf("again: %s", again.body)
+	}
+	matched, _, reason := parseRoute(t, again.route)
+	if reason != "tree" || matched < 8 || again.backend != first.backend || m.Usage.CacheRead < matched*16 {
+		t.Fatalf("again: route %q on %s (first on %s), usage %+v", again.route, again.backend, first.backend, m.Usage)
+	}
+	// The chat request the first one converts to has the same keys.
+	chat := post(t, s.addr, "/v1/chat/completions", `{"model":"llama3","max_tokens":4,"messages":[{"role":"system","content":`+
+		mustJSON(t, sysA)+`},{"role":"user","content":"Where is the Maersk Alabama?"}]}`, key...)
+	if cm, ct, cr := parseRoute(t, chat.route); chat.status != 200 || cr != "tree" || cm != ct || chat.backend != first.backend {
+		t.Fatalf("its chat request: %d route %q on %s, first on %s", chat.status, chat.route, chat.backend, first.backend)
+	}
+
+	// Streamed: the engine's events, untouched (no [DONE], no usage
+	// chunk asked for), usage in message_delta learned from.
+	st := send(anthropicJSON(true, "How deep is the Elbe at Hamburg?"))
+	if !strings.HasPrefix(st.header.Get("Content-Type"), "text/event-stream") || !strings.HasPrefix(st.body, "event: message_start\n") ||
+		!strings.HasSuffix(st.body, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") || strings.Contains(st.body, "[DONE]") ||
+		!strings.Contains(st.body, `"stop_reason":"max_tokens"`) || st.backend != first.backend {
+		t.Fatalf("stream: %v %s", st.header, st.body)
+	}
+	mt := s.metrics(t)
+	if got := mt[`saltus_requests_total{route="messages",code="200"}`]; got != 3 {
+		t.Errorf("messages 200s counted: %v", got)
+	}
+	if mt["saltus_route_usage_absent_total"] != 0 || mt["saltus_route_actual_cached_tokens_total"] < float64(matched*16) {
+		t.Errorf("usage feedback: absent %v, actual cached %v", mt["saltus_route_usage_absent_total"], mt["saltus_route_actual_cached_tokens_total"])
+	}
+
+	// Anthropic's error shape for saltus's own answers.
+	f := func(body string, hdr []string, status int, typ, msg string) {
+		t.Helper()
+		a := post(t, s.addr, "/v1/messages", body, hdr...)
+		var e struct {
+			Type  string
+			Error struct{ Type, Message string }
+		}
+		if err := json.Unmarshal([]byte(a.body), &e); err != nil || a.status != status || e.Type != "error" || e.Error.Type != typ || !strings.Contains(e.Error.Message, msg) {
+			t.Fatalf("%s: %d %s", body, a.status, a.body)
+		}
+	}
+	f(anthropicJSON(false, "x"), nil, 401, "authentication_error", "You didn't provide an API key")
+	f(anthropicJSON(false, "x"), []string{"x-api-key", "sk-wrong-secret-00"}, 401, "authentication_error", "Incorrect API key")
+	f(`{"model":"llama3","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, key, 400, "invalid_request_error", "max_tokens: must be positive")
+	f(`{"model":"nope","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`, key, 404, "not_found_error", "nope")
+}
