@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -98,4 +100,30 @@ func TestServeMessages(t *testing.T) {
 	f(anthropicJSON(false, "x"), []string{"x-api-key", "sk-wrong-secret-00"}, 401, "authentication_error", "Incorrect API key")
 	f(`{"model":"llama3","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, key, 400, "invalid_request_error", "max_tokens: must be positive")
 	f(`{"model":"nope","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`, key, 404, "not_found_error", "nope")
+}
+
+// TestServeMessagesPassThrough: the engine gets the Messages request as
+// sent (a stream is not asked for usage: vLLM sends it in message_delta
+// anyway) with Anthropic's headers, and its events reach the client as
+// they came.
+func TestServeMessagesPassThrough(t *testing.T) {
+	t.Parallel()
+	events := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"llama3\",\"usage\":{\"input_tokens\":9,\"output_tokens\":0}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	got := make(chan [3]string, 1)
+	up := newUpstreamFunc(t, "a", func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- [3]string{string(body), r.Header.Get("anthropic-version"), r.Header.Get("x-api-key")}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, events)
+	})
+	s := startServeWith(t, []*upstream{up}, func(c *serveConfig) { c.Router.LearnFromUsage = true })
+	body := anthropicJSON(true, "Where is the Maersk Alabama?")
+	a := post(t, s.addr, "/v1/messages", body, "anthropic-version", "2023-06-01", "x-api-key", "sk-engine")
+	g := <-got
+	if a.status != 200 || a.body != events || g[0] != body || g[1] != "2023-06-01" || g[2] != "sk-engine" {
+		t.Fatalf("%d %q; the engine got %q", a.status, a.body, g)
+	}
 }
