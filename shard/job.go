@@ -527,6 +527,9 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(loop)
 	}
+	if j.route == routeMessages {
+		h.ErrorBody = anthropicErrorBody // the backend's own 502, 503, 504 too
+	}
 	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {
 			if !j.d.Stream {

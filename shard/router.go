@@ -478,6 +478,12 @@ func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.
 	x.Respond(e.Status, hdr, e.Body())
 }
 
+// anthropicErrorBody is backend.Hooks.ErrorBody on /v1/messages:
+// Anthropic's error object.
+func anthropicErrorBody(status int, typ, code, msg string) []byte {
+	return (&openai.Error{Status: status, Type: typ, Code: code, Message: msg}).AnthropicBody()
+}
+
 // retryAfter is the Retry-After of the Router's 503s, in seconds: a full
 // /v1/models queue drains in well under one, and a backend that comes
 // back is routed to at once; a client that retries sooner is only

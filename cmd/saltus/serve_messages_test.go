@@ -127,3 +127,31 @@ func TestServeMessagesPassThrough(t *testing.T) {
 		t.Fatalf("%d %q; the engine got %q", a.status, a.body, g)
 	}
 }
+
+// TestServeMessagesBackendErrors: the answers saltus's transport gives
+// itself on /v1/messages (nothing answering: 502; a stream cut
+// mid-way: its SSE error event) are in Anthropic's error shape.
+func TestServeMessagesBackendErrors(t *testing.T) {
+	t.Parallel()
+	up := newUpstreamFunc(t, "a", func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection dies mid-stream
+	})
+	s := startServeWith(t, []*upstream{up}, nil, "http://127.0.0.1:1") // a second backend where nothing listens
+	cut := post(t, s.addr, "/v1/messages", anthropicJSON(true, "Where is the Maersk Alabama?"))
+	if !strings.Contains(cut.body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream connection lost mid-stream\"}}") {
+		t.Fatalf("cut stream: %d %q", cut.status, cut.body)
+	}
+	up.srv.Close()
+	a := post(t, s.addr, "/v1/messages", anthropicJSON(false, "Which port code is Rotterdam?"))
+	var e struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	if err := json.Unmarshal([]byte(a.body), &e); err != nil || a.status/100 != 5 || e.Type != "error" ||
+		(e.Error.Type != "api_error" && e.Error.Type != "overloaded_error") || e.Error.Message == "" {
+		t.Fatalf("nothing answering: %d %s", a.status, a.body)
+	}
+}

@@ -203,7 +203,7 @@ func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, 
 		refuse = ErrOverloaded
 	}
 	if refuse != nil {
-		sink.RespondLoop(fasthttp.StatusServiceUnavailable, refusedHdr(req), errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
+		sink.RespondLoop(fasthttp.StatusServiceUnavailable, refusedHdr(req), h.errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
 		if h.Done != nil {
 			h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse})
 		}
@@ -567,7 +567,7 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	secs := int((lr.refusedFor + time.Second - 1) / time.Second)
 	lr.sink.RespondLoop(lr.refusal, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID},
 		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}},
-		errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded"))
+		lr.hooks.errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded"))
 	lr.finish(now)
 }
 
@@ -627,7 +627,7 @@ func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string, keepLength bo
 // candidate; after it, 502 (504 for a timeout).
 func (lr *loopReq) broken(c *upConn, err error, now time.Time) {
 	if lr.st != nil {
-		lr.streamFailed(err, kindMidstream, sseErrorEvent, now)
+		lr.streamFailed(err, kindMidstream, sseLost.event(&lr.hooks), now)
 		return
 	}
 	started := c.p.started()
@@ -754,7 +754,7 @@ func (lr *loopReq) clientGone() {
 func (lr *loopReq) shutdown() {
 	if lr.st != nil {
 		lr.o.Err = ErrClosed
-		lr.streamFailed(ErrClosed, kindMidstream, sseShutdownEvent, time.Now())
+		lr.streamFailed(ErrClosed, kindMidstream, sseShutdown.event(&lr.hooks), time.Now())
 		return
 	}
 	if lr.c != nil {
@@ -773,7 +773,7 @@ func (lr *loopReq) respondError(status int, msg, typ, code string) {
 	if status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusBadGateway && !lr.headSeen {
 		hdr = append(hdr, RetryAfter)
 	}
-	lr.sink.RespondLoop(status, hdr, errorBody(status, msg, typ, code))
+	lr.sink.RespondLoop(status, hdr, lr.hooks.errorBody(status, msg, typ, code))
 }
 
 // finish ends lr: counts, hooks. Exactly once.
