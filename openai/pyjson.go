@@ -147,12 +147,14 @@ func appendPyFloat(dst []byte, f float64) []byte {
 	var buf [32]byte
 	e := strconv.AppendFloat(buf[:0], f, 'e', -1, 64) // d.ddde±XX
 	mant, exp := e, 0
-	for i, c := range e {
-		if c == 'e' {
-			mant = e[:i]
-			x, _ := strconv.Atoi(string(e[i+1:])) // AppendFloat's own exponent
-			exp = x
-			break
+	if i := bytes.IndexByte(e, 'e'); i >= 0 {
+		mant = e[:i]
+		// AppendFloat's own exponent: a sign, then digits.
+		for _, c := range e[i+2:] {
+			exp = exp*10 + int(c-'0')
+		}
+		if e[i+1] == '-' {
+			exp = -exp
 		}
 	}
 	neg := len(mant) > 0 && mant[0] == '-'
