@@ -211,7 +211,8 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		}
 		return decodeChat(dst, b, &f, &fe, csc, want)
 	case KindMessages:
-		return decodeMessages(dst, &r, &f, &fe, sc, want)
+		mr := r // its own: the conversion's writer makes it escape, which r must not (a chat decode allocates nothing)
+		return decodeMessages(dst, &mr, &f, &fe, sc, want)
 	case KindResponses:
 		return decodeResponses(dst, &r, &f)
 	}

@@ -83,13 +83,40 @@ type convWriter struct {
 	// template reads them.
 	calls bool
 	out   []byte
-	py    []byte // a tool input as json.dumps writes it (pyjson.go)
 }
 
 // rawStr is the string at r.b[at] between its quotes, escapes kept.
 func (w *convWriter) rawStr(at int) []byte {
 	raw, _, _ := jsonscan.Str(w.r.b, at)
 	return raw
+}
+
+// escapeTail escapes b[start:], JSON text as appendPyJSON writes it (no
+// control characters: its strings escape them), into the contents of a
+// JSON string, in place: its quotes and backslashes get a backslash each,
+// moved from the end, so no second buffer holds the text.
+func escapeTail(b []byte, start int) []byte {
+	n := 0
+	for _, c := range b[start:] {
+		if c == '"' || c == '\\' {
+			n++
+		}
+	}
+	if n == 0 {
+		return b
+	}
+	end := len(b)
+	b = append(b, make([]byte, n)...)
+	for i, j := end-1, len(b)-1; i >= start; i-- {
+		c := b[i]
+		b[j] = c
+		j--
+		if c == '"' || c == '\\' {
+			b[j] = '\\'
+			j--
+		}
+	}
+	return b
 }
 
 // appendEscapedJSON appends v (JSON text) as the contents of a JSON
@@ -516,8 +543,9 @@ func (w *convWriter) message(v, i int) *Error {
 			}
 			w.out = append(w.out, `","arguments":"`...)
 			if iv := g[bInput]; jsonscan.Is(b, iv, '{') {
-				w.py = appendPyJSON(w.py[:0], b, iv)
-				w.out = appendEscapedJSON(w.out, w.py)
+				start := len(w.out)
+				w.out = appendPyJSON(w.out, b, iv)
+				w.out = escapeTail(w.out, start)
 			} else {
 				w.out = append(w.out, "{}"...)
 			}
@@ -705,9 +733,10 @@ func decodeMessages(dst *Request, r *reader, f, fe *[numFields]int, sc *Scratch,
 		w.out = sc.conv[:0]
 	}
 	if cap(w.out) < len(b) {
-		// Room for the usual conversion (about the body's size) at once,
-		// rather than append's series of ever larger buffers.
-		w.out = make([]byte, 0, len(b)+len(b)/4)
+		// Room for the usual conversion (about the body's size, up to
+		// twice for tool inputs and results) at once, rather than
+		// append's series of ever larger buffers.
+		w.out = make([]byte, 0, 2*len(b))
 	}
 	w.out = append(w.out, `[{"role":"system","content":"`...)
 	start := len(w.out)
