@@ -45,6 +45,12 @@ func TestRouterMessages(t *testing.T) {
 		if n := e.r.m.requests[routeMessages][200].Load(); n != 1 {
 			t.Fatalf("messages 200s counted: %d", n)
 		}
+		// Over OffloopBytes: decoded by a decode worker, routed the same.
+		big := anthropicBody(strings.Repeat("Which lamp oil burns cleanest? ", 3000))
+		before := e.r.m.offloop.Get()
+		if c, _, total, _ := routed(t, e, 2, "/v1/messages", big); total < 1000 || e.r.m.offloop.Get() != before+1 {
+			t.Fatalf("jinja %v: a large body: %+v, %d blocks, offloop %d then %d", jinja, c, total, before, e.r.m.offloop.Get())
+		}
 	}
 
 	e := newEnv(t, envOpts{loops: 2, backends: 2})
