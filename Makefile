@@ -5,8 +5,9 @@ LDFLAGS   := -X main.version=$(VERSION)
 FUZZTIME  ?= 5s
 BENCHTIME ?= 1s
 PKGS      := ./...
+HELM_VERSION ?= v4.3.2
 
-.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test browser-check anthropic-check fuzz-smoke check clean golden
+.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test browser-check anthropic-check fuzz-smoke helm-check check clean golden
 
 all: build
 
@@ -70,7 +71,14 @@ anthropic-check: ## Anthropic's TypeScript SDK (pinned in test/anthropic, npm ci
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 5s: CI time; run longer with FUZZTIME=5m); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
-check: vet lint rules race fuzz-smoke build browser-check anthropic-check ## what CI runs
+helm-check: ## the Helm chart deploy/helm/saltus: Helm built once from the Go module proxy into bin/helm (no download; 230 s of CPU cold, seconds once cached), lint --strict with the default values and each ci/*.yaml, the rendered objects decoded strictly against k8s.io/api (deploy/helm/check, its own module), the args and saltus.yaml loaded by saltus's config loader (cmd/saltus TestHelmChart; -race reuses race's test binary)
+	GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	bin/helm lint --strict deploy/helm/saltus
+	for f in deploy/helm/saltus/ci/*.yaml; do bin/helm lint --strict deploy/helm/saltus -f $$f || exit 1; done
+	cd deploy/helm/check && $(GO) vet ./... && HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./...
+	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 -race -run 'TestHelm|TestKubernetesManifests' ./cmd/saltus
+
+check: vet lint rules race fuzz-smoke build browser-check helm-check anthropic-check ## what CI runs
 
 golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm, and Python 3 with jinja2 and pydantic; not part of check)
 	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs && python3 chat_tools.py

@@ -27,6 +27,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/saltus-lb/saltus/accesslog"
 	"github.com/saltus-lb/saltus/admin"
 	"github.com/saltus-lb/saltus/discovery/kube"
 	"github.com/saltus-lb/saltus/gossip"
@@ -122,6 +123,9 @@ type Config struct {
 	// Keys are the API keys clients must present (keys.Config: a file
 	// and/or SALTUS_API_KEYS); off by default.
 	Keys keys.Config
+	// AccessLog writes a line per finished request (accesslog.Config);
+	// its Path "" (the default) is off. Every Retune reopens its file.
+	AccessLog accesslog.Config
 }
 
 // DiscoveryK8s is Config.Discovery's value for Kubernetes EndpointSlices.
@@ -134,7 +138,7 @@ const DiscoveryK8s = "k8s"
 // the scrape off for code that routes without them).
 func DefaultConfig() Config {
 	c := Config{Reactor: reactor.DefaultConfig(), Backend: backend.DefaultConfig(), Router: shard.DefaultConfig(), Cluster: gossip.DefaultConfig(), State: state.DefaultConfig(),
-		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(),
+		K8s: kube.DefaultConfig(), Fleet: fleet.DefaultConfig(), Keys: keys.DefaultConfig(), AccessLog: accesslog.DefaultConfig(),
 		BackendModels:         []string{}, // as a config file's `backend-models: []` decodes
 		PriorityBackends:      []string{},
 		BackendMaxConcurrency: []string{},
@@ -170,7 +174,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf(`discovery: must be %q or empty (none), got %q`, DiscoveryK8s, c.Discovery))
 	}
-	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate())
+	errs = append(errs, c.State.Validate(), c.Cluster.Validate(), c.Keys.Validate(), c.AccessLog.Validate())
 	return errors.Join(errs...)
 }
 
@@ -204,7 +208,8 @@ type Path struct {
 	// static is the configured backends' list the last SyncBackends set
 	// (nil: cfg.Backends).
 	static atomic.Pointer[[]string]
-	views  *shard.Views // the evented backends' exact views (kvevents.go)
+	views  *shard.Views   // the evented backends' exact views (kvevents.go)
+	access *accesslog.Log // nil without Config.AccessLog.Path
 	logger *slog.Logger
 	base   *slog.Logger // Build's, for components that name themselves
 	set    *metrics.Set
@@ -346,6 +351,11 @@ func (p *Path) Close(ctx context.Context) error {
 		cerr = errors.Join(cerr, p.Cluster.Close(ctx)) // peers drop this router's load at once
 	}
 	err := errors.Join(cerr, p.Router.Close(ctx))
+	if p.access != nil {
+		// After the router's goroutines, the last to log (its own
+		// answers off the loops): flushed and closed.
+		err = errors.Join(err, p.access.Close(ctx))
+	}
 	p.sources.Stop()
 	if werr := p.sources.Wait(ctx); werr != nil {
 		// A source still running could add a backend: its probe's Go
@@ -363,6 +373,22 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var al *accesslog.Log
+	if cfg.AccessLog.Path != "" {
+		var err error
+		if al, err = accesslog.Open(cfg.AccessLog, logger, set); err != nil {
+			return nil, fmt.Errorf("access-log: %w", err)
+		}
+	}
+	p, err := build(cfg, logger, set, al)
+	if err != nil && al != nil {
+		_ = al.Close(context.Background()) // nothing was logged; the build's error is the one to report
+	}
+	return p, err
+}
+
+// build is Build with the access log opened (nil: none).
+func build(cfg Config, logger *slog.Logger, set *metrics.Set, al *accesslog.Log) (*Path, error) {
 	var (
 		tok  *tokenizer.Tokenizer
 		tmpl *chat.Renderer
@@ -436,6 +462,9 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 		return nil, err
 	}
 	h.h = router
+	if al != nil {
+		router.UseSinks(al)
+	}
 
 	var node *gossip.Node
 	if cfg.Cluster.Enabled() {
@@ -491,7 +520,7 @@ func Build(cfg Config, logger *slog.Logger, set *metrics.Set) (*Path, error) {
 	bset.Start(probes)
 	p := &Path{Data: srv, Router: router, Set: bset, Fleet: fl, Keys: ring, Backends: backendsAPI{bset, fl, router}, Routes: routesAPI{router, node, nil},
 		Cluster: node, State: saver, Static: bset.Managed("config", static...), watches: watches, probes: probes, sources: sources, cfg: cfg,
-		views: views, logger: logger.With("component", "dataplane"), base: logger, set: set}
+		views: views, access: al, logger: logger.With("component", "dataplane"), base: logger, set: set}
 	if watches != nil {
 		p.Discovered = bset.Managed(cfg.Discovery)
 		p.disc.lists = make([][]kube.Target, len(watches))
@@ -637,6 +666,9 @@ func (p *Path) Retune(cfg Config) error {
 	// keys in force, logged and counted by the Ring, and fails nothing
 	// else of the reload. Its path is fixed until a restart.
 	_, _ = p.Keys.Reload()
+	if p.access != nil {
+		p.access.Reopen() // logrotate moved the file (or not: the same file again)
+	}
 	st := settingsOf(cfg)
 	p.live.Store(&st)
 	return errors.Join(p.Data.Retune(rc), p.Set.Retune(bc), p.Router.Retune(sc))
@@ -667,9 +699,9 @@ type lateHandler struct{ h reactor.Handler } // set before Server.Start
 func (l *lateHandler) Serve(x *reactor.Exchange) { l.h.Serve(x) }
 
 // OwnAnswer passes the reactor's own answers on to the router's count.
-func (l *lateHandler) OwnAnswer(status int) {
+func (l *lateHandler) OwnAnswer(status int, client, requestID string) {
 	if o, ok := l.h.(reactor.OwnAnswers); ok {
-		o.OwnAnswer(status)
+		o.OwnAnswer(status, client, requestID)
 	}
 }
 

@@ -30,6 +30,8 @@ const (
 	KindChat       Kind = iota + 1 // POST /v1/chat/completions
 	KindCompletion                 // POST /v1/completions
 	KindResponses                  // POST /v1/responses (responses.go)
+	KindPooling                    // POST /v1/embeddings, /pooling, /classify: input (pooling.go)
+	KindScore                      // POST /score, /v1/score, /rerank, /v1/rerank, /v2/rerank: the query (pooling.go)
 	KindMessages                   // POST /v1/messages, Anthropic's (messages.go)
 )
 
@@ -370,53 +372,61 @@ func decodeCompletion(dst *Request, r *reader, f *[numFields]int) *Error {
 	if !jsonscan.Present(b, pv) {
 		return BadRequest("prompt", "prompt: missing")
 	}
+	return decodePrompt(dst, r, pv, "prompt")
+}
+
+// decodePrompt reads the prompt at r.b[pv], a completion's prompt or an
+// embedding's input (name): a string, an array of strings, an array of
+// token ids or an array of arrays of token ids. A batch routes by its
+// first prompt; the others must have its type.
+func decodePrompt(dst *Request, r *reader, pv int, name string) *Error {
+	b := r.b
 	switch {
 	case jsonscan.Is(b, pv, '"'):
 		dst.Prompt = r.str(pv)
 		return nil
 	case jsonscan.Is(b, pv, '['):
 	default:
-		return BadRequest("prompt", "prompt: want a string, an array of strings, an array of token ids or an array of arrays of token ids, got %s", jsonscan.TypeName(b, pv))
+		return BadRequest(name, "%s: want a string, an array of strings, an array of token ids or an array of arrays of token ids, got %s", name, jsonscan.TypeName(b, pv))
 	}
 	first := jsonscan.Elem(b, pv)
 	if first < 0 {
-		return BadRequest("prompt", "prompt: empty array")
+		return BadRequest(name, "%s: empty array", name)
 	}
-	// A batch routes by its first prompt; the others must have its type.
 	switch {
 	case jsonscan.Is(b, first, '"'):
-		if e := sameType(b, first, '"', "a string"); e != nil {
+		if e := sameType(b, first, '"', "a string", name); e != nil {
 			return e
 		}
 		dst.Prompt = r.str(first)
 	case jsonscan.IsNumber(b, first):
-		ids, e := tokenIDs(b, pv, "prompt")
+		ids, e := tokenIDs(b, pv, name)
 		if e != nil {
 			return e
 		}
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
 	case jsonscan.Is(b, first, '['):
-		if e := sameType(b, first, '[', "an array of token ids"); e != nil {
+		if e := sameType(b, first, '[', "an array of token ids", name); e != nil {
 			return e
 		}
-		ids, e := tokenIDs(b, first, "prompt[0]")
+		ids, e := tokenIDs(b, first, name+"[0]")
 		if e != nil {
 			return e
 		}
 		dst.TokenIDs, dst.HasTokenIDs = ids, true
 	default:
-		return BadRequest("prompt", "prompt[0]: want a string, a token id or an array of token ids, got %s", jsonscan.TypeName(b, first))
+		return BadRequest(name, "%s[0]: want a string, a token id or an array of token ids, got %s", name, jsonscan.TypeName(b, first))
 	}
 	return nil
 }
 
 // sameType checks that every prompt of a batch, from its first at
 // b[first], opens with c as the first does (what names it in the error).
-func sameType(b []byte, first int, c byte, what string) *Error {
+func sameType(b []byte, first int, c byte, what, name string) *Error {
 	i := 0
 	for e := first; e >= 0; e = jsonscan.Next(b, e) {
 		if !jsonscan.Is(b, e, c) {
-			return BadRequest("prompt", "prompt[%d]: want %s like prompt[0], got %s", i, what, jsonscan.TypeName(b, e))
+			return BadRequest(name, "%s[%d]: want %s like %s[0], got %s", name, i, what, name, jsonscan.TypeName(b, e))
 		}
 		i++
 	}

@@ -10,13 +10,14 @@ import (
 )
 
 // Models: the "model" a body names, for the routes that are not decoded
-// (embeddings, rerank, score, pooling, tokenize: shard/pools.go), and
-// GET /v1/models/{id}, one object of an OpenAI model list.
+// (tokenize, audio, other /v1 POSTs, and pooling bodies DecodePooling does
+// not read: shard/pools.go), and GET /v1/models/{id}, one object of an
+// OpenAI model list.
 
 // BodyModel returns the top-level "model" string of a JSON object body ("" if
 // the body is not such an object or has none), its last occurrence as the
 // engines read duplicate keys: the pool of an endpoint that is not routed
-// by prefix (embeddings, rerank, score, pooling, tokenize). One pass over
+// by prefix (tokenize, detokenize, other /v1 POSTs). One pass over
 // the body, no allocation but the name; a body the pass cannot read
 // yields "" (forwarded to any backend, whose own error the client gets).
 // Any goroutine; on a loop only for bodies up to shard's

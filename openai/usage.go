@@ -100,10 +100,62 @@ func UsageTokens(u []byte) (prompt, completion int64, ok bool) {
 	}
 	prompt, okp := get("prompt_tokens", "input_tokens")
 	if v.Get("prompt_tokens") == nil {
-		r, _ := get("cache_read_input_tokens")
-		c, _ := get("cache_creation_input_tokens")
-		prompt += r + c
+		if p, _, hc, ok := anthropicPrompt(v); ok && hc {
+			prompt = int64(p)
+		}
 	}
 	completion, _ = get("completion_tokens", "output_tokens")
 	return prompt, completion, okp
+}
+
+// UsageCounts is what a usage object reports: prompt and completion
+// tokens (OK: prompt_tokens or input_tokens was there) and cached prompt
+// tokens (HasCached: prompt_tokens_details.cached_tokens, or
+// input_tokens_details.cached_tokens of the Responses shape).
+type UsageCounts struct {
+	Prompt, Completion, Cached int
+	OK, HasCached              bool
+}
+
+// ReadUsage reads u's counts in one parse (the request log's; feedback
+// and keys read theirs with PromptUsage and UsageTokens). Any goroutine.
+func ReadUsage(u []byte) (c UsageCounts) {
+	if len(u) == 0 || len(u) > maxUsageBytes {
+		return c
+	}
+	p := usageParsers.Get()
+	defer usageParsers.Put(p) // at most maxUsageBytes of values
+	v, err := p.ParseBytes(u)
+	if err != nil {
+		return c
+	}
+	get := func(keys ...string) (int, bool) {
+		x := v.Get(keys...)
+		if x == nil || x.Type() != fastjson.TypeNumber {
+			return 0, false
+		}
+		i, err := x.Int()
+		return i, err == nil && i >= 0
+	}
+	if c.Prompt, c.OK = get("prompt_tokens"); !c.OK {
+		c.Prompt, c.OK = get("input_tokens")
+	}
+	if !c.OK {
+		return UsageCounts{}
+	}
+	var ok bool
+	if c.Completion, ok = get("completion_tokens"); !ok {
+		c.Completion, _ = get("output_tokens")
+	}
+	if c.Cached, c.HasCached = get("prompt_tokens_details", "cached_tokens"); !c.HasCached {
+		c.Cached, c.HasCached = get("input_tokens_details", "cached_tokens")
+	}
+	if v.Get("prompt_tokens") == nil {
+		// Anthropic's (POST /v1/messages), as PromptUsage reads it.
+		if p, cached, hc, ok := anthropicPrompt(v); ok && hc {
+			c.Prompt, c.Cached, c.HasCached = p, cached, true
+		}
+	}
+	c.Cached = min(c.Cached, c.Prompt)
+	return c
 }

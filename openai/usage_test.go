@@ -50,3 +50,44 @@ func TestUsageTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestReadUsage(t *testing.T) {
+	t.Parallel()
+	f := func(u string, want UsageCounts) {
+		t.Helper()
+		if got := ReadUsage([]byte(u)); got != want {
+			t.Errorf("ReadUsage(%q) = %+v, want %+v", u, got, want)
+		}
+	}
+	f(`{"prompt_tokens":100,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":64}}`, UsageCounts{100, 7, 64, true, true})
+	f(`{"prompt_tokens":100,"prompt_tokens_details":null}`, UsageCounts{Prompt: 100, OK: true})
+	f(`{"input_tokens":9,"output_tokens":2,"input_tokens_details":{"cached_tokens":80}}`, UsageCounts{9, 2, 9, true, true})                      // capped
+	f(`{"input_tokens":36,"output_tokens":5,"cache_read_input_tokens":64,"cache_creation_input_tokens":0}`, UsageCounts{100, 5, 64, true, true}) // Anthropic's
+	f(`{"completion_tokens":5}`, UsageCounts{})
+	f(`{"prompt_tokens":-1,"completion_tokens":5}`, UsageCounts{})
+	f(`not json`, UsageCounts{})
+	f(``, UsageCounts{})
+}
+
+// FuzzReadUsage checks ReadUsage against PromptUsage and UsageTokens on
+// the OpenAI shape.
+func FuzzReadUsage(f *testing.F) {
+	f.Add([]byte(`{"prompt_tokens":100,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":64}}`))
+	f.Add([]byte(`{"prompt_tokens":1.5}`))
+	f.Add([]byte(`{"input_tokens":5,"input_tokens_details":{"cached_tokens":3},"cache_read_input_tokens":2}`))
+	f.Add([]byte(`{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":"x"}}`))
+	f.Fuzz(func(t *testing.T, u []byte) {
+		c := ReadUsage(u)
+		if c.Prompt < 0 || c.Completion < 0 || c.Cached < 0 || c.Cached > c.Prompt {
+			t.Fatalf("ReadUsage(%q) = %+v", u, c)
+		}
+		p, _, ok := UsageTokens(u)
+		pp, cached, hasCached, pok := PromptUsage(u)
+		if pok && (!c.OK || c.Prompt != pp || (hasCached && (!c.HasCached || c.Cached != cached))) {
+			t.Fatalf("ReadUsage(%q) = %+v, PromptUsage %d %d %v", u, c, pp, cached, hasCached)
+		}
+		if ok && c.OK && int64(c.Prompt) != p {
+			t.Fatalf("ReadUsage(%q) = %+v, UsageTokens prompt %d", u, c, p)
+		}
+	})
+}

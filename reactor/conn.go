@@ -273,11 +273,11 @@ func (c *conn) push(req *Request) *Exchange {
 // request's bytes, whose X-Request-ID the answer echoes. Loop only.
 func (c *conn) frameError(e *httpError, buf []byte) {
 	c.s.m.framingError(e.status)
-	c.s.ownAnswer(e.status)
 	id := headRequestID(buf[:min(len(buf), c.s.lim.Load().maxHead)])
 	if id == "" {
 		id = NewRequestID()
 	}
+	c.s.ownAnswer(e.status, c.remote, id)
 	c.closing = true
 	c.linger = true
 	c.in = nil

@@ -26,9 +26,11 @@ type Handler interface {
 // OwnAnswer for each answer it gives by itself, which Serve never sees:
 // framing errors (400, 413, 431, 501) and the 503 of a connection over
 // MaxConns; so a handler that counts every answer (saltus_requests_total)
-// counts these too, and none twice. On a loop; it must not block.
+// counts these too, and none twice. client is the client's address ("" if
+// unknown), requestID the X-Request-ID the answer carried ("" for the
+// max-conns 503, which has none). On a loop; it must not block.
 type OwnAnswers interface {
-	OwnAnswer(status int)
+	OwnAnswer(status int, client, requestID string)
 }
 
 // Exchange states (Exchange.state).

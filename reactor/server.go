@@ -489,9 +489,9 @@ func (s *Server) stopEngine(ctx context.Context) {
 
 // ownAnswer tells the handler of an answer the reactor gave by itself.
 // Loop only.
-func (s *Server) ownAnswer(status int) {
+func (s *Server) ownAnswer(status int, client, requestID string) {
 	if s.own != nil {
-		s.own.OwnAnswer(status)
+		s.own.OwnAnswer(status, client, requestID)
 	}
 }
 
@@ -533,7 +533,13 @@ func (h *engineHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if s.conns.Add(1) > int64(s.lim.Load().maxConns) {
 		s.conns.Add(-1)
 		s.m.rejectedMaxConns.Inc()
-		s.ownAnswer(http.StatusServiceUnavailable)
+		client := ""
+		if s.own != nil {
+			if ra := gc.RemoteAddr(); ra != nil {
+				client = ra.String() // refused: rare, and only for a handler that wants it
+			}
+		}
+		s.ownAnswer(http.StatusServiceUnavailable, client, "")
 		if isTLS {
 			_ = peer.wire.write(response503()) // the records go out before the close, as OnOpen's bytes would
 			s.tls.release()

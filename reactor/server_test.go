@@ -55,7 +55,7 @@ type testHandler struct {
 }
 
 // OwnAnswer counts the reactor's own answers (OwnAnswers).
-func (h *testHandler) OwnAnswer(status int) {
+func (h *testHandler) OwnAnswer(status int, _, _ string) {
 	h.ownMu.Lock()
 	defer h.ownMu.Unlock()
 	if h.own == nil {

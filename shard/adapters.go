@@ -391,6 +391,8 @@ func (r *Router) answerAdapter(x exchange, op adapterOp, base string, results []
 		panic("BUG: cannot encode an adapter answer: " + err.Error())
 	}
 	r.m.request(routeAdapters, status) // counted first, as fail does
-	x.Respond(status, []reactor.Header{{Name: "Content-Type", Value: "application/json"},
-		{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}, body)
+	hdr := []reactor.Header{{Name: "Content-Type", Value: "application/json"},
+		{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}
+	x.Respond(status, hdr, body)
+	r.logOwn(x, status, hdr, body)
 }

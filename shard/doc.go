@@ -38,7 +38,11 @@
 // after stage 5, never post a lookup to the owner shard and learn nothing;
 // X-Saltus-Route names the policy as its reason ("0/12 round_robin").
 //
-// POST /v1/embeddings and other /v1/* POSTs go to the least loaded
+// vLLM's pooling and scoring routes (embeddings, /pooling, /classify,
+// /score, /rerank) are keyed by their input or query and routed by prefix
+// when saltus reads their body (pooled), else as the next ones. Audio
+// uploads (their multipart form's model), /tokenize, /detokenize and
+// other /v1/* POSTs go to the least loaded
 // backend and teach nothing; GET /v1/models is answered off the loops by
 // backend.Set.Models; other paths get 404, wrong methods 405.
 //
@@ -86,6 +90,11 @@
 //     immutable snapshot behind an atomic pointer, its limiters atomics
 //     shared by every loop; serve looks the key up before any body work,
 //     with no lock and no message.
+//   - Request records (reqlog.go): with a sink (UseSinks, before the
+//     loops start) every answer's end hands one reqlog.Record to it: a
+//     forward's Done fills its loop's scratch Record (the Shard's rec),
+//     saltus's own answers off the loops (fail, /v1/models) a Record
+//     each. Without one, no record and no allocation.
 //   - Counters are atomics; Serve is loop only, Explain, RouteStats and
 //     Close any goroutine but a loop.
 package shard

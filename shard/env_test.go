@@ -197,6 +197,7 @@ type fakeUpstream struct {
 	serveIdx  atomic.Int64 // which candidate answers (a retry when > 0)
 	refuse    atomic.Bool  // Forward returns false (proxy pool full)
 	quiet     atomic.Bool  // Forward does nothing (benchmarks)
+	usage     []byte       // Outcome.Usage of the answers; set before the requests
 	async     atomic.Bool  // the hooks run on a goroutine of their own, as a proxy's
 	proxies   sync.WaitGroup
 	calls     chan forwardCall
@@ -273,7 +274,7 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 				if h.FirstByte != nil { // nil: nothing to learn
 					h.FirstByte(b, st)
 				}
-				h.Done(backend.Outcome{Backend: b, Status: st})
+				h.Done(backend.Outcome{Backend: b, Status: st, Usage: u.usage})
 				u.calls <- c
 			}()
 			return true
@@ -281,7 +282,7 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 		if h.FirstByte != nil {
 			h.FirstByte(b, st)
 		}
-		h.Done(backend.Outcome{Backend: b, Status: st})
+		h.Done(backend.Outcome{Backend: b, Status: st, Usage: u.usage})
 	}
 	u.calls <- c
 	return true
@@ -408,6 +409,9 @@ func (e *env) serve(t testing.TB, x *fakeExchange) *forwardCall {
 	}
 	select {
 	case c := <-e.up.calls:
+		if kx, ok := c.x.(*keyedExchange); ok {
+			c.x = kx.exchange // a sink's wrapper (reqlog.go)
+		}
 		if c.x != x {
 			t.Fatal("a Forward for another exchange")
 		}

@@ -179,6 +179,7 @@ func (r *Router) gateRemove(owner int, j *job) {
 func (g *gate) gone(j *job) {
 	g.m.results[resGone].Add(1)
 	j.keyDone(0, nil)
+	j.logGone(-1)
 }
 
 // dispatch sends on as many queued requests as g's pool has free slots:
@@ -216,6 +217,7 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 		}
 		g.m.results[resDispatched].Add(1)
 		g.m.observeWait(b, waited)
+		j.waited += waited
 		j.transit = &g.m.transit
 		j.transit.Add(1)
 		r.shards[j.loop].poster(j.resume)
@@ -267,6 +269,7 @@ func (r *Router) tickGates(sh *Shard) {
 			g.m.results[resExpired].Add(1)
 			g.m.refused[refusedExpired].Add(1)
 			g.m.observeWait(b, time.Duration(now-j.queuedAt))
+			j.waited += time.Duration(now - j.queuedAt)
 			r.fail(j.x, j.route, expiredError(model, r.cfg.Queue.MaxWait))
 		}
 		clear(sh.expired)

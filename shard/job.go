@@ -108,6 +108,8 @@ type job struct {
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64
+	waited      time.Duration // time spent in its gate, over its requeues (the request log's)
+	start       int64         // when served (the router's clock), only with a sink (reqlog.go)
 	// transit is its pool's count while it is dispatched from its gate
 	// and not decided yet (gate.go: arrived); nil otherwise.
 	transit *atomic.Int64
@@ -143,6 +145,10 @@ type job struct {
 // until keyed or own; without (Explain, a decode worker) they are the
 // job's own.
 func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
+	if pooled(j.route) {
+		j.preparePooled(body)
+		return nil
+	}
 	k := openai.KindChat
 	switch j.route {
 	case routeCompletions:
@@ -225,6 +231,26 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 	return nil
 }
 
+// preparePooled is prepare for a pooling or scoring route: its input to
+// key, or, when saltus cannot read the body, its model alone (then it is
+// routed unkeyed: pooled). Nothing is refused here; the engine answers
+// what it refuses. The body's grammar and depth are checked as it is read
+// (bounded work, nothing kept per value).
+func (j *job) preparePooled(body []byte) {
+	k := openai.KindPooling
+	if j.route == routeScore {
+		k = openai.KindScore
+	}
+	if e := openai.DecodePooling(&j.d, k, body, j.r.cfg.Body.MaxDepth); e != nil {
+		j.r.m.unkeyed.Inc()
+		j.d = openai.Request{Kind: k, Model: openai.BodyModel(body)}
+		return
+	}
+	if !j.d.HasTokenIDs {
+		j.texts, j.msgEnd = []string{j.d.Prompt}, []bool{false}
+	}
+}
+
 func (j *job) seedModel() string {
 	if j.r.cfg.Model != "" {
 		return j.r.cfg.Model
@@ -234,6 +260,20 @@ func (j *job) seedModel() string {
 
 // tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
 func (j *job) tokenize() {
+	if len(j.texts) == 0 && !j.d.HasTokenIDs {
+		j.dispatch() // a pooled route's body saltus could not key: no keys
+		return
+	}
+	if j.route == routeScore && !j.d.HasTokenIDs {
+		// A reranker's engine tokenizes the query with each document
+		// (its pair template, its separator): byte-block keys of the
+		// query send the same query to one engine, and claim no blocks
+		// the engine's KV events could confirm (exact 0).
+		j.keys = tree.ByteBlockKeys(j.keyArr[:0], tree.ByteBlockSeed(j.seedModel()), j.texts...)
+		j.texts, j.msgEnd = nil, nil
+		j.dispatch()
+		return
+	}
 	if j.d.HasTokenIDs {
 		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.TokenIDs, j.r.cfg.BlockSize)
 		j.exact = len(j.keys)
@@ -326,6 +366,7 @@ func (j *job) dispatch() {
 	if j.x != nil && gone(j.x) {
 		j.arrived()
 		j.r.m.clientGone.Inc()
+		j.logGone(j.loop)
 		return
 	}
 	if j.d.PreviousResponseID != "" {
@@ -486,6 +527,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (decide.go: pendingPrefill)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
+	loop := j.x.loopID() // the forward's, whose hooks run there
 	h := backend.Hooks{Done: func(o backend.Outcome) {
 		if o.Requeued {
 			j.requeue(o)
@@ -508,7 +550,10 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		j.pin.release()
 		r.m.request(j.route, o.Status)
 		j.settle(o)
-	}, Usage: j.wantsUsage() || j.key != nil}
+		if r.sink != nil {
+			r.logEnd(loop, j.x, &o, o.Status, 0, "")
+		}
+	}, Usage: j.wantsUsage() || j.key != nil || r.sinkTokens}
 	if j.pool != nil && j.requeues < maxRequeues {
 		h.Requeue = func() bool { return true }
 	}
@@ -517,7 +562,6 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	// counted there. The upstream I/O runs on the client connection's
 	// loop, whatever the route and the policy, streamed (event by event)
 	// or not.
-	loop := j.x.loopID()
 	// FirstByte runs on that loop: a learn for a prefix that loop owns is
 	// applied at once. Posted, it could run after the client's next
 	// request, whose lookup runs inline on the same loop (gnet runs

@@ -54,7 +54,9 @@ func (r *Router) authenticate(x exchange, rt routeID) *keys.Key {
 // keyedExchange is a keyed request's exchange: every answer, proxied or
 // saltus's own, carries the key's x-ratelimit-* headers (hdr, set at
 // admission), and saltus's own answers (Respond) settle the key's
-// accounting, as Hooks.Done does for forwarded ones.
+// accounting, as Hooks.Done does for forwarded ones. With a request
+// sink (reqlog.go) every job's exchange is one, keyed or not (j.key nil):
+// the log finds the job of saltus's own answers through it (jobOf).
 type keyedExchange struct {
 	exchange
 	j   *job
@@ -157,7 +159,7 @@ func (j *job) promptEstimate() int64 {
 		return int64(len(j.d.TokenIDs))
 	}
 	n := 0
-	if routedByPrefix(j.route) {
+	if routedByPrefix(j.route) && len(j.texts) > 0 {
 		for _, t := range j.texts {
 			n += len(t)
 		}

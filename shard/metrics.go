@@ -16,7 +16,7 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, messages: Anthropic's POST /v1/messages, embeddings, other: other POST /v1/* and vLLM's /tokenize, /detokenize, /pooling, /classify, /score, /rerank, /v2/rerank; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
+		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, messages: Anthropic's POST /v1/messages, embeddings, pooling: /pooling and /classify, score: /score, /v1/score, /rerank, /v1/rerank, /v2/rerank, audio: /v1/audio/transcriptions and /v1/audio/translations, other: other POST /v1/* and vLLM's /tokenize and /detokenize; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
 		"saltus_route_decisions_total":         "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
 		"saltus_route_diverted_total":          "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
 		"saltus_router_prefix_match_ratio":     "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
@@ -26,6 +26,7 @@ func init() {
 		"saltus_route_footprint_full_total":    "Decisions not recorded in the footprint table (the prefixes each backend is busy with) because the shard's table was full.",
 		"saltus_route_learn_errors_total":      "Learns the route table refused (a backend id beyond its MaxBackends).",
 		"saltus_route_client_gone_total":       "Requests whose client left before they were routed (nothing forwarded).",
+		"saltus_route_unkeyed_total":           "Embeddings, pooling and score requests in a shape saltus does not key (chat messages, multimodal inputs, not JSON): routed to the least loaded backend of their model's pool, for the engine to answer.",
 		"saltus_shard_mailbox_overflow_total":  "Messages to an owner shard refused over its mailbox bound (the request is routed without the tree).",
 		"saltus_request_body_refused_total":    "Chat and completion bodies refused before they were decoded, by reason: too_many_values (over --max-body-values, 413), too_deep (over --max-body-depth, 413), invalid_json (400).",
 		"saltus_shard_decode_offloop_total":    "Bodies over 64 KiB decoded and rendered on a decode worker instead of their event loop.",
@@ -63,16 +64,15 @@ const (
 	routeResponseID                 // /v1/responses/{id}[/cancel|/input_items]
 	routeNone                       // no route: the reactor's own answers (framing errors, max-conns), OPTIONS *
 	routeAdapters                   // POST /v1/load_lora_adapter, /v1/unload_lora_adapter (adapters.go)
+	routePooling                    // POST /pooling, /classify
+	routeScore                      // POST /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
+	routeAudio                      // POST /v1/audio/transcriptions, /v1/audio/translations
 	routeMessages                   // POST /v1/messages (Anthropic's Messages API)
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none", "adapters", "messages"}
-
-// rootPaths are vLLM's endpoints outside /v1 that name a model: routed
-// to the model's pool like POST /v1/embeddings (route other).
-var rootPaths = map[string]bool{"/tokenize": true, "/detokenize": true, "/pooling": true, "/classify": true,
-	"/score": true, "/rerank": true, "/v2/rerank": true}
+var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none", "adapters",
+	"pooling", "score", "audio", "messages"}
 
 // classify maps a request line to its route, and to the Allow header of a
 // 405 ("" when the method is allowed). path is the reactor's normal form
@@ -99,8 +99,15 @@ func classify(method, path string) (routeID, string) {
 		return routeMessages, allowOnly(method, "POST")
 	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
 		return routeAdapters, allowOnly(method, "POST")
-	}
-	if rootPaths[path] {
+	case "/pooling", "/classify":
+		return routePooling, allowOnly(method, "POST")
+	case "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank":
+		return routeScore, allowOnly(method, "POST")
+	case "/v1/audio/transcriptions", "/v1/audio/translations":
+		return routeAudio, allowOnly(method, "POST")
+	case "/tokenize", "/detokenize":
+		// vLLM's endpoints outside /v1 that name a model: routed to the
+		// model's pool, unkeyed.
 		return routeOther, allowOnly(method, "POST")
 	}
 	if _, allow, ok := openai.ResponsePathID(path); ok {
@@ -151,6 +158,7 @@ type routerMetrics struct {
 	diverted  *metrics.Counter
 
 	overflow, learned, learnSkipped, learnDropped, learnErrors, clientGone *metrics.Counter
+	unkeyed                                                                *metrics.Counter
 	footFull, remoteInserted                                               *metrics.Counter
 	guessesIgnored                                                         *metrics.Counter // truth.go
 
@@ -176,6 +184,7 @@ func newRouterMetrics(set *metrics.Set) *routerMetrics {
 		learnErrors:  set.NewCounter("saltus_route_learn_errors_total"),
 		clientGone:   set.NewCounter("saltus_route_client_gone_total"),
 		footFull:     set.NewCounter("saltus_route_footprint_full_total"),
+		unkeyed:      set.NewCounter("saltus_route_unkeyed_total"),
 	}
 	m.remoteInserted = set.NewCounter("saltus_route_remote_inserted_total")
 	m.guessesIgnored = set.NewCounter("saltus_kvview_guesses_ignored_total")

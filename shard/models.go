@@ -40,7 +40,9 @@ func (r *Router) retrieveModel(ctx context.Context, x exchange, id string) {
 	}
 	if m := openai.FindModel(body, id); m != nil {
 		r.m.request(routeModels, 200) // counted first, as fail does
-		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"}}, m)
+		hdr := []reactor.Header{{Name: "Content-Type", Value: "application/json"}}
+		x.Respond(200, hdr, m)
+		r.logOwn(x, 200, hdr, m)
 		return
 	}
 	r.fail(x, routeModels, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",

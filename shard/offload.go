@@ -70,7 +70,7 @@ func (r *Router) decodeOff(j *job) {
 	}
 	if !routedByPrefix(j.route) {
 		// Only its model is read, for its pool (pools.go).
-		j.d.Model = openai.BodyModel(j.req.Body)
+		j.d.Model = unkeyedModel(j.route, j.req)
 		if e := j.admit(); e != nil {
 			r.fail(j.x, j.route, e)
 			return

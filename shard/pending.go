@@ -58,8 +58,7 @@ type routeFeedback struct {
 // learnsRoutes reports whether j's answer teaches the tree: the conditions
 // of job.finish's learn. Any stage.
 func (j *job) learnsRoutes() bool {
-	return j.r.pol.Kind == policy.Prefix && len(j.keys) > 0 && j.d.PreviousResponseID == "" &&
-		routedByPrefix(j.route)
+	return j.r.pol.Kind == policy.Prefix && len(j.keys) > 0 && j.d.PreviousResponseID == "" && routedByPrefix(j.route)
 }
 
 // pend records d for feedback and inserts its backend as a pending holder

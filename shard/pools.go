@@ -176,8 +176,10 @@ func (r *Router) retrievePooled(x exchange, id string) bool {
 			Message: fmt.Sprintf("no backend serving the model `%.200s` is available; retry later", id)}) // fail adds Retry-After to a 503
 	default:
 		r.m.request(routeModels, 200) // counted first, as fail does
-		x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},
-			{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}, p.Model.Card)
+		hdr := []reactor.Header{{Name: "Content-Type", Value: "application/json"},
+			{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}
+		x.Respond(200, hdr, p.Model.Card)
+		r.logOwn(x, 200, hdr, p.Model.Card)
 	}
 	return true
 }

@@ -114,6 +114,19 @@ func TestPoolsOtherEndpointsByModel(t *testing.T) {
 			}
 		}
 	}
+	// An audio upload names its model in a form field.
+	for _, path := range []string{"/v1/audio/transcriptions", "/v1/audio/translations"} {
+		body := "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF....model\r\n" +
+			"--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\norg/beta\r\n--XyZ--\r\n"
+		for i := range 4 {
+			x := newExchange(i%2, "POST", path, body)
+			x.req.Header = []reactor.Header{{Name: "Content-Type", Value: "multipart/form-data; boundary=XyZ"}}
+			c := e.serve(t, x)
+			if c == nil || (c.candidates[0] != 3 && c.candidates[0] != 4) {
+				t.Fatalf("%s: %+v, want one of org/beta's backends (3, 4)", path, c)
+			}
+		}
+	}
 	// A body without a model (or not JSON) goes to any backend: the
 	// engine answers it.
 	if c := e.serve(t, newExchange(0, "POST", "/v1/embeddings", `not json`)); c == nil {

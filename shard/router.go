@@ -17,6 +17,7 @@ import (
 	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/reactor"
+	"github.com/saltus-lb/saltus/reqlog"
 	"github.com/saltus-lb/saltus/rules"
 	"github.com/saltus-lb/saltus/tokenpool"
 	"github.com/saltus-lb/saltus/tokenpool/chat"
@@ -145,6 +146,10 @@ type Router struct {
 	decodes    chan *job                  // bounded queue of large bodies (offload.go)
 	budget     valueBudget                // values being parsed off the loop (offload.go)
 	decodeHook atomic.Pointer[func(*job)] // SetDecodeHook's; nil: none
+	// sink gets every finished request's record (reqlog.go); nil: off.
+	// sinkTokens: it wants token counts. Set before the loops start.
+	sink       reqlog.Sink
+	sinkTokens bool
 }
 
 // Shard is one event loop's part of the Router, one value per loop: that
@@ -179,6 +184,7 @@ type Shard struct {
 	// queues are the gates' oldest waits as the loop last published
 	// them (publishGates); any goroutine reads them.
 	queues atomic.Pointer[[]gateSnap]
+	rec    reqlog.Record // the forwards' ends' record (reqlog.go), reused
 
 	// Any goroutine.
 	maintained time.Time    // the last maintenance step; owned by the loop
@@ -356,8 +362,10 @@ func (r *Router) serve(x exchange) {
 	case rt == routeNone && allow == "":
 		// OPTIONS *: what the server supports (RFC 9110 §9.3.7).
 		r.m.request(rt, 200) // counted first, as fail does
-		x.Respond(200, []reactor.Header{{Name: "Allow", Value: "GET, HEAD, POST, OPTIONS"},
-			{Name: reactor.RequestIDHeader, Value: req.RequestID()}}, nil)
+		hdr := []reactor.Header{{Name: "Allow", Value: "GET, HEAD, POST, OPTIONS"},
+			{Name: reactor.RequestIDHeader, Value: req.RequestID()}}
+		x.Respond(200, hdr, nil)
+		r.logOwn(x, 200, hdr, nil)
 		return
 	case rt == routeUnknown:
 		r.fail(x, rt, &openai.Error{Status: 404, Type: "invalid_request_error", Code: "not_found",
@@ -399,8 +407,12 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	j := &job{r: r, x: x, req: req, route: rt, loop: x.loopID()}
-	if key != nil {
+	if key != nil || r.sink != nil {
+		// A sink logs the job's own answers through it too (jobOf).
 		j.key, j.x = key, &keyedExchange{exchange: x, j: j}
+	}
+	if r.sink != nil {
+		j.start = r.now()
 	}
 	j.session = r.sessionOf(req)
 	if rt == routeResponseID {
@@ -419,8 +431,8 @@ func (r *Router) serve(x exchange) {
 		// is read, for its pool. prefix and consistent_hash send it to
 		// the least loaded backend (reason fallback), round_robin and
 		// least_request as any request.
-		if r.fleet != nil || key != nil {
-			j.d.Model = openai.BodyModel(req.Body)
+		if r.fleet != nil || key != nil || r.sink != nil {
+			j.d.Model = unkeyedModel(rt, req)
 		}
 		if e := j.admit(); e != nil {
 			r.fail(j.x, rt, e)
@@ -449,10 +461,33 @@ func (r *Router) serve(x exchange) {
 	j.tokenize()
 }
 
-// routedByPrefix: the route's body is decoded, tokenized and keyed.
-func routedByPrefix(rt routeID) bool {
+// unkeyedModel is the model a request of a route not routed by prefix
+// names, for its pool: an audio upload's form field, or the JSON body's
+// "model" ("" for none: any backend, whose answer the client gets).
+func unkeyedModel(rt routeID, req *reactor.Request) string {
+	if rt == routeAudio {
+		return openai.FormModel(req.Body, req.HeaderValue("Content-Type"))
+	}
+	return openai.BodyModel(req.Body)
+}
+
+// routedByPrefix: the route's body is decoded, tokenized and keyed (a
+// pooling route's when it can be: pooled).
+func routedByPrefix(rt routeID) bool { return generates(rt) || pooled(rt) }
+
+// generates: the routes that generate, whose answers carry the usage
+// feedback reads (a Responses answer's has another shape).
+func generates(rt routeID) bool {
 	return rt == routeChat || rt == routeCompletions || rt == routeResponses || rt == routeMessages
 }
+
+// pooled: vLLM's pooling and scoring routes. An engine with prefix
+// caching reuses the KV of a long input (a document embedded again, a
+// reranker's query and its instructions before every document), so they
+// are keyed by the input (openai.DecodePooling) and routed by prefix;
+// a body in a shape saltus does not read goes unkeyed to the least
+// loaded backend of its model's pool, and the engine answers it.
+func pooled(rt routeID) bool { return rt == routeEmbeddings || rt == routePooling || rt == routeScore }
 
 // fail answers x with an OpenAI-style error (Anthropic's on
 // /v1/messages, whose SDKs read that shape), with the request's
@@ -471,11 +506,12 @@ func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.
 	}
 	hdr = append(hdr, extra...)
 	r.m.request(rt, e.Status) // counted before the client can see it (tests read /metrics right after)
+	body := e.Body()
 	if rt == routeMessages {
-		x.Respond(e.Status, hdr, e.AnthropicBody())
-		return
+		body = e.AnthropicBody()
 	}
-	x.Respond(e.Status, hdr, e.Body())
+	x.Respond(e.Status, hdr, body)
+	r.logOwn(x, e.Status, hdr, body)
 }
 
 // anthropicErrorBody is backend.Hooks.ErrorBody on /v1/messages:
@@ -489,11 +525,6 @@ func anthropicErrorBody(status int, typ, code, msg string) []byte {
 // back is routed to at once; a client that retries sooner is only
 // refused again.
 const retryAfter = "1"
-
-// OwnAnswer counts an answer the reactor gave by itself (framing errors,
-// the max-conns 503: reactor.OwnAnswers) in saltus_requests_total, under
-// route "none". Loop only.
-func (r *Router) OwnAnswer(status int) { r.m.request(routeNone, status) }
 
 // publish copies the tree's gauges to atomics. Loop only.
 func (sh *Shard) publish() {
@@ -616,8 +647,10 @@ func (r *Router) modelsWorker(ctx context.Context) {
 				continue
 			}
 			r.m.request(routeModels, 200) // counted first, as fail does
-			x.Respond(200, []reactor.Header{{Name: "Content-Type", Value: "application/json"},
-				{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}, body)
+			hdr := []reactor.Header{{Name: "Content-Type", Value: "application/json"},
+				{Name: reactor.RequestIDHeader, Value: x.Request().RequestID()}}
+			x.Respond(200, hdr, body)
+			r.logOwn(x, 200, hdr, body)
 		}
 	}
 }
@@ -627,7 +660,7 @@ func (r *Router) modelsWorker(ctx context.Context) {
 // up to Config.ExplainTimeout. Any goroutine but a loop.
 func (r *Router) Explain(body []byte, path string) (policy.Decision, error) {
 	rt, _ := classify("POST", path)
-	if !routedByPrefix(rt) {
+	if !generates(rt) {
 		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/messages)", path)
 	}
 	j := &job{r: r, route: rt, explain: make(chan policy.Decision, 1), rawBody: body}

@@ -17,14 +17,21 @@ import (
 //
 // Sub-benchmark pool: the same with model pools (pools.go): 8 backends in
 // two pools of 4, the request's model one of them: the pool's admission
-// and the views of its backends alone.
+// and the views of its backends alone. Sub-benchmark log: "all" with a
+// request sink (reqlog.go).
 func BenchmarkServeChat4K(b *testing.B) {
-	b.Run("all", func(b *testing.B) { benchServeChat4K(b, false) })
-	b.Run("pool", func(b *testing.B) { benchServeChat4K(b, true) })
+	b.Run("all", func(b *testing.B) { benchServeChat4K(b, false, false) })
+	b.Run("pool", func(b *testing.B) { benchServeChat4K(b, true, false) })
+	b.Run("log", func(b *testing.B) { benchServeChat4K(b, false, true) })
 }
 
-func benchServeChat4K(b *testing.B, pooled bool) {
+// benchServeChat4K: pooled, with model pools; log, with a request sink
+// (reqlog.go; the end's own cost is BenchmarkRequestEnd's).
+func benchServeChat4K(b *testing.B, pooled, log bool) {
 	e := newEnv(b, envOpts{loops: 1, backends: 8, tokenizer: true, maintain: time.Hour})
+	if log {
+		e.r.UseSinks(nopSink{tokens: true})
+	}
 	if pooled {
 		listed := map[int][]fleet.Model{}
 		for i := range 8 {

@@ -58,22 +58,32 @@ func TestRouterDirectAnswers(t *testing.T) {
 	if e.serve(t, x) != nil || x.status != 200 || x.header("Allow") != "GET, HEAD, POST, OPTIONS" || x.header("X-Request-ID") == "" {
 		t.Fatalf("OPTIONS *: %d %v", x.status, x.hdr)
 	}
-	e.r.OwnAnswer(431)
+	e.r.OwnAnswer(431, "", "")
 	if n, m := e.r.m.requests[routeNone][200].Load(), e.r.m.requests[routeNone][431].Load(); n != 1 || m != 1 {
 		t.Fatalf("route none: %d 200s, %d 431s counted", n, m)
 	}
 
-	// Non-routed endpoints: least loaded, reason fallback, nothing learned.
+	// Non-routed endpoints, and pooling bodies saltus does not key: least
+	// loaded, reason fallback, nothing learned.
 	e.up.inFlight[0].Store(3)
-	for _, path := range []string{"/v1/embeddings", "/v1/rerank"} {
-		x = newExchange(0, "POST", path, `{"model":"m","input":"`+strings.Repeat("x", 500)+`"}`)
+	long := strings.Repeat("x", 500)
+	for _, tc := range []struct{ path, body string }{
+		{"/tokenize", `{"model":"m","prompt":"` + long + `"}`},
+		{"/v1/rerank", `{"model":"m","input":"` + long + `"}`}, // no query
+		{"/v1/embeddings", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`},
+		{"/pooling", `not json`},
+	} {
+		x = newExchange(0, "POST", tc.path, tc.body)
 		c := e.serve(t, x)
 		if c == nil || c.candidates[0] != 1 || c.header(HeaderRoute) != "0/0 fallback" {
-			t.Fatalf("%s: %+v", path, c)
+			t.Fatalf("%s: %+v", tc.path, c)
 		}
 	}
 	if s := e.r.routeStats(); s.Learned != 0 || s.Nodes != 0 {
 		t.Fatalf("non-routed requests taught the tree: %+v", s)
+	}
+	if n := e.r.m.unkeyed.Get(); n != 3 {
+		t.Fatalf("unkeyed pooling requests: %d counted, want 3", n)
 	}
 
 	// Forward refusing (its proxy pool full) is counted as a 503.

@@ -40,7 +40,8 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
 	// A keyed request's tokens are charged from its usage (keys.go),
 	// under every policy and whether or not saltus learns from it.
-	keyed := j.key != nil && (j.route == routeChat || j.route == routeCompletions)
+	// So are a request log's (reqlog.go), when its sink wants tokens.
+	keyed := (j.key != nil || j.r.sinkTokens) && (j.route == routeChat || j.route == routeCompletions)
 	if !j.d.Stream || j.d.IncludeUsage || !(keyed || r.learn.Load() && j.wantsUsage()) {
 		return body
 	}

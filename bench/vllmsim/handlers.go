@@ -50,6 +50,14 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.tokenize(ctx)
 		}
+	case "/v1/audio/transcriptions", "/v1/audio/translations":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.audio(ctx)
+		}
+	case "/v1/embeddings", "/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.pooling(ctx, poolKindOf(string(ctx.Path())))
+		}
 	case "/v1/models":
 		if s.method(ctx, fasthttp.MethodGet) {
 			s.models(ctx)
@@ -258,11 +266,7 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 
 // whole waits for a non-streamed request's last token and answers it.
 func (s *Sim) whole(ctx *fasthttp.RequestCtx, a *answer, sq *seq) {
-	for sq.state.Load() == seqActive {
-		<-sq.notify
-	}
-	if sq.state.Load() != seqDone {
-		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "shutting_down"})
+	if !s.awaitDone(ctx, sq) {
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -271,6 +275,19 @@ func (s *Sim) whole(ctx *fasthttp.RequestCtx, a *answer, sq *seq) {
 		return
 	}
 	ctx.SetBody(a.appendWhole(make([]byte, 0, 512+8*a.maxTokens), sq.cached))
+}
+
+// awaitDone waits for sq's end. False: the engine closed first, and ctx
+// is answered (503 shutting_down).
+func (s *Sim) awaitDone(ctx *fasthttp.RequestCtx, sq *seq) bool {
+	for sq.state.Load() == seqActive {
+		<-sq.notify
+	}
+	if sq.state.Load() != seqDone {
+		s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "shutting_down"})
+		return false
+	}
+	return true
 }
 
 // stream writes a streamed answer as the scheduler produces it. It runs

@@ -227,11 +227,7 @@ func (s *Sim) responses(ctx *fasthttp.RequestCtx) {
 	a := s.newRespAnswer(&req, m.name, msgs, maxTokens, t.hash)
 	a.prompt = t.n
 	if !req.stream {
-		for sq.state.Load() == seqActive {
-			<-sq.notify
-		}
-		if sq.state.Load() != seqDone {
-			s.answerError(ctx, &apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "shutting_down"})
+		if !s.awaitDone(ctx, sq) {
 			return
 		}
 		ctx.SetContentType("application/json")

@@ -73,10 +73,18 @@ type (
 			MountPath string `yaml:"mountPath"`
 		} `yaml:"volumeMounts"`
 	}
-	k8sVolume struct {
+	k8sKeyToPath struct{ Key, Path string }
+	k8sVolume    struct {
 		Name      string
-		ConfigMap *struct{ Name string } `yaml:"configMap"`
-		EmptyDir  *struct{}              `yaml:"emptyDir"`
+		ConfigMap *struct {
+			Name  string
+			Items []k8sKeyToPath
+		} `yaml:"configMap"`
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+			Items      []k8sKeyToPath
+		}
+		EmptyDir *struct{} `yaml:"emptyDir"`
 	}
 	k8sSelector struct {
 		MatchLabels map[string]string `yaml:"matchLabels"`
@@ -87,15 +95,17 @@ type (
 			Selector k8sSelector
 			Template struct {
 				Metadata k8sMeta
-				Spec     struct {
-					ServiceAccountName            string      `yaml:"serviceAccountName"`
-					TerminationGracePeriodSeconds int         `yaml:"terminationGracePeriodSeconds"`
-					SecurityContext               k8sSecurity `yaml:"securityContext"`
-					Containers                    []k8sContainer
-					Volumes                       []k8sVolume
-				}
+				Spec     k8sPodSpec
 			}
 		}
+	}
+	k8sPodSpec struct {
+		ServiceAccountName            string      `yaml:"serviceAccountName"`
+		AutomountServiceAccountToken  *bool       `yaml:"automountServiceAccountToken"`
+		TerminationGracePeriodSeconds int         `yaml:"terminationGracePeriodSeconds"`
+		SecurityContext               k8sSecurity `yaml:"securityContext"`
+		Containers                    []k8sContainer
+		Volumes                       []k8sVolume
 	}
 	k8sService struct {
 		Spec struct {
@@ -233,158 +243,19 @@ func TestKubernetesManifests(t *testing.T) {
 	if !selects(dep.Spec.Selector.MatchLabels, podLabels) {
 		t.Errorf("the Deployment's selector %v does not select its pods %v", dep.Spec.Selector.MatchLabels, podLabels)
 	}
-	if len(pod.Containers) != 1 {
-		t.Fatalf("%d containers, want 1", len(pod.Containers))
-	}
-	c := pod.Containers[0]
-	ports := map[string]k8sPort{}
-	for _, p := range c.Ports {
-		ports[p.Name] = p
-	}
-	for _, name := range []string{"http", "admin", "gossip-tcp", "gossip-udp"} {
-		if _, ok := ports[name]; !ok {
-			t.Errorf("container port %q missing", name)
+	c, ports := checkRouterContainer(t, pod, "http", "admin", "gossip-tcp", "gossip-udp")
+	cfg := routerConfig(t, c, pod, func(kind, name string) map[string][]byte {
+		var cm struct{ Data map[string]string }
+		one(kind, name).decode(t, &cm)
+		files := map[string][]byte{}
+		for k, v := range cm.Data {
+			files[k] = []byte(v)
 		}
-	}
-	if ports["gossip-udp"].Protocol != "UDP" || ports["gossip-tcp"].ContainerPort != ports["gossip-udp"].ContainerPort {
-		t.Errorf("gossip ports %+v %+v: want one port number, TCP and UDP", ports["gossip-tcp"], ports["gossip-udp"])
-	}
-
-	// Hardening, on the pod or the container.
-	sc, psc := c.SecurityContext, pod.SecurityContext
-	isTrue := func(b *bool) bool { return b != nil && *b }
-	if !isTrue(sc.RunAsNonRoot) && !isTrue(psc.RunAsNonRoot) {
-		t.Error("runAsNonRoot is not set")
-	}
-	if !isTrue(sc.ReadOnlyRootFilesystem) {
-		t.Error("readOnlyRootFilesystem is not set")
-	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Error("allowPrivilegeEscalation is not false")
-	}
-	if !slices.Equal(sc.Capabilities.Drop, []string{"ALL"}) {
-		t.Errorf("capabilities drop %q, want [ALL]", sc.Capabilities.Drop)
-	}
-	if sc.SeccompProfile.Type != "RuntimeDefault" && psc.SeccompProfile.Type != "RuntimeDefault" {
-		t.Error("no RuntimeDefault seccomp profile")
-	}
-	if psc.RunAsUser != 65532 {
-		t.Errorf("runAsUser %d, want the image's 65532", psc.RunAsUser)
-	}
-	if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
-		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", c.Resources)
-	}
-
-	// The args: saltus serve, every flag one it has, every $(VAR) an env
-	// var from the downward API.
-	flags := newServeFlags(io.Discard, nil).fs
-	if len(c.Args) == 0 || c.Args[0] != "serve" {
-		t.Fatalf("container args %q, want serve ...", c.Args)
-	}
-	env := map[string]string{}
-	for _, e := range c.Env {
-		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
-	}
-	if env["POD_NAME"] != "metadata.name" || env["POD_IP"] != "status.podIP" {
-		t.Errorf("env %v: want POD_NAME and POD_IP from the downward API", env)
-	}
-	podValues := map[string]string{"metadata.name": "saltus-7d9f-abcde", "status.podIP": "10.1.2.3"}
-	cmHolder := filepath.Join(t.TempDir(), "saltus.yaml")
-	var args []string
-	var configArg string
-	for i := 1; i < len(c.Args); i++ {
-		a := c.Args[i]
-		if name, ok := strings.CutPrefix(a, "--"); ok {
-			name, _, _ = strings.Cut(name, "=")
-			if flags.Lookup(name) == nil && name != "config" {
-				t.Errorf("container args: saltus serve has no flag --%s", name)
-			}
-		}
-		a = regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(a, func(ref string) string {
-			v, ok := podValues[env[ref[2:len(ref)-1]]]
-			if !ok {
-				t.Errorf("container args: %s is no env var from the downward API", ref)
-			}
-			return v
-		})
-		if i > 1 && c.Args[i-1] == "--config" {
-			configArg, a = a, cmHolder
-		}
-		args = append(args, a)
-	}
-
-	// The ConfigMap holds the file --config names, mounted from it.
-	mounts := map[string]string{} // mount path → volume
-	for _, m := range c.VolumeMounts {
-		mounts[m.MountPath] = m.Name
-	}
-	var cm struct{ Data map[string]string }
-	var cmName string
-	for _, v := range pod.Volumes {
-		if v.ConfigMap != nil && mounts[filepath.Dir(configArg)] == v.Name {
-			cmName = v.ConfigMap.Name
-		}
-	}
-	one("ConfigMap", cmName).decode(t, &cm)
-	text, ok := cm.Data[filepath.Base(configArg)]
-	if !ok {
-		t.Fatalf("ConfigMap %s has no key %s (--config %s)", cmName, filepath.Base(configArg), configArg)
-	}
-	if err := os.WriteFile(cmHolder, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := loadServeConfig(args, io.Discard)
-	if err != nil {
-		t.Fatalf("the ConfigMap's saltus.yaml with the Deployment's args does not load: %v", err)
-	}
+		return files
+	})
 	discovery := map[string]string{"discovery": cfg.Discovery, "k8s-service": cfg.K8s.Service,
 		"k8s-namespace": cfg.K8s.Namespace, "k8s-port-name": cfg.K8s.PortName}
-
-	// The config and the manifests agree: ports, addresses, state dir,
-	// drain within the grace period.
-	portOf := func(key, addr string) int {
-		t.Helper()
-		host, p, err := net.SplitHostPort(addr)
-		if err != nil {
-			t.Fatalf("%s %q: %v", key, addr, err)
-		}
-		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
-			t.Errorf("%s %q: loopback, unreachable from the kubelet and the Services", key, addr)
-		}
-		n, _ := strconv.Atoi(p) // validated by loadServeConfig
-		return n
-	}
-	if p := portOf("listen", cfg.Reactor.Listen); p != ports["http"].ContainerPort {
-		t.Errorf("listen port %d, container port http %d", p, ports["http"].ContainerPort)
-	}
-	if p := portOf("admin-listen", cfg.Admin.Listen); p != ports["admin"].ContainerPort {
-		t.Errorf("admin-listen port %d, container port admin %d", p, ports["admin"].ContainerPort)
-	}
-	if p := portOf("cluster-bind", cfg.Cluster.Bind); p != ports["gossip-tcp"].ContainerPort {
-		t.Errorf("cluster-bind port %d, container port gossip-tcp %d", p, ports["gossip-tcp"].ContainerPort)
-	}
-	if want := net.JoinHostPort(podValues["status.podIP"], strconv.Itoa(ports["gossip-tcp"].ContainerPort)); cfg.Cluster.Advertise != want {
-		t.Errorf("cluster-advertise %q, want the pod IP and the gossip port %q", cfg.Cluster.Advertise, want)
-	}
-	if cfg.Cluster.NodeName != podValues["metadata.name"] {
-		t.Errorf("node-name %q, want the pod's name", cfg.Cluster.NodeName)
-	}
-	if cfg.Admin.BearerToken != "" {
-		t.Error("admin-token is set: the probes on /ready cannot send it")
-	}
-	stateVol := ""
-	if v, ok := mounts[cfg.State.Dir]; ok {
-		stateVol = v
-	}
-	if !slices.ContainsFunc(pod.Volumes, func(v k8sVolume) bool { return v.Name == stateVol && v.EmptyDir != nil }) {
-		t.Errorf("state-dir %q is not an emptyDir mount", cfg.State.Dir)
-	}
-	if c.Lifecycle.PreStop.Sleep == nil {
-		t.Fatal("no preStop sleep: the listener would close before the endpoints drop the pod")
-	}
-	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; grace < time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second+cfg.DrainTimeout {
-		t.Errorf("terminationGracePeriodSeconds %v < preStop sleep %ds + drain-timeout %v", grace, c.Lifecycle.PreStop.Sleep.Seconds, cfg.DrainTimeout)
-	}
+	checkRouterConfig(t, cfg, c, pod, ports)
 
 	// Services: they select the pods and name container ports; the
 	// headless one is the join seed and publishes pods before they are ready.
@@ -569,6 +440,229 @@ func TestKubernetesManifests(t *testing.T) {
 		if p == "/metrics" && !strings.Contains(a.body, "saltus_requests_total") {
 			t.Errorf("GET %s on the admin listener: no saltus metrics", p)
 		}
+	}
+}
+
+// The pod the checks stand for: its name and IP, as the downward API
+// gives them.
+const (
+	testPodName = "saltus-7d9f-abcde"
+	testPodIP   = "10.1.2.3"
+)
+
+// checkRouterContainer checks the router pod's one container: the ports
+// named (the gossip ports one number, TCP and UDP, when it has them), the
+// hardening, the resources. It returns the container and its ports by name.
+func checkRouterContainer(t *testing.T, pod k8sPodSpec, portNames ...string) (k8sContainer, map[string]k8sPort) {
+	t.Helper()
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	ports := map[string]k8sPort{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p
+	}
+	for _, name := range portNames {
+		if _, ok := ports[name]; !ok {
+			t.Errorf("container port %q missing", name)
+		}
+	}
+	if _, ok := ports["gossip-tcp"]; ok && (ports["gossip-udp"].Protocol != "UDP" || ports["gossip-tcp"].ContainerPort != ports["gossip-udp"].ContainerPort) {
+		t.Errorf("gossip ports %+v %+v: want one port number, TCP and UDP", ports["gossip-tcp"], ports["gossip-udp"])
+	}
+
+	// Hardening, on the pod or the container.
+	sc, psc := c.SecurityContext, pod.SecurityContext
+	isTrue := func(b *bool) bool { return b != nil && *b }
+	if !isTrue(sc.RunAsNonRoot) && !isTrue(psc.RunAsNonRoot) {
+		t.Error("runAsNonRoot is not set")
+	}
+	if !isTrue(sc.ReadOnlyRootFilesystem) {
+		t.Error("readOnlyRootFilesystem is not set")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []string{"ALL"}) {
+		t.Errorf("capabilities drop %q, want [ALL]", sc.Capabilities.Drop)
+	}
+	if sc.SeccompProfile.Type != "RuntimeDefault" && psc.SeccompProfile.Type != "RuntimeDefault" {
+		t.Error("no RuntimeDefault seccomp profile")
+	}
+	if psc.RunAsUser != 65532 {
+		t.Errorf("runAsUser %d, want the image's 65532", psc.RunAsUser)
+	}
+	if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
+		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", c.Resources)
+	}
+	return c, ports
+}
+
+// routerConfig checks the container's args (saltus serve, every flag one
+// it has, every $(VAR) an env var from the downward API) and loads
+// saltus's configuration as the pod would: the files of its ConfigMap and
+// Secret volumes (files(kind, name) gives an object's data) are written
+// under a temporary directory standing for the pod's file system, and the
+// paths under a mount, in the args and in the --config file, are moved
+// there; the config loader reads and validates what they name (the TLS
+// pair, the API keys, the cluster key).
+func routerConfig(t *testing.T, c k8sContainer, pod k8sPodSpec, files func(kind, name string) map[string][]byte) serveConfig {
+	t.Helper()
+	flags := newServeFlags(io.Discard, nil).fs
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Fatalf("container args %q, want serve ...", c.Args)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+	}
+	if env["POD_NAME"] != "metadata.name" || env["POD_IP"] != "status.podIP" {
+		t.Errorf("env %v: want POD_NAME and POD_IP from the downward API", env)
+	}
+	podValues := map[string]string{"metadata.name": testPodName, "status.podIP": testPodIP}
+
+	// The mounts, under root.
+	root := t.TempDir()
+	volumes := map[string]k8sVolume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	var mountPaths []string
+	for _, m := range c.VolumeMounts {
+		v, ok := volumes[m.Name]
+		if !ok {
+			t.Errorf("volume mount %s: no volume %q", m.MountPath, m.Name)
+			continue
+		}
+		mountPaths = append(mountPaths, m.MountPath)
+		dir := filepath.Join(root, m.MountPath)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var data map[string][]byte
+		var items []k8sKeyToPath
+		switch {
+		case v.ConfigMap != nil:
+			data, items = files("ConfigMap", v.ConfigMap.Name), v.ConfigMap.Items
+		case v.Secret != nil:
+			data, items = files("Secret", v.Secret.SecretName), v.Secret.Items
+		default:
+			continue
+		}
+		if items == nil {
+			for k := range data {
+				items = append(items, k8sKeyToPath{k, k})
+			}
+		}
+		for _, it := range items {
+			b, ok := data[it.Key]
+			if !ok {
+				t.Errorf("volume %s: no key %q in its object", m.Name, it.Key)
+			}
+			if err := os.WriteFile(filepath.Join(dir, it.Path), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Longest first: a mount inside another is matched whole.
+	slices.SortFunc(mountPaths, func(a, b string) int { return len(b) - len(a) })
+	for i, p := range mountPaths {
+		mountPaths[i] = regexp.QuoteMeta(p)
+	}
+	underRoot := func(s string) string {
+		if len(mountPaths) == 0 {
+			return s
+		}
+		re := regexp.MustCompile(`(?:` + strings.Join(mountPaths, "|") + `)(?:/[^\s"',\]]*)?`)
+		return re.ReplaceAllStringFunc(s, func(p string) string { return filepath.Join(root, p) })
+	}
+
+	var args []string
+	for i := 1; i < len(c.Args); i++ {
+		a := c.Args[i]
+		if name, ok := strings.CutPrefix(a, "--"); ok {
+			name, _, _ = strings.Cut(name, "=")
+			if flags.Lookup(name) == nil && name != "config" {
+				t.Errorf("container args: saltus serve has no flag --%s", name)
+			}
+		}
+		a = regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(a, func(ref string) string {
+			v, ok := podValues[env[ref[2:len(ref)-1]]]
+			if !ok {
+				t.Errorf("container args: %s is no env var from the downward API", ref)
+			}
+			return v
+		})
+		if i > 1 && c.Args[i-1] == "--config" {
+			// The file as the pod sees it, its paths under root.
+			text, err := os.ReadFile(filepath.Join(root, a))
+			if err != nil {
+				t.Fatalf("--config %s: not in a ConfigMap volume: %v", a, err)
+			}
+			if err := os.WriteFile(filepath.Join(root, a), []byte(underRoot(string(text))), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append(args, underRoot(a))
+	}
+	cfg, _, err := loadServeConfig(args, io.Discard)
+	if err != nil {
+		t.Fatalf("the ConfigMap's saltus.yaml with the Deployment's args does not load: %v", err)
+	}
+	return cfg
+}
+
+// checkRouterConfig: the config and the pod agree: ports, addresses, node
+// name, state dir, no admin token, drain within the grace period.
+func checkRouterConfig(t *testing.T, cfg serveConfig, c k8sContainer, pod k8sPodSpec, ports map[string]k8sPort) {
+	t.Helper()
+	portOf := func(key, addr string) int {
+		t.Helper()
+		host, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatalf("%s %q: %v", key, addr, err)
+		}
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			t.Errorf("%s %q: loopback, unreachable from the kubelet and the Services", key, addr)
+		}
+		n, _ := strconv.Atoi(p) // validated by loadServeConfig
+		return n
+	}
+	if p := portOf("listen", cfg.Reactor.Listen); p != ports["http"].ContainerPort {
+		t.Errorf("listen port %d, container port http %d", p, ports["http"].ContainerPort)
+	}
+	if p := portOf("admin-listen", cfg.Admin.Listen); p != ports["admin"].ContainerPort {
+		t.Errorf("admin-listen port %d, container port admin %d", p, ports["admin"].ContainerPort)
+	}
+	if _, gossip := ports["gossip-tcp"]; gossip || cfg.Cluster.Bind != "" {
+		if p := portOf("cluster-bind", cfg.Cluster.Bind); p != ports["gossip-tcp"].ContainerPort {
+			t.Errorf("cluster-bind port %d, container port gossip-tcp %d", p, ports["gossip-tcp"].ContainerPort)
+		}
+		if want := net.JoinHostPort(testPodIP, strconv.Itoa(ports["gossip-tcp"].ContainerPort)); cfg.Cluster.Advertise != want {
+			t.Errorf("cluster-advertise %q, want the pod IP and the gossip port %q", cfg.Cluster.Advertise, want)
+		}
+		if cfg.Cluster.NodeName != testPodName {
+			t.Errorf("node-name %q, want the pod's name", cfg.Cluster.NodeName)
+		}
+	}
+	if cfg.Admin.BearerToken != "" {
+		t.Error("admin-token is set: the probes on /ready cannot send it")
+	}
+	stateVol := ""
+	for _, m := range c.VolumeMounts {
+		if strings.HasSuffix(cfg.State.Dir, m.MountPath) { // under the test's root
+			stateVol = m.Name
+		}
+	}
+	if !slices.ContainsFunc(pod.Volumes, func(v k8sVolume) bool { return v.Name == stateVol && v.EmptyDir != nil }) {
+		t.Errorf("state-dir %q is not an emptyDir mount", cfg.State.Dir)
+	}
+	if c.Lifecycle.PreStop.Sleep == nil {
+		t.Fatal("no preStop sleep: the listener would close before the endpoints drop the pod")
+	}
+	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; grace < time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second+cfg.DrainTimeout {
+		t.Errorf("terminationGracePeriodSeconds %v < preStop sleep %ds + drain-timeout %v", grace, c.Lifecycle.PreStop.Sleep.Seconds, cfg.DrainTimeout)
 	}
 }
 

@@ -49,6 +49,7 @@ func scrapeServed(t *testing.T) (*served, []promtext.Family, string) {
 		c.KVEventsPort = kvDeadPort(t)                                            // a subscription per backend, retrying: its series exist
 		c.KVEventsReplayPort = kvDeadPort(t)                                      // with a replay endpoint: its series too
 		c.KVEventsListen = "tcp://127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t)) // the bound subscription's series too
+		c.AccessLog.Path = filepath.Join(dir, "access.log")                       // the access log's series
 	})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	api := "https://" + s.addr

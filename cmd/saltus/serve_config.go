@@ -300,6 +300,19 @@ var serveKeys = []serveKey{
 		help: "log `format`: text or json (to stderr)"},
 	{key: "log-level", live: true, bind: func(c *serveConfig) value { return strV{&c.LogLevel} },
 		help: "log `level`: debug, info, warn or error"},
+	{key: "access-log", bind: func(c *serveConfig) value { return strV{&c.AccessLog.Path} },
+		help: "`path` of the access log, one line per finished request (client, key name, model, status, backend, route reason, tokens, timings, bytes; never the prompt or the answer); - for stdout; " +
+			"reopened on every reload (SIGHUP, POST /admin/reload: logrotate's create mode); empty: off"},
+	{key: "access-log-format", bind: func(c *serveConfig) value { return strV{&c.AccessLog.Format} },
+		help: "access log line `format`: json (one object per line) or logfmt"},
+	{key: "access-log-max-size", bind: func(c *serveConfig) value { return size64V{&c.AccessLog.MaxSize} },
+		help: "rotate the access log when a line would take it past this `size` (PATH.1 the newest old file ... PATH.N); 0: never (rotate it with logrotate and a reload)"},
+	{key: "access-log-max-files", bind: func(c *serveConfig) value { return intV{&c.AccessLog.MaxFiles} },
+		help: "rotated access log `files` kept (PATH.1 ... PATH.N); the oldest is removed"},
+	{key: "access-log-sample", bind: func(c *serveConfig) value { return floatV{&c.AccessLog.Sample} },
+		help: "`fraction` in (0, 1] of answers under 400 the access log writes; answers of 400 and up and clients gone are always written"},
+	{key: "access-log-buffer", bind: func(c *serveConfig) value { return intV{&c.AccessLog.Buffer} },
+		help: "access log `lines` queued for its writer; a line that finds the queue full is dropped and counted (saltus_access_log_dropped_total), never waited for"},
 }
 
 // flagName is k's flag: its key unless it says otherwise.

@@ -419,6 +419,12 @@ state-dir: ""
 state-interval: 1m
 log-format: text
 log-level: info
+access-log: ""
+access-log-format: json
+access-log-max-size: 0B
+access-log-max-files: 5
+access-log-sample: 1
+access-log-buffer: 8192
 `
 
 func TestDryRun(t *testing.T) {

@@ -203,9 +203,10 @@ func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, 
 		refuse = ErrOverloaded
 	}
 	if refuse != nil {
-		sink.RespondLoop(fasthttp.StatusServiceUnavailable, refusedHdr(req), h.errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable"))
+		hdr, body := refusedHdr(req), h.errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable")
+		sink.RespondLoop(fasthttp.StatusServiceUnavailable, hdr, body)
 		if h.Done != nil {
-			h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse})
+			h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse, RequestID: hdr[1].Value, BytesOut: int64(len(body))})
 		}
 		return false
 	}
@@ -216,6 +217,7 @@ func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, 
 	if lr.reqID == "" {
 		lr.reqID = ls.newRequestID()
 	}
+	lr.o.RequestID = lr.reqID
 	ls.active[lr] = struct{}{}
 	if s.tune().RequestTimeout > 0 {
 		lr.reqEnd = now.Add(s.tune().RequestTimeout)
@@ -236,7 +238,7 @@ func (lr *loopReq) attempt(now time.Time) {
 	lr.o.Backend = b
 	lr.b = b
 	b.inFlight.Add(1)
-	lr.t0 = now
+	lr.t0, lr.o.Sent = now, now
 	lr.setDeadline(now, lr.s.tune().FirstByteTimeout)
 	lr.stale = false
 	c, err := lr.ls.conn(b, false)
@@ -565,9 +567,10 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	s.refusalOutcomes[refusalRefused].Inc()
 	lr.o.Status, lr.o.Err = lr.refusal, ErrEnginesFull
 	secs := int((lr.refusedFor + time.Second - 1) / time.Second)
+	body := lr.hooks.errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded")
+	lr.o.BytesOut = int64(len(body))
 	lr.sink.RespondLoop(lr.refusal, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID},
-		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}},
-		lr.hooks.errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded"))
+		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}}, body)
 	lr.finish(now)
 }
 
@@ -592,6 +595,7 @@ func (lr *loopReq) complete(c *upConn, reuse bool, now time.Time) {
 		lr.b.slotFreed(now)
 		lr.b = nil
 	}
+	lr.o.BytesOut = int64(len(body))
 	lr.sink.RespondLoop(status, lr.answerHeaders(hdr, conn, false), body)
 	lr.finish(now)
 }
@@ -746,6 +750,11 @@ func (lr *loopReq) clientGone() {
 		lr.c = nil
 	}
 	lr.o.ClientGone, lr.o.Err = true, errClientGone
+	if lr.st != nil && !lr.st.raw {
+		// A client that closes on [DONE] can beat the upstream's last
+		// chunk: the usage event before it was read all the same.
+		lr.o.Usage = lr.st.r.usage()
+	}
 	lr.sink.Abort() // the connection is closed: nothing is sent
 	lr.finish(time.Now())
 }
@@ -773,7 +782,9 @@ func (lr *loopReq) respondError(status int, msg, typ, code string) {
 	if status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusBadGateway && !lr.headSeen {
 		hdr = append(hdr, RetryAfter)
 	}
-	lr.sink.RespondLoop(status, hdr, lr.hooks.errorBody(status, msg, typ, code))
+	body := lr.hooks.errorBody(status, msg, typ, code)
+	lr.o.BytesOut += int64(len(body))
+	lr.sink.RespondLoop(status, hdr, body)
 }
 
 // finish ends lr: counts, hooks. Exactly once.

@@ -114,6 +114,7 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 // emit writes one event (or piece) to the client.
 func (lr *loopReq) emit(ev []byte) error {
 	owed, err := lr.sink.WriteLoop(ev)
+	lr.o.BytesOut += int64(len(ev))
 	switch {
 	case err != nil:
 		return errClientGone
@@ -168,7 +169,9 @@ func (lr *loopReq) streamFailed(err error, kind errKind, ev []byte, now time.Tim
 		lr.sink.Abort()
 	default:
 		lr.o.Usage = lr.st.r.usage()
-		if _, werr := lr.sink.WriteLoop(lr.st.r.errorEvent(ev)); werr != nil || lr.sink.EndLoop() != nil {
+		ev = lr.st.r.errorEvent(ev)
+		lr.o.BytesOut += int64(len(ev))
+		if _, werr := lr.sink.WriteLoop(ev); werr != nil || lr.sink.EndLoop() != nil {
 			lr.o.ClientGone = gone(lr.sink)
 		}
 	}

@@ -84,6 +84,15 @@ type Outcome struct {
 	// Usage (only with Hooks.Usage) is the raw "usage" object of the JSON body, or of the last
 	// SSE data event that had a non-null one; nil if none was seen.
 	Usage []byte
+	// RequestID is the X-Request-ID sent upstream and answered: the
+	// client's, or the one made for it ("" when refused before any).
+	RequestID string
+	// Sent is when the last attempt was sent (TTFB and FirstData count
+	// from it); zero when none was.
+	Sent time.Time
+	// BytesOut is the answer body's bytes given to the client (heads and
+	// chunk framing not counted).
+	BytesOut int64
 }
 
 // Errors in Outcome.Err.

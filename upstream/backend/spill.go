@@ -49,6 +49,7 @@ func (lr *loopReq) spillOwed() int64 {
 // emitSpill writes the next bytes of a spilled body to the client.
 func (lr *loopReq) emitSpill(p []byte) error {
 	owed, err := lr.sink.WriteLoop(p)
+	lr.o.BytesOut += int64(len(p))
 	switch {
 	case err != nil:
 		return errClientGone
