@@ -63,7 +63,9 @@ type Request struct {
 // for the next request (its Scratch; shard's decodeScratch.trim): the
 // Scratch's arena grows to at most the body's size and its messages to
 // one (56 bytes) per 13 bytes of body, so a kept Scratch retains at most
-// ~350 KB. A larger body's is dropped with it.
+// ~350 KB, and an Anthropic body's chat JSON (messages.go) ~4 times the
+// body at most (tool_use blocks), ~256 KB more. A larger body's is
+// dropped with it.
 const KeepDecodeBytes = 64 << 10
 
 // Scratch is the reused memory of one decoding goroutine (a shard's event
