@@ -267,12 +267,36 @@ func appendCanonicalAt(dst, b []byte, i int) []byte {
 	return append(dst, jsonscan.Num(b, i)...) // a number as written, true, false, null
 }
 
-// appendQuotedRaw is appendQuoted of the text of a string's raw bytes.
+// appendQuotedRaw is appendQuoted of the text of a string's raw bytes:
+// unescaped into dst, then its quotes and backslashes escaped in place
+// (from the end), so no copy of the text is made.
 func appendQuotedRaw(dst, raw []byte, escaped bool) []byte {
 	if !escaped {
 		return appendQuoted(dst, raw)
 	}
-	return appendQuoted(dst, jsonscan.AppendUnescaped(nil, raw)) // rare: a copy no longer than raw
+	dst = append(dst, '"')
+	start := len(dst)
+	dst = jsonscan.AppendUnescaped(dst, raw)
+	n := 0
+	for _, c := range dst[start:] {
+		if c == '"' || c == '\\' {
+			n++
+		}
+	}
+	if n > 0 {
+		end := len(dst)
+		dst = append(dst, make([]byte, n)...)
+		for i, j := end-1, len(dst)-1; i >= start; i-- {
+			c := dst[i]
+			dst[j] = c
+			j--
+			if c == '"' || c == '\\' {
+				dst[j] = '\\'
+				j--
+			}
+		}
+	}
+	return append(dst, '"')
 }
 
 // AppendCanonical appends v in one written form, whether it was parsed
