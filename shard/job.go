@@ -571,7 +571,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(loop)
 	}
-	if j.route == routeMessages {
+	if anthropicShape(j.route, j.req.Path) {
 		h.ErrorBody = anthropicErrorBody // the backend's own 502, 503, 504 too
 	}
 	if learn || j.prefill.held {

@@ -507,11 +507,18 @@ func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.
 	hdr = append(hdr, extra...)
 	r.m.request(rt, e.Status) // counted before the client can see it (tests read /metrics right after)
 	body := e.Body()
-	if rt == routeMessages {
+	if anthropicShape(rt, x.Request().Path) {
 		body = e.AnthropicBody()
 	}
 	x.Respond(e.Status, hdr, body)
 	r.logOwn(x, e.Status, hdr, body)
+}
+
+// anthropicShape reports whether saltus's own errors on a request of
+// route rt to path are Anthropic's: POST /v1/messages, and vLLM's
+// /v1/messages/count_tokens beside it (route other: the model's pool).
+func anthropicShape(rt routeID, path string) bool {
+	return rt == routeMessages || rt == routeOther && path == "/v1/messages/count_tokens"
 }
 
 // anthropicErrorBody is backend.Hooks.ErrorBody on /v1/messages:

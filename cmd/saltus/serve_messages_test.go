@@ -100,6 +100,10 @@ func TestServeMessages(t *testing.T) {
 	f(anthropicJSON(false, "x"), []string{"x-api-key", "sk-wrong-secret-00"}, 401, "authentication_error", "Incorrect API key")
 	f(`{"model":"llama3","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, key, 400, "invalid_request_error", "max_tokens: must be positive")
 	f(`{"model":"nope","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`, key, 404, "not_found_error", "nope")
+	a := post(t, s.addr, "/v1/messages/count_tokens", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, key...)
+	if a.status != 404 || !strings.HasPrefix(a.body, `{"type":"error","error":{"type":"not_found_error"`) {
+		t.Fatalf("count_tokens of an unknown model: %d %s", a.status, a.body)
+	}
 }
 
 // TestServeMessagesPassThrough: the engine gets the Messages request as
