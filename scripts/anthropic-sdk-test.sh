@@ -61,17 +61,23 @@ printf '%s\n' "$secret" | "$work/saltus" keys hash --name sdk >"$work/keys.yaml"
 pids+=($!)
 
 # Ready when saltus says so and knows both engines serve llama3 (its
-# pool: a model no engine serves is then saltus's own 404).
-ready=
-for _ in $(seq 1 300); do
-  if curl -fsS "http://127.0.0.1:$adm/ready" >/dev/null 2>&1 &&
-    curl -fsS "http://127.0.0.1:$adm/metrics" 2>/dev/null | grep -q '^saltus_pool_backends{model="llama3"} 2$'; then
-    ready=1
-    break
-  fi
-  sleep 0.1
-done
-if [ -z "$ready" ]; then
+# pool: a model no engine serves is then saltus's own 404). At most 30 s.
+if ! ADM="http://127.0.0.1:$adm" node -e '
+const adm = process.env.ADM;
+const ready = async () => {
+  try {
+    if (!(await fetch(adm + "/ready")).ok) return false;
+    const m = await (await fetch(adm + "/metrics")).text();
+    return m.split("\n").includes("saltus_pool_backends{model=\"llama3\"} 2");
+  } catch { return false; }
+};
+(async () => {
+  for (let i = 0; i < 300; i++) {
+    if (await ready()) process.exit(0);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  process.exit(1);
+})();'; then
   echo "anthropic-sdk-test: saltus or the engines did not start" >&2
   cat "$work"/*.log >&2
   exit 1
