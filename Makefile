@@ -7,7 +7,7 @@ BENCHTIME ?= 1s
 PKGS      := ./...
 HELM_VERSION ?= v4.3.2
 
-.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test browser-check fuzz-smoke helm-check check clean golden
+.PHONY: all build release image test race vet lint rules fmt bench bench-serve bench-policies browser-test browser-check anthropic-check fuzz-smoke helm-check check clean golden
 
 all: build
 
@@ -65,6 +65,9 @@ browser-check: ## browser-test without keeping screenshots (part of check)
 browser-test: ## the dashboard in headless Chromium against a running saltus, numbers checked against /metrics, screenshots to bench/results/issue14-dashboard (scripts/browser-test.sh; installs chromium with apt-get if missing; check runs it as browser-check)
 	GO=$(GO) scripts/browser-test.sh
 
+anthropic-check: ## Anthropic's TypeScript SDK (pinned in test/anthropic, npm ci) against saltus serve and two saltus sim engines: messages, streaming, tool use, prefix routing, errors (scripts/anthropic-sdk-test.sh; needs node and npm; part of check)
+	GO=$(GO) scripts/anthropic-sdk-test.sh
+
 fuzz-smoke: ## each fuzz target for FUZZTIME (default 5s: CI time; run longer with FUZZTIME=5m); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
@@ -75,7 +78,7 @@ helm-check: ## the Helm chart deploy/helm/saltus: Helm built once from the Go mo
 	cd deploy/helm/check && $(GO) vet ./... && HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./...
 	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 -race -run 'TestHelm|TestKubernetesManifests' ./cmd/saltus
 
-check: vet lint rules race fuzz-smoke build browser-check helm-check ## what CI runs
+check: vet lint rules race fuzz-smoke build browser-check helm-check anthropic-check ## what CI runs
 
 golden: ## regenerate tokenizer and chat-template reference ids (needs Node and npm, and Python 3 with jinja2 and pydantic; not part of check)
 	cd tokenpool/testdata/gen && npm install --no-audit --no-fund && node unicode.mjs && node gen.mjs && node chat.mjs && python3 chat_tools.py

@@ -32,6 +32,7 @@ const (
 	KindResponses                  // POST /v1/responses (responses.go)
 	KindPooling                    // POST /v1/embeddings, /pooling, /classify: input (pooling.go)
 	KindScore                      // POST /score, /v1/score, /rerank, /v1/rerank, /v2/rerank: the query (pooling.go)
+	KindMessages                   // POST /v1/messages, Anthropic's (messages.go)
 )
 
 // Request is what stage 2 keeps of a body. Every field is a copy, except
@@ -49,7 +50,8 @@ type Request struct {
 	Prompt      string
 	TokenIDs    []int32 // token ids: prompt as ids, or prompt_token_ids
 	HasTokenIDs bool
-	// responses (Messages and Options as chat; responses.go)
+	// responses and Anthropic's messages (Messages and Options as chat;
+	// responses.go, messages.go)
 	PreviousResponseID string // previous_response_id, "" for none
 	// Priority is vLLM's request field (lower first; 0 when absent): the
 	// order of the gateway queue (shard/gate.go).
@@ -61,7 +63,9 @@ type Request struct {
 // for the next request (its Scratch; shard's decodeScratch.trim): the
 // Scratch's arena grows to at most the body's size and its messages to
 // one (56 bytes) per 13 bytes of body, so a kept Scratch retains at most
-// ~350 KB. A larger body's is dropped with it.
+// ~350 KB, and an Anthropic body's chat JSON (messages.go) ~4 times the
+// body at most (tool_use blocks), ~256 KB more. A larger body's is
+// dropped with it.
 const KeepDecodeBytes = 64 << 10
 
 // Scratch is the reused memory of one decoding goroutine (a shard's event
@@ -72,6 +76,7 @@ const KeepDecodeBytes = 64 << 10
 type Scratch struct {
 	Chat  chat.Scratch
 	model string
+	conv  []byte // an Anthropic request's chat JSON (messages.go), which Chat's messages view
 }
 
 // The top-level members decode reads, by their index in its field table.
@@ -90,6 +95,10 @@ const (
 	fPreviousResponseID
 	fInstructions
 	fInput
+	fSystem
+	fMaxTokens
+	fToolChoice
+	fOutputConfig
 	numFields
 )
 
@@ -142,7 +151,8 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 	keys := [numFields]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options", fPriority: "priority",
 		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs", fTools: "tools",
 		fReasoningEffort: "reasoning_effort", fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
-		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input"}
+		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input",
+		fSystem: "system", fMaxTokens: "max_tokens", fToolChoice: "tool_choice", fOutputConfig: "output_config"}
 	open := jsonscan.SkipWS(body, 0)
 	if !jsonscan.Is(body, open, '{') {
 		if _, _, se := scanJSON(body, math.MaxInt, max(maxDepth, 0)); se.kind != ScanOK {
@@ -194,14 +204,19 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		}
 		dst.Priority, dst.HasPriority = int(n), true
 	}
+	if sc != nil {
+		sc.Chat.Joined, sc.Chat.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
+	}
 	switch k {
 	case KindChat:
 		var csc *chat.Scratch
 		if sc != nil {
 			csc = &sc.Chat
-			csc.Joined, csc.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
 		}
 		return decodeChat(dst, b, &f, &fe, csc, want)
+	case KindMessages:
+		mr := r // its own: the conversion's writer makes it escape, which r must not (a chat decode allocates nothing)
+		return decodeMessages(dst, &mr, &f, &fe, sc, want)
 	case KindResponses:
 		return decodeResponses(dst, &r, &f)
 	}

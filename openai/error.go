@@ -33,6 +33,44 @@ func BadRequest(param, format string, args ...any) *Error {
 // Body renders the error as reactor.ErrorBody does.
 func (e *Error) Body() []byte { return reactor.ErrorBody(e.Status, e.Type, e.Code, e.Message, e.Param) }
 
+// AnthropicBody renders the error as Anthropic's Messages API does
+// ({"type":"error","error":{"type":...,"message":...}}), its type named
+// by the status as Anthropic names them, for the SDKs that read that
+// shape; the status stays.
+func (e *Error) AnthropicBody() []byte {
+	typ := "invalid_request_error"
+	switch {
+	case e.Status == 401:
+		typ = "authentication_error"
+	case e.Status == 403:
+		typ = "permission_error"
+	case e.Status == 404:
+		typ = "not_found_error"
+	case e.Status == 413:
+		typ = "request_too_large"
+	case e.Status == 429:
+		typ = "rate_limit_error"
+	case e.Status == 503 || e.Status == 529:
+		typ = "overloaded_error"
+	case e.Status >= 500:
+		typ = "api_error"
+	}
+	b, err := json.Marshal(struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{Type: "error", Error: struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}{typ, e.Message}})
+	if err != nil {
+		panic("BUG: cannot encode an error body: " + err.Error())
+	}
+	return b
+}
+
 // ErrorMessage is an engine's answer in a line: vLLM answers a success
 // as plain text and a failure as an OpenAI error object (or its older
 // flat shape); a long answer is cut at 500 bytes. Any goroutine.

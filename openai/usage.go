@@ -14,7 +14,12 @@ var usageParsers fastjson.ParserPool
 // PromptUsage reads prompt_tokens and prompt_tokens_details.cached_tokens
 // from a usage object; ok false without prompt_tokens, hasCached false
 // without cached_tokens (vLLM reports it only with
-// --enable-prompt-tokens-details). Any goroutine.
+// --enable-prompt-tokens-details). An Anthropic usage object (POST
+// /v1/messages) is read as vLLM writes it: input_tokens the whole prompt,
+// or, with cache_read_input_tokens (vLLM's cached_tokens, since its
+// PR 40912), the prompt's uncached part, the prompt then being
+// input_tokens + cache_read_input_tokens + cache_creation_input_tokens
+// as Anthropic counts it. Any goroutine.
 func PromptUsage(u []byte) (prompt, cached int, hasCached, ok bool) {
 	if len(u) == 0 || len(u) > maxUsageBytes {
 		return 0, 0, false, false
@@ -27,7 +32,7 @@ func PromptUsage(u []byte) (prompt, cached int, hasCached, ok bool) {
 	}
 	pv := v.Get("prompt_tokens")
 	if pv == nil {
-		return 0, 0, false, false
+		return anthropicPrompt(v)
 	}
 	prompt, err = pv.Int()
 	if err != nil || prompt < 0 {
@@ -41,10 +46,38 @@ func PromptUsage(u []byte) (prompt, cached int, hasCached, ok bool) {
 	return prompt, 0, false, true
 }
 
+// anthropicPrompt is PromptUsage for Anthropic's usage object v.
+func anthropicPrompt(v *fastjson.Value) (prompt, cached int, hasCached, ok bool) {
+	in, ok := nonNegative(v, "input_tokens")
+	if !ok {
+		return 0, 0, false, false
+	}
+	read, hasRead := nonNegative(v, "cache_read_input_tokens")
+	if !hasRead {
+		return in, 0, false, true
+	}
+	created, _ := nonNegative(v, "cache_creation_input_tokens") // vLLM's is 0
+	return in + read + created, read, true, true
+}
+
+// nonNegative is v's member name as a non-negative int.
+func nonNegative(v *fastjson.Value, name string) (int, bool) {
+	x := v.Get(name)
+	if x == nil || x.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	n, err := x.Int()
+	if err != nil || n < 0 || n > 1<<40 {
+		return 0, false
+	}
+	return n, true
+}
+
 // UsageTokens reads a usage object's prompt and completion tokens:
 // OpenAI's prompt_tokens and completion_tokens, or input_tokens and
-// output_tokens (Responses, Anthropic's messages). ok false without
-// them. Any goroutine.
+// output_tokens (Responses, Anthropic's messages, whose prompt adds
+// cache_read_input_tokens and cache_creation_input_tokens: see
+// PromptUsage). ok false without them. Any goroutine.
 func UsageTokens(u []byte) (prompt, completion int64, ok bool) {
 	if len(u) == 0 || len(u) > maxUsageBytes {
 		return 0, 0, false
@@ -66,6 +99,11 @@ func UsageTokens(u []byte) (prompt, completion int64, ok bool) {
 		return 0, false
 	}
 	prompt, okp := get("prompt_tokens", "input_tokens")
+	if v.Get("prompt_tokens") == nil {
+		if p, _, hc, ok := anthropicPrompt(v); ok && hc {
+			prompt = int64(p)
+		}
+	}
 	completion, _ = get("completion_tokens", "output_tokens")
 	return prompt, completion, okp
 }
@@ -111,6 +149,12 @@ func ReadUsage(u []byte) (c UsageCounts) {
 	}
 	if c.Cached, c.HasCached = get("prompt_tokens_details", "cached_tokens"); !c.HasCached {
 		c.Cached, c.HasCached = get("input_tokens_details", "cached_tokens")
+	}
+	if v.Get("prompt_tokens") == nil {
+		// Anthropic's (POST /v1/messages), as PromptUsage reads it.
+		if p, cached, hc, ok := anthropicPrompt(v); ok && hc {
+			c.Prompt, c.Cached, c.HasCached = p, cached, true
+		}
 	}
 	c.Cached = min(c.Cached, c.Prompt)
 	return c

@@ -24,18 +24,25 @@ func TestPromptUsage(t *testing.T) {
 	f(`not json`, 0, 0, false, false)
 	f(``, 0, 0, false, false)
 	f(`{"prompt_tokens":1,"x":"`+strings.Repeat("y", 5000)+`"}`, 0, 0, false, false) // over the bound
+	// Anthropic's, as vLLM writes it: input_tokens the whole prompt, or
+	// its uncached part beside cache_read_input_tokens.
+	f(`{"input_tokens":100,"output_tokens":5}`, 100, 0, false, true)
+	f(`{"input_tokens":36,"output_tokens":5,"cache_read_input_tokens":64,"cache_creation_input_tokens":0}`, 100, 64, true, true)
+	f(`{"input_tokens":36,"cache_read_input_tokens":"x"}`, 36, 0, false, true)
+	f(`{"output_tokens":5}`, 0, 0, false, false)
 }
 
 func TestUsageTokens(t *testing.T) {
 	t.Parallel()
 	for u, want := range map[string][3]int64{
-		`{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}`: {12, 5, 1},
-		`{"input_tokens":3,"output_tokens":4}`:                         {3, 4, 1},
-		`{"prompt_tokens":12}`:                                         {12, 0, 1},
-		`{"completion_tokens":5}`:                                      {0, 5, 0},
-		`{"prompt_tokens":-1}`:                                         {0, 0, 0},
-		`not json`:                                                     {0, 0, 0},
-		``:                                                             {0, 0, 0},
+		`{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}`:                                      {12, 5, 1},
+		`{"input_tokens":3,"output_tokens":4}`:                                                              {3, 4, 1},
+		`{"input_tokens":3,"output_tokens":4,"cache_read_input_tokens":16,"cache_creation_input_tokens":0}`: {19, 4, 1},
+		`{"prompt_tokens":12}`:    {12, 0, 1},
+		`{"completion_tokens":5}`: {0, 5, 0},
+		`{"prompt_tokens":-1}`:    {0, 0, 0},
+		`not json`:                {0, 0, 0},
+		``:                        {0, 0, 0},
 	} {
 		p, c, ok := UsageTokens([]byte(u))
 		if p != want[0] || (ok && c != want[1]) || ok != (want[2] == 1) {
@@ -54,7 +61,8 @@ func TestReadUsage(t *testing.T) {
 	}
 	f(`{"prompt_tokens":100,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":64}}`, UsageCounts{100, 7, 64, true, true})
 	f(`{"prompt_tokens":100,"prompt_tokens_details":null}`, UsageCounts{Prompt: 100, OK: true})
-	f(`{"input_tokens":9,"output_tokens":2,"input_tokens_details":{"cached_tokens":80}}`, UsageCounts{9, 2, 9, true, true}) // capped
+	f(`{"input_tokens":9,"output_tokens":2,"input_tokens_details":{"cached_tokens":80}}`, UsageCounts{9, 2, 9, true, true})                      // capped
+	f(`{"input_tokens":36,"output_tokens":5,"cache_read_input_tokens":64,"cache_creation_input_tokens":0}`, UsageCounts{100, 5, 64, true, true}) // Anthropic's
 	f(`{"completion_tokens":5}`, UsageCounts{})
 	f(`{"prompt_tokens":-1,"completion_tokens":5}`, UsageCounts{})
 	f(`not json`, UsageCounts{})
@@ -66,6 +74,7 @@ func TestReadUsage(t *testing.T) {
 func FuzzReadUsage(f *testing.F) {
 	f.Add([]byte(`{"prompt_tokens":100,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":64}}`))
 	f.Add([]byte(`{"prompt_tokens":1.5}`))
+	f.Add([]byte(`{"input_tokens":5,"input_tokens_details":{"cached_tokens":3},"cache_read_input_tokens":2}`))
 	f.Add([]byte(`{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":"x"}}`))
 	f.Fuzz(func(t *testing.T, u []byte) {
 		c := ReadUsage(u)

@@ -141,10 +141,11 @@ func (m *feedbackMetrics) writeMetrics(w io.Writer) {
 }
 
 // wantsUsage reports whether j's forward should parse the answer's usage:
-// routed chat and completions requests (a Responses answer's usage has
-// another shape; a pooling answer's tells no cached tokens). Any stage.
+// routed chat, completions and Anthropic messages requests (a Responses
+// answer's usage has another shape; a pooling answer's tells no cached
+// tokens). Any stage.
 func (j *job) wantsUsage() bool {
-	return j.learnsRoutes() && (j.route == routeChat || j.route == routeCompletions)
+	return j.learnsRoutes() && (j.route == routeChat || j.route == routeCompletions || j.route == routeMessages)
 }
 
 // feedback compares a 2xx answer's usage with the prediction, demotes a

@@ -161,6 +161,8 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 		k = openai.KindCompletion
 	case routeResponses:
 		k = openai.KindResponses
+	case routeMessages:
+		k = openai.KindMessages
 	}
 	lim := j.r.cfg.Body
 	// On the loop, a body (at most OffloopBytes) too short to hold more
@@ -199,7 +201,7 @@ func (j *job) prepare(body []byte, ds *decodeScratch) *openai.Error {
 		return e
 	}
 	switch {
-	case j.d.Kind == openai.KindChat || j.d.Kind == openai.KindResponses:
+	case j.d.Kind == openai.KindChat || j.d.Kind == openai.KindResponses || j.d.Kind == openai.KindMessages:
 		var (
 			segs []chat.Segment
 			err  error
@@ -578,6 +580,9 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	// answer, so the next lookup finds it.
 	if j.route == routeResponses {
 		h.Answer = r.answerHook(loop)
+	}
+	if anthropicShape(j.route, j.req.Path) {
+		h.ErrorBody = anthropicErrorBody // the backend's own 502, 503, 504 too
 	}
 	if learn || j.prefill.held {
 		h.FirstByte = func(b *backend.Backend, status int) {

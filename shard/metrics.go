@@ -16,7 +16,7 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, embeddings, pooling: /pooling and /classify, score: /score, /v1/score, /rerank, /v1/rerank, /v2/rerank, audio: /v1/audio/transcriptions and /v1/audio/translations, other: other POST /v1/* and vLLM's /tokenize and /detokenize; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
+		"saltus_requests_total":                "Answers to client requests, by route (chat, completions, responses, response_id, messages: Anthropic's POST /v1/messages, embeddings, pooling: /pooling and /classify, score: /score, /v1/score, /rerank, /v1/rerank, /v2/rerank, audio: /v1/audio/transcriptions and /v1/audio/translations, other: other POST /v1/* and vLLM's /tokenize and /detokenize; models, adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter; unknown, none: the reactor's own answers) and HTTP status code (0: outside 100..599).",
 		"saltus_route_decisions_total":         "Routing decisions of forwarded requests, by reason (tree, hash, override, fallback, or the policy's name).",
 		"saltus_route_diverted_total":          "Prefix-policy decisions that left the backend holding the most of the prompt for a less loaded one.",
 		"saltus_router_prefix_match_ratio":     "Blocks of the prompt the chosen backend was believed to hold over the prompt's full blocks, per request routed by the prefix policy (ratio, 0 to 1).",
@@ -67,11 +67,12 @@ const (
 	routePooling                    // POST /pooling, /classify
 	routeScore                      // POST /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
 	routeAudio                      // POST /v1/audio/transcriptions, /v1/audio/translations
+	routeMessages                   // POST /v1/messages (Anthropic's Messages API)
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{"unknown", "chat", "completions", "embeddings", "other", "models", "responses", "response_id", "none", "adapters",
-	"pooling", "score", "audio"}
+	"pooling", "score", "audio", "messages"}
 
 // classify maps a request line to its route, and to the Allow header of a
 // 405 ("" when the method is allowed). path is the reactor's normal form
@@ -94,6 +95,8 @@ func classify(method, path string) (routeID, string) {
 		return routeModels, "GET, HEAD"
 	case "/v1/responses":
 		return routeResponses, allowOnly(method, "POST")
+	case "/v1/messages":
+		return routeMessages, allowOnly(method, "POST")
 	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
 		return routeAdapters, allowOnly(method, "POST")
 	case "/pooling", "/classify":

@@ -145,6 +145,9 @@ func TestResponsePaths(t *testing.T) {
 		}
 	}
 	f("POST", "/v1/responses", routeResponses, "")
+	f("POST", "/v1/messages", routeMessages, "")
+	f("GET", "/v1/messages", routeMessages, "POST")
+	f("POST", "/v1/messages/count_tokens", routeOther, "")
 	f("GET", "/v1/responses", routeResponses, "POST")
 	f("GET", "/v1/responses/resp_1", routeResponseID, "")
 	f("DELETE", "/v1/responses/resp_1", routeResponseID, "")

@@ -423,8 +423,8 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	if len(req.Body) > r.cfg.OffloopBytes && (r.fleet != nil || routedByPrefix(rt)) ||
-		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses) ||
-		r.tmpl.ToolsInterpreted() && rt == routeChat && chat.MayNeedTools(req.Body) {
+		r.tmpl.Interpreted() && (rt == routeChat || rt == routeResponses || rt == routeMessages) ||
+		r.tmpl.ToolsInterpreted() && (rt == routeChat || rt == routeMessages) && chat.MayNeedTools(req.Body) {
 		r.offload(j) // decoded (and rendered) off the loop, then tokenize there
 		return
 	}
@@ -480,7 +480,7 @@ func routedByPrefix(rt routeID) bool { return generates(rt) || pooled(rt) }
 // generates: the routes that generate, whose answers carry the usage
 // feedback reads (a Responses answer's has another shape).
 func generates(rt routeID) bool {
-	return rt == routeChat || rt == routeCompletions || rt == routeResponses
+	return rt == routeChat || rt == routeCompletions || rt == routeResponses || rt == routeMessages
 }
 
 // pooled: vLLM's pooling and scoring routes. An engine with prefix
@@ -491,7 +491,8 @@ func generates(rt routeID) bool {
 // loaded backend of its model's pool, and the engine answers it.
 func pooled(rt routeID) bool { return rt == routeEmbeddings || rt == routePooling || rt == routeScore }
 
-// fail answers x with an OpenAI-style error, with the request's
+// fail answers x with an OpenAI-style error (Anthropic's on
+// /v1/messages, whose SDKs read that shape), with the request's
 // X-Request-ID (or a generated one) like a proxied answer, and
 // Retry-After on a 503: the Router's 503s all mean that nothing can serve
 // the request now. Any goroutine.
@@ -508,8 +509,24 @@ func (r *Router) fail(x exchange, rt routeID, e *openai.Error, extra ...reactor.
 	hdr = append(hdr, extra...)
 	r.m.request(rt, e.Status) // counted before the client can see it (tests read /metrics right after)
 	body := e.Body()
+	if anthropicShape(rt, x.Request().Path) {
+		body = e.AnthropicBody()
+	}
 	x.Respond(e.Status, hdr, body)
 	r.logOwn(x, e.Status, hdr, body)
+}
+
+// anthropicShape reports whether saltus's own errors on a request of
+// route rt to path are Anthropic's: POST /v1/messages, and vLLM's
+// /v1/messages/count_tokens beside it (route other: the model's pool).
+func anthropicShape(rt routeID, path string) bool {
+	return rt == routeMessages || rt == routeOther && path == "/v1/messages/count_tokens"
+}
+
+// anthropicErrorBody is backend.Hooks.ErrorBody on /v1/messages:
+// Anthropic's error object.
+func anthropicErrorBody(status int, typ, code, msg string) []byte {
+	return (&openai.Error{Status: status, Type: typ, Code: code, Message: msg}).AnthropicBody()
 }
 
 // retryAfter is the Retry-After of the Router's 503s, in seconds: a full
@@ -652,8 +669,8 @@ func (r *Router) modelsWorker(ctx context.Context) {
 // up to Config.ExplainTimeout. Any goroutine but a loop.
 func (r *Router) Explain(body []byte, path string) (policy.Decision, error) {
 	rt, _ := classify("POST", path)
-	if rt != routeChat && rt != routeCompletions && rt != routeResponses {
-		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions or /v1/responses)", path)
+	if !generates(rt) {
+		return policy.Decision{Backend: -1, Preferred: -1, RunnerUp: -1}, fmt.Errorf("shard: %q is not a routed path (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/messages)", path)
 	}
 	j := &job{r: r, route: rt, explain: make(chan policy.Decision, 1), rawBody: body}
 	if e := j.prepare(body, nil); e != nil {

@@ -17,7 +17,8 @@ type answer struct {
 	prompt    int  // prompt tokens
 	maxTokens int
 	out       output
-	reset     net.Conn // X-Sim-Fail: reset on a stream: the connection to reset
+	reset     net.Conn   // X-Sim-Fail: reset on a stream: the connection to reset
+	msg       *msgAnswer // an Anthropic Messages answer (messages.go); nil: OpenAI's
 }
 
 func answerID(dst []byte, k kind, n uint64) []byte {

@@ -18,6 +18,7 @@ const (
 	kindChat       kind = iota + 1 // POST /v1/chat/completions
 	kindCompletion                 // POST /v1/completions
 	kindTokenize                   // POST /tokenize: messages or prompt
+	kindMessages                   // POST /v1/messages: Anthropic's, served as its chat request (messages.go)
 )
 
 // request is what the simulator keeps of a body. Every field is a copy,

@@ -43,7 +43,19 @@
 // /v1/responses/{id} returns one; POST /v1/responses/{id}/cancel answers
 // vLLM's 400 (nothing runs in the background: background true is a 400);
 // vLLM has no DELETE (405). Response ids are random (resp_ + 32 hex, as
-// vLLM's), so ids of several engines never collide. GET /v1/models (every
+// vLLM's), so ids of several engines never collide. POST /v1/messages
+// (Anthropic's Messages API, as vLLM's entrypoints/anthropic serves it;
+// messages.go): the request converted into its chat request (system,
+// text, image, thinking, tool_use and tool_result blocks, tools as
+// function tools), served as a chat completion and answered as a message
+// object, or streamed as message_start, ping, content_block_start, one
+// content_block_delta (text_delta) per token, content_block_stop,
+// message_delta (stop_reason, usage) and message_stop events; usage
+// input_tokens (the uncached part), output_tokens,
+// cache_read_input_tokens and cache_creation_input_tokens (0); with
+// tools and tool_choice any or tool, one tool_use block instead of text
+// (stop_reason tool_use); errors as Anthropic's error object with vLLM's
+// error types. GET /v1/models (every
 // served name, below), GET /v1/models/{id}: a served name's card, else
 // vLLM's 404 for an unknown model (vLLM, as read at its commit 055e47c,
 // serves only the list). POST /v1/load_lora_adapter and

@@ -55,6 +55,10 @@ func (s *Sim) handle(ctx *fasthttp.RequestCtx) {
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.responses(ctx)
 		}
+	case "/v1/messages":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.complete(ctx, kindMessages)
+		}
 	case "/tokenize":
 		if s.method(ctx, fasthttp.MethodPost) {
 			s.tokenize(ctx)
@@ -130,6 +134,10 @@ func (s *Sim) method(ctx *fasthttp.RequestCtx, want string) bool {
 func (s *Sim) answerError(ctx *fasthttp.RequestCtx, e *apiError) {
 	ctx.SetStatusCode(e.status)
 	ctx.SetContentType("application/json")
+	if isMessages(ctx) {
+		ctx.SetBody(anthropicError(e))
+		return
+	}
 	ctx.SetBody(e.body())
 }
 
@@ -197,13 +205,24 @@ func (s *Sim) failDraw() bool {
 	return float64(x>>11)/(1<<53) < s.cfg.FailRate
 }
 
-// complete serves POST /v1/chat/completions and /v1/completions.
+// complete serves POST /v1/chat/completions, /v1/completions and
+// /v1/messages (as its chat request).
 func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 	reset, done := s.inject(ctx)
 	if done {
 		return
 	}
-	req, e := decodeRequest(ctx.PostBody(), k)
+	body := ctx.PostBody()
+	var msg *msgAnswer
+	if k == kindMessages {
+		b, meta, e := convertMessages(body)
+		if e != nil {
+			s.answerError(ctx, e)
+			return
+		}
+		body, msg, k = b, &msgAnswer{meta: meta}, kindChat
+	}
+	req, e := decodeRequest(body, k)
 	if e != nil {
 		s.answerError(ctx, e)
 		return
@@ -242,7 +261,7 @@ func (s *Sim) complete(ctx *fasthttp.RequestCtx, k kind) {
 		return
 	}
 	a := &answer{kind: k, model: m.quoted, created: time.Now().Unix(), include: req.includeUsage,
-		prompt: t.n, maxTokens: maxTokens, out: newOutput(s.cfg.Seed, t.hash)}
+		prompt: t.n, maxTokens: maxTokens, out: newOutput(s.cfg.Seed, t.hash), msg: msg}
 	a.id = answerID(a.id[:0], k, s.ids.Add(1))
 	if !req.stream {
 		s.whole(ctx, a, sq)
@@ -264,6 +283,10 @@ func (s *Sim) whole(ctx *fasthttp.RequestCtx, a *answer, sq *seq) {
 		return
 	}
 	ctx.SetContentType("application/json")
+	if a.msg != nil {
+		ctx.SetBody(a.appendMessage(make([]byte, 0, 512+8*a.maxTokens), sq.cached))
+		return
+	}
 	ctx.SetBody(a.appendWhole(make([]byte, 0, 512+8*a.maxTokens), sq.cached))
 }
 
@@ -297,10 +320,18 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 		if p := int(sq.produced.Load()); p > sent {
 			buf = buf[:0]
 			for ; sent < p; sent++ {
-				if sent == 0 && a.kind == kindChat {
-					buf = a.appendRoleChunk(buf)
+				switch {
+				case a.msg != nil:
+					if sent == 0 {
+						buf = a.appendMsgStart(buf, sq.cached)
+					}
+					buf = a.appendMsgToken(buf, sent)
+				default:
+					if sent == 0 && a.kind == kindChat {
+						buf = a.appendRoleChunk(buf)
+					}
+					buf = a.appendTokenChunk(buf, sent)
 				}
-				buf = a.appendTokenChunk(buf, sent)
 				if a.reset != nil && sent+1 == min(resetAfter, a.maxTokens) {
 					s.resetStream(w, a.reset, buf)
 					return
@@ -322,8 +353,12 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 		// The engine closed. vLLM would add [DONE] after its error
 		// chunk; the simulator does not, so a client cannot take a cut
 		// stream for a finished one.
-		buf = append(buf[:0], "data: "...)
-		buf = append(buf, (&apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "shutting_down"}).body()...)
+		ae := &apiError{status: fasthttp.StatusServiceUnavailable, msg: errClosed.Error(), code: "shutting_down"}
+		if a.msg != nil {
+			buf = append(appendEvent(buf[:0], "error"), anthropicError(ae)...)
+		} else {
+			buf = append(append(buf[:0], "data: "...), ae.body()...)
+		}
 		buf = append(buf, "\n\n"...)
 		_, _ = w.Write(buf) // the stream ends either way
 		_ = w.Flush()
@@ -331,6 +366,11 @@ func (s *Sim) stream(w *bufio.Writer, a *answer, sq *seq) {
 	}
 	finished = true
 	buf = buf[:0]
+	if a.msg != nil {
+		_, _ = w.Write(a.appendMsgEnd(buf, sq.cached)) // a client gone now has its whole answer but the end
+		_ = w.Flush()
+		return
+	}
 	if a.include {
 		buf = a.appendUsageChunk(buf, sq.cached)
 	}

@@ -339,8 +339,8 @@ type decoder struct {
 	// joined: the parts are not described (MessagesFromBodyJoined,
 	// Scratch.Joined); noExtras: nor the messages' Extra.
 	joined, noExtras bool
-	// p and tmp write a message's tool_calls back in one form (bodyExtra).
-	p   fastjson.Parser
+	// tmp holds a message's tool_calls written back in one form
+	// (bodyExtra).
 	tmp []byte
 }
 

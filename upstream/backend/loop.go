@@ -203,7 +203,7 @@ func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, 
 		refuse = ErrOverloaded
 	}
 	if refuse != nil {
-		hdr, body := refusedHdr(req), errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable")
+		hdr, body := refusedHdr(req), h.errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable")
 		sink.RespondLoop(fasthttp.StatusServiceUnavailable, hdr, body)
 		if h.Done != nil {
 			h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse, RequestID: hdr[1].Value, BytesOut: int64(len(body))})
@@ -587,7 +587,7 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	s.refusalOutcomes[refusalRefused].Inc()
 	lr.o.Status, lr.o.Err = lr.refusal, ErrEnginesFull
 	secs := int((lr.refusedFor + time.Second - 1) / time.Second)
-	body := errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded")
+	body := lr.hooks.errorBody(lr.refusal, "every backend tried is full: "+strings.Join(lr.tried, "; "), "server_error", "overloaded")
 	lr.o.BytesOut = int64(len(body))
 	lr.sink.RespondLoop(lr.refusal, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID},
 		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}}, body)
@@ -651,7 +651,7 @@ func (lr *loopReq) answerHeaders(ph []reactor.Header, conn string, keepLength bo
 // candidate; after it, 502 (504 for a timeout).
 func (lr *loopReq) broken(c *upConn, err error, now time.Time) {
 	if lr.st != nil {
-		lr.streamFailed(err, kindMidstream, sseErrorEvent, now)
+		lr.streamFailed(err, kindMidstream, sseLost.event(&lr.hooks), now)
 		return
 	}
 	started := c.p.started()
@@ -783,7 +783,7 @@ func (lr *loopReq) clientGone() {
 func (lr *loopReq) shutdown() {
 	if lr.st != nil {
 		lr.o.Err = ErrClosed
-		lr.streamFailed(ErrClosed, kindMidstream, sseShutdownEvent, time.Now())
+		lr.streamFailed(ErrClosed, kindMidstream, sseShutdown.event(&lr.hooks), time.Now())
 		return
 	}
 	if lr.c != nil {
@@ -802,7 +802,7 @@ func (lr *loopReq) respondError(status int, msg, typ, code string) {
 	if status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusBadGateway && !lr.headSeen {
 		hdr = append(hdr, RetryAfter)
 	}
-	body := errorBody(status, msg, typ, code)
+	body := lr.hooks.errorBody(status, msg, typ, code)
 	lr.o.BytesOut += int64(len(body))
 	lr.sink.RespondLoop(status, hdr, body)
 }

@@ -91,7 +91,7 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 		switch {
 		case errors.Is(err, errStreamOverflow):
 			lr.s.streamOverflow.Inc()
-			lr.streamFailed(err, kindMidstream, sseOverflowEvent, now)
+			lr.streamFailed(err, kindMidstream, sseOverflow.event(&lr.hooks), now)
 			return
 		case err != nil:
 			lr.clientGone()
@@ -105,7 +105,7 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 	}
 	switch {
 	case perr != nil:
-		lr.streamFailed(perr, kindMidstream, sseErrorEvent, now)
+		lr.streamFailed(perr, kindMidstream, sseLost.event(&lr.hooks), now)
 	case c.p.done():
 		lr.streamEnd(c, c.p.keepAlive() && used == total, now)
 	}
@@ -182,14 +182,12 @@ func (lr *loopReq) streamFailed(err error, kind errKind, ev []byte, now time.Tim
 // or the request's.
 func (lr *loopReq) streamTimeout(now time.Time) {
 	lr.o.TimedOut = true
-	kind, ev, err := lr.s.tune().streamTimeout(lr.reqEnd.IsZero() || now.Before(lr.reqEnd))
-	lr.streamFailed(err, kind, ev, now)
+	kind, f, err := lr.s.tune().streamTimeout(lr.reqEnd.IsZero() || now.Before(lr.reqEnd))
+	lr.streamFailed(err, kind, f.event(&lr.hooks), now)
 }
 
-// sseShutdownEvent ends a stream cut by the Set's Close.
-var sseShutdownEvent = []byte("event: error\ndata: " +
-	string(errorBody(fasthttp.StatusServiceUnavailable, "the load balancer is shutting down", "server_error", "service_unavailable")) + "\n\n")
+// sseShutdown ends a stream cut by the Set's Close.
+var sseShutdown = sseFailure{fasthttp.StatusServiceUnavailable, "the load balancer is shutting down", "server_error", "service_unavailable"}
 
-// sseOverflowEvent ends a stream its client did not read.
-var sseOverflowEvent = []byte("event: error\ndata: " +
-	string(errorBody(fasthttp.StatusServiceUnavailable, "the stream was ended: the client did not read it (over 4 MiB owed)", "server_error", "client_too_slow")) + "\n\n")
+// sseOverflow ends a stream its client did not read.
+var sseOverflow = sseFailure{fasthttp.StatusServiceUnavailable, "the stream was ended: the client did not read it (over 4 MiB owed)", "server_error", "client_too_slow"}

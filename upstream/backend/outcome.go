@@ -60,6 +60,12 @@ type Hooks struct {
 	// nothing is answered, the body is kept, and Done runs with
 	// Outcome.Requeued. False: saltus's own 429/503 with Retry-After.
 	Requeue func() bool
+	// ErrorBody, when set, writes the body of saltus's own answers to
+	// this request (503, 502, 504, 429) and of the SSE error event that
+	// ends a cut stream, from the status, OpenAI's error type and code,
+	// and the message, instead of OpenAI's error object: Anthropic's on
+	// POST /v1/messages, whose SDKs read that shape.
+	ErrorBody func(status int, typ, code, msg string) []byte
 }
 
 // Outcome is how one ForwardOnLoop ended.
@@ -125,6 +131,28 @@ func refusedHdr(req *reactor.Request) []reactor.Header {
 // errorBody is an OpenAI-style error (reactor.ErrorBody).
 func errorBody(status int, msg, typ, code string) []byte {
 	return reactor.ErrorBody(status, typ, code, msg, "")
+}
+
+// errorBody is the error body of h's request: Hooks.ErrorBody's, else
+// OpenAI's.
+func (h *Hooks) errorBody(status int, msg, typ, code string) []byte {
+	if h.ErrorBody != nil {
+		return h.ErrorBody(status, typ, code, msg)
+	}
+	return errorBody(status, msg, typ, code)
+}
+
+// sseFailure is why a stream was cut, as the SSE error event that ends
+// it tells the client.
+type sseFailure struct {
+	status         int
+	msg, typ, code string
+}
+
+// event is the SSE error event of f for h's request (a rare path: made
+// when a stream is cut).
+func (f sseFailure) event(h *Hooks) []byte {
+	return []byte("event: error\ndata: " + string(h.errorBody(f.status, f.msg, f.typ, f.code)) + "\n\n")
 }
 
 // noAnswerMsg is the 502 message when no backend answered: each backend
@@ -195,19 +223,16 @@ func dropAnswerHeader(name, conn string, keepLength bool) bool {
 // saltusPrefix begins the names of saltus's own answer headers.
 const saltusPrefix = "X-Saltus-"
 
-// sseErrorEvent ends an SSE answer whose upstream died.
-var sseErrorEvent = []byte("event: error\ndata: " +
-	string(errorBody(fasthttp.StatusBadGateway, "upstream connection lost mid-stream", "server_error", "upstream_disconnected")) + "\n\n")
+// sseLost ends an SSE answer whose upstream died.
+var sseLost = sseFailure{fasthttp.StatusBadGateway, "upstream connection lost mid-stream", "server_error", "upstream_disconnected"}
 
-// sseTimeoutEvent ends an SSE answer cut by the request timeout d.
-func sseTimeoutEvent(d time.Duration) []byte {
-	msg := fmt.Sprintf("the request took longer than the request timeout (%s)", d)
-	return []byte("event: error\ndata: " + string(errorBody(fasthttp.StatusGatewayTimeout, msg, "timeout_error", "gateway_timeout")) + "\n\n")
+// sseTimeout ends an SSE answer cut by the request timeout d.
+func sseTimeout(d time.Duration) sseFailure {
+	return sseFailure{fasthttp.StatusGatewayTimeout, fmt.Sprintf("the request took longer than the request timeout (%s)", d), "timeout_error", "gateway_timeout"}
 }
 
-// sseIdleEvent ends an SSE answer whose backend sent nothing for the
-// stream idle timeout d.
-func sseIdleEvent(d time.Duration) []byte {
-	msg := fmt.Sprintf("no data from the backend for %s (the stream idle timeout)", d)
-	return []byte("event: error\ndata: " + string(errorBody(fasthttp.StatusGatewayTimeout, msg, "timeout_error", "gateway_timeout")) + "\n\n")
+// sseIdle ends an SSE answer whose backend sent nothing for the stream
+// idle timeout d.
+func sseIdle(d time.Duration) sseFailure {
+	return sseFailure{fasthttp.StatusGatewayTimeout, fmt.Sprintf("no data from the backend for %s (the stream idle timeout)", d), "timeout_error", "gateway_timeout"}
 }

@@ -152,12 +152,12 @@ func sseBodyUsage(body []byte) []byte {
 // streamTimeout is how either transport ends a stream past a deadline
 // (with the timeouts in force, Set.tune):
 // the stream idle timeout (idle: the backend sent nothing for
-// StreamIdleTimeout) or the request timeout; the kind counted, the SSE
-// error event the client gets, and the outcome's error.
-func (c *Tunables) streamTimeout(idle bool) (errKind, []byte, error) {
+// StreamIdleTimeout) or the request timeout; the kind counted, what the
+// SSE error event tells the client, and the outcome's error.
+func (c *Tunables) streamTimeout(idle bool) (errKind, sseFailure, error) {
 	if idle {
-		return kindStreamIdle, sseIdleEvent(c.StreamIdleTimeout),
+		return kindStreamIdle, sseIdle(c.StreamIdleTimeout),
 			fmt.Errorf("no data for %s (the stream idle timeout): %w", c.StreamIdleTimeout, fasthttp.ErrTimeout)
 	}
-	return kindMidstream, sseTimeoutEvent(c.RequestTimeout), fasthttp.ErrTimeout
+	return kindMidstream, sseTimeout(c.RequestTimeout), fasthttp.ErrTimeout
 }
