@@ -305,6 +305,21 @@ func optBool(b []byte, at int, dst *bool, name string) *Error {
 	return nil
 }
 
+// templateKwargs reads vLLM's chat_template_kwargs, the object at
+// b[kw:end] (kw -1: absent) of a chat or Messages request, into opt:
+// enable_thinking, and the whole object for a renderer that reads extras.
+func templateKwargs(b []byte, kw, end int, want chat.Wants, opt *chat.Options) {
+	if !jsonscan.Is(b, kw, '{') {
+		return
+	}
+	var et [1]int
+	jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:], nil)
+	opt.DisableThinking = jsonscan.Is(b, et[0], 'f')
+	if want&chat.WantExtras != 0 {
+		opt.Kwargs = chat.CanonicalJSON(b[kw:end])
+	}
+}
+
 // decodeChat reads what chat.FromRequest reads: the messages, then
 // add_generation_prompt and chat_template_kwargs.enable_thinking, with
 // its errors.
@@ -333,14 +348,7 @@ func decodeChat(dst *Request, b []byte, f, fe *[numFields]int, sc *chat.Scratch,
 	if e := optBool(b, f[fAddGenerationPrompt], &opt.AddGenerationPrompt, "add_generation_prompt"); e != nil {
 		return e
 	}
-	if kw := f[fChatTemplateKwargs]; jsonscan.Is(b, kw, '{') {
-		var et [1]int
-		jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:], nil)
-		opt.DisableThinking = jsonscan.Is(b, et[0], 'f')
-		if want&chat.WantExtras != 0 {
-			opt.Kwargs = chat.CanonicalJSON(b[kw:fe[fChatTemplateKwargs]])
-		}
-	}
+	templateKwargs(b, f[fChatTemplateKwargs], fe[fChatTemplateKwargs], want, &opt)
 	if tv := f[fTools]; want&chat.WantExtras != 0 && jsonscan.Is(b, tv, '[') {
 		opt.Tools = chat.CanonicalJSON(b[tv:fe[fTools]])
 	}

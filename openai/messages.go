@@ -797,14 +797,7 @@ func decodeMessages(dst *Request, r *reader, f, fe *[numFields]int, sc *Scratch,
 		// the body is refused rather than routed half read.
 		return BadRequest("messages", "%s", err.Error())
 	}
-	if kw := f[fChatTemplateKwargs]; jsonscan.Is(b, kw, '{') {
-		var et [1]int
-		jsonscan.Members(b, kw, []string{"enable_thinking"}, et[:], nil)
-		opt.DisableThinking = jsonscan.Is(b, et[0], 'f')
-		if want&chat.WantExtras != 0 {
-			opt.Kwargs = chat.CanonicalJSON(b[kw:fe[fChatTemplateKwargs]])
-		}
-	}
+	templateKwargs(b, f[fChatTemplateKwargs], fe[fChatTemplateKwargs], want, &opt)
 	if oc := f[fOutputConfig]; want&chat.WantExtras != 0 && jsonscan.Is(b, oc, '{') {
 		var ef [1]int
 		if jsonscan.Members(b, oc, []string{"effort"}, ef[:], nil); jsonscan.Is(b, ef[0], '"') {
