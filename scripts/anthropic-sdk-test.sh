@@ -32,6 +32,10 @@ cleanup() {
 trap cleanup EXIT
 
 have() { command -v "$1" >/dev/null 2>&1; }
+if { ! have node || ! have npm; } && [ "$(id -u)" = 0 ] && have apt-get; then
+  echo "anthropic-sdk-test: installing Debian's nodejs and npm" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
 if ! have node || ! have npm; then
   echo "anthropic-sdk-test: needs node and npm" >&2
   exit 1
