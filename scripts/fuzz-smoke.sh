@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the packages given (default ./...) for FUZZTIME
-# each (default 5s). Called by `make fuzz-smoke`.
+# each (default 3s). Called by `make fuzz-smoke`.
 #
 # Go 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when -fuzztime ends while a worker is mid-call on a loaded
@@ -21,7 +21,7 @@
 # smoke's time once there were seventy targets.
 set -uo pipefail
 GO=${GO:-go}
-FUZZTIME=${FUZZTIME:-5s}
+FUZZTIME=${FUZZTIME:-3s}
 log=$(mktemp)
 bins=$(mktemp -d)
 trap 'rm -rf "$log" "$bins"' EXIT
