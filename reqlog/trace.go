@@ -2,7 +2,7 @@ package reqlog
 
 import "encoding/hex"
 
-// Trace is a W3C trace context (https://www.w3.org/TR/trace-context/): the
+// Trace is a W3C trace context: the
 // trace's id, the client's span (the parent of saltus's) and the flags.
 // The zero Trace is none.
 type Trace struct {

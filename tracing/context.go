@@ -8,7 +8,7 @@ import (
 	"github.com/saltus-lb/saltus/reqlog"
 )
 
-// W3C Trace Context (https://www.w3.org/TR/trace-context/): the headers a
+// W3C Trace Context: the headers a
 // request's trace travels in.
 const (
 	HeaderParent = "traceparent"
