@@ -64,7 +64,6 @@ func (r *Router) logEnd(onLoop int, x exchange, o *backend.Outcome, status int, 
 	rec.End, rec.Status, rec.RequestID = now, status, reqID
 	rec.Method, rec.Path, rec.Client = req.Method, req.Path, req.RemoteAddr
 	rec.BytesIn, rec.BytesOut = int64(len(req.Body)), int64(bytesOut)
-	rec.Trace, _ = reqlog.ParseTraceparent(req.HeaderValue(reqlog.TraceparentHeader))
 	if key != nil {
 		rec.Key = key.Name
 	}
@@ -82,10 +81,13 @@ func (r *Router) logEnd(onLoop int, x exchange, o *backend.Outcome, status int, 
 			// Refused before its forward: its span's IDs, from this loop.
 			r.shards[onLoop].trace.Begin(&j.tc, req.HeaderValue(tracing.HeaderParent), req.HeaderValue(tracing.HeaderState))
 		}
-		if j.tc.Began() {
+		if j.tc.Began() { // the client's traceparent was read there
 			rec.Trace.ID, rec.Trace.Parent = j.tc.TraceID, j.tc.Parent
 			rec.Span, rec.SpanSampled, rec.TraceState = j.tc.SpanID, j.tc.Sampled, j.tc.State
 		}
+	}
+	if j == nil || !j.tc.Began() {
+		rec.Trace, _ = reqlog.ParseTraceparent(req.HeaderValue(reqlog.TraceparentHeader))
 	}
 	rec.Own = o == nil && status != statusGone
 	rec.ClientGone = status == statusGone
