@@ -57,6 +57,13 @@ type Request struct {
 	// order of the gateway queue (shard/gate.go).
 	Priority    int
 	HasPriority bool // the body has a "priority" member (stripped for engines without priority scheduling)
+	// MaxTokens is the most it may generate: max_completion_tokens, else
+	// max_tokens, else max_output_tokens (responses) when a non-negative
+	// integer; 0 when none is (the engine answers a bad one). IgnoreEOS:
+	// vLLM's ignore_eos is true (the answer is then MaxTokens long). The
+	// prefix policy's expected answer length (backend/decoding.go).
+	MaxTokens int64
+	IgnoreEOS bool
 }
 
 // KeepDecodeBytes is the largest body whose decoding memory a loop keeps
@@ -99,6 +106,9 @@ const (
 	fMaxTokens
 	fToolChoice
 	fOutputConfig
+	fMaxCompletionTokens
+	fMaxOutputTokens
+	fIgnoreEOS
 	numFields
 )
 
@@ -152,7 +162,8 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		fMessages: "messages", fAddGenerationPrompt: "add_generation_prompt", fChatTemplateKwargs: "chat_template_kwargs", fTools: "tools",
 		fReasoningEffort: "reasoning_effort", fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
 		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input",
-		fSystem: "system", fMaxTokens: "max_tokens", fToolChoice: "tool_choice", fOutputConfig: "output_config"}
+		fSystem: "system", fMaxTokens: "max_tokens", fToolChoice: "tool_choice", fOutputConfig: "output_config",
+		fMaxCompletionTokens: "max_completion_tokens", fMaxOutputTokens: "max_output_tokens", fIgnoreEOS: "ignore_eos"}
 	open := jsonscan.SkipWS(body, 0)
 	if !jsonscan.Is(body, open, '{') {
 		if _, _, se := scanJSON(body, math.MaxInt, max(maxDepth, 0)); se.kind != ScanOK {
@@ -204,6 +215,16 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		}
 		dst.Priority, dst.HasPriority = int(n), true
 	}
+	for _, at := range [...]int{f[fMaxCompletionTokens], f[fMaxTokens], f[fMaxOutputTokens]} {
+		if !jsonscan.IsNumber(b, at) {
+			continue
+		}
+		if n, ok := jsonscan.Int64(b, at); ok && n >= 0 {
+			dst.MaxTokens = n
+			break
+		}
+	}
+	dst.IgnoreEOS = jsonscan.Is(b, f[fIgnoreEOS], 't')
 	if sc != nil {
 		sc.Chat.Joined, sc.Chat.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
 	}

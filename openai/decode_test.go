@@ -235,3 +235,34 @@ func TestDecodeTemplateExtras(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeMaxTokens: the answer's bound is max_completion_tokens, else
+// max_tokens, else max_output_tokens, each only as a non-negative
+// integer (a bad one is the engine's to refuse: no error here); ignore_eos
+// only when true.
+func TestDecodeMaxTokens(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		members string
+		max     int64
+		eos     bool
+	}{
+		{``, 0, false},
+		{`"max_tokens":7,`, 7, false},
+		{`"max_tokens":7,"max_completion_tokens":9,"ignore_eos":true,`, 9, true},
+		{`"max_completion_tokens":null,"max_tokens":7,`, 7, false},
+		{`"max_completion_tokens":-1,"max_tokens":7,`, 7, false},
+		{`"max_tokens":7.5,"max_output_tokens":3,`, 3, false},
+		{`"max_tokens":"7","ignore_eos":"true",`, 0, false},
+		{`"ignore_eos":false,"max_tokens":0,`, 0, false},
+	} {
+		body := `{` + c.members + `"model":"m","messages":[{"role":"user","content":"hi"}]}`
+		var r Request
+		if e := Decode(&r, KindChat, []byte(body), MaxScanDepth, nil); e != nil {
+			t.Fatalf("%s: %+v", body, e)
+		}
+		if r.MaxTokens != c.max || r.IgnoreEOS != c.eos {
+			t.Errorf("%s: max %d eos %v, want %d %v", body, r.MaxTokens, r.IgnoreEOS, c.max, c.eos)
+		}
+	}
+}

@@ -85,6 +85,17 @@ func oldDecodeValue(dst *Request, k Kind, v *fastjson.Value) *Error {
 		}
 		dst.Priority, dst.HasPriority = n, true
 	}
+	for _, name := range []string{"max_completion_tokens", "max_tokens", "max_output_tokens"} {
+		if mv := chat.Field(v, name); mv != nil && mv.Type() == fastjson.TypeNumber {
+			if n, err := mv.Int64(); err == nil && n >= 0 {
+				dst.MaxTokens = n
+				break
+			}
+		}
+	}
+	if iv := chat.Field(v, "ignore_eos"); iv != nil && iv.Type() == fastjson.TypeTrue {
+		dst.IgnoreEOS = true
+	}
 	switch k {
 	case KindChat:
 		return oldDecodeChat(dst, v)

@@ -47,13 +47,16 @@ import (
 // else the fleet's, learned the same way from every engine's scrape: what
 // it runs while it reports requests waiting, vLLM's --max-num-seqs or its
 // KV room) or Concurrency. When n(b) ≥ S(b) or requests wait, this
-// request waits for a slot too: slot(b) = (waiting(b) + 1) × service(b) /
-// R(b), service(b) being how long b takes to answer a request whole
-// (b.Service, a running average of how long its 2xx answers held a
-// slot: shard's job.slotHold) and R(b) the requests
-// it runs (the engine's running count while it reports requests waiting,
-// for a slot or for KV room, else S(b)): one of them ends every
-// service/R on average. The three waits overlap (the prefill ahead runs
+// request waits for a slot too: slot(b) is the time to the
+// (waiting(b) + 1)-th end of a request running there (slotWait), R(b)
+// being the requests it runs (the engine's running count while it
+// reports requests waiting, for a slot or for KV room, else S(b)):
+// the router's requests decoding there end when expected (View.Decoding:
+// their expected tokens at the backend's learned time per token), the
+// others one every service(b)/R(b), service(b) being how long b takes to
+// answer a request whole (b.Service, a running average of how long its
+// 2xx answers held a slot: shard's job.slotHold); with nothing tracked,
+// (waiting(b) + 1) × service(b) / R(b). The three waits overlap (the prefill ahead runs
 // while this request waits for a slot, and the slot and the KV room both
 // come as running requests end), so the queue is the longest; the
 // router's own requests waiting there are in both pending(b) and
@@ -239,7 +242,7 @@ func decideCost(p Config, bs []View, hits []tree.Hit, keys []uint64, useTree boo
 	for _, sc := range s.scores {
 		i := sc.i
 		c := &s.costs[i]
-		estimate(p, &bs[i], c, total, len(keys), capn, kv, fm)
+		estimate(p, &bs[i], c, total, len(keys), capn, kv, fm, s)
 		if c.held > 0 {
 			anyHolder = true
 			if deep < 0 || c.held > s.costs[deep].held {
@@ -464,7 +467,7 @@ func loadCap(p Config, sum int64, n int) int64 {
 
 // estimate fills c's terms for v (see the file's comment); total is the
 // request's tokens, blocks its blocks, capn the bounded-load capacity.
-func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64, kv float64, fm fleetModel) {
+func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64, kv float64, fm fleetModel, s *Scratch) {
 	base, rate := modelOf(v)
 	// A backend's fit is trusted within a factor of fleetTrust of the
 	// fleet's median: a fit gone wrong (one slow sample too many) would
@@ -495,7 +498,7 @@ func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64,
 	}
 	c.slotWait = 0
 	if full && v.Service > 0 {
-		c.slotWait = float64(waiting+1) * v.Service / float64(runs)
+		c.slotWait = slotWait(v, waiting+1, runs, s)
 	}
 	n := float64(max(v.InFlight, 0))
 	c.base, c.rate = base, rate
@@ -519,6 +522,37 @@ func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64,
 	c.evict = fill * c.prefill
 	c.cmp = c.est + c.load + c.evict
 	c.queueing = c.queue >= p.QueueWait || full || v.InFlight >= capn || c.kvWait > 0
+}
+
+// slotWait is how long a request waits at v for a running slot when k−1
+// wait there before it (k ≥ 1) and runs requests hold its slots: the time
+// to the k-th end of a running request, a freed slot going to the next
+// one waiting, whose own answer then holds it a whole service. The
+// requests the router tracks decoding there (View.Decoding: their first
+// event came; backend/decoding.go) end when expected; the other runs−n
+// (in their prefill, read whole, other routers') end spread evenly over
+// a whole service, the j-th at j × service / (runs − n). With nothing
+// tracked that is k × service / runs, one end every service/runs. Sorted
+// ends e_1 ≤ … ≤ e_R, the k-th end is e_((k−1) mod R + 1) + ⌊(k−1)/R⌋ ×
+// service.
+func slotWait(v *View, k, runs int64, s *Scratch) float64 {
+	service := v.Service
+	ends := s.ends[:0]
+	if v.Decoding != nil && s.Now != 0 {
+		ends = v.Decoding.Remaining(s.Now, ends)
+	}
+	if len(ends) == 0 {
+		return float64(k) * service / float64(runs)
+	}
+	if u := runs - int64(len(ends)); u > 0 {
+		for j := int64(1); j <= u; j++ {
+			ends = append(ends, float64(j)*service/float64(u))
+		}
+	}
+	slices.Sort(ends)
+	s.ends = ends
+	r := int64(len(ends))
+	return ends[(k-1)%r] + float64((k-1)/r)*service
 }
 
 // kvWait is how long a request waits at b's engine for KV room: an

@@ -168,6 +168,17 @@ type View struct {
 	Pinned    int64   // b.Pinned(): KV tokens the router's requests in flight there pin
 	Shared    bool    // a request of this request's group is in flight there (shard's footprints)
 	Evented   bool    // b.Evented(): its engine's KV events feed the tree (truth.go)
+	// Decoding reads how long the router's requests decoding there are
+	// expected to run on (backend.Backend.Remaining); nil: none tracked.
+	// Read only when the backend's slots are full (cost.go's slot wait).
+	Decoding Decoding
+}
+
+// Decoding is what a backend tells of its requests decoding: appended to
+// dst, each one's expected remaining decode in seconds from now (unix
+// nanoseconds). backend.Backend implements it.
+type Decoding interface {
+	Remaining(now int64, dst []float64) []float64
 }
 
 // Scratch is reusable decision memory and the per-loop state of the
@@ -193,6 +204,9 @@ type Scratch struct {
 	Pin     int
 	Home    int
 	Explain bool
+	// Now is the decision's time (unix nanoseconds), which View.Decoding
+	// counts from; 0: no tracked request is read.
+	Now int64
 
 	loads  []int64
 	scores []scored
@@ -206,6 +220,7 @@ type Scratch struct {
 	// The prefix policy's (cost.go): per view, its terms.
 	costs []cost
 	fl    []float64 // medianModel's
+	ends  []float64 // slotWait's
 }
 
 type scored struct {

@@ -58,6 +58,7 @@ func costInputs(v *policy.View, b *backend.Backend) {
 	v.QueueOff = 1 - b.QueueFactor()
 	v.Footprint, v.Pinned = max(b.Footprint(), peer.Footprint), max(b.Pinned(), peer.Pinned)
 	v.Slots, v.Service = b.Slots(), b.Service().Seconds()
+	v.Decoding = b // read only when its slots are full
 	if e, ok := b.Engine(); ok {
 		v.Engine, v.Waiting, v.Running, v.KVUsage, v.KVCap = true, e.Waiting, e.Running, e.KVUsage, e.KVTokens
 	}
@@ -86,7 +87,7 @@ func (j *job) decideWith(sh *Shard, hits []tree.Hit, useTree bool) policy.Decisi
 	}
 	sess := j.session != "" && sh.sess != nil
 	now := r.now()
-	sh.sc.Pin, sh.sc.Explain, sh.sc.Home = -1, j.explain != nil, -1
+	sh.sc.Pin, sh.sc.Explain, sh.sc.Home, sh.sc.Now = -1, j.explain != nil, -1, now
 	if hits != nil || useTree {
 		sh.sc.Home = sh.foot.scan(j.keys, sh.views, now)
 	}

@@ -68,6 +68,7 @@ func init() {
 		"saltus_route_pending_total":                 "Pending routes: the decided backend inserted as holder of the request's prefix when the decision was made.",
 		"saltus_route_pending_failed_total":          "Pending routes whose attempt got no 2xx from the decided backend (failure, or a retry answered by another).",
 		"saltus_route_pending_removed_total":         "Route table holders removed when a pending route's attempt failed.",
+		"saltus_route_decode_untracked_total":        "Streamed answers not tracked among their backend's decoding requests (its table of 512 was full): the slot wait prices them as untracked.",
 		"saltus_route_demote_dropped_total":          "Holder removals (failed pending routes, contradictions) lost because the owner shard's mailbox was full.",
 	})
 }
@@ -79,6 +80,7 @@ type feedbackMetrics struct {
 	usageAbsent, contradicted, demoted             *metrics.Counter
 	pendingInserted, pendingFailed, pendingRemoved *metrics.Counter
 	demoteDropped                                  *metrics.Counter
+	decodeUntracked                                *metrics.Counter       // decoding.go
 	predictions                                    [2][2]*metrics.Counter // [predicted hit][actual hit]
 	errBuckets                                     [len(errorBuckets) + 1]atomic.Uint64
 	errSum                                         atomic.Int64 // blocks
@@ -102,6 +104,7 @@ func newFeedbackMetrics(set *metrics.Set) *feedbackMetrics {
 		pendingFailed:   set.NewCounter("saltus_route_pending_failed_total"),
 		pendingRemoved:  set.NewCounter("saltus_route_pending_removed_total"),
 		demoteDropped:   set.NewCounter("saltus_route_demote_dropped_total"),
+		decodeUntracked: set.NewCounter("saltus_route_decode_untracked_total"),
 		observe:         (*backend.Backend).ObserveTTFT,
 	}
 	hm := [2]string{"miss", "hit"}

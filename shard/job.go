@@ -88,7 +88,8 @@ type job struct {
 	session string
 	rawBody []byte
 	prefill pendingPrefill
-	pin     pinned // the KV tokens it pins on its backend (footprint.go)
+	dec     decodeTrack // its place among its backend's decoding requests (decoding.go)
+	pin     pinned      // the KV tokens it pins on its backend (footprint.go)
 	// fresh: the tree already holds the whole chain for freshID, refreshed
 	// less than learnRefresh ago, so a 2xx from freshID has nothing to
 	// teach (see lookup).
@@ -537,6 +538,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if j.d.Stream { // a non-streamed answer's first byte comes when it ends (decide.go: pendingPrefill)
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
+	j.dec.start(j)
 	loop := j.x.loopID() // the forward's, whose hooks run there
 	h := backend.Hooks{Done: func(o backend.Outcome) {
 		if o.Requeued {
@@ -557,6 +559,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 			r.fleet.Suspect(o.Backend.ID)
 		}
 		j.prefill.done(o)
+		j.dec.done(o)
 		j.pin.release()
 		r.m.request(j.route, o.Status)
 		j.settle(o)
@@ -584,20 +587,22 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if anthropicShape(j.route, j.req.Path) {
 		h.ErrorBody = anthropicErrorBody // the backend's own 502, 503, 504 too
 	}
-	if learn || j.prefill.held {
+	if learn || j.prefill.held || j.dec.on {
 		h.FirstByte = func(b *backend.Backend, status int) {
 			if !j.d.Stream {
 				j.prefill.release()
 			}
+			j.dec.head(b, status)
 			if learn && status >= 200 && status < 300 {
 				r.learnFrom(loop, j, b.ID)
 			}
 		}
 	}
-	if j.prefill.held && j.d.Stream {
+	if (j.prefill.held || j.dec.on) && j.d.Stream {
 		// A stream's head comes at once, its first event after the
-		// prefill: that ends the prefill pending there.
-		h.FirstData = j.prefill.release
+		// prefill: that ends the prefill pending there, and its decode
+		// starts.
+		h.FirstData = j.firstEvent
 	}
 	body := j.req.Body
 	if j.d.HasPriority && !r.allPriority(cands) {
@@ -623,6 +628,13 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		j.runFn = j.run
 	}
 	r.shards[loop].poster(j.runFn)
+}
+
+// firstEvent is a stream's Hooks.FirstData: its prefill is over, its
+// decode starts.
+func (j *job) firstEvent() {
+	j.prefill.release()
+	j.dec.first(j)
 }
 
 // learnFrom records, on the owner loop, that backend now holds j's prefix

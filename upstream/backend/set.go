@@ -55,19 +55,20 @@ type Backend struct {
 	// breaker tripped, so the fast schedule starts at once.
 	wake chan struct{}
 
-	engine    engineState  // the engine's own load, when scraped (engine.go)
-	prefill   prefillState // the learned prefill model and the prefill pending (prefill.go)
-	fleet     *Fleet       // the Set's pooled fit, b's prior until it learns its own (prefill.go); nil: none
-	peer      peerLoad     // peer routers' load on it (peer.go)
-	fullUntil atomic.Int64 // Full (engine.go): unix nanoseconds; 0 never
-	fullSoft  atomic.Int64 // the fullUntil of the last mark without the engine's Retry-After (engine.go: slotFreed)
-	capacity  atomic.Int64 // Capacity (engine.go), learned from refusals
-	priority  atomic.Bool  // PriorityScheduling
-	maxConc   atomic.Int64 // MaxConcurrency (engine.go); 0 none
-	capUntil  atomic.Int64 // when capacity stops holding: unix nanoseconds; 0 never learned
-	footprint atomic.Int64 // Footprint (prefill.go)
-	pinned    atomic.Int64 // Pinned (prefill.go)
-	evented   atomic.Bool  // Evented
+	engine    engineState   // the engine's own load, when scraped (engine.go)
+	prefill   prefillState  // the learned prefill model and the prefill pending (prefill.go)
+	fleet     *Fleet        // the Set's pooled fit, b's prior until it learns its own (prefill.go); nil: none
+	peer      peerLoad      // peer routers' load on it (peer.go)
+	fullUntil atomic.Int64  // Full (engine.go): unix nanoseconds; 0 never
+	fullSoft  atomic.Int64  // the fullUntil of the last mark without the engine's Retry-After (engine.go: slotFreed)
+	capacity  atomic.Int64  // Capacity (engine.go), learned from refusals
+	priority  atomic.Bool   // PriorityScheduling
+	maxConc   atomic.Int64  // MaxConcurrency (engine.go); 0 none
+	capUntil  atomic.Int64  // when capacity stops holding: unix nanoseconds; 0 never learned
+	footprint atomic.Int64  // Footprint (prefill.go)
+	pinned    atomic.Int64  // Pinned (prefill.go)
+	evented   atomic.Bool   // Evented
+	decoding  decodingState // the router's requests decoding there, and the decode speed (decoding.go)
 
 	// models are the model names configuration pins b to (Target.Models;
 	// nil: none, b serves what its /v1/models lists). Set at Add and by a
