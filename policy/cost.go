@@ -50,13 +50,13 @@ import (
 // request waits for a slot too: slot(b) is the time to the
 // (waiting(b) + 1)-th end of a request running there (slotWait), R(b)
 // being the requests it runs (the engine's running count while it
-// reports requests waiting, for a slot or for KV room, else S(b)):
-// the router's requests decoding there end when expected (View.Decoding:
-// their expected tokens at the backend's learned time per token), the
-// others one every service(b)/R(b), service(b) being how long b takes to
+// reports requests waiting, for a slot or for KV room, else S(b)): one
+// ends every service(b)/R(b), service(b) being how long b takes to
 // answer a request whole (b.Service, a running average of how long its
-// 2xx answers held a slot: shard's job.slotHold); with nothing tracked,
-// (waiting(b) + 1) × service(b) / R(b). The three waits overlap (the prefill ahead runs
+// 2xx answers held a slot: shard's job.slotHold), so (waiting(b) + 1) ×
+// service(b) / R(b), or later when the router's requests decoding there
+// are expected to end later (View.Decoding: their expected tokens at the
+// backend's learned time per token). The three waits overlap (the prefill ahead runs
 // while this request waits for a slot, and the slot and the KV room both
 // come as running requests end), so the queue is the longest; the
 // router's own requests waiting there are in both pending(b) and
@@ -525,24 +525,30 @@ func estimate(p Config, v *View, c *cost, total float64, blocks int, capn int64,
 }
 
 // slotWait is how long a request waits at v for a running slot when k−1
-// wait there before it (k ≥ 1) and runs requests hold its slots: the time
-// to the k-th end of a running request, a freed slot going to the next
-// one waiting, whose own answer then holds it a whole service. The
-// requests the router tracks decoding there (View.Decoding: their first
-// event came; backend/decoding.go) end when expected; the other runs−n
-// (in their prefill, read whole, other routers') end spread evenly over
-// a whole service, the j-th at j × service / (runs − n). With nothing
-// tracked that is k × service / runs, one end every service/runs. Sorted
-// ends e_1 ≤ … ≤ e_R, the k-th end is e_((k−1) mod R + 1) + ⌊(k−1)/R⌋ ×
-// service.
+// wait there before it (k ≥ 1) and runs requests hold its slots: one
+// ends every service/runs on average, so k × service / runs; longer when
+// the requests running there are known to end later. The router's
+// requests decoding there (View.Decoding: their first event came;
+// upstream/backend/decoding.go) end when expected, the other runs − n (in
+// their prefill, read whole, other routers') spread evenly over a whole
+// service, the j-th at j × service / (runs − n); a freed slot goes to the
+// next one waiting, whose answer then holds it a whole service: sorted
+// ends e_1 ≤ … ≤ e_R, the k-th is e_((k−1) mod R + 1) + ⌊(k−1)/R⌋ ×
+// service. The wait is the larger of the two: ends known to come sooner
+// than the average spacing do not shorten it, since requests the router
+// does not count yet (decided on another loop, another router's) take
+// those slots too. Measured on the Mooncake trace (docs/BENCHMARKS.md,
+// finding 11): the known ends alone made the estimates more accurate at
+// saturation, and the mean TTFT at ×4 worse by 3 % in two runs of two.
 func slotWait(v *View, k, runs int64, s *Scratch) float64 {
 	service := v.Service
 	ends := s.ends[:0]
 	if v.Decoding != nil && s.Now != 0 {
 		ends = v.Decoding.Remaining(s.Now, ends)
 	}
+	even := float64(k) * service / float64(runs)
 	if len(ends) == 0 {
-		return float64(k) * service / float64(runs)
+		return even
 	}
 	if u := runs - int64(len(ends)); u > 0 {
 		for j := int64(1); j <= u; j++ {
@@ -552,7 +558,7 @@ func slotWait(v *View, k, runs int64, s *Scratch) float64 {
 	slices.Sort(ends)
 	s.ends = ends
 	r := int64(len(ends))
-	return ends[(k-1)%r] + float64((k-1)/r)*service
+	return max(ends[(k-1)%r]+float64((k-1)/r)*service, even)
 }
 
 // kvWait is how long a request waits at b's engine for KV room: an

@@ -883,11 +883,12 @@ type fakeDecoding []float64
 
 func (f fakeDecoding) Remaining(now int64, dst []float64) []float64 { return append(dst, f...) }
 
-// TestCostSlotWaitDecoding: the wait for a slot is read from the ends of
-// the requests tracked decoding there (View.Decoding), the untracked
-// ones spread over a whole service; with nothing tracked it is (waiting
-// + 1) × service / runs as before. Of two full engines with the same
-// average service, the one whose running requests end sooner wins.
+// TestCostSlotWaitDecoding: the wait for a slot is (waiting + 1) ×
+// service / runs, or the k-th end of the requests running there when
+// that is later: those tracked decoding (View.Decoding) end when
+// expected, the untracked spread over a whole service. Of two full
+// engines with the same average service, the one whose running requests
+// end later loses.
 func TestCostSlotWaitDecoding(t *testing.T) {
 	t.Parallel()
 	bs := viewFleet(2)
@@ -903,28 +904,28 @@ func TestCostSlotWaitDecoding(t *testing.T) {
 	if r0, r1 := rowOf(t, d, 0), rowOf(t, d, 1); !near(r0.SlotWait, 2000) || !near(r1.SlotWait, 2000) {
 		t.Fatalf("untracked: slot waits %v and %v ms, want 2,000", r0.SlotWait, r1.SlotWait)
 	}
-	// 0's four requests all end within 0.5 s: the second end, 0.3 s.
-	// 1's two tracked end in 3 and 5 s, its other two are spread over 4
-	// s (2 and 4 s): the second end, 3 s.
+	// 0's four requests all end within 0.5 s: the average spacing stands,
+	// 2 s. 1's two tracked end in 3 and 5 s, its other two are spread over
+	// 4 s (2 and 4 s): the second end, 3 s.
 	bs[0].Decoding = fakeDecoding{0.5, 0.1, 0.4, 0.3}
 	bs[1].Decoding = fakeDecoding{5, 3}
 	d = Decide(costPolicy, bs, nil, keys, true, &s)
-	if r0, r1 := rowOf(t, d, 0), rowOf(t, d, 1); !near(r0.SlotWait, 300) || !near(r1.SlotWait, 3000) || d.Backend != 0 {
-		t.Fatalf("tracked: slot waits %v and %v ms, want 300 and 3,000, backend 0; %+v", r0.SlotWait, r1.SlotWait, d)
+	if r0, r1 := rowOf(t, d, 0), rowOf(t, d, 1); !near(r0.SlotWait, 2000) || !near(r1.SlotWait, 3000) || d.Backend != 0 {
+		t.Fatalf("tracked: slot waits %v and %v ms, want 2,000 and 3,000, backend 0; %+v", r0.SlotWait, r1.SlotWait, d)
 	}
 	bs[0].Decoding, bs[1].Decoding = bs[1].Decoding, bs[0].Decoding
 	if d := Decide(costPolicy, bs, nil, keys, true, &s); d.Backend != 1 {
 		t.Fatalf("swapped: %+v", d)
 	}
 	// Past every running request: the 6th end of 4 running is the 2nd
-	// end plus a whole service.
-	bs[1].Waiting, bs[1].InFlight = 5, 9
-	if r := rowOf(t, Decide(costPolicy, bs, nil, keys, true, &s), 1); !near(r.SlotWait, 4300) {
-		t.Fatalf("6th end: %v ms, want 4,300", r.SlotWait)
+	// end plus a whole service, 7 s, over the spacing's 6 s.
+	bs[0].Waiting, bs[0].InFlight = 5, 9
+	if r := rowOf(t, Decide(costPolicy, bs, nil, keys, true, &s), 0); !near(r.SlotWait, 7000) {
+		t.Fatalf("6th end: %v ms, want 7,000", r.SlotWait)
 	}
 	// No clock: the tracked requests are not read.
 	s.Now = 0
-	if r := rowOf(t, Decide(costPolicy, bs, nil, keys, true, &s), 1); !near(r.SlotWait, 6000) {
+	if r := rowOf(t, Decide(costPolicy, bs, nil, keys, true, &s), 0); !near(r.SlotWait, 6000) {
 		t.Fatalf("no clock: %v ms, want 6 × 4 s / 4", r.SlotWait)
 	}
 }

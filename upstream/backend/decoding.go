@@ -7,9 +7,9 @@ import (
 
 // Decoding requests (issue 31): when each of the router's requests
 // decoding at a backend is expected to end, so that the prefix policy
-// reads the wait for a running slot from the requests holding the slots
-// (policy/cost.go's slot wait) rather than from an average answer's
-// time alone. An engine that draws the long answers frees its slots
+// prices the wait for a running slot longer than an average answer's
+// time says when the requests holding the slots end later
+// (policy/cost.go: slotWait). An engine that draws the long answers frees its slots
 // late, which a running average learns only after they ended: on the
 // Mooncake conversation trace at ×16 the slowest first tokens waited at
 // such an engine, its estimates behind its queue by a median factor of
