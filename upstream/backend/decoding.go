@@ -120,9 +120,9 @@ func (b *Backend) ObserveDecode(completion int, decode time.Duration) {
 	if completion <= 0 {
 		return
 	}
-	ewma(&b.decoding.mean, int64(completion)*16)
+	ewma(&b.decoding.mean, int64(completion)*16, decodeWeight)
 	if completion > 1 && decode > 0 {
-		ewma(&b.decoding.token, int64(decode)/int64(completion-1))
+		ewma(&b.decoding.token, int64(decode)/int64(completion-1), decodeWeight)
 	}
 }
 
@@ -144,9 +144,10 @@ func (b *Backend) ExpectedTokens(maxTokens int64, ignoreEOS bool) int64 {
 	return mean
 }
 
-// ewma moves the running average at a toward sample by decodeWeight (the
-// first sample sets it). Lock-free: concurrent samples each land.
-func ewma(a *atomic.Int64, sample int64) {
+// ewma moves the running average at a toward sample by weight (the
+// first sample sets it; a non-positive one is ignored). Lock-free:
+// concurrent samples each land (compare-and-swap).
+func ewma(a *atomic.Int64, sample int64, weight float64) {
 	if sample <= 0 {
 		return
 	}
@@ -154,7 +155,7 @@ func ewma(a *atomic.Int64, sample int64) {
 		old := a.Load()
 		next := sample
 		if old > 0 {
-			next = old + int64(decodeWeight*float64(sample-old))
+			next = old + int64(weight*float64(sample-old))
 		}
 		if a.CompareAndSwap(old, next) {
 			return

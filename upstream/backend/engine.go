@@ -149,24 +149,8 @@ func (f *Fleet) learnSlots(l EngineLoad) {
 func (b *Backend) Service() time.Duration { return time.Duration(b.engine.service.Load()) }
 
 // ObserveService feeds Service how long one answer held its slot (2xx,
-// first try).
-// Lock-free: concurrent samples each land (compare-and-swap). Any
-// goroutine.
-func (b *Backend) ObserveService(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	for {
-		old := b.engine.service.Load()
-		next := int64(d)
-		if old > 0 {
-			next = old + int64(serviceWeight*float64(int64(d)-old))
-		}
-		if b.engine.service.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
+// first try). Lock-free. Any goroutine.
+func (b *Backend) ObserveService(d time.Duration) { ewma(&b.engine.service, int64(d), serviceWeight) }
 
 // Full engines (issue 30): an engine that answers 429 or 503 before any
 // answer byte is full, not broken. It is marked full until its
