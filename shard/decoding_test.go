@@ -20,13 +20,13 @@ func TestDecodeTracked(t *testing.T) {
 	body = strings.Replace(body, "{", `{"max_tokens":300,"ignore_eos":true,`, 1)
 	untaught := e.send(t, 0, body)
 	b := untaught.cands[0]
-	untaught.h.FirstByte(b, 200)
-	untaught.h.FirstData()
+	headCame(untaught.h, b, 200)
+	dataCame(untaught.h)
 	if n := b.Decoding(); n != 0 {
 		t.Fatalf("no decode speed learned: %d tracked", n)
 	}
 	// The answer: 301 tokens in 3 s after the first, 10 ms per token.
-	untaught.h.Done(backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond, FirstData: 100 * time.Millisecond,
+	endCame(untaught.h, backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond, FirstData: 100 * time.Millisecond,
 		Total: 3100 * time.Millisecond, Usage: []byte(`{"prompt_tokens":40,"completion_tokens":301}`)})
 	if got := b.TokenTime(); got != 10*time.Millisecond {
 		t.Fatalf("token time %v, want 10ms", got)
@@ -35,8 +35,8 @@ func TestDecodeTracked(t *testing.T) {
 	c := e.send(t, 0, body)
 	b = c.cands[0]
 	b.ObserveDecode(301, 3*time.Second) // whichever backend it went to
-	c.h.FirstByte(b, 200)
-	c.h.FirstData()
+	headCame(c.h, b, 200)
+	dataCame(c.h)
 	if n := b.Decoding(); n != 1 {
 		t.Fatalf("after the first event: %d tracked, want 1", n)
 	}
@@ -44,7 +44,7 @@ func TestDecodeTracked(t *testing.T) {
 	if len(rem) != 1 || rem[0] > 3 || rem[0] < 2 {
 		t.Fatalf("remaining %v s, want about 300 × 10 ms", rem)
 	}
-	c.h.Done(backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond, FirstData: 50 * time.Millisecond,
+	endCame(c.h, backend.Outcome{Backend: b, Status: 200, TTFB: time.Millisecond, FirstData: 50 * time.Millisecond,
 		Total: 3050 * time.Millisecond, Usage: []byte(`{"prompt_tokens":40,"completion_tokens":301}`)})
 	if n := b.Decoding(); n != 0 {
 		t.Fatalf("after its end: %d tracked", n)
@@ -54,8 +54,8 @@ func TestDecodeTracked(t *testing.T) {
 	f := e.send(t, 1, body)
 	fb := f.cands[0]
 	before := fb.TokenTime()
-	f.h.FirstByte(fb, 503)
-	f.h.Done(backend.Outcome{Backend: fb, Status: 503, TTFB: time.Millisecond, Total: time.Millisecond})
+	headCame(f.h, fb, 503)
+	endCame(f.h, backend.Outcome{Backend: fb, Status: 503, TTFB: time.Millisecond, Total: time.Millisecond})
 	if fb.Decoding() != 0 || fb.TokenTime() != before {
 		t.Fatalf("a 503: %d tracked, token time %v (was %v)", fb.Decoding(), fb.TokenTime(), before)
 	}

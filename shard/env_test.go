@@ -252,14 +252,14 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	if u.quiet.Load() {
 		if u.quietDone.Load() {
 			now := time.Now()
-			h.Done(backend.Outcome{Status: 200, Backend: candidates[0], Sent: now, TTFB: time.Millisecond, Total: time.Millisecond})
+			endCame(h, backend.Outcome{Status: 200, Backend: candidates[0], Sent: now, TTFB: time.Millisecond, Total: time.Millisecond})
 		}
 		return true
 	}
 	if u.refuse.Load() {
 		// As the real Forward: answer 503 and report it through Done.
 		sink.RespondLoop(503, nil, nil)
-		h.Done(backend.Outcome{Status: 503})
+		endCame(h, backend.Outcome{Status: 503})
 		return false
 	}
 	c := forwardCall{x: sink, extra: extraHdr, served: -1}
@@ -276,21 +276,49 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 			u.proxies.Add(1)
 			go func() {
 				defer u.proxies.Done()
-				if h.FirstByte != nil { // nil: nothing to learn
-					h.FirstByte(b, st)
-				}
-				h.Done(backend.Outcome{Backend: b, Status: st, Usage: u.usage})
+				headCame(h, b, st)
+				endCame(h, backend.Outcome{Backend: b, Status: st, Usage: u.usage})
 				u.calls <- c
 			}()
 			return true
 		}
-		if h.FirstByte != nil {
-			h.FirstByte(b, st)
-		}
-		h.Done(backend.Outcome{Backend: b, Status: st, Usage: u.usage})
+		headCame(h, b, st)
+		endCame(h, backend.Outcome{Backend: b, Status: st, Usage: u.usage})
 	}
 	u.calls <- c
 	return true
+}
+
+// headCame runs h's head hooks as a Forward does: FirstByte, then
+// Events (nil: nothing to learn).
+func headCame(h backend.Hooks, b *backend.Backend, status int) {
+	if h.FirstByte != nil {
+		h.FirstByte(b, status)
+	}
+	if h.Events != nil {
+		h.Events.FirstByte(b, status)
+	}
+}
+
+// endCame runs h's end hooks with o as a Forward does, once.
+func endCame(h backend.Hooks, o backend.Outcome) {
+	if h.Done != nil {
+		h.Done(o)
+	}
+	if h.Events != nil {
+		h.Events.Done(o)
+	}
+}
+
+// dataCame runs h's first-data hooks as a Forward does for a stream's
+// first event.
+func dataCame(h backend.Hooks) {
+	if h.FirstData != nil {
+		h.FirstData()
+	}
+	if h.Events != nil {
+		h.Events.FirstData()
+	}
 }
 
 func (u *fakeUpstream) Models(ctx context.Context) ([]byte, error) {

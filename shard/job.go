@@ -89,7 +89,11 @@ type job struct {
 	rawBody []byte
 	prefill pendingPrefill
 	dec     decodeTrack // its place among its backend's decoding requests (decoding.go)
-	pin     pinned      // the KV tokens it pins on its backend (footprint.go)
+	learn   bool        // its forward's 2xx head teaches the route table (finish, jobEvents)
+	// askedUsage: askUsage asked the engine for the stream's usage, which
+	// the forward's end counts as seen or not.
+	askedUsage bool
+	pin        pinned // the KV tokens it pins on its backend (footprint.go)
 	// fresh: the tree already holds the whole chain for freshID, refreshed
 	// less than learnRefresh ago, so a 2xx from freshID has nothing to
 	// teach (see lookup).
@@ -288,11 +292,11 @@ func (j *job) tokenize() {
 		return
 	}
 	sh := j.r.shards[j.loop]
-	var done func(tokenpool.Result) // byte-block mode: never called, so not made
+	var done tokenpool.Completion // byte-block mode: never called
 	if sh.tok.HasEncoder() {
-		done = j.tokenized
+		done = (*jobTokens)(j) // no method value to allocate
 	}
-	if sh.tok.Tokenize(&sh.res, j.texts, done) {
+	if sh.tok.TokenizeFor(&sh.res, j.texts, done) {
 		j.keyed(&sh.res)
 		return
 	}
@@ -312,8 +316,11 @@ func (j *job) own() {
 	j.texts, j.msgEnd, j.d.Messages = texts, slices.Clone(j.msgEnd), nil
 }
 
-// tokenized is the pool's completion, on j.loop.
-func (j *job) tokenized(res tokenpool.Result) { j.keyed(&res) }
+// jobTokens is a job as its tokenization's tokenpool.Completion.
+type jobTokens job
+
+// Tokenized is the pool's completion, on j.loop. Loop only.
+func (t *jobTokens) Tokenized(res tokenpool.Result) { (*job)(t).keyed(&res) }
 
 // keyed computes the block keys and message boundaries, then dispatches.
 // Loop only.
@@ -540,33 +547,9 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	}
 	j.dec.start(j)
 	loop := j.x.loopID() // the forward's, whose hooks run there
-	h := backend.Hooks{Done: func(o backend.Outcome) {
-		if o.Requeued {
-			j.requeue(o)
-			return
-		}
-		if o.Err == backend.ErrEnginesFull {
-			r.refusedFor(j.d.Model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
-		}
-		j.keyDone(o.Status, o.Usage) // an API key's tokens (keys.go)
-		if j.pool != nil {
-			r.kickGate(j.d.Model) // a slot freed: a queued request may go
-		}
-		if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
-			// Its pool says it serves the model: it may have unloaded
-			// it (an adapter) behind saltus's back. Fetch its models
-			// now (never blocks; rate-limited).
-			r.fleet.Suspect(o.Backend.ID)
-		}
-		j.prefill.done(o)
-		j.dec.done(o)
-		j.pin.release()
-		r.m.request(j.route, o.Status)
-		j.settle(o)
-		if r.sink != nil {
-			r.logEnd(loop, j.x, &o, o.Status, 0, "")
-		}
-	}, Usage: j.wantsUsage() || j.key != nil || j.wantsTokens(), ReqHeader: traceHdr}
+	// Its head, first event and end: jobEvents, no closure to allocate.
+	j.learn, j.askedUsage = learn, false
+	h := backend.Hooks{Events: (*jobEvents)(j), Usage: j.wantsUsage() || j.key != nil || j.wantsTokens(), ReqHeader: traceHdr}
 	if j.pool != nil && j.requeues < maxRequeues {
 		h.Requeue = func() bool { return true }
 	}
@@ -586,23 +569,6 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	}
 	if anthropicShape(j.route, j.req.Path) {
 		h.ErrorBody = anthropicErrorBody // the backend's own 502, 503, 504 too
-	}
-	if learn || j.prefill.held || j.dec.on {
-		h.FirstByte = func(b *backend.Backend, status int) {
-			if !j.d.Stream {
-				j.prefill.release()
-			}
-			j.dec.head(b, status)
-			if learn && status >= 200 && status < 300 {
-				r.learnFrom(loop, j, b.ID)
-			}
-		}
-	}
-	if (j.prefill.held || j.dec.on) && j.d.Stream {
-		// A stream's head comes at once, its first event after the
-		// prefill: that ends the prefill pending there, and its decode
-		// starts.
-		h.FirstData = j.firstEvent
 	}
 	body := j.req.Body
 	if j.d.HasPriority && !r.allPriority(cands) {
@@ -630,11 +596,69 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	r.shards[loop].poster(j.runFn)
 }
 
-// firstEvent is a stream's Hooks.FirstData: its prefill is over, its
-// decode starts.
-func (j *job) firstEvent() {
+// jobEvents is a job as its forward's Hooks.Events, on the client
+// connection's loop. Its methods are Loop only.
+type jobEvents job
+
+// FirstByte: the head came. A non-streamed answer's head comes when its
+// generation ends, which ends its prefill pending there; a 2xx teaches
+// the route (learnFrom) and starts the decode's tracking.
+func (e *jobEvents) FirstByte(b *backend.Backend, status int) {
+	j := (*job)(e)
+	if !j.d.Stream {
+		j.prefill.release()
+	}
+	j.dec.head(b, status)
+	if j.learn && status >= 200 && status < 300 {
+		j.r.learnFrom(j.x.loopID(), j, b.ID)
+	}
+}
+
+// FirstData: a stream's head comes at once, its first event after the
+// prefill: that ends the prefill pending there, and its decode starts.
+// Loop only.
+func (e *jobEvents) FirstData() {
+	j := (*job)(e)
 	j.prefill.release()
 	j.dec.first(j)
+}
+
+// Done: the forward's outcome, once. Loop only.
+func (e *jobEvents) Done(o backend.Outcome) {
+	j := (*job)(e)
+	r := j.r
+	if j.askedUsage { // askUsage
+		if o.Usage != nil {
+			r.m.usage.seen.Inc()
+		} else {
+			r.m.usage.none.Inc()
+		}
+	}
+	if o.Requeued {
+		j.requeue(o)
+		return
+	}
+	if o.Err == backend.ErrEnginesFull {
+		r.refusedFor(j.d.Model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
+	}
+	j.keyDone(o.Status, o.Usage) // an API key's tokens (keys.go)
+	if j.pool != nil {
+		r.kickGate(j.d.Model) // a slot freed: a queued request may go
+	}
+	if o.Status == 404 && j.pool != nil && o.Backend != nil && r.fleet != nil {
+		// Its pool says it serves the model: it may have unloaded it
+		// (an adapter) behind saltus's back. Fetch its models now
+		// (never blocks; rate-limited).
+		r.fleet.Suspect(o.Backend.ID)
+	}
+	j.prefill.done(o)
+	j.dec.done(o)
+	j.pin.release()
+	r.m.request(j.route, o.Status)
+	j.settle(o)
+	if r.sink != nil {
+		r.logEnd(j.x.loopID(), j.x, &o, o.Status, 0, "")
+	}
 }
 
 // learnFrom records, on the owner loop, that backend now holds j's prefix

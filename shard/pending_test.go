@@ -42,20 +42,18 @@ func (c heldCall) route(t *testing.T) (matched, total int, reason string) {
 // backend answered) with status, usage and ttfb: the time to its first
 // event (a 2xx stream's head comes at once, its first event after ttfb).
 func (c heldCall) answer(b *backend.Backend, status int, usage string, ttfb time.Duration) {
-	if b != nil && c.h.FirstByte != nil {
-		c.h.FirstByte(b, status)
+	if b != nil {
+		headCame(c.h, b, status)
 	}
 	o := backend.Outcome{Backend: b, Status: status, TTFB: ttfb}
 	if b != nil && status >= 200 && status < 300 {
 		o.TTFB, o.FirstData = time.Millisecond, ttfb
-		if c.h.FirstData != nil {
-			c.h.FirstData()
-		}
+		dataCame(c.h)
 	}
 	if usage != "" {
 		o.Usage = []byte(usage)
 	}
-	c.h.Done(o)
+	endCame(c.h, o)
 }
 
 // holdUpstream is fakeUpstream whose Forward holds the call for the test

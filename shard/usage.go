@@ -53,16 +53,6 @@ func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
 	// vLLM's chat chunks gained "usage":null with include_usage before
 	// 0.6; its completion chunks have it either way (usageopt.go).
 	h.DropUsage, h.DropUsageNull = true, j.route == routeChat
-	done, m := h.Done, &r.m.usage
-	h.Done = func(o backend.Outcome) {
-		if o.Usage != nil {
-			m.seen.Inc()
-		} else {
-			m.none.Inc()
-		}
-		if done != nil {
-			done(o)
-		}
-	}
+	j.askedUsage = true // counted at the end (jobEvents.Done)
 	return out
 }

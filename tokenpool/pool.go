@@ -213,6 +213,28 @@ func (s *Shard) HasEncoder() bool { return s.p.enc != nil }
 // where no segment can miss (a benchmark of hits); a miss with a nil done
 // panics.
 func (s *Shard) Tokenize(dst *Result, segs []string, done func(Result)) bool {
+	if done == nil {
+		return s.TokenizeFor(dst, segs, nil)
+	}
+	return s.TokenizeFor(dst, segs, CompletionFunc(done))
+}
+
+// Completion is what Tokenize's done is as a value: the caller's
+// per-request value, whose method costs no allocation where a method
+// value or closure costs one per request (TokenizeFor).
+type Completion interface {
+	Tokenized(Result)
+}
+
+// CompletionFunc is a func as a Completion.
+type CompletionFunc func(Result)
+
+// Tokenized calls f.
+func (f CompletionFunc) Tokenized(r Result) { f(r) }
+
+// TokenizeFor is Tokenize with done a Completion (nil: as a nil done).
+// Loop only.
+func (s *Shard) TokenizeFor(dst *Result, segs []string, done Completion) bool {
 	dst.reset()
 	s.stats.requests.Add(1)
 	if s.p.closed.Load() {
@@ -254,7 +276,7 @@ func (s *Shard) bail(dst *Result, r Reason) bool {
 // worker writes res, then posts the completion.
 type job struct {
 	from      *Shard
-	done      func(Result)
+	done      Completion
 	start     time.Time
 	segs      []jobSeg
 	known     []int32 // the cached segments' ids, concatenated
@@ -288,7 +310,7 @@ func (j *job) own() {
 }
 
 // miss handles a request whose segment m is the first not in the cache.
-func (s *Shard) miss(dst *Result, segs []string, m int, cut Cut, done func(Result)) bool {
+func (s *Shard) miss(dst *Result, segs []string, m int, cut Cut, done Completion) bool {
 	if done == nil {
 		panic("BUG: tokenpool.Shard.Tokenize with a nil done")
 	}
@@ -440,7 +462,7 @@ func (j *job) complete() {
 	} else {
 		s.stats.bailouts[j.res.Reason].Add(1)
 	}
-	j.done(j.res)
+	j.done.Tokenized(j.res)
 }
 
 // publishCache copies the cache's counters into the shard's atomics, so

@@ -205,9 +205,7 @@ func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, 
 	if refuse != nil {
 		hdr, body := refusedHdr(req), h.errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable")
 		sink.RespondLoop(fasthttp.StatusServiceUnavailable, hdr, body)
-		if h.Done != nil {
-			h.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse, RequestID: hdr[1].Value, BytesOut: int64(len(body))})
-		}
+		h.done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse, RequestID: hdr[1].Value, BytesOut: int64(len(body))})
 		return false
 	}
 	now := time.Now()
@@ -540,6 +538,9 @@ func (lr *loopReq) head(c *upConn, now time.Time) bool {
 	if lr.hooks.FirstByte != nil {
 		lr.hooks.FirstByte(b, status)
 	}
+	if lr.hooks.Events != nil {
+		lr.hooks.Events.FirstByte(b, status)
+	}
 	if gone(lr.sink) {
 		lr.clientGone()
 		return false
@@ -829,9 +830,7 @@ func (lr *loopReq) finish(now time.Time) {
 		}
 		ls.addSample(sample{b: b, ttfb: ttfb, total: lr.o.Total.Seconds()})
 	}
-	if lr.hooks.Done != nil {
-		lr.hooks.Done(lr.o)
-	}
+	lr.hooks.done(lr.o)
 	// Nothing resends or reads the body any more: its pooled buffer can
 	// serve another request.
 	lr.body = nil

@@ -80,6 +80,9 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 			if lr.hooks.FirstData != nil {
 				lr.hooks.FirstData()
 			}
+			if lr.hooks.Events != nil {
+				lr.hooks.Events.FirstData()
+			}
 		}
 		var err error
 		if st.raw {

@@ -17,6 +17,25 @@ import (
 // What a forward reports and answers: the caller's hooks, the outcome,
 // and the answers saltus makes itself (503, 502, 504, SSE error events).
 
+// Events is Hooks.Events: a head came (the backend and its status), the
+// first bytes of a streamed body came, the forward ended (exactly once,
+// as Hooks.Done). On the client connection's loop; must not block.
+type Events interface {
+	FirstByte(b *Backend, status int)
+	FirstData()
+	Done(o Outcome)
+}
+
+// done runs Done and Events.Done with o.
+func (h *Hooks) done(o Outcome) {
+	if h.Done != nil {
+		h.Done(o)
+	}
+	if h.Events != nil {
+		h.Events.Done(o)
+	}
+}
+
 // Hooks are the caller's callbacks for one ForwardOnLoop. They run on
 // the client connection's loop and must not block.
 type Hooks struct {
@@ -30,6 +49,11 @@ type Hooks struct {
 	// simulator), so this, not FirstByte, ends the prefill. Not for
 	// answers read whole.
 	FirstData func()
+	// Events, when set, is told the head, the first data and the end as
+	// FirstByte, FirstData and Done are (after them, when they are set
+	// too): the caller's per-request value, whose methods cost no
+	// allocation where closures cost one each.
+	Events Events
 	// Done runs exactly once per ForwardOnLoop at the very end with the
 	// outcome, inside ForwardOnLoop when it refuses (returns false).
 	Done func(o Outcome)
