@@ -602,7 +602,7 @@ type jobEvents job
 
 // FirstByte: the head came. A non-streamed answer's head comes when its
 // generation ends, which ends its prefill pending there; a 2xx teaches
-// the route (learnFrom) and starts the decode's tracking.
+// the route (learnFrom) and starts the decode's tracking. Loop only.
 func (e *jobEvents) FirstByte(b *backend.Backend, status int) {
 	j := (*job)(e)
 	if !j.d.Stream {
