@@ -21,19 +21,37 @@ var usageParsers fastjson.ParserPool
 // input_tokens + cache_read_input_tokens + cache_creation_input_tokens
 // as Anthropic counts it. Any goroutine.
 func PromptUsage(u []byte) (prompt, cached int, hasCached, ok bool) {
+	prompt, cached, _, hasCached, ok = PromptCompletion(u)
+	return prompt, cached, hasCached, ok
+}
+
+// PromptCompletion is PromptUsage with the completion tokens read in the
+// same parse: completion_tokens, else output_tokens (Anthropic's), 0
+// when neither is a non-negative integer. Any goroutine.
+func PromptCompletion(u []byte) (prompt, cached, completion int, hasCached, ok bool) {
 	if len(u) == 0 || len(u) > maxUsageBytes {
-		return 0, 0, false, false
+		return 0, 0, 0, false, false
 	}
 	p := usageParsers.Get()
 	defer usageParsers.Put(p) // at most maxUsageBytes of values
 	v, err := p.ParseBytes(u)
 	if err != nil {
-		return 0, 0, false, false
+		return 0, 0, 0, false, false
 	}
+	if completion, ok = nonNegative(v, "completion_tokens"); !ok {
+		completion, _ = nonNegative(v, "output_tokens")
+	}
+	prompt, cached, hasCached, ok = promptOf(v)
+	return prompt, cached, completion, hasCached, ok
+}
+
+// promptOf is PromptUsage of the parsed usage object v.
+func promptOf(v *fastjson.Value) (prompt, cached int, hasCached, ok bool) {
 	pv := v.Get("prompt_tokens")
 	if pv == nil {
 		return anthropicPrompt(v)
 	}
+	var err error
 	prompt, err = pv.Int()
 	if err != nil || prompt < 0 {
 		return 0, 0, false, false

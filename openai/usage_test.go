@@ -91,3 +91,21 @@ func FuzzReadUsage(f *testing.F) {
 		}
 	})
 }
+
+// TestPromptCompletion: PromptUsage's counts, and the completion tokens
+// (completion_tokens, else Anthropic's output_tokens) from the same parse.
+func TestPromptCompletion(t *testing.T) {
+	t.Parallel()
+	for u, want := range map[string]int{
+		`{"prompt_tokens":10,"completion_tokens":7}`:  7,
+		`{"input_tokens":36,"output_tokens":5}`:       5,
+		`{"prompt_tokens":10,"completion_tokens":-1}`: 0,
+		`{"prompt_tokens":10}`:                        0,
+	} {
+		p, c, n, hc, ok := PromptCompletion([]byte(u))
+		pp, pc, phc, pok := PromptUsage([]byte(u))
+		if n != want || p != pp || c != pc || hc != phc || ok != pok {
+			t.Errorf("PromptCompletion(%s) = %d %d %d %v %v, want completion %d and PromptUsage's %d %d %v %v", u, p, c, n, hc, ok, want, pp, pc, phc, pok)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/upstream/backend"
 )
@@ -49,17 +48,19 @@ func (t *decodeTrack) first(j *job) {
 	}
 }
 
-// done ends the tracking and teaches the backend its decode speed from
-// a 2xx streamed answer, first try (Done).
-func (t *decodeTrack) done(o backend.Outcome) {
+// done ends the tracking (Done).
+func (t *decodeTrack) done() {
 	if t.cell >= 0 {
 		t.b.Untrack(t.cell)
 		t.cell = -1
 	}
-	if !t.on || o.Backend == nil || o.Err != nil || o.Status < 200 || o.Status >= 300 || o.FirstData <= 0 || o.Total <= o.FirstData {
-		return
-	}
-	if _, completion, ok := openai.UsageTokens(o.Usage); ok {
-		o.Backend.ObserveDecode(int(completion), o.Total-o.FirstData)
+}
+
+// learn teaches the backend its decode speed and answer length from a
+// 2xx streamed answer, first try, of completion tokens (job.feedback,
+// from the usage it reads).
+func (t *decodeTrack) learn(o backend.Outcome, completion int) {
+	if t.on && o.Backend != nil && o.Err == nil && o.Status >= 200 && o.Status < 300 && o.FirstData > 0 && o.Total > o.FirstData {
+		o.Backend.ObserveDecode(completion, o.Total-o.FirstData)
 	}
 }

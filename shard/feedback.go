@@ -166,7 +166,10 @@ func (j *job) feedback(o backend.Outcome) {
 	if j.fb.decided && o.Backend.ID == j.fb.backend {
 		predBlocks = j.fb.matched
 	}
-	prompt, cached, hasCached, ok := openai.PromptUsage(o.Usage)
+	prompt, cached, completion, hasCached, ok := openai.PromptCompletion(o.Usage)
+	if ok {
+		j.dec.learn(o, completion)
+	}
 	if !ok {
 		prompt = len(j.keys) * bs // a lower bound: full blocks only
 	}

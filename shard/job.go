@@ -652,7 +652,7 @@ func (e *jobEvents) Done(o backend.Outcome) {
 		r.fleet.Suspect(o.Backend.ID)
 	}
 	j.prefill.done(o)
-	j.dec.done(o)
+	j.dec.done()
 	j.pin.release()
 	r.m.request(j.route, o.Status)
 	j.settle(o)
