@@ -148,9 +148,9 @@ func appendCost(dst []byte, id int, ms float64, snap []*backend.Backend) []byte 
 // generation ends, so its first byte says nothing of its prefill: it is
 // neither counted pending nor a sample of the fit; its load shows in the
 // in-flight count): the predicted uncached tokens, added when it is sent
-// (add), removed at its first event (release, from Hooks.FirstData: a
+// (add), removed at its first event (release, from Hooks.Events.FirstData: a
 // stream's head comes before its prefill) or at
-// its end without one (done, from Hooks.Done: a failure, a refusal, a
+// its end without one (done, from Hooks.Events.Done: a failure, a refusal, a
 // timeout), whichever comes first; FirstByte and Done run in order on
 // one goroutine. The prefill model learns from one kind of sample: a 2xx
 // answered by the backend predicted, first try, sent when no prefill was

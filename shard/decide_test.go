@@ -133,7 +133,7 @@ func TestPendingPrefillAccounting(t *testing.T) {
 	if a.PendingPrefill() != 0 {
 		t.Fatalf("cached: %d", a.PendingPrefill())
 	}
-	// What Hooks.Done does with a clean sample and no usage in the answer
+	// What Hooks.Events.Done does with a clean sample and no usage in the answer
 	// (job.feedback): the predicted uncached count.
 	settle := func(p *pendingPrefill, o backend.Outcome) {
 		p.done(o)

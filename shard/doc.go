@@ -21,7 +21,7 @@
 // to the connection's loop first, unrefused: it was admitted and
 // bounded where it came in, and must run once), for every route and
 // policy, streamed or not.
-// When the answer's head is 2xx (Hooks.Events' FirstByte, on that loop)
+// When the answer's head is 2xx (Hooks.Events.FirstByte, on that loop)
 // the keys are inserted on the owner shard with the backend that answered
 // (stage 9; Router.learn says why that one). The decided backend was
 // already inserted as a pending holder when the decision was made, so

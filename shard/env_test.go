@@ -289,33 +289,22 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	return true
 }
 
-// headCame runs h's head hooks as a Forward does: FirstByte, then
-// Events (nil: nothing to learn).
+// headCame tells h's Events the head as a Forward does.
 func headCame(h backend.Hooks, b *backend.Backend, status int) {
-	if h.FirstByte != nil {
-		h.FirstByte(b, status)
-	}
 	if h.Events != nil {
 		h.Events.FirstByte(b, status)
 	}
 }
 
-// endCame runs h's end hooks with o as a Forward does, once.
+// endCame tells h's Events the end with o as a Forward does, once.
 func endCame(h backend.Hooks, o backend.Outcome) {
-	if h.Done != nil {
-		h.Done(o)
-	}
 	if h.Events != nil {
 		h.Events.Done(o)
 	}
 }
 
-// dataCame runs h's first-data hooks as a Forward does for a stream's
-// first event.
+// dataCame tells h's Events a stream's first event as a Forward does.
 func dataCame(h backend.Hooks) {
-	if h.FirstData != nil {
-		h.FirstData()
-	}
 	if h.Events != nil {
 		h.Events.FirstData()
 	}

@@ -219,7 +219,7 @@ func (j *job) touchFootprint(sh *Shard, d policy.Decision, snap []*backend.Backe
 		j.r.m.footFull.Inc()
 		return
 	}
-	//saltus:allow R9 released in Hooks.Done, which ForwardOnLoop runs exactly once on every exit (TestPinnedFollowsRequests)
+	//saltus:allow R9 released in Hooks.Events.Done, which ForwardOnLoop runs exactly once on every exit (TestPinnedFollowsRequests)
 	j.pin.acquire(e, int64(len(j.keys))*bs, int64(d.TotalBlocks-d.MatchedBlocks)*bs)
 }
 

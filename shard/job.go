@@ -554,7 +554,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		h.Requeue = func() bool { return true }
 	}
 	// A refused ForwardOnLoop (MaxInFlight) answers 503 itself and
-	// reports it through Hooks.Done like any other outcome, so it is
+	// reports it through Hooks.Events.Done like any other outcome, so it is
 	// counted there. The upstream I/O runs on the client connection's
 	// loop, whatever the route and the policy, streamed (event by event)
 	// or not.

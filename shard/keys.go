@@ -54,7 +54,7 @@ func (r *Router) authenticate(x exchange, rt routeID) *keys.Key {
 // keyedExchange is a keyed request's exchange: every answer, proxied or
 // saltus's own, carries the key's x-ratelimit-* headers (hdr, set at
 // admission), and saltus's own answers (Respond) settle the key's
-// accounting, as Hooks.Done does for forwarded ones. With a request
+// accounting, as Hooks.Events.Done does for forwarded ones. With a request
 // sink (reqlog.go) every job's exchange is one, keyed or not (j.key nil):
 // the log finds the job of saltus's own answers through it (jobOf).
 type keyedExchange struct {

@@ -93,7 +93,7 @@ func (j *job) confirm(backendID int) {
 }
 
 // settle ends j's pending route and reads the engine's feedback: called by
-// Hooks.Done with the outcome, on the client connection's loop.
+// Hooks.Events.Done with the outcome, on the client connection's loop.
 func (j *job) settle(o backend.Outcome) {
 	if j.fb.pending && !j.fb.confirmed && !j.fb.removed {
 		j.r.fb.pendingFailed.Inc()

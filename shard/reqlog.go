@@ -14,7 +14,7 @@ import (
 
 // The request log (issue 35): with a Sink set (UseSinks), every answer
 // becomes one reqlog.Record, handed to it where the answer ends: a
-// forward's Hooks.Done (on the client connection's loop, into that
+// forward's Hooks.Events.Done (on the client connection's loop, into that
 // shard's scratch Record), saltus's own answers (fail and the 200s of
 // OPTIONS and /v1/models, on whichever goroutine answers, a Record each),
 // a client gone before its forward (dispatch, the gate) and the reactor's

@@ -72,7 +72,7 @@ func benchServeChat4K(b *testing.B, pooled, log bool) {
 }
 
 // BenchmarkServeTraced is BenchmarkServeChat4K's request served to its
-// end (the fake forward reports a 200 through Hooks.Done at once), with
+// end (the fake forward reports a 200 through Hooks.Events.Done at once), with
 // and without tracing: "off" no tracer and no record; "ratio_0.01" and
 // "ratio_1" a tracer (exporting to a test collector) sampling 1 % and
 // every request: the record, the trace IDs, the traceparent header, and

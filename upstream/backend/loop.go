@@ -205,7 +205,9 @@ func (s *Set) ForwardOnLoop(l *reactor.Loop, req *reactor.Request, body []byte, 
 	if refuse != nil {
 		hdr, body := refusedHdr(req), h.errorBody(fasthttp.StatusServiceUnavailable, refuse.Error(), "server_error", "service_unavailable")
 		sink.RespondLoop(fasthttp.StatusServiceUnavailable, hdr, body)
-		h.done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse, RequestID: hdr[1].Value, BytesOut: int64(len(body))})
+		if h.Events != nil {
+			h.Events.Done(Outcome{Status: fasthttp.StatusServiceUnavailable, Err: refuse, RequestID: hdr[1].Value, BytesOut: int64(len(body))})
+		}
 		return false
 	}
 	now := time.Now()
@@ -535,9 +537,6 @@ func (lr *loopReq) head(c *upConn, now time.Time) bool {
 	s.countCodeLoop(lr.ls, b, status)
 	// A trip logs once (a rare write to the log on the loop).
 	b.passiveResult(status < 500, s.cfg.BreakerFails, s.logger)
-	if lr.hooks.FirstByte != nil {
-		lr.hooks.FirstByte(b, status)
-	}
 	if lr.hooks.Events != nil {
 		lr.hooks.Events.FirstByte(b, status)
 	}
@@ -830,7 +829,9 @@ func (lr *loopReq) finish(now time.Time) {
 		}
 		ls.addSample(sample{b: b, ttfb: ttfb, total: lr.o.Total.Seconds()})
 	}
-	lr.hooks.done(lr.o)
+	if lr.hooks.Events != nil {
+		lr.hooks.Events.Done(lr.o)
+	}
 	// Nothing resends or reads the body any more: its pooled buffer can
 	// serve another request.
 	lr.body = nil

@@ -61,12 +61,19 @@ func (e *loopEnv) use(bs ...*Backend) { e.cands.Store(&bs) }
 
 func (e *loopEnv) Serve(x *reactor.Exchange) {
 	r := x.Request()
-	h := Hooks{Done: func(o Outcome) { e.outs <- o }, Usage: true}
+	h := Hooks{Events: outcomeTo(e.outs), Usage: true}
 	if edit := e.hooks.Load(); edit != nil {
 		(*edit)(&h)
 	}
 	e.s.ForwardOnLoop(x.Loop(), r, r.Body, *e.cands.Load(), x, []reactor.Header{{Name: "X-Extra", Value: "1"}}, h)
 }
+
+// outcomeTo is Events that sends the outcome to a channel.
+type outcomeTo chan Outcome
+
+func (outcomeTo) FirstByte(*Backend, int) {}
+func (outcomeTo) FirstData()              {}
+func (c outcomeTo) Done(o Outcome)        { c <- o }
 
 func (e *loopEnv) outcome(t *testing.T) Outcome {
 	t.Helper()

@@ -77,9 +77,6 @@ func (lr *loopReq) streamData(c *upConn, used, total int, perr error, now time.T
 		if !st.data {
 			st.data = true
 			lr.o.FirstData = now.Sub(lr.t0)
-			if lr.hooks.FirstData != nil {
-				lr.hooks.FirstData()
-			}
 			if lr.hooks.Events != nil {
 				lr.hooks.Events.FirstData()
 			}

@@ -17,46 +17,31 @@ import (
 // What a forward reports and answers: the caller's hooks, the outcome,
 // and the answers saltus makes itself (503, 502, 504, SSE error events).
 
-// Events is Hooks.Events: a head came (the backend and its status), the
-// first bytes of a streamed body came, the forward ended (exactly once,
-// as Hooks.Done). On the client connection's loop; must not block.
+// Events is what a forward tells its caller (Hooks.Events), on the
+// client connection's loop; no method may block. The caller's
+// per-request value: its methods cost no allocation where closures
+// would cost one each.
 type Events interface {
+	// FirstByte runs once when the chosen backend's response head
+	// arrived (status known), before anything is written to the sink. It
+	// does not run when no backend answered.
 	FirstByte(b *Backend, status int)
+	// FirstData runs once when the first bytes of a streamed body (SSE
+	// or not) arrived: an engine sends a stream's head at once and its
+	// first event after the prefill (vLLM, the simulator), so this, not
+	// FirstByte, ends the prefill. Not for answers read whole.
 	FirstData()
+	// Done runs exactly once per ForwardOnLoop at the very end with the
+	// outcome, inside ForwardOnLoop when it refuses (returns false).
 	Done(o Outcome)
 }
 
-// done runs Done and Events.Done with o.
-func (h *Hooks) done(o Outcome) {
-	if h.Done != nil {
-		h.Done(o)
-	}
-	if h.Events != nil {
-		h.Events.Done(o)
-	}
-}
-
-// Hooks are the caller's callbacks for one ForwardOnLoop. They run on
-// the client connection's loop and must not block.
+// Hooks are the caller's callbacks and choices for one ForwardOnLoop.
+// They run on the client connection's loop and must not block.
 type Hooks struct {
-	// FirstByte runs once when the chosen
-	// backend's response head arrived (status known), before anything is
-	// written to the sink. It does not run when no backend answered.
-	FirstByte func(b *Backend, status int)
-	// FirstData runs once when the first bytes of
-	// a streamed body (SSE or not) arrived: an engine sends a stream's
-	// head at once and its first event after the prefill (vLLM, the
-	// simulator), so this, not FirstByte, ends the prefill. Not for
-	// answers read whole.
-	FirstData func()
-	// Events, when set, is told the head, the first data and the end as
-	// FirstByte, FirstData and Done are (after them, when they are set
-	// too): the caller's per-request value, whose methods cost no
-	// allocation where closures cost one each.
+	// Events is told the forward's head, first data and end; nil: no one
+	// is told.
 	Events Events
-	// Done runs exactly once per ForwardOnLoop at the very end with the
-	// outcome, inside ForwardOnLoop when it refuses (returns false).
-	Done func(o Outcome)
 	// Usage asks for Outcome.Usage. It costs a JSON parse of every
 	// non-streamed answer (a copy of each SSE event that has a usage), so
 	// it is off unless a hook reads it.
