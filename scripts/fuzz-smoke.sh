@@ -19,32 +19,59 @@
 # package's folder, as `go test -fuzz` runs it: `go test -fuzz` links the
 # binary again for every target (~15 s for cmd/saltus), most of the
 # smoke's time once there were seventy targets.
+#
+# Targets run FUZZJOBS at a time (default 2), each with one fuzzing
+# worker (-test.parallel 1): a target's FUZZTIME is wall time, and on two
+# cores two targets of one worker each fuzz as much as one of two, while
+# each target's start (its workers, the seed corpus) overlaps another's.
+# Each target's lines are printed when it ends, whole.
+
 set -uo pipefail
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-3s}
-log=$(mktemp)
-bins=$(mktemp -d)
-trap 'rm -rf "$log" "$bins"' EXIT
+FUZZJOBS=${FUZZJOBS:-2}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log=$work/build.log
 cache="$($GO env GOCACHE)/fuzz"
 
 corpus_count() { # dir
   if [ -d "$1" ]; then find "$1" -type f | wc -l; else echo 0; fi
 }
 
-run_one() { # pkg pkgdir binary target fuzztime
+run_one() { # pkg pkgdir binary target fuzztime log
   local pkg=$1 f=$4 dir before after
   dir="$2/testdata/fuzz/$f"
   before=$(corpus_count "$dir")
   if (cd "$2" && "$3" -test.run '^$' -test.fuzz "^$f\$" -test.fuzztime "$5" \
-    -test.fuzzcachedir "$cache/$pkg" -test.paniconexit0 -test.timeout 10m) >"$log" 2>&1; then
+    -test.parallel 1 -test.fuzzcachedir "$cache/$pkg" -test.paniconexit0 -test.timeout 10m) >"$6" 2>&1; then
     return 0
   fi
   after=$(corpus_count "$dir")
-  if [ "$after" = "$before" ] && tail -8 "$log" | grep -q -e 'context deadline exceeded' -e 'fuzzing process hung or terminated unexpectedly'; then
+  if [ "$after" = "$before" ] && tail -8 "$6" | grep -q -e 'context deadline exceeded' -e 'fuzzing process hung or terminated unexpectedly'; then
     return 75 # the coordinator's flake: no failing input was written
   fi
-  tail -40 "$log"
+  tail -40 "$6"
   return 1
+}
+
+# fuzz_target pkg pkgdir binary target: one target, its flake retried
+# once; 0 when it passed.
+fuzz_target() {
+  local rc tlog="$work/$(echo "$1.$4" | tr / _).log"
+  echo "fuzz $1 $4 ($FUZZTIME)"
+  run_one "$1" "$2" "$3" "$4" "$FUZZTIME" "$tlog"
+  rc=$?
+  if [ $rc = 75 ]; then
+    echo "  the coordinator's flake (deadline during a worker's call or its seeds, no failing input): running it again with 4x the time"
+    run_one "$1" "$2" "$3" "$4" "$(longer "$FUZZTIME")" "$tlog"
+    rc=$?
+    if [ $rc = 75 ]; then
+      echo "  the same coordinator flake twice, no failing input: not a failure of $4"
+      rc=0
+    fi
+  fi
+  return $rc
 }
 
 # fuzz_targets DIR: the fuzz targets declared in DIR's test files (func
@@ -64,30 +91,43 @@ longer() {
   esac
 }
 
+# The test binaries, then the targets.
 pkgs=$($GO list -f '{{.ImportPath}}={{.Dir}}' "${@:-./...}") || exit 1
+todo=()
 for pd in $pkgs; do
   pkg=${pd%%=*}
   pdir=${pd#*=}
   targets=$(fuzz_targets "$pdir")
   [ -n "$targets" ] || continue
-  bin="$bins/$(echo "$pkg" | tr / _).test"
+  bin="$work/$(echo "$pkg" | tr / _).test"
   if ! $GO test -c -fuzz Fuzz -o "$bin" "$pkg" >"$log" 2>&1; then
     tail -40 "$log"
     exit 1
   fi
-  for f in $targets; do
-    echo "fuzz $pkg $f ($FUZZTIME)"
-    run_one "$pkg" "$pdir" "$bin" "$f" "$FUZZTIME"
-    rc=$?
-    if [ $rc = 75 ]; then
-      echo "  the coordinator's flake (deadline during a worker's call or its seeds, no failing input): running it again with 4x the time"
-      run_one "$pkg" "$pdir" "$bin" "$f" "$(longer "$FUZZTIME")"
-      rc=$?
-      if [ $rc = 75 ]; then
-        echo "  the same coordinator flake twice, no failing input: not a failure of $f"
-        rc=0
-      fi
-    fi
-    [ $rc = 0 ] || exit 1
-  done
+  for f in $targets; do todo+=("$pkg $pdir $bin $f"); done
 done
+
+# At most FUZZJOBS at once; each writes its output and exit status to
+# files of its own. No target starts after one failed.
+n=0
+failed() { grep -L -x 0 "$work"/*.rc 2>/dev/null | head -1; }
+for t in "${todo[@]}"; do
+  while [ "$(find "$work" -name '*.run' | wc -l)" -ge "$FUZZJOBS" ]; do wait -n 2>/dev/null || sleep 0.1; done
+  [ -z "$(failed)" ] || break
+  n=$((n + 1))
+  touch "$work/$n.run"
+  (
+    # shellcheck disable=SC2086 # the entry is four words without spaces
+    fuzz_target $t >"$work/$n.out" 2>&1
+    echo $? >"$work/$n.rc"
+    cat "$work/$n.out"
+    rm -f "$work/$n.run"
+  ) &
+done
+wait
+f=$(failed)
+if [ -n "$f" ]; then
+  echo "fuzz-smoke: a target failed (above)"
+  exit 1
+fi
+echo "fuzz-smoke: $n targets passed"
