@@ -70,9 +70,12 @@ func (j *job) admit() *openai.Error {
 	case p == nil:
 		p = wild
 	}
-	if !r.anyRoutable(p) {
+	if !r.anyRoutable(p) || (j.explain == nil && r.queuedAhead(j.d.Model)) {
 		if r.saturated(p) {
-			// Up, but none has room: it waits in the pool's queue.
+			// Up, but none has room, or requests wait for room already
+			// (first come: a slot an answer frees goes to the queue's
+			// next, not to whoever arrives while its dispatch is on its
+			// way): it waits in the pool's queue.
 			j.waitFull, j.pool = true, p
 			if j.explain == nil {
 				p.Admitted()
@@ -88,6 +91,22 @@ func (j *job) admit() *openai.Error {
 		p.Admitted()
 	}
 	return nil
+}
+
+// queuedAhead reports whether requests for model wait in its pool's
+// queue, or were dispatched from it and are not decided yet: a new
+// arrival then waits behind them. Any goroutine (atomics).
+func (r *Router) queuedAhead(model string) bool {
+	if r.queued.Load() == 0 { // nothing queued anywhere: the common case, one load
+		return false
+	}
+	s := r.statsFor(model)
+	for b := range s.depth {
+		if s.depth[b].Load() > 0 {
+			return true
+		}
+	}
+	return s.transit.Load() > 0
 }
 
 // refused counts a refusal of admit, unless j is an Explain (not

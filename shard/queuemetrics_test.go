@@ -166,6 +166,43 @@ func TestQueueMetricsMove(t *testing.T) {
 	}
 }
 
+// TestQueueFirstCome: a request that arrives while others wait in its
+// pool's queue waits behind them, though a slot is free at that moment
+// (the slot an answer freed belongs to the queue's next, whose dispatch
+// is on its way): it goes through the queue, after them. Without it, a
+// steady stream of arrivals took every freed slot, and requests requeued
+// behind them waited minutes at saturation.
+func TestQueueFirstCome(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 2, backends: 2})
+	free := fullPool(t, e)
+	gl := e.r.gateLoop("m") // the queue's loop: nothing dispatches while a function runs there
+	for i := range 3 {
+		x := newExchange(gl, "POST", "/v1/chat/completions", chatAt(0, i))
+		e.loops.run(t, gl, func() { e.r.serve(x) })
+	}
+	waitUntil(t, "3 queued", func() bool { return e.r.queued.Load() == 3 })
+	late := newExchange(gl, "POST", "/v1/chat/completions", chatAt(0, 3))
+	e.loops.run(t, gl, func() {
+		free() // room now, and the queue still holds the three
+		e.r.serve(late)
+	})
+	for i := range 4 {
+		select {
+		case <-e.up.calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d not forwarded after the slots freed", i)
+		}
+	}
+	text := exposition(t, e)
+	if got := sample(text, `saltus_queue_requests_total{model="m",result="queued"}`); got != 4 {
+		t.Errorf("queued %v, want 4: the late request went past the queue", got)
+	}
+	if got := sample(text, `saltus_queue_requests_total{model="m",result="dispatched"}`); got != 4 {
+		t.Errorf("dispatched %v, want 4", got)
+	}
+}
+
 // TestQueueRefusalsCounted: a full queue and an expired wait are refused
 // with 429 and Retry-After in OpenAI's shape, counted by model and reason
 // (and the expired one's wait observed); an unknown model's 404 counts
