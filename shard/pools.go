@@ -94,8 +94,9 @@ func (j *job) admit() *openai.Error {
 }
 
 // queuedAhead reports whether requests for model wait in its pool's
-// queue, or were dispatched from it and are not decided yet: a new
-// arrival then waits behind them. Any goroutine (atomics).
+// queue, or (while any request waits anywhere) were dispatched from it
+// and are not decided yet: a new arrival then waits behind them. Any
+// goroutine (atomics).
 func (r *Router) queuedAhead(model string) bool {
 	if r.queued.Load() == 0 { // nothing queued anywhere: the common case, one load
 		return false
