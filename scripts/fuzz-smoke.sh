@@ -104,7 +104,7 @@ for pd in $pkgs; do
     tail -40 "$log"
     exit 1
   fi
-  for f in $targets; do todo+=("$pkg $pdir $bin $f"); done
+  for f in $targets; do todo+=("$pkg|$pdir|$bin|$f"); done
 done
 
 # At most FUZZJOBS at once; each writes its output and exit status to
@@ -116,9 +116,9 @@ for t in "${todo[@]}"; do
   [ -z "$(failed)" ] || break
   n=$((n + 1))
   touch "$work/$n.run"
+  IFS='|' read -r pkg pdir bin f <<<"$t" # a folder may hold spaces
   (
-    # shellcheck disable=SC2086 # the entry is four words without spaces
-    fuzz_target $t >"$work/$n.out" 2>&1
+    fuzz_target "$pkg" "$pdir" "$bin" "$f" >"$work/$n.out" 2>&1
     echo $? >"$work/$n.rc"
     cat "$work/$n.out"
     rm -f "$work/$n.run"
