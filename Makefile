@@ -74,7 +74,7 @@ browser-test: ## the dashboard in headless Chromium against a running saltus, nu
 anthropic-check: ## Anthropic's TypeScript SDK (pinned in test/anthropic, npm ci) against saltus serve and two saltus sim engines: messages, streaming, tool use, prefix routing, errors (scripts/anthropic-sdk-test.sh; needs node and npm; part of check)
 	GO=$(GO) scripts/anthropic-sdk-test.sh
 
-fuzz-smoke: ## each fuzz target for FUZZTIME (default 3s: CI time; run longer with FUZZTIME=5m); see scripts/fuzz-smoke.sh
+fuzz-smoke: ## each fuzz target for FUZZTIME (default 3s: CI time; run longer with FUZZTIME=5m), FUZZJOBS at a time (default 2, one worker each); see scripts/fuzz-smoke.sh
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz-smoke.sh $(PKGS)
 
 helm-check: ## the Helm chart deploy/helm/saltus: Helm built once from the Go module proxy into bin/helm (no download; 230 s of CPU cold, seconds once cached), lint --strict with the default values and each ci/*.yaml, the rendered objects decoded strictly against k8s.io/api (deploy/helm/check, its own module), the args and saltus.yaml loaded by saltus's config loader (cmd/saltus TestHelmChart; -race reuses race's test binary)
