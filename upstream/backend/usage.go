@@ -7,97 +7,39 @@ import (
 	"bytes"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/saltus-lb/saltus/internal/jsonscan"
 )
 
 var usageKey = []byte(`"usage"`)
 
-// parsers reuse fastjson's values across answers (a fresh Parser costs ~20
-// allocations per body: BenchmarkForward4K).
-var parsers fastjson.ParserPool
+// usageKeys is what usageOf looks for among a body's members.
+var usageKeys = []string{"usage"}
 
 // usageOf returns a copy of a JSON body's non-null "usage" object, or nil.
-// A body over maxUsageParse is not parsed whole: only the object after
-// its last "usage" key is.
+// The body is not parsed: a scan (jsonscan.Members, no allocation, one
+// pass) finds its top-level object's last "usage" member, and only that
+// value, at most maxUsageParse bytes, is validated as JSON. Scanning
+// instead of parsing the whole answer cut a parse of every non-streamed
+// answer (3.5 % of saltus's CPU under bench/nginx-compare.sh's load).
 func usageOf(body []byte) []byte {
-	i := bytes.LastIndex(body, usageKey)
-	if i < 0 {
+	if !bytes.Contains(body, usageKey) {
+		return nil // the common no-usage answer, at memchr's speed
+	}
+	var at, end [1]int
+	open := jsonscan.SkipWS(body, 0)
+	if jsonscan.Members(body, open, usageKeys, at[:], end[:]) < 0 || !jsonscan.Is(body, at[0], '{') {
+		return nil // not an object (not JSON: no usage to learn from), or no usage object
+	}
+	u := body[at[0]:end[0]]
+	if len(u) > maxUsageParse || fastjson.ValidateBytes(u) != nil {
 		return nil
 	}
-	if len(body) > maxUsageParse {
-		// A large answer is not parsed whole (a pooled parser would keep
-		// its values at the body's size): the object after the last
-		// "usage" key (where vLLM puts it, after the choices) is cut out
-		// by a bracket scan and parsed alone.
-		if i > 0 && body[i-1] == '\\' {
-			return nil // the key's quote is escaped: inside a string
-		}
-		body = usageObject(body[i+len(usageKey):])
-		if body == nil {
-			return nil
-		}
-		var p fastjson.Parser // not pooled: rare, and at most maxUsageParse
-		u, err := p.ParseBytes(body)
-		if err != nil || u.Type() != fastjson.TypeObject {
-			return nil
-		}
-		return u.MarshalTo(make([]byte, 0, 256))
-	}
-	ps := parsers.Get()
-	defer parsers.Put(ps)
-	v, err := ps.ParseBytes(body)
-	if err != nil {
-		return nil // not JSON: no usage to learn from
-	}
-	u := v.Get("usage")
-	if u == nil || u.Type() != fastjson.TypeObject {
-		return nil
-	}
-	return u.MarshalTo(make([]byte, 0, 256))
+	return bytes.Clone(u)
 }
 
-// maxUsageParse bounds what usageOf hands a JSON parser: bodies up to it
-// are parsed whole with a pooled parser (whose memory then stays at most
-// this large), larger ones only in their usage object, itself at most this.
+// maxUsageParse bounds the usage object usageOf returns.
 const maxUsageParse = 64 << 10
-
-// usageObject returns the JSON object that follows a key's closing quote
-// in rest (`: {...}`), found by a scan that skips strings, or nil when
-// none follows or it is longer than maxUsageParse.
-func usageObject(rest []byte) []byte {
-	j := 0
-	for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t' || rest[j] == '\n' || rest[j] == '\r') {
-		j++
-	}
-	if j == len(rest) || rest[j] != ':' {
-		return nil
-	}
-	j++
-	for j < len(rest) && (rest[j] == ' ' || rest[j] == '\t' || rest[j] == '\n' || rest[j] == '\r') {
-		j++
-	}
-	if j == len(rest) || rest[j] != '{' {
-		return nil
-	}
-	start, depth, inStr := j, 0, false
-	for ; j < len(rest) && j-start < maxUsageParse; j++ {
-		c := rest[j]
-		switch {
-		case inStr && c == '\\':
-			j++
-		case c == '"':
-			inStr = !inStr
-		case inStr:
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			depth--
-			if depth == 0 {
-				return rest[start : j+1]
-			}
-		}
-	}
-	return nil
-}
 
 // sseUsage returns the "usage" object of an SSE event's data, or nil.
 func sseUsage(ev []byte) []byte {

@@ -32,7 +32,8 @@ func TestUsageOfBounded(t *testing.T) {
 }
 
 // FuzzUsageOf: whatever the body, usageOf does not panic and returns nil
-// or a JSON object; below the bound it agrees with a whole parse.
+// or a JSON object; for a body that is a valid JSON object it agrees with
+// a whole parse (its top-level "usage" when that is an object, else nil).
 func FuzzUsageOf(f *testing.F) {
 	f.Add([]byte(`{"usage":{"prompt_tokens":3}}`), uint16(0))
 	f.Add([]byte(`{"a":"\"usage\":{}","usage":{"b":[1,{"c":"}"}]}}`), uint16(65000))
@@ -51,5 +52,40 @@ func FuzzUsageOf(f *testing.F) {
 				t.Fatalf("usageOf(%q) = %q: not a JSON object", body, got)
 			}
 		}
+		if fastjson.ValidateBytes(body) != nil {
+			return // fastjson's parser takes some bodies its validator refuses (a raw control byte in a string)
+		}
+		whole := fastjson.MustParseBytes(body)
+		if whole.Type() != fastjson.TypeObject {
+			return
+		}
+		var want []byte
+		if u := whole.Get("usage"); u != nil && u.Type() == fastjson.TypeObject {
+			want = u.MarshalTo(nil)
+		}
+		var got []byte
+		if small != nil {
+			got = fastjson.MustParseBytes(small).MarshalTo(nil)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("usageOf(%q) = %q, a whole parse finds %q", body, got, want)
+		}
 	})
+}
+
+// BenchmarkUsageOf: a vLLM chat answer's usage read, as every
+// non-streamed answer's end does when its hooks want usage.
+func BenchmarkUsageOf(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-8f3a","object":"chat.completion","created":1733500000,"model":"llama3",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("The quick brown fox. ", 40) +
+		`","tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],` +
+		`"usage":{"prompt_tokens":1024,"total_tokens":1224,"completion_tokens":200,"prompt_tokens_details":{"cached_tokens":768}},` +
+		`"prompt_logprobs":null}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if usageOf(body) == nil {
+			b.Fatal("no usage")
+		}
+	}
 }
