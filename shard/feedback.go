@@ -154,7 +154,7 @@ func (j *job) wantsUsage() bool {
 // feedback compares a 2xx answer's usage with the prediction, demotes a
 // contradicted holder and feeds the backend's prefill model. Any
 // goroutine (Done).
-func (j *job) feedback(o backend.Outcome) {
+func (j *job) feedback(o backend.Outcome, u openai.UsageCounts) {
 	if o.Status < 200 || o.Status >= 300 || o.Backend == nil || !j.wantsUsage() {
 		return
 	}
@@ -166,11 +166,10 @@ func (j *job) feedback(o backend.Outcome) {
 	if j.fb.decided && o.Backend.ID == j.fb.backend {
 		predBlocks = j.fb.matched
 	}
-	prompt, cached, completion, hasCached, ok := openai.PromptCompletion(o.Usage)
-	if ok {
-		j.dec.learn(o, completion)
-	}
-	if !ok {
+	prompt, cached, hasCached := u.Prompt, u.Cached, u.HasCached
+	if u.OK {
+		j.dec.learn(o, u.Completion)
+	} else {
 		prompt = len(j.keys) * bs // a lower bound: full blocks only
 	}
 	predicted := min(predBlocks*bs, prompt)

@@ -178,7 +178,7 @@ func (r *Router) gateRemove(owner int, j *job) {
 // a refund, counted as an error). On the gate's loop, which owns j then.
 func (g *gate) gone(j *job) {
 	g.m.results[resGone].Add(1)
-	j.keyDone(0, nil)
+	j.keyDone(0, openai.UsageCounts{})
 	j.logGone(-1)
 }
 
@@ -368,7 +368,7 @@ const maxRequeues = 10
 func (j *job) requeue(o backend.Outcome) {
 	j.prefill.done(o)
 	j.pin.release()
-	j.settle(o)
+	j.settle(o, openai.UsageCounts{})
 	j.fb, j.fresh, j.prefill, j.pin = routeFeedback{}, false, pendingPrefill{}, pinned{}
 	j.requeues++
 	j.waitAgain()

@@ -635,13 +635,14 @@ func (e *jobEvents) Done(o backend.Outcome) {
 		}
 	}
 	if o.Requeued {
-		j.requeue(o)
+		j.requeue(o) // a refusal: no usage
 		return
 	}
 	if o.Err == backend.ErrEnginesFull {
 		r.refusedFor(j.d.Model, refusedEnginesFull) // saltus's own 429/503: its requeues are spent
 	}
-	j.keyDone(o.Status, o.Usage) // an API key's tokens (keys.go)
+	u := openai.ReadUsage(o.Usage) // one parse for keys, feedback and the log (nil: none)
+	j.keyDone(o.Status, u)         // an API key's tokens (keys.go)
 	if j.pool != nil {
 		r.kickGate(j.d.Model) // a slot freed: a queued request may go
 	}
@@ -655,9 +656,9 @@ func (e *jobEvents) Done(o backend.Outcome) {
 	j.dec.done()
 	j.pin.release()
 	r.m.request(j.route, o.Status)
-	j.settle(o)
+	j.settle(o, u)
 	if r.sink != nil {
-		r.logEnd(j.x.loopID(), j.x, &o, o.Status, 0, "")
+		r.logEnd(j.x.loopID(), j.x, &o, u, o.Status, 0, "")
 	}
 }
 

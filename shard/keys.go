@@ -64,7 +64,7 @@ type keyedExchange struct {
 }
 
 func (k *keyedExchange) Respond(status int, hdr []reactor.Header, body []byte) {
-	k.j.keyDone(status, nil)
+	k.j.keyDone(status, openai.UsageCounts{})
 	k.exchange.Respond(status, append(hdr, k.hdr...), body)
 }
 
@@ -216,7 +216,7 @@ func (j *job) keyTokenized(n int) {
 // reservation stays when the answer had none), anything else gets its
 // tokens back. On the loop that answers (or saltus's own answer's
 // goroutine, which owns j then).
-func (j *job) keyDone(status int, usage []byte) {
+func (j *job) keyDone(status int, u openai.UsageCounts) {
 	if j.key == nil || j.ks.settled {
 		return
 	}
@@ -227,7 +227,7 @@ func (j *job) keyDone(status int, usage []byte) {
 		k.Done(keys.OutcomeError, 0, 0)
 		return
 	}
-	prompt, completion, ok := openai.UsageTokens(usage)
+	prompt, completion, ok := int64(u.Prompt), int64(u.Completion), u.OK
 	if !ok {
 		prompt, completion = j.ks.prompt, 0
 		if k.TPM == 0 {

@@ -6,6 +6,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/gossip/wire"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/policy"
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -94,7 +95,7 @@ func (j *job) confirm(backendID int) {
 
 // settle ends j's pending route and reads the engine's feedback: called by
 // Hooks.Events.Done with the outcome, on the client connection's loop.
-func (j *job) settle(o backend.Outcome) {
+func (j *job) settle(o backend.Outcome, u openai.UsageCounts) {
 	if j.fb.pending && !j.fb.confirmed && !j.fb.removed {
 		j.r.fb.pendingFailed.Inc()
 		j.demote(j.fb.backend, j.fb.matched, j.r.fb.pendingRemoved)
@@ -102,7 +103,7 @@ func (j *job) settle(o backend.Outcome) {
 	if o.Backend != nil && o.Err == nil && o.Retries == 0 && o.Status >= 200 && o.Status < 300 {
 		o.Backend.ObserveService(j.slotHold(o)) // how long an answer holds a slot (policy/cost.go's slot wait)
 	}
-	j.feedback(o)
+	j.feedback(o, u)
 }
 
 // slotHold is how long o's request held a running slot at its engine:

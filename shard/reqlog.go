@@ -50,7 +50,7 @@ const statusGone = 499
 // the loop calling (its scratch Record is used), or -1 (any goroutine: a
 // Record of its own). The one place a Record is filled: a sink's fields
 // come from here.
-func (r *Router) logEnd(onLoop int, x exchange, o *backend.Outcome, status int, bytesOut int, reqID string) {
+func (r *Router) logEnd(onLoop int, x exchange, o *backend.Outcome, u openai.UsageCounts, status int, bytesOut int, reqID string) {
 	var rec *reqlog.Record
 	if onLoop >= 0 {
 		rec = &r.shards[onLoop].rec
@@ -92,14 +92,14 @@ func (r *Router) logEnd(onLoop int, x exchange, o *backend.Outcome, status int, 
 	rec.Own = o == nil && status != statusGone
 	rec.ClientGone = status == statusGone
 	if o != nil {
-		r.logOutcome(rec, j, o)
+		r.logOutcome(rec, j, o, u)
 	}
 	rec.Duration = rec.End.Sub(rec.Start)
 	r.sink.Log(rec)
 }
 
 // logOutcome fills rec from a forward's outcome.
-func (r *Router) logOutcome(rec *reqlog.Record, j *job, o *backend.Outcome) {
+func (r *Router) logOutcome(rec *reqlog.Record, j *job, o *backend.Outcome, u openai.UsageCounts) {
 	rec.RequestID, rec.BytesOut, rec.Retries = o.RequestID, o.BytesOut, o.Retries
 	rec.ClientGone = o.ClientGone
 	if rec.Status == 0 {
@@ -117,9 +117,7 @@ func (r *Router) logOutcome(rec *reqlog.Record, j *job, o *backend.Outcome) {
 			rec.TTFT = rec.FirstData.Sub(rec.Start)
 		}
 	}
-	var u openai.UsageCounts
-	if (r.sinkTokens || j != nil && j.tc.Sampled) && o.Usage != nil {
-		u = openai.ReadUsage(o.Usage)
+	if r.sinkTokens || j != nil && j.tc.Sampled {
 		rec.PromptTokens, rec.CompletionTokens, rec.HasUsage = u.Prompt, u.Completion, u.OK
 		rec.Cached, rec.HasCached = u.Cached, u.HasCached
 	}
@@ -163,7 +161,7 @@ func jobOf(x exchange) (*job, *keys.Key) {
 // (onLoop's).
 func (j *job) logGone(onLoop int) {
 	if j.r.sink != nil && j.x != nil {
-		j.r.logEnd(onLoop, j.x, nil, statusGone, 0, j.req.HeaderValue(reactor.RequestIDHeader))
+		j.r.logEnd(onLoop, j.x, nil, openai.UsageCounts{}, statusGone, 0, j.req.HeaderValue(reactor.RequestIDHeader))
 	}
 }
 
@@ -192,5 +190,5 @@ func (r *Router) logOwn(x exchange, status int, hdr []reactor.Header, body []byt
 			break
 		}
 	}
-	r.logEnd(-1, x, nil, status, len(body), id)
+	r.logEnd(-1, x, nil, openai.UsageCounts{}, status, len(body), id)
 }

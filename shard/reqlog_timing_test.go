@@ -8,6 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/saltus-lb/saltus/accesslog"
+	"github.com/saltus-lb/saltus/openai"
 	"github.com/saltus-lb/saltus/reactor"
 	"github.com/saltus-lb/saltus/reqlog"
 	"github.com/saltus-lb/saltus/upstream/backend"
@@ -64,7 +65,7 @@ func BenchmarkRequestEnd(b *testing.B) {
 			e.loops.run(b, 0, func() {
 				b.ResetTimer()
 				for range b.N {
-					e.r.logEnd(0, j.x, &o, o.Status, 0, "")
+					e.r.logEnd(0, j.x, &o, openai.ReadUsage(o.Usage), o.Status, 0, "")
 				}
 				b.StopTimer()
 			})
