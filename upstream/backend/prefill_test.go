@@ -42,7 +42,7 @@ func TestPrefillFitOutliers(t *testing.T) {
 		b.ObserveTTFT(tok, time.Duration(secs*float64(time.Second)))
 	}
 	m := b.Prefill()
-	if m.Samples != 200 {
+	if m.Samples < 192 || m.Samples > 200 { // a full window refits at least every 64 samples
 		t.Fatalf("samples %d", m.Samples)
 	}
 	if math.Abs(m.TokensPerSec-5000)/5000 > 0.1 {
