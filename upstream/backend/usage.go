@@ -41,16 +41,27 @@ func usageOf(body []byte) []byte {
 // maxUsageParse bounds the usage object usageOf returns.
 const maxUsageParse = 64 << 10
 
-// sseUsage returns the "usage" object of an SSE event's data, or nil.
+// sseUsage returns the "usage" object of an SSE event's data, or nil. The
+// data of an event of one data line (an engine's) is read in place;
+// several are joined first.
 func sseUsage(ev []byte) []byte {
 	if ev == nil {
 		return nil
 	}
 	var data []byte
+	lines := 0
 	for line := range bytes.Lines(ev) {
 		line = bytes.TrimRight(line, "\r\n")
 		if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			data = append(data, bytes.TrimPrefix(rest, []byte(" "))...)
+			rest = bytes.TrimPrefix(rest, []byte(" "))
+			if lines++; lines == 1 {
+				data = rest // a view of ev until a second line comes
+			} else {
+				if lines == 2 {
+					data = append([]byte(nil), data...)
+				}
+				data = append(data, rest...)
+			}
 		}
 	}
 	return usageOf(data)
