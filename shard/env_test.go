@@ -196,6 +196,7 @@ type fakeUpstream struct {
 	status    atomic.Int64 // FirstByte's status; 0: no hooks called
 	serveIdx  atomic.Int64 // which candidate answers (a retry when > 0)
 	refuse    atomic.Bool  // Forward returns false (proxy pool full)
+	requeue   atomic.Int64 // Forward's next this many say every candidate was full (Hooks.Requeue)
 	quiet     atomic.Bool  // Forward does nothing (benchmarks)
 	quietDone atomic.Bool  // with quiet: Forward ends at once, 200 from the first candidate, through Done (benchmarks)
 	usage     []byte       // Outcome.Usage of the answers; set before the requests
@@ -261,6 +262,12 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 		sink.RespondLoop(503, nil, nil)
 		endCame(h, backend.Outcome{Status: 503})
 		return false
+	}
+	if u.requeue.Load() > 0 && h.Requeue != nil && h.Requeue() {
+		// As the real Forward when every candidate answered 429.
+		u.requeue.Add(-1)
+		endCame(h, backend.Outcome{Status: 0, Err: backend.ErrEnginesFull, Requeued: true})
+		return true
 	}
 	c := forwardCall{x: sink, extra: extraHdr, served: -1}
 	for _, b := range candidates {

@@ -135,12 +135,22 @@ func (r *Router) gatePush(owner int, j *job) {
 		if err != nil {
 			panic("BUG: shard: the queue config was validated: " + err.Error())
 		}
+		q.StartSeq(sh.gateSeq) // past every Ticket its model's gates gave
 		g = &gate{q: q, m: r.statsFor(j.d.Model)}
 		sh.gates[j.d.Model] = g
 	}
 	g.pool = j.pool
 	now := r.now()
-	id, ok := g.q.Push(j, j.d.Priority, j.tenant, j.weight, 1, now)
+	var id uint64
+	var ok bool
+	if j.ticket.Valid() {
+		// Dispatched from this queue, and every engine refused it as
+		// full: back to its place, ahead of later arrivals.
+		id, ok = g.q.Requeue(j, j.d.Priority, j.tenant, j.ticket, now)
+		j.ticket = queue.Ticket{}
+	} else {
+		id, ok = g.q.Push(j, j.d.Priority, j.tenant, j.weight, 1, now)
+	}
 	if !ok {
 		g.m.results[resFull].Add(1)
 		g.m.refused[refusedQueueFull].Add(1)
@@ -208,8 +218,9 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 	}
 	slots -= g.m.transit.Load()
 	for ; slots > 0 && g.q.Len() > 0; slots-- {
-		j, waited, _ := g.q.Pop(r.now())
+		j, waited, ticket, _ := g.q.PopTicket(r.now())
 		b := r.left(g, j)
+		j.ticket = ticket
 		if gone(j.x) {
 			g.gone(j)
 			slots++
@@ -275,6 +286,7 @@ func (r *Router) tickGates(sh *Shard) {
 		clear(sh.expired)
 		r.dispatch(sh, g)
 		if g.q.Len() == 0 {
+			sh.gateSeq = max(sh.gateSeq, g.q.Seq())
 			delete(sh.gates, model)
 		}
 	}
@@ -335,6 +347,7 @@ func (r *Router) flushGates(sh *Shard) {
 			r.fail(j.x, j.route, shuttingDown())
 		}
 		if g.q.Len() == 0 {
+			sh.gateSeq = max(sh.gateSeq, g.q.Seq())
 			delete(sh.gates, model)
 		}
 	}

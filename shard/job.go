@@ -25,6 +25,7 @@ import (
 	"github.com/saltus-lb/saltus/tree"
 	"github.com/saltus-lb/saltus/upstream/backend"
 	"github.com/saltus-lb/saltus/upstream/fleet"
+	"github.com/saltus-lb/saltus/upstream/queue"
 )
 
 // Stages a job is posted for (job.post): one method value per job runs
@@ -111,6 +112,9 @@ type job struct {
 	requeues int    // times every candidate refused as full and it waited again
 	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
 	queuedAt int64  // when it was pushed there (the router's clock); the gate's loop's
+	// ticket is its place in its gate when it was dispatched from there
+	// (the gate's loop's): a requeue takes it back to that place.
+	ticket queue.Ticket
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64

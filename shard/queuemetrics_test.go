@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +201,43 @@ func TestQueueFirstCome(t *testing.T) {
 	}
 	if got := sample(text, `saltus_queue_requests_total{model="m",result="dispatched"}`); got != 4 {
 		t.Errorf("dispatched %v, want 4", got)
+	}
+}
+
+// TestRequeueKeepsPlace: a request dispatched from its pool's queue that
+// every engine refused as full goes back to its place, ahead of the
+// requests that arrived after it (it used to go to the queue's end).
+func TestRequeueKeepsPlace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2}) // one loop: its posts run in order
+	free := fullPool(t, e)
+	var xs []*fakeExchange // a, b, c
+	for i := range 3 {
+		x := newExchange(0, "POST", "/v1/chat/completions", chatAt(0, i))
+		xs = append(xs, x)
+		e.loops.run(t, 0, func() { e.r.serve(x) })
+	}
+	waitUntil(t, "3 queued", func() bool { return e.r.queued.Load() == 3 })
+	e.up.requeue.Store(1) // a's dispatch: every engine full
+	e.loops.run(t, 0, func() {
+		free() // two slots: a and b go; a comes back, b is answered, then a and c go
+		e.r.kickGate("m")
+	})
+	var order []int
+	for range 3 {
+		select {
+		case c := <-e.up.calls:
+			order = append(order, slices.Index(xs, c.x.(*fakeExchange)))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("forwarded %v, want 3", order)
+		}
+	}
+	if !slices.Equal(order, []int{1, 0, 2}) {
+		t.Errorf("forwarded in the order %v, want [1 0 2]: the requeued request (0) ahead of the later one (2)", order)
+	}
+	text := exposition(t, e)
+	if got := sample(text, `saltus_queue_requests_total{model="m",result="dispatched"}`); got != 4 {
+		t.Errorf("dispatched %v, want 4 (a twice)", got)
 	}
 }
 

@@ -182,6 +182,9 @@ type Shard struct {
 	// (gate.go), by model; expired is tickGates' scratch.
 	gates   map[string]*gate
 	expired []*job
+	// gateSeq is past every arrival number its gates gave (queue.Ticket):
+	// a gate made again after its empty one was dropped starts there.
+	gateSeq uint64
 	// queues are the gates' oldest waits as the loop last published
 	// them (publishGates); any goroutine reads them.
 	queues atomic.Pointer[[]gateSnap]

@@ -28,6 +28,10 @@ func TestZeroAllocs(t *testing.T) {
 			empty.Push(i, 0, names[i%8], 1, 1, 0)
 			empty.Pop(0)
 		}},
+		{"PopRequeue", func() {
+			item, _, t, _ := q.PopTicket(0)
+			q.Requeue(item, 0, names[item%8], t, 0)
+		}},
 		{"Expire", func() { _ = q.Expire(0, nil) }},
 	} {
 		tc.f() // warm: slices and maps at their steady size

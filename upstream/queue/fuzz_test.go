@@ -27,6 +27,7 @@ type mEntry struct {
 	item    int
 	key     flowKey
 	arrival int64
+	pushed  int64
 	seq     uint64
 	span    float64
 }
@@ -49,7 +50,8 @@ func (m *model) push(item, priority int, tenant string, weight, cost float64, no
 	if m.head(key) < 0 {
 		m.start[key] = max(m.vtime[key.prio], m.finish[key])
 	}
-	m.entries = append(m.entries, mEntry{0, item, key, m.clock(now), m.seq, span(cost, weight)})
+	now = m.clock(now)
+	m.entries = append(m.entries, mEntry{0, item, key, now, now, m.seq, span(cost, weight)})
 	m.seq++
 	return true
 }
@@ -82,6 +84,32 @@ func (m *model) next() int {
 	return best
 }
 
+// requeue queues e again (Queue.Requeue): at its place by seq, its
+// tenant refunded its span.
+func (m *model) requeue(e mEntry, now int64) bool {
+	if len(m.entries) >= m.maxEntries {
+		return false
+	}
+	key := e.key
+	active := m.head(key) >= 0
+	m.finish[key] = max(m.finish[key]-e.span, 0)
+	e.pushed = m.clock(now)
+	e.arrival = min(e.arrival, e.pushed)
+	i := slices.IndexFunc(m.entries, func(o mEntry) bool { return o.seq > e.seq })
+	if i < 0 {
+		i = len(m.entries)
+	}
+	m.entries = slices.Insert(m.entries, i, e)
+	tag := max(m.vtime[key.prio], m.finish[key])
+	switch {
+	case !active:
+		m.start[key] = tag
+	case m.head(key) == i:
+		m.start[key] = min(m.start[key], tag)
+	}
+	return true
+}
+
 // take removes entry i; served says Pop dispatched it.
 func (m *model) take(i int, served bool) mEntry {
 	e := m.entries[i]
@@ -111,7 +139,7 @@ func (m *model) take(i int, served bool) mEntry {
 }
 
 // FuzzQueue decodes the input as operations (push, pop, remove, time
-// passing, expire) on a small queue and compares it with the model after
+// passing, expire, requeue of a popped entry) on a small queue and compares it with the model after
 // each; every item must leave exactly once, by pop, remove or expire.
 func FuzzQueue(f *testing.F) {
 	f.Add([]byte{4, 1, 0, 0, 0, 5, 0, 1, 0, 2, 3, 0, 2, 4, 20, 5, 2, 2})
@@ -173,6 +201,11 @@ func runModel(t *testing.T, data []byte) Stats {
 	weights := []float64{1, 2, 0.5, 0}
 	costs := []float64{1, 3, -1}
 	var ids []uint64
+	type popped struct {
+		e mEntry
+		t Ticket
+	}
+	var pops []popped        // popped entries that may be requeued
 	left := map[int]string{} // item -> how it left
 	items := 0
 	now := int64(0)
@@ -194,7 +227,7 @@ func runModel(t *testing.T, data []byte) Stats {
 	}
 	for i := 0; i < len(data); i++ {
 		exact := q.Stats().Evicted == 0
-		op, arg, arg2 := data[i]%6, byte1(i+1), byte1(i+2)
+		op, arg, arg2 := data[i]%7, byte1(i+1), byte1(i+2)
 		var desc string
 		switch op {
 		case 0, 1: // push
@@ -216,7 +249,7 @@ func runModel(t *testing.T, data []byte) Stats {
 			}
 		case 2: // pop
 			desc = "pop"
-			item, waited, ok := q.Pop(now)
+			item, waited, ticket, ok := q.PopTicket(now)
 			if !ok {
 				if len(m.entries) != 0 {
 					t.Fatalf("pop: empty, model holds %d", len(m.entries))
@@ -238,10 +271,10 @@ func runModel(t *testing.T, data []byte) Stats {
 			if got.key.prio != m.entries[want].key.prio || m.head(got.key) != i {
 				t.Fatalf("pop returned %d (%v), not the head of the first class", item, got.key)
 			}
-			if waited != time.Duration(m.clock(now)-got.arrival) {
-				t.Fatalf("pop %d waited %v, want %v", item, waited, time.Duration(m.now-got.arrival))
+			if waited != time.Duration(m.clock(now)-got.pushed) {
+				t.Fatalf("pop %d waited %v, want %v", item, waited, time.Duration(m.now-got.pushed))
 			}
-			m.take(i, true)
+			pops = append(pops, popped{m.take(i, true), ticket})
 		case 3: // remove
 			i++
 			if len(ids) == 0 {
@@ -262,6 +295,28 @@ func runModel(t *testing.T, data []byte) Stats {
 				now -= 5 * ms
 			} else {
 				now += int64(arg) * ms / 4
+			}
+		case 6: // requeue a popped entry (every engine refused it)
+			i++
+			if len(pops) == 0 {
+				break
+			}
+			k := int(arg) % len(pops)
+			p := pops[k]
+			pops = slices.Delete(pops, k, k+1)
+			desc = fmt.Sprintf("requeue(%d, %v)", p.e.item, p.e.key)
+			id, ok := q.Requeue(p.e.item, int(p.e.key.prio), p.e.key.tenant, p.t, now)
+			if ok != m.requeue(p.e, now) {
+				t.Fatalf("%s: ok %v, model disagrees", desc, ok)
+			}
+			if ok {
+				if id == 0 || slices.Contains(ids, id) {
+					t.Fatalf("%s: id %#x given before", desc, id)
+				}
+				j := slices.IndexFunc(m.entries, func(e mEntry) bool { return e.item == p.e.item })
+				m.entries[j].id = id
+				ids = append(ids, id)
+				delete(left, p.e.item) // back in: it leaves again
 			}
 		case 5: // expire
 			desc = "expire"
@@ -305,7 +360,7 @@ func runModel(t *testing.T, data []byte) Stats {
 		t.Fatalf("%d items pushed, %d left", items, len(left))
 	}
 	s := q.Stats()
-	if s.Tenants != 0 || s.Pushed != uint64(items) || s.Popped+s.Removed+s.Expired != uint64(items) {
+	if s.Tenants != 0 || s.Pushed != uint64(items) || s.Popped+s.Removed+s.Expired != uint64(items)+s.Requeued {
 		t.Fatalf("drained: %+v, %d items", s, items)
 	}
 	return s

@@ -58,8 +58,10 @@ type Stats struct {
 	Pushed  uint64 // entries accepted by Push
 	Refused uint64 // Push calls refused because the queue was full
 	Popped  uint64 // entries returned by Pop
-	Removed uint64 // entries taken out by Remove
-	Expired uint64 // entries returned by Expire
+	// Requeued counts entries queued again by Requeue (not in Pushed).
+	Requeued uint64
+	Removed  uint64 // entries taken out by Remove
+	Expired  uint64 // entries returned by Expire
 	// Evicted counts tenant records dropped while their tenant still owed
 	// virtual time (see [Queue]): at MaxEntries records, a new tenant's
 	// record replaces the idle one that waited longest.
@@ -75,7 +77,8 @@ const none = -1
 // entry is one queued request. A free entry has flow == none.
 type entry[T any] struct {
 	item    T
-	arrival int64   // now at Push, in the caller's nanoseconds
+	arrival int64   // now at Push, in the caller's nanoseconds (a requeued entry's first Push)
+	pushed  int64   // now at Push or Requeue: Pop's waited counts from it
 	seq     uint64  // Push order, the tie-break between tenants
 	span    float64 // cost/weight: virtual time charged when dispatched
 	gen     uint32  // bumped when the slot is freed; half of the id
@@ -212,6 +215,19 @@ func New[T any](cfg Config) (*Queue[T], error) {
 	}, nil
 }
 
+// Seq returns the arrival number the next Push takes. Loop only.
+func (q *Queue[T]) Seq() uint64 { return q.seq }
+
+// StartSeq sets the arrival number of the next Push: a queue that replaces
+// a dropped one starts past the numbers the old one gave, so that the
+// Tickets of its entries still order against the new one's. Only while
+// empty, and never backwards. Loop only.
+func (q *Queue[T]) StartSeq(seq uint64) {
+	if q.n == 0 {
+		q.seq = max(q.seq, seq)
+	}
+}
+
 // Len returns the number of entries queued. Loop only.
 func (q *Queue[T]) Len() int { return q.n }
 
@@ -262,7 +278,7 @@ func (q *Queue[T]) Push(item T, priority int, tenant string, weight, cost float6
 	ei := q.allocEntry()
 
 	e := &q.entries[ei]
-	e.item, e.arrival, e.seq, e.span, e.flow = item, now, q.seq, span(cost, weight), fi
+	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, now, now, q.seq, span(cost, weight), fi
 	q.seq++
 	e.older, e.newer = q.newest, none
 	if q.newest == none {
@@ -298,8 +314,26 @@ func (q *Queue[T]) Push(item T, priority int, tenant string, weight, cost float6
 // MaxWait that Expire has not reached yet is still returned: a slot is free
 // now, which serves its client better than a refusal. Loop only.
 func (q *Queue[T]) Pop(now int64) (item T, waited time.Duration, ok bool) {
+	item, waited, _, ok = q.PopTicket(now)
+	return item, waited, ok
+}
+
+// Ticket is the place of an entry Pop returned: its first arrival, its
+// order among arrivals and what its dispatch charged its tenant. Requeue
+// takes it to queue the entry again where it was.
+type Ticket struct {
+	arrival int64
+	seq     uint64
+	span    float64
+}
+
+// Valid reports whether t came from a Pop (the zero Ticket did not).
+func (t Ticket) Valid() bool { return t.span > 0 }
+
+// PopTicket is Pop, with the popped entry's Ticket. Loop only.
+func (q *Queue[T]) PopTicket(now int64) (item T, waited time.Duration, t Ticket, ok bool) {
 	if q.n == 0 {
-		return item, 0, false
+		return item, 0, t, false
 	}
 	now = q.clock(now)
 	ci := q.classHeap[0]
@@ -310,13 +344,97 @@ func (q *Queue[T]) Pop(now int64) (item T, waited time.Duration, ok bool) {
 	e := &q.entries[ei]
 	c.vtime = max(c.vtime, f.start)
 	f.finish = f.start + e.span
-	item, waited = e.item, time.Duration(now-e.arrival)
+	item, waited = e.item, time.Duration(now-e.pushed)
+	t = Ticket{arrival: e.arrival, seq: e.seq, span: e.span}
 	q.unlink(ei)
 	q.stats.Popped++
 	if q.classes[ci].n > 0 {
 		q.sweep(ci, 2)
 	}
-	return item, waited, true
+	return item, waited, t, true
+}
+
+// Requeue queues item again where the entry Pop returned with t was (its
+// dispatch found no engine with room: every one refused it as full). It
+// goes ahead of its tenant's entries that arrived after it, takes its
+// first arrival's place in the arrival order (Oldest and Expire count
+// from that arrival; Pop's waited from now), and its tenant gets back the
+// virtual time its dispatch was charged: it was not served. priority and
+// tenant are the ones it was pushed with. ok is false, and nothing is
+// kept, when MaxEntries entries are queued or t is not valid. O(n) in
+// the entries that arrived before it. Loop only.
+func (q *Queue[T]) Requeue(item T, priority int, tenant string, t Ticket, now int64) (id uint64, ok bool) {
+	if !t.Valid() || q.n >= q.cfg.MaxEntries {
+		q.stats.Refused++
+		return 0, false
+	}
+	now = q.clock(now)
+	prio := clampPriority(priority)
+	ci := q.classFor(prio)
+	fi := q.flowFor(ci, prio, tenant)
+	ei := q.allocEntry()
+
+	e := &q.entries[ei]
+	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, min(t.arrival, now), now, t.seq, t.span, fi
+	// The arrival list, after the last entry that arrived before it.
+	older := int32(none)
+	for x := q.oldest; x != none && q.entries[x].seq < t.seq; x = q.entries[x].newer {
+		older = x
+	}
+	e.older = older
+	if older == none {
+		e.newer = q.oldest
+		q.oldest = ei
+	} else {
+		e.newer = q.entries[older].newer
+		q.entries[older].newer = ei
+	}
+	if e.newer == none {
+		q.newest = ei
+	} else {
+		q.entries[e.newer].older = ei
+	}
+
+	c := &q.classes[ci]
+	f := &q.flows[fi]
+	f.finish = max(f.finish-t.span, 0) // the refund
+	if f.n == 0 {
+		e.prev, e.next = none, none
+		f.head, f.tail = ei, ei
+		f.start, f.headSeq = max(c.vtime, f.finish), e.seq
+		f.heapIdx = int32(len(c.heap))
+		c.heap = append(c.heap, fi)
+		q.flowUp(c, int(f.heapIdx))
+	} else {
+		// The tenant's FIFO, after its last entry that arrived before it.
+		prev := int32(none)
+		for x := f.head; x != none && q.entries[x].seq < t.seq; x = q.entries[x].next {
+			prev = x
+		}
+		e.prev = prev
+		if prev == none {
+			e.next = f.head
+			f.head = ei
+		} else {
+			e.next = q.entries[prev].next
+			q.entries[prev].next = ei
+		}
+		if e.next == none {
+			f.tail = ei
+		} else {
+			q.entries[e.next].prev = ei
+		}
+		if f.head == ei { // its tag as head: never later than its successor's
+			f.start, f.headSeq = min(f.start, max(c.vtime, f.finish)), e.seq
+			q.flowFix(c, int(f.heapIdx))
+		}
+	}
+	f.n++
+	c.n++
+	q.n++
+	q.bands[bandOf(prio)]++
+	q.stats.Requeued++
+	return uint64(e.gen)<<32 | uint64(ei), true
 }
 
 // Remove takes the entry id out of the queue (its client left) and reports

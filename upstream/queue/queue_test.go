@@ -58,8 +58,8 @@ func drain(tb testing.TB, q *Queue[string]) []string {
 // TestSizes keeps Config.MaxEntries's memory figures true.
 func TestSizes(t *testing.T) {
 	t.Parallel()
-	if n := unsafe.Sizeof(entry[struct{}]{}); n != 48 {
-		t.Errorf("entry is %d bytes plus the item, Config says 48", n)
+	if n := unsafe.Sizeof(entry[struct{}]{}); n != 56 {
+		t.Errorf("entry is %d bytes plus the item, Config says 56", n)
 	}
 	if n := unsafe.Sizeof(flow{}); n != 88 {
 		t.Errorf("tenant record is %d bytes, Config says 88", n)
@@ -565,5 +565,60 @@ func TestItemReleased(t *testing.T) {
 		if q.entries[i].item != nil {
 			t.Errorf("slot %d still holds its item", i)
 		}
+	}
+}
+
+// TestRequeue: an entry popped and queued again takes its place back,
+// ahead of its tenant's later arrivals and in the arrival order of
+// Oldest and Expire, waits from its requeue, and costs its tenant
+// nothing; a queue that replaces a dropped one (StartSeq) orders the old
+// one's tickets before its own arrivals.
+func TestRequeue(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, nil)
+	if _, ok := q.Requeue("x", 0, "t1", Ticket{}, 0); ok {
+		t.Fatal("Requeue took a zero Ticket")
+	}
+	q.Push("a", 0, "t1", 1, 1, 10)
+	q.Push("b", 0, "t1", 1, 1, 20)
+	q.Push("c", 0, "t2", 1, 1, 30)
+	item, _, tk, _ := q.PopTicket(40)
+	if item != "a" {
+		t.Fatalf("popped %q, want a", item)
+	}
+	q.Push("d", 0, "t1", 1, 1, 50)
+	if _, ok := q.Requeue("a", 0, "t1", tk, 60); !ok {
+		t.Fatal("Requeue refused")
+	}
+	if got := q.Oldest(70); got != 60 {
+		t.Errorf("Oldest %v, want 60ns (a's first arrival at 10)", got)
+	}
+	item, waited, _ := q.Pop(75)
+	if item != "a" || waited != 15 {
+		t.Errorf("popped %q after %v, want a after 15ns (from its requeue)", item, waited)
+	}
+	// t1 was charged for a once (its second dispatch), so t2's c comes
+	// before t1's b, as if a had been served only once.
+	if got := drain(t, q); !slices.Equal(got, []string{"c", "b", "d"}) {
+		t.Errorf("then %v, want [c b d]", got)
+	}
+	if s := q.Stats(); s.Requeued != 1 || s.Pushed != 4 || s.Popped != 5 {
+		t.Errorf("stats %+v", s)
+	}
+
+	// A ticket of a dropped queue, in the queue made after it.
+	old := newQueue(t, nil)
+	old.Push("e", 0, "t1", 1, 1, 100)
+	_, _, tk, _ = old.PopTicket(110)
+	fresh := newQueue(t, nil)
+	fresh.StartSeq(old.Seq())
+	fresh.Push("f", 0, "t1", 1, 1, 120)
+	fresh.Push("g", 0, "t3", 1, 1, 130)
+	fresh.Requeue("e", 0, "t1", tk, 140)
+	if got := drain(t, fresh); !slices.Equal(got, []string{"e", "g", "f"}) {
+		t.Errorf("fresh queue: %v, want [e g f]", got)
+	}
+	if err := fresh.check(); err != nil {
+		t.Error(err)
 	}
 }
