@@ -280,31 +280,7 @@ func (q *Queue[T]) Push(item T, priority int, tenant string, weight, cost float6
 	e := &q.entries[ei]
 	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, now, now, q.seq, span(cost, weight), fi
 	q.seq++
-	e.older, e.newer = q.newest, none
-	if q.newest == none {
-		q.oldest = ei
-	} else {
-		q.entries[q.newest].newer = ei
-	}
-	q.newest = ei
-
-	c := &q.classes[ci]
-	f := &q.flows[fi]
-	e.prev, e.next = f.tail, none
-	if f.n == 0 {
-		f.head, f.tail = ei, ei
-		f.start, f.headSeq = max(c.vtime, f.finish), e.seq
-		f.heapIdx = int32(len(c.heap))
-		c.heap = append(c.heap, fi)
-		q.flowUp(c, int(f.heapIdx))
-	} else {
-		q.entries[f.tail].next = ei
-		f.tail = ei
-	}
-	f.n++
-	c.n++
-	q.n++
-	q.bands[bandOf(prio)]++
+	q.place(ei, prio)
 	q.stats.Pushed++
 	return uint64(e.gen)<<32 | uint64(ei), true
 }
@@ -376,66 +352,73 @@ func (q *Queue[T]) Requeue(item T, priority int, tenant string, t Ticket, now in
 
 	e := &q.entries[ei]
 	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, min(t.arrival, now), now, t.seq, t.span, fi
-	// The arrival list, after the last entry that arrived before it.
-	older := int32(none)
-	for x := q.oldest; x != none && q.entries[x].seq < t.seq; x = q.entries[x].newer {
-		older = x
-	}
-	e.older = older
-	if older == none {
-		e.newer = q.oldest
-		q.oldest = ei
-	} else {
-		e.newer = q.entries[older].newer
-		q.entries[older].newer = ei
-	}
-	if e.newer == none {
-		q.newest = ei
-	} else {
-		q.entries[e.newer].older = ei
-	}
-
-	c := &q.classes[ci]
 	f := &q.flows[fi]
-	f.finish = max(f.finish-t.span, 0) // the refund
-	if f.n == 0 {
-		e.prev, e.next = none, none
-		f.head, f.tail = ei, ei
-		f.start, f.headSeq = max(c.vtime, f.finish), e.seq
+	f.finish = max(f.finish-t.span, 0) // the refund: it was not served
+	q.place(ei, prio)
+	q.stats.Requeued++
+	return uint64(e.gen)<<32 | uint64(ei), true
+}
+
+// place links entry ei (its fields set) into the arrival list and its
+// tenant's FIFO after the entries of smaller seq (a Push's is the
+// largest: at the ends, at once; a requeued one's walks back over the
+// later arrivals), makes its tenant active, and counts it. A tenant's
+// head is tagged max(v, F) when its tenant was idle; a requeued entry that
+// becomes the head never takes a later tag than the head it displaces.
+func (q *Queue[T]) place(ei int32, prio int32) {
+	e := &q.entries[ei]
+	q.insertBySeq(ei, &q.oldest, &q.newest, arrivalLinks[T])
+	f := &q.flows[e.flow]
+	c := &q.classes[f.class]
+	q.insertBySeq(ei, &f.head, &f.tail, fifoLinks[T])
+	tag := max(c.vtime, f.finish)
+	switch {
+	case f.n == 0:
+		f.start, f.headSeq = tag, e.seq
 		f.heapIdx = int32(len(c.heap))
-		c.heap = append(c.heap, fi)
+		c.heap = append(c.heap, e.flow)
 		q.flowUp(c, int(f.heapIdx))
-	} else {
-		// The tenant's FIFO, after its last entry that arrived before it.
-		prev := int32(none)
-		for x := f.head; x != none && q.entries[x].seq < t.seq; x = q.entries[x].next {
-			prev = x
-		}
-		e.prev = prev
-		if prev == none {
-			e.next = f.head
-			f.head = ei
-		} else {
-			e.next = q.entries[prev].next
-			q.entries[prev].next = ei
-		}
-		if e.next == none {
-			f.tail = ei
-		} else {
-			q.entries[e.next].prev = ei
-		}
-		if f.head == ei { // its tag as head: never later than its successor's
-			f.start, f.headSeq = min(f.start, max(c.vtime, f.finish)), e.seq
-			q.flowFix(c, int(f.heapIdx))
-		}
+	case f.head == ei:
+		f.start, f.headSeq = min(f.start, tag), e.seq
+		q.flowFix(c, int(f.heapIdx))
 	}
 	f.n++
 	c.n++
 	q.n++
 	q.bands[bandOf(prio)]++
-	q.stats.Requeued++
-	return uint64(e.gen)<<32 | uint64(ei), true
 }
+
+// insertBySeq links entry ei into a list ordered by seq whose ends are
+// *first and *last, after its entries of smaller seq, walking from the
+// last; links gives an entry's links toward the first and the last.
+func (q *Queue[T]) insertBySeq(ei int32, first, last *int32, links func(*entry[T]) (back, fwd *int32)) {
+	seq := q.entries[ei].seq
+	after, before := *last, int32(none)
+	for after != none && q.entries[after].seq > seq {
+		before = after
+		back, _ := links(&q.entries[after])
+		after = *back
+	}
+	back, fwd := links(&q.entries[ei])
+	*back, *fwd = after, before
+	if before == none {
+		*last = ei
+	} else {
+		b, _ := links(&q.entries[before])
+		*b = ei
+	}
+	if after == none {
+		*first = ei
+	} else {
+		_, f := links(&q.entries[after])
+		*f = ei
+	}
+}
+
+// arrivalLinks and fifoLinks are an entry's links in the arrival list
+// and in its tenant's FIFO (insertBySeq).
+func arrivalLinks[T any](e *entry[T]) (back, fwd *int32) { return &e.older, &e.newer }
+func fifoLinks[T any](e *entry[T]) (back, fwd *int32)    { return &e.prev, &e.next }
 
 // Remove takes the entry id out of the queue (its client left) and reports
 // whether it was queued; ids of entries already popped, removed or expired
