@@ -23,9 +23,6 @@ var usageKeys = []string{"usage"}
 // instead of parsing the whole answer cut a parse of every non-streamed
 // answer (3.5 % of saltus's CPU under bench/nginx-compare.sh's load).
 func usageOf(body []byte) []byte {
-	if !bytes.Contains(body, usageKey) {
-		return nil // the common no-usage answer, at memchr's speed
-	}
 	var at, end [1]int
 	open := jsonscan.SkipWS(body, 0)
 	if jsonscan.Members(body, open, usageKeys, at[:], end[:]) < 0 || !jsonscan.Is(body, at[0], '{') {
