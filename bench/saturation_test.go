@@ -47,9 +47,12 @@ func TestSaturatedRun(t *testing.T) {
 		t.Fatalf("no overload summary: %+v", s)
 	}
 	// Every request queued at the end gets its answer in the drain:
-	// the queue holds 4 and the engines 2 × 2.
-	if o.All.Requests != s.Requests || o.All.Requests < 100 || s.Cut != 0 {
-		t.Fatalf("overload counts %d requests, the run %d (want at least 100) and %d cut (want 0)", o.All.Requests, s.Requests, s.Cut)
+	// the queue holds 4 and the engines 2 × 2. The 600 arrivals of the
+	// schedule are not all sent on a loaded machine (a run beside the
+	// race tests sent 86): twice what saltus and the engines hold is
+	// enough to fill the queue (the refusals are checked below).
+	if o.All.Requests != s.Requests || o.All.Requests < 2*(4+2*2) || s.Cut != 0 {
+		t.Fatalf("overload counts %d requests, the run %d (want at least 16) and %d cut (want 0)", o.All.Requests, s.Requests, s.Cut)
 	}
 	refused := 0
 	for kind, n := range o.All.Failed {
