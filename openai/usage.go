@@ -63,10 +63,10 @@ func ReadUsage(u []byte) (c UsageCounts) {
 	} else {
 		return UsageCounts{}
 	}
-	if c.Completion, c.OK = count(v, "completion_tokens"); !c.OK {
+	var ok bool
+	if c.Completion, ok = count(v, "completion_tokens"); !ok {
 		c.Completion, _ = count(v, "output_tokens")
 	}
-	c.OK = true
 	c.Cached = min(c.Cached, c.Prompt)
 	return c
 }
