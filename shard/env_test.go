@@ -197,6 +197,9 @@ type fakeUpstream struct {
 	serveIdx  atomic.Int64 // which candidate answers (a retry when > 0)
 	refuse    atomic.Bool  // Forward returns false (proxy pool full)
 	requeue   atomic.Int64 // Forward's next this many say every candidate was full (Hooks.Requeue)
+	hold      atomic.Bool  // with requeue: the refusal waits in held until the test runs it (on a loop)
+	heldMu    sync.Mutex
+	held      []func()
 	quiet     atomic.Bool  // Forward does nothing (benchmarks)
 	quietDone atomic.Bool  // with quiet: Forward ends at once, 200 from the first candidate, through Done (benchmarks)
 	usage     []byte       // Outcome.Usage of the answers; set before the requests
@@ -266,7 +269,14 @@ func (u *fakeUpstream) Forward(req *reactor.Request, body []byte, candidates []*
 	if u.requeue.Load() > 0 && h.Requeue != nil && h.Requeue() {
 		// As the real Forward when every candidate answered 429.
 		u.requeue.Add(-1)
-		endCame(h, backend.Outcome{Status: 0, Err: backend.ErrEnginesFull, Requeued: true})
+		o := backend.Outcome{Status: 0, Err: backend.ErrEnginesFull, Requeued: true, Sent: time.Now()}
+		if u.hold.Load() {
+			u.heldMu.Lock()
+			u.held = append(u.held, func() { endCame(h, o) })
+			u.heldMu.Unlock()
+			return true
+		}
+		endCame(h, o)
 		return true
 	}
 	c := forwardCall{x: sink, extra: extraHdr, served: -1}

@@ -148,6 +148,8 @@ func (r *Router) gatePush(owner int, j *job) {
 		// full: back to its place, ahead of later arrivals.
 		id, ok = g.q.Requeue(j, j.d.Priority, j.tenant, j.ticket, now)
 		j.ticket = queue.Ticket{}
+	} else if j.sentAt != 0 {
+		id, ok = g.q.PushAt(j, j.d.Priority, j.tenant, j.weight, 1, j.sentAt, now)
 	} else {
 		id, ok = g.q.Push(j, j.d.Priority, j.tenant, j.weight, 1, now)
 	}
@@ -383,6 +385,12 @@ func (j *job) requeue(o backend.Outcome) {
 	j.pin.release()
 	j.settle(o, openai.UsageCounts{})
 	j.fb, j.fresh, j.prefill, j.pin = routeFeedback{}, false, pendingPrefill{}, pinned{}
+	if !j.ticket.Valid() && j.sentAt == 0 && !o.Sent.IsZero() {
+		// Never queued: it waits from when it was sent (the engines'
+		// refusals come within milliseconds of it), ahead of what was
+		// queued after.
+		j.sentAt = max(int64(o.Sent.Sub(j.r.epoch)), 1)
+	}
 	j.requeues++
 	j.waitAgain()
 }

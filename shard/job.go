@@ -113,8 +113,11 @@ type job struct {
 	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
 	queuedAt int64  // when it was pushed there (the router's clock); the gate's loop's
 	// ticket is its place in its gate when it was dispatched from there
-	// (the gate's loop's): a requeue takes it back to that place.
+	// (the gate's loop's): a requeue takes it back to that place. sentAt
+	// (the router's clock; 0: none) is when one that every engine refused
+	// before it ever waited was sent: it waits from there (gate.go: requeue).
 	ticket queue.Ticket
+	sentAt int64
 	// firstQueued is when it first waited in its gate (the router's
 	// clock; 0: never): its requeues end at MaxWait from it.
 	firstQueued int64

@@ -241,6 +241,46 @@ func TestRequeueKeepsPlace(t *testing.T) {
 	}
 }
 
+// TestRefusedFirstWaitsFromItsSend: a request every engine refused as full
+// before it ever waited goes to its pool's queue ahead of the requests
+// that were queued after it was sent (it used to go behind them).
+func TestRefusedFirstWaitsFromItsSend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{loops: 1, backends: 2})
+	fullPool(t, e)() // room: a goes to the engines
+	e.up.requeue.Store(1)
+	e.up.hold.Store(true) // a's refusal comes when the test says
+	a := newExchange(0, "POST", "/v1/chat/completions", chatAt(0, 0))
+	e.loops.run(t, 0, func() { e.r.serve(a) })
+	waitUntil(t, "a sent", func() bool {
+		e.up.heldMu.Lock()
+		defer e.up.heldMu.Unlock()
+		return len(e.up.held) == 1
+	})
+	free := fullPool(t, e) // full now: b waits
+	b := newExchange(0, "POST", "/v1/chat/completions", chatAt(0, 1))
+	e.loops.run(t, 0, func() { e.r.serve(b) })
+	waitUntil(t, "b queued", func() bool { return e.r.queued.Load() == 1 })
+	e.loops.run(t, 0, func() { e.up.held[0]() }) // every engine refused a
+	waitUntil(t, "a queued", func() bool { return e.r.queued.Load() == 2 })
+	e.loops.run(t, 0, func() {
+		free()
+		e.r.kickGate("m")
+	})
+	var order []*fakeExchange
+	for range 2 {
+		select {
+		case c := <-e.up.calls:
+			order = append(order, c.x.(*fakeExchange))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("forwarded %d, want 2", len(order))
+		}
+	}
+	if order[0] != a {
+		t.Errorf("b went first: a, refused before b came, waits behind it")
+	}
+}
+
 // TestQueueRefusalsCounted: a full queue and an expired wait are refused
 // with 429 and Retry-After in OpenAI's shape, counted by model and reason
 // (and the expired one's wait observed); an unknown model's 404 counts

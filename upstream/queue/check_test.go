@@ -14,7 +14,7 @@ func (q *Queue[T]) check() error {
 			return fmt.Errorf("entry %d on the arrival list is free", ei)
 		case e.older != prev:
 			return fmt.Errorf("entry %d older %d, want %d", ei, e.older, prev)
-		case prev != none && (q.entries[prev].arrival > e.arrival || q.entries[prev].seq >= e.seq):
+		case prev != none && !q.entries[prev].before(e):
 			return fmt.Errorf("entry %d out of arrival order", ei)
 		case !(e.span > 0):
 			return fmt.Errorf("entry %d span %v", ei, e.span)
@@ -66,7 +66,7 @@ func (q *Queue[T]) check() error {
 				return fmt.Errorf("entry %d in record %d's FIFO says %d", ei, fi, e.flow)
 			case e.prev != prev:
 				return fmt.Errorf("entry %d prev %d, want %d", ei, e.prev, prev)
-			case prev != none && q.entries[prev].seq >= e.seq:
+			case prev != none && !q.entries[prev].before(e):
 				return fmt.Errorf("record %v FIFO out of order", key)
 			}
 			prev = ei
@@ -86,8 +86,8 @@ func (q *Queue[T]) check() error {
 			switch {
 			case f.heapIdx < 0 || int(f.heapIdx) >= len(c.heap) || c.heap[f.heapIdx] != fi:
 				return fmt.Errorf("record %v heapIdx %d wrong", key, f.heapIdx)
-			case f.headSeq != q.entries[f.head].seq:
-				return fmt.Errorf("record %v headSeq %d, head's %d", key, f.headSeq, q.entries[f.head].seq)
+			case f.headSeq != q.entries[f.head].seq || f.headArr != q.entries[f.head].arrival:
+				return fmt.Errorf("record %v head (%d, %d), its head's (%d, %d)", key, f.headArr, f.headSeq, q.entries[f.head].arrival, q.entries[f.head].seq)
 			case f.start < c.vtime:
 				return fmt.Errorf("record %v start %v behind vtime %v", key, f.start, c.vtime)
 			case f.start < f.finish:

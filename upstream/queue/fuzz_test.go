@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -42,18 +43,37 @@ func (m *model) head(key flowKey) int {
 	return slices.IndexFunc(m.entries, func(e mEntry) bool { return e.key == key })
 }
 
-func (m *model) push(item, priority int, tenant string, weight, cost float64, now int64) bool {
+// push is Queue.PushAt (arrival math.MaxInt64: Push).
+func (m *model) push(item, priority int, tenant string, weight, cost float64, arrival, now int64) bool {
 	if len(m.entries) >= m.maxEntries {
 		return false
 	}
-	key := flowKey{clampPriority(priority), tenant}
-	if m.head(key) < 0 {
-		m.start[key] = max(m.vtime[key.prio], m.finish[key])
-	}
 	now = m.clock(now)
-	m.entries = append(m.entries, mEntry{0, item, key, now, now, m.seq, span(cost, weight)})
+	m.insert(mEntry{0, item, flowKey{clampPriority(priority), tenant}, min(arrival, now), now, m.seq, span(cost, weight)})
 	m.seq++
 	return true
+}
+
+// insert places e among the entries by arrival, then seq, and tags its
+// tenant's head: max(v, F) for a tenant with none queued; a new head
+// never takes a later tag than the one it displaces.
+func (m *model) insert(e mEntry) {
+	key := e.key
+	active := m.head(key) >= 0
+	i := slices.IndexFunc(m.entries, func(o mEntry) bool {
+		return o.arrival > e.arrival || o.arrival == e.arrival && o.seq > e.seq
+	})
+	if i < 0 {
+		i = len(m.entries)
+	}
+	m.entries = slices.Insert(m.entries, i, e)
+	tag := max(m.vtime[key.prio], m.finish[key])
+	switch {
+	case !active:
+		m.start[key] = tag
+	case m.head(key) == i:
+		m.start[key] = min(m.start[key], tag)
+	}
 }
 
 // next returns the index of the entry Pop takes.
@@ -77,6 +97,10 @@ func (m *model) next() int {
 			if m.start[e.key] < m.start[b.key] {
 				best = i
 			}
+		case e.arrival != b.arrival:
+			if e.arrival < b.arrival {
+				best = i
+			}
 		case e.seq < b.seq:
 			best = i
 		}
@@ -90,23 +114,10 @@ func (m *model) requeue(e mEntry, now int64) bool {
 	if len(m.entries) >= m.maxEntries {
 		return false
 	}
-	key := e.key
-	active := m.head(key) >= 0
-	m.finish[key] = max(m.finish[key]-e.span, 0)
+	m.finish[e.key] = max(m.finish[e.key]-e.span, 0)
 	e.pushed = m.clock(now)
 	e.arrival = min(e.arrival, e.pushed)
-	i := slices.IndexFunc(m.entries, func(o mEntry) bool { return o.seq > e.seq })
-	if i < 0 {
-		i = len(m.entries)
-	}
-	m.entries = slices.Insert(m.entries, i, e)
-	tag := max(m.vtime[key.prio], m.finish[key])
-	switch {
-	case !active:
-		m.start[key] = tag
-	case m.head(key) == i:
-		m.start[key] = min(m.start[key], tag)
-	}
+	m.insert(e)
 	return true
 }
 
@@ -230,20 +241,24 @@ func runModel(t *testing.T, data []byte) Stats {
 		op, arg, arg2 := data[i]%7, byte1(i+1), byte1(i+2)
 		var desc string
 		switch op {
-		case 0, 1: // push
+		case 0, 1: // push; op 1 with arg2's top bits: an arrival before now (PushAt)
 			i += 2
 			prio, tenant := priorities[arg%8], fmt.Sprint("t", arg>>3%4)
 			w, c := weights[arg2%4], costs[arg2>>2%3]
-			desc = fmt.Sprintf("push(%d, prio %d, %s, w %v, c %v)", items, prio, tenant, w, c)
-			id, ok := q.Push(items, prio, tenant, w, c, now)
-			if ok != m.push(items, prio, tenant, w, c, now) {
+			arrival := int64(math.MaxInt64)
+			if op == 1 && arg2>>5 != 0 {
+				arrival = now - int64(arg2>>5)*ms/2
+			}
+			desc = fmt.Sprintf("push(%d, prio %d, %s, w %v, c %v, arrival %d, now %d)", items, prio, tenant, w, c, arrival, now)
+			id, ok := q.PushAt(items, prio, tenant, w, c, arrival, now)
+			if ok != m.push(items, prio, tenant, w, c, arrival, now) {
 				t.Fatalf("%s: ok %v, model disagrees", desc, ok)
 			}
 			if ok {
 				if id == 0 || slices.Contains(ids, id) { // ids are never reused
 					t.Fatalf("%s: id %#x given before", desc, id)
 				}
-				m.entries[len(m.entries)-1].id = id
+				m.entries[slices.IndexFunc(m.entries, func(e mEntry) bool { return e.item == items })].id = id
 				ids = append(ids, id)
 				items++
 			}

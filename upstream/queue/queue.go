@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -101,7 +102,8 @@ type flow struct {
 	n          int32 // entries queued
 	heapIdx    int32 // position in its class's heap; none while idle
 	start      float64
-	headSeq    uint64 // the head entry's seq, copied for the heap
+	headArr    int64 // the head entry's arrival and seq, copied for the heap
+	headSeq    uint64
 	finish     float64
 	// An idle flow (n == 0, finish > its class's vtime) is on its class's
 	// idle list (cPrev, cNext) and on the queue's (gPrev, gNext).
@@ -116,7 +118,7 @@ type class struct {
 	// vtime is the class's virtual time: the start tag of the entry it
 	// dispatched last.
 	vtime float64
-	// heap of the class's flows with entries, by (start, headSeq).
+	// heap of the class's flows with entries, by (start, headArr, headSeq).
 	heap               []int32
 	idleHead, idleTail int32
 }
@@ -267,6 +269,26 @@ func (q *Queue[T]) Stats() Stats {
 // The queue keeps tenant as a map key: it must not alias memory the caller
 // reuses. Loop only.
 func (q *Queue[T]) Push(item T, priority int, tenant string, weight, cost float64, now int64) (id uint64, ok bool) {
+	return q.PushAt(item, priority, tenant, weight, cost, math.MaxInt64, now)
+}
+
+// PushAt is Push for an item that arrived at arrival (now if later): one
+// that was sent to the engines before it had to wait (every engine
+// refused it as full) takes its place among the entries by that arrival,
+// ahead of the ones that arrived after it, and Oldest and Expire count
+// from it; Pop's waited counts from now. Loop only.
+func (q *Queue[T]) PushAt(item T, priority int, tenant string, weight, cost float64, arrival, now int64) (id uint64, ok bool) {
+	if id, ok = q.add(item, priority, tenant, arrival, now, q.seq, span(cost, weight), 0); ok {
+		q.seq++
+		q.stats.Pushed++
+	}
+	return id, ok
+}
+
+// add queues item for tenant at priority as an entry that arrived at
+// arrival (now if later) with seq and span, its tenant first given back
+// refund of virtual time (Requeue's); it refuses past MaxEntries.
+func (q *Queue[T]) add(item T, priority int, tenant string, arrival, now int64, seq uint64, span, refund float64) (id uint64, ok bool) {
 	if q.n >= q.cfg.MaxEntries {
 		q.stats.Refused++
 		return 0, false
@@ -278,10 +300,10 @@ func (q *Queue[T]) Push(item T, priority int, tenant string, weight, cost float6
 	ei := q.allocEntry()
 
 	e := &q.entries[ei]
-	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, now, now, q.seq, span(cost, weight), fi
-	q.seq++
+	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, min(arrival, now), now, seq, span, fi
+	f := &q.flows[fi]
+	f.finish = max(f.finish-refund, 0)
 	q.place(ei, prio)
-	q.stats.Pushed++
 	return uint64(e.gen)<<32 | uint64(ei), true
 }
 
@@ -338,48 +360,40 @@ func (q *Queue[T]) PopTicket(now int64) (item T, waited time.Duration, t Ticket,
 // virtual time its dispatch was charged: it was not served. priority and
 // tenant are the ones it was pushed with. ok is false, and nothing is
 // kept, when MaxEntries entries are queued or t is not valid. O(n) in
-// the entries that arrived before it. Loop only.
+// the entries that arrived after it. Loop only.
 func (q *Queue[T]) Requeue(item T, priority int, tenant string, t Ticket, now int64) (id uint64, ok bool) {
-	if !t.Valid() || q.n >= q.cfg.MaxEntries {
+	if !t.Valid() {
 		q.stats.Refused++
 		return 0, false
 	}
-	now = q.clock(now)
-	prio := clampPriority(priority)
-	ci := q.classFor(prio)
-	fi := q.flowFor(ci, prio, tenant)
-	ei := q.allocEntry()
-
-	e := &q.entries[ei]
-	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, min(t.arrival, now), now, t.seq, t.span, fi
-	f := &q.flows[fi]
-	f.finish = max(f.finish-t.span, 0) // the refund: it was not served
-	q.place(ei, prio)
-	q.stats.Requeued++
-	return uint64(e.gen)<<32 | uint64(ei), true
+	// The refund: its dispatch was charged, and it was not served.
+	if id, ok = q.add(item, priority, tenant, t.arrival, now, t.seq, t.span, t.span); ok {
+		q.stats.Requeued++
+	}
+	return id, ok
 }
 
 // place links entry ei (its fields set) into the arrival list and its
-// tenant's FIFO after the entries of smaller seq (a Push's is the
-// largest: at the ends, at once; a requeued one's walks back over the
-// later arrivals), makes its tenant active, and counts it. A tenant's
+// tenant's FIFO after the entries that arrived before it (a Push's came
+// last: at the ends, at once; an earlier one walks back over the later
+// arrivals), makes its tenant active, and counts it. A tenant's
 // head is tagged max(v, F) when its tenant was idle; a requeued entry that
 // becomes the head never takes a later tag than the head it displaces.
 func (q *Queue[T]) place(ei int32, prio int32) {
 	e := &q.entries[ei]
-	q.insertBySeq(ei, &q.oldest, &q.newest, arrivalLinks[T])
+	q.insertInOrder(ei, &q.oldest, &q.newest, arrivalLinks[T])
 	f := &q.flows[e.flow]
 	c := &q.classes[f.class]
-	q.insertBySeq(ei, &f.head, &f.tail, fifoLinks[T])
+	q.insertInOrder(ei, &f.head, &f.tail, fifoLinks[T])
 	tag := max(c.vtime, f.finish)
 	switch {
 	case f.n == 0:
-		f.start, f.headSeq = tag, e.seq
+		f.start, f.headArr, f.headSeq = tag, e.arrival, e.seq
 		f.heapIdx = int32(len(c.heap))
 		c.heap = append(c.heap, e.flow)
 		q.flowUp(c, int(f.heapIdx))
 	case f.head == ei:
-		f.start, f.headSeq = min(f.start, tag), e.seq
+		f.start, f.headArr, f.headSeq = min(f.start, tag), e.arrival, e.seq
 		q.flowFix(c, int(f.heapIdx))
 	}
 	f.n++
@@ -388,13 +402,14 @@ func (q *Queue[T]) place(ei int32, prio int32) {
 	q.bands[bandOf(prio)]++
 }
 
-// insertBySeq links entry ei into a list ordered by seq whose ends are
-// *first and *last, after its entries of smaller seq, walking from the
-// last; links gives an entry's links toward the first and the last.
-func (q *Queue[T]) insertBySeq(ei int32, first, last *int32, links func(*entry[T]) (back, fwd *int32)) {
-	seq := q.entries[ei].seq
+// insertInOrder links entry ei into a list in arrival order (arrival,
+// then seq) whose ends are *first and *last, after the entries that
+// arrived before it, walking from the last; links gives an entry's links
+// toward the first and the last.
+func (q *Queue[T]) insertInOrder(ei int32, first, last *int32, links func(*entry[T]) (back, fwd *int32)) {
+	e := &q.entries[ei]
 	after, before := *last, int32(none)
-	for after != none && q.entries[after].seq > seq {
+	for after != none && e.before(&q.entries[after]) {
 		before = after
 		back, _ := links(&q.entries[after])
 		after = *back
@@ -415,8 +430,14 @@ func (q *Queue[T]) insertBySeq(ei int32, first, last *int32, links func(*entry[T
 	}
 }
 
+// before reports whether e arrived before o: an earlier arrival, or the
+// same with a smaller seq.
+func (e *entry[T]) before(o *entry[T]) bool {
+	return e.arrival < o.arrival || e.arrival == o.arrival && e.seq < o.seq
+}
+
 // arrivalLinks and fifoLinks are an entry's links in the arrival list
-// and in its tenant's FIFO (insertBySeq).
+// and in its tenant's FIFO (insertInOrder).
 func arrivalLinks[T any](e *entry[T]) (back, fwd *int32) { return &e.older, &e.newer }
 func fifoLinks[T any](e *entry[T]) (back, fwd *int32)    { return &e.prev, &e.next }
 
@@ -523,7 +544,8 @@ func (q *Queue[T]) unlink(ei int32) {
 			q.freeFlow(fi)
 		}
 	case wasHead:
-		f.start, f.headSeq = max(c.vtime, f.finish), q.entries[f.head].seq
+		h := &q.entries[f.head]
+		f.start, f.headArr, f.headSeq = max(c.vtime, f.finish), h.arrival, h.seq
 		q.flowFix(c, int(f.heapIdx))
 	}
 }
@@ -731,6 +753,9 @@ func (q *Queue[T]) flowLess(a, b int32) bool {
 	fa, fb := &q.flows[a], &q.flows[b]
 	if fa.start != fb.start {
 		return fa.start < fb.start
+	}
+	if fa.headArr != fb.headArr {
+		return fa.headArr < fb.headArr
 	}
 	return fa.headSeq < fb.headSeq
 }

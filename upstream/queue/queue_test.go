@@ -61,8 +61,8 @@ func TestSizes(t *testing.T) {
 	if n := unsafe.Sizeof(entry[struct{}]{}); n != 56 {
 		t.Errorf("entry is %d bytes plus the item, Config says 56", n)
 	}
-	if n := unsafe.Sizeof(flow{}); n != 88 {
-		t.Errorf("tenant record is %d bytes, Config says 88", n)
+	if n := unsafe.Sizeof(flow{}); n != 96 {
+		t.Errorf("tenant record is %d bytes, Config says 96", n)
 	}
 }
 
@@ -572,7 +572,7 @@ func TestItemReleased(t *testing.T) {
 // ahead of its tenant's later arrivals and in the arrival order of
 // Oldest and Expire, waits from its requeue, and costs its tenant
 // nothing; a queue that replaces a dropped one (StartSeq) orders the old
-// one's tickets before its own arrivals.
+// one's tickets before its own arrivals; PushAt places an earlier arrival.
 func TestRequeue(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t, nil)
@@ -620,5 +620,21 @@ func TestRequeue(t *testing.T) {
 	}
 	if err := fresh.check(); err != nil {
 		t.Error(err)
+	}
+
+	// PushAt: an item that arrived before the ones queued goes ahead of
+	// them, and waits from its push.
+	at := newQueue(t, nil)
+	at.Push("h", 0, "t1", 1, 1, 200)
+	at.Push("i", 0, "t2", 1, 1, 210)
+	at.PushAt("j", 0, "t1", 1, 1, 150, 220)
+	if got := at.Oldest(230); got != 80 {
+		t.Errorf("Oldest %v, want 80ns (j arrived at 150)", got)
+	}
+	if item, waited, _ := at.Pop(240); item != "j" || waited != 20 {
+		t.Errorf("popped %q after %v, want j after 20ns", item, waited)
+	}
+	if got := drain(t, at); !slices.Equal(got, []string{"i", "h"}) {
+		t.Errorf("then %v, want [i h] (t1 was charged for j)", got)
 	}
 }
