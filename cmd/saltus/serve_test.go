@@ -188,7 +188,9 @@ func runAsync(l lifecycle, signals chan os.Signal) <-chan int {
 // waitFor polls cond until it holds, for at most 5 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	// A bound, not a pace: a saltus under the race detector on a loaded
+	// machine took over 5 s to start listening.
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal("timed out")
