@@ -200,10 +200,10 @@ type fakeUpstream struct {
 	hold      atomic.Bool  // with requeue: the refusal waits in held until the test runs it (on a loop)
 	heldMu    sync.Mutex
 	held      []func()
-	quiet     atomic.Bool  // Forward does nothing (benchmarks)
-	quietDone atomic.Bool  // with quiet: Forward ends at once, 200 from the first candidate, through Done (benchmarks)
-	usage     []byte       // Outcome.Usage of the answers; set before the requests
-	async     atomic.Bool  // the hooks run on a goroutine of their own, as a proxy's
+	quiet     atomic.Bool // Forward does nothing (benchmarks)
+	quietDone atomic.Bool // with quiet: Forward ends at once, 200 from the first candidate, through Done (benchmarks)
+	usage     []byte      // Outcome.Usage of the answers; set before the requests
+	async     atomic.Bool // the hooks run on a goroutine of their own, as a proxy's
 	proxies   sync.WaitGroup
 	calls     chan forwardCall
 	models    []byte
