@@ -212,6 +212,12 @@ func startServeCfg(t *testing.T, cfg serveConfig, args []string) *served {
 	go func() { s.code <- serveWith(cfg, args, sp, set, logger, nil, s.signals) }()
 	t.Cleanup(func() {
 		s.term()
+		defer func() {
+			if t.Failed() { // what saltus said, for a failure seen once
+				l := s.logs()
+				t.Logf("saltus's log (its last 8 KiB):\n%s", l[max(0, len(l)-8<<10):])
+			}
+		}()
 		if c := s.wait(t, 30*time.Second); c != 0 {
 			t.Errorf("serve exit code %d", c)
 		}
