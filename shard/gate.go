@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"time"
 
@@ -148,10 +149,14 @@ func (r *Router) gatePush(owner int, j *job) {
 		// full: back to its place, ahead of later arrivals.
 		id, ok = g.q.Requeue(j, j.d.Priority, j.tenant, j.ticket, now)
 		j.ticket = queue.Ticket{}
-	} else if j.sentAt != 0 {
-		id, ok = g.q.PushAt(j, j.d.Priority, j.tenant, j.weight, 1, j.sentAt, now)
 	} else {
-		id, ok = g.q.Push(j, j.d.Priority, j.tenant, j.weight, 1, now)
+		// A new arrival, or one every engine refused before it ever
+		// waited: from when it was sent (sentAt).
+		arrival := int64(math.MaxInt64)
+		if j.sentAt != 0 {
+			arrival = j.sentAt
+		}
+		id, ok = g.q.PushAt(j, j.d.Priority, j.tenant, j.weight, 1, arrival, now)
 	}
 	if !ok {
 		g.m.results[resFull].Add(1)

@@ -286,9 +286,9 @@ func (q *Queue[T]) PushAt(item T, priority int, tenant string, weight, cost floa
 }
 
 // add queues item for tenant at priority as an entry that arrived at
-// arrival (now if later) with seq and span, its tenant first given back
+// arrival (now if later) with seq and span sp, its tenant first given back
 // refund of virtual time (Requeue's); it refuses past MaxEntries.
-func (q *Queue[T]) add(item T, priority int, tenant string, arrival, now int64, seq uint64, span, refund float64) (id uint64, ok bool) {
+func (q *Queue[T]) add(item T, priority int, tenant string, arrival, now int64, seq uint64, sp, refund float64) (id uint64, ok bool) {
 	if q.n >= q.cfg.MaxEntries {
 		q.stats.Refused++
 		return 0, false
@@ -300,7 +300,7 @@ func (q *Queue[T]) add(item T, priority int, tenant string, arrival, now int64, 
 	ei := q.allocEntry()
 
 	e := &q.entries[ei]
-	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, min(arrival, now), now, seq, span, fi
+	e.item, e.arrival, e.pushed, e.seq, e.span, e.flow = item, min(arrival, now), now, seq, sp, fi
 	f := &q.flows[fi]
 	f.finish = max(f.finish-refund, 0)
 	q.place(ei, prio)
