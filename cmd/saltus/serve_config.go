@@ -234,6 +234,8 @@ var serveKeys = []serveKey{
 		help: "how clients see a backend in X-Saltus-Backend and error messages (`mode`): url, name (backend names: URLs expose the internal network) or none (no header; names in messages)"},
 	{key: "max-retries", bind: func(c *serveConfig) value { return intV{&c.Backend.MaxRetries} },
 		help: "further `backends` tried, 0–10, when one fails before its first byte"},
+	{key: "retry-server-errors", bind: func(c *serveConfig) value { return boolV{&c.Backend.RetryServerErrors} },
+		help: "an engine's 500, 502 or 504 before any answer byte goes to the next candidate backend (within --max-retries) instead of the client; the last one's answer is the client's"},
 	{key: "upstream-io", deprecated: true, bind: func(c *serveConfig) value { return strV{&c.UpstreamIO} },
 		help: "deprecated, `mode` loop only: every request talks to its backend on the client connection's event loop"},
 	{key: "health-interval", live: true, bind: func(c *serveConfig) value { return durV{&c.Backend.HealthInterval} },

@@ -530,6 +530,10 @@ func (lr *loopReq) head(c *upConn, now time.Time) bool {
 		lr.engineRefused(c, st, now)
 		return false
 	}
+	if retryStatus(c.p.Status) && s.cfg.RetryServerErrors && lr.i+1 < lr.attempts && !lr.ls.closed {
+		lr.engineFailed(c, c.p.Status, now)
+		return false
+	}
 	lr.headSeen = true
 	lr.o.TTFB = now.Sub(lr.t0)
 	status := c.p.Status
@@ -592,6 +596,36 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	lr.sink.RespondLoop(lr.refusal, []reactor.Header{jsonHdr[0], {Name: "X-Request-ID", Value: lr.reqID},
 		{Name: "Retry-After", Value: strconv.Itoa(max(secs, 1))}}, body)
 	lr.finish(now)
+}
+
+// retryStatus: an engine's answer status that another engine may not
+// give (RetryServerErrors): 500 (vLLM's internal errors, a dead engine
+// core, llm-d-inference-sim's KV cache without room for the prompt), 502
+// and 504 (a proxy or sidecar in front of the engine). Not 501 (the
+// request asks what no engine of the kind does) nor 503 (full:
+// engineRefused).
+func retryStatus(st int) bool {
+	return st == fasthttp.StatusInternalServerError || st == fasthttp.StatusBadGateway || st == fasthttp.StatusGatewayTimeout
+}
+
+// engineFailed ends an attempt whose engine answered a retryStatus head
+// while a further candidate remains: counted by status and by the
+// breaker as the answer would have been, the connection closed (its body
+// is not read), and the next candidate tried. Loop only.
+func (lr *loopReq) engineFailed(c *upConn, status int, now time.Time) {
+	s, b := lr.s, lr.b
+	s.countCodeLoop(lr.ls, b, status)
+	b.passiveResult(false, s.cfg.BreakerFails, s.logger)
+	s.statusRetries.Inc()
+	lr.served = true
+	lr.lastErr = fmt.Errorf("backend %s: answered %d", b.URL, status)
+	lr.tried = append(lr.tried, "backend "+s.label(b)+": answered "+strconv.Itoa(status))
+	c.kill()
+	lr.c = nil
+	b.inFlight.Add(-1)
+	lr.b = nil
+	lr.i++
+	lr.attempt(now)
 }
 
 // complete answers the whole response.

@@ -851,3 +851,73 @@ func TestLoopEngineFull(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopEngineErrorRetried: an engine's 500, 502 or 504 head sends the
+// request to the next candidate (RetryServerErrors), counted and told to
+// the breaker; the last candidate's answer, whatever its status, is the
+// client's as the engine sent it; 501 is not retried; and with the option
+// off the first engine's 500 is the client's.
+func TestLoopEngineErrorRetried(t *testing.T) {
+	t.Parallel()
+	failing := func(status int) string {
+		return upstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":{"message":"engine says %d","type":"InternalServerError","code":%d}}`, status, status)
+		}).URL
+	}
+	okURL := upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"ok":true}`) }).URL
+
+	e := newLoopEnv(t, nil)
+	e500, e502, e504, e501 := mustAdd(t, e.s, failing(500)), mustAdd(t, e.s, failing(502)), mustAdd(t, e.s, failing(504)), mustAdd(t, e.s, failing(501))
+	good := mustAdd(t, e.s, okURL)
+	c := e.dial(t)
+
+	e.use(e500, e504, good)
+	c.send(t, "{}")
+	resp, body := c.read(t)
+	o := e.outcome(t)
+	if resp.StatusCode != 200 || body != `{"ok":true}` || o.Backend != good || o.Retries != 2 || o.Status != 200 {
+		t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
+	}
+	if n := counter(e.ms, "saltus_engine_error_retries_total"); n != 2 {
+		t.Errorf("error retries %d, want 2", n)
+	}
+	if e500.passive.Load() != 1 || e504.passive.Load() != 1 {
+		t.Errorf("breaker counts %d, %d: want 1 each", e500.passive.Load(), e504.passive.Load())
+	}
+
+	// The last candidate's answer is the client's, as it came.
+	e.use(e500, e502)
+	c.send(t, "{}")
+	resp, body = c.read(t)
+	o = e.outcome(t)
+	if resp.StatusCode != 502 || !strings.Contains(body, "engine says 502") || o.Backend != e502 || o.Retries != 1 || o.Status != 502 {
+		t.Fatalf("last candidate's 502: %d %s, outcome %+v", resp.StatusCode, body, o)
+	}
+	// 501: the request, not the engine.
+	e.use(e501, good)
+	c.send(t, "{}")
+	resp, body = c.read(t)
+	if o = e.outcome(t); resp.StatusCode != 501 || !strings.Contains(body, "engine says 501") || o.Retries != 0 {
+		t.Fatalf("501: %d %s, outcome %+v", resp.StatusCode, body, o)
+	}
+	if n := counter(e.ms, "saltus_engine_error_retries_total"); n != 3 {
+		t.Errorf("error retries %d, want 3", n)
+	}
+	for _, b := range []*Backend{e500, e502, e504, e501, good} {
+		if b.InFlight() != 0 {
+			t.Errorf("%s in flight %d", b.URL, b.InFlight())
+		}
+	}
+
+	off := newLoopEnv(t, func(c *Config) { c.RetryServerErrors = false })
+	o500, ogood := mustAdd(t, off.s, failing(500)), mustAdd(t, off.s, okURL)
+	oc := off.dial(t)
+	off.use(o500, ogood)
+	oc.send(t, "{}")
+	resp, body = oc.read(t)
+	if o = off.outcome(t); resp.StatusCode != 500 || !strings.Contains(body, "engine says 500") || o.Retries != 0 {
+		t.Fatalf("option off: %d %s, outcome %+v", resp.StatusCode, body, o)
+	}
+}

@@ -27,6 +27,7 @@ func init() {
 		"saltus_backend_request_duration_seconds":   "Time from a request's first send to each backend to the end of its answer (retries included), in seconds.",
 		"saltus_retries_total":                      "Sends to a further candidate backend after a failure before the first byte.",
 		"saltus_engine_refusals_total":              "Engines' 429 and 503 answers before any answer byte (full, not broken): the request went to the next candidate, or saltus answered its own 429/503 with Retry-After when every candidate was full; the engine counts as full for its Retry-After (else 1 s).",
+		"saltus_engine_error_retries_total":         "Engines' 500, 502 and 504 answer heads, before any answer byte, that saltus sent to the next candidate engine instead of the client (--retry-server-errors; the last candidate's answer goes to the client as it is).",
 		"saltus_engine_refusal_outcomes_total":      "What followed each engine refusal (saltus_engine_refusals_total), by outcome: retried (sent to the next candidate engine), requeued (every candidate refused: back to its pool's gateway queue until a slot frees), refused (every candidate refused and its requeues were spent: saltus's own 429/503 with Retry-After).",
 		"saltus_backend_overload_total":             "Requests refused (503) because the backend set had its maximum of requests in flight.",
 		"saltus_proxy_in_flight":                    "Requests in flight through the backend set (bounded by its MaxInFlight).",

@@ -238,6 +238,9 @@ type Set struct {
 	// refusals counts the engines' 429 and 503 before an answer byte
 	// (engine.go: a full engine, tried again elsewhere).
 	refusals *metrics.Counter
+	// statusRetries counts the engines' 500, 502 and 504 heads sent to
+	// the next candidate instead of the client (loop.go's engineFailed).
+	statusRetries *metrics.Counter
 	// refusalOutcomes counts what followed each refusal, by
 	// refusalOutcomeNames (loop.go's engineRefused).
 	refusalOutcomes [numRefusalOutcomes]*metrics.Counter
@@ -282,6 +285,8 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		retries:  set.GetOrCreateCounter("saltus_retries_total"),
 		overload: set.GetOrCreateCounter("saltus_backend_overload_total"),
 		refusals: set.GetOrCreateCounter("saltus_engine_refusals_total"),
+
+		statusRetries: set.GetOrCreateCounter("saltus_engine_error_retries_total"),
 
 		bodySpilled:    set.GetOrCreateCounter("saltus_upstream_body_spilled_total"),
 		samplesDropped: set.GetOrCreateCounter("saltus_backend_loop_samples_dropped_total"),
