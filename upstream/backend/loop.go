@@ -611,11 +611,20 @@ func retryStatus(st int) bool {
 // engineFailed ends an attempt whose engine answered a retryStatus head
 // while a further candidate remains: counted by status and by the
 // breaker as the answer would have been, the connection closed (its body
-// is not read), and the next candidate tried. Loop only.
+// is not read), and the next candidate tried. The engine gets no new
+// request until one of those it has ends, for at most fullFor (a soft
+// full mark, as a refusal without Retry-After): one that fails at once
+// looks idle, and the least loaded choice would send it every request
+// while the next candidates serve them (measured: the Mooncake trace at
+// ×16 on llm-d-inference-sim engines, which refuse a prompt that does not
+// fit their KV cache beside what they run with a 500 at once; the engine
+// that refused the long prompts got them all, and its breaker tripped 15
+// times, docs/BENCHMARKS.md finding 14). Loop only.
 func (lr *loopReq) engineFailed(c *upConn, status int, now time.Time) {
 	s, b := lr.s, lr.b
 	s.countCodeLoop(lr.ls, b, status)
 	b.passiveResult(false, s.cfg.BreakerFails, s.logger)
+	b.markFull(now, fullFor, true)
 	s.statusRetries.Inc()
 	lr.served = true
 	lr.lastErr = fmt.Errorf("backend %s: answered %d", b.URL, status)

@@ -874,6 +874,7 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 	c := e.dial(t)
 
 	e.use(e500, e504, good)
+	t0 := time.Now()
 	c.send(t, "{}")
 	resp, body := c.read(t)
 	o := e.outcome(t)
@@ -885,6 +886,15 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 	}
 	if e500.passive.Load() != 1 || e504.passive.Load() != 1 {
 		t.Errorf("breaker counts %d, %d: want 1 each", e500.passive.Load(), e504.passive.Load())
+	}
+	// Each is full until one of its requests ends (none here), at most fullFor.
+	for _, b := range []*Backend{e500, e504} {
+		if u := b.FullUntil(); u.Before(t0.Add(fullFor)) || u.After(time.Now().Add(fullFor)) {
+			t.Errorf("%s full until %v after the send: want %v after its answer", b.URL, u.Sub(t0), fullFor)
+		}
+	}
+	if !good.FullUntil().IsZero() {
+		t.Error("the engine that answered was marked full")
 	}
 
 	// The last candidate's answer is the client's, as it came.
