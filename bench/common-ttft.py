@@ -8,9 +8,11 @@ A router that answers a request another refused (an engine's "the kv cache does 
 sufficient capacity" for a long prompt) adds that request's TTFT to its mean and tail, and the
 other router's mean leaves it out. This pairs the requests of the runs and prints each run's
 TTFT mean, P50, P99 and goodput (TTFT <= --slo, default 1 s) over the requests all of them
-answered. Requests are paired by their arrival burst (sends less than 100 ms apart) and their
-size in blocks (the total of saltus's X-Saltus-Route, "matched/total ..."), so it needs saltus
-routes: runs of saltus policies, not nginx's.
+answered. Requests are paired by when the replay was to send them and their prompt's length as
+sent (the samples' due_ns and input_tokens, which `saltus bench` writes since 2026-12-07), so any
+router's runs pair, nginx's included; older samples pair by their arrival burst (sends less
+than 100 ms apart) and their size in blocks (the total of saltus's X-Saltus-Route,
+"matched/total ..."), which needs saltus routes.
 """
 import argparse
 import collections
@@ -22,6 +24,12 @@ import statistics
 def load(path, gap_ns):
     rows = sorted((json.loads(line) for line in open(path)), key=lambda r: r["at_ns"])
     out, burst, last, seen = {}, 0, None, collections.Counter()
+    if rows and all("input_tokens" in r for r in rows):
+        for r in rows:
+            key = (r.get("due_ns", 0), r["input_tokens"])
+            seen[key] += 1
+            out[key + (seen[key],)] = r
+        return out
     for r in rows:
         if last is not None and r["at_ns"] - last > gap_ns:
             burst += 1

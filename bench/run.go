@@ -276,6 +276,7 @@ func Drive(ctx context.Context, cfg DriveConfig, wl Workload) []Sample {
 					s = Sample{Tag: req.Tag, At: at, Cut: true, Err: "cut by the end of the run"}
 				}
 				s.Model, s.Priority, s.Key = model, req.Priority, req.Key
+				s.Due, s.Input = req.At, len(req.PromptIDs)
 				s.Late = req.At > 0 && at-req.At > lateSend
 				if k := cfg.TimeScale; k > 0 && k != 1 {
 					s.At = time.Duration(float64(s.At) * k)

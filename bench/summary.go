@@ -11,8 +11,15 @@ import (
 
 // Sample is one request of a benchmark run.
 type Sample struct {
-	Tag     string        `json:"tag,omitempty"` // the workload's class, e.g. "xlarge"
-	At      time.Duration `json:"at_ns"`         // sent, since the run started
+	Tag string        `json:"tag,omitempty"` // the workload's class, e.g. "xlarge"
+	At  time.Duration `json:"at_ns"`         // sent, since the run started
+	// Due is when an open-loop trace replay was to send it (the trace's
+	// time over the speed-up), and Input its prompt's length in token ids
+	// as sent (a token-id prompt; 0 otherwise): together they name a
+	// trace's request in every run of it, answered or not
+	// (bench/common-ttft.py pairs runs by them).
+	Due     time.Duration `json:"due_ns,omitempty"`
+	Input   int           `json:"input_tokens,omitempty"`
 	TTFT    time.Duration `json:"ttft_ns"`
 	Latency time.Duration `json:"latency_ns"`
 	Prompt  int           `json:"prompt_tokens"`
