@@ -389,7 +389,7 @@ stream-idle-timeout: 2m
 max-response-body: 8MiB
 backend-header: url
 max-retries: 2
-retry-server-errors: true
+retry-server-errors: false
 health-interval: 5s
 health-down-interval: 1s
 drain-timeout: 30s

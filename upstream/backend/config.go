@@ -55,7 +55,7 @@ type Config struct {
 	// next candidate instead (within MaxRetries); the last candidate's
 	// answer goes to the client as it is. What an OpenAI SDK would do
 	// itself on such an answer, seconds later and maybe to the same
-	// engine. Off: every answer head is the client's.
+	// engine. Off (the default): every answer head is the client's.
 	RetryServerErrors bool
 	// HealthPath is the path the active probe GETs; a 2xx is a success.
 	HealthPath string
@@ -125,7 +125,7 @@ func DefaultConfig() Config {
 		IdleConnTimeout:    4 * time.Second,  // below uvicorn's (vLLM's server) 5 s keep-alive, so we close first instead of meeting a closed connection
 		MaxConnsPerBackend: 1024,             // one connection per in-flight request; vLLM batches up to 256 sequences by default
 		MaxRetries:         2,                // issue 4
-		RetryServerErrors:  true,             // an engine's failure before the answer began is not the client's (the SDKs retry 5xx anyway)
+		RetryServerErrors:  false,            // off, as nginx's and Envoy's retries of a POST: an engine's refusal sheds load at saturation (docs/BENCHMARKS.md finding 14)
 		HealthPath:         "/health",        // vLLM, SGLang, TensorRT-LLM serve it
 		HealthInterval:     5 * time.Second,
 		HealthDownInterval: time.Second, // back within ~1 s of the engine's return: inside the SDKs' retry window

@@ -868,7 +868,7 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 	}
 	okURL := upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"ok":true}`) }).URL
 
-	e := newLoopEnv(t, nil)
+	e := newLoopEnv(t, func(c *Config) { c.RetryServerErrors = true })
 	e500, e502, e504, e501 := mustAdd(t, e.s, failing(500)), mustAdd(t, e.s, failing(502)), mustAdd(t, e.s, failing(504)), mustAdd(t, e.s, failing(501))
 	good := mustAdd(t, e.s, okURL)
 	c := e.dial(t)
@@ -921,7 +921,7 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 		}
 	}
 
-	off := newLoopEnv(t, func(c *Config) { c.RetryServerErrors = false })
+	off := newLoopEnv(t, nil) // the default
 	o500, ogood := mustAdd(t, off.s, failing(500)), mustAdd(t, off.s, okURL)
 	oc := off.dial(t)
 	off.use(o500, ogood)
