@@ -75,6 +75,14 @@ func (outcomeTo) FirstByte(*Backend, int) {}
 func (outcomeTo) FirstData()              {}
 func (c outcomeTo) Done(o Outcome)        { c <- o }
 
+// do sends body on c and returns the answer and the request's outcome.
+func (e *loopEnv) do(t *testing.T, c *client, body string) (*http.Response, string, Outcome) {
+	t.Helper()
+	c.send(t, body)
+	resp, got := c.read(t)
+	return resp, got, e.outcome(t)
+}
+
 func (e *loopEnv) outcome(t *testing.T) Outcome {
 	t.Helper()
 	select {
@@ -811,9 +819,7 @@ func TestLoopEngineFull(t *testing.T) {
 
 	e.use(busy, down, good)
 	t0 := time.Now()
-	c.send(t, "{}")
-	resp, body := c.read(t)
-	o := e.outcome(t)
+	resp, body, o := e.do(t, c, "{}")
 	if resp.StatusCode != 200 || body != `{"ok":true}` || o.Backend != good || o.Retries != 2 {
 		t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
 	}
@@ -875,9 +881,7 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 
 	e.use(e500, e504, good)
 	t0 := time.Now()
-	c.send(t, "{}")
-	resp, body := c.read(t)
-	o := e.outcome(t)
+	resp, body, o := e.do(t, c, "{}")
 	if resp.StatusCode != 200 || body != `{"ok":true}` || o.Backend != good || o.Retries != 2 || o.Status != 200 {
 		t.Fatalf("%d %s, outcome %+v", resp.StatusCode, body, o)
 	}
@@ -899,17 +903,13 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 
 	// The last candidate's answer is the client's, as it came.
 	e.use(e500, e502)
-	c.send(t, "{}")
-	resp, body = c.read(t)
-	o = e.outcome(t)
+	resp, body, o = e.do(t, c, "{}")
 	if resp.StatusCode != 502 || !strings.Contains(body, "engine says 502") || o.Backend != e502 || o.Retries != 1 || o.Status != 502 {
 		t.Fatalf("last candidate's 502: %d %s, outcome %+v", resp.StatusCode, body, o)
 	}
 	// 501: the request, not the engine.
 	e.use(e501, good)
-	c.send(t, "{}")
-	resp, body = c.read(t)
-	if o = e.outcome(t); resp.StatusCode != 501 || !strings.Contains(body, "engine says 501") || o.Retries != 0 {
+	if resp, body, o = e.do(t, c, "{}"); resp.StatusCode != 501 || !strings.Contains(body, "engine says 501") || o.Retries != 0 {
 		t.Fatalf("501: %d %s, outcome %+v", resp.StatusCode, body, o)
 	}
 	if n := counter(e.ms, "saltus_engine_error_retries_total"); n != 3 {
@@ -925,9 +925,7 @@ func TestLoopEngineErrorRetried(t *testing.T) {
 	o500, ogood := mustAdd(t, off.s, failing(500)), mustAdd(t, off.s, okURL)
 	oc := off.dial(t)
 	off.use(o500, ogood)
-	oc.send(t, "{}")
-	resp, body = oc.read(t)
-	if o = off.outcome(t); resp.StatusCode != 500 || !strings.Contains(body, "engine says 500") || o.Retries != 0 {
+	if resp, body, o = off.do(t, oc, "{}"); resp.StatusCode != 500 || !strings.Contains(body, "engine says 500") || o.Retries != 0 {
 		t.Fatalf("option off: %d %s, outcome %+v", resp.StatusCode, body, o)
 	}
 }
