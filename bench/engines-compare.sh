@@ -40,6 +40,12 @@
 # A saltus policy may be served by another build of saltus, for a
 # comparison in the same run: ROUTERS='prefix prefix@old' SALTUS_old=/path/to/saltus.
 #
+# SWEEPS=N runs each load point N times, the routers' order rotated by one
+# each time (results in $OUT/<workload>-x<speed>-<router>-<sweep>/, a row
+# each in summary.md), then prints the median of each router's rows and
+# their range (bench/sweep-medians.py, also in $OUT/medians.md): on a
+# shared machine one sweep's numbers move by up to a fifth.
+#
 # The default ENGINE is `saltus sim` (a100-13b profile, its KV events
 # connecting to {events}). Engines run in real time: a trace window of W
 # seconds at speed S takes W/S seconds per router (plus DRAIN). Run it on
@@ -52,6 +58,7 @@ ENGINES=${ENGINES:-8}
 MODEL=${MODEL:-sim-llama}
 SPEEDS=${SPEEDS:-4 8 16}
 ROUTERS=${ROUTERS:-prefix round_robin least_request body_hash ranvier nginx}
+SWEEPS=${SWEEPS:-1}
 TRACE=${TRACE:-bench/traces/mooncake-small.jsonl}
 WORKLOADS=${WORKLOADS:-mooncake:$TRACE}
 USERS=${USERS:-30}
@@ -153,9 +160,13 @@ for wl in ${WORKLOADS//,/ }; do
   name=${wl%%:*}
   speeds=1 shape=(--users "$USERS" --duration "$DURATION") # closed loop; a trace sets its own
   [[ $wl == mooncake:* ]] && speeds=$SPEEDS shape=()
+  read -ra order <<<"$ROUTERS"
   for s in $speeds; do
-    for r in $ROUTERS; do
+   for k in $(seq 1 "$SWEEPS"); do
+    off=$(((k - 1) % ${#order[@]}))
+    for r in "${order[@]:off}" "${order[@]:0:off}"; do
       run=$name-x$s-$r
+      [ "$SWEEPS" = 1 ] || run=$run-$k
       stop_all
       for i in $(seq 1 "$ENGINES"); do
         cmd=${ENGINE//\{port\}/$((PORT0 + i))}
@@ -174,7 +185,11 @@ for wl in ${WORKLOADS//,/ }; do
       grep -m1 '^| target |' <(sed -n '/against the TTFT objective/,$p' "$OUT/$run/report.md") |
         awk -F'|' -v w="$name" -v s="x$s" -v r="$r" '{ printf "| %s | %s | %s |%s|%s|%s|%s|%s|%s|%s|\n", w, s, r, $3, $4, $5, $6, $7, $8, $9 }' >>"$OUT/summary.md"
     done
+   done
   done
 done
 stop_all
 cat "$OUT/summary.md"
+if [ "$SWEEPS" != 1 ]; then
+  bench/sweep-medians.py "$OUT/summary.md" | tee "$OUT/medians.md"
+fi
