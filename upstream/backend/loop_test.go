@@ -862,7 +862,7 @@ func TestLoopEngineFull(t *testing.T) {
 // request to the next candidate (RetryServerErrors), counted and told to
 // the breaker; the last candidate's answer, whatever its status, is the
 // client's as the engine sent it; 501 is not retried; and with the option
-// off the first engine's 500 is the client's.
+// off, the default, the first engine's 500 is the client's.
 func TestLoopEngineErrorRetried(t *testing.T) {
 	t.Parallel()
 	failing := func(status int) string {
