@@ -568,11 +568,7 @@ func (lr *loopReq) engineRefused(c *upConn, status int, now time.Time) {
 	lr.refusedFor = max(lr.refusedFor, d)
 	lr.served = true // something listened
 	lr.tried = append(lr.tried, "backend "+s.label(b)+": full ("+strconv.Itoa(status)+")")
-	c.kill()
-	lr.c = nil
-	b.inFlight.Add(-1)
-	lr.b = nil
-	lr.i++
+	lr.leave(c)
 	if lr.i < lr.attempts && !lr.ls.closed {
 		s.refusalOutcomes[refusalRetried].Inc()
 		lr.attempt(now)
@@ -629,12 +625,19 @@ func (lr *loopReq) engineFailed(c *upConn, status int, now time.Time) {
 	lr.served = true
 	lr.lastErr = fmt.Errorf("backend %s: answered %d", b.URL, status)
 	lr.tried = append(lr.tried, "backend "+s.label(b)+": answered "+strconv.Itoa(status))
+	lr.leave(c)
+	lr.attempt(now)
+}
+
+// leave ends the attempt on connection c before any answer byte: the
+// connection closed (its body is not read), the backend's in-flight count
+// given back, and lr on to the next candidate. Loop only.
+func (lr *loopReq) leave(c *upConn) {
 	c.kill()
 	lr.c = nil
-	b.inFlight.Add(-1)
+	lr.b.inFlight.Add(-1)
 	lr.b = nil
 	lr.i++
-	lr.attempt(now)
 }
 
 // complete answers the whole response.
