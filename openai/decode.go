@@ -46,6 +46,9 @@ type Request struct {
 	Options      chat.Options
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
+	// HasStreamOptions: the body has a stream_options member (null
+	// included).
+	HasStreamOptions bool
 	// completion: the prompt routed by (the first one of an array)
 	Prompt      string
 	TokenIDs    []int32 // token ids: prompt as ids, or prompt_token_ids
@@ -197,6 +200,7 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 	if e := optBool(b, f[fStream], &dst.Stream, "stream"); e != nil {
 		return e
 	}
+	dst.HasStreamOptions = f[fStreamOptions] >= 0
 	if so := f[fStreamOptions]; jsonscan.Present(b, so) {
 		if !jsonscan.Is(b, so, '{') {
 			return BadRequest("stream_options", "stream_options: want an object, got %s", jsonscan.TypeName(b, so))

@@ -69,6 +69,7 @@ func oldDecodeValue(dst *Request, k Kind, v *fastjson.Value) *Error {
 	if e := oldOptBool(v, &dst.Stream, "stream"); e != nil {
 		return e
 	}
+	dst.HasStreamOptions = chat.Field(v, "stream_options") != nil
 	if so := chat.Field(v, "stream_options"); so != nil && so.Type() != fastjson.TypeNull {
 		if so.Type() != fastjson.TypeObject {
 			return BadRequest("stream_options", "stream_options: want an object, got %s", so.Type())

@@ -56,6 +56,14 @@ func FuzzReadUsage(f *testing.F) {
 		if c.Prompt < 0 || c.Completion < 0 || c.Cached < 0 || c.Cached > c.Prompt || (!c.OK && c != UsageCounts{}) || (!c.HasCached && c.Cached != 0) {
 			t.Fatalf("ReadUsage(%q) = %+v", raw, c)
 		}
+		if fastjson.ValidateBytes(raw) == nil && uniqueKeys(fastjson.MustParseBytes(raw)) {
+			// Where fastjson, which read usage objects before, takes
+			// the bytes for JSON and no key repeats (fastjson's Get
+			// reads the first, ReadUsage the last), they read the same.
+			if old := fastjsonReadUsage(raw); c != old {
+				t.Fatalf("ReadUsage(%q) = %+v, fastjson read %+v", raw, c, old)
+			}
+		}
 		u, want := usageOf(prompt, cached, completion, created, shape)
 		if got := ReadUsage([]byte(u)); got != want {
 			t.Fatalf("ReadUsage(%s) = %+v, want %+v", u, got, want)
@@ -124,4 +132,80 @@ func usageOf(prompt, cached, completion, created int64, shape uint8) (string, Us
 	}
 	want.Cached = min(want.Cached, want.Prompt)
 	return "{" + strings.Join(members, ",") + "}", want
+}
+
+// BenchmarkReadUsage: a vLLM chat answer's usage object read, as every
+// answer's end does when saltus learns from it or charges a key.
+func BenchmarkReadUsage(b *testing.B) {
+	u := []byte(`{"prompt_tokens":1024,"total_tokens":1224,"completion_tokens":200,"prompt_tokens_details":{"cached_tokens":768}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := ReadUsage(u); c.Cached != 768 {
+			b.Fatal(c)
+		}
+	}
+}
+
+// uniqueKeys reports whether no object in v has a key twice.
+func uniqueKeys(v *fastjson.Value) bool {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		seen, ok := map[string]bool{}, true
+		v.GetObject().Visit(func(k []byte, x *fastjson.Value) {
+			ok = ok && !seen[string(k)] && uniqueKeys(x)
+			seen[string(k)] = true
+		})
+		return ok
+	case fastjson.TypeArray:
+		for _, x := range v.GetArray() {
+			if !uniqueKeys(x) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// fastjsonReadUsage is ReadUsage as it read with a fastjson parse, before
+// issue 33's cut: FuzzReadUsage's reference.
+func fastjsonReadUsage(u []byte) (c UsageCounts) {
+	if len(u) == 0 || len(u) > maxUsageBytes {
+		return c
+	}
+	var p fastjson.Parser
+	v, err := p.ParseBytes(u)
+	if err != nil {
+		return c
+	}
+	count := func(keys ...string) (int, bool) {
+		x := v.Get(keys...)
+		if x == nil || x.Type() != fastjson.TypeNumber {
+			return 0, false
+		}
+		n, err := x.Int()
+		if err != nil || n < 0 || n > maxTokenCount {
+			return 0, false
+		}
+		return n, true
+	}
+	if v.Exists("prompt_tokens") {
+		if c.Prompt, c.OK = count("prompt_tokens"); !c.OK {
+			return UsageCounts{}
+		}
+		c.Cached, c.HasCached = count("prompt_tokens_details", "cached_tokens")
+	} else if c.Prompt, c.OK = count("input_tokens"); c.OK {
+		c.Cached, c.HasCached = count("input_tokens_details", "cached_tokens")
+		if read, ok := count("cache_read_input_tokens"); ok {
+			created, _ := count("cache_creation_input_tokens")
+			c.Prompt, c.Cached, c.HasCached = c.Prompt+read+created, read, true
+		}
+	} else {
+		return UsageCounts{}
+	}
+	var ok bool
+	if c.Completion, ok = count("completion_tokens"); !ok {
+		c.Completion, _ = count("output_tokens")
+	}
+	c.Cached = min(c.Cached, c.Prompt)
+	return c
 }

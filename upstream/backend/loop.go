@@ -336,12 +336,19 @@ func (lr *loopReq) appendWire(dst []byte, b *Backend) []byte {
 	}
 	dst = append(dst, "X-Request-ID: "...)
 	dst = append(dst, lr.reqID...)
-	if len(lr.body) > 0 || (r.Method != "GET" && r.Method != "HEAD") {
+	body, ins := lr.body, lr.hooks.Insert
+	at := min(max(lr.hooks.InsertAt, 0), len(body))
+	if n := len(body) + len(ins); n > 0 || (r.Method != "GET" && r.Method != "HEAD") {
 		dst = append(dst, "\r\nContent-Length: "...)
-		dst = strconv.AppendInt(dst, int64(len(lr.body)), 10)
+		dst = strconv.AppendInt(dst, int64(n), 10)
 	}
 	dst = append(dst, "\r\n\r\n"...)
-	return append(dst, lr.body...)
+	if ins == "" {
+		return append(dst, body...)
+	}
+	dst = append(dst, body[:at]...)
+	dst = append(dst, ins...)
+	return append(dst, body[at:]...)
 }
 
 // replaced reports whether Hooks.ReqHeader replaces the client's header

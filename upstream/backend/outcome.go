@@ -63,6 +63,11 @@ type Hooks struct {
 	// an empty Value only removes the client's. Package tracing's
 	// traceparent, which makes saltus's span the engine's parent.
 	ReqHeader []reactor.Header
+	// Insert, when not "", is written into the forwarded body at byte
+	// InsertAt (Content-Length counts it); the body passed is not
+	// modified. IncludeUsageFirst's member, without a copy of the body.
+	Insert   string
+	InsertAt int
 	// Requeue, when set, is asked when every candidate refused as full
 	// (429 or 503 before an answer byte): true means the caller takes the
 	// request back to forward it again later (its pool's gateway queue):
@@ -96,7 +101,8 @@ type Outcome struct {
 	// when no body byte came.
 	FirstData time.Duration
 	// Usage (only with Hooks.Usage) is the raw "usage" object of the JSON body, or of the last
-	// SSE data event that had a non-null one; nil if none was seen.
+	// SSE data event that had a non-null one, as the engine wrote it (not
+	// validated: openai.ReadUsage reads it); nil if none was seen.
 	Usage []byte
 	// RequestID is the X-Request-ID sent upstream and answered: the
 	// client's, or the one made for it ("" when refused before any).

@@ -33,6 +33,19 @@ const includeUsageMember = `"stream_options":{"include_usage":true}`
 // MaxInjectGrowth bounds how many bytes InjectIncludeUsage adds to a body.
 const MaxInjectGrowth = len(includeUsageMember) + 1
 
+// IncludeUsageFirst is InjectIncludeUsage for a body known to be a JSON
+// object with at least one member and no stream_options member (a
+// request the decoder read: openai.Request.HasStreamOptions false): the
+// member to insert and where, found without a scan of the body, for
+// Hooks.Insert. ok is false when body does not open an object.
+func IncludeUsageFirst(body []byte) (at int, member string, ok bool) {
+	open := jsonscan.SkipWS(body, 0)
+	if open >= len(body) || body[open] != '{' {
+		return 0, "", false
+	}
+	return open + 1, includeUsageMember + ",", true
+}
+
 // InjectIncludeUsage returns body with stream_options.include_usage set to
 // true, read as Python's json reads it (the last occurrence of a key
 // wins, as chat.Field): the other keys of stream_options the client sent

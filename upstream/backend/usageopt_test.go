@@ -201,7 +201,9 @@ func TestDropUsageStream(t *testing.T) {
 	run := func(url string, body []byte, h Hooks) (string, Outcome) {
 		e := newLoopEnv(t, nil)
 		e.use(mustAdd(t, e.s, url))
-		edit := func(hk *Hooks) { hk.DropUsage, hk.DropUsageNull, hk.Usage = h.DropUsage, h.DropUsageNull, h.Usage }
+		edit := func(hk *Hooks) {
+			hk.DropUsage, hk.DropUsageNull, hk.Usage, hk.Insert, hk.InsertAt = h.DropUsage, h.DropUsageNull, h.Usage, h.Insert, h.InsertAt
+		}
 		e.hooks.Store(&edit)
 		c := e.dial(t)
 		c.send(t, string(body))
@@ -219,12 +221,27 @@ func TestDropUsageStream(t *testing.T) {
 		if o0.Usage != nil || bytes.Contains([]byte(want), []byte("usage")) {
 			t.Fatalf("without include_usage: %q, usage %s", want, o0.Usage)
 		}
-		got, o1 := run(url, injected, Hooks{DropUsage: true, DropUsageNull: true})
-		if got != want {
-			t.Errorf("old %v: client stream\n%q\nwant (byte-identical to no injection)\n%q", old, got, want)
+		// The member spliced in by InjectIncludeUsage, or written in
+		// as the request goes (Hooks.Insert, IncludeUsageFirst): the
+		// engine reads the same body either way.
+		at, member, ok := IncludeUsageFirst(append([]byte("  "), client...))
+		if !ok || at != 3 {
+			t.Fatalf("IncludeUsageFirst: %d %q %v", at, member, ok)
 		}
-		if string(o1.Usage) != `{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}` {
-			t.Errorf("old %v: Outcome.Usage %s", old, o1.Usage)
+		for _, c := range []struct {
+			body []byte
+			h    Hooks
+		}{
+			{injected, Hooks{DropUsage: true, DropUsageNull: true}},
+			{client, Hooks{DropUsage: true, DropUsageNull: true, Insert: member, InsertAt: at - 2}},
+		} {
+			got, o1 := run(url, c.body, c.h)
+			if got != want {
+				t.Errorf("old %v, insert %q: client stream\n%q\nwant (byte-identical to no injection)\n%q", old, c.h.Insert, got, want)
+			}
+			if string(o1.Usage) != `{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}` {
+				t.Errorf("old %v, insert %q: Outcome.Usage %s", old, c.h.Insert, o1.Usage)
+			}
 		}
 		// A client that asked keeps its usage chunk.
 		asked := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`)
