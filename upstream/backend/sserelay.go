@@ -23,7 +23,8 @@ type sseRelay struct {
 	show    bool   // Hooks.Answer still wants events
 	pend    []byte // an event not complete yet (< relayBufSize)
 	partial bool   // a piece of an over-long event went out
-	last    []byte // a copy of the last event that mentioned "usage"
+	last    []byte // a copy of the last event that mentioned "usage", or (lastObj) of its usage object
+	lastObj bool
 	cut     []byte // DropUsageNull's copy of an event without its "usage":null
 }
 
@@ -82,9 +83,11 @@ func (r *sseRelay) events(buf []byte, emit func([]byte) error) (int, error) {
 		has := key < off+e
 		off += e
 		if r.hooks.DropUsage && has {
-			drop, cut := usageEvent(ev, r.hooks.DropUsageNull)
+			drop, cut, u := usageEvent(ev, r.hooks.DropUsageNull)
 			if drop {
-				r.last = append(r.last[:0], ev...)
+				// Its usage object, found already: usage need not
+				// look for it again.
+				r.last, r.lastObj = append(r.last[:0], u...), true
 				r.partial = false
 				continue
 			}
@@ -95,7 +98,7 @@ func (r *sseRelay) events(buf []byte, emit func([]byte) error) (int, error) {
 			}
 		}
 		if r.hooks.Usage && has {
-			r.last = append(r.last[:0], ev...)
+			r.last, r.lastObj = append(r.last[:0], ev...), false
 		}
 		if r.show {
 			r.show = r.hooks.Answer(r.b, r.status, true, ev)
@@ -119,7 +122,15 @@ func (r *sseRelay) flush(emit func([]byte) error) error {
 }
 
 // usage is the usage object of the last event that had one, or nil.
-func (r *sseRelay) usage() []byte { return sseUsage(r.last) }
+func (r *sseRelay) usage() []byte {
+	if r.lastObj {
+		if len(r.last) > maxUsageParse {
+			return nil
+		}
+		return bytes.Clone(r.last)
+	}
+	return sseUsage(r.last)
+}
 
 // errorEvent returns ev, the SSE error event that ends a failed stream,
 // preceded by a blank line if a piece of an over-long event went out (so

@@ -114,54 +114,58 @@ func splice(dst, b []byte, i, j int, s string) []byte {
 // object whose last "choices" is an empty array and whose last "usage" an
 // object), or, when stripNull, the offsets of a top-level "usage":null
 // member to cut (cut[0] < cut[1]; commas included so the rest stays valid
-// JSON). An event it cannot read is left alone.
-func usageEvent(ev []byte, stripNull bool) (drop bool, cut [2]int) {
+// JSON). usage is the usage object of a dropped chunk (a view into ev).
+// An event it cannot read is left alone.
+func usageEvent(ev []byte, stripNull bool) (drop bool, cut [2]int, usage []byte) {
 	if !bytes.Contains(ev, usageKey) {
-		return false, cut
+		return false, cut, nil
 	}
 	d, ok := bytes.CutPrefix(ev, []byte("data:"))
 	if !ok {
-		return false, cut
+		return false, cut, nil
 	}
 	start := len(ev) - len(d)
 	start = jsonscan.SkipWS(ev, start) // the space after "data:"; an object opens here
-	if start >= len(ev) || ev[start] != '{' {
-		return false, cut
+	// One pass over the object: its last "usage" and "choices", and its
+	// end.
+	var at, end [2]int
+	e := jsonscan.Members(ev, start, usageChoices[:], at[:], end[:])
+	if e < 0 || len(bytes.TrimLeft(ev[e:], "\r\n")) != 0 {
+		return false, cut, nil // more than one line, or not one object
 	}
-	end := jsonscan.SkipValue(ev, start)
-	if end < 0 || len(bytes.TrimLeft(ev[end:], "\r\n")) != 0 {
-		return false, cut // more than one line, or not one object
+	u, c := at[0], at[1]
+	if u < 0 {
+		return false, cut, nil
 	}
-	u, ok := jsonscan.LastMember(ev, start, "usage")
-	if !ok || u.Val < 0 {
-		return false, cut
-	}
-	switch ev[u.Val] {
+	switch ev[u] {
 	case '{':
-		c, ok := jsonscan.LastMember(ev, start, "choices")
-		if ok && c.Val >= 0 && ev[c.Val] == '[' && ev[jsonscan.SkipWS(ev, c.Val+1)] == ']' {
-			return true, cut
+		if c >= 0 && ev[c] == '[' && ev[jsonscan.SkipWS(ev, c+1)] == ']' {
+			return true, cut, ev[u:end[0]]
 		}
 	case 'n':
-		if !stripNull || string(ev[u.Val:u.End]) != "null" {
-			return false, cut
+		if !stripNull || string(ev[u:end[0]]) != "null" {
+			return false, cut, nil
 		}
+		m, _ := jsonscan.LastMember(ev, start, "usage") // its key's offset (rare: vLLM before 0.6)
 		// Cut the member and the comma before it, or after it when it
 		// is the first.
-		i := u.Start
+		i := m.Start
 		for k := i - 1; k > start; k-- {
 			if ev[k] == ',' {
-				return false, [2]int{k, u.End}
+				return false, [2]int{k, m.End}, nil
 			}
 			if ev[k] != ' ' && ev[k] != '\t' && ev[k] != '\n' && ev[k] != '\r' {
 				break
 			}
 		}
-		j := jsonscan.SkipWS(ev, u.End)
+		j := jsonscan.SkipWS(ev, m.End)
 		if j < len(ev) && ev[j] == ',' {
-			return false, [2]int{i, jsonscan.SkipWS(ev, j+1)}
+			return false, [2]int{i, jsonscan.SkipWS(ev, j+1)}, nil
 		}
-		return false, [2]int{i, u.End} // the only member
+		return false, [2]int{i, m.End}, nil // the only member
 	}
-	return false, cut
+	return false, cut, nil
 }
+
+// usageChoices is what usageEvent looks for among an event's members.
+var usageChoices = [2]string{"usage", "choices"}

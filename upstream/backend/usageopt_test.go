@@ -109,7 +109,7 @@ func FuzzInjectIncludeUsage(f *testing.F) {
 func TestUsageEvent(t *testing.T) {
 	f := func(ev string, stripNull, wantDrop bool, wantOut string) {
 		t.Helper()
-		drop, cut := usageEvent([]byte(ev), stripNull)
+		drop, cut, _ := usageEvent([]byte(ev), stripNull)
 		out := ev
 		if cut[1] > cut[0] {
 			out = ev[:cut[0]] + ev[cut[1]:]
@@ -141,7 +141,10 @@ func FuzzUsageEvent(f *testing.F) {
 	f.Add([]byte(`data: {"a":1,"usage":null,"b":2}` + "\n\n"))
 	f.Add([]byte(`data: {"choices":[],"usage":{"x":1}}` + "\n\n"))
 	f.Fuzz(func(t *testing.T, ev []byte) {
-		drop, cut := usageEvent(ev, true)
+		drop, cut, u := usageEvent(ev, true)
+		if drop != (u != nil) || (drop && (u[0] != '{' || !bytes.Contains(ev, u))) {
+			t.Fatalf("usageEvent(%q): drop %v, usage %q", ev, drop, u)
+		}
 		if cut[1] <= cut[0] {
 			_ = drop
 			return
