@@ -2,8 +2,10 @@ package shard
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +165,33 @@ func TestPendingPrefillAccounting(t *testing.T) {
 	ahead.done(backend.Outcome{Backend: a, Status: 500})
 	if a.Prefill() != before || a.PendingPrefill() != 0 {
 		t.Fatalf("queued samples were learned: %+v, was %+v", a.Prefill(), before)
+	}
+}
+
+// TestAppendMS: the receipt's numbers as strconv.AppendFloat wrote them
+// (one decimal below 10 ms, none from there), but for halves, which
+// round up.
+func TestAppendMS(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ms   float64
+		want string
+	}{
+		{0, "0.0"}, {0.04, "0.0"}, {0.06, "0.1"}, {2.25, "2.3"}, {9.94, "9.9"}, {9.96, "10.0"},
+		{10, "10"}, {10.4, "10"}, {10.6, "11"}, {12345.6, "12346"}, {1e15, "1000000000000000"}, {math.Inf(1), "+Inf"}, {-3, "-3"},
+	} {
+		if got := string(appendMS(nil, c.ms)); got != c.want {
+			t.Errorf("appendMS(%v) = %q, want %q", c.ms, got, c.want)
+		}
+	}
+	for ms := 0.0; ms < 2000; ms += 0.37 {
+		prec := 0
+		if ms < 10 {
+			prec = 1
+		}
+		want := strconv.FormatFloat(ms, 'f', prec, 64)
+		if got := string(appendMS(nil, ms)); got != want {
+			t.Errorf("appendMS(%v) = %q, strconv writes %q", ms, got, want)
+		}
 	}
 }
