@@ -46,8 +46,9 @@ var (
 
 // ReadUsage reads u's counts in one grammar check (the request bodies'
 // scanner, bounded by maxUsageBytes and maxUsageDepth) and a read of the
-// members by their offsets: no parse tree, no allocation (a fastjson parse
-// cost ~600 ns of every answer's end). The shapes:
+// members by their offsets: no parse tree and no allocation, and the
+// answer's reader (upstream/backend's usageOf) need not validate the
+// object first. The shapes:
 //   - OpenAI's chat and completions: prompt_tokens, completion_tokens,
 //     prompt_tokens_details.cached_tokens;
 //   - the Responses API's: input_tokens, output_tokens,
