@@ -12,7 +12,8 @@
 # policy, prefix), nginx, saltus --pin-shards and saltus --policy
 # round_robin (the work nginx does: the transport against nginx's, without
 # the prefix policy's decode, keys, route table and usage feedback),
-# ROUNDS times; the table gives medians: req/s, the ratio to
+# ROUNDS times, the order rotating by one each round; the table gives
+# medians: req/s, the ratio to
 # nginx (of medians, and the median of each round's ratio), and the
 # proxy's CPU time per request (user+system, from /proc). nginx is
 # installed with apt-get where missing (root or passwordless sudo needed).
@@ -97,8 +98,9 @@ names = sys.argv[1].split(",")
 runs = [[json.loads(x) for x in arg.split()] for arg in sys.argv[2:]]
 med = lambda rs, k: statistics.median(r[k] for r in rs)
 ngx = med(runs[1], "rps")
-# Each round runs saltus right before nginx: the median of those paired
-# ratios is steadier than a ratio of medians when the machine is shared.
+# Each round runs saltus and nginx within seconds of each other (the order
+# rotating round by round): the median of those paired ratios is steadier
+# than a ratio of medians when the machine is shared.
 paired = lambda rs: statistics.median(a["rps"] / b["rps"] for a, b in zip(rs, runs[1]))
 print(f"| proxy | req/s (median of {len(runs[0])}) | vs nginx | paired rounds vs nginx | CPU µs/request | p50 µs | p99 µs |")
 print("|---|--:|--:|--:|--:|--:|--:|")
@@ -132,11 +134,15 @@ for mode in $MODES; do
   }
   for name in $proxies; do run $(target $name) >/dev/null; done # warm-up
   declare -A results=()
+  read -r -a order <<<"$proxies"
   for r in $(seq "$ROUNDS"); do
-    for name in $proxies; do
+    # The order rotates by one each round: no proxy always runs first
+    # (right after a mode's warm-up or another's load).
+    for name in "${order[@]}"; do
       results[$name]+="$(run $(target $name)) "
       echo "$mode round $r $name: $(echo "${results[$name]}" | awk '{print $NF}')" >&2
     done
+    order=("${order[@]:1}" "${order[0]}")
   done
   echo "## $title"
   echo
