@@ -55,7 +55,7 @@ func (j *job) run() {
 	case stageForward:
 		f := &j.fwd
 		f.cands[0].AddDecided(-1) // finish's: now it counts in flight
-		j.r.shards[j.x.loopID()].up.ForwardOnLoop(j.req, f.body, f.cands, j.x, f.hdr, f.hooks)
+		j.r.shards[j.loop].up.ForwardOnLoop(j.req, f.body, f.cands, j.x, f.hdr, f.hooks)
 	case stageByID:
 		j.lookupByID()
 	default:
@@ -72,7 +72,7 @@ type job struct {
 	x       exchange // nil for Explain
 	req     *reactor.Request
 	route   routeID
-	loop    int // the loop that decodes and tokenizes
+	loop    int // the loop that decodes and tokenizes: the connection's (x's), Explain's any
 	d       openai.Request
 	texts   []string // the segments to tokenize
 	msgEnd  []bool   // msgEnd[i]: a message ends with texts[i]
@@ -516,7 +516,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 	if d.Backend < 0 && j.pool != nil && j.requeues < maxRequeues && r.saturated(j.pool) {
 		// Its pool filled up since its admission: it waits after all.
 		j.requeues++
-		r.shards[j.x.loopID()].poster(j.waitAgain)
+		r.shards[j.loop].poster(j.waitAgain)
 		return
 	}
 	if d.Backend < 0 {
@@ -553,7 +553,7 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		j.prefill.add(d, snap, r.cfg.BlockSize)
 	}
 	j.dec.start(j)
-	loop := j.x.loopID() // the forward's, whose hooks run there
+	loop := j.loop // the forward's (the connection's), whose hooks run there
 	// Its head, first event and end: jobEvents, no closure to allocate.
 	j.learn, j.askedUsage = learn, false
 	h := backend.Hooks{Events: (*jobEvents)(j), Usage: j.wantsUsage() || j.key != nil || j.wantsTokens(), ReqHeader: traceHdr}
@@ -617,7 +617,7 @@ func (e *jobEvents) FirstByte(b *backend.Backend, status int) {
 	}
 	j.dec.head(b, status)
 	if j.learn && status >= 200 && status < 300 {
-		j.r.learnFrom(j.x.loopID(), j, b.ID)
+		j.r.learnFrom(j.loop, j, b.ID)
 	}
 }
 
@@ -665,7 +665,7 @@ func (e *jobEvents) Done(o backend.Outcome) {
 	r.m.request(j.route, o.Status)
 	j.settle(o, u)
 	if r.sink != nil {
-		r.logEnd(j.x.loopID(), j.x, &o, u, o.Status, 0, "")
+		r.logEnd(j.loop, j.x, &o, u, o.Status, 0, "")
 	}
 }
 
