@@ -27,19 +27,8 @@ UP=127.0.0.1:18201 SA=127.0.0.1:18280 SB=127.0.0.1:18281
 require_free $UP $SA $SB
 A=${A:-$work/saltus}
 
-"$work/upstream" --listen $UP --sse-events "$EVENTS" >/dev/null & pids+=($!)
-"$A" serve --listen $SA --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --policy "$POLICY" --log-level warn & pids+=($!)
-APID=$!
-"$B" serve --listen $SB --admin-listen 127.0.0.1:0 --backend http://$UP --shards "$SHARDS" --policy "$POLICY" --log-level warn & pids+=($!)
-BPID=$!
-for t in $SA $SB; do
-  for _ in $(seq 100); do
-    "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-done
-STREAM=""
-case $MODE in whole) ;; stream) STREAM=--stream ;; *) echo "ab-compare: MODE is whole or stream" >&2; exit 2 ;; esac
+STREAM=$(stream_flag "$MODE")
+start_saltus_pair "$A" "$POLICY" "$B" "$POLICY"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # run TARGET PID: one load run, "req/s cpu-µs-per-request".
 run() {

@@ -29,19 +29,9 @@ UP=127.0.0.1:18501 SA=127.0.0.1:18580 SB=127.0.0.1:18581
 require_free $UP $SA $SB
 A=${A:-$work/saltus}
 B=${B:-$work/saltus}
-STREAM=""
-case $MODE in whole) ;; stream) STREAM=--stream ;; *) echo "profile-pair: MODE is whole or stream" >&2; exit 2 ;; esac
-
-"$work/upstream" --listen $UP --sse-events 16 >/dev/null & pids+=($!)
-"$A" serve --listen $SA --admin-listen 127.0.0.1:0 --backend http://$UP --shards 2 --policy "$APOL" --log-level warn & pids+=($!)
-APID=$!
-"$B" serve --listen $SB --admin-listen 127.0.0.1:0 --backend http://$UP --shards 2 --policy "$BPOL" --log-level warn & pids+=($!)
-BPID=$!
+STREAM=$(stream_flag "$MODE")
+start_saltus_pair "$A" "$APOL" "$B" "$BPOL"
 for t in $SA $SB; do
-  for _ in $(seq 100); do
-    "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 >/dev/null 2>&1 && break
-    sleep 0.1
-  done
   "$work/loadgen" --target $t --conns 32 --duration 1s $STREAM >/dev/null # warm-up
 done
 perf record -F 2000 -g -p $APID -o "$work/a.perf" >/dev/null 2>&1 & PA=$!

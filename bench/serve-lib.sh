@@ -69,3 +69,39 @@ http {
 CONF
   "$NGINX" -c "$work/nginx.conf" -e "$work/error.log"
 }
+
+# wait_answer TARGET...: returns once each target (host:port, maybe with
+# loadgen flags after it) has answered one request, at most ~10 s each.
+wait_answer() {
+  local t
+  for t in "$@"; do
+    for _ in $(seq 100); do
+      "$work/loadgen" --target $t --conns 1 --duration 1s --requests 1 >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+  done
+}
+
+# start_saltus_pair BIN_A POLICY_A BIN_B POLICY_B: the instant upstream on
+# $UP ($EVENTS SSE events a streamed answer, default 16) and two saltus
+# processes proxying to it on $SA and $SB ($SHARDS loops, default 2), their
+# pids in APID and BPID; returns once both answer (bench/ab-compare.sh,
+# bench/profile-pair.sh).
+start_saltus_pair() {
+  "$work/upstream" --listen "$UP" --sse-events "${EVENTS:-16}" >/dev/null & pids+=($!)
+  "$1" serve --listen "$SA" --admin-listen 127.0.0.1:0 --backend "http://$UP" --shards "${SHARDS:-2}" --policy "$2" --log-level warn & pids+=($!)
+  APID=$!
+  "$3" serve --listen "$SB" --admin-listen 127.0.0.1:0 --backend "http://$UP" --shards "${SHARDS:-2}" --policy "$4" --log-level warn & pids+=($!)
+  BPID=$!
+  wait_answer "$SA" "$SB"
+}
+
+# stream_flag MODE: loadgen's flag for MODE (whole: none, stream:
+# --stream); exits on another.
+stream_flag() {
+  case $1 in
+  whole) echo "" ;;
+  stream) echo "--stream" ;;
+  *) echo "MODE is whole or stream, not $1" >&2; exit 2 ;;
+  esac
+}
