@@ -18,7 +18,7 @@ func TestUsageOfBounded(t *testing.T) {
 	u := `{"prompt_tokens":9000,"prompt_tokens_details":{"cached_tokens":8192}}`
 	big := strings.Repeat("x", 100<<10)
 	f(`{"id":"a","usage":`+u+`}`, u)
-	// Over 64 KiB only the usage object is parsed.
+	// A body of any size: only its usage object is copied.
 	f(`{"choices":[{"message":{"content":"`+big+`"}}],"usage":`+u+`}`, u)
 	f(`{"choices":[{"message":{"content":"`+big+`"}}], "usage" : `+u+` }`, u)
 	// A "usage" inside a string (escaped quotes) is not the key.
