@@ -48,26 +48,7 @@ func (r *Request) newBody(n int) []byte {
 	return (*bp)[:n]
 }
 
-// SpareBody returns an empty buffer of capacity at least n for a
-// rewritten copy of the body, pooled like the body when n allows, that
-// ReleaseBody gives back with it (so the copy lives exactly as long as
-// the body may be resent). One per request: a second call returns an
-// unpooled buffer.
-func (r *Request) SpareBody(n int) []byte {
-	c := bodyClass(n)
-	if c < 0 || r.spare != nil {
-		return make([]byte, 0, n)
-	}
-	bp, _ := bodyPools[c].Get().(*[]byte)
-	if bp == nil {
-		b := make([]byte, 1<<(minPooledShift+c))
-		bp = &b
-	}
-	r.spare = bp
-	return (*bp)[:0]
-}
-
-// ReleaseBody gives a pooled body (and SpareBody's buffer) back for
+// ReleaseBody gives a pooled body back for
 // reuse and sets Body to nil. The
 // caller promises that nothing reads the old Body any more, nor will:
 // every copy of the slice is dead (the request answered, no retry left).
@@ -77,10 +58,6 @@ func (r *Request) ReleaseBody() {
 	r.Body = nil
 	if bp := r.pooled; bp != nil {
 		r.pooled = nil
-		bodyPools[bodyClass(cap(*bp))].Put(bp)
-	}
-	if bp := r.spare; bp != nil {
-		r.spare = nil
 		bodyPools[bodyClass(cap(*bp))].Put(bp)
 	}
 }

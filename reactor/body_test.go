@@ -45,25 +45,3 @@ func TestBodyPool(t *testing.T) {
 		t.Fatal("ReleaseBody kept an unpooled body")
 	}
 }
-
-// TestSpareBody: a spare buffer is empty with the room asked for, pooled
-// once per request, and given back by ReleaseBody.
-func TestSpareBody(t *testing.T) {
-	var r Request
-	a := r.SpareBody(3000)
-	if len(a) != 0 || cap(a) < 3000 || r.spare == nil || cap(*r.spare) != 4096 {
-		t.Fatalf("first spare: len %d cap %d pooled %v", len(a), cap(a), r.spare != nil)
-	}
-	first := r.spare
-	if b := r.SpareBody(10); len(b) != 0 || cap(b) < 10 || r.spare != first {
-		t.Fatalf("second spare: len %d cap %d, pooled buffer replaced %v", len(b), cap(b), r.spare != first)
-	}
-	if b := (&Request{}).SpareBody(maxPooledBody + 1); cap(b) < maxPooledBody+1 {
-		t.Fatalf("unpooled spare cap %d", cap(b))
-	}
-	r.ReleaseBody()
-	if r.spare != nil || r.Body != nil {
-		t.Fatal("ReleaseBody kept the spare")
-	}
-	r.ReleaseBody() // twice: harmless
-}

@@ -18,7 +18,6 @@ type Request struct {
 	keepAlive bool      // the connection stays open after this request's answer
 	expect100 bool      // "Expect: 100-continue"
 	pooled    *[]byte   // Body's pooled buffer (body.go); nil if not pooled
-	spare     *[]byte   // SpareBody's pooled buffer; nil if none
 	hdrArr    [8]Header // Header's backing array when it fits: one allocation per request, not two
 }
 

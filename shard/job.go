@@ -582,9 +582,9 @@ func (j *job) finish(d policy.Decision, snap []*backend.Backend, cur int) {
 		// vLLM refuses a non-zero priority unless it runs priority
 		// scheduling: the field ordered saltus's queue; it is not passed
 		// on (issue 30).
-		body, _ = jsonscan.DeleteMember(make([]byte, 0, len(body)), body, "priority") // rare: not the spare buffer askUsage may take
+		body, _ = jsonscan.DeleteMember(make([]byte, 0, len(body)), body, "priority") // rare
 	}
-	body = r.askUsage(j, &h, body)
+	r.askUsage(j, &h, body)
 	if loop == cur {
 		r.shards[loop].up.ForwardOnLoop(j.req, body, cands, j.x, hdr, h)
 		return

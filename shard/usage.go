@@ -26,41 +26,34 @@ func newUsageMetrics(set *metrics.Set) usageMetrics {
 	return usageMetrics{seen: c("usage"), none: c("none")}
 }
 
-// askUsage returns the body to forward for j (Config.LearnFromUsage): for
-// a streamed chat or completion whose client did not ask for usage, its
-// body with stream_options.include_usage set, with h set to
-// remove what that adds to the answer (Hooks.DropUsage) so the client's
-// stream is the one it would have got, and to count the outcome; else
-// j's body and h unchanged. Only for a request whose usage is read
-// (wantsUsage: policy prefix learns from it): under the others it would
-// cost a splice and an event scan, and the engine's usage chunk, for
-// nothing (1-3 µs of CPU per streamed request, round_robin against
-// nginx in bench/nginx-compare.sh's setup). A body without stream_options
-// (the decoder knows) is returned as it is and the member goes in as the
-// request is written (Hooks.Insert: no scan or copy of the body, 4 KB a
-// request before); one with it gets one splice in a copy
-// (backend.InjectIncludeUsage, at most backend.MaxInjectGrowth bytes
-// more). On the deciding loop.
-func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) []byte {
+// askUsage sets h for j (Config.LearnFromUsage): for a streamed chat or
+// completion whose client did not ask for usage, the edit that sets
+// stream_options.include_usage in its body as the request is written
+// (backend.IncludeUsageSplice: no copy of the body; no scan of it either
+// when the decoder saw no stream_options), and the removal of what that
+// adds to the answer (Hooks.DropUsage) so the client's stream is the one
+// it would have got, and the outcome counted; else h unchanged. Only for
+// a request whose usage is read (wantsUsage: policy prefix learns from
+// it): under the others it would cost an edit and an event scan, and the
+// engine's usage chunk, for nothing (1-3 µs of CPU per streamed request,
+// round_robin against nginx in bench/nginx-compare.sh's setup). body is
+// the body to be forwarded. On the deciding loop.
+func (r *Router) askUsage(j *job, h *backend.Hooks, body []byte) {
 	// A keyed request's tokens are charged from its usage (keys.go),
 	// under every policy and whether or not saltus learns from it.
 	// So are a request log's (reqlog.go), when its sink wants tokens,
 	// and a sampled span's (tracing).
 	keyed := (j.key != nil || j.wantsTokens()) && (j.route == routeChat || j.route == routeCompletions)
 	if !j.d.Stream || j.d.IncludeUsage || !(keyed || r.learn.Load() && j.wantsUsage()) {
-		return body
+		return
 	}
-	out := body
-	if at, member, ok := backend.IncludeUsageFirst(body); ok && !j.d.HasStreamOptions {
-		// The common case: no stream_options. The member goes first, as
-		// the request is written: no scan or copy of the body.
-		h.Insert, h.InsertAt = member, at
-	} else if out, ok = backend.InjectIncludeUsage(j.req.SpareBody(len(body)+backend.MaxInjectGrowth), body); !ok {
-		return body
+	e, ok := backend.IncludeUsageSplice(body, !j.d.HasStreamOptions)
+	if !ok {
+		return
 	}
+	h.Edit = e // made as the request is written: no copy of the body
 	// vLLM's chat chunks gained "usage":null with include_usage before
 	// 0.6; its completion chunks have it either way (usageopt.go).
 	h.DropUsage, h.DropUsageNull = true, j.route == routeChat
 	j.askedUsage = true // counted at the end (jobEvents.Done)
-	return out
 }

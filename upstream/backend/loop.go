@@ -336,19 +336,20 @@ func (lr *loopReq) appendWire(dst []byte, b *Backend) []byte {
 	}
 	dst = append(dst, "X-Request-ID: "...)
 	dst = append(dst, lr.reqID...)
-	body, ins := lr.body, lr.hooks.Insert
-	at := min(max(lr.hooks.InsertAt, 0), len(body))
-	if n := len(body) + len(ins); n > 0 || (r.Method != "GET" && r.Method != "HEAD") {
+	body, e := lr.body, lr.hooks.Edit
+	from := min(max(e.From, 0), len(body))
+	to := min(max(e.To, from), len(body))
+	if n := len(body) - (to - from) + len(e.Text); n > 0 || (r.Method != "GET" && r.Method != "HEAD") {
 		dst = append(dst, "\r\nContent-Length: "...)
 		dst = strconv.AppendInt(dst, int64(n), 10)
 	}
 	dst = append(dst, "\r\n\r\n"...)
-	if ins == "" {
+	if e == (Splice{}) {
 		return append(dst, body...)
 	}
-	dst = append(dst, body[:at]...)
-	dst = append(dst, ins...)
-	return append(dst, body[at:]...)
+	dst = append(dst, body[:from]...)
+	dst = append(dst, e.Text...)
+	return append(dst, body[to:]...)
 }
 
 // replaced reports whether Hooks.ReqHeader replaces the client's header

@@ -63,11 +63,10 @@ type Hooks struct {
 	// an empty Value only removes the client's. Package tracing's
 	// traceparent, which makes saltus's span the engine's parent.
 	ReqHeader []reactor.Header
-	// Insert, when not "", is written into the forwarded body at byte
-	// InsertAt (Content-Length counts it); the body passed is not
-	// modified. IncludeUsageFirst's member, without a copy of the body.
-	Insert   string
-	InsertAt int
+	// Edit is made to the body as the request is written (Content-Length
+	// counts it); the body passed is not modified: IncludeUsageSplice's,
+	// without a copy of the body.
+	Edit Splice
 	// Requeue, when set, is asked when every candidate refused as full
 	// (429 or 503 before an answer byte): true means the caller takes the
 	// request back to forward it again later (its pool's gateway queue):

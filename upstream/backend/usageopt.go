@@ -33,68 +33,78 @@ const includeUsageMember = `"stream_options":{"include_usage":true}`
 // MaxInjectGrowth bounds how many bytes InjectIncludeUsage adds to a body.
 const MaxInjectGrowth = len(includeUsageMember) + 1
 
-// IncludeUsageFirst is InjectIncludeUsage for a body known to be a JSON
-// object with at least one member and no stream_options member (a
-// request the decoder read: openai.Request.HasStreamOptions false): the
-// member to insert and where, found without a scan of the body, for
-// Hooks.Insert. ok is false when body does not open an object.
-func IncludeUsageFirst(body []byte) (at int, member string, ok bool) {
-	open := jsonscan.SkipWS(body, 0)
-	if open >= len(body) || body[open] != '{' {
-		return 0, "", false
-	}
-	return open + 1, includeUsageMember + ",", true
+// Splice is one edit of a request body as it is forwarded
+// (Hooks.Edit): Text in place of body[From:To]. The zero Splice edits
+// nothing.
+type Splice struct {
+	From, To int
+	Text     string
 }
 
-// InjectIncludeUsage returns body with stream_options.include_usage set to
-// true, read as Python's json reads it (the last occurrence of a key
-// wins, as chat.Field): the other keys of stream_options the client sent
-// are kept, a null stream_options or a false/null include_usage replaced.
-// The rest of the body is not re-encoded: the result is body with one
-// splice (at most MaxInjectGrowth bytes longer). It returns body and false
-// when include_usage is already true, or body is not a JSON object with
-// an object or null stream_options (nothing to do, or the engine will
-// refuse it anyway). It does not validate the rest of body: call it on a
-// body that parsed. The result is written into dst's buffer (a new one if
-// it is too small; dst may be nil); body is not modified.
-func InjectIncludeUsage(dst, body []byte) ([]byte, bool) {
+// IncludeUsageSplice is the edit that sets stream_options.include_usage to
+// true in body, read as Python's json reads it (the last occurrence of a
+// key wins, as chat.Field): the other keys of stream_options the client
+// sent are kept, a null stream_options or a false/null include_usage
+// replaced; the body grows by at most MaxInjectGrowth bytes. noOptions
+// says body has no stream_options member at all (the decoder knows:
+// openai.Request.HasStreamOptions), which spares the scan of the body.
+// ok is false when include_usage is already true, or body is not a JSON
+// object with an object or null stream_options (nothing to do, or the
+// engine will refuse it anyway). It does not validate the rest of body:
+// call it on a body that parsed.
+func IncludeUsageSplice(body []byte, noOptions bool) (e Splice, ok bool) {
 	open := jsonscan.SkipWS(body, 0)
 	if open >= len(body) || body[open] != '{' {
-		return body, false
+		return e, false
 	}
-	m, ok := jsonscan.LastMember(body, open, "stream_options")
-	if !ok {
-		return body, false
+	m := jsonscan.Member{Val: -1}
+	if !noOptions {
+		if m, ok = jsonscan.LastMember(body, open, "stream_options"); !ok {
+			return e, false
+		}
 	}
 	if m.Val < 0 { // absent: first member of the object
 		ins := includeUsageMember + "," // constants: no allocation
 		if jsonscan.EmptyObject(body, open) {
 			ins = includeUsageMember
 		}
-		return splice(dst, body, open+1, open+1, ins), true
+		return Splice{open + 1, open + 1, ins}, true
 	}
 	switch body[m.Val] {
 	case 'n': // null: as absent
-		return splice(dst, body, m.Val, m.End, `{"include_usage":true}`), true
+		return Splice{m.Val, m.End, `{"include_usage":true}`}, true
 	case '{':
 	default:
-		return body, false
+		return e, false
 	}
 	iu, ok := jsonscan.LastMember(body, m.Val, "include_usage")
 	if !ok {
-		return body, false
+		return e, false
 	}
 	if iu.Val < 0 {
 		ins := `"include_usage":true,`
 		if jsonscan.EmptyObject(body, m.Val) {
 			ins = `"include_usage":true`
 		}
-		return splice(dst, body, m.Val+1, m.Val+1, ins), true
+		return Splice{m.Val + 1, m.Val + 1, ins}, true
 	}
 	if string(body[iu.Val:iu.End]) == "true" {
+		return e, false
+	}
+	return Splice{iu.Val, iu.End, "true"}, true
+}
+
+// InjectIncludeUsage returns body with IncludeUsageSplice's edit made:
+// the rest of the body is not re-encoded. It returns body and false where
+// IncludeUsageSplice has nothing to do. The result is written into dst's
+// buffer (a new one if it is too small; dst may be nil); body is not
+// modified.
+func InjectIncludeUsage(dst, body []byte) ([]byte, bool) {
+	e, ok := IncludeUsageSplice(body, false)
+	if !ok {
 		return body, false
 	}
-	return splice(dst, body, iu.Val, iu.End, "true"), true
+	return splice(dst, body, e.From, e.To, e.Text), true
 }
 
 // splice returns b[:i] + s + b[j:], appended to dst[:0] (a new slice if

@@ -205,8 +205,9 @@ func TestDropUsageStream(t *testing.T) {
 		e := newLoopEnv(t, nil)
 		e.use(mustAdd(t, e.s, url))
 		edit := func(hk *Hooks) {
-			hk.DropUsage, hk.DropUsageNull, hk.Usage, hk.Insert, hk.InsertAt = h.DropUsage, h.DropUsageNull, h.Usage, h.Insert, h.InsertAt
+			hk.DropUsage, hk.DropUsageNull, hk.Usage, hk.Edit = h.DropUsage, h.DropUsageNull, h.Usage, h.Edit
 		}
+
 		e.hooks.Store(&edit)
 		c := e.dial(t)
 		c.send(t, string(body))
@@ -225,25 +226,31 @@ func TestDropUsageStream(t *testing.T) {
 			t.Fatalf("without include_usage: %q, usage %s", want, o0.Usage)
 		}
 		// The member spliced in by InjectIncludeUsage, or written in
-		// as the request goes (Hooks.Insert, IncludeUsageFirst): the
-		// engine reads the same body either way.
-		at, member, ok := IncludeUsageFirst(append([]byte("  "), client...))
-		if !ok || at != 3 {
-			t.Fatalf("IncludeUsageFirst: %d %q %v", at, member, ok)
+		// as the request goes (Hooks.Edit, IncludeUsageSplice with the
+		// scan spared): the engine reads the same body either way.
+		declined := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false},"messages":[]}`)
+		replace, ok := IncludeUsageSplice(declined, false)
+		if !ok || replace.To-replace.From != len("false") {
+			t.Fatalf("IncludeUsageSplice(%s): %+v %v", declined, replace, ok)
+		}
+		e, ok := IncludeUsageSplice(append([]byte("  "), client...), true)
+		if !ok || e.From != 3 || e.To != 3 {
+			t.Fatalf("IncludeUsageSplice: %+v %v", e, ok)
 		}
 		for _, c := range []struct {
 			body []byte
 			h    Hooks
 		}{
 			{injected, Hooks{DropUsage: true, DropUsageNull: true}},
-			{client, Hooks{DropUsage: true, DropUsageNull: true, Insert: member, InsertAt: at - 2}},
+			{client, Hooks{DropUsage: true, DropUsageNull: true, Edit: Splice{e.From - 2, e.To - 2, e.Text}}},
+			{declined, Hooks{DropUsage: true, DropUsageNull: true, Edit: replace}}, // a replacement, not an insertion
 		} {
 			got, o1 := run(url, c.body, c.h)
 			if got != want {
-				t.Errorf("old %v, insert %q: client stream\n%q\nwant (byte-identical to no injection)\n%q", old, c.h.Insert, got, want)
+				t.Errorf("old %v, edit %+v: client stream\n%q\nwant (byte-identical to no injection)\n%q", old, c.h.Edit, got, want)
 			}
 			if string(o1.Usage) != `{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}` {
-				t.Errorf("old %v, insert %q: Outcome.Usage %s", old, c.h.Insert, o1.Usage)
+				t.Errorf("old %v, edit %+v: Outcome.Usage %s", old, c.h.Edit, o1.Usage)
 			}
 		}
 		// A client that asked keeps its usage chunk.
