@@ -2,7 +2,9 @@ package shard
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -26,6 +28,22 @@ import (
 // or an overflow of the map forgets the engine on every loop
 // (tree.RemoveBackend): what saltus learned by routing there goes too,
 // as it is no better than the events it missed.
+//
+// An engine block is held while the engine has a copy of it: the view
+// counts copies, stores less removals, as vLLM's own snapshot of its
+// events does (vllm/distributed/kv_events_snapshot.py: a reference count
+// per medium, KV-cache group and hash). vLLM does not deduplicate a block
+// two requests computed at once (each copy is stored and removed), a
+// hybrid model stores a block once per KV-cache group, and an offloading
+// connector (medium CPU) stores another copy of blocks the GPU stored
+// before: without token ids or parent, in blocks of k of the GPU's,
+// named by the hash of each one's last GPU block, as bytes where the
+// GPU's events may carry ints (kvevents.Hash.AsInt). The first removal
+// of a block held twice no longer takes its holder away; only the last
+// does. AllBlocksCleared clears the GPU's copies; an offloading tier's
+// stay. A block without copies is kept a while (an orphan, at most
+// MaxBlocks/16) for the chains through it: its descendants', and the
+// offloading tier's store that can come after the GPU's removal.
 //
 // The view is exact when saltus keys prompts as the engine does: token-id
 // prompts (prompt as a list of ids), or a tokenizer matching the
@@ -71,8 +89,8 @@ import (
 
 func init() {
 	promtext.Describe(map[string]string{
-		"saltus_kvview_blocks":         "Engine KV blocks the exact view maps to route keys, per backend with KV events (bounded per engine; 0 after a reset).",
-		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map).",
+		"saltus_kvview_blocks":         "Engine KV blocks the exact view maps to route keys and holds a copy of (GPU or an offloading tier), per backend with KV events (bounded per engine; 0 after a reset).",
+		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map or holds no copy of in that medium), copy_unknown (a BlockStored without token ids, another copy such as an offloading tier's, of a block the view does not map).",
 		"saltus_kvview_incomplete":     "1 while a backend's exact view misses blocks its engine holds (a BlockStored it could not key: unknown parent, no model, short token ids), so its engine's word does not supersede saltus's guesses; 0 again after an AllBlocksCleared or ViewConfig.TrustAfter (1024) keyed BlockStored events in a row.",
 		"saltus_kvview_resets_total":   "Times an engine's exact view was emptied and its holders removed from the route table, by reason: cleared (AllBlocksCleared), stale (a sequence gap, reconnect or engine restart), overflow (past the view's block bound), gone (the backend left, went unhealthy, or its subscription ended).",
 	})
@@ -114,7 +132,8 @@ func (c ViewConfig) Validate() error {
 // there too.
 const maxViewDepth = 1 << 16
 
-// viewBlock is one engine block: its route key and its parent's hash.
+// viewBlock is one engine block: its route key, its parent's hash and
+// the engine's copies of it.
 type viewBlock struct {
 	key uint64
 	// sub are the keys of the block's saltus blocks before key, when the
@@ -122,7 +141,18 @@ type viewBlock struct {
 	sub       []uint64
 	parent    kvevents.Hash
 	hasParent bool
+	// gpu and tier count the engine's copies (stores less removals) in
+	// its GPU cache (medium GPU or none) and in other media (an
+	// offloading tier), saturating; neither: an orphan. queued: in the
+	// orphans' queue.
+	gpu, tier uint16
+	queued    bool
 }
+
+func (b *viewBlock) held() bool { return b.gpu > 0 || b.tier > 0 }
+
+// maxTiers bounds the media whose block size a view remembers.
+const maxTiers = 8
 
 // Views makes the exact views of one Router and holds their counters.
 // Any goroutine.
@@ -131,8 +161,8 @@ type Views struct {
 	cfg ViewConfig
 	set *metrics.Set
 	// unusable and resets by reason (see init's HELP).
-	unModel, unBlockSize, unParent, unTokens, unRemoved *metrics.Counter
-	reCleared, reStale, reOverflow, reGone              *metrics.Counter
+	unModel, unBlockSize, unParent, unTokens, unRemoved, unCopy *metrics.Counter
+	reCleared, reStale, reOverflow, reGone                      *metrics.Counter
 }
 
 // NewViews validates cfg and registers the views' counters in set.
@@ -147,7 +177,7 @@ func NewViews(r *Router, cfg ViewConfig, set *metrics.Set) (*Views, error) {
 		return set.GetOrCreateCounter(`saltus_kvview_resets_total{reason="` + reason + `"}`)
 	}
 	return &Views{r: r, cfg: cfg, set: set,
-		unModel: un("model"), unBlockSize: un("block_size"), unParent: un("parent"), unTokens: un("tokens"), unRemoved: un("removed_unknown"),
+		unModel: un("model"), unBlockSize: un("block_size"), unParent: un("parent"), unTokens: un("tokens"), unRemoved: un("removed_unknown"), unCopy: un("copy_unknown"),
 		reCleared: re("cleared"), reStale: re("stale"), reOverflow: re("overflow"), reGone: re("gone")}, nil
 }
 
@@ -166,6 +196,18 @@ type EngineView struct {
 	incomplete atomic.Bool
 	clean      int
 	gaugeInc   string
+	// live counts the blocks held (a copy anywhere), tiered those with
+	// a copy in another medium than the GPU; orphans queues blocks
+	// without copies, oldest first (each at most once: viewBlock.queued),
+	// norphans is how many are in the map. Owner only.
+	live, tiered, norphans int
+	orphans                []kvevents.Hash
+	// What the engine's stores with token ids told of it: its block size
+	// and whether it sends int hashes; tierK, how many of its blocks one
+	// block of each other medium is (from that medium's stores).
+	engineBS int
+	ints     bool
+	tierK    map[string]int
 	// Scratch, reused between events.
 	chain []uint64
 	ids   []int32
@@ -211,7 +253,8 @@ func (v *EngineView) mapped() {
 	}
 }
 
-// Blocks is how many engine blocks the view maps. Any goroutine.
+// Blocks is how many engine blocks the view maps and the engine holds a
+// copy of. Any goroutine.
 func (v *EngineView) Blocks() int { return int(v.n.Load()) }
 
 // Close forgets the engine (its holders on every loop, reason gone) and
@@ -237,7 +280,14 @@ func (v *EngineView) reset(c *metrics.Counter) {
 	}
 	clear(v.blocks)
 	v.blocks = map[kvevents.Hash]viewBlock{} // a large map's buckets are not kept at their high-water mark
+	v.live, v.tiered, v.norphans, v.orphans = 0, 0, 0, nil
+	v.engineBS, v.ints, v.tierK = 0, false, nil
 	v.n.Store(0)
+	v.forget()
+}
+
+// forget removes the engine from the route table on every loop.
+func (v *EngineView) forget() {
 	r := v.vs.r
 	id := v.backend
 	for i, sh := range r.shards {
@@ -273,13 +323,17 @@ func (v *EngineView) Apply(msg kvevents.Message) {
 		case kvevents.AllBlocksCleared:
 			v.post(per)
 			clear(per)
-			v.reset(v.vs.reCleared)
+			if v.tiered == 0 {
+				v.reset(v.vs.reCleared)
+			} else {
+				v.clearGPU(per)
+			}
 		case kvevents.BlockStored:
 			if !v.stored(e, per) {
 				v.post(per)
 				clear(per)
 				c := v.vs.reOverflow
-				if len(v.blocks)+len(e.Hashes) <= v.vs.cfg.MaxBlocks {
+				if len(e.Tokens) > 0 && (e.BlockSize <= 0 || e.BlockSize%v.vs.r.cfg.BlockSize != 0) {
 					c = v.vs.reStale // a block size it cannot key
 				}
 				v.reset(c)
@@ -288,7 +342,10 @@ func (v *EngineView) Apply(msg kvevents.Message) {
 			v.removed(e, per)
 		}
 	}
-	v.n.Store(int64(len(v.blocks)))
+	if over := v.norphans - v.maxOrphans(); over > 0 {
+		v.evictOrphans(over)
+	}
+	v.n.Store(int64(v.live))
 	v.post(per)
 	if v.b != nil {
 		// Live from the first batch (a subscription that never
@@ -402,13 +459,19 @@ func (r *Router) baseModel(id int) (string, bool) {
 	return base, base != ""
 }
 
-// stored maps a BlockStored event's blocks and queues the insert of
-// their chain; false when the view must be reset: the map would pass
-// MaxBlocks, or the engine's blocks cannot be keyed as saltus's.
+// stored maps a BlockStored event's blocks, counts a copy of each and
+// queues the insert of their chain; false when the view must be reset:
+// the map would pass MaxBlocks, or the engine's blocks cannot be keyed
+// as saltus's. A block it maps already keeps its mapping (an engine's
+// hash names one content; so no store can make a cycle of parents).
 func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 	vs := v.vs
 	bs := vs.r.cfg.BlockSize
 	if len(e.Hashes) == 0 {
+		return true
+	}
+	if len(e.Tokens) == 0 {
+		v.storedCopy(e, per)
 		return true
 	}
 	if e.BlockSize <= 0 || e.BlockSize%bs != 0 {
@@ -426,9 +489,6 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 		v.unmapped()
 		return true
 	}
-	if len(v.blocks)+len(e.Hashes) > vs.cfg.MaxBlocks {
-		return false
-	}
 	chain := v.chain[:0]
 	if e.Parent.OK {
 		if chain, ok = v.chainOf(chain, e.Parent.V); !ok {
@@ -438,6 +498,24 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 			return true
 		}
 		seed = tree.ContinueSeed(chain[len(chain)-1])
+	}
+	v.chain = chain
+	fresh := 0
+	for _, h := range e.Hashes {
+		if _, ok := v.blocks[h]; !ok {
+			fresh++
+		}
+	}
+	if over := len(v.blocks) + fresh - vs.cfg.MaxBlocks; over > 0 {
+		v.evictOrphans(over)
+		if len(v.blocks)+fresh > vs.cfg.MaxBlocks {
+			return false
+		}
+	}
+	gpu := isGPU(e.Medium)
+	if gpu {
+		v.engineBS = e.BlockSize
+		_, v.ints = e.Hashes[0].Int()
 	}
 	base := len(chain)
 	v.ids = v.ids[:0]
@@ -451,10 +529,14 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 	k := e.BlockSize / bs
 	parent, hasParent := e.Parent.V, e.Parent.OK
 	for i, h := range e.Hashes {
-		b := viewBlock{key: chain[base+(i+1)*k-1], parent: parent, hasParent: hasParent}
-		if k > 1 {
-			b.sub = slices.Clone(chain[base+i*k : base+(i+1)*k-1])
+		b, known := v.blocks[h]
+		if !known {
+			b = viewBlock{key: chain[base+(i+1)*k-1], parent: parent, hasParent: hasParent}
+			if k > 1 {
+				b.sub = slices.Clone(chain[base+i*k : base+(i+1)*k-1])
+			}
 		}
+		v.addCopy(&b, known, gpu)
 		v.blocks[h] = b
 		parent, hasParent = h, true
 	}
@@ -467,22 +549,282 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 	return true
 }
 
-// removed forgets a BlockRemoved event's blocks and queues the demotion
-// of the engine from each on. A removed block's descendants keep their
-// holders until their own removal (vLLM frees a request's blocks
-// children first, so they usually go before it); one whose parent chain
-// is gone by then cannot be resolved and is counted as removed_unknown.
-func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
-	for _, h := range e.Hashes {
+// storedCopy counts another copy of blocks the view maps: a BlockStored
+// without token ids (vLLM's offloading connector). Each hash is the last
+// engine block of one block of the event's medium, k of the engine's (its
+// block size over the engine's; 1 when either is unknown or they do not
+// divide): it and its k−1 ancestors gain a copy, and the engine is made
+// the holder of its chain again (its GPU copy may be gone).
+func (v *EngineView) storedCopy(e *kvevents.Event, per [][]viewOp) {
+	gpu := isGPU(e.Medium)
+	k := 1
+	if v.engineBS > 0 && e.BlockSize > v.engineBS && e.BlockSize%v.engineBS == 0 {
+		k = e.BlockSize / v.engineBS
+	}
+	if !gpu {
+		v.setTierK(e.Medium.V, k)
+	}
+	all := true
+	for i, h := range e.Hashes {
+		h, ok := v.find(h)
+		if !ok {
+			v.vs.unCopy.Inc()
+			all = false
+			continue
+		}
+		x := h
+		for range k {
+			b := v.blocks[x]
+			v.addCopy(&b, true, gpu)
+			v.blocks[x] = b
+			if !b.hasParent {
+				break
+			}
+			if _, ok := v.blocks[b.parent]; !ok {
+				break
+			}
+			x = b.parent
+		}
+		if i+1 < len(e.Hashes) && v.continues(e.Hashes[i+1], h, k) {
+			continue // the next one's chain holds this one's
+		}
 		chain, ok := v.chainOf(v.chain[:0], h)
 		v.chain = chain
-		keep := len(chain) - 1 - len(v.blocks[h].sub)
-		delete(v.blocks, h)
+		if ok && len(chain) > 0 {
+			own := int(chain[0] % uint64(len(per)))
+			per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
+		}
+	}
+	if all {
+		v.mapped()
+	} else {
+		v.unmapped()
+	}
+}
+
+// continues reports whether the block next names is k blocks after h.
+func (v *EngineView) continues(next, h kvevents.Hash, k int) bool {
+	x, ok := v.find(next)
+	if !ok {
+		return false
+	}
+	for range k {
+		b, ok := v.blocks[x]
+		if !ok || !b.hasParent {
+			return false
+		}
+		x = b.parent
+	}
+	return x == h
+}
+
+// removed takes a copy of a BlockRemoved event's blocks away (of each
+// one's k−1 ancestors too, for a medium whose blocks are k of the
+// engine's) and queues the demotion of the engine from the first of them
+// left without a copy on. A block without copies stays mapped as an
+// orphan. A removed block's descendants keep their holders until their
+// own removal (vLLM frees a request's blocks children first, so they
+// usually go before it); a removal the view cannot resolve (a block it
+// does not map or holds no copy of in that medium, a chain it cannot
+// walk) is counted as removed_unknown.
+func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
+	gpu := isGPU(e.Medium)
+	k := 1
+	if !gpu {
+		k = max(v.tierK[e.Medium.V], 1)
+	}
+	for _, h := range e.Hashes {
+		h, ok := v.find(h)
 		if !ok {
 			v.vs.unRemoved.Inc()
 			continue
 		}
+		chain, walked := v.chainOf(v.chain[:0], h)
+		v.chain = chain
+		demote := -1
+		pos := len(chain) // where x's keys end in chain
+		x := h
+		for j := range k {
+			b := v.blocks[x]
+			pos -= 1 + len(b.sub)
+			had, gone := v.dropCopy(x, &b, gpu)
+			v.blocks[x] = b
+			if !had {
+				if j == 0 {
+					v.vs.unRemoved.Inc()
+				}
+				break
+			}
+			if gone {
+				demote = pos
+			}
+			if !b.hasParent {
+				break
+			}
+			if _, ok := v.blocks[b.parent]; !ok {
+				break
+			}
+			x = b.parent
+		}
+		if !walked {
+			v.vs.unRemoved.Inc()
+			continue
+		}
+		if demote < 0 {
+			continue // another copy holds it
+		}
 		own := int(chain[0] % uint64(len(per)))
-		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: keep})
+		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: demote})
+	}
+}
+
+// clearGPU applies an AllBlocksCleared to a view that holds copies in
+// another medium: vLLM clears its GPU cache, and an offloading tier
+// keeps its copies (its snapshot keeps them too). The engine is
+// forgotten on every loop, then made the holder again of the chains the
+// tier holds (their leaves'). The view's completeness stays as it was.
+func (v *EngineView) clearGPU(per [][]viewOp) {
+	v.vs.reCleared.Inc()
+	for h, b := range v.blocks {
+		if b.gpu == 0 {
+			continue
+		}
+		b.gpu = 0
+		if !b.held() {
+			v.live--
+			v.orphan(h, &b)
+		}
+		v.blocks[h] = b
+	}
+	v.forget()
+	inner := make(map[kvevents.Hash]struct{}, v.tiered)
+	for _, b := range v.blocks {
+		if b.held() && b.hasParent {
+			inner[b.parent] = struct{}{}
+		}
+	}
+	for h, b := range v.blocks {
+		if _, ok := inner[h]; ok || !b.held() {
+			continue
+		}
+		chain, ok := v.chainOf(v.chain[:0], h)
+		v.chain = chain
+		if ok && len(chain) > 0 {
+			own := int(chain[0] % uint64(len(per)))
+			per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
+		}
+	}
+}
+
+// isGPU: a medium of the engine's GPU cache ("GPU", or none: vLLM
+// before media).
+func isGPU(m kvevents.Opt[string]) bool {
+	return !m.OK || m.V == "" || strings.EqualFold(m.V, "GPU")
+}
+
+// find is the key under which the view maps h: h, or its int form when
+// the engine sends ints and h came as bytes (vLLM's offloading
+// connector names the GPU's blocks by their bytes).
+func (v *EngineView) find(h kvevents.Hash) (kvevents.Hash, bool) {
+	if _, ok := v.blocks[h]; ok {
+		return h, true
+	}
+	if hi, ok := h.AsInt(); ok && v.ints {
+		if _, ok := v.blocks[hi]; ok {
+			return hi, true
+		}
+	}
+	return h, false
+}
+
+// setTierK remembers how many engine blocks a block of medium m is, for
+// its removals (which do not say), for at most maxTiers media.
+func (v *EngineView) setTierK(m string, k int) {
+	if v.tierK == nil {
+		v.tierK = map[string]int{}
+	}
+	if _, ok := v.tierK[m]; ok || len(v.tierK) < maxTiers {
+		v.tierK[m] = k
+	}
+}
+
+// addCopy counts a copy of b, which the map holds (known) or is new.
+func (v *EngineView) addCopy(b *viewBlock, known, gpu bool) {
+	if !b.held() {
+		v.live++
+		if known {
+			v.norphans--
+		}
+	}
+	if gpu {
+		b.gpu = min(b.gpu+1, math.MaxUint16-1) // saturating
+		return
+	}
+	if b.tier == 0 {
+		v.tiered++
+	}
+	b.tier = min(b.tier+1, math.MaxUint16-1)
+}
+
+// dropCopy takes a copy of h (b) away in the GPU or another medium: had
+// is false when it held none there; gone when it holds none anywhere
+// now (an orphan).
+func (v *EngineView) dropCopy(h kvevents.Hash, b *viewBlock, gpu bool) (had, gone bool) {
+	if gpu {
+		if b.gpu == 0 {
+			return false, false
+		}
+		b.gpu--
+	} else {
+		if b.tier == 0 {
+			return false, false
+		}
+		if b.tier--; b.tier == 0 {
+			v.tiered--
+		}
+	}
+	if b.held() {
+		return true, false
+	}
+	v.live--
+	v.orphan(h, b)
+	return true, true
+}
+
+// orphan counts b (h), now without copies, among the orphans and queues
+// it unless it is queued already.
+func (v *EngineView) orphan(h kvevents.Hash, b *viewBlock) {
+	v.norphans++
+	if !b.queued {
+		b.queued = true
+		v.orphans = append(v.orphans, h)
+	}
+}
+
+// maxOrphans bounds the blocks without copies a view keeps mapped.
+func (v *EngineView) maxOrphans() int { return max(v.vs.cfg.MaxBlocks/16, 1) }
+
+// evictOrphans forgets up to n orphans, oldest first (a queued block
+// that has a copy again leaves the queue).
+func (v *EngineView) evictOrphans(n int) {
+	i := 0
+	for ; n > 0 && i < len(v.orphans); i++ {
+		h := v.orphans[i]
+		b, ok := v.blocks[h]
+		if !ok {
+			continue
+		}
+		if b.held() {
+			b.queued = false
+			v.blocks[h] = b
+			continue
+		}
+		delete(v.blocks, h)
+		v.norphans--
+		n--
+	}
+	v.orphans = v.orphans[i:]
+	if cap(v.orphans) > 2*len(v.orphans)+1024 {
+		v.orphans = slices.Clone(v.orphans) // give the queue's dead head back
 	}
 }

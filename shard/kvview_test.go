@@ -133,9 +133,9 @@ func TestEngineView(t *testing.T) {
 	}
 }
 
-// TestEngineViewHostile: a cycle of parents (a block stored again under
-// its own descendant) ends the walk at its bound, counted, and the view
-// stays usable.
+// TestEngineViewHostile: a block stored again under its own descendant
+// keeps its first mapping (no cycle of parents can form; the store is
+// another copy), malformed events are counted, and the view stays usable.
 func TestEngineViewHostile(t *testing.T) {
 	t.Parallel()
 	e := newHoldEnv(t, 2, 4)
@@ -147,8 +147,14 @@ func TestEngineViewHostile(t *testing.T) {
 	defer v.Close()
 	ids := viewIDs(16, 7)
 	v.Apply(batch(storedEv(ids, 16, 1, 0), storedEv(ids, 16, 2, 1), storedEv(ids, 16, 1, 2), storedEv(ids, 16, 3, 1)))
-	if got := e.metric(t, `saltus_kvview_unusable_total{reason="parent"}`); got != "1" {
-		t.Errorf("a cycle: unusable parent %s, want 1", got)
+	if got := e.metric(t, `saltus_kvview_unusable_total{reason="parent"}`); got != "0" {
+		t.Errorf("a block stored under its descendant: unusable parent %s, want 0", got)
+	}
+	if got := v.Blocks(); got != 3 {
+		t.Errorf("a block stored under its descendant: view holds %d blocks, want 3", got)
+	}
+	if _, ok := v.chainOf(nil, kvevents.IntHash(3)); !ok {
+		t.Errorf("the chain of block 3 (parent 1) cannot be walked: a cycle was made")
 	}
 	short := storedEv(ids, 16, 9, 0)
 	short.Tokens = short.Tokens[:5]
@@ -161,5 +167,127 @@ func TestEngineViewHostile(t *testing.T) {
 	d, err := e.r.Explain([]byte(viewBody(t, "m", viewIDs(40, 8))), "/v1/completions")
 	if err != nil || d.Backend != 1 || d.MatchedBlocks != 2 {
 		t.Fatalf("after hostile events, a good one: %+v %v, want backend 1, 2 blocks", d, err)
+	}
+}
+
+// viewMatch is where the router sends ids (and a short tail) and how many
+// blocks it matched there.
+func viewMatch(t *testing.T, e *holdEnv, ids []uint32) (int, int) {
+	t.Helper()
+	e.loops.settle(t)
+	d, err := e.r.Explain([]byte(viewBody(t, "m", append(append([]uint32(nil), ids...), 7, 8, 9))), "/v1/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Backend, d.MatchedBlocks
+}
+
+// bytesOf is h's bytes form as vLLM's offloading connector sends it: a
+// 32-byte digest whose int form (its low 64 bits, what the GPU's events
+// carry) is v.
+func bytesOf(v uint64) kvevents.Hash {
+	var b [32]byte
+	for i := range 8 {
+		b[24+i] = byte(v >> (56 - 8*i))
+	}
+	h, _ := kvevents.BytesHash(b[:])
+	return h
+}
+
+func removedEv(medium string, hs ...kvevents.Hash) kvevents.Event {
+	e := kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: hs}
+	if medium != "" {
+		e.Medium = kvevents.Some(medium)
+	}
+	return e
+}
+
+// TestEngineViewCopies: a block is held while the engine has a copy of
+// it. A block stored twice (vLLM caches a second copy when two requests
+// compute it at once) keeps its holder after one removal; an offloading
+// tier's store (medium CPU, no token ids, blocks of two of the GPU's,
+// hashes as bytes where the GPU's were ints) keeps the engine the holder
+// after the GPU evicts, also when the GPU's removal came first, until the
+// tier removes them; AllBlocksCleared clears the GPU's copies only; a
+// copy of an unknown block is counted and makes the view incomplete;
+// orphans are bounded and give their room to new blocks.
+func TestEngineViewCopies(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	vs, err := NewViews(e.r, ViewConfig{MaxBlocks: 64, TrustAfter: 2}, e.set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs.New(3, "b3")
+	defer v.Close()
+	want := func(step string, ids []uint32, blocks int) {
+		t.Helper()
+		b, m := viewMatch(t, e, ids)
+		if m != blocks || (blocks > 0 && b != 3) {
+			t.Fatalf("%s: backend %d, %d blocks matched, want 3 and %d", step, b, m, blocks)
+		}
+	}
+	a := viewIDs(16*8, 1)
+	v.Apply(batch(storedEv(a, 16, 100, 0)))
+	v.Apply(batch(storedEv(a, 16, 100, 0))) // a second copy
+	want("two copies", a, 8)
+	v.Apply(batch(removedEv("GPU", kvevents.IntHash(105))))
+	want("one copy of block 6 removed", a, 8)
+	v.Apply(batch(removedEv("", kvevents.IntHash(105))))
+	want("both copies of block 6 removed", a, 5)
+
+	// The offloading tier: 4 CPU blocks of 2 GPU blocks each.
+	c := viewIDs(16*8, 2)
+	v.Apply(batch(storedEv(c, 16, 200, 0)))
+	cpu := kvevents.Event{Kind: kvevents.BlockStored, Tokens: []uint32{}, BlockSize: 32, Medium: kvevents.Some("CPU"),
+		Hashes: []kvevents.Hash{bytesOf(201), bytesOf(203), bytesOf(205), bytesOf(207)}}
+	v.Apply(batch(cpu))
+	var gpuAll []kvevents.Hash
+	for i := 207; i >= 200; i-- {
+		gpuAll = append(gpuAll, kvevents.IntHash(uint64(i)))
+	}
+	v.Apply(batch(removedEv("GPU", gpuAll...)))
+	want("GPU evicted, CPU holds", c, 8)
+	v.Apply(batch(removedEv("CPU", bytesOf(207))))
+	want("the CPU's last block (GPU blocks 7 and 8) removed", c, 6)
+	v.Apply(batch(kvevents.Event{Kind: kvevents.AllBlocksCleared}))
+	want("after AllBlocksCleared, the CPU's copies", c, 6)
+	want("after AllBlocksCleared, the GPU-only chain", a, 0)
+	if got := e.metric(t, `saltus_kvview_resets_total{reason="cleared"}`); got != "1" {
+		t.Errorf("cleared resets %s, want 1", got)
+	}
+	if got := e.metric(t, `saltus_kvview_blocks{backend="b3"}`); got != "6" {
+		t.Errorf("blocks held %s, want 6 (the CPU's)", got)
+	}
+
+	// The GPU's removal before the tier's store: the orphans come back.
+	d := viewIDs(16*4, 3)
+	v.Apply(batch(storedEv(d, 16, 300, 0)))
+	v.Apply(batch(removedEv("GPU", kvevents.IntHash(303), kvevents.IntHash(302), kvevents.IntHash(301), kvevents.IntHash(300))))
+	want("GPU evicted before the CPU stored", d, 0)
+	v.Apply(batch(kvevents.Event{Kind: kvevents.BlockStored, Tokens: []uint32{}, BlockSize: 32, Medium: kvevents.Some("CPU"),
+		Hashes: []kvevents.Hash{bytesOf(301), bytesOf(303)}}))
+	want("the CPU's store after the GPU's removal", d, 4)
+
+	// A copy of a block the view never mapped.
+	if !v.Complete() {
+		t.Fatal("the view is incomplete before an unknown copy")
+	}
+	v.Apply(batch(kvevents.Event{Kind: kvevents.BlockStored, Tokens: []uint32{}, BlockSize: 32, Medium: kvevents.Some("CPU"),
+		Hashes: []kvevents.Hash{bytesOf(999)}}))
+	if got := e.metric(t, `saltus_kvview_unusable_total{reason="copy_unknown"}`); got != "1" || v.Complete() {
+		t.Errorf("an unknown copy: copy_unknown %s, complete %v, want 1 and false", got, v.Complete())
+	}
+
+	// Orphans: at most MaxBlocks/16 (4) stay mapped, and they give way to
+	// new blocks rather than overflow the view.
+	v.Apply(batch(kvevents.Event{Kind: kvevents.AllBlocksCleared}))
+	v.Apply(batch(removedEv("CPU", bytesOf(201), bytesOf(203), bytesOf(205), bytesOf(301), bytesOf(303))))
+	if v.Blocks() != 0 || len(v.blocks) > 4 || v.norphans != len(v.blocks) {
+		t.Fatalf("all removed: %d held, %d mapped (%d orphans), want 0 and at most 4", v.Blocks(), len(v.blocks), v.norphans)
+	}
+	v.Apply(batch(storedEv(viewIDs(16*62, 4), 16, 1000, 0)))
+	if got := e.metric(t, `saltus_kvview_resets_total{reason="overflow"}`); got != "0" || v.Blocks() != 62 || len(v.blocks) > 64 {
+		t.Errorf("62 new blocks beside orphans: overflow resets %s, %d held, %d mapped, want 0, 62, ≤ 64", got, v.Blocks(), len(v.blocks))
 	}
 }

@@ -89,6 +89,22 @@ func BytesHash(b []byte) (Hash, bool) {
 	return h, true
 }
 
+// AsInt is the int form vLLM gives a bytes hash when it publishes ints
+// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, its default: the bytes as a
+// big-endian integer, its low 64 bits): its offloading connector sends
+// the bytes of the same blocks whose GPU events carried ints. False for
+// a hash sent as an int.
+func (h Hash) AsInt() (Hash, bool) {
+	if h.isInt {
+		return h, false
+	}
+	var v uint64
+	for _, c := range h.b[:h.n] {
+		v = v<<8 | uint64(c)
+	}
+	return IntHash(v), true
+}
+
 // Int returns the hash's int and true if it was sent as an int.
 func (h Hash) Int() (uint64, bool) {
 	if !h.isInt {
@@ -139,6 +155,9 @@ type Event struct {
 	Parent Opt[Hash]
 	// Tokens are the token ids of the stored blocks, BlockSize a block,
 	// len(Hashes)*BlockSize in all (BlockStored; the consumer checks).
+	// None when the event records another copy of blocks stored before
+	// (vLLM's offloading connector: blocks copied to a CPU tier, no
+	// parent, BlockSize its own block, several of the GPU's, or 0).
 	// uint32: vLLM's ids are below 2^31, the simulator's byte-block
 	// pseudo-ids (4 bytes of text each) use all 32 bits.
 	Tokens    []uint32
@@ -408,6 +427,9 @@ func (dec *Decoder) event(e *Event) error {
 				return err
 			}
 		}
+		if e.Kind == BlockStored && e.BlockSize == 0 && len(e.Tokens) > 0 {
+			return errors.New("BlockStored of token ids with block_size 0")
+		}
 		return dec.skipN(n-i, 0)
 	}
 	if !isMap(c) {
@@ -441,7 +463,7 @@ func (dec *Decoder) event(e *Event) error {
 	}
 	switch ev.Kind {
 	case BlockStored:
-		if ev.Hashes == nil || ev.Tokens == nil || ev.BlockSize == 0 {
+		if ev.Hashes == nil || ev.Tokens == nil || (ev.BlockSize == 0 && len(ev.Tokens) > 0) {
 			return errors.New("BlockStored without block_hashes, token_ids or block_size")
 		}
 	case BlockRemoved:
@@ -478,8 +500,8 @@ func (dec *Decoder) field(e *Event, name string) error {
 	case "block_size":
 		var v int64
 		v, err = dec.int()
-		if err == nil && (v < 1 || v > maxBlockSize) {
-			err = fmt.Errorf("block_size %d out of range [1, %d]", v, maxBlockSize)
+		if err == nil && (v < 0 || v > maxBlockSize) {
+			err = fmt.Errorf("block_size %d out of range [0, %d]", v, maxBlockSize)
 		}
 		e.BlockSize = int(v)
 	case "lora_id":

@@ -121,6 +121,32 @@ func TestDecodesVLLMShapes(t *testing.T) {
 		}})
 }
 
+// TestDecodeCopies: vLLM's offloading connector stores copies of blocks
+// without token ids or parent, its block size several of the GPU's (or
+// 0, as vLLM's snapshot tests write them), in both layouts.
+func TestDecodeCopies(t *testing.T) {
+	t.Parallel()
+	h32 := bytes.Repeat([]byte{7}, 32)
+	hb, _ := BytesHash(h32)
+	for _, bs := range []int{0, 32} {
+		want := Batch{TS: 1, Encoding: ArrayEncoding, Events: []Event{
+			{Kind: BlockStored, Hashes: []Hash{hb}, Tokens: []uint32{}, BlockSize: bs, Medium: Some("CPU")}}}
+		for _, v := range []any{
+			[]any{1.0, []any{[]any{"BlockStored", []any{h32}, nil, []any{}, bs, nil, "CPU", nil}}},
+			map[string]any{"ts": 1.0, "events": []any{map[string]any{"type": "BlockStored", "block_hashes": []any{h32},
+				"parent_block_hash": nil, "token_ids": []any{}, "block_size": bs, "lora_id": nil, "medium": "CPU", "lora_name": nil}}},
+		} {
+			got, err := NewDecoder(DefaultLimits()).Decode(must(msgpack.Marshal(v)))
+			if _, isMap := v.(map[string]any); isMap {
+				want.Encoding = MapEncoding
+			}
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("block size %d: %+v %v, want %+v", bs, got, err, want)
+			}
+		}
+	}
+}
+
 func TestDecodeRefuses(t *testing.T) {
 	t.Parallel()
 	lim := DefaultLimits()
@@ -159,6 +185,8 @@ func TestDecodeRefuses(t *testing.T) {
 	f("33-byte hash", []any{1, []any{[]any{"BlockRemoved", []any{make([]byte, 33)}}}}, "malformed")
 	f("float hash", []any{1, []any{[]any{"BlockRemoved", []any{1.5}}}}, "malformed")
 	f("block size 0", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{1}, 0}}}, "malformed")
+	f("map block size 0 with token ids", []any{1, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{1}, "token_ids": []any{1}, "block_size": 0}}}, "malformed")
+	f("negative block size", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{}, -1}}}, "malformed")
 	f("BlockStored array short", []any{1, []any{[]any{"BlockStored", []any{1}, nil, []any{1}}}}, "malformed")
 	f("map event without type", []any{1, []any{map[string]any{"block_hashes": []any{1}}}}, "malformed")
 	f("map BlockStored without tokens", []any{1, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{1}, "block_size": 1}}}, "malformed")
@@ -205,5 +233,21 @@ func TestHash(t *testing.T) {
 	}
 	if _, ok := BytesHash(make([]byte, 33)); ok {
 		t.Fatal("33 bytes accepted")
+	}
+	// vLLM's int form of a digest: its bytes as a big-endian integer, the
+	// low 64 bits.
+	long, _ := BytesHash(append(bytes.Repeat([]byte{0xff}, 24), 1, 2, 3, 4, 5, 6, 7, 8))
+	if got, ok := long.AsInt(); !ok || got != h {
+		t.Fatalf("AsInt of a 32-byte digest: %v %v, want %v", got, ok, h)
+	}
+	if got, ok := b.AsInt(); !ok || got != h {
+		t.Fatalf("AsInt of 8 bytes: %v %v, want %v", got, ok, h)
+	}
+	short, _ := BytesHash([]byte{1, 2})
+	if got, ok := short.AsInt(); !ok || got != IntHash(0x0102) {
+		t.Fatalf("AsInt of 2 bytes: %v %v", got, ok)
+	}
+	if _, ok := h.AsInt(); ok {
+		t.Fatal("AsInt of an int hash: ok")
 	}
 }
