@@ -540,6 +540,13 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 		v.blocks[h] = b
 		parent, hasParent = h, true
 	}
+	if e.Parent.OK {
+		// Inserted as far as the engine holds the parent's chain (an
+		// orphan there: a copy vLLM would not have freed).
+		if held := v.heldUntil(e.Parent.V, base); held < base {
+			chain = chain[:held]
+		}
+	}
 	if len(chain) > 0 {
 		own := int(chain[0] % uint64(len(per)))
 		per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
@@ -588,12 +595,7 @@ func (v *EngineView) storedCopy(e *kvevents.Event, per [][]viewOp) {
 		if i+1 < len(e.Hashes) && v.continues(e.Hashes[i+1], h, k) {
 			continue // the next one's chain holds this one's
 		}
-		chain, ok := v.chainOf(v.chain[:0], h)
-		v.chain = chain
-		if ok && len(chain) > 0 {
-			own := int(chain[0] % uint64(len(per)))
-			per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
-		}
+		v.insertHeld(h, per)
 	}
 	if all {
 		v.mapped()
@@ -641,13 +643,11 @@ func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
 		}
 		chain, walked := v.chainOf(v.chain[:0], h)
 		v.chain = chain
-		demote := -1
-		pos := len(chain) // where x's keys end in chain
+		gone := false
 		x := h
 		for j := range k {
 			b := v.blocks[x]
-			pos -= 1 + len(b.sub)
-			had, gone := v.dropCopy(x, &b, gpu)
+			had, zero := v.dropCopy(x, &b, gpu)
 			v.blocks[x] = b
 			if !had {
 				if j == 0 {
@@ -655,9 +655,7 @@ func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
 				}
 				break
 			}
-			if gone {
-				demote = pos
-			}
+			gone = gone || zero
 			if !b.hasParent {
 				break
 			}
@@ -670,11 +668,14 @@ func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
 			v.vs.unRemoved.Inc()
 			continue
 		}
-		if demote < 0 {
+		if !gone {
 			continue // another copy holds it
 		}
+		// Demoted from the first block of the chain it holds no copy of
+		// now (not only those of this event so far: a later removal of
+		// a block after an earlier one must not give the earlier back).
 		own := int(chain[0] % uint64(len(per)))
-		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: demote})
+		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: v.heldUntil(h, len(chain))})
 	}
 }
 
@@ -707,13 +708,44 @@ func (v *EngineView) clearGPU(per [][]viewOp) {
 		if _, ok := inner[h]; ok || !b.held() {
 			continue
 		}
-		chain, ok := v.chainOf(v.chain[:0], h)
-		v.chain = chain
-		if ok && len(chain) > 0 {
-			own := int(chain[0] % uint64(len(per)))
-			per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
-		}
+		v.insertHeld(h, per)
 	}
+}
+
+// insertHeld queues the insert of h's chain, as far as the engine holds
+// a copy of each of its blocks.
+func (v *EngineView) insertHeld(h kvevents.Hash, per [][]viewOp) {
+	chain, ok := v.chainOf(v.chain[:0], h)
+	v.chain = chain
+	if !ok {
+		return
+	}
+	if chain = chain[:v.heldUntil(h, len(chain))]; len(chain) > 0 {
+		own := int(chain[0] % uint64(len(per)))
+		per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
+	}
+}
+
+// heldUntil is where, in the route keys from the root to h (n of them,
+// as chainOf gives them), the first block the engine holds no copy of
+// begins; n when it holds them all.
+func (v *EngineView) heldUntil(h kvevents.Hash, n int) int {
+	first, pos, x := n, n, h
+	for range maxViewDepth {
+		b, ok := v.blocks[x]
+		if !ok {
+			break
+		}
+		pos -= 1 + len(b.sub)
+		if !b.held() {
+			first = pos
+		}
+		if !b.hasParent {
+			break
+		}
+		x = b.parent
+	}
+	return max(first, 0)
 }
 
 // isGPU: a medium of the engine's GPU cache ("GPU", or none: vLLM

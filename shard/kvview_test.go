@@ -248,16 +248,18 @@ func TestEngineViewCopies(t *testing.T) {
 	}
 	v.Apply(batch(removedEv("GPU", gpuAll...)))
 	want("GPU evicted, CPU holds", c, 8)
-	v.Apply(batch(removedEv("CPU", bytesOf(207))))
-	want("the CPU's last block (GPU blocks 7 and 8) removed", c, 6)
+	// Two of the CPU's blocks, in chain order in one event: the first's
+	// demotion is not undone by the second's.
+	v.Apply(batch(removedEv("CPU", bytesOf(205), bytesOf(207))))
+	want("the CPU's last two blocks (GPU blocks 5 to 8) removed", c, 4)
 	v.Apply(batch(kvevents.Event{Kind: kvevents.AllBlocksCleared}))
-	want("after AllBlocksCleared, the CPU's copies", c, 6)
+	want("after AllBlocksCleared, the CPU's copies", c, 4)
 	want("after AllBlocksCleared, the GPU-only chain", a, 0)
 	if got := e.metric(t, `saltus_kvview_resets_total{reason="cleared"}`); got != "1" {
 		t.Errorf("cleared resets %s, want 1", got)
 	}
-	if got := e.metric(t, `saltus_kvview_blocks{backend="b3"}`); got != "6" {
-		t.Errorf("blocks held %s, want 6 (the CPU's)", got)
+	if got := e.metric(t, `saltus_kvview_blocks{backend="b3"}`); got != "4" {
+		t.Errorf("blocks held %s, want 4 (the CPU's)", got)
 	}
 
 	// The GPU's removal before the tier's store: the orphans come back.
@@ -282,7 +284,7 @@ func TestEngineViewCopies(t *testing.T) {
 	// Orphans: at most MaxBlocks/16 (4) stay mapped, and they give way to
 	// new blocks rather than overflow the view.
 	v.Apply(batch(kvevents.Event{Kind: kvevents.AllBlocksCleared}))
-	v.Apply(batch(removedEv("CPU", bytesOf(201), bytesOf(203), bytesOf(205), bytesOf(301), bytesOf(303))))
+	v.Apply(batch(removedEv("CPU", bytesOf(201), bytesOf(203), bytesOf(301), bytesOf(303))))
 	if v.Blocks() != 0 || len(v.blocks) > 4 || v.norphans != len(v.blocks) {
 		t.Fatalf("all removed: %d held, %d mapped (%d orphans), want 0 and at most 4", v.Blocks(), len(v.blocks), v.norphans)
 	}
