@@ -637,22 +637,19 @@ func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
 	}
 	for _, h := range e.Hashes {
 		h, ok := v.find(h)
-		if !ok {
-			v.vs.unRemoved.Inc()
+		if b := v.blocks[h]; !ok || (gpu && b.gpu == 0) || (!gpu && b.tier == 0) {
+			v.vs.unRemoved.Inc() // no copy there to remove
 			continue
 		}
 		chain, walked := v.chainOf(v.chain[:0], h)
 		v.chain = chain
 		gone := false
 		x := h
-		for j := range k {
+		for range k {
 			b := v.blocks[x]
 			had, zero := v.dropCopy(x, &b, gpu)
 			v.blocks[x] = b
 			if !had {
-				if j == 0 {
-					v.vs.unRemoved.Inc()
-				}
 				break
 			}
 			gone = gone || zero
