@@ -67,6 +67,11 @@ type Request struct {
 	// prefix policy's expected answer length (backend/decoding.go).
 	MaxTokens int64
 	IgnoreEOS bool
+	// CacheSalt is vLLM's cache_salt when a non-empty string ("" else):
+	// vLLM keeps the prefix cache of salted prompts apart (a tenant's),
+	// and so do their route keys (shard's job.seed). The engine answers a
+	// bad one.
+	CacheSalt string
 }
 
 // KeepDecodeBytes is the largest body whose decoding memory a loop keeps
@@ -112,6 +117,7 @@ const (
 	fMaxCompletionTokens
 	fMaxOutputTokens
 	fIgnoreEOS
+	fCacheSalt
 	numFields
 )
 
@@ -166,7 +172,7 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		fReasoningEffort: "reasoning_effort", fPromptTokenIDs: "prompt_token_ids", fPrompt: "prompt",
 		fPreviousResponseID: "previous_response_id", fInstructions: "instructions", fInput: "input",
 		fSystem: "system", fMaxTokens: "max_tokens", fToolChoice: "tool_choice", fOutputConfig: "output_config",
-		fMaxCompletionTokens: "max_completion_tokens", fMaxOutputTokens: "max_output_tokens", fIgnoreEOS: "ignore_eos"}
+		fMaxCompletionTokens: "max_completion_tokens", fMaxOutputTokens: "max_output_tokens", fIgnoreEOS: "ignore_eos", fCacheSalt: "cache_salt"}
 	open := jsonscan.SkipWS(body, 0)
 	if !jsonscan.Is(body, open, '{') {
 		if _, _, se := scanJSON(body, math.MaxInt, max(maxDepth, 0)); se.kind != ScanOK {
@@ -229,6 +235,9 @@ func DecodeWith(dst *Request, k Kind, body []byte, maxDepth int, sc *Scratch, wa
 		}
 	}
 	dst.IgnoreEOS = jsonscan.Is(b, f[fIgnoreEOS], 't')
+	if cs := f[fCacheSalt]; jsonscan.Is(b, cs, '"') {
+		dst.CacheSalt = r.str(cs)
+	}
 	if sc != nil {
 		sc.Chat.Joined, sc.Chat.NoExtras = want&chat.WantParts == 0, want&chat.WantExtras == 0
 	}

@@ -266,3 +266,29 @@ func TestDecodeMaxTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeCacheSalt: vLLM's cache_salt, a string (unescaped), in every
+// kind of request; anything else is the engine's to refuse.
+func TestDecodeCacheSalt(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kind Kind
+		body string
+		want string
+	}{
+		{KindChat, `{"model":"m","cache_salt":"t-1","messages":[{"role":"user","content":"hi"}]}`, "t-1"},
+		{KindCompletion, `{"model":"m","prompt":"hi","cache_salt":"a\"b"}`, `a"b`},
+		{KindCompletion, `{"model":"m","prompt":[1,2],"cache_salt":""}`, ""},
+		{KindCompletion, `{"model":"m","prompt":"hi","cache_salt":7}`, ""},
+		{KindCompletion, `{"model":"m","prompt":"hi","cache_salt":null}`, ""},
+		{KindResponses, `{"model":"m","input":"hi","cache_salt":"r"}`, "r"},
+	} {
+		var r Request
+		if e := Decode(&r, c.kind, []byte(c.body), MaxScanDepth, nil); e != nil {
+			t.Fatalf("%s: %+v", c.body, e)
+		}
+		if r.CacheSalt != c.want {
+			t.Errorf("%s: cache salt %q, want %q", c.body, r.CacheSalt, c.want)
+		}
+	}
+}

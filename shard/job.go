@@ -276,6 +276,21 @@ func (j *job) seedModel() string {
 	return j.d.Model
 }
 
+// seed is the seed of the request's token key chains: its model's,
+// salted by its cache_salt (vLLM keeps a salted prompt's prefix cache
+// apart, and its engines' KV events key it so: kvview's seed).
+func (j *job) seed() uint64 { return j.salted(tree.ModelSeed(j.seedModel())) }
+
+// byteSeed is seed for byte-block chains.
+func (j *job) byteSeed() uint64 { return j.salted(tree.ByteBlockSeed(j.seedModel())) }
+
+func (j *job) salted(seed uint64) uint64 {
+	if j.d.CacheSalt != "" {
+		return tree.SaltSeed(seed, j.d.CacheSalt)
+	}
+	return seed
+}
+
 // tokenize runs stage 4 on j.loop, then the keys (stage 5). Loop only.
 func (j *job) tokenize() {
 	if len(j.texts) == 0 && !j.d.HasTokenIDs {
@@ -287,13 +302,13 @@ func (j *job) tokenize() {
 		// (its pair template, its separator): byte-block keys of the
 		// query send the same query to one engine, and claim no blocks
 		// the engine's KV events could confirm (exact 0).
-		j.keys = tree.ByteBlockKeys(j.keyArr[:0], tree.ByteBlockSeed(j.seedModel()), j.texts...)
+		j.keys = tree.ByteBlockKeys(j.keyArr[:0], j.byteSeed(), j.texts...)
 		j.texts, j.msgEnd = nil, nil
 		j.dispatch()
 		return
 	}
 	if j.d.HasTokenIDs {
-		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), j.d.TokenIDs, j.r.cfg.BlockSize)
+		j.keys = tree.BlockKeys(j.keyArr[:0], j.seed(), j.d.TokenIDs, j.r.cfg.BlockSize)
 		j.exact = len(j.keys)
 		j.dispatch()
 		return
@@ -336,7 +351,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	j.bounds = j.boundArr[:0]
 	switch {
 	case res.Reason == tokenpool.ReasonNone && !res.Cut.On:
-		j.keys = tree.BlockKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res.IDs, bs)
+		j.keys = tree.BlockKeys(j.keyArr[:0], j.seed(), res.IDs, bs)
 		j.exact = len(j.keys)
 		j.keyTokenized(len(res.IDs)) // an API key's reservation, to the exact count (keys.go)
 		for i, e := range res.Ends {
@@ -350,7 +365,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 		// before the cut in tokens, of the others in bytes after it.
 		c := res.Cut
 		var nTok int
-		j.keys, nTok = tokenpool.TailKeys(j.keyArr[:0], tree.ModelSeed(j.seedModel()), res, j.texts, bs)
+		j.keys, nTok = tokenpool.TailKeys(j.keyArr[:0], j.seed(), res, j.texts, bs)
 		j.exact = nTok
 		for i, e := range res.Ends[:c.Seg] {
 			if j.msgEnd[i] && e/bs > 0 {
@@ -367,7 +382,7 @@ func (j *job) keyed(res *tokenpool.Result) {
 	default:
 		// No tokenizer, or this request bailed out: keys of 64-byte
 		// blocks of the rendered text, boundaries where messages end.
-		j.keys = tree.ByteBlockKeys(j.keyArr[:0], tree.ByteBlockSeed(j.seedModel()), j.texts...)
+		j.keys = tree.ByteBlockKeys(j.keyArr[:0], j.byteSeed(), j.texts...)
 		n := 0
 		for i, t := range j.texts {
 			n += len(t)

@@ -433,6 +433,22 @@ func (v *EngineView) seed(e *kvevents.Event) (uint64, bool) {
 	return tree.ModelSeed(m), true
 }
 
+// saltOf is the cache_salt vLLM mixed into the event's first block when
+// it begins a chain: the one string of its extra_keys entry after the
+// adapter's name (vLLM orders them adapter, multimodal identifiers,
+// salt; a multimodal prompt is not keyed as saltus keys anyway). "" for
+// none.
+func saltOf(e *kvevents.Event) string {
+	x := e.Extra
+	if len(x) > 0 && e.LoRAName.OK && x[0] == e.LoRAName.V {
+		x = x[1:]
+	}
+	if len(x) != 1 {
+		return ""
+	}
+	return x[0]
+}
+
 // baseModel is the base model backend id serves when it serves exactly
 // one (its other served names being that model's adapters). Any
 // goroutine.
@@ -498,6 +514,8 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 			return true
 		}
 		seed = tree.ContinueSeed(chain[len(chain)-1])
+	} else if salt := saltOf(e); salt != "" {
+		seed = tree.SaltSeed(seed, salt) // as a request with that cache_salt is keyed (job.seed)
 	}
 	v.chain = chain
 	fresh := 0

@@ -293,3 +293,58 @@ func TestEngineViewCopies(t *testing.T) {
 		t.Errorf("62 new blocks beside orphans: overflow resets %s, %d held, %d mapped, want 0, 62, ≤ 64", got, v.Blocks(), len(v.blocks))
 	}
 }
+
+// TestEngineViewCacheSalt: a chain stored with a cache_salt (vLLM puts it
+// in its first block's extra_keys, after the adapter's name) is the
+// prefix of requests with that cache_salt only, and an unsalted chain of
+// unsalted requests only.
+func TestEngineViewCacheSalt(t *testing.T) {
+	t.Parallel()
+	e := newHoldEnv(t, 2, 4)
+	vs, err := NewViews(e.r, DefaultViewConfig(), e.set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs.New(2, "b2")
+	defer v.Close()
+	matched := func(ids []uint32, salt any) (int, int) {
+		t.Helper()
+		e.loops.settle(t)
+		body := map[string]any{"model": "m", "prompt": append(append([]uint32(nil), ids...), 7, 8, 9)}
+		if salt != nil {
+			body["cache_salt"] = salt
+		}
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.r.Explain(b, "/v1/completions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Backend, d.MatchedBlocks
+	}
+	salted := viewIDs(16*4, 1)
+	ev := storedEv(salted, 16, 100, 0)
+	ev.Extra = []string{"m", "tenant-a"} // the adapter's name, then the salt
+	v.Apply(batch(ev, storedEv(salted[:16], 16, 200, 103)))
+	plain := viewIDs(16*4, 2)
+	v.Apply(batch(storedEv(plain, 16, 300, 0)))
+	for _, c := range []struct {
+		name string
+		ids  []uint32
+		salt any
+		want int
+	}{
+		{"salted chain, its salt (and the block continuing it)", append(append([]uint32(nil), salted...), salted[:16]...), "tenant-a", 5},
+		{"salted chain, no salt", salted, nil, 0},
+		{"salted chain, another salt", salted, "tenant-b", 0},
+		{"salted chain, a salt that is not a string", salted, 7, 0},
+		{"unsalted chain, no salt", plain, nil, 4},
+		{"unsalted chain, a salt", plain, "tenant-a", 0},
+	} {
+		if b, m := matched(c.ids, c.salt); m != c.want || (m > 0 && b != 2) {
+			t.Errorf("%s: backend %d, %d blocks matched, want 2 and %d", c.name, b, m, c.want)
+		}
+	}
+}

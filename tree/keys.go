@@ -19,6 +19,20 @@ func ModelSeed(model string) uint64 {
 	return fmix(h.Sum64())
 }
 
+// SaltSeed returns the seed of the key chains of a request with a cache
+// salt, from its model's seed (ModelSeed or ByteBlockSeed): vLLM's
+// cache_salt, which it mixes into a chain's first block so that salted
+// prompts (a tenant's) share no prefix cache with the same prompt
+// unsalted or under another salt; their keys share none either.
+func SaltSeed(seed uint64, salt string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])         // never fails
+	h.Write([]byte(salt)) // never fails
+	return fmix(h.Sum64())
+}
+
 // Block keys are part of saltus's wire format (gossip carries them), so the
 // functions below are fixed: changing them is a protocol change, and
 // TestBlockKeysGolden pins their output.

@@ -171,3 +171,16 @@ func TestContinueSeed(t *testing.T) {
 		}
 	}
 }
+
+// TestSaltSeed: a salt makes another chain, one per salt and model, and
+// is pinned (gossip carries the keys: peers must agree).
+func TestSaltSeed(t *testing.T) {
+	m := ModelSeed("llama3")
+	a, b := SaltSeed(m, "tenant-a"), SaltSeed(m, "tenant-b")
+	if a == m || b == m || a == b || SaltSeed(ModelSeed("other"), "tenant-a") == a || SaltSeed(m, "tenant-a") != a {
+		t.Fatalf("salted seeds: %x %x from %x", a, b, m)
+	}
+	if a != 0xd307c45f82b63018 {
+		t.Errorf("SaltSeed(ModelSeed(llama3), tenant-a) = %#x: a change of the key chains (a protocol change)", a)
+	}
+}

@@ -78,8 +78,9 @@ func (c *kvCache) reserve(keys []uint64, anon int) bool {
 
 // computed marks keys[from:to] of a prompt as computed: later prompts
 // hit them. Each run of blocks that were not computed before is a
-// BlockStored event (ids: the prompt's token ids; lora: its adapter).
-func (c *kvCache) computed(keys []uint64, from, to int, ids []int32, lora string) {
+// BlockStored event (ids: the prompt's token ids; lora: its adapter;
+// salt: its cache_salt).
+func (c *kvCache) computed(keys []uint64, from, to int, ids []int32, lora, salt string) {
 	run := -1 // start of the current run of newly computed blocks
 	for i := from; i < to; i++ {
 		b := c.blocks[keys[i]]
@@ -91,12 +92,12 @@ func (c *kvCache) computed(keys []uint64, from, to int, ids []int32, lora string
 			continue
 		}
 		if run >= 0 {
-			c.ev.stored(keys, run, i, ids, lora)
+			c.ev.stored(keys, run, i, ids, lora, salt)
 			run = -1
 		}
 	}
 	if run >= 0 {
-		c.ev.stored(keys, run, to, ids, lora)
+		c.ev.stored(keys, run, to, ids, lora, salt)
 	}
 }
 

@@ -46,6 +46,9 @@ type request struct {
 	includeUsage bool  // stream_options.include_usage
 	maxTokens    int   // max_completion_tokens or max_tokens; 0: not given
 	priority     int64 // vLLM's "priority"; 0 when not given
+	// salt is vLLM's cache_salt: a salted prompt's blocks are its own
+	// (seeded by tree.SaltSeed; the first block's extra_keys carry it).
+	salt string
 }
 
 // apiError is an answer with an OpenAI-style error body.
@@ -169,6 +172,9 @@ func decodeRequest(body []byte, k kind) (request, *apiError) {
 		if e := optPriority(v, &r.priority); e != nil {
 			return r, e
 		}
+		if e := optSalt(v, &r.salt); e != nil {
+			return r, e
+		}
 		if nv := chat.Field(v, "n"); nv != nil && nv.Type() != fastjson.TypeNull {
 			if n, err := nv.Int(); err != nil || n != 1 {
 				return r, badRequest("n", "n: the simulator answers one choice per request, got %.40s", nv)
@@ -225,6 +231,21 @@ func optPriority(v *fastjson.Value, dst *int64) *apiError {
 		return badRequest("priority", "priority: want an integer, got %.40s", f)
 	}
 	*dst = n
+	return nil
+}
+
+// optSalt reads vLLM's "cache_salt": absent or null, else a non-empty
+// string (vLLM refuses anything else).
+func optSalt(v *fastjson.Value, dst *string) *apiError {
+	f := chat.Field(v, "cache_salt")
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return nil
+	}
+	b, err := f.StringBytes()
+	if err != nil || len(b) == 0 {
+		return badRequest("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.")
+	}
+	*dst = string(b)
 	return nil
 }
 

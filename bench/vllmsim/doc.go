@@ -106,7 +106,12 @@
 // nor are two base models' (vLLM's aliases do share theirs: the
 // simulator treats every name as its own model, as `saltus serve`
 // predicts, seeding a request's blocks with the model it names). The
-// cost model is the same for every name.
+// cost model is the same for every name. A request's "cache_salt" (a
+// non-empty string, else vLLM's 400) salts its blocks' seed too
+// (tree.SaltSeed): a salted prompt shares no cached block with the same
+// prompt unsalted or under another salt, as in vLLM, and its chain's
+// first BlockStored carries the salt in extra_keys, after the adapter's
+// name.
 //
 // POST /v1/load_lora_adapter {"lora_name","lora_path","load_inplace"?,
 // "is_3d_lora_weight"?} and /v1/unload_lora_adapter {"lora_name",

@@ -24,6 +24,7 @@ type seq struct {
 	keys      []uint64 // the prompt's full blocks' chained hashes
 	ids       []int32  // the prompt's token ids, when KV events are published
 	adapter   string   // the LoRA adapter's name, "" for a base model (KV events)
+	salt      string   // the request's cache_salt, "" for none (KV events)
 	prompt    int      // prompt tokens
 	maxTokens int      // output tokens to produce
 	// lora counts the seq under its LoRA adapter while it waits and
@@ -299,7 +300,7 @@ func (e *engine) finishStep(running []*seq, plan []int, end time.Duration) []*se
 		if s.prefilled < s.prompt {
 			s.prefilled += n
 			if full := min(s.prefilled/bs, len(s.keys)); full > s.ready {
-				e.kv.computed(s.keys, s.ready, full, s.ids, s.adapter)
+				e.kv.computed(s.keys, s.ready, full, s.ids, s.adapter, s.salt)
 				s.ready = full
 			}
 			if s.prefilled < s.prompt {

@@ -383,7 +383,7 @@ func TestKVCacheReserve(t *testing.T) {
 	if !c.reserve(a, 2) {
 		t.Fatal("a does not fit an empty cache")
 	}
-	c.computed(a, 0, len(a), nil, "")
+	c.computed(a, 0, len(a), nil, "", "")
 	if c.reserve(b, 1) {
 		t.Fatal("b (5 blocks) fits beside a pinned a (6 blocks) in 10")
 	}
@@ -400,7 +400,7 @@ func TestKVCacheReserve(t *testing.T) {
 	if c.prefix(a) != 2 || c.evicted != 2 {
 		t.Fatalf("a keeps %d leading blocks, evicted %d: the tail should go first", c.prefix(a), c.evicted)
 	}
-	c.computed(b, 0, len(b), nil, "")
+	c.computed(b, 0, len(b), nil, "", "")
 	c.release(b, 4)
 	if !c.reserve(a[:2], 0) || c.free != 4 { // re-pinning takes a's head off the free list
 		t.Fatalf("free %d after re-pinning a's head", c.free)

@@ -405,6 +405,7 @@ func (s *Sim) start(ctx *fasthttp.RequestCtx, resetNow bool, m *servedModel, t t
 	sq := newSeq(t.keys, t.n, maxTokens, m.load)
 	sq.priority = priority
 	sq.ids = t.ids // nil unless KV events are published
+	sq.salt = t.salt
 	if m.parent != "" {
 		sq.adapter = m.name
 	}

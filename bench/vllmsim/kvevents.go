@@ -132,8 +132,10 @@ func (k *kvEvents) hash(key uint64) kvevents.Hash {
 }
 
 // stored records that keys[from:to] of a prompt became computed blocks;
-// ids are the prompt's token ids, lora the adapter's name or "".
-func (k *kvEvents) stored(keys []uint64, from, to int, ids []int32, lora string) {
+// ids are the prompt's token ids, lora the adapter's name or "", salt the
+// request's cache_salt or "". As vLLM, the first block's extra_keys hold
+// the adapter's name, then the salt when it begins the chain.
+func (k *kvEvents) stored(keys []uint64, from, to int, ids []int32, lora, salt string) {
 	if k == nil || from >= to {
 		return
 	}
@@ -144,6 +146,10 @@ func (k *kvEvents) stored(keys []uint64, from, to int, ids []int32, lora string)
 	}
 	if lora != "" {
 		ev.LoRAName = kvevents.Some(lora)
+		ev.Extra = append(ev.Extra, lora)
+	}
+	if salt != "" && from == 0 {
+		ev.Extra = append(ev.Extra, salt)
 	}
 	for i := from; i < to; i++ {
 		ev.Hashes = append(ev.Hashes, k.hash(keys[i]))

@@ -63,14 +63,15 @@ type tokenized struct {
 	// hash is a hash of the whole prompt (tail included): the output
 	// text's seed, so equal prompts get equal answers.
 	hash uint64
+	salt string // the request's cache_salt, which seeded keys
 }
 
 // encode tokenizes r's prompt for the served model m, whose seeds key
 // its blocks (a name's cached blocks are its own); with wantIDs it keeps
 // the ids. A chat template that refuses the conversation (mistral,
 // llama2) is a 400, as in vLLM. Any goroutine.
-func (p *prompter) encode(r *request, m *servedModel, wantIDs bool) (tokenized, *apiError) {
-	var t tokenized
+func (p *prompter) encode(r *request, m *servedModel, wantIDs bool) (t tokenized, e *apiError) {
+	defer func() { t.salt = r.salt }() // on every return
 	switch {
 	case r.msgs != nil:
 		segs, err := p.tmpl.Render(nil, r.msgs, r.opt)
@@ -82,7 +83,7 @@ func (p *prompter) encode(r *request, m *servedModel, wantIDs bool) (tokenized, 
 			texts[i] = s.Text
 		}
 		if p.tok == nil {
-			return p.byteBlocks(m.byteSeed, texts, wantIDs), nil
+			return p.byteBlocks(salted(m.byteSeed, r.salt), texts, wantIDs), nil
 		}
 		var ids []int32 // the template wrote the special tokens
 		for i, s := range segs {
@@ -96,14 +97,14 @@ func (p *prompter) encode(r *request, m *servedModel, wantIDs bool) (tokenized, 
 	case r.hasIDs:
 		t.ids = r.ids
 	case p.tok == nil:
-		return p.byteBlocks(m.byteSeed, []string{r.text}, wantIDs), nil
+		return p.byteBlocks(salted(m.byteSeed, r.salt), []string{r.text}, wantIDs), nil
 	case r.addSpecial:
 		t.ids = p.tok.EncodeSpecial(nil, r.text)
 	default:
 		t.ids = p.tok.Encode(nil, r.text)
 	}
 	t.n = len(t.ids)
-	t.keys = tree.BlockKeys(nil, m.tokenSeed, t.ids, p.blockSize)
+	t.keys = tree.BlockKeys(nil, salted(m.tokenSeed, r.salt), t.ids, p.blockSize)
 	h := fnv.New64a()
 	var b [4]byte
 	for _, id := range t.ids {
@@ -115,6 +116,15 @@ func (p *prompter) encode(r *request, m *servedModel, wantIDs bool) (tokenized, 
 		t.ids = nil
 	}
 	return t, nil
+}
+
+// salted is seed under a cache_salt ("" for none), as vLLM keeps a
+// salted prompt's blocks apart and saltus keys them (tree.SaltSeed).
+func salted(seed uint64, salt string) uint64 {
+	if salt == "" {
+		return seed
+	}
+	return tree.SaltSeed(seed, salt)
 }
 
 // byteBlocks is byte-block mode: the rendered text read as one token per

@@ -880,3 +880,37 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("New with a missing tokenizer: %v", err)
 	}
 }
+
+// TestCacheSalt: a salted prompt hits only what the same prompt computed
+// under the same salt (vLLM's cache_salt); a bad salt is vLLM's 400.
+func TestCacheSalt(t *testing.T) {
+	t.Parallel()
+	s := startSim(t, nil)
+	base := text("salt", 1000) // 250 tokens, 15 full blocks
+	salted := func(salt string) string {
+		b, err := json.Marshal(map[string]any{"model": "m", "prompt": base, "max_tokens": 1, "cache_salt": salt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, body string
+		cached     int
+	}{
+		{"unsalted", prompt(base, 1), 0},
+		{"salt a, first", salted("a"), 0},
+		{"salt b, first", salted("b"), 0},
+		{"salt a again", salted("a"), 15 * 16},
+		{"unsalted again", prompt(base, 1), 15 * 16},
+	} {
+		if c := complete(t, s, "/v1/completions", tc.body); c.Usage.Details.CachedTokens != tc.cached {
+			t.Errorf("%s: cached_tokens %d, want %d", tc.name, c.Usage.Details.CachedTokens, tc.cached)
+		}
+	}
+	for _, bad := range []string{`""`, `7`} {
+		if code, b := post(t, s, "/v1/completions", `{"model":"m","prompt":"hi","cache_salt":`+bad+`}`); code != http.StatusBadRequest {
+			t.Errorf("cache_salt %s: %d %s, want 400", bad, code, b)
+		}
+	}
+}

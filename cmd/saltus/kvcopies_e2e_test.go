@@ -165,3 +165,58 @@ func TestServeKVEventsCopies(t *testing.T) {
 		t.Errorf("copy_unknown %v, want 0", got)
 	}
 }
+
+// saltedPrompt is idPrompt with vLLM's cache_salt.
+func saltedPrompt(t *testing.T, ids []int, salt string) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"model": "llama3", "prompt": ids, "max_tokens": 2, "cache_salt": salt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestServeKVEventsCacheSalt: four simulated engines keep salted prompts'
+// blocks apart, as vLLM does, and publish them with their salt. One
+// prompt placed on two engines directly under two tenants' salts is
+// routed, per tenant, to the engine that holds it under that tenant's
+// salt (≥ 90 %); through saltus unsalted, it matches no engine's blocks.
+func TestServeKVEventsCacheSalt(t *testing.T) {
+	t.Parallel()
+	e := startEvented(t, 4, nil, nil)
+	e.warm(t)
+	p := idRange(901, 32*16)
+	holder := map[string]int{"tenant-a": 1, "tenant-b": 3}
+	for salt, h := range holder {
+		before := e.blocks(t, h)
+		if a := do(t, "POST", e.sims[h].URL()+"/v1/completions", saltedPrompt(t, p, salt)); a.status != 200 {
+			t.Fatalf("engine %d directly: %d %s", h, a.status, a.body)
+		}
+		waitLong(t, fmt.Sprintf("engine %d's salted blocks in its view", h), func() bool { return e.blocks(t, h) >= before+31 })
+	}
+	hits, total := 0, 0
+	for salt, h := range holder {
+		for k := range 5 {
+			ids := append(append([]int(nil), p...), idRange(910+k, 20)...)
+			a := do(t, "POST", "http://"+e.s.addr+"/v1/completions", saltedPrompt(t, ids, salt))
+			if a.status != 200 {
+				t.Fatalf("%s through saltus: %d %s", salt, a.status, a.body)
+			}
+			total++
+			if e.byURL[a.backend] == h {
+				hits++
+			}
+		}
+	}
+	if hits*10 < total*9 {
+		t.Fatalf("%d of %d salted requests went to the engine holding their tenant's prefix, want ≥ 90 %%", hits, total)
+	}
+	t.Logf("%d of %d salted requests to their tenant's holder", hits, total)
+	a := e.s.adm(t, "POST", "/admin/explain?path=/v1/completions", idPrompt(t, append(append([]int(nil), p...), 1, 2)))
+	var d struct {
+		MatchedBlocks int `json:"matched_blocks"`
+	}
+	if a.status != 200 || json.Unmarshal([]byte(a.body), &d) != nil || d.MatchedBlocks != 0 {
+		t.Errorf("the prompt unsalted: %d %s, want 0 blocks matched", a.status, a.body)
+	}
+}

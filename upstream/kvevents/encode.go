@@ -23,8 +23,9 @@ func NewEncoder() *Encoder {
 
 // Append appends b's payload to dst. A BlockStored event is written with
 // every field vLLM writes without a default (parent_block_hash, lora_id,
-// medium, lora_name: nil when absent); group_idx, which has one, only
-// when set (msgspec's omit_defaults).
+// medium, lora_name: nil when absent); extra_keys and group_idx, which
+// have one, only when set (msgspec's omit_defaults): extra_keys as the
+// first block's strings (Event.Extra), the other blocks' entries nil.
 func (enc *Encoder) Append(dst []byte, b *Batch) ([]byte, error) {
 	enc.buf.Reset()
 	if err := enc.batch(b); err != nil {
@@ -82,8 +83,11 @@ func (enc *Encoder) event(ev *Event, mapped bool) error {
 	switch ev.Kind {
 	case BlockStored:
 		names = storedFields[:7] // through lora_name
-		if ev.GroupIdx.OK {
-			names = storedFields // extra_keys (nil) then group_idx
+		switch {
+		case ev.GroupIdx.OK:
+			names = storedFields // extra_keys then group_idx
+		case len(ev.Extra) > 0:
+			names = storedFields[:8] // through extra_keys
 		}
 	case BlockRemoved:
 		names = removedFields[:2]
@@ -97,8 +101,8 @@ func (enc *Encoder) event(ev *Event, mapped bool) error {
 	e := enc.e
 	if mapped {
 		n := 1 + len(names)
-		if ev.GroupIdx.OK && ev.Kind == BlockStored {
-			n-- // extra_keys is omitted in a map
+		if ev.Kind == BlockStored && ev.GroupIdx.OK && len(ev.Extra) == 0 {
+			n-- // a nil extra_keys is omitted in a map
 		}
 		if err := e.EncodeMapLen(n); err != nil {
 			return err
@@ -113,7 +117,7 @@ func (enc *Encoder) event(ev *Event, mapped bool) error {
 		return err
 	}
 	for _, name := range names {
-		if mapped && name == "extra_keys" {
+		if mapped && name == "extra_keys" && len(ev.Extra) == 0 {
 			continue
 		}
 		if mapped {
@@ -165,7 +169,27 @@ func (enc *Encoder) field(ev *Event, name string) error {
 	case "lora_name":
 		return optStr(e, ev.LoRAName)
 	case "extra_keys":
-		return e.EncodeNil()
+		// The first block's strings; the others' entries nil.
+		if len(ev.Extra) == 0 {
+			return e.EncodeNil()
+		}
+		if err := e.EncodeArrayLen(max(len(ev.Hashes), 1)); err != nil {
+			return err
+		}
+		if err := e.EncodeArrayLen(len(ev.Extra)); err != nil {
+			return err
+		}
+		for _, x := range ev.Extra {
+			if err := e.EncodeString(x); err != nil {
+				return err
+			}
+		}
+		for range len(ev.Hashes) - 1 {
+			if err := e.EncodeNil(); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "group_idx":
 		return optInt(e, ev.GroupIdx)
 	}

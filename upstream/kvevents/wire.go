@@ -166,7 +166,16 @@ type Event struct {
 	Medium    Opt[string] // "GPU", "CPU", …: where the blocks live
 	LoRAName  Opt[string] // the adapter the blocks were computed with
 	GroupIdx  Opt[int64]  // the KV-cache group (hybrid models)
+	// Extra are the strings of the first stored block's extra_keys entry,
+	// in order (vLLM's: the adapter's name, multimodal identifiers, then
+	// a chain's first block's cache_salt), at most maxExtra, each at most
+	// maxString bytes (a longer one is left out); nil for none.
+	// BlockStored only.
+	Extra []string
 }
+
+// maxExtra bounds Event.Extra.
+const maxExtra = 8
 
 // Batch is one published message's payload: vLLM's KVEventBatch.
 type Batch struct {
@@ -479,8 +488,8 @@ func (dec *Decoder) event(e *Event) error {
 }
 
 // The fields of each kind in vLLM's order (its array form); a field past
-// them is skipped. BlockStored's extra_keys is the one vLLM has that is
-// not decoded: saltus keys blocks by their tokens and adapter.
+// them is skipped. Of BlockStored's extra_keys only the first block's
+// strings are decoded (Event.Extra).
 var (
 	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx"}
 	removedFields = []string{"block_hashes", "medium", "group_idx"}
@@ -512,6 +521,8 @@ func (dec *Decoder) field(e *Event, name string) error {
 		e.LoRAName, err = dec.optStr()
 	case "group_idx":
 		e.GroupIdx, err = dec.optInt()
+	case "extra_keys":
+		e.Extra, err = dec.extra()
 	default:
 		return dec.skip(0)
 	}
@@ -519,6 +530,73 @@ func (dec *Decoder) field(e *Event, name string) error {
 		err = fmt.Errorf("%s: %w", name, err)
 	}
 	return err
+}
+
+// extra reads extra_keys (nil, or a list with, per block, a tuple or
+// nil) into Event.Extra: the strings of the first block's tuple; the
+// rest is skipped.
+func (dec *Decoder) extra() ([]string, error) {
+	if isnil, err := dec.isNil(); isnil || err != nil {
+		return nil, err
+	}
+	n, err := dec.d.DecodeArrayLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	var out []string
+	for i := range n {
+		if dec.r.Len() == 0 {
+			return nil, io.ErrUnexpectedEOF // a length past the payload
+		}
+		c, err := dec.peek()
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 || !isArray(c) {
+			if err := dec.skip(1); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		m, err := dec.d.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		for range m {
+			if dec.r.Len() == 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			c, err := dec.peek()
+			if err != nil {
+				return nil, err
+			}
+			if !msgpcode.IsString(c) {
+				if err := dec.skip(2); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			l, err := dec.d.DecodeBytesLen()
+			if err != nil {
+				return nil, err
+			}
+			if l < 0 || l > dec.r.Len() {
+				return nil, fmt.Errorf("extra key string of %d bytes", l)
+			}
+			if l > maxString || len(out) == maxExtra {
+				if _, err := dec.r.Seek(int64(l), io.SeekCurrent); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			buf := make([]byte, l)
+			if _, err := io.ReadFull(&dec.r, buf); err != nil {
+				return nil, err
+			}
+			out = append(out, string(buf))
+		}
+	}
+	return out, nil
 }
 
 // maxBlockSize bounds block_size: vLLM's largest is a few hundred tokens.

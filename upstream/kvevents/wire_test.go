@@ -31,7 +31,7 @@ func sample(enc Encoding, hashOf func(i byte) Hash) Batch {
 		DPRank:   Some[int64](0),
 		Events: []Event{
 			{Kind: BlockStored, Hashes: []Hash{hashOf(1), hashOf(2)}, Tokens: toks, BlockSize: 16,
-				Medium: Some("GPU")},
+				Medium: Some("GPU"), Extra: []string{"tenant-salt"}},
 			{Kind: BlockStored, Hashes: []Hash{hashOf(3)}, Parent: Some(hashOf(2)), Tokens: toks[:16], BlockSize: 16,
 				LoRAID: Some[int64](7), LoRAName: Some("sql-lora"), Medium: Some("GPU"), GroupIdx: Some[int64](1)},
 			{Kind: BlockRemoved, Hashes: []Hash{hashOf(1)}, Medium: Some("GPU")},
@@ -97,7 +97,8 @@ func TestDecodesVLLMShapes(t *testing.T) {
 			[]any{"AllBlocksCleared"},
 		}, 4},
 		Batch{TS: 2, Encoding: ArrayEncoding, DPRank: Some[int64](4), Events: []Event{
-			{Kind: BlockStored, Hashes: []Hash{hb}, Parent: Some(hb), Tokens: []uint32{9}, BlockSize: 1, Medium: Some("GPU"), GroupIdx: Some[int64](3)},
+			{Kind: BlockStored, Hashes: []Hash{hb}, Parent: Some(hb), Tokens: []uint32{9}, BlockSize: 1, Medium: Some("GPU"), GroupIdx: Some[int64](3),
+				Extra: []string{"mm"}},
 			{Kind: Unknown},
 			{Kind: AllBlocksCleared},
 		}})
@@ -143,6 +144,34 @@ func TestDecodeCopies(t *testing.T) {
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("block size %d: %+v %v, want %+v", bs, got, err, want)
 			}
+		}
+	}
+}
+
+// TestDecodeExtraKeys: of extra_keys, the strings of the first block's
+// entry are kept (vLLM's adapter name, multimodal identifiers, cache
+// salt), at most maxExtra of at most maxString bytes; the other blocks'
+// entries and anything not a string are skipped.
+func TestDecodeExtraKeys(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("s", maxString+1)
+	for _, c := range []struct {
+		name string
+		keys any
+		want []string
+	}{
+		{"adapter and salt", []any{[]any{"tuned", "salt-1"}, nil}, []string{"tuned", "salt-1"}},
+		{"salt only, non-strings skipped", []any{[]any{[]any{"mm-id", 3}, 7, "salt-2"}}, []string{"salt-2"}},
+		{"the first block's entry nil", []any{nil, []any{"x"}}, nil},
+		{"a long string left out", []any{[]any{long, "ok"}}, []string{"ok"}},
+		{"at most maxExtra", []any{[]any{"1", "2", "3", "4", "5", "6", "7", "8", "9"}}, []string{"1", "2", "3", "4", "5", "6", "7", "8"}},
+		{"nil", nil, nil},
+	} {
+		payload := must(msgpack.Marshal(map[string]any{"ts": 1.0, "events": []any{map[string]any{"type": "BlockStored",
+			"block_hashes": []any{1, 2}, "token_ids": []any{1, 2}, "block_size": 1, "extra_keys": c.keys}}}))
+		b, err := NewDecoder(DefaultLimits()).Decode(payload)
+		if err != nil || !reflect.DeepEqual(b.Events[0].Extra, c.want) {
+			t.Errorf("%s: %q %v, want %q", c.name, b.Events[0].Extra, err, c.want)
 		}
 	}
 }
