@@ -90,7 +90,7 @@ import (
 func init() {
 	promtext.Describe(map[string]string{
 		"saltus_kvview_blocks":         "Engine KV blocks the exact view maps to route keys and holds a copy of (GPU or an offloading tier), per backend with KV events (bounded per engine; 0 after a reset).",
-		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map or holds no copy of in that medium), copy_unknown (a BlockStored without token ids, another copy such as an offloading tier's, of a block the view does not map).",
+		"saltus_kvview_unusable_total": "KV events the exact view could not turn into route keys, by reason: model (no lora_name and the backend serves no single base model, or an adapter named only by lora_id), block_size (the engine's block size is not a multiple of --block-size; the engine's view is reset), parent (the parent block is unknown: stored before the view started or after a reset), tokens (token ids do not fill the blocks), removed_unknown (BlockRemoved of a block the view does not map or holds no copy of in that medium), copy_unknown (a BlockStored without token ids, another copy such as an offloading tier's, of a block the view does not map).",
 		"saltus_kvview_incomplete":     "1 while a backend's exact view misses blocks its engine holds (a BlockStored it could not key: unknown parent, no model, short token ids), so its engine's word does not supersede saltus's guesses; 0 again after an AllBlocksCleared or ViewConfig.TrustAfter (1024) keyed BlockStored events in a row.",
 		"saltus_kvview_resets_total":   "Times an engine's exact view was emptied and its holders removed from the route table, by reason: cleared (AllBlocksCleared), stale (a sequence gap, reconnect or engine restart), overflow (past the view's block bound), gone (the backend left, went unhealthy, or its subscription ended).",
 	})
@@ -417,7 +417,7 @@ func (v *EngineView) chainOf(dst []uint64, h kvevents.Hash) ([]uint64, bool) {
 
 // seed is the seed of the event's chains, as a request's (job.seedModel):
 // the router's fixed model, else the adapter's name, else the backend's
-// one base model.
+// one base model; none for an adapter known only by its lora_id.
 func (v *EngineView) seed(e *kvevents.Event) (uint64, bool) {
 	r := v.vs.r
 	switch {
@@ -425,6 +425,10 @@ func (v *EngineView) seed(e *kvevents.Event) (uint64, bool) {
 		return tree.ModelSeed(r.cfg.Model), true
 	case e.LoRAName.OK && e.LoRAName.V != "":
 		return tree.ModelSeed(e.LoRAName.V), true
+	case e.LoRAID.OK && e.LoRAID.V != 0:
+		// An adapter named only by its number (vLLM before lora_name):
+		// its blocks are not its base model's, and its name is unknown.
+		return 0, false
 	}
 	m, ok := r.baseModel(v.backend)
 	if !ok {

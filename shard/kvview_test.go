@@ -168,6 +168,14 @@ func TestEngineViewHostile(t *testing.T) {
 	if err != nil || d.Backend != 1 || d.MatchedBlocks != 2 {
 		t.Fatalf("after hostile events, a good one: %+v %v, want backend 1, 2 blocks", d, err)
 	}
+	// An adapter named only by its lora_id (vLLM before lora_name): not
+	// keyed as the base model's blocks, counted, the view incomplete.
+	byID := storedEv(viewIDs(32, 9), 16, 60, 0)
+	byID.LoRAName, byID.LoRAID = kvevents.Opt[string]{}, kvevents.Some[int64](3)
+	v.Apply(batch(byID))
+	if got := e.metric(t, `saltus_kvview_unusable_total{reason="model"}`); got != "1" || v.Complete() {
+		t.Errorf("an adapter known by lora_id only: unusable model %s, complete %v, want 1 and false", got, v.Complete())
+	}
 }
 
 // viewMatch is where the router sends ids (and a short tail) and how many
