@@ -97,6 +97,9 @@ func oldDecodeValue(dst *Request, k Kind, v *fastjson.Value) *Error {
 	if iv := chat.Field(v, "ignore_eos"); iv != nil && iv.Type() == fastjson.TypeTrue {
 		dst.IgnoreEOS = true
 	}
+	if sv := chat.Field(v, "cache_salt"); sv != nil && sv.Type() == fastjson.TypeString {
+		dst.CacheSalt = string(sv.GetStringBytes())
+	}
 	switch k {
 	case KindChat:
 		return oldDecodeChat(dst, v)
