@@ -396,23 +396,39 @@ func (r *Router) applyView(sh *Shard, backend int, ops []viewOp) {
 // block h, inclusive; false when a block on the way is unknown or the
 // walk is deeper than maxViewDepth.
 func (v *EngineView) chainOf(dst []uint64, h kvevents.Hash) ([]uint64, bool) {
+	chain, _, ok := v.chainHeld(dst, h)
+	return chain, ok
+}
+
+// chainHeld is chainOf and, in one walk, held: how many of the chain's
+// keys lead up to the first block the engine holds no copy of (all of
+// them when it holds every one), a position in the appended part.
+func (v *EngineView) chainHeld(dst []uint64, h kvevents.Hash) (chain []uint64, held int, ok bool) {
 	start := len(dst)
+	unheld := -1 // where, walking up, the last block without a copy ended
 	for range maxViewDepth {
 		b, ok := v.blocks[h]
 		if !ok {
-			return dst[:start], false
+			return dst[:start], 0, false
 		}
 		dst = append(dst, b.key)
 		for i := len(b.sub) - 1; i >= 0; i-- {
 			dst = append(dst, b.sub[i])
 		}
+		if !b.held() {
+			unheld = len(dst) - start
+		}
 		if !b.hasParent {
 			slices.Reverse(dst[start:])
-			return dst, true
+			n := len(dst) - start
+			if unheld >= 0 {
+				return dst, n - unheld, true
+			}
+			return dst, n, true
 		}
 		h = b.parent
 	}
-	return dst[:start], false
+	return dst[:start], 0, false
 }
 
 // seed is the seed of the event's chains, as a request's (job.seedModel):
@@ -509,9 +525,9 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 		v.unmapped()
 		return true
 	}
-	chain := v.chain[:0]
+	chain, held := v.chain[:0], 0
 	if e.Parent.OK {
-		if chain, ok = v.chainOf(chain, e.Parent.V); !ok {
+		if chain, held, ok = v.chainHeld(chain, e.Parent.V); !ok {
 			vs.unParent.Inc()
 			v.unmapped()
 			v.chain = chain
@@ -562,12 +578,10 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 		v.blocks[h] = b
 		parent, hasParent = h, true
 	}
-	if e.Parent.OK {
+	if e.Parent.OK && held < base {
 		// Inserted as far as the engine holds the parent's chain (an
 		// orphan there: a copy vLLM would not have freed).
-		if held := v.heldUntil(e.Parent.V, base); held < base {
-			chain = chain[:held]
-		}
+		chain = chain[:held]
 	}
 	if len(chain) > 0 {
 		own := int(chain[0] % uint64(len(per)))
@@ -663,8 +677,6 @@ func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
 			v.vs.unRemoved.Inc() // no copy there to remove
 			continue
 		}
-		chain, walked := v.chainOf(v.chain[:0], h)
-		v.chain = chain
 		gone := false
 		x := h
 		for range k {
@@ -683,18 +695,20 @@ func (v *EngineView) removed(e *kvevents.Event, per [][]viewOp) {
 			}
 			x = b.parent
 		}
-		if !walked {
-			v.vs.unRemoved.Inc()
-			continue
-		}
 		if !gone {
 			continue // another copy holds it
 		}
 		// Demoted from the first block of the chain it holds no copy of
 		// now (not only those of this event so far: a later removal of
 		// a block after an earlier one must not give the earlier back).
+		chain, held, walked := v.chainHeld(v.chain[:0], h)
+		v.chain = chain
+		if !walked {
+			v.vs.unRemoved.Inc()
+			continue
+		}
 		own := int(chain[0] % uint64(len(per)))
-		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: v.heldUntil(h, len(chain))})
+		per[own] = append(per[own], viewOp{chain: slices.Clone(chain), demote: true, keep: held})
 	}
 }
 
@@ -734,37 +748,15 @@ func (v *EngineView) clearGPU(per [][]viewOp) {
 // insertHeld queues the insert of h's chain, as far as the engine holds
 // a copy of each of its blocks.
 func (v *EngineView) insertHeld(h kvevents.Hash, per [][]viewOp) {
-	chain, ok := v.chainOf(v.chain[:0], h)
+	chain, held, ok := v.chainHeld(v.chain[:0], h)
 	v.chain = chain
 	if !ok {
 		return
 	}
-	if chain = chain[:v.heldUntil(h, len(chain))]; len(chain) > 0 {
+	if chain = chain[:held]; len(chain) > 0 {
 		own := int(chain[0] % uint64(len(per)))
 		per[own] = append(per[own], viewOp{chain: slices.Clone(chain)})
 	}
-}
-
-// heldUntil is where, in the route keys from the root to h (n of them,
-// as chainOf gives them), the first block the engine holds no copy of
-// begins; n when it holds them all.
-func (v *EngineView) heldUntil(h kvevents.Hash, n int) int {
-	first, pos, x := n, n, h
-	for range maxViewDepth {
-		b, ok := v.blocks[x]
-		if !ok {
-			break
-		}
-		pos -= 1 + len(b.sub)
-		if !b.held() {
-			first = pos
-		}
-		if !b.hasParent {
-			break
-		}
-		x = b.parent
-	}
-	return max(first, 0)
 }
 
 // isGPU: a medium of the engine's GPU cache ("GPU", or none: vLLM
