@@ -545,10 +545,7 @@ func (dec *Decoder) extra() ([]string, error) {
 	}
 	var out []string
 	for i := range n {
-		if dec.r.Len() == 0 {
-			return nil, io.ErrUnexpectedEOF // a length past the payload
-		}
-		c, err := dec.peek()
+		c, err := dec.peekMore()
 		if err != nil {
 			return nil, err
 		}
@@ -563,10 +560,7 @@ func (dec *Decoder) extra() ([]string, error) {
 			return nil, err
 		}
 		for range m {
-			if dec.r.Len() == 0 {
-				return nil, io.ErrUnexpectedEOF
-			}
-			c, err := dec.peek()
+			c, err := dec.peekMore()
 			if err != nil {
 				return nil, err
 			}
@@ -597,6 +591,15 @@ func (dec *Decoder) extra() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// peekMore is peek for the next of a container's declared values: a
+// declared length past the payload ends in io.ErrUnexpectedEOF.
+func (dec *Decoder) peekMore() (byte, error) {
+	if dec.r.Len() == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	return dec.peek()
 }
 
 // maxBlockSize bounds block_size: vLLM's largest is a few hundred tokens.
