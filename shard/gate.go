@@ -115,6 +115,13 @@ func (j *job) enqueue(resume func()) {
 	// A client that leaves while queued is taken out at once: nothing is
 	// sent upstream for it. (The forward sets its own hook when it goes.)
 	j.x.SetGoneHook(func() { r.postTo(owner, func() { r.gateRemove(owner, j) }) })
+	if owner == j.loop {
+		// The gate's own loop: pushed now, so nothing runs before it (a
+		// requeued request is back at its place before the loop's next
+		// dispatch, which a post left room for: TestRequeueKeepsPlace).
+		r.gatePush(owner, j)
+		return
+	}
 	if !r.postTo(owner, func() { r.gatePush(owner, j) }) {
 		r.refusedFor(j.d.Model, refusedBusy)
 		r.fail(j.x, j.route, &openai.Error{Status: 429, Type: "server_error", Code: "overloaded", RetryAfter: 1,
