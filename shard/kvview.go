@@ -538,10 +538,13 @@ func (v *EngineView) stored(e *kvevents.Event, per [][]viewOp) bool {
 		seed = tree.SaltSeed(seed, salt) // as a request with that cache_salt is keyed (job.seed)
 	}
 	v.chain = chain
-	fresh := 0
-	for _, h := range e.Hashes {
-		if _, ok := v.blocks[h]; !ok {
-			fresh++
+	fresh := len(e.Hashes) // at most; counted only near the bound
+	if len(v.blocks)+fresh > vs.cfg.MaxBlocks {
+		fresh = 0
+		for _, h := range e.Hashes {
+			if _, ok := v.blocks[h]; !ok {
+				fresh++
+			}
 		}
 	}
 	if over := len(v.blocks) + fresh - vs.cfg.MaxBlocks; over > 0 {
