@@ -10,7 +10,7 @@ type Config struct {
 	// MaxEntries bounds the requests waiting in the queue; a Push past it is
 	// refused and the caller answers 429 with Retry-After at once. Default
 	// 1,024: it absorbs a burst of a few hundred clients arriving together
-	// at a full pool, at 56 bytes per entry plus the caller's item and
+	// at a full pool, at 64 bytes per entry plus the caller's item and
 	// 96 bytes per tenant record plus its map slot (TestSizes). Entries the
 	// pool cannot dispatch within MaxWait only wait to be expired: a pool
 	// that finishes 17 requests a second dispatches 1,024 in one default

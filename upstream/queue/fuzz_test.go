@@ -31,6 +31,7 @@ type mEntry struct {
 	pushed  int64
 	seq     uint64
 	span    float64
+	passed  int
 }
 
 func (m *model) clock(now int64) int64 {
@@ -49,7 +50,7 @@ func (m *model) push(item, priority int, tenant string, weight, cost float64, ar
 		return false
 	}
 	now = m.clock(now)
-	m.insert(mEntry{0, item, flowKey{clampPriority(priority), tenant}, min(arrival, now), now, m.seq, span(cost, weight)})
+	m.insert(mEntry{0, item, flowKey{clampPriority(priority), tenant}, min(arrival, now), now, m.seq, span(cost, weight), 0})
 	m.seq++
 	return true
 }
@@ -108,6 +109,30 @@ func (m *model) next() int {
 	return best
 }
 
+// nextPrefer returns the index of the entry PopPrefer takes, and counts
+// the passes of the tenant's entries before it.
+func (m *model) nextPrefer(window, maxPassed int, prefer func(int) bool) int {
+	h := m.next()
+	key := m.entries[h].key
+	pick, seen := h, 0
+	for i := h; i < len(m.entries) && seen < window; i++ {
+		if m.entries[i].key != key {
+			continue
+		}
+		seen++
+		if m.entries[i].passed >= maxPassed || prefer(m.entries[i].item) {
+			pick = i
+			break
+		}
+	}
+	for i := h; i < pick; i++ {
+		if m.entries[i].key == key {
+			m.entries[i].passed++
+		}
+	}
+	return pick
+}
+
 // requeue queues e again (Queue.Requeue): at its place by seq, its
 // tenant refunded its span.
 func (m *model) requeue(e mEntry, now int64) bool {
@@ -117,6 +142,7 @@ func (m *model) requeue(e mEntry, now int64) bool {
 	m.finish[e.key] = max(m.finish[e.key]-e.span, 0)
 	e.pushed = m.clock(now)
 	e.arrival = min(e.arrival, e.pushed)
+	e.passed = 0
 	m.insert(e)
 	return true
 }
@@ -138,6 +164,10 @@ func (m *model) take(i int, served bool) mEntry {
 				delete(m.finish, k)
 			}
 		}
+	}
+	if served && !wasHead {
+		// PopPrefer took it ahead of its tenant's head, which stays.
+		m.start[e.key] = max(m.vtime[e.key.prio], m.finish[e.key])
 	}
 	if wasHead {
 		if m.head(e.key) >= 0 {
@@ -238,7 +268,7 @@ func runModel(t *testing.T, data []byte) Stats {
 	}
 	for i := 0; i < len(data); i++ {
 		exact := q.Stats().Evicted == 0
-		op, arg, arg2 := data[i]%7, byte1(i+1), byte1(i+2)
+		op, arg, arg2 := data[i]%8, byte1(i+1), byte1(i+2)
 		var desc string
 		switch op {
 		case 0, 1: // push; op 1 with arg2's top bits: an arrival before now (PushAt)
@@ -288,6 +318,38 @@ func runModel(t *testing.T, data []byte) Stats {
 			}
 			if waited != time.Duration(m.clock(now)-got.pushed) {
 				t.Fatalf("pop %d waited %v, want %v", item, waited, time.Duration(m.now-got.pushed))
+			}
+			pops = append(pops, popped{m.take(i, true), ticket})
+		case 7: // pop preferring items ≡ arg (mod 3) among window entries
+			i += 2
+			window, maxPassed, mod := int(arg2%5)+1, int(arg2>>3%4), int(arg%3)
+			prefer := func(item int) bool { return item%3 == mod }
+			desc = fmt.Sprintf("popPrefer(window %d, maxPassed %d, mod %d)", window, maxPassed, mod)
+			item, waited, ticket, ok := q.PopPrefer(now, window, maxPassed, prefer)
+			if !ok {
+				if len(m.entries) != 0 {
+					t.Fatalf("%s: empty, model holds %d", desc, len(m.entries))
+				}
+				break
+			}
+			leave(item, "popPrefer")
+			i := slices.IndexFunc(m.entries, func(e mEntry) bool { return e.item == item })
+			if i < 0 {
+				t.Fatalf("%s returned %d, not queued", desc, item)
+			}
+			h := m.next()
+			want := m.nextPrefer(window, maxPassed, prefer)
+			got := m.entries[i]
+			if exact && i != want {
+				t.Fatalf("%s returned %d, model wants %d", desc, item, m.entries[want].item)
+			}
+			// What eviction cannot change: the lowest priority class goes
+			// first.
+			if got.key.prio != m.entries[h].key.prio {
+				t.Fatalf("%s returned %d (%v), not of the first class", desc, item, got.key)
+			}
+			if waited != time.Duration(m.clock(now)-got.pushed) {
+				t.Fatalf("%s: %d waited %v, want %v", desc, item, waited, time.Duration(m.now-got.pushed))
 			}
 			pops = append(pops, popped{m.take(i, true), ticket})
 		case 3: // remove

@@ -58,8 +58,8 @@ func drain(tb testing.TB, q *Queue[string]) []string {
 // TestSizes keeps Config.MaxEntries's memory figures true.
 func TestSizes(t *testing.T) {
 	t.Parallel()
-	if n := unsafe.Sizeof(entry[struct{}]{}); n != 56 {
-		t.Errorf("entry is %d bytes plus the item, Config says 56", n)
+	if n := unsafe.Sizeof(entry[struct{}]{}); n != 64 {
+		t.Errorf("entry is %d bytes plus the item, Config says 64", n)
 	}
 	if n := unsafe.Sizeof(flow{}); n != 96 {
 		t.Errorf("tenant record is %d bytes, Config says 96", n)
@@ -636,5 +636,63 @@ func TestRequeue(t *testing.T) {
 	}
 	if got := drain(t, at); !slices.Equal(got, []string{"i", "h"}) {
 		t.Errorf("then %v, want [i h] (t1 was charged for j)", got)
+	}
+}
+
+// TestPopPrefer: a preferred entry of the tenant Pop serves goes first,
+// within the window; an entry passed maxPassed times goes at its turn; the
+// tenants' shares do not move.
+func TestPopPrefer(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, nil)
+	for _, it := range []string{"a0", "a1", "a2", "a3", "a4", "a5"} {
+		push(t, q, it, 0, "a")
+	}
+	pop := func(window, maxPassed int, want string) {
+		t.Helper()
+		got, _, _, ok := q.PopPrefer(0, window, maxPassed, func(s string) bool { return s == want })
+		if err := q.check(); err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("PopPrefer(%d, %d, %s): empty", window, maxPassed, want)
+		}
+		if got != want {
+			t.Fatalf("PopPrefer(%d, %d, %s) = %s", window, maxPassed, want, got)
+		}
+	}
+	pop(4, 2, "a3") // within the window: taken ahead of a0-a2
+	pop(2, 2, "a0") // a4 is past a window of 2: the head
+	pop(8, 2, "a5") // a1 and a2 passed twice now
+	if got := drain(t, q); !slices.Equal(got, []string{"a1", "a2", "a4"}) {
+		t.Fatalf("rest %v", got)
+	}
+	q = newQueue(t, nil)
+	for _, it := range []string{"a0", "a1", "a2"} {
+		push(t, q, it, 0, "a")
+	}
+	pop(4, 1, "a2")
+	// a0 and a1 were passed once: at maxPassed 1 they go first.
+	got, _, _, _ := q.PopPrefer(0, 4, 1, func(s string) bool { return s == "a1" })
+	if got != "a0" {
+		t.Fatalf("a passed entry at its turn: got %s, want a0", got)
+	}
+
+	// Two tenants of equal weight alternate whatever is preferred.
+	q = newQueue(t, nil)
+	for i := range 4 {
+		push(t, q, fmt.Sprint("a", i), 0, "a")
+		push(t, q, fmt.Sprint("b", i), 0, "b")
+	}
+	var order []string
+	for q.Len() > 0 {
+		it, _, _, _ := q.PopPrefer(0, 8, 8, func(s string) bool { return s == "a3" || s == "b2" })
+		if err := q.check(); err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, it)
+	}
+	if want := []string{"a3", "b2", "a0", "b0", "a1", "b1", "a2", "b3"}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
 	}
 }
