@@ -36,6 +36,12 @@ type Config struct {
 	// requests wait there while every engine of their pool is full.
 	// Default queue.DefaultConfig().
 	Queue queue.Config
+	// QueueAffinity is how many times a request in a gateway queue may be
+	// passed by later ones of its tenant (among its next 4 × QueueAffinity)
+	// because the engine that has a slot free holds more of their prefix
+	// than any other engine (gate.go: dispatch); it then goes at its
+	// turn. 0: strictly first come. Default 8, at most 256.
+	QueueAffinity int
 	// PriorityModels names models whose pools' engines all run vLLM's
 	// --scheduling-policy priority: a request for one of them (or for an
 	// adapter an engine of its pool serves) keeps its "priority" field
@@ -230,6 +236,7 @@ func DefaultConfig() Config {
 		BlockSize:        tree.DefaultBlockSize,
 		AdapterUpdates:   true,
 		Queue:            queue.DefaultConfig(),
+		QueueAffinity:    8,
 		PriorityModels:   []string{},
 		Tree:             tree.DefaultConfig(),
 		Pool:             tokenpool.DefaultConfig(),
@@ -308,6 +315,9 @@ func (c Config) Validate() error {
 	}
 	if c.DecodeWorkers < 1 {
 		errs = append(errs, fmt.Errorf("shard: DecodeWorkers must be at least 1, got %d", c.DecodeWorkers))
+	}
+	if c.QueueAffinity < 0 || c.QueueAffinity > maxQueueAffinity {
+		errs = append(errs, fmt.Errorf("shard: QueueAffinity must be in [0, %d], got %d", maxQueueAffinity, c.QueueAffinity))
 	}
 	if c.DecodeQueue < 1 {
 		errs = append(errs, fmt.Errorf("shard: DecodeQueue must be at least 1, got %d", c.DecodeQueue))

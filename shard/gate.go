@@ -26,14 +26,31 @@ import (
 // event, no polling); the loop's tick dispatches what became free when a
 // full engine's Retry-After passed, and refuses what waited past
 // Config.Queue.MaxWait. The routing policy still decides where a
-// dispatched request goes.
+// dispatched request goes. Inside a tenant's turn, a request whose
+// prefix a backend with a slot free holds more of than any other engine
+// (its hint, from its lookup before it was queued) goes ahead of earlier
+// ones (queue.PopPrefer, Config.QueueAffinity): late binding, one queue
+// for the pool, without sending a conversation's next turn to whichever
+// engine frees first.
 
 // gate is one pool's queue, owned by its loop.
 type gate struct {
 	q    *queue.Queue[*job]
 	pool *fleet.Pool // the pool as its last request saw it
 	m    *poolStats  // its model's counts (queuemetrics.go), resolved when the gate is made
+	// free is each backend's free slots (by ID) in the dispatch under
+	// way; prefer is wants, made once.
+	free   map[int]int64
+	prefer func(*job) bool
 }
+
+// maxQueueAffinity bounds Config.QueueAffinity: a dispatch looks at
+// 4 × QueueAffinity requests at most.
+const maxQueueAffinity = 256
+
+// wants reports whether j's hint has a free slot in the dispatch under
+// way. On the gate's loop.
+func (g *gate) wants(j *job) bool { return j.hint > 0 && g.free[int(j.hint-1)] > 0 }
 
 // gateLoop is the loop that owns model's queue.
 func (r *Router) gateLoop(model string) int {
@@ -144,7 +161,8 @@ func (r *Router) gatePush(owner int, j *job) {
 			panic("BUG: shard: the queue config was validated: " + err.Error())
 		}
 		q.StartSeq(sh.gateSeq) // past every Ticket its model's gates gave
-		g = &gate{q: q, m: r.statsFor(j.d.Model)}
+		g = &gate{q: q, m: r.statsFor(j.d.Model), free: map[int]int64{}}
+		g.prefer = g.wants
 		sh.gates[j.d.Model] = g
 	}
 	g.pool = j.pool
@@ -220,25 +238,34 @@ func (r *Router) dispatch(sh *Shard, g *gate) {
 	}
 	now := time.Now()
 	slots := int64(0)
+	clear(g.free)
 	for _, b := range r.up.Snapshot() {
 		if !g.pool.Has(b.ID) || !b.Routable() || !b.Free(now) {
 			continue
 		}
+		n := int64(1)
 		if l := b.Limit(now); l > 0 {
-			slots += l - b.InFlight() - b.Decided()
-		} else {
-			slots++
+			n = l - b.InFlight() - b.Decided()
+		}
+		slots += n
+		if n > 0 {
+			g.free[b.ID] = n
 		}
 	}
 	slots -= g.m.transit.Load()
+	window, passes := 4*r.cfg.QueueAffinity, r.cfg.QueueAffinity
 	for ; slots > 0 && g.q.Len() > 0; slots-- {
-		j, waited, ticket, _ := g.q.PopTicket(r.now())
+		j, waited, ticket, _ := g.q.PopPrefer(r.now(), window, passes, g.prefer)
 		b := r.left(g, j)
 		j.ticket = ticket
 		if gone(j.x) {
 			g.gone(j)
 			slots++
 			continue
+		}
+		if g.wants(j) {
+			g.free[int(j.hint-1)]--
+			g.m.toHolder.Add(1)
 		}
 		g.m.results[resDispatched].Add(1)
 		g.m.observeWait(b, waited)

@@ -107,11 +107,18 @@ type job struct {
 	// waitFull: its pool is saturated and it waits in the pool's gateway
 	// queue (gate.go), to resume there; tenant is its fair-share key.
 	waitFull bool
-	resume   func()
-	tenant   string
-	requeues int    // times every candidate refused as full and it waited again
-	queueID  uint64 // its entry in its gate (gate.go); the gate's loop's
-	queuedAt int64  // when it was pushed there (the router's clock); the gate's loop's
+	// hint is the backend (its ID + 1; 0: none) that held more of its
+	// prefix than any other at its last lookup: its gate sends it ahead
+	// of earlier requests when that backend has a slot free (gate.go:
+	// dispatch). hintFirst: it is to wait, and is keyed and looked up
+	// first for its hint (lookup).
+	hint      int32
+	hintFirst bool
+	resume    func()
+	tenant    string
+	requeues  int    // times every candidate refused as full and it waited again
+	queueID   uint64 // its entry in its gate (gate.go); the gate's loop's
+	queuedAt  int64  // when it was pushed there (the router's clock); the gate's loop's
 	// ticket is its place in its gate when it was dispatched from there
 	// (the gate's loop's): a requeue takes it back to that place. sentAt
 	// (the router's clock; 0: none) is when one that every engine refused
@@ -405,6 +412,11 @@ func (j *job) dispatch() {
 		j.logGone(j.loop)
 		return
 	}
+	if j.hintFirst && (j.d.PreviousResponseID != "" || len(j.keys) == 0 || !j.r.pol.Kind.UsesTree()) {
+		j.hintFirst = false // no lookup gives it a hint
+		j.enqueue(j.dispatch)
+		return
+	}
 	if j.d.PreviousResponseID != "" {
 		j.routeByID() // under every policy: only that backend has it
 		return
@@ -425,6 +437,11 @@ func (j *job) dispatch() {
 		return
 	}
 	if !j.post(j.owner, stageLookup) {
+		if j.hintFirst {
+			j.hintFirst = false
+			j.enqueue(j.dispatch)
+			return
+		}
 		j.decideHere()
 	}
 }
@@ -446,14 +463,59 @@ func (j *job) lookup() {
 	sh.hits, _ = sh.tree.Match(sh.hits[:0], j.keys, now)
 	snap := j.r.up.Snapshot()
 	sh.views = j.r.views(sh.views[:0], snap, j.pool)
-	if n := j.r.tuned.Load().Truth(sh.views, sh.hits, j.exact, now); n > 0 && j.explain == nil {
-		j.r.m.guessesIgnored.Add(n)
+	ignored := j.r.tuned.Load().Truth(sh.views, sh.hits, j.exact, now)
+	j.hint = holderHint(sh.hits)
+	if j.hintFirst {
+		// It waits in its gate (waitSaturated): queued with its hint, to
+		// be looked up again and decided when dispatched.
+		j.hintFirst = false
+		if j.owner == j.loop {
+			j.enqueue(j.dispatch)
+		} else {
+			j.r.shards[j.loop].poster(func() { j.enqueue(j.dispatch) }) // its gone hook is its loop's
+		}
+		return
+	}
+	if ignored > 0 && j.explain == nil {
+		j.r.m.guessesIgnored.Add(ignored)
 	}
 	d := j.decideWith(sh, sh.hits, true)
 	j.markFresh(d, sh.hits, now)
 	j.pend(d, now)
 	j.touchFootprint(sh, d, snap, now)
 	j.finish(d, snap, j.owner)
+}
+
+// holderHint is the backend (ID + 1) whose hit in hits is deeper than
+// every other's, 0 if none is (no hit, or a tie at the deepest).
+func holderHint(hits []tree.Hit) int32 {
+	best, second, id := 0, 0, -1
+	for _, h := range hits {
+		switch {
+		case h.Blocks > best:
+			best, second, id = h.Blocks, best, h.Backend
+		case h.Blocks > second:
+			second = h.Blocks
+		}
+	}
+	if id < 0 || best == second {
+		return 0
+	}
+	return int32(id + 1)
+}
+
+// waitSaturated queues j, which waits for its saturated pool (admit
+// set waitFull): a policy that uses the tree keys it and looks it up
+// first, for the hint its gate dispatches by (lookup); the others queue
+// it as it is. On j's loop.
+func (j *job) waitSaturated() {
+	if !j.r.pol.Kind.UsesTree() {
+		j.own() // the loop serves others while it waits
+		j.enqueue(j.tokenize)
+		return
+	}
+	j.hintFirst = true
+	j.tokenize()
 }
 
 // learnRefresh bounds how stale a route may be and still skip its learn:

@@ -92,7 +92,7 @@ func (r *Router) decodeOff(j *job) {
 	}
 	j.owned = true
 	if j.waitFull {
-		r.shards[j.loop].poster(func() { j.enqueue(j.tokenize) }) // its gone hook is its loop's
+		r.shards[j.loop].poster(j.waitSaturated) // its gone hook is its loop's
 		return
 	}
 	r.shards[j.loop].poster(j.tokenize)

@@ -74,6 +74,9 @@ type poolStats struct {
 	waitSum [queue.NumBands]atomic.Int64 // nanoseconds
 	results [numQueueResults]atomic.Uint64
 	refused [numRefused]atomic.Uint64
+	// toHolder: dispatched with a slot free on the backend of its hint
+	// (gate.go: dispatch).
+	toHolder atomic.Uint64
 	// transit: requests dispatched from the pool's queue and not decided
 	// yet (gate.go: dispatch, arrived). Their slots are taken: until a
 	// request is decided, no backend counts it in flight.
@@ -178,6 +181,10 @@ func (pm *poolMetrics) writeMetrics(w io.Writer) {
 		for i, n := range queueResultNames {
 			fmt.Fprintf(w, "saltus_queue_requests_total{model=%s,result=%q} %d\n", s.label, n, s.results[i].Load())
 		}
+	}
+	metrics.WriteMetadataIfNeeded(w, "saltus_queue_dispatched_to_holder_total", "counter")
+	for _, s := range recs {
+		fmt.Fprintf(w, "saltus_queue_dispatched_to_holder_total{model=%s} %d\n", s.label, s.toHolder.Load())
 	}
 	metrics.WriteMetadataIfNeeded(w, "saltus_pool_refused_total", "counter")
 	for _, s := range recs {

@@ -60,7 +60,7 @@ func exposition(t *testing.T, e *env) string {
 	t.Helper()
 	var buf bytes.Buffer
 	e.set.WritePrometheus(&buf)
-	for _, f := range []string{"saltus_queue_depth", "saltus_queue_wait_seconds", "saltus_queue_requests_total", "saltus_pool_refused_total", "saltus_queue_pools_folded_total"} {
+	for _, f := range []string{"saltus_queue_depth", "saltus_queue_wait_seconds", "saltus_queue_requests_total", "saltus_queue_dispatched_to_holder_total", "saltus_pool_refused_total", "saltus_queue_pools_folded_total"} {
 		if promtext.Help(f) == "" {
 			t.Errorf("%s has no HELP text", f)
 		}
@@ -450,5 +450,58 @@ func TestQueueMetricsPoolsBounded(t *testing.T) {
 	}
 	if n := len(*e.r.pm.pools.Load()); n != maxMetricPools {
 		t.Errorf("%d pools with series, want %d", n, maxMetricPools)
+	}
+}
+
+// TestQueueAffinity: when the engine that frees a slot holds a queued
+// request's prefix, that request goes ahead of an earlier one
+// (Config.QueueAffinity), and the metric counts it; with affinity 0 the
+// queue is first come.
+func TestQueueAffinity(t *testing.T) {
+	t.Parallel()
+	doc := strings.Repeat("the shared document that a conversation keeps asking about. ", 8)
+	first := `{"model":"m","messages":[{"role":"user","content":"` + doc + `"}]}`
+	next := `{"model":"m","messages":[{"role":"user","content":"` + doc + `"},{"role":"assistant","content":"ok"},{"role":"user","content":"and then?"}]}`
+	other := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("an unrelated prompt of its own. ", 16) + `"}]}`
+	for _, affinity := range []int{8, 0} {
+		t.Run(fmt.Sprint("affinity ", affinity), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOpts{loops: 1, backends: 2, config: func(c *Config) { c.QueueAffinity = affinity }})
+			free := fullPool(t, e)
+			full := func(id int) { // on the loop: nothing dispatches between
+				(*e.up.snap.Load())[id].MarkFull(time.Now(), time.Hour)
+				e.up.down[id].Store(true)
+			}
+			e.loops.run(t, 0, free)
+			c := e.serve(t, newExchange(0, "POST", "/v1/chat/completions", first)) // learned: its holder
+			holder := c.candidates[0]
+			e.loops.run(t, 0, func() { full(0); full(1) })
+			a := newExchange(0, "POST", "/v1/chat/completions", other)
+			b := newExchange(0, "POST", "/v1/chat/completions", next)
+			e.loops.run(t, 0, func() { e.r.serve(a) })
+			waitUntil(t, "a queued", func() bool { return e.r.queued.Load() == 1 })
+			e.loops.run(t, 0, func() { e.r.serve(b) })
+			waitUntil(t, "b queued", func() bool { return e.r.queued.Load() == 2 })
+			e.loops.run(t, 0, func() {
+				free() // the holder's slot only
+				full(1 - holder)
+				e.r.kickGate("m")
+			})
+			want := b
+			if affinity == 0 {
+				want = a
+			}
+			select {
+			case c := <-e.up.calls:
+				if c.x.(*fakeExchange) != want || c.candidates[0] != holder {
+					t.Fatalf("forwarded %v to %d first, want %v to %d (the holder)", c.x == b, c.candidates[0], want == b, holder)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("nothing forwarded after the holder's slot freed")
+			}
+			if got := sample(exposition(t, e), `saltus_queue_dispatched_to_holder_total{model="m"}`); affinity > 0 && got < 1 {
+				t.Errorf("dispatched to holder %v, want at least 1", got)
+			}
+		})
 	}
 }

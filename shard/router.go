@@ -459,8 +459,7 @@ func (r *Router) serve(x exchange) {
 		return
 	}
 	if j.waitFull {
-		j.own() // the loop serves others while it waits
-		j.enqueue(j.tokenize)
+		j.waitSaturated()
 		return
 	}
 	j.tokenize()

@@ -171,6 +171,8 @@ var serveKeys = []serveKey{
 		help: "requests that may wait in one model pool's gateway queue while every engine of the pool is full (refused 429 with Retry-After, or at their limit); past it: 429 with Retry-After at once"},
 	{key: "queue-max-wait", bind: func(c *serveConfig) value { return durV{&c.Router.Queue.MaxWait} },
 		help: "`duration` a request may wait in its pool's gateway queue for an engine with room; past it: 429 with Retry-After"},
+	{key: "queue-affinity", bind: func(c *serveConfig) value { return intV{&c.Router.QueueAffinity} },
+		help: "how many times a request in a gateway queue may be passed by later ones of its tenant (among its next 4 × this many) because the engine with a slot free holds more of their prefix than any other; then it goes at its turn; 0: strictly first come; at most 256"},
 	{key: "api-keys-file", bind: func(c *serveConfig) value { return strV{&c.Keys.File} },
 		help: "`path` of the API keys clients must present (Authorization: Bearer or x-api-key), a YAML or JSON list of name, hash (sha256:<hex> of the secret: saltus keys hash), models, rpm, tpm, weight; " +
 			"read again within 2s of a change and on every reload; SALTUS_API_KEYS may hold more in the same format; empty and no SALTUS_API_KEYS: no keys (every request served)"},
@@ -544,6 +546,7 @@ var componentKeys = []struct{ prefix, key string }{
 	{"tokenpool: TokenBudget ", "token-budget"}, // a second line of the pool's errors
 	{"shard: Queue: queue: MaxEntries ", "queue-max-entries"},
 	{"shard: Queue: queue: MaxWait ", "queue-max-wait"},
+	{"shard: QueueAffinity ", "queue-affinity"},
 	{"shard: AdapterEngines ", "adapter-engines"},
 	{"policy: LoadFactor ", "load-factor"},
 	{"policy: LoadSlack ", "load-slack"},
