@@ -361,6 +361,8 @@ kv-events-listen: ""
 kv-events-bridge: 10s
 queue-max-entries: 1024
 queue-max-wait: 1m
+engine-queue: -1
+queue-affinity: 8
 api-keys-file: ""
 tenant-header: ""
 adapter-updates: true

@@ -50,6 +50,15 @@ type Config struct {
 	// MaxRetries is how many more candidates a request tries after a
 	// connect error or a refusal before the first byte.
 	MaxRetries int
+	// EngineQueue bounds what each backend is given beyond its engine's
+	// running slots once they are learned (Backend.Slots: vLLM's
+	// --max-num-seqs as its /metrics show it): Slots + EngineQueue
+	// requests at once, the rest waiting in the gateway queue of their
+	// pool, where priority, fair share and prefix affinity order them
+	// and the next one goes to the engine that frees a slot (late
+	// binding). -1: no bound (engines queue what they are sent). At most
+	// MaxEngineQueue. Reloadable.
+	EngineQueue int
 	// RetryServerErrors: an engine's 500, 502 or 504 head, before any
 	// byte of the answer reached the client, sends the request to the
 	// next candidate instead (within MaxRetries); the last candidate's
@@ -109,6 +118,9 @@ type Config struct {
 	TLS *tls.Config
 }
 
+// MaxEngineQueue bounds Config.EngineQueue.
+const MaxEngineQueue = 1 << 16
+
 // MaxRetries bounds Config.MaxRetries (--max-retries): a request tries
 // at most 11 candidates, so a fleet refusing everything answers in a
 // bounded number of attempts.
@@ -125,6 +137,7 @@ func DefaultConfig() Config {
 		IdleConnTimeout:    4 * time.Second,  // below uvicorn's (vLLM's server) 5 s keep-alive, so we close first instead of meeting a closed connection
 		MaxConnsPerBackend: 1024,             // one connection per in-flight request; vLLM batches up to 256 sequences by default
 		MaxRetries:         2,                // issue 4
+		EngineQueue:        -1,
 		RetryServerErrors:  false,            // off, as nginx's and Envoy's retries of a POST: an engine's refusal sheds load at saturation (docs/BENCHMARKS.md finding 14)
 		HealthPath:         "/health",        // vLLM, SGLang, TensorRT-LLM serve it
 		HealthInterval:     5 * time.Second,
@@ -164,6 +177,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnsPerBackend <= 0 {
 		errs = append(errs, fmt.Errorf("backend: MaxConnsPerBackend must be > 0, got %d", c.MaxConnsPerBackend))
+	}
+	if c.EngineQueue < -1 || c.EngineQueue > MaxEngineQueue {
+		errs = append(errs, fmt.Errorf("backend: EngineQueue must be between -1 (no bound) and %d, got %d", MaxEngineQueue, c.EngineQueue))
 	}
 	if c.MaxRetries < 0 || c.MaxRetries > MaxRetries {
 		errs = append(errs, fmt.Errorf("backend: MaxRetries must be between 0 and %d, got %d", MaxRetries, c.MaxRetries))

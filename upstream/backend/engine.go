@@ -277,7 +277,8 @@ func (b *Backend) Free(now time.Time) bool {
 // configured MaxConcurrency, and, while a refusal is recent (Capacity),
 // what it held then, or its learned running limit (its /metrics) if
 // lower: what it would queue waits in saltus instead, where priority and
-// fair share order it (issue 30); its own queue is first come. Any
+// fair share order it (issue 30); its own queue is first come. With
+// Config.EngineQueue, at most its learned running limit plus that. Any
 // goroutine.
 func (b *Backend) Limit(now time.Time) int64 {
 	l := b.maxConc.Load()
@@ -289,7 +290,27 @@ func (b *Backend) Limit(now time.Time) int64 {
 			l = c
 		}
 	}
+	if h := b.holdAt(); h > 0 && (l == 0 || h < l) {
+		l = h
+	}
 	return l
+}
+
+// holdAt is the engine's learned slots plus Config.EngineQueue, 0 when
+// either is not set. Any goroutine.
+func (b *Backend) holdAt() int64 {
+	if b.fleet == nil {
+		return 0
+	}
+	q := b.fleet.engineQueue.Load()
+	if q == 0 {
+		return 0
+	}
+	s := b.Slots()
+	if s == 0 {
+		return 0
+	}
+	return s + q - 1
 }
 
 // MaxConcurrency is the most requests at once configuration allows b
@@ -299,8 +320,9 @@ func (b *Backend) MaxConcurrency() int64 { return b.maxConc.Load() }
 // SetMaxConcurrency sets MaxConcurrency (0: none). Any goroutine.
 func (b *Backend) SetMaxConcurrency(n int64) { b.maxConc.Store(max(n, 0)) }
 
-// Limited reports whether b ever refused a request as full (then Free
-// needs the time). Any goroutine.
+// Limited reports whether b ever refused a request as full, has a
+// configured limit or one from Config.EngineQueue (then Free needs the
+// time). Any goroutine.
 func (b *Backend) Limited() bool {
-	return b.fullUntil.Load() != 0 || b.capUntil.Load() != 0 || b.maxConc.Load() != 0
+	return b.fullUntil.Load() != 0 || b.capUntil.Load() != 0 || b.maxConc.Load() != 0 || b.holdAt() != 0
 }

@@ -125,3 +125,43 @@ func TestFreeCountsDecided(t *testing.T) {
 		t.Fatal("free with one request in flight at a limit of 1")
 	}
 }
+
+// TestEngineQueue: with Config.EngineQueue a backend takes its learned
+// slots plus that many requests at once (a lower configured cap wins);
+// nothing until the slots are learned; -1 and a Retune to it lift it.
+func TestEngineQueue(t *testing.T) {
+	t.Parallel()
+	s, _ := testSet(t, func(c *Config) { c.EngineQueue = 1 })
+	b := mustAdd(t, s, "http://127.0.0.1:1")
+	now := time.Now()
+	if b.Limited() || b.Limit(now) != 0 {
+		t.Fatalf("slots not learned: limited %v, limit %d, want none", b.Limited(), b.Limit(now))
+	}
+	for range slotsSeen {
+		b.SetEngine(EngineLoad{Running: 4, Waiting: 2, KVUsage: 0.3, Until: now.Add(time.Hour)})
+	}
+	if !b.Limited() || b.Limit(now) != 5 {
+		t.Fatalf("4 slots, engine queue 1: limited %v, limit %d, want 5", b.Limited(), b.Limit(now))
+	}
+	b.inFlight.Store(5)
+	if b.Free(now) {
+		t.Fatal("5 in flight of 5: free")
+	}
+	b.SetMaxConcurrency(3)
+	if got := b.Limit(now); got != 3 {
+		t.Fatalf("a cap of 3 under 5: limit %d", got)
+	}
+	b.SetMaxConcurrency(0)
+	cfg := s.cfg
+	cfg.EngineQueue = -1
+	if err := s.Retune(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if b.Limited() || !b.Free(now) {
+		t.Fatalf("engine queue -1: limited %v, free %v, want no limit", b.Limited(), b.Free(now))
+	}
+	cfg.EngineQueue = MaxEngineQueue + 1
+	if s.Retune(cfg) == nil {
+		t.Fatal("engine queue past its bound accepted")
+	}
+}

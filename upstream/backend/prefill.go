@@ -164,6 +164,9 @@ type Fleet struct {
 	prefillState
 	slotMu sync.Mutex // serializes slots.learn (the scrapers of every backend)
 	slots  slotLimit  // the fleet's learned limit (engine.go)
+	// engineQueue is Config.EngineQueue + 1 (0: no bound), as the Set was
+	// made or last retuned.
+	engineQueue atomic.Int64
 }
 
 // lock takes mu if it is free; a sample that meets a concurrent one is

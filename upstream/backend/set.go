@@ -293,6 +293,7 @@ func NewSet(cfg Config, logger *slog.Logger, set *metrics.Set) (*Set, error) {
 		streamOverflow: set.GetOrCreateCounter("saltus_stream_overflow_total"),
 	}
 	s.tun.Store(new(cfg.tunables()))
+	s.fleet.engineQueue.Store(int64(cfg.EngineQueue) + 1)
 	s.probeFn = s.probe
 	s.scrapeFn = s.scrape
 	for i, o := range refusalOutcomeNames {
@@ -337,6 +338,7 @@ func (s *Set) Retune(c Config) error {
 		return err
 	}
 	s.tun.Store(new(c.tunables()))
+	s.fleet.engineQueue.Store(int64(c.EngineQueue) + 1)
 	return nil
 }
 
