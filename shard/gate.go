@@ -176,7 +176,7 @@ func (r *Router) gatePush(owner int, j *job) {
 		j.ticket = queue.Ticket{}
 	} else {
 		// A new arrival, or one every engine refused before it ever
-		// waited: from when it was sent (sentAt).
+		// waited: from when it was sent, or admitted (sentAt).
 		arrival := int64(math.MaxInt64)
 		if j.sentAt != 0 {
 			arrival = j.sentAt

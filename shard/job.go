@@ -122,7 +122,8 @@ type job struct {
 	// ticket is its place in its gate when it was dispatched from there
 	// (the gate's loop's): a requeue takes it back to that place. sentAt
 	// (the router's clock; 0: none) is when one that every engine refused
-	// before it ever waited was sent: it waits from there (gate.go: requeue).
+	// before it ever waited was sent (gate.go: requeue), or when one keyed
+	// before it waits was admitted (waitSaturated): it waits from there.
 	ticket queue.Ticket
 	sentAt int64
 	// firstQueued is when it first waited in its gate (the router's
@@ -515,6 +516,7 @@ func (j *job) waitSaturated() {
 		return
 	}
 	j.hintFirst = true
+	j.sentAt = max(j.r.now(), 1) // queued in its arrival's place, not behind those its keying let pass
 	j.tokenize()
 }
 
