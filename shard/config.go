@@ -40,7 +40,7 @@ type Config struct {
 	// passed by later ones of its tenant (among its next 4 × QueueAffinity)
 	// because the engine that has a slot free holds more of their prefix
 	// than any other engine (gate.go: dispatch); it then goes at its
-	// turn. 0: strictly first come. Default 8, at most 256.
+	// turn. 0: strictly first come. Default 32, at most 256.
 	QueueAffinity int
 	// PriorityModels names models whose pools' engines all run vLLM's
 	// --scheduling-policy priority: a request for one of them (or for an
@@ -236,7 +236,7 @@ func DefaultConfig() Config {
 		BlockSize:        tree.DefaultBlockSize,
 		AdapterUpdates:   true,
 		Queue:            queue.DefaultConfig(),
-		QueueAffinity:    8,
+		QueueAffinity:    32,
 		PriorityModels:   []string{},
 		Tree:             tree.DefaultConfig(),
 		Pool:             tokenpool.DefaultConfig(),

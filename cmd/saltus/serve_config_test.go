@@ -362,7 +362,7 @@ kv-events-bridge: 10s
 queue-max-entries: 1024
 queue-max-wait: 1m
 engine-queue: -1
-queue-affinity: 8
+queue-affinity: 32
 api-keys-file: ""
 tenant-header: ""
 adapter-updates: true
