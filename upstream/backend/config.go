@@ -137,7 +137,7 @@ func DefaultConfig() Config {
 		IdleConnTimeout:    4 * time.Second,  // below uvicorn's (vLLM's server) 5 s keep-alive, so we close first instead of meeting a closed connection
 		MaxConnsPerBackend: 1024,             // one connection per in-flight request; vLLM batches up to 256 sequences by default
 		MaxRetries:         2,                // issue 4
-		EngineQueue:        -1,
+		EngineQueue:        -1,               // no hold: engines queue what they are sent (docs/BENCHMARKS.md finding 17)
 		RetryServerErrors:  false,            // off, as nginx's and Envoy's retries of a POST: an engine's refusal sheds load at saturation (docs/BENCHMARKS.md finding 14)
 		HealthPath:         "/health",        // vLLM, SGLang, TensorRT-LLM serve it
 		HealthInterval:     5 * time.Second,
