@@ -414,8 +414,7 @@ func (j *job) dispatch() {
 		return
 	}
 	if j.hintFirst && (j.d.PreviousResponseID != "" || len(j.keys) == 0 || !j.r.pol.Kind.UsesTree()) {
-		j.hintFirst = false // no lookup gives it a hint
-		j.enqueue(j.dispatch)
+		j.queueKeyed() // no lookup gives it a hint
 		return
 	}
 	if j.d.PreviousResponseID != "" {
@@ -439,8 +438,7 @@ func (j *job) dispatch() {
 	}
 	if !j.post(j.owner, stageLookup) {
 		if j.hintFirst {
-			j.hintFirst = false
-			j.enqueue(j.dispatch)
+			j.queueKeyed()
 			return
 		}
 		j.decideHere()
@@ -469,11 +467,10 @@ func (j *job) lookup() {
 	if j.hintFirst {
 		// It waits in its gate (waitSaturated): queued with its hint, to
 		// be looked up again and decided when dispatched.
-		j.hintFirst = false
 		if j.owner == j.loop {
-			j.enqueue(j.dispatch)
+			j.queueKeyed()
 		} else {
-			j.r.shards[j.loop].poster(func() { j.enqueue(j.dispatch) }) // its gone hook is its loop's
+			j.r.shards[j.loop].poster(j.queueKeyed) // its gone hook is its loop's
 		}
 		return
 	}
@@ -518,6 +515,14 @@ func (j *job) waitSaturated() {
 	j.hintFirst = true
 	j.sentAt = max(j.r.now(), 1) // queued in its arrival's place, not behind those its keying let pass
 	j.tokenize()
+}
+
+// queueKeyed queues j, keyed (and looked up for its hint, if it could
+// be), to resume at its lookup when dispatched (waitSaturated). On j's
+// loop.
+func (j *job) queueKeyed() {
+	j.hintFirst = false
+	j.enqueue(j.dispatch)
 }
 
 // learnRefresh bounds how stale a route may be and still skip its learn:

@@ -346,8 +346,8 @@ func (q *Queue[T]) PopTicket(now int64) (item T, waited time.Duration, t Ticket,
 // engine that has a slot free holds its prefix, say), ahead of the
 // tenant's entries before it. The priority classes and the tenants' fair
 // shares are those of Pop: only the order inside the tenant moves, and
-// each entry is charged its own span. An entry taken over maxPassed times
-// goes first when its turn comes within the window, so an entry leaves at
+// each entry is charged its own span. An entry passed over maxPassed
+// times goes first when its turn comes within the window, so an entry leaves at
 // most maxPassed of its tenant's dispatches later than in Pop's order.
 // With no entry accepted it is Pop. O(window) more than Pop. Loop only.
 func (q *Queue[T]) PopPrefer(now int64, window, maxPassed int, prefer func(T) bool) (item T, waited time.Duration, t Ticket, ok bool) {
