@@ -181,7 +181,7 @@ type Subscriber struct {
 
 	// Owned by Run's goroutine.
 	dec     *Decoder
-	sources map[string]*source
+	sources map[srcKey]*source
 	rc      *replayClient // nil without Config.ReplayEndpoint
 	// replaying is the source whose replay runs (one at a time), nil
 	// when none; abandoned says its result is to be discarded.
@@ -232,7 +232,7 @@ func New(cfg Config, out chan<- Message, logger *slog.Logger, set *metrics.Set) 
 		log:     logger.With("component", "kvevents", "endpoint", cfg.Endpoint),
 		bound:   make(chan struct{}),
 		dec:     NewDecoder(cfg.Limits),
-		sources: make(map[string]*source),
+		sources: make(map[srcKey]*source),
 	}
 	s.m = newSubMetrics(set, cfg.Endpoint, &s.guard, cfg.ReplayEndpoint != "")
 	if cfg.ReplayEndpoint != "" {
@@ -384,19 +384,30 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) bool {
 	if len(frames) != 3 || len(frames[1]) != 8 || len(frames[0]) > maxTopic {
 		s.m.badFrame.Inc()
 		if len(frames) > 0 && len(frames[0]) <= maxTopic {
-			if src := s.source(string(frames[0])); src != nil {
-				src.mark("dropped")
-			}
+			s.markName(s.name(string(frames[0])), func(src *source) { src.mark("dropped") })
 		}
 		return false
 	}
 	topic := string(frames[0])
-	src := s.source(topic)
+	seq := binary.BigEndian.Uint64(frames[1])
+	// The batch names its data-parallel rank, whose publisher numbers
+	// its own sequence: decoded first, so that each rank's is tracked.
+	b, err := s.dec.Decode(frames[2])
+	if err != nil {
+		s.m.drop(err)
+		s.markName(s.name(topic), func(src *source) {
+			if src.seen && src.next == seq {
+				src.next = seq + 1 // the batch this source expected: no gap after it
+			}
+			src.miss(seq, "dropped")
+		})
+		return false
+	}
+	src := s.source(topic, b.DPRank.V)
 	if src == nil {
 		s.m.sources.Inc()
 		return false
 	}
-	seq := binary.BigEndian.Uint64(frames[1])
 	switch {
 	case !src.seen:
 		src.mark("start")
@@ -408,12 +419,6 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) bool {
 		src.mark("reset")
 	}
 	src.seen, src.next = true, seq+1
-	b, err := s.dec.Decode(frames[2])
-	if err != nil {
-		s.m.drop(err)
-		src.miss(seq, "dropped")
-		return false
-	}
 	s.m.batches.Inc()
 	s.m.count(&b)
 	s.deliver(ctx, src, Message{Source: s.name(topic), Topic: topic, Seq: seq, Batch: b, Stale: src.stale != "", StaleReason: src.stale})
@@ -591,10 +596,20 @@ func (s *Subscriber) name(topic string) string {
 	return s.cfg.Endpoint
 }
 
-// source returns the state of the publisher of topic, nil when it is new
-// and MaxSources are tracked.
-func (s *Subscriber) source(topic string) *source {
-	key := s.name(topic)
+// srcKey names a publisher: a message's Source and the data-parallel
+// rank its batches carry (0 when they carry none). The ranks of one
+// data-parallel vLLM share a topic (bound) and each numbers its own
+// batches; connecting, each rank is its own endpoint (vLLM's port plus
+// the rank).
+type srcKey struct {
+	name string
+	rank int64
+}
+
+// source returns the state of topic's publisher of data-parallel rank
+// rank, nil when it is new and MaxSources are tracked.
+func (s *Subscriber) source(topic string, rank int64) *source {
+	key := srcKey{s.name(topic), rank}
 	if src := s.sources[key]; src != nil {
 		return src
 	}
@@ -604,6 +619,16 @@ func (s *Subscriber) source(topic string) *source {
 	src := &source{}
 	s.sources[key] = src
 	return src
+}
+
+// markName applies f to every source named name, whatever its rank (a
+// batch that cannot be read may be any rank's).
+func (s *Subscriber) markName(name string, f func(*source)) {
+	for k, src := range s.sources {
+		if k.name == name {
+			f(src)
+		}
+	}
 }
 
 // markAll marks every source's next batch stale (a socket re-opened:

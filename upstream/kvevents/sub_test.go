@@ -387,3 +387,69 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscriberDPRanks: the ranks of a data-parallel engine share its
+// topic and each numbers its own batches; interleaved, neither is a gap
+// or a restart of the other, and a gap of one is that rank's alone.
+func TestSubscriberDPRanks(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Endpoint = "tcp://127.0.0.1:0"
+	cfg.Bind = true
+	ch := make(chan Message, 64)
+	s, err := New(cfg, ch, quiet, metrics.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := NewEncoder()
+	const topic = "kv@10.0.0.1:8000@llama"
+	send := func(rank int64, seq uint64, ts float64) Message {
+		t.Helper()
+		b := marker(ts)
+		if rank >= 0 {
+			b.DPRank = Some(rank)
+		}
+		payload, err := enc.Append(nil, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb [8]byte
+		binary.BigEndian.PutUint64(sb[:], seq)
+		if !s.handle(context.Background(), [][]byte{[]byte(topic), sb[:], payload}) {
+			t.Fatalf("rank %d seq %d not decoded", rank, seq)
+		}
+		select {
+		case m := <-ch:
+			return m
+		default:
+			t.Fatalf("rank %d seq %d not delivered", rank, seq)
+			return Message{}
+		}
+	}
+	// Rank 0 without a rank field and with rank 0 is one publisher.
+	if m := send(-1, 0, 1); !m.Stale || m.StaleReason != "start" {
+		t.Fatalf("first batch: stale %v (%s), want start", m.Stale, m.StaleReason)
+	}
+	if m := send(1, 0, 2); !m.Stale || m.StaleReason != "start" {
+		t.Fatalf("rank 1's first batch: stale %v (%s), want start", m.Stale, m.StaleReason)
+	}
+	for seq := uint64(1); seq < 5; seq++ {
+		for _, rank := range []int64{0, 1} {
+			if m := send(rank, seq, 3); m.Stale {
+				t.Fatalf("rank %d seq %d: stale (%s)", rank, seq, m.StaleReason)
+			}
+		}
+	}
+	if n := s.m.gaps.Get(); n != 0 {
+		t.Fatalf("%d gaps counted for interleaved ranks", n)
+	}
+	if m := send(1, 7, 4); !m.Stale || m.StaleReason != "gap" {
+		t.Fatalf("rank 1 skipping seq 5-6: stale %v (%s), want gap", m.Stale, m.StaleReason)
+	}
+	if m := send(0, 5, 5); m.Stale {
+		t.Fatalf("rank 0 after rank 1's gap: stale (%s)", m.StaleReason)
+	}
+	if m := send(0, 0, 6); !m.Stale || m.StaleReason != "reset" {
+		t.Fatalf("rank 0 starting over: stale %v (%s), want reset", m.Stale, m.StaleReason)
+	}
+}
