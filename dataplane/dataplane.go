@@ -96,6 +96,14 @@ type Config struct {
 	// backend KVEventsReplay does not name: its publisher's host, that
 	// port. Default 0: no replay.
 	KVEventsReplayPort int
+	// KVEventsRanks is the data-parallel ranks of every subscribed
+	// engine (vLLM's --data-parallel-size, its ranks on the host of its
+	// publisher): rank R publishes at the publisher's port + R and
+	// replays at the replay port + R, as vLLM offsets them, and each is
+	// subscribed, feeding the backend's one view. The bind wiring needs
+	// none (the ranks share the engine's topic). 0 or 1 (the default):
+	// one; at most MaxKVEventsRanks.
+	KVEventsRanks int
 	// KVEventsListen, when not "", binds this tcp://HOST:PORT endpoint
 	// for engines' KV-event publishers to dial (llm-d's wiring), each
 	// message's topic kv@<ip>:<port>@<model> naming its backend. Default
@@ -150,6 +158,7 @@ func DefaultConfig() Config {
 		BackendMaxConcurrency: []string{},
 		KVEvents:              []string{},
 		KVEventsReplay:        []string{},
+		KVEventsRanks:         1,
 	}
 	c.Backend.ScrapeInterval = time.Second
 	return c
@@ -170,6 +179,7 @@ func (c Config) Validate() error {
 		CheckKVEvents(c.Backends, c.KVEvents, c.KVEventsPort),
 		CheckKVEventsReplay(c.Backends, c.KVEventsReplay, c.KVEventsReplayPort),
 		CheckKVEventsListen(c.KVEventsListen),
+		CheckKVEventsRanks(c.KVEventsRanks),
 		CheckPriorityBackends(c.Backends, c.PriorityBackends),
 		CheckBackendModels(c.Backends, c.BackendModels),
 		c.Fleet.Validate()}
@@ -915,17 +925,18 @@ func applySettings(set *backend.Set, list []string, st backendSettings) {
 
 // backendSettings are the per-backend settings a reload may change
 // (PriorityBackends, BackendMaxConcurrency, KVEvents, KVEventsPort,
-// KVEventsReplay, KVEventsReplayPort).
+// KVEventsReplay, KVEventsReplayPort, KVEventsRanks).
 type backendSettings struct {
 	prio, caps, kv []string
 	kvPort         int
 	kvReplay       []string
 	kvReplayPort   int
+	kvRanks        int
 }
 
 func settingsOf(cfg Config) backendSettings {
 	return backendSettings{slices.Clone(cfg.PriorityBackends), slices.Clone(cfg.BackendMaxConcurrency), slices.Clone(cfg.KVEvents), cfg.KVEventsPort,
-		slices.Clone(cfg.KVEventsReplay), cfg.KVEventsReplayPort}
+		slices.Clone(cfg.KVEventsReplay), cfg.KVEventsReplayPort, max(cfg.KVEventsRanks, 1)}
 }
 
 // settings are the per-backend settings the last Retune set (the built

@@ -47,11 +47,15 @@ const kvQueue = 256
 // the next round, and its backend is not subscribed again before.
 const kvStopWait = 2 * time.Second
 
-// kvEngine is one subscription and its view's goroutines. Owned by
-// kvSync.
+// MaxKVEventsRanks bounds Config.KVEventsRanks.
+const MaxKVEventsRanks = 64
+
+// kvEngine is one engine's subscriptions (one a data-parallel rank) and
+// its view's goroutines. Owned by kvSync.
 type kvEngine struct {
 	endpoint string
 	replay   string // "" without one
+	ranks    int
 	cancel   context.CancelFunc
 	done     chan struct{} // closed once both goroutines returned
 	stopping bool
@@ -160,6 +164,32 @@ func checkKVEntries(name string, backends, entries []string, port int, set func(
 	return errors.Join(errs...)
 }
 
+// CheckKVEventsRanks validates Config.KVEventsRanks.
+func CheckKVEventsRanks(n int) error {
+	if n < 0 || n > MaxKVEventsRanks {
+		return fmt.Errorf("kv-events-ranks: %d: want 1 to %d (0: 1)", n, MaxKVEventsRanks)
+	}
+	return nil
+}
+
+// rankEndpoint is endpoint (tcp://HOST:PORT) of data-parallel rank r:
+// its port plus r, as vLLM offsets each rank's publisher and replay
+// socket; "" stays "".
+func rankEndpoint(endpoint string, r int) (string, error) {
+	if endpoint == "" || r == 0 {
+		return endpoint, nil
+	}
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(endpoint, "tcp://"))
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n+r > 65535 {
+		return "", fmt.Errorf("kv-events-ranks: %s has no port for rank %d", endpoint, r)
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(n+r)), nil
+}
+
 // kvSync keeps the subscriptions equal to the evented healthy backends
 // until ctx ends, then stops them all. On its own goroutine (sources).
 func (p *Path) kvSync(ctx context.Context) {
@@ -219,7 +249,7 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 		replays[b.ID] = kvReplayEndpoint(b, ep, p.staticList(), st)
 	}
 	for id, e := range engines {
-		if !e.stopping && eps[id] == e.endpoint && replays[id] == e.replay {
+		if !e.stopping && eps[id] == e.endpoint && replays[id] == e.replay && st.kvRanks == e.ranks {
 			continue
 		}
 		if !e.stopping {
@@ -238,7 +268,7 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 		if _, ok := engines[id]; ok {
 			continue
 		}
-		e, err := p.kvStart(g, b, eps[id], replays[id])
+		e, err := p.kvStart(g, b, eps[id], replays[id], st.kvRanks)
 		if err != nil {
 			p.logger.Warn("cannot subscribe to a backend's KV events", "backend", b.URL, "endpoint", eps[id], "err", err)
 			continue
@@ -248,15 +278,30 @@ func (p *Path) kvRound(g *rules.Group, engines map[int]*kvEngine, dup map[int]bo
 }
 
 // kvStart subscribes to backend b's events at endpoint (replaying
-// missed ones at replay, if not "") and starts its view: two goroutines
-// of g, ended by the returned engine's cancel (or g's Stop).
-func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint, replay string) (*kvEngine, error) {
-	cfg := kvevents.DefaultConfig()
-	cfg.Endpoint, cfg.ReplayEndpoint = endpoint, replay
+// missed ones at replay, if not "") and at the endpoints of its other
+// data-parallel ranks, and starts its view: a goroutine of g a
+// subscription and one for the view, ended by the returned engine's
+// cancel (or g's Stop).
+func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint, replay string, ranks int) (*kvEngine, error) {
 	ch := make(chan kvevents.Message, kvQueue)
-	sub, err := kvevents.New(cfg, ch, p.base, p.set)
-	if err != nil {
-		return nil, err
+	subs := make([]*kvevents.Subscriber, 0, ranks)
+	for r := range max(ranks, 1) {
+		cfg := kvevents.DefaultConfig()
+		var err error
+		if cfg.Endpoint, err = rankEndpoint(endpoint, r); err == nil {
+			cfg.ReplayEndpoint, err = rankEndpoint(replay, r)
+		}
+		var sub *kvevents.Subscriber
+		if err == nil {
+			sub, err = kvevents.New(cfg, ch, p.base, p.set)
+		}
+		if err != nil {
+			for _, s := range subs {
+				s.Close()
+			}
+			return nil, err
+		}
+		subs = append(subs, sub)
 	}
 	label := b.Name
 	if label == "" {
@@ -264,15 +309,17 @@ func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint, replay stri
 	}
 	v := p.views.New(b.ID, label)
 	ectx, cancel := context.WithCancel(context.Background())
-	e := &kvEngine{endpoint: endpoint, replay: replay, cancel: cancel, done: make(chan struct{})}
-	subDone := make(chan struct{})
-	g.Go("kvevents.sub", func(gctx context.Context) {
-		defer close(subDone)
-		stop := context.AfterFunc(gctx, cancel) // g's Stop ends it too
-		defer stop()
-		sub.Run(ectx)
-		sub.Close()
-	})
+	e := &kvEngine{endpoint: endpoint, replay: replay, ranks: ranks, cancel: cancel, done: make(chan struct{})}
+	subDone := make(chan struct{}, len(subs)) // one value a subscription that returned
+	for _, sub := range subs {
+		g.Go("kvevents.sub", func(gctx context.Context) {
+			defer func() { subDone <- struct{}{} }()
+			stop := context.AfterFunc(gctx, cancel) // g's Stop ends it too
+			defer stop()
+			sub.Run(ectx)
+			sub.Close()
+		})
+	}
 	g.Go("kvevents.view", func(context.Context) {
 		defer close(e.done)
 		for {
@@ -280,7 +327,9 @@ func (p *Path) kvStart(g *rules.Group, b *backend.Backend, endpoint, replay stri
 			case m := <-ch:
 				v.Apply(m)
 			case <-ectx.Done():
-				<-subDone // its series unregistered before a new one registers them
+				for range subs {
+					<-subDone // their series unregistered before new ones register them
+				}
 				v.Close()
 				return
 			}

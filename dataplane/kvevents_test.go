@@ -92,3 +92,29 @@ func TestKVReplayEndpoint(t *testing.T) {
 		}
 	}
 }
+
+func TestRankEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		ep   string
+		r    int
+		want string
+		err  bool
+	}{
+		{"tcp://10.0.0.1:5557", 0, "tcp://10.0.0.1:5557", false},
+		{"tcp://10.0.0.1:5557", 3, "tcp://10.0.0.1:5560", false},
+		{"tcp://[::1]:5557", 1, "tcp://[::1]:5558", false},
+		{"", 2, "", false},
+		{"tcp://10.0.0.1:65535", 1, "", true},
+		{"tcp://10.0.0.1", 1, "", true},
+	} {
+		got, err := rankEndpoint(c.ep, c.r)
+		if got != c.want || (err != nil) != c.err {
+			t.Errorf("rankEndpoint(%q, %d) = %q, %v; want %q, error %v", c.ep, c.r, got, err, c.want, c.err)
+		}
+	}
+	for n, ok := range map[int]bool{-1: false, 0: true, 1: true, MaxKVEventsRanks: true, MaxKVEventsRanks + 1: false} {
+		if err := CheckKVEventsRanks(n); (err == nil) != ok {
+			t.Errorf("CheckKVEventsRanks(%d) = %v", n, err)
+		}
+	}
+}

@@ -534,3 +534,86 @@ func routeToHolders(t *testing.T, s *served, names []string, byURL map[string]in
 	}
 	return hits, total
 }
+
+// freePortPair is a loopback port P with P+1 free too (a data-parallel
+// engine's two ranks publish at P and P+1).
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		p := freeLoopbackPort(t)
+		if p >= 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
+		if err != nil {
+			continue
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Fatal("no two free ports in a row")
+	return 0
+}
+
+// TestServeKVEventsRanks (issue 31: a data-parallel engine, connect
+// wiring): vLLM with --data-parallel-size 2 publishes rank 0's events at
+// its publisher's port and rank 1's at the next. Backend e0's rank 1 is
+// a second simulated engine publishing at that next port; with
+// --kv-events-ranks 2 a prefix placed on it directly is e0's, and
+// requests extending it go to e0.
+func TestServeKVEventsRanks(t *testing.T) {
+	t.Parallel()
+	p := freePortPair(t)
+	sims := make([]*vllmsim.Sim, 3) // e0's rank 0, e0's rank 1, e1
+	for i := range sims {
+		sims[i] = startSim(t, func(c *vllmsim.Config) {
+			c.Tokenizer, c.ChatTemplate = "", ""
+			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
+			ep := "tcp://127.0.0.1:0"
+			if i < 2 {
+				ep = fmt.Sprintf("tcp://127.0.0.1:%d", p+i)
+			}
+			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: ep, Bind: true}
+		})
+	}
+	s := startServeWith(t, nil, func(c *serveConfig) {
+		c.Tokenizer = ""
+		c.Backends = []string{"e0=" + sims[0].URL(), "e1=" + sims[2].URL()}
+		c.KVEvents = []string{fmt.Sprintf("e0=tcp://127.0.0.1:%d", p), "e1=tcp://" + sims[2].KVEventsAddr()}
+		c.KVEventsRanks = 2
+	})
+	blocks := func() float64 { return s.metrics(t)[`saltus_kvview_blocks{backend="e0"}`] }
+	// Rank 1's subscription is up once its blocks reach e0's view (only
+	// rank 1 is sent anything).
+	try := 0
+	waitLong(t, "rank 1's blocks in e0's view", func() bool {
+		if try < 200 {
+			try++
+			if a := do(t, "POST", sims[1].URL()+"/v1/completions", idPrompt(t, idRange(5000+try, 32))); a.status != 200 {
+				t.Fatalf("rank 1 directly: %d %s", a.status, a.body)
+			}
+		}
+		return blocks() > 0
+	})
+	prefix := idRange(77, 32*16)
+	if a := do(t, "POST", sims[1].URL()+"/v1/completions", idPrompt(t, prefix)); a.status != 200 {
+		t.Fatalf("rank 1 directly: %d %s", a.status, a.body)
+	}
+	ids := append(append([]int(nil), prefix...), 7, 8, 9)
+	var d struct {
+		URL           string `json:"url"`
+		MatchedBlocks int    `json:"matched_blocks"`
+	}
+	waitLong(t, "the prefix rank 1 holds to route to e0", func() bool {
+		a := s.adm(t, "POST", "/admin/explain?path=/v1/completions", idPrompt(t, ids))
+		if a.status != 200 {
+			t.Fatalf("explain: %d %s", a.status, a.body)
+		}
+		if err := json.Unmarshal([]byte(a.body), &d); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(d.URL, "/") == strings.TrimSuffix(sims[0].URL(), "/") && d.MatchedBlocks >= 30
+	})
+}

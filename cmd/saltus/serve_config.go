@@ -162,6 +162,9 @@ var serveKeys = []serveKey{
 			"batches its subscription missed (a sequence gap) are asked for there, and the backend's view stays exact if they all come back, instead of being reset; repeat (or separate by commas); none by default"},
 	{key: "kv-events-replay-port", live: true, bind: func(c *serveConfig) value { return intV{&c.KVEventsReplayPort} },
 		help: "`port` of the replay endpoint of every subscribed backend --kv-events-replay does not name (tcp://<its publisher's host>:PORT); 0: off (a sequence gap resets the backend's view)"},
+	{key: "kv-events-ranks", live: true, bind: func(c *serveConfig) value { return intV{&c.KVEventsRanks} },
+		help: "data-parallel `ranks` of every subscribed engine (vLLM's --data-parallel-size, the ranks on its publisher's host): rank R publishes at the publisher's port + R and replays at the replay port + R, as vLLM offsets them, and each rank is subscribed, into its backend's one view; " +
+			"the --kv-events-listen wiring needs none (the ranks share the engine's topic); at most 64"},
 	{key: "kv-events-listen", bind: func(c *serveConfig) value { return strV{&c.KVEventsListen} },
 		help: "`endpoint` tcp://HOST:PORT where saltus listens for engines' KV-event publishers to connect (llm-d's wiring; tcp://*:PORT for every interface); each message's topic kv@IP:PORT@MODEL names the backend whose URL has that host:port (a backend with --kv-events or --kv-events-port takes its events from there); empty (the default): off; not reloadable"},
 	{key: "kv-events-bridge", live: true, bind: func(c *serveConfig) value { return durV{&c.Router.KVEventsBridge} },

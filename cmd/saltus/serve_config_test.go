@@ -357,6 +357,7 @@ kv-events: []
 kv-events-port: 0
 kv-events-replay: []
 kv-events-replay-port: 0
+kv-events-ranks: 1
 kv-events-listen: ""
 kv-events-bridge: 10s
 queue-max-entries: 1024
