@@ -453,3 +453,80 @@ func TestSubscriberDPRanks(t *testing.T) {
 		t.Fatalf("rank 0 starting over: stale %v (%s), want reset", m.Stale, m.StaleReason)
 	}
 }
+
+// FuzzSubscriberHandle: any run of messages (topics, data-parallel
+// ranks, sequence numbers, payloads good or not) is taken without a
+// panic; sources stay within MaxSources; what is delivered carries its
+// topic; and a batch that follows its rank's previous one without a gap
+// or a bad frame between is not stale.
+func FuzzSubscriberHandle(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0, 1, 0, 0, 1, 1, 1, 1, 2, 5, 3, 0})
+	f.Add([]byte{1, 2, 7, 0, 1, 2, 8, 1, 1, 2, 8, 1, 1, 0, 0, 2})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		cfg := DefaultConfig()
+		cfg.Endpoint = "tcp://127.0.0.1:0"
+		cfg.Bind = true
+		cfg.MaxSources = 4
+		ch := make(chan Message, 1024)
+		s, err := New(cfg, ch, quiet, metrics.NewSet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc := NewEncoder()
+		topics := []string{"kv@a:1@m", "kv@b:1@m", "kv@c:1@m"}
+		type key struct {
+			topic string
+			rank  int64
+		}
+		last := map[key]uint64{} // the last seq delivered since a clean run began
+		clean := map[key]bool{}
+		for len(in) >= 4 {
+			topic, rank, seq, kind := topics[int(in[0])%len(topics)], int64(in[1]%5)-1, uint64(in[2]%16), in[3]%3
+			in = in[4:]
+			b := marker(1)
+			if rank >= 0 {
+				b.DPRank = Some(rank)
+			}
+			payload := must(enc.Append(nil, &b))
+			var sb [8]byte
+			binary.BigEndian.PutUint64(sb[:], seq)
+			frames := [][]byte{[]byte(topic), sb[:], payload}
+			switch kind {
+			case 1:
+				frames[2] = []byte{0xc1} // not msgpack
+			case 2:
+				frames = frames[:2] // not three frames
+			}
+			k := key{topic, max(rank, 0)}
+			ok := s.handle(context.Background(), frames)
+			if kind != 0 {
+				if ok {
+					t.Fatal("a bad message was taken")
+				}
+				for kk := range clean {
+					if kk.topic == topic {
+						clean[kk] = false // any of its ranks may have missed it
+					}
+				}
+				continue
+			}
+			if !ok {
+				if len(s.sources) < cfg.MaxSources {
+					t.Fatal("a good batch of a new source was refused below MaxSources")
+				}
+				continue
+			}
+			m := <-ch
+			if m.Source != topic || m.Topic != topic {
+				t.Fatalf("delivered as %q/%q, sent as %q", m.Source, m.Topic, topic)
+			}
+			if prev, seen := last[k]; seen && clean[k] && seq == prev+1 && m.Stale {
+				t.Fatalf("%v seq %d after %d: stale (%s)", k, seq, prev, m.StaleReason)
+			}
+			last[k], clean[k] = seq, true
+		}
+		if len(s.sources) > cfg.MaxSources {
+			t.Fatalf("%d sources, bound %d", len(s.sources), cfg.MaxSources)
+		}
+	})
+}
