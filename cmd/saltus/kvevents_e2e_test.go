@@ -535,26 +535,47 @@ func routeToHolders(t *testing.T, s *served, names []string, byURL map[string]in
 	return hits, total
 }
 
-// freePortPair is a loopback port P with P+1 free too (a data-parallel
-// engine's two ranks publish at P and P+1).
-func freePortPair(t *testing.T) int {
+// startRankSims starts two simulated engines publishing their KV events
+// at loopback ports P and P+1 (a data-parallel engine's ranks 0 and 1),
+// trying other ports while another process takes one of them first.
+func startRankSims(t *testing.T) (int, []*vllmsim.Sim) {
 	t.Helper()
-	for range 100 {
+	for range 20 {
 		p := freeLoopbackPort(t)
 		if p >= 65535 {
 			continue
 		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
-		if err != nil {
-			continue
+		var sims []*vllmsim.Sim
+		for i := range 2 {
+			cfg := vllmsim.DefaultConfig()
+			cfg.Model = "llama3"
+			cfg.Tokenizer, cfg.ChatTemplate = "", ""
+			cfg.Speedup, cfg.MaxTokens, cfg.Seed = 20, 2, int64(i+1)
+			cfg.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p+i), Bind: true}
+			sim, err := vllmsim.New(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sim.Start("127.0.0.1:0"); err != nil {
+				break // a port taken meanwhile: another pair
+			}
+			sims = append(sims, sim)
 		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
+		for _, sim := range sims {
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := sim.Close(ctx); err != nil {
+					t.Errorf("sim close: %v", err)
+				}
+			})
 		}
-		return p
+		if len(sims) == 2 {
+			return p, sims
+		}
 	}
 	t.Fatal("no two free ports in a row")
-	return 0
+	return 0, nil
 }
 
 // TestServeKVEventsRanks (issue 31: a data-parallel engine, connect
@@ -565,19 +586,12 @@ func freePortPair(t *testing.T) int {
 // requests extending it go to e0.
 func TestServeKVEventsRanks(t *testing.T) {
 	t.Parallel()
-	p := freePortPair(t)
-	sims := make([]*vllmsim.Sim, 3) // e0's rank 0, e0's rank 1, e1
-	for i := range sims {
-		sims[i] = startSim(t, func(c *vllmsim.Config) {
-			c.Tokenizer, c.ChatTemplate = "", ""
-			c.Speedup, c.MaxTokens, c.Seed = 20, 2, int64(i+1)
-			ep := "tcp://127.0.0.1:0"
-			if i < 2 {
-				ep = fmt.Sprintf("tcp://127.0.0.1:%d", p+i)
-			}
-			c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: ep, Bind: true}
-		})
-	}
+	p, sims := startRankSims(t)                               // e0's rank 0, e0's rank 1
+	sims = append(sims, startSim(t, func(c *vllmsim.Config) { // e1
+		c.Tokenizer, c.ChatTemplate = "", ""
+		c.Speedup, c.MaxTokens, c.Seed = 20, 2, 3
+		c.KVEvents = vllmsim.KVEventsConfig{Enable: true, Endpoint: "tcp://127.0.0.1:0", Bind: true}
+	}))
 	s := startServeWith(t, nil, func(c *serveConfig) {
 		c.Tokenizer = ""
 		c.Backends = []string{"e0=" + sims[0].URL(), "e1=" + sims[2].URL()}
