@@ -396,10 +396,17 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) bool {
 	if err != nil {
 		s.m.drop(err)
 		s.markName(s.name(topic), func(src *source) {
-			if src.seen && src.next == seq {
-				src.next = seq + 1 // the batch this source expected: no gap after it
+			if !src.seen || seq < src.next {
+				src.mark("dropped") // not its batch, or not one a replay would find
+				return
 			}
-			src.miss(seq, "dropped")
+			// Plausibly its own (the one source of a connection): what it
+			// missed from its next on, this batch included, may be replayed.
+			if seq > src.next {
+				s.m.gaps.Inc()
+			}
+			src.miss(src.next, "dropped")
+			src.next = seq + 1
 		})
 		return false
 	}

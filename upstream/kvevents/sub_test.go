@@ -452,6 +452,23 @@ func TestSubscriberDPRanks(t *testing.T) {
 	if m := send(0, 0, 6); !m.Stale || m.StaleReason != "reset" {
 		t.Fatalf("rank 0 starting over: stale %v (%s), want reset", m.Stale, m.StaleReason)
 	}
+	// A batch that cannot be read may be either rank's: both are stale
+	// after it, and neither counts a gap for it.
+	gaps := s.m.gaps.Get()
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], 1)
+	if s.handle(context.Background(), [][]byte{[]byte(topic), sb[:], {0xc1}}) {
+		t.Fatal("an unreadable batch was taken")
+	}
+	if m := send(0, 2, 7); !m.Stale || m.StaleReason != "dropped" {
+		t.Fatalf("rank 0 after an unreadable batch: stale %v (%s), want dropped", m.Stale, m.StaleReason)
+	}
+	if m := send(1, 8, 8); !m.Stale || m.StaleReason != "dropped" {
+		t.Fatalf("rank 1 after an unreadable batch: stale %v (%s), want dropped", m.Stale, m.StaleReason)
+	}
+	if got := s.m.gaps.Get(); got != gaps {
+		t.Fatalf("gaps %d → %d over an unreadable batch", gaps, got)
+	}
 }
 
 // FuzzSubscriberHandle: any run of messages (topics, data-parallel
